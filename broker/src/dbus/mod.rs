@@ -1,0 +1,1 @@
+//! The session-bus service org.enginekit.Broker1.

@@ -1,0 +1,1 @@
+//! Docker through the Engine API: images, pulls, containers.

@@ -1,0 +1,1 @@
+//! Engine descriptors and environment manifests: embedded defaults, signed updates, trust.

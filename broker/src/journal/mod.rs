@@ -1,0 +1,1 @@
+//! The container journal and reconcile: every container the broker starts is recorded first.

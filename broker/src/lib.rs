@@ -1,0 +1,11 @@
+//! enginekit's unprivileged broker, as a library so that tests and benchmarks reach every part.
+
+pub mod assess;
+pub mod cli;
+pub mod dbus;
+pub mod docker;
+pub mod documents;
+pub mod journal;
+pub mod operations;
+pub mod plan;
+pub mod probe;

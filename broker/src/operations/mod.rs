@@ -1,0 +1,1 @@
+//! Setup and removal as persisted operations: reducer, store, recovery.

@@ -1,0 +1,1 @@
+//! The plan answered to the user, its digest, and the host step when root is needed.

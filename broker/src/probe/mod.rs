@@ -1,0 +1,1 @@
+//! Read-only host facts: distribution, Docker, NVIDIA driver and GPUs, toolkit, disk, SELinux, networks.

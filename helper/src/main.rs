@@ -1,0 +1,2 @@
+//! `enginekit-helper`: the privileged helper.
+fn main() {}

@@ -1,0 +1,2 @@
+//! Publisher tool for enginekit documents.
+fn main() {}

@@ -1,0 +1,1 @@
+//! Signed documents: envelope, context strings, keys, trust store, anti-rollback.

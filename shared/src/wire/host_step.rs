@@ -1,0 +1,1 @@
+//! Host step and its parameters.

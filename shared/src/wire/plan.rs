@@ -1,0 +1,1 @@
+//! The requirement plan: availability, blockers, warnings, system changes.

@@ -1,0 +1,1 @@
+//! The helper's receipt for a host step.
