@@ -1,1 +1,8 @@
-//! Setup and removal as persisted operations: reducer, store, recovery.
+//! Setup and removal as persisted operations: reducer, store, recovery, and the runner that
+//! performs the reducer's effects.
+
+pub mod atomic;
+pub mod record;
+pub mod recovery;
+pub mod reducer;
+pub mod store;

@@ -1,0 +1,437 @@
+//! The persisted operation record: what a setup or removal is doing, what it is waiting for,
+//! and what it has already done. The reducer is the only code that changes a record's meaning;
+//! the store only writes it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use enginekit_shared::error::{CodedError, ErrorCode};
+use serde::{Deserialize, Serialize};
+
+/// Record format version; a record with another version is not ours to interpret.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A `sha256:` + 64 lowercase hex digest as text, validated when parsed.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct DigestText(String);
+
+impl DigestText {
+    pub fn parse(text: &str) -> Result<Self, CodedError> {
+        let hex = text.strip_prefix("sha256:").unwrap_or("");
+        if hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            Ok(DigestText(text.to_owned()))
+        } else {
+            Err(CodedError::new(
+                ErrorCode::InvalidArgument,
+                "A digest must be sha256: followed by 64 lowercase hex digits.",
+            ))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for DigestText {
+    type Error = CodedError;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        DigestText::parse(&value)
+    }
+}
+
+impl From<DigestText> for String {
+    fn from(value: DigestText) -> Self {
+        value.0
+    }
+}
+
+impl fmt::Display for DigestText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An engine id as a descriptor names it (`vllm`, `tensorrt-llm`): safe as a file name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct EngineId(String);
+
+impl EngineId {
+    pub fn parse(text: &str) -> Result<Self, CodedError> {
+        let ok = !text.is_empty()
+            && text.len() <= 64
+            && text
+                .bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+        if ok {
+            Ok(EngineId(text.to_owned()))
+        } else {
+            Err(CodedError::new(
+                ErrorCode::InvalidArgument,
+                "An engine id is 1 to 64 characters of a-z, 0-9, '-' and '.', starting with a letter or digit.",
+            ))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for EngineId {
+    type Error = CodedError;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        EngineId::parse(&value)
+    }
+}
+
+impl From<EngineId> for String {
+    fn from(value: EngineId) -> Self {
+        value.0
+    }
+}
+
+impl fmt::Display for EngineId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An operation id: `op-` + 32 hex digits, safe as a file name and a D-Bus path element.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct OperationId(String);
+
+impl OperationId {
+    pub fn fresh() -> Result<Self, CodedError> {
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes).map_err(|_| {
+            CodedError::new(
+                ErrorCode::IoError,
+                "The system random source is not available.",
+            )
+        })?;
+        Ok(OperationId(format!("op-{}", hex::encode(bytes))))
+    }
+
+    pub fn parse(text: &str) -> Result<Self, CodedError> {
+        let hex = text.strip_prefix("op-").unwrap_or("");
+        if hex.len() == 32
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        {
+            Ok(OperationId(text.to_owned()))
+        } else {
+            Err(CodedError::new(
+                ErrorCode::InvalidArgument,
+                "That is not an operation id.",
+            ))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The id as a D-Bus object path element (`-` is not allowed there).
+    pub fn path_element(&self) -> String {
+        self.0.replace('-', "_")
+    }
+}
+
+impl TryFrom<String> for OperationId {
+    type Error = CodedError;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        OperationId::parse(&value)
+    }
+}
+
+impl From<OperationId> for String {
+    fn from(value: OperationId) -> Self {
+        value.0
+    }
+}
+
+impl fmt::Display for OperationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Where an operation is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    Checking,
+    AwaitingConsent,
+    PreparingHost,
+    ReloginRequired,
+    RebootRequired,
+    PreparingEnvironment,
+    PullingImage,
+    Verifying,
+    Activating,
+    Removing,
+    Ready,
+    Removed,
+    Cancelling,
+    Cancelled,
+    Failed,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 15] = [
+        Phase::Checking,
+        Phase::AwaitingConsent,
+        Phase::PreparingHost,
+        Phase::ReloginRequired,
+        Phase::RebootRequired,
+        Phase::PreparingEnvironment,
+        Phase::PullingImage,
+        Phase::Verifying,
+        Phase::Activating,
+        Phase::Removing,
+        Phase::Ready,
+        Phase::Removed,
+        Phase::Cancelling,
+        Phase::Cancelled,
+        Phase::Failed,
+    ];
+
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            Phase::Ready | Phase::Removed | Phase::Cancelled | Phase::Failed
+        )
+    }
+
+    /// Entering a work phase records it as the checkpoint: consent was acted on.
+    pub fn is_work(self) -> bool {
+        matches!(
+            self,
+            Phase::PreparingHost
+                | Phase::PreparingEnvironment
+                | Phase::PullingImage
+                | Phase::Verifying
+                | Phase::Activating
+                | Phase::Removing
+        )
+    }
+
+    /// Waiting on the user; never ended as abandoned.
+    pub fn is_waiting(self) -> bool {
+        matches!(
+            self,
+            Phase::AwaitingConsent | Phase::ReloginRequired | Phase::RebootRequired
+        )
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Checking => "checking",
+            Phase::AwaitingConsent => "awaiting-consent",
+            Phase::PreparingHost => "preparing-host",
+            Phase::ReloginRequired => "relogin-required",
+            Phase::RebootRequired => "reboot-required",
+            Phase::PreparingEnvironment => "preparing-environment",
+            Phase::PullingImage => "pulling-image",
+            Phase::Verifying => "verifying",
+            Phase::Activating => "activating",
+            Phase::Removing => "removing",
+            Phase::Ready => "ready",
+            Phase::Removed => "removed",
+            Phase::Cancelling => "cancelling",
+            Phase::Cancelled => "cancelled",
+            Phase::Failed => "failed",
+        }
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OperationKind {
+    Setup,
+    Remove,
+}
+
+/// The kinds of work the runner performs on the reducer's behalf.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EffectKind {
+    Probe,
+    HostStep,
+    PrepareEnvironment,
+    PullImage,
+    Verify,
+    Activate,
+    Remove,
+    Cleanup,
+    Reconcile,
+}
+
+impl EffectKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EffectKind::Probe => "probe",
+            EffectKind::HostStep => "host-step",
+            EffectKind::PrepareEnvironment => "prepare-environment",
+            EffectKind::PullImage => "pull-image",
+            EffectKind::Verify => "verify",
+            EffectKind::Activate => "activate",
+            EffectKind::Remove => "remove",
+            EffectKind::Cleanup => "cleanup",
+            EffectKind::Reconcile => "reconcile",
+        }
+    }
+}
+
+/// The one effect in flight. Only an answer naming this id at this revision is accepted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EffectIntent {
+    pub effect_id: String,
+    pub expected_revision: u64,
+    pub kind: EffectKind,
+}
+
+/// What the user consented to, recorded when work first starts under a matching approval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsentBasis {
+    pub plan_digest: DigestText,
+    pub descriptor_id: Option<String>,
+    pub image_digest: Option<DigestText>,
+    pub manifest_id: Option<String>,
+}
+
+/// The single-use host step the operation holds, as it is sent to the helper.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostStepTicket {
+    pub step_id: String,
+    pub nonce: String,
+    pub recipe_digest: DigestText,
+    pub parameters_digest: DigestText,
+    pub expected_operation_revision: u64,
+    /// The host step exactly as the helper receives it (JSON text of the shared `HostStep`).
+    pub step_json: String,
+}
+
+/// Everything an operation is. Written whole, atomically, on every accepted event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Operation {
+    pub schema_version: u32,
+    pub operation_id: OperationId,
+    pub engine: EngineId,
+    pub kind: OperationKind,
+    /// Removal only: keep downloaded models.
+    pub retain_models: bool,
+    /// The broker process that last took the record over.
+    pub instance_id: String,
+    pub revision: u64,
+    pub phase: Phase,
+    pub checkpoint: Option<Phase>,
+    pub plan_digest: Option<DigestText>,
+    pub approved_plan_digest: Option<DigestText>,
+    pub carried_plan_digest: Option<DigestText>,
+    pub consented: Option<ConsentBasis>,
+    pub pending_effect: Option<EffectIntent>,
+    pub pending_host_step: Option<HostStepTicket>,
+    /// The host step was handed to the helper; its nonce is burnt from here on.
+    pub host_step_sent: bool,
+    pub indivisible_host_step_running: bool,
+    pub completed_step_ids: Vec<String>,
+    /// Every nonce this operation ever handed to the helper: never handed over again.
+    pub spent_nonces: BTreeSet<String>,
+    /// nonce → digest of the receipt accepted for it.
+    pub accepted_receipts: BTreeMap<String, DigestText>,
+    pub cancellation_requested: bool,
+    pub error: Option<CodedError>,
+    /// Resources this operation created (`image:<repo>@<digest>`, `container:<id>`); only grows.
+    pub owned_resources: BTreeSet<String>,
+    /// What `Setup` should tell the user to do next, e.g. sign in again.
+    pub notes: Vec<String>,
+}
+
+impl Operation {
+    /// A fresh record; the reducer's `start` gives it its first effect.
+    pub fn is_terminal(&self) -> bool {
+        self.phase.is_terminal()
+    }
+
+    /// The receipt nonce this operation may still ask the helper about after a crash.
+    pub fn sent_nonce(&self) -> Option<&str> {
+        self.pending_host_step
+            .as_ref()
+            .filter(|_| self.host_step_sent)
+            .map(|step| step.nonce.as_str())
+    }
+}
+
+/// Shorthand for a coded error.
+pub fn coded(code: ErrorCode, message: &str) -> CodedError {
+    CodedError::new(code, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digests_engines_and_ids_refuse_bad_text() {
+        assert!(DigestText::parse(&format!("sha256:{}", "a".repeat(64))).is_ok());
+        for bad in [
+            "",
+            "sha256:",
+            &format!("sha256:{}", "A".repeat(64)),
+            &format!("md5:{}", "a".repeat(64)),
+        ] {
+            assert!(DigestText::parse(bad).is_err(), "{bad}");
+        }
+        assert!(EngineId::parse("vllm").is_ok());
+        assert!(EngineId::parse("tensorrt-llm").is_ok());
+        for bad in ["", "../x", "VLLM", "-x", "a b", &"a".repeat(65)] {
+            assert!(EngineId::parse(bad).is_err(), "{bad}");
+        }
+        let id = OperationId::fresh().unwrap();
+        assert_eq!(OperationId::parse(id.as_str()).unwrap(), id);
+        assert!(OperationId::parse("op-../../etc").is_err());
+        assert!(!id.path_element().contains('-'));
+    }
+
+    #[test]
+    fn phases_serialise_as_the_reference_spells_them() {
+        for phase in Phase::ALL {
+            let json = serde_json::to_string(&phase).unwrap();
+            assert_eq!(json, format!("\"{}\"", phase.as_str()));
+        }
+        let terminal: Vec<_> = Phase::ALL.into_iter().filter(|p| p.is_terminal()).collect();
+        assert_eq!(
+            terminal,
+            [
+                Phase::Ready,
+                Phase::Removed,
+                Phase::Cancelled,
+                Phase::Failed
+            ]
+        );
+    }
+}
