@@ -1,1 +1,411 @@
-//! The requirement plan: availability, blockers, warnings, system changes.
+//! The requirement plan: availability, blockers, warnings, system changes (REFERENCE §5.3, §5.4).
+//!
+//! These are the wire types the broker answers `enginekit plan --json` and `Plan(engine)` with.
+//! Every object refuses unknown fields, and every code is a closed enum with the reference's
+//! kebab-case spelling, so a client can match on it without string guessing.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ErrorCode;
+
+/// String parameters of a blocker, system change or warning (always strings, as the reference).
+pub type Params = BTreeMap<String, String>;
+
+/// Whether the engine can run here, and what it takes (REFERENCE §5.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Availability {
+    /// Installed and ready with this descriptor.
+    Supported,
+    /// Can be set up: a plan (possibly empty, when adopting a working Docker) follows.
+    SetupRequired,
+    /// Something the user must fix first stands in the way (see `blockers`).
+    PrerequisiteBlocked,
+    /// This build cannot run the engine here at all (no descriptor, unknown engine).
+    Unsupported,
+}
+
+impl Availability {
+    /// Wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Availability::Supported => "supported",
+            Availability::SetupRequired => "setup-required",
+            Availability::PrerequisiteBlocked => "prerequisite-blocked",
+            Availability::Unsupported => "unsupported",
+        }
+    }
+}
+
+/// Why a plan is blocked (REFERENCE §5.4), one value per blocker kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BlockerReason {
+    /// A fact the probe could not read (`{fact}`).
+    UnknownFact,
+    /// Not x86_64 or aarch64.
+    UnsupportedArchitecture,
+    /// No NVIDIA driver.
+    DriverMissing,
+    /// The driver is older than the descriptor's minimum.
+    DriverTooOld,
+    /// The driver lists no GPU.
+    NoGpu,
+    /// The best card's compute capability is below the minimum.
+    ComputeCapabilityTooLow,
+    /// Docker from the snap store.
+    DockerSnap,
+    /// Rootless Docker.
+    DockerRootless,
+    /// Docker Desktop without a system engine.
+    DockerDesktopOnly,
+    /// Podman's docker shim.
+    PodmanDocker,
+    /// A docker command no known install method explains.
+    DockerUnrecognised,
+    /// An rpm-ostree host.
+    ImmutableOs,
+    /// The distribution is not qualified for the recipe.
+    DistributionNotInRecipe,
+    /// Arch and derivatives: manual install only.
+    ArchManualInstall,
+    /// Not enough free disk for the image.
+    InsufficientDisk,
+    /// `/etc/docker/daemon.json` exists but cannot be read or parsed.
+    DaemonJsonUnreadable,
+    /// The daemon does not answer and group membership does not explain it.
+    DockerAccessUnexplained,
+    /// The account must join the docker group by hand.
+    DockerGroupManual,
+    /// The docker group is configured but not effective in this login session.
+    ReloginRequired,
+    /// Docker Engine is not installed.
+    DockerCliMissing,
+    /// The NVIDIA Container Toolkit is not installed.
+    ToolkitMissing,
+    /// Docker cannot pass the GPU into a container yet.
+    GpuRuntimeNotConfigured,
+    /// docker.service is not running.
+    DockerServiceInactive,
+    /// PID 1 is not systemd.
+    InitNotSystemd,
+    /// The descriptor names another engine.
+    EngineMismatch,
+    /// The engine is installed from another descriptor.
+    InstalledWithOtherDescriptor,
+    /// The recipe refused the plan's parameters.
+    RecipeRefusedPlan,
+    /// No usable engine descriptor.
+    DescriptorUnavailable,
+    /// No usable environment manifest.
+    EnvironmentManifestUnavailable,
+    /// A removal that targets the environment itself.
+    RemoveEnvironment,
+}
+
+impl BlockerReason {
+    /// Every reason, in declaration order.
+    pub const ALL: &'static [BlockerReason] = &[
+        BlockerReason::UnknownFact,
+        BlockerReason::UnsupportedArchitecture,
+        BlockerReason::DriverMissing,
+        BlockerReason::DriverTooOld,
+        BlockerReason::NoGpu,
+        BlockerReason::ComputeCapabilityTooLow,
+        BlockerReason::DockerSnap,
+        BlockerReason::DockerRootless,
+        BlockerReason::DockerDesktopOnly,
+        BlockerReason::PodmanDocker,
+        BlockerReason::DockerUnrecognised,
+        BlockerReason::ImmutableOs,
+        BlockerReason::DistributionNotInRecipe,
+        BlockerReason::ArchManualInstall,
+        BlockerReason::InsufficientDisk,
+        BlockerReason::DaemonJsonUnreadable,
+        BlockerReason::DockerAccessUnexplained,
+        BlockerReason::DockerGroupManual,
+        BlockerReason::ReloginRequired,
+        BlockerReason::DockerCliMissing,
+        BlockerReason::ToolkitMissing,
+        BlockerReason::GpuRuntimeNotConfigured,
+        BlockerReason::DockerServiceInactive,
+        BlockerReason::InitNotSystemd,
+        BlockerReason::EngineMismatch,
+        BlockerReason::InstalledWithOtherDescriptor,
+        BlockerReason::RecipeRefusedPlan,
+        BlockerReason::DescriptorUnavailable,
+        BlockerReason::EnvironmentManifestUnavailable,
+        BlockerReason::RemoveEnvironment,
+    ];
+
+    /// Wire spelling, e.g. `driver-missing`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BlockerReason::UnknownFact => "unknown-fact",
+            BlockerReason::UnsupportedArchitecture => "unsupported-architecture",
+            BlockerReason::DriverMissing => "driver-missing",
+            BlockerReason::DriverTooOld => "driver-too-old",
+            BlockerReason::NoGpu => "no-gpu",
+            BlockerReason::ComputeCapabilityTooLow => "compute-capability-too-low",
+            BlockerReason::DockerSnap => "docker-snap",
+            BlockerReason::DockerRootless => "docker-rootless",
+            BlockerReason::DockerDesktopOnly => "docker-desktop-only",
+            BlockerReason::PodmanDocker => "podman-docker",
+            BlockerReason::DockerUnrecognised => "docker-unrecognised",
+            BlockerReason::ImmutableOs => "immutable-os",
+            BlockerReason::DistributionNotInRecipe => "distribution-not-in-recipe",
+            BlockerReason::ArchManualInstall => "arch-manual-install",
+            BlockerReason::InsufficientDisk => "insufficient-disk",
+            BlockerReason::DaemonJsonUnreadable => "daemon-json-unreadable",
+            BlockerReason::DockerAccessUnexplained => "docker-access-unexplained",
+            BlockerReason::DockerGroupManual => "docker-group-manual",
+            BlockerReason::ReloginRequired => "relogin-required",
+            BlockerReason::DockerCliMissing => "docker-cli-missing",
+            BlockerReason::ToolkitMissing => "toolkit-missing",
+            BlockerReason::GpuRuntimeNotConfigured => "gpu-runtime-not-configured",
+            BlockerReason::DockerServiceInactive => "docker-service-inactive",
+            BlockerReason::InitNotSystemd => "init-not-systemd",
+            BlockerReason::EngineMismatch => "engine-mismatch",
+            BlockerReason::InstalledWithOtherDescriptor => "installed-with-other-descriptor",
+            BlockerReason::RecipeRefusedPlan => "recipe-refused-plan",
+            BlockerReason::DescriptorUnavailable => "descriptor-unavailable",
+            BlockerReason::EnvironmentManifestUnavailable => "environment-manifest-unavailable",
+            BlockerReason::RemoveEnvironment => "remove-environment",
+        }
+    }
+
+    /// The error code a blocker of this reason carries (REFERENCE §5.4 `toManagedBlocker`, plus
+    /// the provisioner's own codes).
+    pub fn code(self) -> ErrorCode {
+        match self {
+            BlockerReason::ReloginRequired => ErrorCode::ReloginRequired,
+            BlockerReason::EnvironmentManifestUnavailable
+            | BlockerReason::EngineMismatch
+            | BlockerReason::DescriptorUnavailable => ErrorCode::MetadataInvalid,
+            BlockerReason::InstalledWithOtherDescriptor => ErrorCode::OperationConflict,
+            BlockerReason::RecipeRefusedPlan => ErrorCode::HostStepInvalid,
+            _ => ErrorCode::PrerequisiteBlocked,
+        }
+    }
+}
+
+/// Something that stands between this machine and a running engine, with how to fix it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Blocker {
+    /// Stable error code (`MANAGED_PREREQUISITE_BLOCKED`, `MANAGED_RELOGIN_REQUIRED`, …).
+    pub code: ErrorCode,
+    /// Which blocker this is.
+    pub reason: BlockerReason,
+    /// What a person reads.
+    pub message: String,
+    /// Structured values the message names; absent when there are none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<Params>,
+    /// Remedy commands a person may run, in order; absent when not given, `[]` when the fix is
+    /// not a command (e.g. a new login session).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commands: Option<Vec<String>>,
+}
+
+impl Blocker {
+    /// A blocker with the code its reason carries and no params or commands.
+    pub fn new(reason: BlockerReason, message: impl Into<String>) -> Self {
+        Blocker {
+            code: reason.code(),
+            reason,
+            message: message.into(),
+            params: None,
+            commands: None,
+        }
+    }
+
+    /// Adds one parameter.
+    pub fn with_param(mut self, key: &str, value: impl Into<String>) -> Self {
+        self.params
+            .get_or_insert_with(Params::new)
+            .insert(key.to_owned(), value.into());
+        self
+    }
+
+    /// Sets the remedy commands.
+    pub fn with_commands<I, S>(mut self, commands: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.commands = Some(commands.into_iter().map(Into::into).collect());
+        self
+    }
+}
+
+/// What a setup (or removal) would change on the machine (REFERENCE §5.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SystemChangeCode {
+    /// Add a package repository and its signing key (`{vendor, family}`).
+    AddRepository,
+    /// Install packages (`{packages: "a,b"}`).
+    InstallPackages,
+    /// `nvidia-ctk runtime configure --runtime=docker`.
+    ConfigureNvidiaRuntime,
+    /// `nvidia-ctk cdi generate`.
+    GenerateCdiSpec,
+    /// Enable and start docker.service.
+    EnableDockerService,
+    /// Add the user to the docker group (`{user}`).
+    AddUserToDockerGroup,
+    /// Restart Docker (`{running_containers}`).
+    RestartDocker,
+    /// Removal: unload the engine's sessions.
+    UnloadSessions,
+    /// Removal: remove the engine's own containers.
+    RemoveContainers,
+    /// Removal: remove the engine image (`{image}`).
+    RemoveImage,
+    /// Removal: remove the GPU-check image.
+    RemoveProbeImage,
+    /// Removal: remove engine caches (`{descriptor_id}`).
+    RemoveEngineCaches,
+    /// Removal: delete the models (`{engines}`).
+    RemoveModels,
+    /// Removal: keep the models (`{engines}`).
+    KeepModels,
+    /// Removal: remove the installation record.
+    RemoveInstallation,
+}
+
+impl SystemChangeCode {
+    /// Wire spelling, e.g. `add-repository`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SystemChangeCode::AddRepository => "add-repository",
+            SystemChangeCode::InstallPackages => "install-packages",
+            SystemChangeCode::ConfigureNvidiaRuntime => "configure-nvidia-runtime",
+            SystemChangeCode::GenerateCdiSpec => "generate-cdi-spec",
+            SystemChangeCode::EnableDockerService => "enable-docker-service",
+            SystemChangeCode::AddUserToDockerGroup => "add-user-to-docker-group",
+            SystemChangeCode::RestartDocker => "restart-docker",
+            SystemChangeCode::UnloadSessions => "unload-sessions",
+            SystemChangeCode::RemoveContainers => "remove-containers",
+            SystemChangeCode::RemoveImage => "remove-image",
+            SystemChangeCode::RemoveProbeImage => "remove-probe-image",
+            SystemChangeCode::RemoveEngineCaches => "remove-engine-caches",
+            SystemChangeCode::RemoveModels => "remove-models",
+            SystemChangeCode::KeepModels => "keep-models",
+            SystemChangeCode::RemoveInstallation => "remove-installation",
+        }
+    }
+}
+
+/// One change a plan makes, in the order it is made. Part of the plan digest, params included.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SystemChange {
+    /// What kind of change.
+    pub code: SystemChangeCode,
+    /// What a person reads (and consents to).
+    pub text: String,
+    /// Structured values; absent when there are none (absent, not empty, so the canonical bytes
+    /// match the reference's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<Params>,
+}
+
+impl SystemChange {
+    /// A change without params.
+    pub fn new(code: SystemChangeCode, text: impl Into<String>) -> Self {
+        SystemChange {
+            code,
+            text: text.into(),
+            params: None,
+        }
+    }
+
+    /// Adds one parameter.
+    pub fn with_param(mut self, key: &str, value: impl Into<String>) -> Self {
+        self.params
+            .get_or_insert_with(Params::new)
+            .insert(key.to_owned(), value.into());
+        self
+    }
+
+    /// One parameter's value.
+    pub fn param(&self, key: &str) -> Option<&str> {
+        self.params.as_ref()?.get(key).map(String::as_str)
+    }
+}
+
+/// What a warning is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WarningCode {
+    /// Routes (often a full-tunnel VPN) cover every default Docker address pool (REFERENCE §7.1).
+    DockerAddressPoolsOverlapRoutes,
+    /// SELinux is enforcing: GPU access from containers needs a policy decision (RECIPES §6.5).
+    SelinuxEnforcing,
+    /// Docker uses the systemd cgroup driver: a `systemctl daemon-reload` can make running
+    /// containers lose their GPUs (RECIPES §3.7, §8).
+    SystemdCgroupDriverGpuLoss,
+    /// A newer document on disk was refused; the embedded one is used.
+    DocumentRefused,
+}
+
+impl WarningCode {
+    /// Wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WarningCode::DockerAddressPoolsOverlapRoutes => "docker-address-pools-overlap-routes",
+            WarningCode::SelinuxEnforcing => "selinux-enforcing",
+            WarningCode::SystemdCgroupDriverGpuLoss => "systemd-cgroup-driver-gpu-loss",
+            WarningCode::DocumentRefused => "document-refused",
+        }
+    }
+}
+
+/// Something worth knowing that blocks nothing. Never part of the plan digest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Warning {
+    /// What it is about.
+    pub code: WarningCode,
+    /// What a person reads.
+    pub text: String,
+    /// Structured values; absent when there are none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<Params>,
+}
+
+impl Warning {
+    /// A warning without params.
+    pub fn new(code: WarningCode, text: impl Into<String>) -> Self {
+        Warning {
+            code,
+            text: text.into(),
+            params: None,
+        }
+    }
+
+    /// Adds one parameter.
+    pub fn with_param(mut self, key: &str, value: impl Into<String>) -> Self {
+        self.params
+            .get_or_insert_with(Params::new)
+            .insert(key.to_owned(), value.into());
+        self
+    }
+}
+
+/// What a plan is for (REFERENCE §4.3 `target`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum PlanTarget {
+    /// The container environment alone (Docker and the toolkit), no engine.
+    Environment,
+    /// One engine runtime.
+    Runtime {
+        /// `vllm` or `tensorrt-llm`.
+        engine_id: String,
+    },
+}

@@ -1,0 +1,475 @@
+//! Blocker constructors with the reference's exact messages, params and remedy commands
+//! (REFERENCE §5.4, `linux-blockers.ts`).
+
+use enginekit_shared::wire::plan::{Blocker, BlockerReason};
+
+use super::view::LinuxView;
+use crate::probe::facts::{InstallMethod, UnknownFact};
+
+/// Where the install stands with respect to automatic setup (REFERENCE §7.3 gate 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstallGate {
+    /// An rpm-ostree host.
+    Immutable,
+    /// Arch and derivatives.
+    Pacman,
+    /// A docker CLI no install method explains.
+    Unrecognised,
+    /// The distribution is qualified for the recipe.
+    Recipe,
+    /// Not qualified.
+    Unqualified,
+    /// No environment manifest to judge by.
+    ManifestUnavailable,
+}
+
+/// What a missing component's message promises, by gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Suffix {
+    Recipe,
+    Pacman,
+    Other,
+}
+
+impl Suffix {
+    fn of(gate: InstallGate) -> Suffix {
+        match gate {
+            InstallGate::Recipe => Suffix::Recipe,
+            InstallGate::Pacman => Suffix::Pacman,
+            _ => Suffix::Other,
+        }
+    }
+}
+
+const CDI_GENERATE: &str = "sudo nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml";
+const RUNTIME_CONFIGURE: &str = "sudo nvidia-ctk runtime configure --runtime=docker";
+const RESTART_DOCKER: &str = "sudo systemctl restart docker";
+const ENABLE_DOCKER: &str = "sudo systemctl enable --now docker";
+/// On rpm-ostree the docker group lives in `/usr/lib/group` until copied to `/etc/group`.
+const OSTREE_GROUP_COPY: &str =
+    "grep -q '^docker:' /etc/group || grep -E '^docker:' /usr/lib/group | sudo tee -a /etc/group";
+
+fn usermod(user: &str) -> String {
+    format!("sudo usermod -aG docker {user}")
+}
+
+pub fn unknown_fact(fact: UnknownFact) -> Blocker {
+    let name = fact.as_str();
+    Blocker::new(
+        BlockerReason::UnknownFact,
+        format!("Could not determine {name} on this system."),
+    )
+    .with_param("fact", name)
+}
+
+pub fn unsupported_architecture(arch: &str) -> Blocker {
+    Blocker::new(
+        BlockerReason::UnsupportedArchitecture,
+        format!(
+            "This machine's architecture ({arch}) is not supported; only x86_64 and aarch64 can run this runtime."
+        ),
+    )
+    .with_param("actual", arch)
+}
+
+pub fn driver_missing() -> Blocker {
+    Blocker::new(
+        BlockerReason::DriverMissing,
+        "No NVIDIA driver was found. Install the driver for your card, then try again.",
+    )
+}
+
+pub fn driver_too_old(required: &str, actual: &str) -> Blocker {
+    Blocker::new(
+        BlockerReason::DriverTooOld,
+        format!(
+            "The NVIDIA driver is too old: this engine needs {required} or newer, this machine has {actual}."
+        ),
+    )
+    .with_param("required", required)
+    .with_param("actual", actual)
+}
+
+pub fn no_gpu() -> Blocker {
+    Blocker::new(
+        BlockerReason::NoGpu,
+        "The NVIDIA driver is installed but reports no usable GPU.",
+    )
+}
+
+pub fn compute_capability_too_low(required: &str, actual: &str) -> Blocker {
+    // The reference appends "(Ampere+)", which is only true of an 8.0 minimum; vLLM's is 7.5
+    // (Turing), so the generation is named only when the minimum is 8.0.
+    let generation = if required == "8.0" { " (Ampere+)" } else { "" };
+    Blocker::new(
+        BlockerReason::ComputeCapabilityTooLow,
+        format!(
+            "Needs a GPU with compute capability {required} or newer{generation}; the best card here has {actual}."
+        ),
+    )
+    .with_param("required", required)
+    .with_param("actual", actual)
+}
+
+/// Install methods that can never be configured for the GPU runtime (REFERENCE §7.3 gate 1).
+pub fn install_method(method: Option<InstallMethod>) -> Option<Blocker> {
+    let (reason, message) = match method? {
+        InstallMethod::Snap => (
+            BlockerReason::DockerSnap,
+            "Docker was installed from the snap store, which does not support the NVIDIA Container Toolkit. Switch to the docker-ce package instead; nothing here removes the snap install.",
+        ),
+        InstallMethod::Rootless => (
+            BlockerReason::DockerRootless,
+            "Rootless Docker is not supported for this runtime. Switch to a standard (rootful) docker-ce installation; nothing here removes the rootless install.",
+        ),
+        InstallMethod::DockerDesktop => (
+            BlockerReason::DockerDesktopOnly,
+            "Docker Desktop without a separate system Docker Engine cannot be configured for this runtime. Install docker-ce as the system engine; nothing here changes the Docker Desktop install.",
+        ),
+        InstallMethod::PodmanDocker => (
+            BlockerReason::PodmanDocker,
+            "The docker command here is Podman's compatibility shim, not Docker Engine; Podman is not supported by this runtime. podman-docker conflicts with docker-ce at the package level, so it must be removed first; install Docker Engine (docker-ce) afterward. Nothing here removes Podman itself or installs docker-ce over it automatically.",
+        ),
+        InstallMethod::DockerCe | InstallMethod::DockerIo | InstallMethod::MobyEngine => {
+            return None
+        }
+    };
+    Some(Blocker::new(reason, message))
+}
+
+pub fn insufficient_disk(free: u64, required: u64) -> Blocker {
+    Blocker::new(
+        BlockerReason::InsufficientDisk,
+        "There is not enough free disk space for the runtime image.",
+    )
+    .with_param("free", free.to_string())
+    .with_param("required", required.to_string())
+}
+
+pub fn daemon_json_unreadable() -> Blocker {
+    Blocker::new(
+        BlockerReason::DaemonJsonUnreadable,
+        "/etc/docker/daemon.json exists but could not be read or parsed, so this integration cannot tell whether the NVIDIA runtime is already configured there. Fix the file's permissions or contents by hand, then try again — nothing here will overwrite a file it cannot read back.",
+    )
+}
+
+pub fn docker_access_unexplained_member() -> Blocker {
+    Blocker::new(
+        BlockerReason::DockerAccessUnexplained,
+        "The docker group already includes this account and this login session already has it, and the daemon still did not answer over the system socket. Something other than group membership is blocking access — check the socket's permissions or an AppArmor/SELinux policy — this integration cannot fix it automatically.",
+    )
+}
+
+pub fn docker_access_unexplained_root() -> Blocker {
+    Blocker::new(
+        BlockerReason::DockerAccessUnexplained,
+        "Running as root, and docker.service is active, but the daemon still did not answer over the system socket. This is not a group-membership problem — root needs none — and this integration has no further diagnosis to offer automatically.",
+    )
+}
+
+/// The commands that add the account to the docker group by hand.
+pub fn group_only_commands(view: &LinuxView) -> Vec<String> {
+    let mut commands = Vec::new();
+    if view.immutable_os {
+        commands.push(OSTREE_GROUP_COPY.to_owned());
+    }
+    commands.push(usermod(view.user_name()));
+    commands
+}
+
+fn backticked(commands: &[String]) -> String {
+    commands
+        .iter()
+        .map(|c| format!("`{c}`"))
+        .collect::<Vec<_>>()
+        .join(", then ")
+}
+
+/// `docker-group-manual`; `everything_else_ready` picks the reference's two wordings.
+pub fn docker_group_manual(view: &LinuxView, everything_else_ready: bool) -> Blocker {
+    let commands = group_only_commands(view);
+    let listed = backticked(&commands);
+    let message = if everything_else_ready {
+        format!(
+            "Everything else is ready — Docker, the toolkit and the NVIDIA runtime are all configured. This account just needs to join the docker group, which is not something this distribution's automatic install can add for you: run {listed}, then log out and back in."
+        )
+    } else {
+        format!(
+            "This account also needs to join the docker group: run {listed}, then log out and back in."
+        )
+    };
+    Blocker::new(BlockerReason::DockerGroupManual, message)
+        .with_param("user", view.user_name())
+        .with_commands(commands)
+}
+
+pub fn relogin_required() -> Blocker {
+    Blocker::new(
+        BlockerReason::ReloginRequired,
+        "This account is already a member of the docker group, but this login session started before that took effect. Log out and back in (or restart this session) to pick it up.",
+    )
+    .with_commands(Vec::<String>::new())
+}
+
+pub fn init_not_systemd() -> Blocker {
+    Blocker::new(
+        BlockerReason::InitNotSystemd,
+        "This system does not run systemd, which the Docker install needs.",
+    )
+}
+
+fn package_suffix(suffix: Suffix) -> &'static str {
+    match suffix {
+        Suffix::Recipe => " After you log back in, setup will offer to install it.",
+        Suffix::Pacman => " Install it with a full system sync (Arch does not support partial upgrades); reboot afterward if the kernel or NVIDIA driver was updated.",
+        Suffix::Other => " Automatic install is not offered on this system; install it yourself.",
+    }
+}
+
+fn docker_cli_missing(suffix: Suffix) -> Blocker {
+    let commands: Vec<String> = match suffix {
+        Suffix::Pacman => vec!["sudo pacman -Syu --needed docker".to_owned()],
+        _ => Vec::new(),
+    };
+    Blocker::new(
+        BlockerReason::DockerCliMissing,
+        format!("Docker Engine is not installed.{}", package_suffix(suffix)),
+    )
+    .with_commands(commands)
+}
+
+fn toolkit_missing(suffix: Suffix) -> Blocker {
+    let commands: Vec<String> = match suffix {
+        Suffix::Pacman => vec!["sudo pacman -Syu --needed nvidia-container-toolkit".to_owned()],
+        _ => Vec::new(),
+    };
+    Blocker::new(
+        BlockerReason::ToolkitMissing,
+        format!(
+            "The NVIDIA Container Toolkit is not installed.{}",
+            package_suffix(suffix)
+        ),
+    )
+    .with_commands(commands)
+}
+
+fn gpu_runtime_not_configured(suffix: Suffix, nvidia_runtime: bool) -> Blocker {
+    let base = if nvidia_runtime {
+        "Docker has no NVIDIA CDI specification, so it cannot pass the GPU into a container."
+    } else {
+        "Docker is not configured with the NVIDIA runtime and has no NVIDIA CDI specification. Configuring it restarts Docker, which stops any running containers."
+    };
+    let (tail, commands): (&str, Vec<String>) = match suffix {
+        Suffix::Recipe => (
+            " After you log back in, setup will offer to configure it.",
+            Vec::new(),
+        ),
+        _ if nvidia_runtime => (
+            " Configure it yourself with the commands below.",
+            vec![CDI_GENERATE.to_owned()],
+        ),
+        _ => (
+            " Configure it yourself with the commands below.",
+            vec![
+                RUNTIME_CONFIGURE.to_owned(),
+                CDI_GENERATE.to_owned(),
+                RESTART_DOCKER.to_owned(),
+            ],
+        ),
+    };
+    Blocker::new(
+        BlockerReason::GpuRuntimeNotConfigured,
+        format!("{base}{tail}"),
+    )
+    .with_commands(commands)
+}
+
+fn docker_service_inactive(suffix: Suffix) -> Blocker {
+    let (tail, commands): (&str, Vec<String>) = match suffix {
+        Suffix::Recipe => (
+            " After you log back in, setup will offer to enable and start it.",
+            Vec::new(),
+        ),
+        _ => (
+            " Enable and start it with the command below.",
+            vec![ENABLE_DOCKER.to_owned()],
+        ),
+    };
+    Blocker::new(
+        BlockerReason::DockerServiceInactive,
+        format!("docker.service is not running.{tail}"),
+    )
+    .with_commands(commands)
+}
+
+/// `missingComponentBlockers`: each missing component once, in install order. Empty when only
+/// the session's group membership is missing.
+pub fn missing_components(view: &LinuxView, gate: InstallGate) -> Vec<Blocker> {
+    let suffix = Suffix::of(gate);
+    let mut out = Vec::new();
+    if !view.cli {
+        out.push(docker_cli_missing(suffix));
+    }
+    if !view.toolkit_installed {
+        out.push(toolkit_missing(suffix));
+    }
+    if !view.effective_gpu_runtime() {
+        if view.daemon_json_unreadable && !view.nvidia_runtime {
+            out.push(daemon_json_unreadable());
+        } else {
+            out.push(gpu_runtime_not_configured(suffix, view.nvidia_runtime));
+        }
+    }
+    // Never for an unknown service state: only a definite "inactive" is reported.
+    if view.service_active == Some(false) {
+        out.push(docker_service_inactive(suffix));
+    }
+    out
+}
+
+/// The packages an immutable host lacks, as (param name, human name).
+fn immutable_missing(view: &LinuxView) -> Vec<(&'static str, &'static str)> {
+    let mut missing = Vec::new();
+    if !view.cli {
+        missing.push(("docker", "Docker Engine"));
+    }
+    if !view.toolkit_installed {
+        missing.push(("nvidia-container-toolkit", "the NVIDIA Container Toolkit"));
+    }
+    missing
+}
+
+fn immutable_os(view: &LinuxView) -> Blocker {
+    let base = "This system uses an immutable base (rpm-ostree — Silverblue, Kinoite, Bazzite, or similar)";
+    let missing = immutable_missing(view);
+    if missing.is_empty() {
+        return Blocker::new(
+            BlockerReason::ImmutableOs,
+            format!(
+                "{base}. Automatic setup is not offered here; finish the remaining Docker setup by hand, then try again."
+            ),
+        );
+    }
+    let names = missing
+        .iter()
+        .map(|(_, n)| *n)
+        .collect::<Vec<_>>()
+        .join(" and ");
+    let (is, it) = if missing.len() == 1 {
+        ("is", "it")
+    } else {
+        ("are", "them")
+    };
+    let param = missing
+        .iter()
+        .map(|(p, _)| *p)
+        .collect::<Vec<_>>()
+        .join(",");
+    Blocker::new(
+        BlockerReason::ImmutableOs,
+        format!(
+            "{base}, and {names} {is} not installed. Installing a package here means layering it and rebooting, which this integration does not do automatically. Layer {it} yourself, then try again."
+        ),
+    )
+    .with_param("missing", param)
+}
+
+/// Whether the account still needs the docker group added by hand.
+fn needs_group(view: &LinuxView) -> bool {
+    !view.is_root && view.group_configured != Some(true)
+}
+
+fn arch_manual_install(view: &LinuxView) -> Blocker {
+    let group = needs_group(view);
+    let ending = if group {
+        ", then log out and back in so the new docker group membership takes effect."
+    } else {
+        "."
+    };
+    let mut commands = vec![
+        "sudo pacman -Syu --needed docker nvidia-container-toolkit".to_owned(),
+        RUNTIME_CONFIGURE.to_owned(),
+        CDI_GENERATE.to_owned(),
+        RESTART_DOCKER.to_owned(),
+        ENABLE_DOCKER.to_owned(),
+    ];
+    if group {
+        commands.push(usermod(view.user_name()));
+    }
+    Blocker::new(
+        BlockerReason::ArchManualInstall,
+        format!(
+            "Arch and its derivatives don't support a partial package install: adding just these two packages without a full system sync can leave the system inconsistent, so the commands below run a full `pacman -Syu` instead — which may itself update your kernel and NVIDIA driver. Reboot afterward if it does{ending} Automatic install is not offered here."
+        ),
+    )
+    .with_param("family", "pacman")
+    .with_commands(commands)
+}
+
+fn docker_unrecognised() -> Blocker {
+    Blocker::new(
+        BlockerReason::DockerUnrecognised,
+        "This machine's docker command does not match any Docker install this integration recognises (not docker-ce, docker.io, moby-engine, snap, rootless, Docker Desktop, or the podman-docker shim). Nothing will be installed over it automatically.",
+    )
+}
+
+fn distribution_not_in_recipe(view: &LinuxView) -> Blocker {
+    let (id, version_id) = view
+        .distribution
+        .as_ref()
+        .map_or(("unknown", ""), |d| (d.id.as_str(), d.version_id.as_str()));
+    Blocker::new(
+        BlockerReason::DistributionNotInRecipe,
+        "Setting the runtime up automatically is only qualified on some distributions so far.",
+    )
+    .with_param("id", id)
+    .with_param("version_id", version_id)
+    .with_param("arch", view.architecture.as_deref().unwrap_or("unknown"))
+}
+
+/// The reference gives no text for this blocker (REFERENCE §13); this one says what is missing
+/// and what the user can do.
+pub fn environment_manifest_unavailable() -> Blocker {
+    Blocker::new(
+        BlockerReason::EnvironmentManifestUnavailable,
+        "No environment manifest is available, so this build cannot tell which distributions automatic setup is qualified on. Reinstall enginekit or remove the refused documents from its configuration folder, then try again.",
+    )
+}
+
+/// `gateBlocker`: why automatic install is not offered. `None` for the recipe gate.
+pub fn gate_blocker(view: &LinuxView, gate: InstallGate) -> Option<Blocker> {
+    match gate {
+        InstallGate::Recipe => None,
+        InstallGate::Immutable => Some(immutable_os(view)),
+        InstallGate::Pacman => Some(arch_manual_install(view)),
+        InstallGate::Unrecognised => Some(docker_unrecognised()),
+        InstallGate::Unqualified => Some(distribution_not_in_recipe(view)),
+        InstallGate::ManifestUnavailable => Some(environment_manifest_unavailable()),
+    }
+}
+
+/// `gateBlockerApplies`: never on recipe; on an immutable base only when a package is missing.
+pub fn gate_blocker_applies(view: &LinuxView, gate: InstallGate) -> bool {
+    match gate {
+        InstallGate::Recipe => false,
+        InstallGate::Immutable => !view.cli || !view.toolkit_installed,
+        _ => true,
+    }
+}
+
+/// A provisioner blocker: the recipe refused the plan.
+pub fn recipe_refused_plan(message: impl Into<String>) -> Blocker {
+    Blocker::new(BlockerReason::RecipeRefusedPlan, message)
+}
+
+/// A provisioner blocker: the descriptor is for another engine.
+pub fn engine_mismatch(
+    descriptor_id: &str,
+    descriptor_engine: &str,
+    target_engine: &str,
+) -> Blocker {
+    Blocker::new(
+        BlockerReason::EngineMismatch,
+        format!("The descriptor {descriptor_id} is for {descriptor_engine}, not {target_engine}."),
+    )
+}

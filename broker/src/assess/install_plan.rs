@@ -1,0 +1,148 @@
+//! The install plan (REFERENCE §7.4, `buildInstallPlan`): the system changes a setup makes, in
+//! the order the recipe makes them.
+
+use enginekit_shared::wire::plan::{SystemChange, SystemChangeCode};
+
+use super::view::LinuxView;
+use crate::probe::facts::PackageFamily;
+
+/// What setup would change, and what that asks of the user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstallPlan {
+    pub system_changes: Vec<SystemChange>,
+    pub requires_elevation: bool,
+    pub may_require_relogin: bool,
+}
+
+/// Docker's packages, planned only when no engine is installed at all.
+pub const DOCKER_PACKAGES: [&str; 3] = ["docker-ce", "docker-ce-cli", "containerd.io"];
+/// The toolkit package.
+pub const TOOLKIT_PACKAGE: &str = "nvidia-container-toolkit";
+
+fn family_label(family: PackageFamily) -> &'static str {
+    match family {
+        PackageFamily::Apt => "apt",
+        PackageFamily::Dnf => "dnf",
+        _ => "package",
+    }
+}
+
+/// The add-user-to-docker-group change.
+pub fn add_user_to_group(user: &str) -> SystemChange {
+    SystemChange::new(
+        SystemChangeCode::AddUserToDockerGroup,
+        format!(
+            "Add {user} to the docker group. This grants access equivalent to root on this machine."
+        ),
+    )
+    .with_param("user", user)
+}
+
+/// The group-only plan of gate 5: everything is ready except this account's access.
+pub fn group_only(view: &LinuxView) -> InstallPlan {
+    InstallPlan {
+        system_changes: vec![add_user_to_group(view.user_name())],
+        requires_elevation: true,
+        may_require_relogin: true,
+    }
+}
+
+/// The full install plan for a host on the recipe.
+pub fn build(view: &LinuxView) -> InstallPlan {
+    let live_evidence = view.daemon_reachable;
+    let gpu_ready = view.effective_gpu_runtime();
+    let configure_runtime = !gpu_ready && !view.nvidia_runtime;
+    let family = view.family();
+    let label = family_label(family);
+
+    let mut packages: Vec<&str> = Vec::new();
+    let docker_packages = view.install_method.is_none();
+    if docker_packages {
+        packages.extend(DOCKER_PACKAGES);
+    }
+    let toolkit_package = !view.toolkit_installed;
+    if toolkit_package {
+        packages.push(TOOLKIT_PACKAGE);
+    }
+
+    let mut changes = Vec::new();
+    if docker_packages {
+        changes.push(
+            SystemChange::new(
+                SystemChangeCode::AddRepository,
+                format!("Add Docker's official {label} repository and signing key (download.docker.com)."),
+            )
+            .with_param("vendor", "docker")
+            .with_param("family", family.as_str()),
+        );
+    }
+    if toolkit_package {
+        changes.push(
+            SystemChange::new(
+                SystemChangeCode::AddRepository,
+                format!(
+                    "Add the NVIDIA Container Toolkit {label} repository and signing key (nvidia.github.io/libnvidia-container)."
+                ),
+            )
+            .with_param("vendor", "nvidia")
+            .with_param("family", family.as_str()),
+        );
+    }
+    if !packages.is_empty() {
+        changes.push(
+            SystemChange::new(
+                SystemChangeCode::InstallPackages,
+                format!("Install the missing packages: {}.", packages.join(", ")),
+            )
+            .with_param("packages", packages.join(",")),
+        );
+    }
+    if configure_runtime {
+        changes.push(SystemChange::new(
+            SystemChangeCode::ConfigureNvidiaRuntime,
+            "Configure the NVIDIA runtime for Docker (nvidia-ctk runtime configure --runtime=docker).",
+        ));
+    }
+    if !gpu_ready {
+        changes.push(SystemChange::new(
+            SystemChangeCode::GenerateCdiSpec,
+            "Generate the NVIDIA CDI specification Docker uses to pass the GPU into containers (nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml), and keep it current after driver updates and reboots with nvidia-cdi-refresh.path where the toolkit provides it.",
+        ));
+    }
+    if !live_evidence && view.service_active != Some(true) {
+        changes.push(SystemChange::new(
+            SystemChangeCode::EnableDockerService,
+            "Enable and start docker.service.",
+        ));
+    }
+    if !live_evidence && view.group_configured != Some(true) && !view.is_root {
+        changes.push(add_user_to_group(view.user_name()));
+    }
+    if configure_runtime && (live_evidence || view.service_active == Some(true)) {
+        let (text, count) = match view.containers_running {
+            None => (
+                "Restart Docker to load the new runtime configuration; any running containers will stop.".to_owned(),
+                "unknown".to_owned(),
+            ),
+            Some(0) => (
+                "Restart Docker to load the new runtime configuration.".to_owned(),
+                "0".to_owned(),
+            ),
+            Some(n) => (
+                format!(
+                    "Restart Docker to load the new runtime configuration; {n} running container(s) will stop."
+                ),
+                n.to_string(),
+            ),
+        };
+        changes.push(
+            SystemChange::new(SystemChangeCode::RestartDocker, text)
+                .with_param("running_containers", count),
+        );
+    }
+    InstallPlan {
+        requires_elevation: !changes.is_empty(),
+        may_require_relogin: true,
+        system_changes: changes,
+    }
+}

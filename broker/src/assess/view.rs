@@ -1,0 +1,165 @@
+//! The reference's `LinuxFacts` (REFERENCE §6.5) read off the probe's [`HostFacts`].
+//!
+//! The gates are written against this flat view so that each rule reads like the reference's,
+//! and so that one place decides how a three-way probe fact (known, absent, unknown) maps onto
+//! the reference's booleans.
+
+use crate::probe::facts::{
+    ComputeCapability, HostFacts, InstallMethod, PackageFamily, Route, UnknownFact,
+};
+
+/// `/etc/os-release`, as the gates need it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DistroView {
+    pub id: String,
+    pub version_id: String,
+    pub family: PackageFamily,
+}
+
+/// One GPU, as the gates need it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuView {
+    pub uuid: String,
+    /// `None` when the probe could not tell (no `compute_cap` and not in the name table).
+    pub compute_capability: Option<ComputeCapability>,
+}
+
+/// The facts the assessment reads, named as in the reference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinuxView {
+    pub architecture: Option<String>,
+    pub distribution: Option<DistroView>,
+    pub immutable_os: bool,
+    /// `Some(true)` systemd is PID 1, `Some(false)` another init, `None` unknown.
+    pub systemd: Option<bool>,
+    pub driver_version: Option<String>,
+    pub gpus: Vec<GpuView>,
+    pub cli: bool,
+    pub daemon_reachable: bool,
+    pub install_method: Option<InstallMethod>,
+    /// Live: the daemon answered and a CDI GPU is listed.
+    pub gpu_runtime: bool,
+    /// Offline: `nvidia-ctk cdi list` lists a GPU.
+    pub gpu_runtime_from_config: bool,
+    pub nvidia_runtime: bool,
+    /// `None` when daemon.json could not be read or parsed.
+    pub address_pools_configured: Option<bool>,
+    pub daemon_json_unreadable: bool,
+    /// The daemon labels containers (`name=selinux`).
+    pub docker_selinux: bool,
+    /// SELinux is enforcing on the host (`/sys/fs/selinux/enforce`).
+    pub selinux_enforcing: bool,
+    /// `DockerRootDir` from the daemon (null when it did not answer).
+    pub docker_root_dir: Option<String>,
+    /// `ContainersRunning` when the daemon answered.
+    pub containers_running: Option<u64>,
+    /// `CgroupDriver` when the daemon answered.
+    pub cgroup_driver: Option<String>,
+    /// `None` is the reference's `"unknown"`.
+    pub service_active: Option<bool>,
+    /// `None` is the reference's `"unknown"`.
+    pub group_configured: Option<bool>,
+    pub group_effective: bool,
+    pub toolkit_installed: bool,
+    pub routes: Option<Vec<Route>>,
+    pub free_disk_bytes: Option<u64>,
+    /// What the plan reports as the measured path (Docker's root dir or `/var/lib/docker`).
+    pub free_disk_path: String,
+    pub unknown: Vec<UnknownFact>,
+    /// Login name of the probing account; `None` when it could not be read.
+    pub user: Option<String>,
+    pub is_root: bool,
+}
+
+impl LinuxView {
+    /// Reads the view off the probe's facts.
+    ///
+    /// Where the probe has a three-way fact and the reference a boolean (`docker.cli`,
+    /// `toolkit_installed`, `docker_group.effective`), an unknown reads as false, exactly as the
+    /// reference's "exit 0" tests do; the facts that must block when unknown are the five of
+    /// [`HostFacts::unknown_facts`].
+    pub fn from_facts(facts: &HostFacts) -> Self {
+        let info = facts.daemon_info();
+        LinuxView {
+            architecture: facts.system.architecture.value().cloned(),
+            distribution: facts.system.distribution.value().map(|d| DistroView {
+                id: d.id.clone(),
+                version_id: d.version_id.clone(),
+                family: d.family,
+            }),
+            immutable_os: facts.system.immutable_os.is_true(),
+            systemd: facts.systemd(),
+            driver_version: facts.nvidia.driver_version.value().cloned().flatten(),
+            gpus: facts
+                .nvidia
+                .gpus
+                .value()
+                .map(|gpus| {
+                    gpus.iter()
+                        .map(|g| GpuView {
+                            uuid: g.uuid.clone(),
+                            compute_capability: g.compute_capability.value().copied(),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            cli: facts.docker.cli.is_true(),
+            daemon_reachable: facts.daemon_reachable(),
+            install_method: facts.docker.install_method,
+            gpu_runtime: facts.gpu_runtime_live(),
+            gpu_runtime_from_config: facts.nvidia.cdi_nvidia_gpu_listed.is_true(),
+            nvidia_runtime: facts.nvidia_runtime(),
+            address_pools_configured: facts
+                .docker
+                .daemon_json
+                .address_pools_configured()
+                .value()
+                .copied(),
+            daemon_json_unreadable: facts.docker.daemon_json.is_unreadable(),
+            docker_selinux: facts.docker_selinux(),
+            selinux_enforcing: matches!(
+                facts.system.selinux.value(),
+                Some(crate::probe::facts::SelinuxMode::Enforcing)
+            ),
+            docker_root_dir: facts.docker_root_dir().map(str::to_owned),
+            containers_running: info.map(|i| i.containers_running),
+            cgroup_driver: info.and_then(|i| i.cgroup_driver.clone()),
+            service_active: facts.docker.service_active.value().copied(),
+            group_configured: facts.system.docker_group.configured.value().copied(),
+            group_effective: facts.system.docker_group.effective.is_true(),
+            toolkit_installed: facts.nvidia.toolkit_installed.is_true(),
+            routes: facts.network.routes.value().cloned(),
+            free_disk_bytes: facts.disk.free_bytes.value().copied(),
+            free_disk_path: facts.disk.path.clone(),
+            unknown: facts.unknown_facts(),
+            user: facts.system.user.name.value().cloned(),
+            is_root: facts.system.user.is_root,
+        }
+    }
+
+    /// The reference's `effectiveGpuRuntime`: live `docker info` wins whenever the daemon
+    /// answers; offline CDI evidence counts only when it does not.
+    pub fn effective_gpu_runtime(&self) -> bool {
+        if self.daemon_reachable {
+            self.gpu_runtime
+        } else {
+            self.gpu_runtime_from_config
+        }
+    }
+
+    /// The package family, `Other` when the distribution is unknown.
+    pub fn family(&self) -> PackageFamily {
+        self.distribution
+            .as_ref()
+            .map_or(PackageFamily::Other, |d| d.family)
+    }
+
+    /// The user's name as the messages and commands spell it.
+    pub fn user_name(&self) -> &str {
+        match (&self.user, self.is_root) {
+            (Some(name), _) => name,
+            (None, true) => "root",
+            (None, false) => "$USER",
+        }
+    }
+}

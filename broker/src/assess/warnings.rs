@@ -1,0 +1,51 @@
+//! Warnings that block nothing and stay outside the plan digest: address pools vs routes
+//! (REFERENCE §7.1), SELinux (RECIPES §6.5), and the systemd cgroup driver's GPU loss after a
+//! `systemctl daemon-reload` (RECIPES §3.7, §8).
+
+use enginekit_shared::wire::plan::{Warning, WarningCode};
+
+use super::network::address_pool_warning;
+use super::view::LinuxView;
+
+fn selinux_warning(view: &LinuxView) -> Option<Warning> {
+    if !view.selinux_enforcing && !view.docker_selinux {
+        return None;
+    }
+    let mode = if view.selinux_enforcing {
+        "enforcing"
+    } else {
+        "labelling"
+    };
+    Some(
+        Warning::new(
+            WarningCode::SelinuxEnforcing,
+            "SELinux is active and Docker labels containers, so a container can be refused the GPU (\"Failed to initialize NVML: Insufficient Permissions\"). enginekit never turns labelling off; if the GPU check fails, allow containers to use devices with `sudo setsebool -P container_use_devices 1`.",
+        )
+        .with_param("mode", mode),
+    )
+}
+
+fn cgroup_driver_warning(view: &LinuxView) -> Option<Warning> {
+    if view.cgroup_driver.as_deref() != Some("systemd") {
+        return None;
+    }
+    Some(
+        Warning::new(
+            WarningCode::SystemdCgroupDriverGpuLoss,
+            "Docker uses the systemd cgroup driver: a `systemctl daemon-reload` can make running containers lose their GPU (\"Failed to initialize NVML: Unknown Error\") when the GPU was passed in by the legacy runtime hook. Passing the GPU through CDI avoids it; otherwise restart the engine container if it happens.",
+        )
+        .with_param("cgroup_driver", "systemd"),
+    )
+}
+
+/// Every warning for this host, in a fixed order.
+pub fn warnings(view: &LinuxView) -> Vec<Warning> {
+    [
+        address_pool_warning(view),
+        selinux_warning(view),
+        cgroup_driver_warning(view),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}

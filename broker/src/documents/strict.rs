@@ -1,0 +1,153 @@
+//! A strict reader for JSON documents: every level names the keys it knows, and any other key
+//! is refused with the full, sorted list of strangers (as the reference's parsers do).
+
+use serde_json::{Map, Value};
+
+/// Why a document was refused: a path and a reason; the unknown keys, when that is the reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub why: String,
+    /// The unknown keys, sorted, comma-separated (the reference's `details`).
+    pub details: Option<String>,
+}
+
+impl Refusal {
+    pub fn new(why: impl Into<String>) -> Self {
+        Refusal {
+            why: why.into(),
+            details: None,
+        }
+    }
+}
+
+/// The fields of one JSON object, read once each.
+#[derive(Debug)]
+pub struct Fields<'a> {
+    map: &'a Map<String, Value>,
+    path: String,
+    known: Vec<&'static str>,
+}
+
+impl<'a> Fields<'a> {
+    /// `value` must be an object; `path` names it in messages (`$`, `$.image`).
+    pub fn of(value: &'a Value, path: &str) -> Result<Fields<'a>, Refusal> {
+        match value {
+            Value::Object(map) => Ok(Fields {
+                map,
+                path: path.to_owned(),
+                known: Vec::new(),
+            }),
+            _ => Err(Refusal::new(format!("{path} is not an object"))),
+        }
+    }
+
+    /// The path of a child key.
+    pub fn child(&self, key: &str) -> String {
+        format!("{}.{key}", self.path)
+    }
+
+    /// A key that must be present.
+    pub fn required(&mut self, key: &'static str) -> Result<&'a Value, Refusal> {
+        self.known.push(key);
+        self.map
+            .get(key)
+            .ok_or_else(|| Refusal::new(format!("{} is missing", self.child(key))))
+    }
+
+    /// A key that may be absent.
+    pub fn optional(&mut self, key: &'static str) -> Option<&'a Value> {
+        self.known.push(key);
+        self.map.get(key)
+    }
+
+    pub fn string(&mut self, key: &'static str) -> Result<&'a str, Refusal> {
+        let path = self.child(key);
+        self.required(key)?
+            .as_str()
+            .ok_or_else(|| Refusal::new(format!("{path} is not a string")))
+    }
+
+    /// A string matching `accept`; `rule` says what was expected.
+    pub fn string_matching(
+        &mut self,
+        key: &'static str,
+        rule: &str,
+        accept: impl Fn(&str) -> bool,
+    ) -> Result<&'a str, Refusal> {
+        let path = self.child(key);
+        let text = self.string(key)?;
+        if accept(text) {
+            Ok(text)
+        } else {
+            Err(Refusal::new(format!("{path} must be {rule}")))
+        }
+    }
+
+    /// A non-negative integer no larger than 2^53 − 1 (a JSON-safe integer).
+    pub fn safe_integer(&mut self, key: &'static str) -> Result<u64, Refusal> {
+        let path = self.child(key);
+        match self.required(key)?.as_u64() {
+            Some(n) if n < (1u64 << 53) => Ok(n),
+            _ => Err(Refusal::new(format!(
+                "{path} must be an integer between 0 and 2^53 - 1"
+            ))),
+        }
+    }
+
+    pub fn array(&mut self, key: &'static str) -> Result<&'a Vec<Value>, Refusal> {
+        let path = self.child(key);
+        self.required(key)?
+            .as_array()
+            .ok_or_else(|| Refusal::new(format!("{path} is not a list")))
+    }
+
+    /// Refuses every key not read, listing them sorted.
+    pub fn finish(self) -> Result<(), Refusal> {
+        let mut unknown: Vec<&str> = self
+            .map
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !self.known.contains(k))
+            .collect();
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        unknown.sort_unstable();
+        let list = unknown.join(",");
+        Err(Refusal {
+            why: format!("{} has unknown fields: {}", self.path, unknown.join(", ")),
+            details: Some(list),
+        })
+    }
+}
+
+/// `[a-z0-9]` followed by `[a-z0-9.-]*`: descriptor, recipe and engine ids.
+pub fn is_lower_id(text: &str) -> bool {
+    let mut bytes = text.bytes();
+    matches!(bytes.next(), Some(b'a'..=b'z' | b'0'..=b'9'))
+        && bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'.' | b'-'))
+}
+
+/// `MAJOR.MINOR.PATCH` with no leading zeros.
+pub fn is_semver_core(text: &str) -> bool {
+    let parts: Vec<&str> = text.split('.').collect();
+    parts.len() == 3 && parts.iter().all(|p| is_plain_number(p))
+}
+
+/// `0` or a number without a leading zero.
+pub fn is_plain_number(text: &str) -> bool {
+    !text.is_empty()
+        && text.bytes().all(|b| b.is_ascii_digit())
+        && (text == "0" || !text.starts_with('0'))
+}
+
+/// An RFC 3339 timestamp.
+pub fn is_timestamp(text: &str) -> bool {
+    time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).is_ok()
+}
+
+/// This build's version is at least `minimum` (`MAJOR.MINOR.PATCH`).
+pub fn build_satisfies(minimum: &str) -> bool {
+    let parse = |t: &str| -> Vec<u64> { t.split('.').map(|p| p.parse().unwrap_or(0)).collect() };
+    parse(env!("CARGO_PKG_VERSION")) >= parse(minimum)
+}
