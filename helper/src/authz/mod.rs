@@ -1,0 +1,171 @@
+//! polkit: may this bus name install the container runtime with these digests?
+//!
+//! The subject is always the caller's unique bus name from the message header (polkitd asks the
+//! bus for its credentials), never a pid and never a value from the message body. Every error is
+//! a denial. The check carries a unique cancellation id and is cancelled when the caller leaves
+//! the bus or the timeout fires, so a vanished caller can never be authorised late.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use zbus::fdo::DBusProxy;
+use zbus::message::Header;
+use zbus::names::UniqueName;
+use zbus::Connection;
+use zbus_polkit::policykit1::{AuthorityProxy, CheckAuthorizationFlags, Subject};
+
+/// The one polkit action the helper checks.
+pub const ACTION_ID: &str = "org.enginekit.helper.install-container-runtime";
+
+/// What polkit (or the lack of it) decided. Only [`Decision::Authorized`] lets a step go on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Authorized,
+    /// Denied by policy.
+    NotAuthorized,
+    /// The policy would allow it after authentication, but the caller did not allow interaction.
+    InteractionRequired,
+    /// An authentication dialog was shown and dismissed.
+    Dismissed,
+    /// The caller left the bus before polkit answered.
+    CallerLeft,
+    /// polkit did not answer in time.
+    TimedOut,
+    /// polkit could not be asked (not running, error reply, bad header): denied.
+    Unavailable(String),
+}
+
+impl Decision {
+    /// A short word for the journal.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Decision::Authorized => "authorized",
+            Decision::NotAuthorized => "not-authorized",
+            Decision::InteractionRequired => "interaction-required",
+            Decision::Dismissed => "dismissed",
+            Decision::CallerLeft => "caller-left",
+            Decision::TimedOut => "timed-out",
+            Decision::Unavailable(_) => "polkit-unavailable",
+        }
+    }
+}
+
+/// One authorisation question.
+#[derive(Debug)]
+pub struct Question<'a> {
+    /// The header of the `Start` call: its sender is the subject.
+    pub header: &'a Header<'a>,
+    /// `recipe_id`, `recipe_digest`, `parameters_digest`, `summary`, … for rules and the dialog.
+    pub details: HashMap<&'a str, &'a str>,
+    /// Whether the message carried ALLOW_INTERACTIVE_AUTHORIZATION.
+    pub interactive: bool,
+    pub timeout: Duration,
+}
+
+/// Asks polkitd. Never returns `Authorized` for a caller that has left the bus by the time the
+/// answer arrives.
+pub async fn check(conn: &Connection, question: &Question<'_>) -> Decision {
+    let Some(sender) = question.header.sender() else {
+        return Decision::Unavailable("the call has no sender".to_owned());
+    };
+    let subject = match Subject::new_for_message_header(question.header) {
+        Ok(subject) => subject,
+        Err(e) => return Decision::Unavailable(e.to_string()),
+    };
+    let bus = match DBusProxy::new(conn).await {
+        Ok(bus) => bus,
+        Err(e) => return Decision::Unavailable(e.to_string()),
+    };
+    // Subscribe before asking whether the caller is still there, so that no departure between
+    // the two is missed.
+    let mut departures = match bus
+        .receive_name_owner_changed_with_args(&[(0, sender.as_str())])
+        .await
+    {
+        Ok(stream) => stream,
+        Err(e) => return Decision::Unavailable(e.to_string()),
+    };
+    if !caller_present(&bus, sender).await {
+        return Decision::CallerLeft;
+    }
+    let authority = match AuthorityProxy::new(conn).await {
+        Ok(authority) => authority,
+        Err(e) => return Decision::Unavailable(e.to_string()),
+    };
+    let flags = if question.interactive {
+        CheckAuthorizationFlags::ALLOW_USER_INTERACTION
+    } else {
+        CheckAuthorizationFlags::empty()
+    };
+    let cancel_id = cancellation_id();
+    let asked = authority.check_authorization(&subject, ACTION_ID, &question.details, flags, &cancel_id);
+    let left = async {
+        while let Some(change) = departures.next().await {
+            if change.args().is_ok_and(|a| a.new_owner().is_none()) {
+                return;
+            }
+        }
+        // The stream ended: the connection to the bus is gone, so is any answer.
+    };
+    let decision = tokio::select! {
+        answer = asked => match answer {
+            Ok(result) if result.is_authorized => Decision::Authorized,
+            Ok(result) if result.details.get("polkit.dismissed").is_some_and(|v| v == "true") => Decision::Dismissed,
+            Ok(result) if result.is_challenge => Decision::InteractionRequired,
+            Ok(_) => Decision::NotAuthorized,
+            Err(e) => Decision::Unavailable(e.to_string()),
+        },
+        () = left => {
+            cancel(&authority, &cancel_id).await;
+            Decision::CallerLeft
+        }
+        () = tokio::time::sleep(question.timeout) => {
+            cancel(&authority, &cancel_id).await;
+            Decision::TimedOut
+        }
+    };
+    // polkitd resolved the subject when it was asked; the caller must still be there now.
+    if decision == Decision::Authorized && !caller_present(&bus, sender).await {
+        return Decision::CallerLeft;
+    }
+    decision
+}
+
+/// Whether `name` is still connected. Any error counts as "gone".
+pub async fn caller_present(bus: &DBusProxy<'_>, name: &UniqueName<'_>) -> bool {
+    bus.name_has_owner(name.clone().into()).await.unwrap_or(false)
+}
+
+async fn cancel(authority: &AuthorityProxy<'_>, cancel_id: &str) {
+    if let Err(e) = authority.cancel_check_authorization(cancel_id).await {
+        tracing::warn!(cancel_id, error = %e, "could not cancel the polkit check");
+    }
+}
+
+/// Unique for this process: pid, a counter and random bits.
+fn cancellation_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let mut random = [0u8; 8];
+    let _ = getrandom::fill(&mut random);
+    format!(
+        "enginekit-helper-{}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed),
+        hex::encode(random)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cancellation_ids_are_unique_and_non_empty() {
+        let a = cancellation_id();
+        let b = cancellation_id();
+        assert!(!a.is_empty());
+        assert_ne!(a, b);
+    }
+}

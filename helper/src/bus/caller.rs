@@ -1,0 +1,55 @@
+//! Who is calling: the unique bus name from the message header, and uid/pid as the bus daemon
+//! reports them (`GetConnectionCredentials`, which the kernel vouches for). Nothing here comes
+//! from the message body. Any failure to learn the caller is a refusal.
+
+use zbus::fdo::DBusProxy;
+use zbus::message::Header;
+use zbus::names::OwnedUniqueName;
+use zbus::Connection;
+
+use super::error::{refuse, HelperError};
+
+/// The caller of one method call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub unique_name: OwnedUniqueName,
+    pub uid: u32,
+    pub pid: Option<u32>,
+}
+
+impl Caller {
+    /// Asks the bus daemon about the sender of `header`.
+    pub async fn identify(conn: &Connection, header: &Header<'_>) -> Result<Caller, HelperError> {
+        let Some(sender) = header.sender() else {
+            return Err(refuse!(NotAuthorized, "the call carries no sender"));
+        };
+        let bus = DBusProxy::new(conn)
+            .await
+            .map_err(|e| refuse!(NotAuthorized, "cannot ask the bus who is calling: {e}"))?;
+        let creds = bus
+            .get_connection_credentials(sender.clone().into())
+            .await
+            .map_err(|e| refuse!(NotAuthorized, "the bus did not say who is calling: {e}"))?;
+        let Some(uid) = creds.unix_user_id() else {
+            return Err(refuse!(NotAuthorized, "the bus reported no uid for the caller"));
+        };
+        Ok(Caller {
+            unique_name: OwnedUniqueName::from(sender.to_owned()),
+            uid,
+            pid: creds.process_id(),
+        })
+    }
+
+    /// The login name of the caller's uid, from the user database.
+    pub fn user_name(&self) -> Result<String, HelperError> {
+        match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(self.uid)) {
+            Ok(Some(user)) => Ok(user.name),
+            Ok(None) => Err(refuse!(
+                IdentityMismatch,
+                "uid {} has no entry in the user database",
+                self.uid
+            )),
+            Err(e) => Err(refuse!(Internal, "cannot look up uid {}: {e}", self.uid)),
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! The system-bus service: serving `org.enginekit.Helper1`, running jobs, exiting when idle.
+
+pub mod activity;
+pub mod caller;
+pub mod error;
+pub mod job;
+pub mod service;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::mpsc;
+use zbus::OwnedObjectPath;
+use zbus::Connection;
+
+use crate::config::Config;
+use crate::ledger::Ledger;
+use crate::runner::{self, ProgressSink};
+use crate::verify::AuthorisedStep;
+use activity::{Activity, JobSlot};
+use job::{Job, JobShared, JobSignals, JobState};
+use service::Helper;
+
+/// The well-known name.
+pub const BUS_NAME: &str = "org.enginekit.Helper1";
+/// The helper object's path.
+pub const HELPER_PATH: &str = "/org/enginekit/Helper1";
+/// How long calls already routed to us get to finish after the name is released.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// Why the service could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot open the ledger: {0}")]
+    Ledger(#[from] crate::ledger::LedgerError),
+    #[error("cannot serve {BUS_NAME} on the system bus: {0}")]
+    Bus(#[from] zbus::Error),
+}
+
+/// Serves until idle for `config.idle_exit` (or SIGTERM with no job running), then releases the
+/// name and returns.
+pub async fn serve(config: Config) -> Result<(), ServeError> {
+    let ledger = Arc::new(Ledger::open(&config.state_dir)?);
+    let keep = config.step_window + config.clock_skew;
+    match ledger.prune(keep.as_secs()) {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(removed = n, "pruned ledger entries past their window"),
+        Err(e) => tracing::warn!(error = %e, "could not prune the ledger"),
+    }
+    let activity = Activity::new();
+    let config = Arc::new(config);
+    let helper = Helper::new(Arc::clone(&config), ledger, Arc::clone(&activity));
+    let conn = zbus::connection::Builder::system()
+        .serve_at(HELPER_PATH, helper)
+        .name(BUS_NAME)
+        .build()
+        .await?;
+    tracing::info!(name = BUS_NAME, idle_exit_s = config.idle_exit.as_secs(), state_dir = %config.state_dir.display(), "serving");
+    wait_until_idle(&conn, &activity, config.idle_exit).await;
+    notify_stopping();
+    if let Err(e) = conn.release_name(BUS_NAME).await {
+        tracing::warn!(error = %e, "could not release the bus name");
+    }
+    let deadline = tokio::time::Instant::now() + DRAIN;
+    while !activity.is_idle() && tokio::time::Instant::now() < deadline {
+        let changed = activity.changed();
+        let _ = tokio::time::timeout_at(deadline, changed).await;
+    }
+    tracing::info!("idle: exiting");
+    Ok(())
+}
+
+async fn wait_until_idle(conn: &Connection, activity: &Activity, idle: Duration) {
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let mut stop_requested = false;
+    loop {
+        let changed = activity.changed();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        let sigterm = async {
+            match terminate.as_mut() {
+                Some(signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        if activity.is_idle() {
+            if stop_requested {
+                return;
+            }
+            let used = conn.monitor_activity();
+            tokio::select! {
+                () = tokio::time::sleep(idle) => if activity.is_idle() { return },
+                () = used => {}
+                () = &mut changed => {}
+                () = sigterm => stop_requested = true,
+            }
+        } else {
+            tokio::select! {
+                () = &mut changed => {}
+                () = sigterm => {
+                    tracing::info!("SIGTERM while busy: exiting once the job is over");
+                    stop_requested = true;
+                }
+            }
+        }
+    }
+}
+
+/// `sd_notify("STOPPING=1")` when started by systemd (NOTIFY_SOCKET is systemd's, set for the
+/// unit; the launch-helper path has none). Best effort.
+fn notify_stopping() {
+    use std::os::unix::net::UnixDatagram;
+    let Some(socket) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let Ok(datagram) = UnixDatagram::unbound() else {
+        return;
+    };
+    let bytes = socket.as_encoded_bytes();
+    let sent = if let Some(name) = bytes.strip_prefix(b"@") {
+        use std::os::linux::net::SocketAddrExt;
+        std::os::unix::net::SocketAddr::from_abstract_name(name)
+            .and_then(|addr| datagram.send_to_addr(b"STOPPING=1", &addr))
+    } else {
+        datagram.send_to(b"STOPPING=1", std::path::Path::new(&socket))
+    };
+    if let Err(e) = sent {
+        tracing::warn!(error = %e, "sd_notify failed");
+    }
+}
+
+/// Progress from the executor's thread to the job task.
+struct ChannelSink(mpsc::UnboundedSender<(String, i32, bool)>);
+
+impl ProgressSink for ChannelSink {
+    fn progress(&mut self, phase: &str, percent: i32, allow_cancel: bool) {
+        let _ = self.0.send((phase.to_owned(), percent.clamp(-1, 100), allow_cancel));
+    }
+}
+
+/// Runs one authorised job to its end: executor on a blocking thread, progress mirrored on the
+/// job object, receipt stored before `Finished` is sent and before the slot is freed.
+pub(crate) async fn run_job(
+    conn: Connection,
+    path: OwnedObjectPath,
+    shared: Arc<JobShared>,
+    step: AuthorisedStep,
+    ledger: Arc<Ledger>,
+    slot: JobSlot,
+) {
+    let iface = conn.object_server().interface::<_, Job>(&path).await.ok();
+    let started = SystemTime::now();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let cancel = shared.cancel.clone();
+    let step = Arc::new(step);
+    let exec_step = Arc::clone(&step);
+    let mut executor = tokio::task::spawn_blocking(move || {
+        let mut sink = ChannelSink(tx);
+        runner::execute(&exec_step, &mut sink, &cancel)
+    });
+    let report = loop {
+        tokio::select! {
+            Some((phase, percent, allow_cancel)) = rx.recv() => {
+                {
+                    let mut status = shared.status();
+                    status.phase = phase.clone();
+                    status.percent = percent;
+                    status.allow_cancel = allow_cancel;
+                }
+                if let Some(iface) = &iface {
+                    let emitter = iface.signal_emitter();
+                    let job = iface.get().await;
+                    let _ = job.phase_changed(emitter).await;
+                    let _ = job.percent_changed(emitter).await;
+                    let _ = job.allow_cancel_changed(emitter).await;
+                    drop(job);
+                    let _ = iface.progress(&phase, percent).await;
+                }
+            }
+            joined = &mut executor => {
+                break match joined {
+                    Ok(report) => report,
+                    Err(e) => runner::ExecutionReport {
+                        outcome: runner::Outcome::Failed,
+                        actions: Vec::new(),
+                        error: Some(enginekit_shared::error::CodedError::new(
+                            enginekit_shared::error::ErrorCode::IoError,
+                            format!("the executor stopped unexpectedly: {e}"),
+                        )),
+                    },
+                };
+            }
+        }
+    };
+    let receipt = crate::receipt::build(&step, started, SystemTime::now(), &report);
+    if let Err(e) = ledger.store_receipt(step.nonce(), shared.owner_uid, step.issued_at_unix(), &receipt) {
+        tracing::error!(nonce = step.nonce(), error = %e, "could not store the receipt");
+    }
+    {
+        let mut status = shared.status();
+        status.state = JobState::from_outcome(report.outcome.as_str());
+        status.phase = "finished".to_owned();
+        status.percent = 100;
+        status.allow_cancel = false;
+        status.receipt = receipt.clone();
+    }
+    tracing::info!(
+        uid = shared.owner_uid, action = crate::authz::ACTION_ID, nonce = step.nonce(),
+        recipe_digest = step.recipe_digest(), parameters_digest = step.parameters_digest(),
+        outcome = report.outcome.as_str(), actions = report.actions.len(), "job finished"
+    );
+    if let Some(iface) = &iface {
+        let emitter = iface.signal_emitter();
+        let job = iface.get().await;
+        let _ = job.state_changed(emitter).await;
+        let _ = job.receipt_changed(emitter).await;
+        let _ = job.allow_cancel_changed(emitter).await;
+        drop(job);
+        let _ = iface.finished(&receipt).await;
+    }
+    drop(slot);
+}

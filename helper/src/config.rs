@@ -1,0 +1,239 @@
+//! The helper's settings: compiled-in paths and limits, which only a root-owned file can change.
+//!
+//! The helper runs as root, started by systemd or by dbus-daemon's setuid launch helper with a
+//! clean environment, so it reads no environment variables at all. The one way to move its state
+//! and key directories (the test bench needs that) is a configuration file that is itself owned
+//! by root and writable by nobody else, in a directory with the same property: anyone who can
+//! write such a file is already root.
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Where the configuration file is read from unless `--config` names another.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/enginekit/helper.conf";
+/// The nonce ledger, receipts and anti-rollback marks.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/enginekit-helper";
+/// Pinned recipe-signing keys: the packaged set, then the administrator's.
+pub const DEFAULT_KEY_DIRS: [&str; 2] = enginekit_shared::signed::HELPER_KEY_DIRS;
+/// Largest configuration file accepted; it holds a handful of lines.
+const MAX_CONFIG_BYTES: u64 = 16 * 1024;
+
+/// Everything the helper can be told; see [`Config::load`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Directory holding the ledger (created 0700 if missing).
+    pub state_dir: PathBuf,
+    /// Directories of pinned public keys for inline signed recipes.
+    pub key_dirs: Vec<PathBuf>,
+    /// How long the helper stays on the bus with no job and no call in flight.
+    pub idle_exit: Duration,
+    /// How old a host step's `issued_at` may be; also how long ledger entries are kept.
+    pub step_window: Duration,
+    /// How far in the future `issued_at` may lie (clocks of broker and helper are the same
+    /// machine's, so this only absorbs rounding).
+    pub clock_skew: Duration,
+    /// Longest wait for polkit's answer (an interactive prompt included).
+    pub polkit_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+            key_dirs: DEFAULT_KEY_DIRS.iter().map(PathBuf::from).collect(),
+            idle_exit: Duration::from_secs(60),
+            step_window: Duration::from_secs(15 * 60),
+            clock_skew: Duration::from_secs(120),
+            polkit_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Why a configuration file was refused. The helper does not start with a refused file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a regular file owned by root and writable only by root")]
+    NotRootOwned { path: PathBuf },
+    #[error("{path} is larger than {MAX_CONFIG_BYTES} bytes")]
+    TooLarge { path: PathBuf },
+    #[error("{path} line {line}: {reason}")]
+    Syntax {
+        path: PathBuf,
+        line: usize,
+        reason: String,
+    },
+}
+
+impl Config {
+    /// Reads `path` if it exists; a missing file means the compiled-in defaults. A file that
+    /// exists but is not root-owned, or does not parse, is an error (fail closed rather than run
+    /// with settings nobody intended).
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let meta = match fs::symlink_metadata(path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    path: path.to_owned(),
+                    source,
+                })
+            }
+        };
+        if !is_root_only(&meta) || !meta.is_file() || !parent_is_root_only(path) {
+            return Err(ConfigError::NotRootOwned {
+                path: path.to_owned(),
+            });
+        }
+        if meta.len() > MAX_CONFIG_BYTES {
+            return Err(ConfigError::TooLarge {
+                path: path.to_owned(),
+            });
+        }
+        let text = fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::parse(&text).map_err(|(line, reason)| ConfigError::Syntax {
+            path: path.to_owned(),
+            line,
+            reason,
+        })
+    }
+
+    /// Parses `key = value` lines (`#` comments, blank lines ignored). `key_dir` may repeat and
+    /// replaces the default key directories as a whole; durations are whole seconds.
+    pub fn parse(text: &str) -> Result<Config, (usize, String)> {
+        let mut config = Config::default();
+        let mut key_dirs: Vec<PathBuf> = Vec::new();
+        for (index, raw) in text.lines().enumerate() {
+            let line_no = index + 1;
+            let line = raw.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let Some((key, value)) = line.split_once('=') else {
+                return Err((line_no, "expected key = value".to_owned()));
+            };
+            let (key, value) = (key.trim(), value.trim());
+            match key {
+                "state_dir" => config.state_dir = absolute_path(value, line_no)?,
+                "key_dir" => key_dirs.push(absolute_path(value, line_no)?),
+                "idle_exit_seconds" => config.idle_exit = seconds(value, line_no)?,
+                "step_window_seconds" => config.step_window = seconds(value, line_no)?,
+                "clock_skew_seconds" => config.clock_skew = seconds(value, line_no)?,
+                "polkit_timeout_seconds" => config.polkit_timeout = seconds(value, line_no)?,
+                other => return Err((line_no, format!("unknown setting {other:?}"))),
+            }
+        }
+        if !key_dirs.is_empty() {
+            config.key_dirs = key_dirs;
+        }
+        Ok(config)
+    }
+}
+
+fn absolute_path(value: &str, line: usize) -> Result<PathBuf, (usize, String)> {
+    let path = PathBuf::from(value);
+    let plain = path
+        .components()
+        .all(|c| matches!(c, std::path::Component::RootDir | std::path::Component::Normal(_)));
+    if path.is_absolute() && plain {
+        Ok(path)
+    } else {
+        Err((line, format!("{value:?} is not an absolute path without . or ..")))
+    }
+}
+
+fn seconds(value: &str, line: usize) -> Result<Duration, (usize, String)> {
+    match value.parse::<u64>() {
+        Ok(n) if (1..=86_400).contains(&n) => Ok(Duration::from_secs(n)),
+        _ => Err((line, format!("{value:?} is not a number of seconds in 1..=86400"))),
+    }
+}
+
+/// Owned by uid 0 and not writable by group or others.
+pub fn is_root_only(meta: &fs::Metadata) -> bool {
+    meta.uid() == 0 && meta.mode() & 0o022 == 0
+}
+
+fn parent_is_root_only(path: &Path) -> bool {
+    let Some(parent) = path.parent() else {
+        return false;
+    };
+    let parent = if parent.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        parent
+    };
+    fs::metadata(parent).is_ok_and(|meta| is_root_only(&meta))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_packaged_paths() {
+        let config = Config::parse("").unwrap();
+        assert_eq!(config, Config::default());
+        assert_eq!(config.state_dir, PathBuf::from("/var/lib/enginekit-helper"));
+        assert_eq!(config.key_dirs.len(), 2);
+    }
+
+    #[test]
+    fn settings_are_read_and_key_dirs_replace_the_defaults() {
+        let config = Config::parse(
+            "# test bench\nstate_dir = /run/ekt/state\nkey_dir=/run/ekt/keys\nidle_exit_seconds = 3\n",
+        )
+        .unwrap();
+        assert_eq!(config.state_dir, PathBuf::from("/run/ekt/state"));
+        assert_eq!(config.key_dirs, vec![PathBuf::from("/run/ekt/keys")]);
+        assert_eq!(config.idle_exit, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn bad_lines_are_refused_with_their_number() {
+        assert_eq!(Config::parse("x").unwrap_err().0, 1);
+        assert_eq!(Config::parse("\nstate_dir = rel/dir").unwrap_err().0, 2);
+        assert!(Config::parse("state_dir = /a/../b").is_err());
+        assert!(Config::parse("idle_exit_seconds = 0").is_err());
+        assert!(Config::parse("idle_exit_seconds = -1").is_err());
+        assert!(Config::parse("colour = blue").is_err());
+    }
+
+    #[test]
+    fn a_missing_file_means_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::load(&dir.path().join("absent.conf")).unwrap();
+        assert_eq!(config, Config::default());
+    }
+
+    #[test]
+    fn a_file_writable_by_others_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let path = dir.path().join("helper.conf");
+        fs::write(&path, "idle_exit_seconds = 3\n").unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(matches!(
+            Config::load(&path),
+            Err(ConfigError::NotRootOwned { .. })
+        ));
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        // The suite runs as root on the bench; elsewhere the owner check refuses the file.
+        let result = Config::load(&path);
+        if nix::unistd::geteuid().is_root() {
+            assert_eq!(result.unwrap().idle_exit, Duration::from_secs(3));
+        } else {
+            assert!(matches!(result, Err(ConfigError::NotRootOwned { .. })));
+        }
+    }
+}

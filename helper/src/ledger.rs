@@ -1,0 +1,485 @@
+//! The durable nonce ledger, the receipts and the anti-rollback marks, under the state directory.
+//!
+//! Layout (directories 0700, files 0600, all owned by root):
+//! - `nonces/<nonce>`: one small JSON record per burnt nonce (step digest, caller uid, issued_at).
+//!   A lookup or a burn touches one file, so both are O(1) in the size of the ledger.
+//! - `receipts/<nonce>`: the receipt of the job that nonce started, with the caller's uid.
+//! - `serials/<hex of recipe id>`: the highest recipe serial accepted so far, with its digest.
+//!
+//! A burn writes the record to a temporary file, fsyncs it, then hard-links it to its final name:
+//! `link(2)` fails if the name exists, so the nonce file appears exactly once and always whole,
+//! and the directory is fsynced before the burn is reported.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use enginekit_shared::signed::HighWater;
+use serde::{Deserialize, Serialize};
+
+/// Largest record or receipt file the ledger reads back (a receipt holds bounded log tails).
+const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
+/// How long a receipt stays readable with `GetReceipt` after its step was issued.
+pub const RECEIPT_RETENTION_SECS: u64 = 7 * 24 * 3600;
+
+/// A failure of the ledger itself; every one of them refuses the step (fail closed).
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("ledger I/O on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("ledger file {path} is damaged: {reason}")]
+    Damaged { path: PathBuf, reason: String },
+    #[error("{0:?} is not a nonce the ledger can store")]
+    BadKey(String),
+}
+
+/// What burning a nonce found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Burn {
+    /// The nonce was new and is now burnt durably.
+    Fresh,
+    /// The nonce was burnt before by the same step; its receipt, if that job finished.
+    Replay { receipt: Option<String> },
+    /// The nonce was burnt before by a different step.
+    Conflict,
+}
+
+/// One burnt nonce, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NonceRecord {
+    step_digest: String,
+    uid: u32,
+    issued_at: u64,
+    burnt_at: u64,
+}
+
+/// A stored receipt and who may read it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReceiptRecord {
+    uid: u32,
+    issued_at: u64,
+    receipt: String,
+}
+
+/// The state directory, opened (and created 0700 if missing).
+#[derive(Debug)]
+pub struct Ledger {
+    root: PathBuf,
+}
+
+impl Ledger {
+    /// Opens the ledger at `root`, creating it and its subdirectories with mode 0700.
+    pub fn open(root: &Path) -> Result<Ledger, LedgerError> {
+        for dir in [root.to_owned(), root.join("nonces"), root.join("receipts"), root.join("serials")] {
+            match fs::DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+                Err(source) => return Err(LedgerError::Io { path: dir, source }),
+            }
+        }
+        Ok(Ledger {
+            root: root.to_owned(),
+        })
+    }
+
+    /// The directory this ledger lives in.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Burns `nonce` for the step whose digest is `step_digest`, or reports what an earlier burn
+    /// of the same nonce recorded.
+    pub fn burn(
+        &self,
+        nonce: &str,
+        step_digest: &str,
+        uid: u32,
+        issued_at: u64,
+    ) -> Result<Burn, LedgerError> {
+        let path = self.nonce_path(nonce)?;
+        let record = NonceRecord {
+            step_digest: step_digest.to_owned(),
+            uid,
+            issued_at,
+            burnt_at: now_secs(),
+        };
+        let bytes = serde_json::to_vec(&record).map_err(|e| LedgerError::Damaged {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        if create_exclusive(&path, &bytes)? {
+            return Ok(Burn::Fresh);
+        }
+        let earlier: NonceRecord = read_json(&path)?;
+        if earlier.step_digest != step_digest || earlier.uid != uid {
+            return Ok(Burn::Conflict);
+        }
+        let receipt = self.read_receipt_record(nonce)?.map(|r| r.receipt);
+        Ok(Burn::Replay { receipt })
+    }
+
+    /// Whether `nonce` has been burnt (by any step).
+    pub fn is_burnt(&self, nonce: &str) -> Result<bool, LedgerError> {
+        let path = self.nonce_path(nonce)?;
+        match fs::symlink_metadata(&path) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+            Err(source) => Err(LedgerError::Io { path, source }),
+        }
+    }
+
+    /// Stores the receipt of the job `nonce` started (replacing an earlier one atomically).
+    pub fn store_receipt(
+        &self,
+        nonce: &str,
+        uid: u32,
+        issued_at: u64,
+        receipt: &str,
+    ) -> Result<(), LedgerError> {
+        let path = self.receipt_path(nonce)?;
+        let record = ReceiptRecord {
+            uid,
+            issued_at,
+            receipt: receipt.to_owned(),
+        };
+        let bytes = serde_json::to_vec(&record).map_err(|e| LedgerError::Damaged {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        write_atomically(&path, &bytes)
+    }
+
+    /// The receipt for `nonce` if it exists and belongs to `uid`. Another uid's receipt and a
+    /// missing one look the same to the caller.
+    pub fn receipt_for(&self, nonce: &str, uid: u32) -> Result<Option<String>, LedgerError> {
+        Ok(self
+            .read_receipt_record(nonce)?
+            .filter(|r| r.uid == uid)
+            .map(|r| r.receipt))
+    }
+
+    /// The anti-rollback mark of `recipe_id`: the last accepted serial and payload digest.
+    pub fn high_water(&self, recipe_id: &str) -> Result<Option<HighWater>, LedgerError> {
+        let path = self.serial_path(recipe_id);
+        match read_json(&path) {
+            Ok(mark) => Ok(Some(mark)),
+            Err(LedgerError::Io { source, .. }) if source.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Records `mark` for `recipe_id` when its serial is above the stored one (never lowers it).
+    pub fn raise_high_water(&self, recipe_id: &str, mark: &HighWater) -> Result<(), LedgerError> {
+        if self
+            .high_water(recipe_id)?
+            .is_some_and(|current| current.serial >= mark.serial)
+        {
+            return Ok(());
+        }
+        let path = self.serial_path(recipe_id);
+        let bytes = serde_json::to_vec(mark).map_err(|e| LedgerError::Damaged {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        write_atomically(&path, &bytes)
+    }
+
+    /// Removes nonce records whose step's window has closed (`issued_at + keep_secs` in the
+    /// past) and receipts older than [`RECEIPT_RETENTION_SECS`]. Returns how many files went.
+    /// A record that cannot be read is kept: refusing a nonce wrongly is safe, forgetting one
+    /// is not.
+    pub fn prune(&self, keep_secs: u64) -> Result<usize, LedgerError> {
+        let now = now_secs();
+        let mut removed = 0;
+        removed += prune_dir(&self.root.join("nonces"), |path| {
+            read_json::<NonceRecord>(path)
+                .is_ok_and(|r| r.issued_at.saturating_add(keep_secs) < now)
+        })?;
+        removed += prune_dir(&self.root.join("receipts"), |path| {
+            read_json::<ReceiptRecord>(path)
+                .is_ok_and(|r| r.issued_at.saturating_add(RECEIPT_RETENTION_SECS) < now)
+        })?;
+        Ok(removed)
+    }
+
+    fn read_receipt_record(&self, nonce: &str) -> Result<Option<ReceiptRecord>, LedgerError> {
+        let path = self.receipt_path(nonce)?;
+        match read_json(&path) {
+            Ok(record) => Ok(Some(record)),
+            Err(LedgerError::Io { source, .. }) if source.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn nonce_path(&self, nonce: &str) -> Result<PathBuf, LedgerError> {
+        Ok(self.root.join("nonces").join(checked_key(nonce)?))
+    }
+
+    fn receipt_path(&self, nonce: &str) -> Result<PathBuf, LedgerError> {
+        Ok(self.root.join("receipts").join(checked_key(nonce)?))
+    }
+
+    fn serial_path(&self, recipe_id: &str) -> PathBuf {
+        // Hex keeps any id a plain file name, whatever the recipe validator allowed.
+        self.root.join("serials").join(hex::encode(recipe_id))
+    }
+}
+
+/// A nonce becomes a file name only when it is 1..=64 lowercase hex digits.
+fn checked_key(nonce: &str) -> Result<&str, LedgerError> {
+    let ok = !nonce.is_empty()
+        && nonce.len() <= 64
+        && nonce.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if ok {
+        Ok(nonce)
+    } else {
+        Err(LedgerError::BadKey(nonce.chars().take(80).collect()))
+    }
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> LedgerError + '_ {
+    move |source| LedgerError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+fn temp_path(path: &Path) -> PathBuf {
+    let mut random = [0u8; 8];
+    // A failed getrandom still leaves a pid-unique name; the temp file is created exclusively.
+    let _ = getrandom::fill(&mut random);
+    let name = format!(
+        ".tmp-{}-{}",
+        std::process::id(),
+        hex::encode(random)
+    );
+    path.with_file_name(name)
+}
+
+fn write_temp(path: &Path, bytes: &[u8]) -> Result<PathBuf, LedgerError> {
+    let temp = temp_path(path);
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc_o_nofollow())
+        .open(&temp)
+        .map_err(io_error(&temp))?;
+    let written = file.write_all(bytes).and_then(|()| file.sync_all());
+    if let Err(source) = written {
+        let _ = fs::remove_file(&temp);
+        return Err(LedgerError::Io { path: temp, source });
+    }
+    Ok(temp)
+}
+
+/// Creates `path` with `bytes` unless it exists. True when this call created it.
+fn create_exclusive(path: &Path, bytes: &[u8]) -> Result<bool, LedgerError> {
+    let temp = write_temp(path, bytes)?;
+    let linked = fs::hard_link(&temp, path);
+    let _ = fs::remove_file(&temp);
+    match linked {
+        Ok(()) => {
+            sync_parent(path)?;
+            Ok(true)
+        }
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(false),
+        Err(source) => Err(LedgerError::Io {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), LedgerError> {
+    let temp = write_temp(path, bytes)?;
+    if let Err(source) = fs::rename(&temp, path) {
+        let _ = fs::remove_file(&temp);
+        return Err(LedgerError::Io {
+            path: path.to_owned(),
+            source,
+        });
+    }
+    sync_parent(path)
+}
+
+fn sync_parent(path: &Path) -> Result<(), LedgerError> {
+    let parent = path.parent().unwrap_or(Path::new("/"));
+    File::open(parent)
+        .and_then(|dir| dir.sync_all())
+        .map_err(io_error(parent))
+}
+
+fn libc_o_nofollow() -> i32 {
+    nix::fcntl::OFlag::O_NOFOLLOW.bits()
+}
+
+fn read_bounded(path: &Path) -> Result<Vec<u8>, LedgerError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc_o_nofollow())
+        .open(path)
+        .map_err(io_error(path))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io_error(path))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(LedgerError::Damaged {
+            path: path.to_owned(),
+            reason: "too large".to_owned(),
+        });
+    }
+    Ok(bytes)
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, LedgerError> {
+    let bytes = read_bounded(path)?;
+    serde_json::from_slice(&bytes).map_err(|e| LedgerError::Damaged {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+fn prune_dir(dir: &Path, expired: impl Fn(&Path) -> bool) -> Result<usize, LedgerError> {
+    let mut removed = 0;
+    for entry in fs::read_dir(dir).map_err(io_error(dir))? {
+        let entry = entry.map_err(io_error(dir))?;
+        let path = entry.path();
+        let is_temp = entry.file_name().to_string_lossy().starts_with(".tmp-");
+        if (is_temp || expired(&path)) && fs::remove_file(&path).is_ok() {
+            removed += 1;
+        }
+    }
+    if removed > 0 {
+        sync_parent(&dir.join("x"))?;
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    const NONCE: &str = "00112233445566778899aabbccddeeff";
+    const STEP_A: &str = "sha256:aaaa";
+    const STEP_B: &str = "sha256:bbbb";
+
+    fn ledger() -> (tempfile::TempDir, Ledger) {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(&dir.path().join("state")).unwrap();
+        (dir, ledger)
+    }
+
+    #[test]
+    fn directories_are_private() {
+        let (_dir, ledger) = ledger();
+        for sub in ["", "nonces", "receipts", "serials"] {
+            let mode = fs::metadata(ledger.root().join(sub)).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o700, "{sub}");
+        }
+    }
+
+    #[test]
+    fn a_nonce_burns_once_then_replays_or_conflicts() {
+        let (_dir, ledger) = ledger();
+        assert!(!ledger.is_burnt(NONCE).unwrap());
+        assert_eq!(ledger.burn(NONCE, STEP_A, 1000, 5).unwrap(), Burn::Fresh);
+        assert!(ledger.is_burnt(NONCE).unwrap());
+        let file = ledger.root().join("nonces").join(NONCE);
+        assert_eq!(fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            ledger.burn(NONCE, STEP_A, 1000, 5).unwrap(),
+            Burn::Replay { receipt: None }
+        );
+        assert_eq!(ledger.burn(NONCE, STEP_B, 1000, 5).unwrap(), Burn::Conflict);
+        assert_eq!(ledger.burn(NONCE, STEP_A, 1001, 5).unwrap(), Burn::Conflict);
+    }
+
+    #[test]
+    fn a_replay_returns_the_stored_receipt_and_only_its_owner_reads_it() {
+        let (_dir, ledger) = ledger();
+        ledger.burn(NONCE, STEP_A, 1000, 5).unwrap();
+        ledger.store_receipt(NONCE, 1000, 5, "{\"outcome\":\"succeeded\"}").unwrap();
+        assert_eq!(
+            ledger.burn(NONCE, STEP_A, 1000, 5).unwrap(),
+            Burn::Replay {
+                receipt: Some("{\"outcome\":\"succeeded\"}".to_owned())
+            }
+        );
+        assert!(ledger.receipt_for(NONCE, 1000).unwrap().is_some());
+        assert_eq!(ledger.receipt_for(NONCE, 1001).unwrap(), None);
+    }
+
+    #[test]
+    fn the_ledger_survives_reopening() {
+        let (dir, ledger) = ledger();
+        ledger.burn(NONCE, STEP_A, 1000, 5).unwrap();
+        drop(ledger);
+        let again = Ledger::open(&dir.path().join("state")).unwrap();
+        assert_eq!(again.burn(NONCE, STEP_B, 1000, 5).unwrap(), Burn::Conflict);
+    }
+
+    #[test]
+    fn keys_that_are_not_hex_never_become_paths() {
+        let (_dir, ledger) = ledger();
+        for bad in ["", "../x", "ABCDEF", "a/b", &"a".repeat(65)] {
+            assert!(matches!(
+                ledger.burn(bad, STEP_A, 0, 0),
+                Err(LedgerError::BadKey(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn serial_marks_only_rise() {
+        let (_dir, ledger) = ledger();
+        let id = "linux.install-container-runtime";
+        let mark = |serial| HighWater {
+            serial,
+            digest: enginekit_shared::digest::Digest::of_bytes(b"x"),
+        };
+        assert_eq!(ledger.high_water(id).unwrap(), None);
+        ledger.raise_high_water(id, &mark(7)).unwrap();
+        ledger.raise_high_water(id, &mark(3)).unwrap();
+        assert_eq!(ledger.high_water(id).unwrap(), Some(mark(7)));
+        assert_eq!(ledger.high_water("../etc").unwrap(), None);
+    }
+
+    #[test]
+    fn prune_removes_only_closed_windows() {
+        let (_dir, ledger) = ledger();
+        let old = "0000000000000000000000000000000a";
+        ledger.burn(old, STEP_A, 1000, 10).unwrap();
+        ledger.burn(NONCE, STEP_A, 1000, now_secs()).unwrap();
+        assert_eq!(ledger.prune(900).unwrap(), 1);
+        assert!(!ledger.is_burnt(old).unwrap());
+        assert!(ledger.is_burnt(NONCE).unwrap());
+    }
+
+    #[test]
+    fn a_damaged_record_is_an_error_not_a_fresh_nonce() {
+        let (_dir, ledger) = ledger();
+        fs::write(ledger.root().join("nonces").join(NONCE), b"{").unwrap();
+        assert!(matches!(
+            ledger.burn(NONCE, STEP_A, 1000, 5),
+            Err(LedgerError::Damaged { .. })
+        ));
+        assert_eq!(ledger.prune(0).unwrap(), 0);
+    }
+}

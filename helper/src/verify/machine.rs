@@ -1,0 +1,143 @@
+//! What this machine is, read by the helper itself: `/etc/os-release` and `uname`. A host step's
+//! `arch`, `family`, `distro_id` and `version_id` must equal these, whatever the broker believed.
+
+use std::fs;
+use std::io::Read;
+use std::path::Path;
+
+const OS_RELEASE_PATHS: [&str; 2] = ["/etc/os-release", "/usr/lib/os-release"];
+const MAX_OS_RELEASE_BYTES: u64 = 64 * 1024;
+
+/// The facts a host step is checked against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineFacts {
+    /// `uname -m`: `x86_64`, `aarch64`, …
+    pub arch: String,
+    /// `apt` or `dnf`, from the distribution; `None` for a distribution neither serves.
+    pub family: Option<&'static str>,
+    /// os-release `ID`.
+    pub distro_id: String,
+    /// os-release `VERSION_ID` (empty when absent, as on Debian testing).
+    pub version_id: String,
+}
+
+/// Why the machine's facts could not be read; the step is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum MachineError {
+    #[error("cannot read os-release: {0}")]
+    OsRelease(String),
+    #[error("uname failed: {0}")]
+    Uname(String),
+}
+
+impl MachineFacts {
+    /// Reads the running machine.
+    pub fn read() -> Result<MachineFacts, MachineError> {
+        let text = read_os_release()?;
+        let arch = nix::sys::utsname::uname()
+            .map_err(|e| MachineError::Uname(e.to_string()))?
+            .machine()
+            .to_string_lossy()
+            .into_owned();
+        Ok(MachineFacts::from_parts(&text, arch))
+    }
+
+    /// Builds the facts from os-release text and an architecture name.
+    pub fn from_parts(os_release: &str, arch: String) -> MachineFacts {
+        let id = os_release_value(os_release, "ID").unwrap_or_default();
+        let like = os_release_value(os_release, "ID_LIKE").unwrap_or_default();
+        MachineFacts {
+            arch,
+            family: family_of(&id, &like),
+            version_id: os_release_value(os_release, "VERSION_ID").unwrap_or_default(),
+            distro_id: id,
+        }
+    }
+}
+
+fn read_os_release() -> Result<String, MachineError> {
+    let mut last = String::from("no os-release file");
+    for path in OS_RELEASE_PATHS {
+        match read_bounded(Path::new(path)) {
+            Ok(text) => return Ok(text),
+            Err(e) => last = format!("{path}: {e}"),
+        }
+    }
+    Err(MachineError::OsRelease(last))
+}
+
+fn read_bounded(path: &Path) -> std::io::Result<String> {
+    let mut text = String::new();
+    fs::File::open(path)?
+        .take(MAX_OS_RELEASE_BYTES)
+        .read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// The value of `key` in os-release syntax (shell-like assignments, optional quotes).
+pub fn os_release_value(text: &str, key: &str) -> Option<String> {
+    text.lines().find_map(|line| {
+        let (k, v) = line.trim().split_once('=')?;
+        if k != key {
+            return None;
+        }
+        let v = v.trim();
+        let unquoted = v
+            .strip_prefix('"')
+            .and_then(|s| s.strip_suffix('"'))
+            .or_else(|| v.strip_prefix('\'').and_then(|s| s.strip_suffix('\'')))
+            .unwrap_or(v);
+        Some(unquoted.replace("\\\"", "\"").replace("\\\\", "\\"))
+    })
+}
+
+fn family_of(id: &str, like: &str) -> Option<&'static str> {
+    let names = std::iter::once(id).chain(like.split_whitespace());
+    for name in names {
+        match name {
+            "debian" | "ubuntu" => return Some("apt"),
+            "fedora" | "rhel" => return Some("dnf"),
+            _ => {}
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debian_and_ubuntu_are_apt_fedora_is_dnf() {
+        let debian = MachineFacts::from_parts(
+            "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nID=debian\nVERSION_ID=\"12\"\n",
+            "x86_64".into(),
+        );
+        assert_eq!(debian.distro_id, "debian");
+        assert_eq!(debian.version_id, "12");
+        assert_eq!(debian.family, Some("apt"));
+        let ubuntu = MachineFacts::from_parts(
+            "ID=ubuntu\nID_LIKE=debian\nVERSION_ID=\"24.04\"\n",
+            "aarch64".into(),
+        );
+        assert_eq!((ubuntu.family, ubuntu.version_id.as_str()), (Some("apt"), "24.04"));
+        let fedora = MachineFacts::from_parts("ID=fedora\nVERSION_ID=41\n", "x86_64".into());
+        assert_eq!(fedora.family, Some("dnf"));
+        let arch = MachineFacts::from_parts("ID=arch\n", "x86_64".into());
+        assert_eq!(arch.family, None);
+    }
+
+    #[test]
+    fn a_key_is_matched_whole() {
+        assert_eq!(os_release_value("VERSION_ID=1\nID=x\n", "ID").as_deref(), Some("x"));
+        assert_eq!(os_release_value("ID='y'\n", "ID").as_deref(), Some("y"));
+        assert_eq!(os_release_value("NAME=x\n", "ID"), None);
+    }
+
+    #[test]
+    fn this_machine_can_be_read() {
+        let facts = MachineFacts::read().unwrap();
+        assert!(!facts.arch.is_empty());
+        assert!(!facts.distro_id.is_empty());
+    }
+}
