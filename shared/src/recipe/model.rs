@@ -1,0 +1,140 @@
+//! The recipe's JSON shape: what a signed recipe payload may say, field by field.
+//!
+//! Every struct refuses unknown fields, and [`super::Recipe::from_payload`] additionally checks
+//! that the parsed value serialises back to exactly the payload received, so a recipe has one
+//! spelling and its digest is the digest of what was signed.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::Component;
+
+/// The whole payload of a signed recipe document (`kind` = `"recipe"`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecipeBody {
+    pub kind: String,
+    pub id: String,
+    /// Monotonic: a recipe with a lower serial than one already seen is a rollback.
+    pub serial: u64,
+    /// RFC 3339 UTC time after which the recipe is refused.
+    pub expires_at: String,
+    /// The only environment of every command the recipe runs.
+    pub environment: BTreeMap<String, String>,
+    pub apt: AptSection,
+    pub dnf: DnfSection,
+}
+
+/// What the recipe does on apt hosts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AptSection {
+    /// distro id → version id → suite (codename). `VERSION_CODENAME` is never trusted.
+    pub distributions: BTreeMap<String, BTreeMap<String, String>>,
+    /// machine arch → Debian arch (`x86_64` → `amd64`).
+    pub architectures: BTreeMap<String, String>,
+    pub actions: Vec<ActionSpec>,
+}
+
+/// What the recipe does on dnf hosts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DnfSection {
+    /// distro id → the release numbers it covers.
+    pub distributions: BTreeMap<String, ReleaseRange>,
+    pub actions: Vec<ActionSpec>,
+}
+
+/// An inclusive range of numeric releases (Fedora 10–99 is the reference's `^[1-9][0-9]$`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseRange {
+    pub min: u32,
+    pub max: u32,
+}
+
+/// How a key file is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KeyEncoding {
+    /// The armored text, as carried by the recipe.
+    Armored,
+    /// The dearmored binary key block (first byte 0x99), decoded in-process.
+    Binary,
+}
+
+/// One package the recipe installs, optionally pinned to a version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PackageSpec {
+    pub component: Component,
+    pub name: String,
+    /// `null`, or the exact version (apt `name=version`, dnf `name-version`).
+    pub version: Option<String>,
+}
+
+/// Packages that must not be installed when a component's packages go in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConflictSpec {
+    pub component: Component,
+    pub packages: Vec<String>,
+}
+
+/// The fixed action vocabulary. Nothing here is a script, and no field is supplied by a caller.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum ActionSpec {
+    /// Write a repository key whose primary keys are all pinned.
+    InstallKey {
+        id: String,
+        component: Component,
+        path: String,
+        encoding: KeyEncoding,
+        /// The ASCII-armored public key block.
+        key: String,
+        fingerprints: Vec<String>,
+    },
+    /// Write a source list / repo file rendered from a template with fixed substitutions.
+    WriteSource {
+        id: String,
+        component: Component,
+        path: String,
+        template: String,
+    },
+    /// Refuse (or, when `remove` is true, remove) listed packages that are installed.
+    CheckConflicts {
+        id: String,
+        conflicts: Vec<ConflictSpec>,
+        remove: bool,
+    },
+    /// Refresh the metadata of each selected vendor's source, one source at a time (apt).
+    RefreshMetadata { id: String },
+    /// Install the selected components' packages that are still missing.
+    InstallPackages { id: String, packages: Vec<PackageSpec> },
+    /// `nvidia-ctk runtime configure --runtime=docker`, restarting Docker only when approved.
+    ConfigureRuntime { id: String, component: Component },
+    /// `nvidia-ctk cdi generate` when no GPU is listed, and the CDI refresh unit.
+    GenerateCdi { id: String, component: Component },
+    /// `systemctl enable --now docker`.
+    EnableService { id: String, component: Component },
+    /// `usermod -aG docker <caller>`.
+    AddToDockerGroup { id: String, component: Component },
+}
+
+impl ActionSpec {
+    pub fn id(&self) -> &str {
+        match self {
+            ActionSpec::InstallKey { id, .. }
+            | ActionSpec::WriteSource { id, .. }
+            | ActionSpec::CheckConflicts { id, .. }
+            | ActionSpec::RefreshMetadata { id }
+            | ActionSpec::InstallPackages { id, .. }
+            | ActionSpec::ConfigureRuntime { id, .. }
+            | ActionSpec::GenerateCdi { id, .. }
+            | ActionSpec::EnableService { id, .. }
+            | ActionSpec::AddToDockerGroup { id, .. } => id,
+        }
+    }
+}

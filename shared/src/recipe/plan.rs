@@ -1,0 +1,281 @@
+//! From a recipe and one host's parameters to the ordered list of actions to run
+//! (REFERENCE.md §8.7): only the selected components' actions, templates rendered, packages and
+//! conflicts filtered to the selected vendors.
+
+use super::model::{ActionSpec, KeyEncoding};
+use super::openpgp::Fingerprint;
+use super::template::{self, Values};
+use super::{Component, Recipe, RecipeError};
+use crate::safe::UserName;
+
+/// The package family of a host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PackageFamily {
+    Apt,
+    Dnf,
+}
+
+/// What a plan is built for: the validated host parameters, in the recipe's terms.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub family: PackageFamily,
+    /// `x86_64` or `aarch64`.
+    pub arch: String,
+    pub distro_id: String,
+    pub version_id: String,
+    pub components: Vec<Component>,
+    pub user: UserName,
+}
+
+/// A package to install, as the package manager is asked for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedPackage {
+    pub component: Component,
+    pub name: String,
+    pub version: Option<String>,
+}
+
+/// A conflicting package and the component whose install it blocks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedConflict {
+    pub component: Component,
+    pub name: String,
+}
+
+/// One action of the plan, with everything it needs and nothing a caller chose.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlannedAction {
+    InstallKey {
+        id: String,
+        path: String,
+        encoding: KeyEncoding,
+        armored: String,
+        fingerprints: Vec<Fingerprint>,
+    },
+    WriteSource {
+        id: String,
+        path: String,
+        body: String,
+    },
+    CheckConflicts {
+        id: String,
+        /// The packages whose components the conflicts belong to.
+        wanted: Vec<PlannedPackage>,
+        conflicts: Vec<PlannedConflict>,
+        remove: bool,
+    },
+    RefreshMetadata {
+        id: String,
+        /// One refresh per selected vendor source file, in recipe order.
+        sources: Vec<String>,
+        /// Refresh only when one of these is missing.
+        wanted: Vec<PlannedPackage>,
+    },
+    InstallPackages {
+        id: String,
+        packages: Vec<PlannedPackage>,
+    },
+    ConfigureRuntime {
+        id: String,
+        restart_approved: bool,
+    },
+    GenerateCdi {
+        id: String,
+    },
+    EnableService {
+        id: String,
+    },
+    AddToDockerGroup {
+        id: String,
+        user: UserName,
+    },
+}
+
+impl PlannedAction {
+    /// The step id, e.g. `docker-key`.
+    pub fn id(&self) -> &str {
+        match self {
+            PlannedAction::InstallKey { id, .. }
+            | PlannedAction::WriteSource { id, .. }
+            | PlannedAction::CheckConflicts { id, .. }
+            | PlannedAction::RefreshMetadata { id, .. }
+            | PlannedAction::InstallPackages { id, .. }
+            | PlannedAction::ConfigureRuntime { id, .. }
+            | PlannedAction::GenerateCdi { id }
+            | PlannedAction::EnableService { id }
+            | PlannedAction::AddToDockerGroup { id, .. } => id,
+        }
+    }
+
+    /// The action's kind in the fixed vocabulary, e.g. `install-key`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PlannedAction::InstallKey { .. } => "install-key",
+            PlannedAction::WriteSource { .. } => "write-source",
+            PlannedAction::CheckConflicts { .. } => "check-conflicts",
+            PlannedAction::RefreshMetadata { .. } => "refresh-metadata",
+            PlannedAction::InstallPackages { .. } => "install-packages",
+            PlannedAction::ConfigureRuntime { .. } => "configure-runtime",
+            PlannedAction::GenerateCdi { .. } => "generate-cdi",
+            PlannedAction::EnableService { .. } => "enable-service",
+            PlannedAction::AddToDockerGroup { .. } => "add-to-docker-group",
+        }
+    }
+}
+
+fn unsupported(what: String) -> RecipeError {
+    RecipeError::Unsupported(what)
+}
+
+pub(super) fn steps_for(recipe: &Recipe, target: &Target) -> Result<Vec<PlannedAction>, RecipeError> {
+    let body = recipe.body();
+    if target.components.is_empty() {
+        return Err(unsupported("components is empty: nothing to do".into()));
+    }
+    if target.user.is_root() && target.components.contains(&Component::DockerGroup) {
+        return Err(unsupported("root is never added to the docker group".into()));
+    }
+    let (actions, values) = match target.family {
+        PackageFamily::Apt => {
+            let suites = body
+                .apt
+                .distributions
+                .get(&target.distro_id)
+                .ok_or_else(|| unsupported(format!("{} does not use apt", target.distro_id)))?;
+            let suite = suites.get(&target.version_id).ok_or_else(|| {
+                unsupported(format!(
+                    "the recipe has no apt suite for {} {}",
+                    target.distro_id, target.version_id
+                ))
+            })?;
+            let deb_arch = body
+                .apt
+                .architectures
+                .get(&target.arch)
+                .ok_or_else(|| unsupported(format!("arch {} is not supported", target.arch)))?;
+            let values = Values {
+                arch: &target.arch,
+                deb_arch: Some(deb_arch),
+                distro_id: &target.distro_id,
+                version_id: &target.version_id,
+                version_codename: Some(suite),
+            };
+            (&body.apt.actions, values)
+        }
+        PackageFamily::Dnf => {
+            let range = body
+                .dnf
+                .distributions
+                .get(&target.distro_id)
+                .ok_or_else(|| unsupported(format!("{} does not use dnf", target.distro_id)))?;
+            let release = parse_release(&target.version_id).filter(|r| (range.min..=range.max).contains(r));
+            if release.is_none() {
+                return Err(unsupported(format!(
+                    "{} is not a {} release number",
+                    target.version_id, target.distro_id
+                )));
+            }
+            if !matches!(target.arch.as_str(), "x86_64" | "aarch64") {
+                return Err(unsupported(format!("arch {} is not supported", target.arch)));
+            }
+            let values = Values {
+                arch: &target.arch,
+                deb_arch: None,
+                distro_id: &target.distro_id,
+                version_id: &target.version_id,
+                version_codename: None,
+            };
+            (&body.dnf.actions, values)
+        }
+    };
+
+    let selected = |c: &Component| target.components.contains(c);
+    let wanted: Vec<PlannedPackage> = actions
+        .iter()
+        .filter_map(|a| match a {
+            ActionSpec::InstallPackages { packages, .. } => Some(packages),
+            _ => None,
+        })
+        .flatten()
+        .filter(|p| selected(&p.component))
+        .map(|p| PlannedPackage { component: p.component, name: p.name.clone(), version: p.version.clone() })
+        .collect();
+    let sources: Vec<String> = actions
+        .iter()
+        .filter_map(|a| match a {
+            ActionSpec::WriteSource { component, path, .. } if selected(component) => Some(path.clone()),
+            _ => None,
+        })
+        .collect();
+
+    let mut out = Vec::new();
+    for action in actions {
+        match action {
+            ActionSpec::InstallKey { id, component, path, encoding, key, fingerprints } if selected(component) => {
+                out.push(PlannedAction::InstallKey {
+                    id: id.clone(),
+                    path: path.clone(),
+                    encoding: *encoding,
+                    armored: key.clone(),
+                    fingerprints: fingerprints.iter().filter_map(|f| Fingerprint::parse(f)).collect(),
+                });
+            }
+            ActionSpec::WriteSource { id, component, path, template } if selected(component) => {
+                let body = template::render(template, &values)
+                    .map_err(|e| RecipeError::Invalid(format!("{id}: {e}")))?;
+                out.push(PlannedAction::WriteSource { id: id.clone(), path: path.clone(), body });
+            }
+            ActionSpec::CheckConflicts { id, conflicts, remove } if !wanted.is_empty() => {
+                let conflicts = conflicts
+                    .iter()
+                    .filter(|c| selected(&c.component))
+                    .flat_map(|c| {
+                        c.packages.iter().map(|n| PlannedConflict { component: c.component, name: n.clone() })
+                    })
+                    .collect();
+                out.push(PlannedAction::CheckConflicts {
+                    id: id.clone(),
+                    wanted: wanted.clone(),
+                    conflicts,
+                    remove: *remove,
+                });
+            }
+            ActionSpec::RefreshMetadata { id } if !wanted.is_empty() && !sources.is_empty() => {
+                out.push(PlannedAction::RefreshMetadata {
+                    id: id.clone(),
+                    sources: sources.clone(),
+                    wanted: wanted.clone(),
+                });
+            }
+            ActionSpec::InstallPackages { id, .. } if !wanted.is_empty() => {
+                out.push(PlannedAction::InstallPackages { id: id.clone(), packages: wanted.clone() });
+            }
+            ActionSpec::ConfigureRuntime { id, component } if selected(component) => {
+                out.push(PlannedAction::ConfigureRuntime {
+                    id: id.clone(),
+                    restart_approved: selected(&Component::DockerRestart),
+                });
+            }
+            ActionSpec::GenerateCdi { id, component } if selected(component) => {
+                out.push(PlannedAction::GenerateCdi { id: id.clone() });
+            }
+            ActionSpec::EnableService { id, component } if selected(component) => {
+                out.push(PlannedAction::EnableService { id: id.clone() });
+            }
+            ActionSpec::AddToDockerGroup { id, component } if selected(component) => {
+                out.push(PlannedAction::AddToDockerGroup { id: id.clone(), user: target.user.clone() });
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// `^[1-9][0-9]*$` as a number; anything else (`rawhide`, `041`, `4.1`) is not a release.
+fn parse_release(version: &str) -> Option<u32> {
+    let bytes = version.as_bytes();
+    if bytes.is_empty() || bytes.len() > 4 || bytes[0] == b'0' || !bytes.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    version.parse().ok()
+}
