@@ -271,6 +271,13 @@ pub fn format_ecmascript_number(x: f64) -> Option<String> {
     Some(out)
 }
 
+/// The canonical JSON literal of a string (with quotes), as `JSON.stringify` writes it.
+pub fn string_literal(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    write_string(&mut out, s);
+    out
+}
+
 /// A JSON string as ECMAScript `JSON.stringify` writes it.
 fn write_string(out: &mut String, s: &str) {
     out.push('"');
@@ -529,7 +536,8 @@ impl Parser<'_> {
                         if !(0xdc00..=0xdfff).contains(&low) {
                             return Err(self.error("a lone surrogate escape"));
                         }
-                        let code = 0x10000 + (((unit as u32) - 0xd800) << 10) + (low as u32 - 0xdc00);
+                        let code =
+                            0x10000 + (((unit as u32) - 0xd800) << 10) + (low as u32 - 0xdc00);
                         char::from_u32(code).ok_or_else(|| self.error("a bad `\\u` escape"))?
                     }
                     0xdc00..=0xdfff => return Err(self.error("a lone surrogate escape")),
@@ -741,7 +749,11 @@ mod tests {
                 "bits {bits:#018x}"
             );
         }
-        for bits in [0x7fffffffffffffffu64, 0x7ff0000000000000, 0xfff0000000000000] {
+        for bits in [
+            0x7fffffffffffffffu64,
+            0x7ff0000000000000,
+            0xfff0000000000000,
+        ] {
             assert_eq!(format_ecmascript_number(f64::from_bits(bits)), None);
         }
     }
@@ -779,7 +791,10 @@ mod tests {
     #[test]
     fn nested_objects_and_arrays() {
         let v = parse_strict(br#"[{"z":[],"y":{},"x":[{"b":null,"a":[1,[2,[3]]]}]}]"#).unwrap();
-        assert_eq!(canon(&v), r#"[{"x":[{"a":[1,[2,[3]]],"b":null}],"y":{},"z":[]}]"#);
+        assert_eq!(
+            canon(&v),
+            r#"[{"x":[{"a":[1,[2,[3]]],"b":null}],"y":{},"z":[]}]"#
+        );
     }
 
     #[test]
@@ -810,8 +825,14 @@ mod tests {
         assert!(parse_strict(b"-1e999").is_err());
         assert!(parse_strict(b"1e-400").is_err());
         assert!(parse_strict(b"0e-400").is_ok());
-        assert_eq!(parse_strict(b"9007199254740991").unwrap(), json!(9007199254740991u64));
-        assert_eq!(parse_strict(b"-9007199254740991").unwrap(), json!(-9007199254740991i64));
+        assert_eq!(
+            parse_strict(b"9007199254740991").unwrap(),
+            json!(9007199254740991u64)
+        );
+        assert_eq!(
+            parse_strict(b"-9007199254740991").unwrap(),
+            json!(-9007199254740991i64)
+        );
         assert!(parse_strict(b"-9007199254740992").is_err());
     }
 

@@ -124,7 +124,9 @@ pub fn digest_of_serialize<T: Serialize + ?Sized>(value: &T) -> Result<Digest, C
 
 /// Strictly parses JSON bytes and digests their canonical form.
 pub fn digest_of_json_bytes(bytes: &[u8]) -> Result<Digest, canonical::JsonError> {
-    Ok(Digest::of_bytes(&canonical::canonicalise_json_bytes(bytes)?))
+    Ok(Digest::of_bytes(&canonical::canonicalise_json_bytes(
+        bytes,
+    )?))
 }
 
 #[cfg(test)]
@@ -139,7 +141,9 @@ mod tests {
             "sha256:ecf9e98ec0641e23113ff3ce8bdc78d0ddd249886517fd4a7f68cc83d4e65667"
         );
         assert_eq!(
-            digest_of(&json!({"b": 1, "a": {"d": [1, 2], "c": "x"}})).unwrap().as_str(),
+            digest_of(&json!({"b": 1, "a": {"d": [1, 2], "c": "x"}}))
+                .unwrap()
+                .as_str(),
             "sha256:830c7b7f8c79059841a32e4738f35625c6e5bb256f2821b221cadaef7411d44d"
         );
         assert_eq!(
@@ -158,7 +162,9 @@ mod tests {
             "sha256:11955e7c6a751b10c5485cf690571b633d5a989daddb48d3bc7c1627158c0876"
         );
         assert_eq!(
-            digest_of_json_bytes(b"{\"b\":\"x\",\"a\":1}\n").unwrap().as_str(),
+            digest_of_json_bytes(b"{\"b\":\"x\",\"a\":1}\n")
+                .unwrap()
+                .as_str(),
             "sha256:ecf9e98ec0641e23113ff3ce8bdc78d0ddd249886517fd4a7f68cc83d4e65667"
         );
     }

@@ -210,7 +210,8 @@ mod tests {
             r#"{"code":"MANAGED_HOST_STEP_INVALID","message":"bad step"}"#
         );
         let with = err.clone().with_details("x");
-        let back: CodedError = serde_json::from_str(&serde_json::to_string(&with).unwrap()).unwrap();
+        let back: CodedError =
+            serde_json::from_str(&serde_json::to_string(&with).unwrap()).unwrap();
         assert_eq!(back, with);
         assert!(serde_json::from_str::<CodedError>(
             r#"{"code":"IO_ERROR","message":"m","extra":1}"#

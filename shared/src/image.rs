@@ -218,7 +218,11 @@ impl ImageRef {
 
     pub fn parse(text: &str) -> Result<ImageRef, ImageRefError> {
         let (name, digest) = text.split_once('@').ok_or_else(|| {
-            if text.rsplit('/').next().is_some_and(|last| last.contains(':')) {
+            if text
+                .rsplit('/')
+                .next()
+                .is_some_and(|last| last.contains(':'))
+            {
                 ImageRefError::TagNotAllowed
             } else {
                 ImageRefError::MissingDigest

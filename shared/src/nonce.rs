@@ -113,7 +113,10 @@ mod tests {
             assert!(bad.parse::<Nonce>().is_err(), "{bad}");
         }
         let n: Nonce = serde_json::from_str("\"00112233445566778899aabbccddeeff\"").unwrap();
-        assert_eq!(serde_json::to_string(&n).unwrap(), "\"00112233445566778899aabbccddeeff\"");
+        assert_eq!(
+            serde_json::to_string(&n).unwrap(),
+            "\"00112233445566778899aabbccddeeff\""
+        );
         assert!(serde_json::from_str::<Nonce>("\"0011\"").is_err());
     }
 }

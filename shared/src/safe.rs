@@ -165,7 +165,9 @@ impl AbsPath {
             && !has_control(&value)
             && (value == "/"
                 || (!value.ends_with('/')
-                    && value[1..].split('/').all(|c| !c.is_empty() && c != "." && c != "..")));
+                    && value[1..]
+                        .split('/')
+                        .all(|c| !c.is_empty() && c != "." && c != "..")));
         if ok {
             Ok(AbsPath(value))
         } else {
@@ -202,7 +204,9 @@ impl AbsPath {
     /// The parent directory; `None` for `/`.
     pub fn parent(&self) -> Option<AbsPath> {
         let parent = self.as_path().parent()?;
-        debug_assert!(parent.components().all(|c| !matches!(c, Component::ParentDir)));
+        debug_assert!(parent
+            .components()
+            .all(|c| !matches!(c, Component::ParentDir)));
         parent.to_str().map(|p| AbsPath(p.to_owned()))
     }
 }
@@ -267,23 +271,62 @@ mod tests {
     fn safe_args() {
         assert_eq!(SafeArg::new("docker-ce").unwrap().as_str(), "docker-ce");
         assert_eq!(SafeArg::new("").unwrap_err(), UnsafeValue::EmptyArgument);
-        assert_eq!(SafeArg::new("-rf").unwrap_err(), UnsafeValue::OptionLikeArgument);
-        assert_eq!(SafeArg::new("--all").unwrap_err(), UnsafeValue::OptionLikeArgument);
-        assert_eq!(SafeArg::new("a\0b").unwrap_err(), UnsafeValue::ControlInArgument);
-        assert_eq!(SafeArg::new("a\nb").unwrap_err(), UnsafeValue::ControlInArgument);
-        assert_eq!(SafeArg::flag("--no-remove").unwrap().as_str(), "--no-remove");
+        assert_eq!(
+            SafeArg::new("-rf").unwrap_err(),
+            UnsafeValue::OptionLikeArgument
+        );
+        assert_eq!(
+            SafeArg::new("--all").unwrap_err(),
+            UnsafeValue::OptionLikeArgument
+        );
+        assert_eq!(
+            SafeArg::new("a\0b").unwrap_err(),
+            UnsafeValue::ControlInArgument
+        );
+        assert_eq!(
+            SafeArg::new("a\nb").unwrap_err(),
+            UnsafeValue::ControlInArgument
+        );
+        assert_eq!(
+            SafeArg::flag("--no-remove").unwrap().as_str(),
+            "--no-remove"
+        );
         assert_eq!(SafeArg::flag("x").unwrap_err(), UnsafeValue::NotAFlag);
-        assert_eq!(SafeArg::flag("-o\n").unwrap_err(), UnsafeValue::ControlInArgument);
+        assert_eq!(
+            SafeArg::flag("-o\n").unwrap_err(),
+            UnsafeValue::ControlInArgument
+        );
         assert!("-x".parse::<SafeArg>().is_err());
     }
 
     #[test]
     fn user_names_follow_the_reference_pattern() {
-        for ok in ["alice", "john.doe", "_svc", "A1-b_c.d", &"a".repeat(32), "root"] {
+        for ok in [
+            "alice",
+            "john.doe",
+            "_svc",
+            "A1-b_c.d",
+            &"a".repeat(32),
+            "root",
+        ] {
             assert!(UserName::new(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "-rf", "a b", "1abc", ".x", &"a".repeat(33), &"a".repeat(40), "é", "a/b"] {
-            assert_eq!(UserName::new(bad).unwrap_err(), UnsafeValue::BadUserName, "{bad}");
+        for bad in [
+            "",
+            "-rf",
+            "a b",
+            "1abc",
+            ".x",
+            &"a".repeat(33),
+            &"a".repeat(40),
+            "é",
+            "a/b",
+        ] {
+            assert_eq!(
+                UserName::new(bad).unwrap_err(),
+                UnsafeValue::BadUserName,
+                "{bad}"
+            );
         }
         assert!(UserName::new("root").unwrap().is_root());
         let arg: SafeArg = UserName::new("alice").unwrap().into();
@@ -292,11 +335,30 @@ mod tests {
 
     #[test]
     fn absolute_paths() {
-        for ok in ["/", "/etc/docker/daemon.json", "/var/run/cdi/nvidia.yaml", "/a..b/.c"] {
+        for ok in [
+            "/",
+            "/etc/docker/daemon.json",
+            "/var/run/cdi/nvidia.yaml",
+            "/a..b/.c",
+        ] {
             assert!(AbsPath::new(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "etc", "/etc/", "//etc", "/etc//x", "/etc/../x", "/./x", "/x/.", "/a\0"] {
-            assert_eq!(AbsPath::new(bad).unwrap_err(), UnsafeValue::BadPath, "{bad:?}");
+        for bad in [
+            "",
+            "etc",
+            "/etc/",
+            "//etc",
+            "/etc//x",
+            "/etc/../x",
+            "/./x",
+            "/x/.",
+            "/a\0",
+        ] {
+            assert_eq!(
+                AbsPath::new(bad).unwrap_err(),
+                UnsafeValue::BadPath,
+                "{bad:?}"
+            );
         }
         let p = AbsPath::new("/etc").unwrap();
         assert_eq!(p.join("docker").unwrap().as_str(), "/etc/docker");

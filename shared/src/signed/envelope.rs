@@ -10,8 +10,8 @@
 use std::fmt;
 use std::str::FromStr;
 
-use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
 use serde_json::{Map, Value};
 
 use super::keys::{KeyId, SigningKey};
@@ -95,7 +95,10 @@ pub struct SignedDocument {
 }
 
 /// The bytes a signature covers.
-pub fn signed_message(payload: &Map<String, Value>, kind: DocumentKind) -> Result<Vec<u8>, CanonicalError> {
+pub fn signed_message(
+    payload: &Map<String, Value>,
+    kind: DocumentKind,
+) -> Result<Vec<u8>, CanonicalError> {
     // Canonicalise a borrowed view: the payload map is written as an object.
     let canonical = canonical::to_canonical_string(&Value::Object(payload.clone()))?;
     let mut message = Vec::with_capacity(kind.context().len() + canonical.len());
@@ -111,7 +114,10 @@ fn bad(what: impl Into<String>) -> VerifyError {
 impl SignedDocument {
     /// An envelope with no signatures yet.
     pub fn unsigned(payload: Map<String, Value>) -> SignedDocument {
-        SignedDocument { payload, signatures: Vec::new() }
+        SignedDocument {
+            payload,
+            signatures: Vec::new(),
+        }
     }
 
     /// Parses envelope bytes strictly: bounded size, strict JSON, exactly the keys `payload` and
@@ -119,7 +125,9 @@ impl SignedDocument {
     /// bytes), no key id twice.
     pub fn parse(bytes: &[u8]) -> Result<SignedDocument, VerifyError> {
         if bytes.len() > MAX_DOCUMENT_BYTES {
-            return Err(bad(format!("the document is larger than {MAX_DOCUMENT_BYTES} bytes")));
+            return Err(bad(format!(
+                "the document is larger than {MAX_DOCUMENT_BYTES} bytes"
+            )));
         }
         let value = canonical::parse_strict(bytes).map_err(|e| bad(e.to_string()))?;
         SignedDocument::from_value(value)
@@ -141,28 +149,40 @@ impl SignedDocument {
             None => return Err(bad("signatures is missing")),
         };
         if !top.is_empty() {
-            return Err(bad("the envelope has keys other than payload and signatures"));
+            return Err(bad(
+                "the envelope has keys other than payload and signatures",
+            ));
         }
         if entries.len() > MAX_SIGNATURES {
             return Err(bad(format!("more than {MAX_SIGNATURES} signatures")));
         }
         let mut signatures: Vec<SignatureEntry> = Vec::with_capacity(entries.len());
         for (i, entry) in entries.into_iter().enumerate() {
-            let entry = parse_entry(entry).map_err(|what| bad(format!("signatures[{i}]: {what}")))?;
+            let entry =
+                parse_entry(entry).map_err(|what| bad(format!("signatures[{i}]: {what}")))?;
             if signatures.iter().any(|s| s.key_id == entry.key_id) {
                 return Err(bad(format!("signatures[{i}]: a key id appears twice")));
             }
             signatures.push(entry);
         }
-        Ok(SignedDocument { payload, signatures })
+        Ok(SignedDocument {
+            payload,
+            signatures,
+        })
     }
 
     /// Signs `payload` as `kind`. The payload must be an object carrying the header every
     /// document needs (`kind` matching, `id`, `serial`, `expires_at`), so a publisher cannot
     /// emit a document that no verifier would accept.
-    pub fn sign(payload: Value, kind: DocumentKind, key: &SigningKey) -> Result<SignedDocument, VerifyError> {
+    pub fn sign(
+        payload: Value,
+        kind: DocumentKind,
+        key: &SigningKey,
+    ) -> Result<SignedDocument, VerifyError> {
         let Value::Object(payload) = payload else {
-            return Err(VerifyError::BadPayload("the payload is not an object".to_owned()));
+            return Err(VerifyError::BadPayload(
+                "the payload is not an object".to_owned(),
+            ));
         };
         super::verify::check_header(&payload, kind)?;
         let mut doc = SignedDocument::unsigned(payload);
@@ -172,10 +192,17 @@ impl SignedDocument {
 
     /// Adds (or replaces) the signature of `key` over the payload as `kind`, without checking
     /// the payload header.
-    pub fn add_signature(&mut self, kind: DocumentKind, key: &SigningKey) -> Result<(), VerifyError> {
+    pub fn add_signature(
+        &mut self,
+        kind: DocumentKind,
+        key: &SigningKey,
+    ) -> Result<(), VerifyError> {
         let message = signed_message(&self.payload, kind)
             .map_err(|e| VerifyError::BadPayload(e.to_string()))?;
-        let entry = SignatureEntry { key_id: key.id().clone(), sig: key.sign_raw(&message) };
+        let entry = SignatureEntry {
+            key_id: key.id().clone(),
+            sig: key.sign_raw(&message),
+        };
         self.signatures.retain(|s| s.key_id != entry.key_id);
         self.signatures.push(entry);
         Ok(())
@@ -232,7 +259,9 @@ fn parse_entry(entry: Value) -> Result<SignatureEntry, &'static str> {
         _ => return Err("alg must be ed25519"),
     }
     let sig = match map.remove("sig") {
-        Some(Value::String(s)) => BASE64.decode(s.as_bytes()).map_err(|_| "sig is not base64")?,
+        Some(Value::String(s)) => BASE64
+            .decode(s.as_bytes())
+            .map_err(|_| "sig is not base64")?,
         _ => return Err("sig is missing or not a string"),
     };
     let sig: [u8; 64] = sig.try_into().map_err(|_| "sig is not 64 bytes")?;

@@ -3,14 +3,14 @@
 use std::fmt;
 use std::str::FromStr;
 
-use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
 use ed25519_dalek::{Signer as _, VerifyingKey};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha2::{Digest as _, Sha256};
 
 use crate::error::ErrorCode;
-use crate::nonce::{RandomUnavailable, random_bytes};
+use crate::nonce::{random_bytes, RandomUnavailable};
 
 const KEY_ID_PREFIX: &str = "ed25519:";
 /// First line word of a public key file.
@@ -58,7 +58,11 @@ impl FromStr for KeyId {
         let ok = s.strip_prefix(KEY_ID_PREFIX).is_some_and(|hex| {
             hex.len() == 32 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
         });
-        if ok { Ok(KeyId(s.to_owned())) } else { Err(KeyError::BadKeyId) }
+        if ok {
+            Ok(KeyId(s.to_owned()))
+        } else {
+            Err(KeyError::BadKeyId)
+        }
     }
 }
 
@@ -110,20 +114,25 @@ impl PublicKey {
         if key.is_weak() {
             return Err(KeyError::BadPublicKey);
         }
-        Ok(PublicKey { key, id: KeyId::of(bytes) })
+        Ok(PublicKey {
+            key,
+            id: KeyId::of(bytes),
+        })
     }
 
     /// Parses the public key file format: `enginekit-ed25519-public <base64>` and an optional
     /// final newline.
     pub fn from_text(text: &str) -> Result<PublicKey, KeyError> {
-        let bytes =
-            decode_key_text(text, PUBLIC_KEY_LABEL).ok_or(KeyError::BadPublicKeyText)?;
+        let bytes = decode_key_text(text, PUBLIC_KEY_LABEL).ok_or(KeyError::BadPublicKeyText)?;
         PublicKey::from_bytes(&bytes)
     }
 
     /// The public key file text, ending in a newline.
     pub fn to_text(&self) -> String {
-        format!("{PUBLIC_KEY_LABEL} {}\n", BASE64.encode(self.key.as_bytes()))
+        format!(
+            "{PUBLIC_KEY_LABEL} {}\n",
+            BASE64.encode(self.key.as_bytes())
+        )
     }
 
     pub fn id(&self) -> &KeyId {
@@ -150,7 +159,9 @@ pub struct SigningKey {
 
 impl fmt::Debug for SigningKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SigningKey").field("id", &self.public.id).finish()
+        f.debug_struct("SigningKey")
+            .field("id", &self.public.id)
+            .finish()
     }
 }
 
@@ -163,20 +174,25 @@ impl SigningKey {
     pub fn from_seed(seed: &[u8; 32]) -> SigningKey {
         let key = ed25519_dalek::SigningKey::from_bytes(seed);
         let verifying = key.verifying_key();
-        let public = PublicKey { id: KeyId::of(verifying.as_bytes()), key: verifying };
+        let public = PublicKey {
+            id: KeyId::of(verifying.as_bytes()),
+            key: verifying,
+        };
         SigningKey { key, public }
     }
 
     /// Parses the secret key file format: `enginekit-ed25519-secret <base64 seed>`.
     pub fn from_secret_text(text: &str) -> Result<SigningKey, KeyError> {
-        let seed =
-            decode_key_text(text, SECRET_KEY_LABEL).ok_or(KeyError::BadSecretKeyText)?;
+        let seed = decode_key_text(text, SECRET_KEY_LABEL).ok_or(KeyError::BadSecretKeyText)?;
         Ok(SigningKey::from_seed(&seed))
     }
 
     /// The secret key file text, ending in a newline. Write it with mode 0600.
     pub fn to_secret_text(&self) -> String {
-        format!("{SECRET_KEY_LABEL} {}\n", BASE64.encode(self.key.to_bytes()))
+        format!(
+            "{SECRET_KEY_LABEL} {}\n",
+            BASE64.encode(self.key.to_bytes())
+        )
     }
 
     pub fn public_key(&self) -> &PublicKey {
@@ -221,8 +237,16 @@ mod tests {
         // The identity point is a weak key.
         let mut identity = [0u8; 32];
         identity[0] = 1;
-        assert_eq!(PublicKey::from_bytes(&identity).unwrap_err(), KeyError::BadPublicKey);
-        for bad in ["", "ed25519:", "ed25519:00", "ED25519:00112233445566778899aabbccddeeff"] {
+        assert_eq!(
+            PublicKey::from_bytes(&identity).unwrap_err(),
+            KeyError::BadPublicKey
+        );
+        for bad in [
+            "",
+            "ed25519:",
+            "ed25519:00",
+            "ED25519:00112233445566778899aabbccddeeff",
+        ] {
             assert!(bad.parse::<KeyId>().is_err());
         }
     }

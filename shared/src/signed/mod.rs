@@ -20,11 +20,11 @@ mod trust;
 mod verify;
 
 pub use envelope::{
-    ALG_ED25519, DocumentKind, MAX_DOCUMENT_BYTES, MAX_SIGNATURES, SignatureEntry, SignedDocument,
-    UnknownDocumentKind, signed_message,
+    signed_message, DocumentKind, SignatureEntry, SignedDocument, UnknownDocumentKind, ALG_ED25519,
+    MAX_DOCUMENT_BYTES, MAX_SIGNATURES,
 };
-pub use keys::{KeyError, KeyId, PUBLIC_KEY_LABEL, PublicKey, SECRET_KEY_LABEL, SigningKey};
+pub use keys::{KeyError, KeyId, PublicKey, SigningKey, PUBLIC_KEY_LABEL, SECRET_KEY_LABEL};
 pub use trust::{
-    HELPER_KEY_DIRS, MAX_KEY_FILE_BYTES, PUBLIC_KEY_SUFFIX, RejectedKeyFile, TrustStore,
+    RejectedKeyFile, TrustStore, HELPER_KEY_DIRS, MAX_KEY_FILE_BYTES, PUBLIC_KEY_SUFFIX,
 };
-pub use verify::{HighWater, VerifiedDocument, VerifyError, check_header, verify, verify_bytes};
+pub use verify::{check_header, verify, verify_bytes, HighWater, VerifiedDocument, VerifyError};

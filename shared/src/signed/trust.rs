@@ -97,7 +97,10 @@ impl TrustStore {
     }
 
     fn reject(&mut self, path: &Path, reason: impl Into<String>) {
-        self.rejected.push(RejectedKeyFile { path: path.to_owned(), reason: reason.into() });
+        self.rejected.push(RejectedKeyFile {
+            path: path.to_owned(),
+            reason: reason.into(),
+        });
     }
 
     fn load_dir(&mut self, dir: &Path, ownership: Ownership) {
@@ -121,7 +124,11 @@ impl TrustStore {
         let mut paths: Vec<PathBuf> = entries
             .filter_map(Result::ok)
             .map(|e| e.path())
-            .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(PUBLIC_KEY_SUFFIX)))
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.ends_with(PUBLIC_KEY_SUFFIX))
+            })
             .collect();
         paths.sort();
         for path in paths {
@@ -153,7 +160,9 @@ fn read_key_file(path: &Path, ownership: Ownership) -> Result<PublicKey, String>
         flags |= libc::O_NOFOLLOW;
     }
     options.custom_flags(flags);
-    let file: File = options.open(path).map_err(|e| format!("cannot open: {e}"))?;
+    let file: File = options
+        .open(path)
+        .map_err(|e| format!("cannot open: {e}"))?;
     let meta = file.metadata().map_err(|e| format!("cannot stat: {e}"))?;
     if !meta.is_file() {
         return Err("not a regular file".to_owned());

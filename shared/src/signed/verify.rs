@@ -5,14 +5,14 @@
 //! already accepted). A lower serial, or the same serial with another payload, is a rollback.
 
 use serde_json::{Map, Value};
-use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
 
-use super::envelope::{DocumentKind, SignedDocument, signed_message};
+use super::envelope::{signed_message, DocumentKind, SignedDocument};
 use super::keys::KeyId;
 use super::trust::TrustStore;
 use crate::canonical::MAX_SAFE_INTEGER;
-use crate::digest::{Digest, digest_of};
+use crate::digest::{digest_of, Digest};
 use crate::error::ErrorCode;
 
 /// The last accepted serial of one document id, with the digest of that payload.
@@ -35,7 +35,10 @@ pub enum VerifyError {
     #[error("a signature from a trusted key does not verify")]
     BadSignature,
     #[error("the document is a {found}, not a {expected}")]
-    WrongKind { expected: DocumentKind, found: String },
+    WrongKind {
+        expected: DocumentKind,
+        found: String,
+    },
     #[error("the document payload is malformed: {0}")]
     BadPayload(String),
     #[error("serial {serial} would roll back from serial {high_water}")]
@@ -74,18 +77,26 @@ pub struct Header {
 
 fn is_document_id(id: &str) -> bool {
     (1..=128).contains(&id.len())
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
 }
 
 /// Checks `kind`, `id` (`[A-Za-z0-9._:-]{1,128}`), `serial` (integer 0..=2^53−1) and `expires_at`
 /// (RFC 3339).
-pub fn check_header(payload: &Map<String, Value>, kind: DocumentKind) -> Result<Header, VerifyError> {
+pub fn check_header(
+    payload: &Map<String, Value>,
+    kind: DocumentKind,
+) -> Result<Header, VerifyError> {
     let bad = |what: &str| VerifyError::BadPayload(what.to_owned());
     match payload.get("kind") {
         Some(Value::String(found)) if found == kind.as_str() => {}
         Some(Value::String(found)) => {
             let found: String = found.chars().take(64).filter(|c| !c.is_control()).collect();
-            return Err(VerifyError::WrongKind { expected: kind, found });
+            return Err(VerifyError::WrongKind {
+                expected: kind,
+                found,
+            });
         }
         _ => return Err(bad("kind is missing or not a string")),
     }
@@ -102,7 +113,11 @@ pub fn check_header(payload: &Map<String, Value>, kind: DocumentKind) -> Result<
             .map_err(|_| bad("expires_at is not an RFC 3339 time"))?,
         _ => return Err(bad("expires_at is missing or not a string")),
     };
-    Ok(Header { id, serial, expires_at })
+    Ok(Header {
+        id,
+        serial,
+        expires_at,
+    })
 }
 
 /// A document whose signature, kind, serial and expiry have been checked.
@@ -122,7 +137,10 @@ pub struct VerifiedDocument {
 impl VerifiedDocument {
     /// The high-water mark to store after accepting this document.
     pub fn high_water(&self) -> HighWater {
-        HighWater { serial: self.serial, digest: self.digest.clone() }
+        HighWater {
+            serial: self.serial,
+            digest: self.digest.clone(),
+        }
     }
 
     /// The payload as a JSON value.
@@ -147,8 +165,8 @@ pub fn verify(
     if doc.signatures().is_empty() {
         return Err(VerifyError::NoSignatures);
     }
-    let message = signed_message(doc.payload(), kind)
-        .map_err(|e| VerifyError::BadPayload(e.to_string()))?;
+    let message =
+        signed_message(doc.payload(), kind).map_err(|e| VerifyError::BadPayload(e.to_string()))?;
     let mut signed_by = Vec::new();
     for entry in doc.signatures() {
         let Some(key) = trust.get(&entry.key_id) else {
@@ -170,10 +188,13 @@ pub fn verify(
     let digest = digest_of(&Value::Object(doc.payload().clone()))
         .map_err(|e| VerifyError::BadPayload(e.to_string()))?;
     if let Some(mark) = high_water {
-        let rollback = header.serial < mark.serial
-            || (header.serial == mark.serial && digest != mark.digest);
+        let rollback =
+            header.serial < mark.serial || (header.serial == mark.serial && digest != mark.digest);
         if rollback {
-            return Err(VerifyError::Rollback { serial: header.serial, high_water: mark.serial });
+            return Err(VerifyError::Rollback {
+                serial: header.serial,
+                high_water: mark.serial,
+            });
         }
     }
     Ok(VerifiedDocument {

@@ -1,1 +1,1214 @@
-//! Host step and its parameters.
+//! Host step and its parameters (DESIGN.md "Host step", REFERENCE.md §5.5, §8.1, §8.4).
+//!
+//! A host step is JSON the broker mints and the helper verifies:
+//! `step_id`, `action`, `recipe_id`, `recipe_digest`, optional inline signed `recipe`,
+//! `parameters`, `parameters_digest`, `nonce`, `issued_at` (RFC 3339 UTC, see
+//! [`Timestamp`]), `expected_operation_revision`. [`HostStep::parse`] is the helper's entry:
+//! bounded size, strict JSON, no unknown keys, parameters validated exactly as the reference does,
+//! and the parameters digest recomputed from them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
+
+use super::Timestamp;
+use crate::canonical::{self, CanonicalError, ParseError, MAX_SAFE_INTEGER};
+use crate::digest::Digest;
+use crate::error::ErrorCode;
+use crate::nonce::{random_bytes, Nonce, RandomUnavailable};
+use crate::safe::UserName;
+
+/// Largest host step accepted, in bytes.
+pub const MAX_STEP_BYTES: usize = 256 * 1024;
+
+macro_rules! string_enum {
+    ($(#[$meta:meta])* $name:ident { $( $(#[$vmeta:meta])* $variant:ident => $text:literal ),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name { $( $(#[$vmeta])* $variant, )+ }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[ $( $name::$variant, )+ ];
+
+            pub const fn as_str(self) -> &'static str {
+                match self { $( $name::$variant => $text, )+ }
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = UnknownName;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                $name::ALL.iter().copied().find(|v| v.as_str() == s).ok_or(UnknownName)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let text = std::borrow::Cow::<'de, str>::deserialize(deserializer)?;
+                text.parse().map_err(|_| serde::de::Error::custom(concat!("unknown ", stringify!($name))))
+            }
+        }
+    };
+}
+
+/// The string is not one of the enum's names.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown name")]
+pub struct UnknownName;
+
+string_enum! {
+    /// What the host step changes. Declaration order is recipe order: parameters are normalised
+    /// into it before digesting.
+    Component {
+        DockerEngine => "docker-engine",
+        NvidiaContainerToolkit => "nvidia-container-toolkit",
+        NvidiaRuntime => "nvidia-runtime",
+        NvidiaCdi => "nvidia-cdi",
+        DockerRestart => "docker-restart",
+        DockerService => "docker-service",
+        DockerGroup => "docker-group",
+    }
+}
+
+string_enum! {
+    /// CPU architecture as `uname -m` names it.
+    Arch {
+        X86_64 => "x86_64",
+        Aarch64 => "aarch64",
+    }
+}
+
+string_enum! {
+    /// Package manager family.
+    Family {
+        Apt => "apt",
+        Dnf => "dnf",
+    }
+}
+
+string_enum! {
+    /// The one privileged action the helper performs.
+    HostAction {
+        InstallContainerRuntime => "linux.install-container-runtime",
+    }
+}
+
+/// Which distributions and versions the recipe knows (REFERENCE.md §8.5 `apt.suites`,
+/// `dnf.versions`). A dnf version must be a two-digit release number `^[1-9][0-9]$`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DistroTable {
+    apt_suites: BTreeMap<String, BTreeMap<String, String>>,
+    dnf_distros: BTreeSet<String>,
+}
+
+impl DistroTable {
+    pub fn new(
+        apt_suites: BTreeMap<String, BTreeMap<String, String>>,
+        dnf_distros: BTreeSet<String>,
+    ) -> DistroTable {
+        DistroTable {
+            apt_suites,
+            dnf_distros,
+        }
+    }
+
+    /// The tables of the reference recipe, revision 2.
+    pub fn built_in() -> DistroTable {
+        let suites = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(v, s)| ((*v).to_owned(), (*s).to_owned()))
+                .collect()
+        };
+        let mut apt = BTreeMap::new();
+        apt.insert(
+            "ubuntu".to_owned(),
+            suites(&[
+                ("22.04", "jammy"),
+                ("24.04", "noble"),
+                ("26.04", "resolute"),
+            ]),
+        );
+        apt.insert(
+            "debian".to_owned(),
+            suites(&[("12", "bookworm"), ("13", "trixie")]),
+        );
+        DistroTable::new(apt, ["fedora".to_owned()].into_iter().collect())
+    }
+
+    /// The family a distribution uses, if the recipe knows it.
+    pub fn family_of(&self, distro: &str) -> Option<Family> {
+        if self.apt_suites.contains_key(distro) {
+            Some(Family::Apt)
+        } else if self.dnf_distros.contains(distro) {
+            Some(Family::Dnf)
+        } else {
+            None
+        }
+    }
+
+    /// The apt suite for a distribution version, e.g. ubuntu 24.04 → noble.
+    pub fn apt_suite(&self, distro: &str, version: &str) -> Option<&str> {
+        self.apt_suites
+            .get(distro)?
+            .get(version)
+            .map(String::as_str)
+    }
+
+    /// Whether `version` is a dnf release number.
+    pub fn is_dnf_release(version: &str) -> bool {
+        let b = version.as_bytes();
+        b.len() == 2 && (b'1'..=b'9').contains(&b[0]) && b[1].is_ascii_digit()
+    }
+}
+
+/// Every problem found in the parameters, in a fixed order.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid recipe parameters: {}", .problems.join("; "))]
+pub struct ParameterProblems {
+    pub problems: Vec<String>,
+}
+
+impl ParameterProblems {
+    pub fn code(&self) -> ErrorCode {
+        ErrorCode::HostStepInvalid
+    }
+}
+
+/// The validated, normalised parameters of `linux.install-container-runtime`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct HostParameters {
+    user: UserName,
+    arch: Arch,
+    family: Family,
+    distro_id: String,
+    version_id: String,
+    components: Vec<Component>,
+}
+
+const PARAMETER_KEYS: [&str; 6] = [
+    "user",
+    "arch",
+    "family",
+    "distro_id",
+    "version_id",
+    "components",
+];
+
+/// A value as it may appear in a problem text: plain names as they are, anything else escaped
+/// and bounded, so a problem never carries control characters or unbounded input.
+fn shown(value: &Value) -> String {
+    match value {
+        Value::String(s) => {
+            let plain = !s.is_empty()
+                && s.len() <= 64
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._+:-".contains(&b));
+            if plain {
+                s.clone()
+            } else {
+                let bounded: String = s.chars().take(64).collect();
+                canonical::string_literal(&bounded)
+            }
+        }
+        Value::Null => "null".to_owned(),
+        Value::Bool(_) => "a boolean".to_owned(),
+        Value::Number(_) => "a number".to_owned(),
+        Value::Array(_) => "a list".to_owned(),
+        Value::Object(_) => "an object".to_owned(),
+    }
+}
+
+impl HostParameters {
+    /// Validates raw parameters against the reference recipe's tables (REFERENCE.md §8.4).
+    pub fn validate(raw: &Value) -> Result<HostParameters, ParameterProblems> {
+        HostParameters::validate_with(raw, &DistroTable::built_in())
+    }
+
+    /// Validates raw parameters against `table`, collecting every problem.
+    pub fn validate_with(
+        raw: &Value,
+        table: &DistroTable,
+    ) -> Result<HostParameters, ParameterProblems> {
+        let mut problems = Vec::new();
+        let map = match raw {
+            Value::Object(map) => map,
+            Value::Array(_) => {
+                return Err(ParameterProblems {
+                    problems: vec!["parameters must be an object, not a list".to_owned()],
+                })
+            }
+            _ => {
+                return Err(ParameterProblems {
+                    problems: vec!["parameters must be an object".to_owned()],
+                })
+            }
+        };
+        for key in map.keys() {
+            if !PARAMETER_KEYS.contains(&key.as_str()) {
+                problems.push(format!(
+                    "unknown parameter {}",
+                    shown(&Value::String(key.clone()))
+                ));
+            }
+        }
+        for key in PARAMETER_KEYS {
+            if !map.contains_key(key) {
+                problems.push(format!("missing parameter {key}"));
+            }
+        }
+
+        let user = map.get("user").and_then(|v| {
+            let user = v.as_str().and_then(|s| UserName::new(s).ok());
+            if user.is_none() {
+                problems.push("user must be a POSIX user name".to_owned());
+            }
+            user
+        });
+        let arch = map.get("arch").and_then(|v| {
+            let arch = v.as_str().and_then(|s| s.parse::<Arch>().ok());
+            if arch.is_none() {
+                problems.push(format!("arch must be x86_64 or aarch64, not {}", shown(v)));
+            }
+            arch
+        });
+        let family = map.get("family").and_then(|v| {
+            let family = v.as_str().and_then(|s| s.parse::<Family>().ok());
+            if family.is_none() {
+                problems.push(format!("family must be apt or dnf, not {}", shown(v)));
+            }
+            family
+        });
+        let distro = map.get("distro_id").and_then(|v| {
+            let Some(distro) = v.as_str() else {
+                problems.push("distro_id must be a string".to_owned());
+                return None;
+            };
+            match table.family_of(distro) {
+                None => {
+                    problems.push(format!("unknown distribution {}", shown(v)));
+                    None
+                }
+                Some(expected) => {
+                    if let Some(family) = family {
+                        if family != expected {
+                            problems.push(format!("{} uses {expected}, not {family}", shown(v)));
+                        }
+                    }
+                    Some((distro.to_owned(), expected))
+                }
+            }
+        });
+        let version = map.get("version_id").and_then(|v| {
+            let Some(version) = v.as_str() else {
+                problems.push("version_id must be a string".to_owned());
+                return None;
+            };
+            if let Some((distro, family)) = &distro {
+                let known = match family {
+                    Family::Apt => table.apt_suite(distro, version).is_some(),
+                    Family::Dnf => DistroTable::is_dnf_release(version),
+                };
+                if !known {
+                    let d = shown(&Value::String(distro.clone()));
+                    problems.push(match family {
+                        Family::Apt => format!("the recipe has no apt suite for {d} {}", shown(v)),
+                        Family::Dnf => format!("{} is not a {d} release number", shown(v)),
+                    });
+                }
+            }
+            Some(version.to_owned())
+        });
+        let mut seen = BTreeSet::new();
+        let components = map.get("components").and_then(|v| {
+            let Some(items) = v.as_array() else {
+                problems.push("components must be a list".to_owned());
+                return None;
+            };
+            let mut all_known = true;
+            let mut repeated = false;
+            for item in items {
+                match item.as_str().and_then(|s| s.parse::<Component>().ok()) {
+                    Some(component) => repeated |= !seen.insert(component),
+                    None => {
+                        all_known = false;
+                        problems.push(format!("unknown component {}", shown(item)));
+                    }
+                }
+            }
+            if repeated {
+                problems.push("a component is repeated".to_owned());
+            }
+            if items.is_empty() {
+                problems.push("components is empty: nothing to do".to_owned());
+            }
+            // A BTreeSet of Components iterates in declaration order, which is recipe order.
+            all_known.then(|| seen.iter().copied().collect::<Vec<_>>())
+        });
+        if let Some(user) = &user {
+            if user.is_root() && seen.contains(&Component::DockerGroup) {
+                problems.push("root is never added to the docker group".to_owned());
+            }
+        }
+
+        match (user, arch, family, distro, version, components) {
+            (
+                Some(user),
+                Some(arch),
+                Some(family),
+                Some((distro_id, _)),
+                Some(version_id),
+                Some(components),
+            ) if problems.is_empty() => Ok(HostParameters {
+                user,
+                arch,
+                family,
+                distro_id,
+                version_id,
+                components,
+            }),
+            _ => Err(ParameterProblems { problems }),
+        }
+    }
+
+    pub fn user(&self) -> &UserName {
+        &self.user
+    }
+    pub fn arch(&self) -> Arch {
+        self.arch
+    }
+    pub fn family(&self) -> Family {
+        self.family
+    }
+    pub fn distro_id(&self) -> &str {
+        &self.distro_id
+    }
+    pub fn version_id(&self) -> &str {
+        &self.version_id
+    }
+    /// The components, in recipe order, without repeats, never empty.
+    pub fn components(&self) -> &[Component] {
+        &self.components
+    }
+    pub fn has(&self, component: Component) -> bool {
+        self.components.contains(&component)
+    }
+
+    /// The canonical JSON of the parameters (keys sorted, components in recipe order). Written
+    /// directly: every value is a string, so it cannot fail.
+    pub fn canonical_json(&self) -> String {
+        let lit = canonical::string_literal;
+        let components: Vec<String> = self.components.iter().map(|c| lit(c.as_str())).collect();
+        format!(
+            "{{\"arch\":{},\"components\":[{}],\"distro_id\":{},\"family\":{},\"user\":{},\"version_id\":{}}}",
+            lit(self.arch.as_str()),
+            components.join(","),
+            lit(&self.distro_id),
+            lit(self.family.as_str()),
+            lit(self.user.as_str()),
+            lit(&self.version_id),
+        )
+    }
+
+    /// `parameters_digest`: the digest of the canonical JSON of the normalised parameters.
+    pub fn digest(&self) -> Digest {
+        Digest::of_bytes(self.canonical_json().as_bytes())
+    }
+
+    pub fn to_value(&self) -> Value {
+        let mut map = Map::new();
+        map.insert("user".to_owned(), Value::String(self.user.to_string()));
+        map.insert(
+            "arch".to_owned(),
+            Value::String(self.arch.as_str().to_owned()),
+        );
+        map.insert(
+            "family".to_owned(),
+            Value::String(self.family.as_str().to_owned()),
+        );
+        map.insert(
+            "distro_id".to_owned(),
+            Value::String(self.distro_id.clone()),
+        );
+        map.insert(
+            "version_id".to_owned(),
+            Value::String(self.version_id.clone()),
+        );
+        map.insert(
+            "components".to_owned(),
+            Value::Array(
+                self.components
+                    .iter()
+                    .map(|c| Value::String(c.as_str().to_owned()))
+                    .collect(),
+            ),
+        );
+        Value::Object(map)
+    }
+}
+
+impl<'de> Deserialize<'de> for HostParameters {
+    /// Deserialising always validates (with the built-in tables).
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = Value::deserialize(deserializer)?;
+        HostParameters::validate(&raw).map_err(serde::de::Error::custom)
+    }
+}
+
+/// `host-step-` + a UUID-shaped 128-bit random value in lowercase hex
+/// (`host-step-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StepId(String);
+
+const STEP_ID_PREFIX: &str = "host-step-";
+
+/// A random UUID (version 4 layout) in lowercase hex with dashes.
+pub(crate) fn random_uuid() -> Result<String, RandomUnavailable> {
+    let mut b = random_bytes::<16>()?;
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h = hex::encode(b);
+    Ok(format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    ))
+}
+
+pub(crate) fn is_uuid_shaped(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 36
+        && b.iter().enumerate().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => *c == b'-',
+            _ => matches!(c, b'0'..=b'9' | b'a'..=b'f'),
+        })
+}
+
+/// The text is not a step id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a step id must be host-step- followed by a lowercase UUID")]
+pub struct StepIdParseError;
+
+impl StepId {
+    pub fn generate() -> Result<StepId, RandomUnavailable> {
+        Ok(StepId(format!("{STEP_ID_PREFIX}{}", random_uuid()?)))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for StepId {
+    type Err = StepIdParseError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.strip_prefix(STEP_ID_PREFIX) {
+            Some(rest) if is_uuid_shaped(rest) => Ok(StepId(s.to_owned())),
+            _ => Err(StepIdParseError),
+        }
+    }
+}
+
+impl fmt::Display for StepId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A recipe id: `^[a-z0-9.-]{1,64}$` (REFERENCE.md §5.7).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RecipeId(String);
+
+/// The text is not a recipe id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a recipe id must be 1 to 64 of [a-z0-9.-]")]
+pub struct RecipeIdParseError;
+
+impl RecipeId {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for RecipeId {
+    type Err = RecipeIdParseError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let ok = (1..=64).contains(&s.len())
+            && s.bytes()
+                .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'.' | b'-'));
+        if ok {
+            Ok(RecipeId(s.to_owned()))
+        } else {
+            Err(RecipeIdParseError)
+        }
+    }
+}
+
+impl fmt::Display for RecipeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+macro_rules! string_serde {
+    ($t:ty) => {
+        impl Serialize for $t {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(&self.0)
+            }
+        }
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let text = std::borrow::Cow::<'de, str>::deserialize(deserializer)?;
+                text.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+string_serde!(StepId);
+string_serde!(RecipeId);
+
+/// Why a host step was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostStepError {
+    #[error("the host step is larger than {MAX_STEP_BYTES} bytes")]
+    TooLarge,
+    #[error("the host step is not strict JSON: {0}")]
+    Malformed(ParseError),
+    #[error("the host step is malformed: {0}")]
+    Shape(String),
+    #[error("{0}")]
+    Parameters(ParameterProblems),
+    #[error("the action {action} does not match the recipe {recipe_id}")]
+    ActionMismatch {
+        action: HostAction,
+        recipe_id: RecipeId,
+    },
+    #[error("parameters_digest {claimed} is not the digest of the parameters ({computed})")]
+    ParametersDigestMismatch { claimed: Digest, computed: Digest },
+    #[error("expected_operation_revision is larger than 2^53 - 1")]
+    RevisionOutOfRange,
+    #[error(transparent)]
+    Random(RandomUnavailable),
+    #[error("the host step cannot be written: {0}")]
+    Canonical(CanonicalError),
+}
+
+impl HostStepError {
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            HostStepError::Random(_) => ErrorCode::IoError,
+            _ => ErrorCode::HostStepInvalid,
+        }
+    }
+}
+
+/// The fields besides `parameters`, checked by serde.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OtherFields {
+    step_id: StepId,
+    action: HostAction,
+    recipe_id: RecipeId,
+    recipe_digest: Digest,
+    #[serde(default)]
+    recipe: Option<Value>,
+    parameters_digest: Digest,
+    nonce: Nonce,
+    issued_at: Timestamp,
+    expected_operation_revision: u64,
+}
+
+/// A verified-shape host step. Only [`HostStep::parse`] and [`HostStep::issue`] build one, so
+/// `parameters_digest` always is the digest of `parameters`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HostStep {
+    step_id: StepId,
+    action: HostAction,
+    recipe_id: RecipeId,
+    recipe_digest: Digest,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    recipe: Option<Value>,
+    parameters: HostParameters,
+    parameters_digest: Digest,
+    nonce: Nonce,
+    issued_at: Timestamp,
+    expected_operation_revision: u64,
+}
+
+impl HostStep {
+    /// Mints a step for the broker: a fresh step id and nonce, and the parameters digest.
+    pub fn issue(
+        recipe_id: RecipeId,
+        recipe_digest: Digest,
+        recipe: Option<Value>,
+        parameters: HostParameters,
+        issued_at: Timestamp,
+        expected_operation_revision: u64,
+    ) -> Result<HostStep, HostStepError> {
+        if expected_operation_revision > MAX_SAFE_INTEGER {
+            return Err(HostStepError::RevisionOutOfRange);
+        }
+        if recipe.as_ref().is_some_and(|r| !r.is_object()) {
+            return Err(HostStepError::Shape(
+                "recipe must be a signed document object".to_owned(),
+            ));
+        }
+        let action = HostAction::InstallContainerRuntime;
+        if recipe_id.as_str() != action.as_str() {
+            return Err(HostStepError::ActionMismatch { action, recipe_id });
+        }
+        Ok(HostStep {
+            step_id: StepId::generate().map_err(HostStepError::Random)?,
+            action,
+            recipe_id,
+            recipe_digest,
+            recipe,
+            parameters_digest: parameters.digest(),
+            parameters,
+            nonce: Nonce::generate().map_err(HostStepError::Random)?,
+            issued_at,
+            expected_operation_revision,
+        })
+    }
+
+    /// Parses and checks the exact bytes received (the helper's entry point).
+    pub fn parse(bytes: &[u8]) -> Result<HostStep, HostStepError> {
+        if bytes.len() > MAX_STEP_BYTES {
+            return Err(HostStepError::TooLarge);
+        }
+        let value = canonical::parse_strict(bytes).map_err(HostStepError::Malformed)?;
+        HostStep::from_value(value)
+    }
+
+    /// Checks an already strictly parsed value.
+    pub fn from_value(value: Value) -> Result<HostStep, HostStepError> {
+        let Value::Object(mut map) = value else {
+            return Err(HostStepError::Shape(
+                "a host step must be an object".to_owned(),
+            ));
+        };
+        let raw_parameters = map
+            .remove("parameters")
+            .ok_or_else(|| HostStepError::Shape("missing field `parameters`".to_owned()))?;
+        let other: OtherFields = serde_json::from_value(Value::Object(map)).map_err(|e| {
+            let text: String = e.to_string().chars().take(200).collect();
+            HostStepError::Shape(text)
+        })?;
+        let parameters =
+            HostParameters::validate(&raw_parameters).map_err(HostStepError::Parameters)?;
+        if other.recipe_id.as_str() != other.action.as_str() {
+            return Err(HostStepError::ActionMismatch {
+                action: other.action,
+                recipe_id: other.recipe_id,
+            });
+        }
+        if other.recipe.as_ref().is_some_and(|r| !r.is_object()) {
+            return Err(HostStepError::Shape(
+                "recipe must be a signed document object".to_owned(),
+            ));
+        }
+        if other.expected_operation_revision > MAX_SAFE_INTEGER {
+            return Err(HostStepError::RevisionOutOfRange);
+        }
+        let computed = parameters.digest();
+        if computed != other.parameters_digest {
+            return Err(HostStepError::ParametersDigestMismatch {
+                claimed: other.parameters_digest,
+                computed,
+            });
+        }
+        Ok(HostStep {
+            step_id: other.step_id,
+            action: other.action,
+            recipe_id: other.recipe_id,
+            recipe_digest: other.recipe_digest,
+            recipe: other.recipe,
+            parameters,
+            parameters_digest: other.parameters_digest,
+            nonce: other.nonce,
+            issued_at: other.issued_at,
+            expected_operation_revision: other.expected_operation_revision,
+        })
+    }
+
+    /// The same step stamped with the operation revision it is valid for (set at consent).
+    pub fn with_expected_operation_revision(
+        mut self,
+        revision: u64,
+    ) -> Result<HostStep, HostStepError> {
+        if revision > MAX_SAFE_INTEGER {
+            return Err(HostStepError::RevisionOutOfRange);
+        }
+        self.expected_operation_revision = revision;
+        Ok(self)
+    }
+
+    pub fn step_id(&self) -> &StepId {
+        &self.step_id
+    }
+    pub fn action(&self) -> HostAction {
+        self.action
+    }
+    pub fn recipe_id(&self) -> &RecipeId {
+        &self.recipe_id
+    }
+    pub fn recipe_digest(&self) -> &Digest {
+        &self.recipe_digest
+    }
+    /// The inline signed recipe envelope, unverified.
+    pub fn recipe(&self) -> Option<&Value> {
+        self.recipe.as_ref()
+    }
+    pub fn parameters(&self) -> &HostParameters {
+        &self.parameters
+    }
+    pub fn parameters_digest(&self) -> &Digest {
+        &self.parameters_digest
+    }
+    pub fn nonce(&self) -> &Nonce {
+        &self.nonce
+    }
+    pub fn issued_at(&self) -> Timestamp {
+        self.issued_at
+    }
+    pub fn expected_operation_revision(&self) -> u64 {
+        self.expected_operation_revision
+    }
+
+    /// The step as a JSON value (parameters in normalised form).
+    pub fn to_value(&self) -> Result<Value, HostStepError> {
+        serde_json::to_value(self).map_err(|e| {
+            HostStepError::Canonical(CanonicalError {
+                path: "$".to_owned(),
+                what: e.to_string(),
+            })
+        })
+    }
+
+    /// The step's canonical bytes: what the broker sends.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, HostStepError> {
+        canonical::to_canonical_bytes(&self.to_value()?).map_err(HostStepError::Canonical)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn base() -> Value {
+        json!({"user": "alice", "arch": "x86_64", "family": "apt", "distro_id": "ubuntu",
+               "version_id": "24.04", "components": ["docker-engine", "docker-group"]})
+    }
+
+    fn with(key: &str, value: Value) -> Value {
+        let mut v = base();
+        v[key] = value;
+        v
+    }
+
+    fn problems(raw: &Value) -> Vec<String> {
+        HostParameters::validate(raw).unwrap_err().problems
+    }
+
+    fn one(raw: &Value) -> String {
+        let p = problems(raw);
+        assert_eq!(p.len(), 1, "{p:?}");
+        p[0].clone()
+    }
+
+    #[test]
+    fn the_reference_vector_digests() {
+        let p = HostParameters::validate(&base()).unwrap();
+        assert_eq!(
+            p.digest().as_str(),
+            "sha256:17583d11924a90ca4589d4063b36acbe6f8811f2836dcaf1e683125605e5eb15"
+        );
+        assert_eq!(
+            p.canonical_json(),
+            canonical::to_canonical_string(&p.to_value()).unwrap()
+        );
+        assert_eq!(
+            crate::digest::digest_of_serialize(&p).unwrap(),
+            p.digest(),
+            "serde form and hand-written canonical form agree"
+        );
+    }
+
+    #[test]
+    fn accepts_the_reference_hosts() {
+        for raw in [
+            base(),
+            json!({"user": "bob", "arch": "aarch64", "family": "dnf", "distro_id": "fedora",
+                   "version_id": "44", "components": ["nvidia-container-toolkit"]}),
+            json!({"user": "carol", "arch": "aarch64", "family": "apt", "distro_id": "debian",
+                   "version_id": "13", "components": ["nvidia-runtime", "docker-restart"]}),
+            with("user", json!("root")).tap_components(json!(["docker-engine"])),
+            with("user", json!("john.doe")),
+        ] {
+            HostParameters::validate(&raw).unwrap_or_else(|e| panic!("{raw}: {e}"));
+        }
+    }
+
+    trait Tap {
+        fn tap_components(self, c: Value) -> Value;
+    }
+    impl Tap for Value {
+        fn tap_components(mut self, c: Value) -> Value {
+            self["components"] = c;
+            self
+        }
+    }
+
+    #[test]
+    fn every_reference_problem_message() {
+        assert_eq!(problems(&json!("x")), ["parameters must be an object"]);
+        assert_eq!(
+            problems(&json!([1])),
+            ["parameters must be an object, not a list"]
+        );
+        let mut extra = base();
+        extra["shell"] = json!("sh");
+        assert_eq!(one(&extra), "unknown parameter shell");
+        let mut missing = base();
+        missing.as_object_mut().unwrap().remove("family");
+        assert_eq!(one(&missing), "missing parameter family");
+        assert_eq!(
+            one(&with("user", json!("root")).tap_components(json!(["docker-group"]))),
+            "root is never added to the docker group"
+        );
+        for user in [json!("-rf"), json!("a b"), json!("a".repeat(40)), json!(7)] {
+            assert_eq!(one(&with("user", user)), "user must be a POSIX user name");
+        }
+        assert_eq!(
+            one(&with("arch", json!("i686"))),
+            "arch must be x86_64 or aarch64, not i686"
+        );
+        assert_eq!(
+            one(&with("arch", json!("riscv64"))),
+            "arch must be x86_64 or aarch64, not riscv64"
+        );
+        assert_eq!(
+            one(&with("family", json!("pacman"))),
+            "family must be apt or dnf, not pacman"
+        );
+        assert_eq!(
+            one(&with("distro_id", json!("fedora")).tap_version("44")),
+            "fedora uses dnf, not apt"
+        );
+        let dnf_on_ubuntu = with("family", json!("dnf"));
+        assert_eq!(one(&dnf_on_ubuntu), "ubuntu uses apt, not dnf");
+        assert_eq!(
+            one(&with("version_id", json!("20.04"))),
+            "the recipe has no apt suite for ubuntu 20.04"
+        );
+        let rawhide = json!({"user": "bob", "arch": "x86_64", "family": "dnf",
+            "distro_id": "fedora", "version_id": "rawhide", "components": ["docker-engine"]});
+        assert_eq!(one(&rawhide), "rawhide is not a fedora release number");
+        assert_eq!(
+            one(&with("distro_id", json!("arch"))),
+            "unknown distribution arch"
+        );
+        assert_eq!(
+            one(&with("components", json!(["kernel"]))),
+            "unknown component kernel"
+        );
+        assert_eq!(
+            one(&with(
+                "components",
+                json!(["docker-engine", "docker-engine"])
+            )),
+            "a component is repeated"
+        );
+        assert_eq!(
+            one(&with("components", json!([]))),
+            "components is empty: nothing to do"
+        );
+        assert_eq!(
+            one(&with("components", json!("docker-engine"))),
+            "components must be a list"
+        );
+        assert_eq!(
+            one(&with("distro_id", json!(1))),
+            "distro_id must be a string"
+        );
+        assert_eq!(
+            one(&with("version_id", json!(24.04))),
+            "version_id must be a string"
+        );
+    }
+
+    trait TapVersion {
+        fn tap_version(self, v: &str) -> Value;
+    }
+    impl TapVersion for Value {
+        fn tap_version(mut self, v: &str) -> Value {
+            self["version_id"] = json!(v);
+            self
+        }
+    }
+
+    #[test]
+    fn prototype_names_never_match() {
+        for (d, v) in [
+            ("constructor", "name"),
+            ("__proto__", "toString"),
+            ("toString", "length"),
+            ("hasOwnProperty", "name"),
+        ] {
+            assert_eq!(
+                one(&with("distro_id", json!(d)).tap_version(v)),
+                format!("unknown distribution {d}")
+            );
+        }
+        for v in ["toString", "__proto__", "constructor", "length"] {
+            assert_eq!(
+                one(&with("version_id", json!(v))),
+                format!("the recipe has no apt suite for ubuntu {v}")
+            );
+        }
+        for v in ["name", "toString"] {
+            let raw = json!({"user": "bob", "arch": "x86_64", "family": "dnf",
+                "distro_id": "fedora", "version_id": v, "components": ["docker-engine"]});
+            assert_eq!(one(&raw), format!("{v} is not a fedora release number"));
+        }
+    }
+
+    #[test]
+    fn collects_every_problem() {
+        let raw = json!({"user": "-rf", "arch": "i686", "family": "dnf", "distro_id": "ubuntu",
+            "version_id": "20.04", "components": ["kernel", "docker-group", "docker-group"],
+            "shell": "x"});
+        assert_eq!(
+            problems(&raw),
+            [
+                "unknown parameter shell",
+                "user must be a POSIX user name",
+                "arch must be x86_64 or aarch64, not i686",
+                "ubuntu uses apt, not dnf",
+                "the recipe has no apt suite for ubuntu 20.04",
+                "unknown component kernel",
+                "a component is repeated",
+            ]
+        );
+        let err = HostParameters::validate(&json!({})).unwrap_err();
+        assert_eq!(err.problems.len(), 6);
+        assert_eq!(err.code(), ErrorCode::HostStepInvalid);
+        assert!(err
+            .to_string()
+            .starts_with("invalid recipe parameters: missing parameter user; "));
+        let root = json!({"user": "root", "arch": "x86_64", "family": "apt", "distro_id": "ubuntu",
+            "version_id": "24.04", "components": ["docker-group", "nope"]});
+        assert_eq!(
+            problems(&root),
+            [
+                "unknown component nope",
+                "root is never added to the docker group"
+            ]
+        );
+    }
+
+    #[test]
+    fn odd_values_are_shown_escaped_and_bounded() {
+        let p = one(&with("arch", json!("x\n\u{1b}[31m")));
+        assert_eq!(p, "arch must be x86_64 or aarch64, not \"x\\n\\u001b[31m\"");
+        let p = one(&with("family", json!("f".repeat(500))));
+        assert!(p.len() < 120, "{p}");
+        assert_eq!(
+            one(&with("arch", json!(null))),
+            "arch must be x86_64 or aarch64, not null"
+        );
+    }
+
+    #[test]
+    fn components_are_put_in_recipe_order() {
+        let shuffled = with(
+            "components",
+            json!([
+                "docker-group",
+                "nvidia-cdi",
+                "docker-engine",
+                "docker-restart"
+            ]),
+        );
+        let p = HostParameters::validate(&shuffled).unwrap();
+        assert_eq!(
+            p.components(),
+            [
+                Component::DockerEngine,
+                Component::NvidiaCdi,
+                Component::DockerRestart,
+                Component::DockerGroup
+            ]
+        );
+        let a = HostParameters::validate(&with(
+            "components",
+            json!(["docker-group", "docker-engine"]),
+        ))
+        .unwrap();
+        assert_eq!(
+            a.digest(),
+            HostParameters::validate(&base()).unwrap().digest()
+        );
+        let ordered: Vec<&str> = Component::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(
+            ordered,
+            [
+                "docker-engine",
+                "nvidia-container-toolkit",
+                "nvidia-runtime",
+                "nvidia-cdi",
+                "docker-restart",
+                "docker-service",
+                "docker-group"
+            ]
+        );
+    }
+
+    fn issued() -> HostStep {
+        HostStep::issue(
+            "linux.install-container-runtime".parse().unwrap(),
+            Digest::ZERO,
+            None,
+            HostParameters::validate(&base()).unwrap(),
+            "2026-12-02T16:40:00Z".parse().unwrap(),
+            3,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn an_issued_step_parses_back() {
+        let step = issued();
+        assert!(step.step_id().as_str().starts_with("host-step-"));
+        let bytes = step.to_bytes().unwrap();
+        let back = HostStep::parse(&bytes).unwrap();
+        assert_eq!(back, step);
+        assert_eq!(back.parameters_digest(), &back.parameters().digest());
+        assert_ne!(issued().nonce(), step.nonce());
+    }
+
+    fn mutate(f: impl FnOnce(&mut Map<String, Value>)) -> Result<HostStep, HostStepError> {
+        let mut v = issued().to_value().unwrap();
+        f(v.as_object_mut().unwrap());
+        HostStep::parse(&canonical::to_canonical_bytes(&v).unwrap())
+    }
+
+    #[test]
+    fn refuses_bad_steps() {
+        let err = mutate(|m| {
+            m["parameters"]["components"] = json!(["docker-engine"]);
+        })
+        .unwrap_err();
+        assert!(
+            matches!(err, HostStepError::ParametersDigestMismatch { .. }),
+            "{err}"
+        );
+        assert!(matches!(
+            mutate(|m| {
+                m.insert("shell".to_owned(), json!("x"));
+            }),
+            Err(HostStepError::Shape(_))
+        ));
+        assert!(matches!(
+            mutate(|m| {
+                m.remove("nonce");
+            }),
+            Err(HostStepError::Shape(_))
+        ));
+        assert!(matches!(
+            mutate(|m| {
+                m["action"] = json!("windows.enable-wsl");
+            }),
+            Err(HostStepError::Shape(_))
+        ));
+        assert!(matches!(
+            mutate(|m| {
+                m["recipe_id"] = json!("other.recipe");
+            }),
+            Err(HostStepError::ActionMismatch { .. })
+        ));
+        assert!(matches!(
+            mutate(|m| {
+                m["parameters"]["user"] = json!("-rf");
+            }),
+            Err(HostStepError::Parameters(_))
+        ));
+        assert!(matches!(
+            mutate(|m| {
+                m["nonce"] = json!("not-a-nonce");
+            }),
+            Err(HostStepError::Shape(_))
+        ));
+        assert!(matches!(
+            mutate(|m| {
+                m.insert("recipe".to_owned(), json!("x"));
+            }),
+            Err(HostStepError::Shape(_))
+        ));
+        assert!(matches!(
+            mutate(|m| {
+                m["issued_at"] = json!(1_700_000_000);
+            }),
+            Err(HostStepError::Shape(_))
+        ));
+        assert!(matches!(
+            HostStep::parse(b"{\"a\":1,\"a\":1}"),
+            Err(HostStepError::Malformed(_))
+        ));
+        assert!(matches!(
+            HostStep::parse(b"[]"),
+            Err(HostStepError::Shape(_))
+        ));
+        let big = vec![b' '; MAX_STEP_BYTES + 1];
+        assert_eq!(HostStep::parse(&big).unwrap_err(), HostStepError::TooLarge);
+        for err in [HostStepError::TooLarge, HostStepError::RevisionOutOfRange] {
+            assert_eq!(err.code(), ErrorCode::HostStepInvalid);
+        }
+    }
+
+    #[test]
+    fn step_ids_and_recipe_ids() {
+        let id = StepId::generate().unwrap();
+        assert_eq!(id.as_str().parse::<StepId>().unwrap(), id);
+        for bad in [
+            "host-step-",
+            "host-step-0123",
+            "step-01234567-89ab-4def-8123-456789abcdef",
+            "host-step-01234567-89AB-4def-8123-456789abcdef",
+            "host-step-01234567089ab-4def-8123-456789abcdef",
+        ] {
+            assert!(bad.parse::<StepId>().is_err(), "{bad}");
+        }
+        assert!("host-step-01234567-89ab-4def-8123-456789abcdef"
+            .parse::<StepId>()
+            .is_ok());
+        assert!("linux.install-container-runtime"
+            .parse::<RecipeId>()
+            .is_ok());
+        for bad in ["", "Linux", "a_b", &"a".repeat(65)] {
+            assert!(bad.parse::<RecipeId>().is_err());
+        }
+    }
+}
