@@ -1,5 +1,231 @@
-//! Read-only host facts: distribution, Docker, NVIDIA driver and GPUs, toolkit, disk, SELinux, networks.
+//! Read-only host facts: distribution, Docker, NVIDIA driver and GPUs, toolkit, disk, SELinux,
+//! networks (REFERENCE.md §6).
+//!
+//! [`probe`] runs every read concurrently, each under its own deadline, and always answers: a read
+//! that fails becomes an explicit unknown in [`HostFacts`], never an error or a guess. Binaries are
+//! looked up only in the system directories, their environment is scrubbed, and the daemon is asked
+//! through the Engine API on its socket.
 
+pub mod daemon;
+pub mod daemon_json;
+pub mod docker_info;
+pub mod exec;
 pub mod facts;
+pub mod install_method;
+pub mod kernel;
+pub mod nvidia_smi;
+pub mod nvml;
+pub mod os_release;
+pub mod packages;
+pub mod reads;
+pub mod routes;
+
+use std::path::PathBuf;
+use std::time::Duration;
 
 pub use facts::{Fact, HostFacts};
+pub use reads::{ProbeContext, Read};
+
+use facts::{
+    DaemonState, DockerFacts, NetworkFacts, NvidiaFacts, PackageFamily, SchemaVersion, SystemFacts,
+};
+use install_method::{detect_install_method, InstallEvidence};
+use packages::{engine_version, lists_toolkit};
+
+/// The system Docker socket.
+pub const DEFAULT_DOCKER_SOCKET: &str = "/var/run/docker.sock";
+/// Docker's default data directory.
+pub const DEFAULT_DOCKER_ROOT: &str = "/var/lib/docker";
+/// Default deadline of each read.
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How the probe runs. Everything but `read_timeout` and `xdg_runtime_dir` exists for tests.
+#[derive(Debug, Clone)]
+pub struct ProbeOptions {
+    /// Deadline of each read (default 2 s).
+    pub read_timeout: Duration,
+    /// The daemon's socket (default `/var/run/docker.sock`). Tests point it at a missing or a
+    /// silent socket to see "daemon down" without stopping the shared dockerd.
+    pub docker_socket: PathBuf,
+    /// Where binaries are looked up (default: the system directories only).
+    pub bin_dirs: Vec<PathBuf>,
+    /// Prefix for host files (`/etc/os-release`, `/proc/…`); `/` outside tests.
+    pub root: PathBuf,
+    /// `$XDG_RUNTIME_DIR`, for the rootless socket hint.
+    pub xdg_runtime_dir: Option<PathBuf>,
+    /// Try NVML before nvidia-smi (default true).
+    pub nvml: bool,
+}
+
+impl Default for ProbeOptions {
+    fn default() -> Self {
+        ProbeOptions {
+            read_timeout: DEFAULT_READ_TIMEOUT,
+            docker_socket: PathBuf::from(DEFAULT_DOCKER_SOCKET),
+            bin_dirs: exec::system_dirs(),
+            root: PathBuf::from("/"),
+            xdg_runtime_dir: None,
+            nvml: true,
+        }
+    }
+}
+
+impl ProbeOptions {
+    /// Defaults, with `$XDG_RUNTIME_DIR` from the environment when it is an absolute path.
+    pub fn from_env() -> Self {
+        let xdg_runtime_dir = std::env::var_os("XDG_RUNTIME_DIR")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute());
+        ProbeOptions {
+            xdg_runtime_dir,
+            ..ProbeOptions::default()
+        }
+    }
+}
+
+/// Where Docker keeps its data: the daemon's `DockerRootDir`, else `/var/lib/docker`.
+pub fn docker_root_target(daemon: &DaemonState) -> String {
+    match daemon {
+        DaemonState::Reachable { info } => info
+            .root_dir
+            .clone()
+            .unwrap_or_else(|| DEFAULT_DOCKER_ROOT.to_owned()),
+        DaemonState::Unreachable { .. } => DEFAULT_DOCKER_ROOT.to_owned(),
+    }
+}
+
+/// Probes the host. Never fails: what could not be read is an unknown fact.
+pub async fn probe(options: ProbeOptions) -> HostFacts {
+    let ctx = ProbeContext::new(options);
+    probe_with(&ctx).await
+}
+
+/// Probes with a prepared context (the benchmark reuses one).
+pub async fn probe_with(ctx: &ProbeContext) -> HostFacts {
+    let init_and_service = async {
+        let init = reads::init_system(ctx).await;
+        let service = reads::service_active(ctx, &init).await;
+        (init, service)
+    };
+    let daemon_and_disk = async {
+        let daemon = reads::daemon(ctx).await;
+        let disk = reads::disk(ctx, &docker_root_target(&daemon)).await;
+        (daemon, disk)
+    };
+    let (
+        distribution,
+        (init, service_active),
+        immutable_os,
+        wsl,
+        selinux,
+        (user, docker_group),
+        (cli_path, cli, cli_version),
+        (daemon, disk),
+        packages,
+        snap_docker,
+        daemon_json,
+        gpus,
+        kernel_module_version,
+        nvidia_ctk_version,
+        (cdi_nvidia_gpu_listed, cdi_devices),
+        routes,
+        rootless_socket,
+    ) = tokio::join!(
+        reads::os_release(ctx),
+        init_and_service,
+        reads::immutable_os(ctx),
+        reads::wsl(ctx),
+        reads::selinux(ctx),
+        reads::user_and_group(ctx),
+        reads::docker_cli(ctx),
+        daemon_and_disk,
+        reads::packages(ctx),
+        reads::snap_docker(ctx),
+        reads::daemon_json(ctx),
+        reads::gpus(ctx),
+        reads::kernel_module_version(ctx),
+        reads::nvidia_ctk_version(ctx),
+        reads::cdi_list(ctx),
+        reads::routes(ctx),
+        reads::rootless_socket(ctx),
+    );
+    let hook_on_path = reads::hook_on_path(ctx);
+    let architecture = reads::architecture();
+
+    let family = distribution.value().map(|d| d.family);
+    let toolkit_installed = toolkit_installed(&nvidia_ctk_version, &packages, family);
+    let package_list: &[facts::InstalledPackage] = packages.value().map_or(&[], Vec::as_slice);
+    let daemon_info = match &daemon {
+        DaemonState::Reachable { info } => Some(info.as_ref()),
+        DaemonState::Unreachable { .. } => None,
+    };
+    let install_method = detect_install_method(&InstallEvidence {
+        cli_version: cli_version.as_deref(),
+        packages: package_list,
+        snap: snap_docker.is_true(),
+        daemon: daemon_info,
+        rootless_socket,
+        service_active: &service_active,
+    });
+    let engine_version = engine_version(package_list);
+
+    HostFacts {
+        schema_version: SchemaVersion,
+        system: SystemFacts {
+            architecture,
+            distribution,
+            immutable_os,
+            init,
+            wsl,
+            selinux,
+            user,
+            docker_group,
+        },
+        docker: DockerFacts {
+            cli_path,
+            cli,
+            cli_version,
+            daemon,
+            install_method,
+            packages,
+            snap_docker,
+            rootless_socket,
+            engine_version,
+            service_active,
+            daemon_json,
+        },
+        nvidia: NvidiaFacts {
+            source: gpus.source,
+            driver_version: gpus.driver_version,
+            kernel_module_version,
+            gpus: gpus.gpus,
+            toolkit_installed,
+            nvidia_ctk_version: nvidia_ctk_version.value().cloned().flatten(),
+            hook_on_path,
+            cdi_nvidia_gpu_listed,
+            cdi_devices,
+        },
+        disk,
+        network: NetworkFacts { routes },
+    }
+}
+
+/// The reference's `fullToolkitInstalled`: `nvidia-ctk --version` works and, on apt/dnf/pacman,
+/// the package database lists the full `nvidia-container-toolkit`.
+pub fn toolkit_installed(
+    ctk_version: &Fact<Option<String>>,
+    packages: &Fact<Vec<facts::InstalledPackage>>,
+    family: Option<PackageFamily>,
+) -> Fact<bool> {
+    match ctk_version {
+        Fact::Unknown { reason } => Fact::unknown(format!("nvidia-ctk: {reason}")),
+        Fact::Known { value: None } => Fact::known(false),
+        Fact::Known { value: Some(_) } => match family {
+            None | Some(PackageFamily::Other) => Fact::known(true),
+            Some(_) => match packages {
+                Fact::Known { value } => Fact::known(lists_toolkit(value)),
+                Fact::Unknown { reason } => Fact::unknown(format!("package database: {reason}")),
+            },
+        },
+    }
+}

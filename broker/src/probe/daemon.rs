@@ -1,0 +1,162 @@
+//! The Docker daemon through the Engine API on its unix socket (bollard), with the API version
+//! negotiated so that Debian's Docker 20.10 (API 1.41) answers as well as Docker 29.
+
+use std::path::Path;
+use std::time::Duration;
+
+use bollard::{ClientVersion, Docker, API_DEFAULT_VERSION};
+
+use super::docker_info::daemon_info_from;
+use super::facts::DaemonState;
+
+/// Asks `/info` on `socket`, all of it within `timeout`.
+pub async fn read_daemon(socket: &Path, timeout: Duration) -> DaemonState {
+    let socket_text = socket.display().to_string();
+    let unreachable = |reason: String| DaemonState::Unreachable {
+        socket: socket_text.clone(),
+        reason,
+    };
+    match std::fs::metadata(socket) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return unreachable(format!("no Docker socket at {socket_text}"));
+        }
+        Err(e) => return unreachable(format!("cannot stat {socket_text}: {e}")),
+    }
+    match tokio::time::timeout(timeout, ask_info(&socket_text, timeout)).await {
+        Ok(Ok(info)) => DaemonState::Reachable {
+            info: Box::new(info),
+        },
+        Ok(Err(reason)) => unreachable(reason),
+        Err(_) => unreachable(format!(
+            "the daemon did not answer within {} ms",
+            timeout.as_millis()
+        )),
+    }
+}
+
+async fn ask_info(
+    socket: &str,
+    timeout: Duration,
+) -> Result<super::facts::DaemonInfo, String> {
+    let secs = timeout.as_secs().max(1);
+    let docker = connect(socket, secs, API_DEFAULT_VERSION)?;
+    let docker = match docker.negotiate_version().await {
+        Ok(d) => d,
+        // An older daemon refuses a too-new version outright and names its maximum.
+        Err(bollard::errors::Error::DockerResponseServerError { message, .. })
+            if maximum_api_version(&message).is_some() =>
+        {
+            let max = maximum_api_version(&message).unwrap_or(*API_DEFAULT_VERSION);
+            connect(socket, secs, &max)?
+                .negotiate_version()
+                .await
+                .map_err(explain)?
+        }
+        Err(e) => return Err(explain(e)),
+    };
+    let version = docker.client_version();
+    let info = docker.info().await.map_err(explain)?;
+    Ok(daemon_info_from(
+        &info,
+        socket,
+        Some(format!("{}.{}", version.major_version, version.minor_version)),
+    ))
+}
+
+fn connect(socket: &str, secs: u64, version: &ClientVersion) -> Result<Docker, String> {
+    Docker::connect_with_unix(socket, secs, version).map_err(explain)
+}
+
+fn explain(e: bollard::errors::Error) -> String {
+    let text = e.to_string();
+    if text.contains("Permission denied") || text.contains("permission denied") {
+        format!("permission denied on the Docker socket ({text}); the user may not be in the docker group")
+    } else {
+        text
+    }
+}
+
+/// `client version 1.53 is too new. Maximum supported API version is 1.41` → 1.41.
+pub fn maximum_api_version(message: &str) -> Option<ClientVersion> {
+    let rest = message.split("Maximum supported API version is ").nth(1)?;
+    let token: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    let (major, minor) = token.split_once('.')?;
+    Some(ClientVersion {
+        major_version: major.parse().ok()?,
+        minor_version: minor.parse().ok()?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_daemons_maximum_from_its_refusal() {
+        let v = maximum_api_version(
+            "client version 1.53 is too new. Maximum supported API version is 1.41",
+        )
+        .unwrap();
+        assert_eq!((v.major_version, v.minor_version), (1, 41));
+        assert!(maximum_api_version("page not found").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_missing_socket_is_unreachable_with_the_reason() {
+        let state = read_daemon(Path::new("/nonexistent/docker.sock"), Duration::from_secs(1)).await;
+        match state {
+            DaemonState::Unreachable { reason, socket } => {
+                assert!(reason.contains("no Docker socket"), "{reason}");
+                assert_eq!(socket, "/nonexistent/docker.sock");
+            }
+            other => panic!("expected unreachable, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_socket_that_accepts_and_never_answers_times_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("silent.sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let keep = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        let start = std::time::Instant::now();
+        let state = read_daemon(&path, Duration::from_millis(300)).await;
+        assert!(start.elapsed() < Duration::from_secs(3));
+        match state {
+            DaemonState::Unreachable { reason, .. } => {
+                assert!(reason.contains("did not answer within 300 ms"), "{reason}")
+            }
+            other => panic!("expected unreachable, got {other:?}"),
+        }
+        keep.abort();
+    }
+
+    #[tokio::test]
+    async fn a_socket_that_answers_garbage_is_unreachable() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("garbage.sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let serve = tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf).await;
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n<html>!")
+                    .await;
+            }
+        });
+        let state = read_daemon(&path, Duration::from_secs(2)).await;
+        assert!(matches!(state, DaemonState::Unreachable { .. }), "{state:?}");
+        serve.abort();
+    }
+}

@@ -1,0 +1,125 @@
+//! `/etc/os-release` → [`Distribution`] (REFERENCE §6.3 row 0, os-release(5)).
+
+use std::collections::HashMap;
+
+use super::facts::{Distribution, PackageFamily};
+
+/// Parses os-release text. `None` when there is no non-empty `ID`.
+pub fn parse_os_release(text: &str) -> Option<Distribution> {
+    let vars = parse_assignments(text);
+    let get = |key: &str| vars.get(key).filter(|v| !v.is_empty()).cloned();
+    let id = get("ID")?.to_ascii_lowercase();
+    let version_id = get("VERSION_ID")
+        .or_else(|| get("BUILD_ID"))
+        .unwrap_or_default();
+    let id_like: Vec<String> = vars
+        .get("ID_LIKE")
+        .map(|v| v.split_whitespace().map(str::to_ascii_lowercase).collect())
+        .unwrap_or_default();
+    let family = family_of(&id, &id_like);
+    Some(Distribution {
+        id,
+        version_id,
+        id_like,
+        variant_id: get("VARIANT_ID"),
+        codename: get("UBUNTU_CODENAME").or_else(|| get("VERSION_CODENAME")),
+        pretty_name: get("PRETTY_NAME"),
+        family,
+    })
+}
+
+/// Package family by `ID`, then by `ID_LIKE` in order.
+pub fn family_of(id: &str, id_like: &[String]) -> PackageFamily {
+    std::iter::once(id)
+        .chain(id_like.iter().map(String::as_str))
+        .find_map(family_of_one)
+        .unwrap_or(PackageFamily::Other)
+}
+
+fn family_of_one(id: &str) -> Option<PackageFamily> {
+    match id {
+        "debian" | "ubuntu" => Some(PackageFamily::Apt),
+        "fedora" | "rhel" | "centos" | "rocky" | "almalinux" => Some(PackageFamily::Dnf),
+        "arch" | "manjaro" | "endeavouros" => Some(PackageFamily::Pacman),
+        _ => None,
+    }
+}
+
+/// `KEY=value` lines (`^[A-Z_]+=`), values trimmed with one layer of matching quotes removed.
+fn parse_assignments(text: &str) -> HashMap<String, String> {
+    let mut vars = HashMap::new();
+    for line in text.lines() {
+        let line = line.trim();
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        if key.is_empty() || !key.bytes().all(|b| b.is_ascii_uppercase() || b == b'_') {
+            continue;
+        }
+        vars.insert(key.to_owned(), unquote(value.trim()).to_owned());
+    }
+    vars
+}
+
+fn unquote(value: &str) -> &str {
+    for quote in ['"', '\''] {
+        if value.len() >= 2 && value.starts_with(quote) && value.ends_with(quote) {
+            return &value[1..value.len() - 1];
+        }
+    }
+    value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mint_is_apt_through_id_like_with_quotes() {
+        let d = parse_os_release(
+            "NAME=\"Linux Mint\"\nID=linuxmint\nID_LIKE=\"ubuntu debian\"\nVERSION_ID=\"22\"\n",
+        )
+        .unwrap();
+        assert_eq!(d.id, "linuxmint");
+        assert_eq!(d.id_like, vec!["ubuntu", "debian"]);
+        assert_eq!(d.family, PackageFamily::Apt);
+        assert_eq!(d.version_id, "22");
+    }
+
+    #[test]
+    fn no_id_is_no_distribution() {
+        assert!(parse_os_release("NAME=\"Something\"\n").is_none());
+        assert!(parse_os_release("ID=\n").is_none());
+        assert!(parse_os_release("").is_none());
+    }
+
+    #[test]
+    fn version_falls_back_to_build_id_then_empty() {
+        assert_eq!(
+            parse_os_release("ID=arch\nBUILD_ID=rolling\n")
+                .unwrap()
+                .version_id,
+            "rolling"
+        );
+        assert_eq!(
+            parse_os_release("ID=debian\nVERSION_CODENAME=forky\n")
+                .unwrap()
+                .version_id,
+            ""
+        );
+    }
+
+    #[test]
+    fn single_quotes_comments_and_lowercase_keys() {
+        let d = parse_os_release("# comment\nid=wrong\nID='fedora'\n  VERSION_ID=41  \n").unwrap();
+        assert_eq!(d.id, "fedora");
+        assert_eq!(d.version_id, "41");
+        assert_eq!(d.family, PackageFamily::Dnf);
+    }
+
+    #[test]
+    fn unknown_family_is_other() {
+        let d = parse_os_release("ID=opensuse-tumbleweed\nID_LIKE=\"opensuse suse\"\n").unwrap();
+        assert_eq!(d.family, PackageFamily::Other);
+    }
+}

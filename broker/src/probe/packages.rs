@@ -1,0 +1,151 @@
+//! Package-database answers → installed packages, engine version, toolkit presence
+//! (REFERENCE §6.3 rows 7–10, 17).
+
+use super::facts::{InstalledPackage, PackageDatabase};
+
+/// Engine-related packages asked about (Arch's own engine is `docker`).
+pub const ENGINE_PACKAGES: &[&str] = &[
+    "docker-ce",
+    "docker.io",
+    "moby-engine",
+    "podman-docker",
+    "docker-desktop",
+];
+
+/// The toolkit packages: only the full `nvidia-container-toolkit` counts.
+pub const TOOLKIT_PACKAGE: &str = "nvidia-container-toolkit";
+
+/// `dpkg-query -W -f '${db:Status-Abbrev} ${Package} ${Version}\n' …`: only `ii` lines are
+/// installed (`rc` = removed with config left, `un` = unknown).
+pub fn parse_dpkg_query(text: &str) -> Vec<InstalledPackage> {
+    text.lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let status = words.next()?;
+            if status != "ii" {
+                return None;
+            }
+            let name = words.next()?.to_owned();
+            let version = words.next().map(str::to_owned);
+            Some(InstalledPackage {
+                name,
+                version,
+                source: PackageDatabase::Dpkg,
+            })
+        })
+        .collect()
+}
+
+/// `rpm -q --qf '%{NAME} %{VERSION}-%{RELEASE}\n' …`: misses read "package X is not installed".
+pub fn parse_rpm_query(text: &str) -> Vec<InstalledPackage> {
+    text.lines()
+        .filter(|line| !line.trim().is_empty() && !line.contains("is not installed"))
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let name = words.next()?.to_owned();
+            Some(InstalledPackage {
+                name,
+                version: words.next().map(str::to_owned),
+                source: PackageDatabase::Rpm,
+            })
+        })
+        .collect()
+}
+
+/// `pacman -Q …`: `name version` per installed package (exit 1 when one is missing is normal).
+pub fn parse_pacman_query(text: &str) -> Vec<InstalledPackage> {
+    text.lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let name = words.next()?.to_owned();
+            if name == "error:" {
+                return None;
+            }
+            Some(InstalledPackage {
+                name,
+                version: words.next().map(str::to_owned),
+                source: PackageDatabase::Pacman,
+            })
+        })
+        .collect()
+}
+
+/// `snap list docker` lists the docker snap.
+pub fn snap_lists_docker(code: Option<i32>, stdout: &str) -> bool {
+    code == Some(0)
+        && stdout
+            .lines()
+            .skip(1)
+            .any(|l| l.split_whitespace().next() == Some("docker"))
+}
+
+/// The first `X.Y.Z` of an engine package's version (`5:28.3.0-1~ubuntu.24.04~noble` → `28.3.0`,
+/// `1:28.3.3-1` → `28.3.3`). Diagnostic only.
+pub fn engine_version(packages: &[InstalledPackage]) -> Option<String> {
+    packages
+        .iter()
+        .filter(|p| matches!(p.name.as_str(), "docker-ce" | "docker.io" | "moby-engine" | "docker"))
+        .find_map(|p| p.version.as_deref().and_then(first_dotted_triple))
+}
+
+fn first_dotted_triple(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    for start in 0..bytes.len() {
+        if !bytes[start].is_ascii_digit() || (start > 0 && bytes[start - 1].is_ascii_digit()) {
+            continue;
+        }
+        let rest = &text[start..];
+        let parts: Vec<&str> = rest.splitn(4, '.').collect();
+        if parts.len() < 3 {
+            continue;
+        }
+        let digits = |s: &str| s.bytes().take_while(u8::is_ascii_digit).count();
+        let (a, b, c) = (parts[0], parts[1], parts[2]);
+        if digits(a) == a.len() && !a.is_empty() && digits(b) == b.len() && !b.is_empty() && digits(c) > 0 {
+            return Some(format!("{a}.{b}.{}", &c[..digits(c)]));
+        }
+    }
+    None
+}
+
+/// The full toolkit is in the package database (`-base` alone does not count).
+pub fn lists_toolkit(packages: &[InstalledPackage]) -> bool {
+    packages.iter().any(|p| p.name == TOOLKIT_PACKAGE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dpkg_counts_only_ii() {
+        let p = parse_dpkg_query(
+            "ii  docker.io 20.10.24+dfsg1-1+deb12u1\nrc  docker-ce 5:28.3.0-1~debian.12~bookworm\nun  moby-engine \nii  nvidia-container-toolkit-base 1.17.8-1\n",
+        );
+        let names: Vec<&str> = p.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, vec!["docker.io", "nvidia-container-toolkit-base"]);
+        assert!(!lists_toolkit(&p));
+        assert_eq!(engine_version(&p).as_deref(), Some("20.10.24"));
+    }
+
+    #[test]
+    fn engine_version_from_each_database() {
+        let dpkg = parse_dpkg_query("ii  docker-ce 5:28.3.0-1~ubuntu.24.04~noble\n");
+        assert_eq!(engine_version(&dpkg).as_deref(), Some("28.3.0"));
+        let rpm = parse_rpm_query("package docker.io is not installed\ndocker-ce 28.3.0-1.fc41\n");
+        assert_eq!(rpm.len(), 1);
+        assert_eq!(engine_version(&rpm).as_deref(), Some("28.3.0"));
+        let pacman = parse_pacman_query("docker 1:28.3.3-1\nerror: package 'docker-desktop' was not found\n");
+        assert_eq!(pacman.len(), 1);
+        assert_eq!(engine_version(&pacman).as_deref(), Some("28.3.3"));
+        assert_eq!(engine_version(&parse_dpkg_query("ii  podman-docker 4.3.1\n")), None);
+    }
+
+    #[test]
+    fn snap_listing() {
+        let listed = "Name    Version  Rev   Tracking       Publisher   Notes\ndocker  28.1.1   3265  latest/stable  canonical✓  -\n";
+        assert!(snap_lists_docker(Some(0), listed));
+        assert!(!snap_lists_docker(Some(1), "error: no matching snaps installed\n"));
+        assert!(!snap_lists_docker(Some(0), "Name Version\n"));
+    }
+}

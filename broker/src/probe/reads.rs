@@ -1,0 +1,759 @@
+//! Each host read on its own, bounded in time. [`super::probe`] runs them all concurrently; the
+//! benchmark runs each alone through [`run_read`] to find the slowest.
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::daemon::read_daemon;
+use super::daemon_json::daemon_json_from_read;
+use super::exec::{ExecError, Runner};
+use super::facts::{
+    DaemonJson, DaemonState, DiskFacts, DockerGroupFacts, Fact, Gpu, GpuSource, InitSystem,
+    InstalledPackage, Route, SelinuxMode, UserFacts,
+};
+use super::kernel::{
+    is_wsl_kernel, normalise_architecture, parse_nvidia_module_version, parse_selinux_enforce,
+};
+use super::nvidia_smi::{
+    attach_mig_devices, parse_mig_listing, parse_query_gpu, query_arg, rejects_compute_cap,
+    reports_no_driver, LEGACY_QUERY_FIELDS, QUERY_FIELDS,
+};
+use super::nvml::{read_nvml, NvmlRead};
+use super::os_release::parse_os_release;
+use super::packages::{
+    parse_dpkg_query, parse_pacman_query, parse_rpm_query, snap_lists_docker, ENGINE_PACKAGES,
+    TOOLKIT_PACKAGE,
+};
+use super::routes::parse_proc_net_route;
+use super::ProbeOptions;
+
+/// Files larger than this are not read whole (os-release, daemon.json, /proc files are tiny).
+const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// What one probe run shares between its reads.
+#[derive(Debug)]
+pub struct ProbeContext {
+    /// The options it runs under.
+    pub options: ProbeOptions,
+    /// Command runner (system dirs, scrubbed env, deadline).
+    pub runner: Runner,
+    docker_config: PrivateDir,
+}
+
+impl ProbeContext {
+    /// Prepares a probe: a private empty `DOCKER_CONFIG` directory and the command runner. When
+    /// no temporary directory can be made, `DOCKER_CONFIG` names a path that does not exist, which
+    /// the CLI reads as an empty configuration just the same.
+    pub fn new(options: ProbeOptions) -> Self {
+        let docker_config = PrivateDir::create().unwrap_or_else(|_| PrivateDir {
+            path: PathBuf::from("/nonexistent/enginekit-docker-config"),
+            owned: false,
+        });
+        let runner = Runner::new(
+            options.bin_dirs.clone(),
+            options.read_timeout,
+            docker_config.path.clone(),
+        );
+        ProbeContext {
+            options,
+            runner,
+            docker_config,
+        }
+    }
+
+    fn host_path(&self, absolute: &str) -> PathBuf {
+        self.options.root.join(absolute.trim_start_matches('/'))
+    }
+
+    /// The private `DOCKER_CONFIG` directory.
+    pub fn docker_config_dir(&self) -> &Path {
+        &self.docker_config.path
+    }
+}
+
+/// A mode-0700 directory removed when dropped.
+#[derive(Debug)]
+struct PrivateDir {
+    path: PathBuf,
+    owned: bool,
+}
+
+impl PrivateDir {
+    fn create() -> std::io::Result<Self> {
+        let template = std::env::temp_dir().join("enginekit-probe-XXXXXX");
+        let path = nix::unistd::mkdtemp(&template).map_err(std::io::Error::from)?;
+        Ok(PrivateDir { path, owned: true })
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        if self.owned {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// Runs blocking work off the async threads, bounded by `timeout`.
+async fn bounded_blocking<T: Send + 'static>(
+    timeout: Duration,
+    what: &str,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    match tokio::time::timeout(timeout, tokio::task::spawn_blocking(work)).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(format!("{what}: {e}")),
+        Err(_) => Err(format!("{what} timed out after {} ms", timeout.as_millis())),
+    }
+}
+
+/// Reads a host file: `Ok(None)` only for ENOENT/ENOTDIR; other errors are errors.
+async fn read_host_file(ctx: &ProbeContext, absolute: &str) -> Result<Option<String>, String> {
+    let path = ctx.host_path(absolute);
+    let shown = absolute.to_owned();
+    bounded_blocking(ctx.options.read_timeout, absolute, move || {
+        let file = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if is_absent(&e) => return Ok(None),
+            Err(e) => return Err(format!("{shown}: {e}")),
+        };
+        let mut text = Vec::new();
+        match file.take(MAX_FILE_BYTES).read_to_end(&mut text) {
+            Ok(_) => Ok(Some(String::from_utf8_lossy(&text).into_owned())),
+            Err(e) => Err(format!("{shown}: {e}")),
+        }
+    })
+    .await?
+}
+
+/// Whether a host path exists: false only for ENOENT/ENOTDIR; EACCES and the like are errors.
+async fn host_path_exists(ctx: &ProbeContext, absolute: &str) -> Result<bool, String> {
+    let path = ctx.host_path(absolute);
+    let shown = absolute.to_owned();
+    bounded_blocking(ctx.options.read_timeout, absolute, move || {
+        match std::fs::symlink_metadata(&path) {
+            Ok(_) => Ok(true),
+            Err(e) if is_absent(&e) => Ok(false),
+            Err(e) => Err(format!("{shown}: {e}")),
+        }
+    })
+    .await?
+}
+
+fn is_absent(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR)
+}
+
+// ---------------------------------------------------------------------------------------------
+// System
+
+/// `/etc/os-release`.
+pub async fn os_release(ctx: &ProbeContext) -> Fact<super::facts::Distribution> {
+    match read_host_file(ctx, "/etc/os-release").await {
+        Ok(Some(text)) => parse_os_release(&text).map_or_else(
+            || Fact::unknown("/etc/os-release has no ID"),
+            Fact::known,
+        ),
+        Ok(None) => Fact::unknown("/etc/os-release does not exist"),
+        Err(e) => Fact::unknown(e),
+    }
+}
+
+/// `uname` machine, in-process (`uname(2)` cannot hang).
+pub fn architecture() -> Fact<String> {
+    match nix::sys::utsname::uname() {
+        Ok(u) => normalise_architecture(&u.machine().to_string_lossy())
+            .map_or_else(|| Fact::unknown("uname reported no machine"), Fact::known),
+        Err(e) => Fact::unknown(format!("uname: {e}")),
+    }
+}
+
+/// systemd is PID 1 when `/run/systemd/system` exists (`sd_booted()`); otherwise PID 1's name.
+pub async fn init_system(ctx: &ProbeContext) -> Fact<InitSystem> {
+    match host_path_exists(ctx, "/run/systemd/system").await {
+        Ok(true) => Fact::known(InitSystem::Systemd),
+        Ok(false) => {
+            let pid1 = read_host_file(ctx, "/proc/1/comm")
+                .await
+                .ok()
+                .flatten()
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty());
+            Fact::known(InitSystem::Other { pid1 })
+        }
+        Err(e) => Fact::unknown(e),
+    }
+}
+
+/// `systemctl is-active docker`, only when systemd is PID 1.
+pub async fn service_active(ctx: &ProbeContext, init: &Fact<InitSystem>) -> Fact<bool> {
+    match init {
+        Fact::Known {
+            value: InitSystem::Other { pid1 },
+        } => {
+            return Fact::unknown(format!(
+                "systemd is not PID 1 (PID 1 is {})",
+                pid1.as_deref().unwrap_or("unknown")
+            ))
+        }
+        Fact::Unknown { reason } => return Fact::unknown(format!("init system unknown: {reason}")),
+        Fact::Known {
+            value: InitSystem::Systemd,
+        } => {}
+    }
+    match ctx.runner.run("systemctl", &["is-active", "docker"]).await {
+        Ok(out) => {
+            let state = out.stdout.trim();
+            if state.is_empty() {
+                Fact::unknown(format!(
+                    "systemctl is-active printed nothing (exit {:?})",
+                    out.code
+                ))
+            } else {
+                Fact::known(out.success() && state == "active")
+            }
+        }
+        Err(e) => Fact::unknown(e.to_string()),
+    }
+}
+
+/// rpm-ostree / bootc: `/run/ostree-booted`.
+pub async fn immutable_os(ctx: &ProbeContext) -> Fact<bool> {
+    host_path_exists(ctx, "/run/ostree-booted")
+        .await
+        .map_or_else(Fact::unknown, Fact::known)
+}
+
+/// WSL from `/proc/version`.
+pub async fn wsl(ctx: &ProbeContext) -> Fact<bool> {
+    match read_host_file(ctx, "/proc/version").await {
+        Ok(Some(text)) => Fact::known(is_wsl_kernel(&text)),
+        Ok(None) => Fact::unknown("/proc/version does not exist"),
+        Err(e) => Fact::unknown(e),
+    }
+}
+
+/// SELinux from `/sys/fs/selinux/enforce` (absent = disabled).
+pub async fn selinux(ctx: &ProbeContext) -> Fact<SelinuxMode> {
+    match read_host_file(ctx, "/sys/fs/selinux/enforce").await {
+        Ok(Some(text)) => parse_selinux_enforce(&text).map_or_else(
+            || Fact::unknown(format!("/sys/fs/selinux/enforce reads {:?}", text.trim())),
+            Fact::known,
+        ),
+        Ok(None) => Fact::known(SelinuxMode::Disabled),
+        Err(e) => Fact::unknown(e),
+    }
+}
+
+/// The user and the docker group: configured in the group database (members or primary gid) vs
+/// effective in this process (`getgroups`, egid).
+pub async fn user_and_group(ctx: &ProbeContext) -> (UserFacts, DockerGroupFacts) {
+    let uid = nix::unistd::getuid();
+    let fallback_user = UserFacts {
+        uid: uid.as_raw(),
+        is_root: uid.is_root(),
+        name: Fact::unknown("the user database did not answer"),
+    };
+    let work = move || {
+        let user = nix::unistd::User::from_uid(uid);
+        let group = nix::unistd::Group::from_name("docker");
+        let groups = nix::unistd::getgroups();
+        let egid = nix::unistd::getegid();
+        (user, group, groups, egid)
+    };
+    let (user, group, groups, egid) =
+        match bounded_blocking(ctx.options.read_timeout, "user database", work).await {
+            Ok(v) => v,
+            Err(e) => {
+                let unknown = DockerGroupFacts {
+                    gid: Fact::unknown(e.clone()),
+                    configured: Fact::unknown(e.clone()),
+                    effective: Fact::unknown(e),
+                };
+                return (fallback_user, unknown);
+            }
+        };
+    let (name, primary_gid) = match user {
+        Ok(Some(u)) => (Fact::known(u.name), Some(u.gid)),
+        Ok(None) if uid.is_root() => (Fact::known("root".to_owned()), None),
+        Ok(None) => (Fact::unknown(format!("uid {uid} has no entry in the user database")), None),
+        Err(e) => (Fact::unknown(format!("user database: {e}")), None),
+    };
+    let user_facts = UserFacts {
+        uid: uid.as_raw(),
+        is_root: uid.is_root(),
+        name: name.clone(),
+    };
+    let group_facts = match group {
+        Ok(None) => DockerGroupFacts {
+            gid: Fact::known(None),
+            configured: Fact::known(false),
+            effective: Fact::known(false),
+        },
+        Err(e) => {
+            let reason = format!("group database: {e}");
+            DockerGroupFacts {
+                gid: Fact::unknown(reason.clone()),
+                configured: Fact::unknown(reason.clone()),
+                effective: Fact::unknown(reason),
+            }
+        }
+        Ok(Some(g)) => {
+            let effective = match &groups {
+                Ok(list) => Fact::known(list.contains(&g.gid) || egid == g.gid),
+                Err(e) => Fact::unknown(format!("getgroups: {e}")),
+            };
+            let configured = match &name {
+                Fact::Known { value } => {
+                    Fact::known(g.mem.iter().any(|m| m == value) || primary_gid == Some(g.gid))
+                }
+                Fact::Unknown { reason } => Fact::unknown(reason.clone()),
+            };
+            DockerGroupFacts {
+                gid: Fact::known(Some(g.gid.as_raw())),
+                configured,
+                effective,
+            }
+        }
+    };
+    (user_facts, group_facts)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Docker
+
+/// The Docker CLI found in the system dirs and `docker --version`.
+pub async fn docker_cli(ctx: &ProbeContext) -> (Option<String>, Fact<bool>, Option<String>) {
+    let path = ctx.runner.find("docker").map(|p| p.display().to_string());
+    match ctx.runner.run("docker", &["--version"]).await {
+        Ok(out) => {
+            let version = out
+                .stdout
+                .lines()
+                .next()
+                .map(|l| l.trim().to_owned())
+                .filter(|l| !l.is_empty());
+            (path, Fact::known(out.success()), version)
+        }
+        Err(ExecError::NotFound(_)) => (path, Fact::known(false), None),
+        Err(e) => (path, Fact::unknown(e.to_string()), None),
+    }
+}
+
+/// The daemon on the configured socket.
+pub async fn daemon(ctx: &ProbeContext) -> DaemonState {
+    read_daemon(&ctx.options.docker_socket, ctx.options.read_timeout).await
+}
+
+/// Every package database present in the system dirs, asked about engine and toolkit packages.
+/// `Known(vec![])` when there is none; unknown only when every database present failed.
+pub async fn packages(ctx: &ProbeContext) -> Fact<Vec<InstalledPackage>> {
+    let mut names: Vec<&str> = ENGINE_PACKAGES.to_vec();
+    names.extend(["nvidia-container-toolkit-base", TOOLKIT_PACKAGE]);
+    let mut dpkg_args = vec!["-W", "-f", "${db:Status-Abbrev} ${Package} ${Version}\\n"];
+    dpkg_args.extend(&names);
+    let mut rpm_args = vec!["-q", "--qf", "%{NAME} %{VERSION}-%{RELEASE}\\n"];
+    rpm_args.extend(&names);
+    let mut pacman_args = vec!["-Q", "docker"];
+    pacman_args.extend(&names);
+    let runner = &ctx.runner;
+    let (dpkg, rpm, pacman) = tokio::join!(
+        runner.run("dpkg-query", &dpkg_args),
+        runner.run("rpm", &rpm_args),
+        runner.run("pacman", &pacman_args),
+    );
+    let mut found = Vec::new();
+    let mut failures = Vec::new();
+    let mut answered = false;
+    for (result, parse) in [
+        (dpkg, parse_dpkg_query as fn(&str) -> Vec<InstalledPackage>),
+        (rpm, parse_rpm_query),
+        (pacman, parse_pacman_query),
+    ] {
+        match result {
+            // Exit 1 is normal when some names are unknown; the listed ones are still right.
+            Ok(out) => {
+                answered = true;
+                found.extend(parse(&out.stdout));
+            }
+            Err(ExecError::NotFound(_)) => {}
+            Err(e) => failures.push(e.to_string()),
+        }
+    }
+    if !answered && !failures.is_empty() {
+        Fact::unknown(failures.join("; "))
+    } else {
+        Fact::known(found)
+    }
+}
+
+/// `snap list docker`.
+pub async fn snap_docker(ctx: &ProbeContext) -> Fact<bool> {
+    match ctx.runner.run("snap", &["list", "docker"]).await {
+        Ok(out) => Fact::known(snap_lists_docker(out.code, &out.stdout)),
+        Err(ExecError::NotFound(_)) => Fact::known(false),
+        Err(e) => Fact::unknown(e.to_string()),
+    }
+}
+
+/// `/etc/docker/daemon.json`.
+pub async fn daemon_json(ctx: &ProbeContext) -> DaemonJson {
+    daemon_json_from_read(read_host_file(ctx, "/etc/docker/daemon.json").await)
+}
+
+/// `$XDG_RUNTIME_DIR/docker.sock` exists.
+pub async fn rootless_socket(ctx: &ProbeContext) -> bool {
+    let Some(dir) = &ctx.options.xdg_runtime_dir else {
+        return false;
+    };
+    let path = dir.join("docker.sock");
+    bounded_blocking(ctx.options.read_timeout, "rootless socket", move || {
+        std::fs::symlink_metadata(path).is_ok()
+    })
+    .await
+    .unwrap_or(false)
+}
+
+// ---------------------------------------------------------------------------------------------
+// NVIDIA
+
+/// GPU facts: what the driver says through NVML or nvidia-smi.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuRead {
+    /// Where they came from.
+    pub source: GpuSource,
+    /// Driver version (`Known(None)` = no driver).
+    pub driver_version: Fact<Option<String>>,
+    /// The GPUs.
+    pub gpus: Fact<Vec<Gpu>>,
+}
+
+/// NVML when the library loads, else nvidia-smi.
+pub async fn gpus(ctx: &ProbeContext) -> GpuRead {
+    if ctx.options.nvml {
+        match bounded_blocking(ctx.options.read_timeout, "NVML", read_nvml).await {
+            Ok(NvmlRead::Gpus {
+                driver_version,
+                gpus,
+            }) => {
+                return GpuRead {
+                    source: GpuSource::Nvml,
+                    driver_version: Fact::known(Some(driver_version)),
+                    gpus: Fact::known(gpus),
+                }
+            }
+            Ok(NvmlRead::NoDriver) => {
+                return GpuRead {
+                    source: GpuSource::Nvml,
+                    driver_version: Fact::known(None),
+                    gpus: Fact::known(Vec::new()),
+                }
+            }
+            // Absent library, or NVML failing: nvidia-smi may still answer.
+            Ok(NvmlRead::LibraryAbsent(_) | NvmlRead::Failed(_)) | Err(_) => {}
+        }
+    }
+    nvidia_smi_gpus(ctx).await
+}
+
+/// GPU facts from nvidia-smi alone.
+pub async fn nvidia_smi_gpus(ctx: &ProbeContext) -> GpuRead {
+    let runner = &ctx.runner;
+    let format = "--format=csv,noheader,nounits";
+    let full = query_arg(QUERY_FIELDS);
+    let full_args = [full.as_str(), format];
+    let (query, listing) = tokio::join!(
+        runner.run("nvidia-smi", &full_args),
+        runner.run("nvidia-smi", &["-L"]),
+    );
+    let mut fields = QUERY_FIELDS;
+    let query = match query {
+        Ok(out) if !out.success() && rejects_compute_cap(&out.stdout, &out.stderr) => {
+            // R470: no compute_cap field. Ask again without it.
+            fields = LEGACY_QUERY_FIELDS;
+            let legacy = query_arg(LEGACY_QUERY_FIELDS);
+            runner.run("nvidia-smi", &[legacy.as_str(), format]).await
+        }
+        other => other,
+    };
+    let unknown = |reason: String| GpuRead {
+        source: GpuSource::NvidiaSmi,
+        driver_version: Fact::unknown(reason.clone()),
+        gpus: Fact::unknown(reason),
+    };
+    match query {
+        Ok(out) if out.success() => {
+            let mut gpus = parse_query_gpu(&out.stdout, fields);
+            if let Ok(list) = listing {
+                if list.success() {
+                    attach_mig_devices(&mut gpus, parse_mig_listing(&list.stdout));
+                }
+            }
+            let driver = gpus.last().and_then(|g| g.driver_version.clone());
+            GpuRead {
+                source: GpuSource::NvidiaSmi,
+                driver_version: Fact::known(driver),
+                gpus: Fact::known(gpus),
+            }
+        }
+        Ok(out) if reports_no_driver(out.code, &out.stdout, &out.stderr) => GpuRead {
+            source: GpuSource::NvidiaSmi,
+            driver_version: Fact::known(None),
+            gpus: Fact::known(Vec::new()),
+        },
+        // Stricter than the reference (which reads any failure as "no driver"): a permission
+        // error or a crash is not evidence that there is no driver.
+        Ok(out) => unknown(format!(
+            "nvidia-smi exited {:?}: {}",
+            out.code,
+            first_line(&out.stderr).or(first_line(&out.stdout)).unwrap_or("")
+        )),
+        Err(ExecError::NotFound(_)) => GpuRead {
+            source: GpuSource::None,
+            driver_version: Fact::known(None),
+            gpus: Fact::known(Vec::new()),
+        },
+        Err(e) => unknown(e.to_string()),
+    }
+}
+
+fn first_line(text: &str) -> Option<&str> {
+    text.lines().map(str::trim).find(|l| !l.is_empty())
+}
+
+/// `/proc/driver/nvidia/version`.
+pub async fn kernel_module_version(ctx: &ProbeContext) -> Fact<Option<String>> {
+    match read_host_file(ctx, "/proc/driver/nvidia/version").await {
+        Ok(Some(text)) => Fact::known(parse_nvidia_module_version(&text)),
+        Ok(None) => Fact::known(None),
+        Err(e) => Fact::unknown(e),
+    }
+}
+
+/// `nvidia-ctk --version`: `Known(None)` when absent or failing.
+pub async fn nvidia_ctk_version(ctx: &ProbeContext) -> Fact<Option<String>> {
+    match ctx.runner.run("nvidia-ctk", &["--version"]).await {
+        Ok(out) if out.success() => Fact::known(Some(
+            first_line(&out.stdout).unwrap_or("nvidia-ctk").to_owned(),
+        )),
+        Ok(_) | Err(ExecError::NotFound(_)) => Fact::known(None),
+        Err(e) => Fact::unknown(e.to_string()),
+    }
+}
+
+/// `nvidia-ctk cdi list`: whether an `nvidia.com/gpu` device is listed, and the device names.
+pub async fn cdi_list(ctx: &ProbeContext) -> (Fact<bool>, Vec<String>) {
+    match ctx.runner.run("nvidia-ctk", &["cdi", "list"]).await {
+        Ok(out) => {
+            let devices = parse_cdi_list(&out.stdout);
+            let listed = out.success() && out.stdout.to_lowercase().contains("nvidia.com/gpu");
+            (Fact::known(listed), devices)
+        }
+        Err(ExecError::NotFound(_)) => (Fact::known(false), Vec::new()),
+        Err(e) => (Fact::unknown(e.to_string()), Vec::new()),
+    }
+}
+
+/// Device names in `nvidia-ctk cdi list` output (`vendor/class=name` lines, log lines skipped).
+pub fn parse_cdi_list(text: &str) -> Vec<String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| {
+            !l.contains(' ') && l.contains('/') && l.contains('=') && !l.starts_with("level=")
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `nvidia-container-runtime-hook` in a system directory.
+pub fn hook_on_path(ctx: &ProbeContext) -> bool {
+    ctx.runner.find("nvidia-container-runtime-hook").is_some()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Disk and network
+
+/// Free bytes at `target`, measured at its nearest existing ancestor.
+pub async fn disk(ctx: &ProbeContext, target: &str) -> DiskFacts {
+    let host_target = ctx.host_path(target);
+    let root = ctx.options.root.clone();
+    let work = move || -> Result<(PathBuf, u64), String> {
+        let mut candidate: &Path = &host_target;
+        loop {
+            match std::fs::symlink_metadata(candidate) {
+                Ok(_) => break,
+                Err(_) => match candidate.parent() {
+                    Some(parent) => candidate = parent,
+                    None => return Err("no existing ancestor".to_owned()),
+                },
+            }
+        }
+        let stat = nix::sys::statvfs::statvfs(candidate)
+            .map_err(|e| format!("statvfs {}: {e}", candidate.display()))?;
+        #[allow(clippy::useless_conversion)] // the field widths differ between libcs
+        let bytes = u64::from(stat.blocks_available()).saturating_mul(u64::from(stat.fragment_size()));
+        let shown = Path::new("/").join(candidate.strip_prefix(&root).unwrap_or(candidate));
+        Ok((shown, bytes))
+    };
+    match bounded_blocking(ctx.options.read_timeout, "free disk", work).await {
+        Ok(Ok((measured, bytes))) => DiskFacts {
+            path: target.to_owned(),
+            measured_path: Some(measured.display().to_string()),
+            free_bytes: Fact::known(bytes),
+        },
+        Ok(Err(e)) | Err(e) => DiskFacts {
+            path: target.to_owned(),
+            measured_path: None,
+            free_bytes: Fact::unknown(e),
+        },
+    }
+}
+
+/// IPv4 routes.
+pub async fn routes(ctx: &ProbeContext) -> Fact<Vec<Route>> {
+    match read_host_file(ctx, "/proc/net/route").await {
+        Ok(Some(text)) => Fact::known(parse_proc_net_route(&text)),
+        Ok(None) => Fact::unknown("/proc/net/route does not exist"),
+        Err(e) => Fact::unknown(e),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One read alone (benchmark)
+
+/// Every host read the probe makes, for running one alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Read {
+    /// `/etc/os-release`.
+    OsRelease,
+    /// `uname`.
+    Architecture,
+    /// `/run/systemd/system` and `/proc/1/comm`, then `systemctl is-active docker`.
+    InitAndService,
+    /// `/run/ostree-booted`.
+    ImmutableOs,
+    /// `/proc/version`.
+    Wsl,
+    /// `/sys/fs/selinux/enforce`.
+    Selinux,
+    /// User and group databases, `getgroups`.
+    UserAndGroup,
+    /// `docker --version`.
+    DockerCli,
+    /// Engine API `/version` + `/info`, then statvfs at the root dir.
+    DaemonAndDisk,
+    /// dpkg-query / rpm / pacman.
+    Packages,
+    /// `snap list docker`.
+    Snap,
+    /// `/etc/docker/daemon.json`.
+    DaemonJson,
+    /// NVML or nvidia-smi.
+    Gpus,
+    /// `/proc/driver/nvidia/version`.
+    KernelModule,
+    /// `nvidia-ctk --version`.
+    NvidiaCtk,
+    /// `nvidia-ctk cdi list`.
+    CdiList,
+    /// `nvidia-container-runtime-hook` lookup.
+    Hook,
+    /// `/proc/net/route`.
+    Routes,
+    /// `$XDG_RUNTIME_DIR/docker.sock`.
+    RootlessSocket,
+}
+
+impl Read {
+    /// Every read, in report order.
+    pub const ALL: &'static [Read] = &[
+        Read::OsRelease,
+        Read::Architecture,
+        Read::InitAndService,
+        Read::ImmutableOs,
+        Read::Wsl,
+        Read::Selinux,
+        Read::UserAndGroup,
+        Read::DockerCli,
+        Read::DaemonAndDisk,
+        Read::Packages,
+        Read::Snap,
+        Read::DaemonJson,
+        Read::Gpus,
+        Read::KernelModule,
+        Read::NvidiaCtk,
+        Read::CdiList,
+        Read::Hook,
+        Read::Routes,
+        Read::RootlessSocket,
+    ];
+
+    /// Short name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Read::OsRelease => "os-release",
+            Read::Architecture => "architecture",
+            Read::InitAndService => "init+service",
+            Read::ImmutableOs => "immutable-os",
+            Read::Wsl => "wsl",
+            Read::Selinux => "selinux",
+            Read::UserAndGroup => "user+group",
+            Read::DockerCli => "docker-cli",
+            Read::DaemonAndDisk => "daemon+disk",
+            Read::Packages => "packages",
+            Read::Snap => "snap",
+            Read::DaemonJson => "daemon.json",
+            Read::Gpus => "gpus",
+            Read::KernelModule => "nvidia-module",
+            Read::NvidiaCtk => "nvidia-ctk",
+            Read::CdiList => "cdi-list",
+            Read::Hook => "hook",
+            Read::Routes => "routes",
+            Read::RootlessSocket => "rootless-socket",
+        }
+    }
+}
+
+/// Runs one read alone and discards its answer (the benchmark's peer measurement).
+pub async fn run_read(ctx: &ProbeContext, read: Read) {
+    match read {
+        Read::OsRelease => drop(os_release(ctx).await),
+        Read::Architecture => drop(architecture()),
+        Read::InitAndService => {
+            let init = init_system(ctx).await;
+            drop(service_active(ctx, &init).await);
+        }
+        Read::ImmutableOs => drop(immutable_os(ctx).await),
+        Read::Wsl => drop(wsl(ctx).await),
+        Read::Selinux => drop(selinux(ctx).await),
+        Read::UserAndGroup => drop(user_and_group(ctx).await),
+        Read::DockerCli => drop(docker_cli(ctx).await),
+        Read::DaemonAndDisk => {
+            let state = daemon(ctx).await;
+            drop(disk(ctx, &super::docker_root_target(&state)).await);
+        }
+        Read::Packages => drop(packages(ctx).await),
+        Read::Snap => drop(snap_docker(ctx).await),
+        Read::DaemonJson => drop(daemon_json(ctx).await),
+        Read::Gpus => drop(gpus(ctx).await),
+        Read::KernelModule => drop(kernel_module_version(ctx).await),
+        Read::NvidiaCtk => drop(nvidia_ctk_version(ctx).await),
+        Read::CdiList => drop(cdi_list(ctx).await),
+        Read::Hook => drop(hook_on_path(ctx)),
+        Read::Routes => drop(routes(ctx).await),
+        Read::RootlessSocket => drop(rootless_socket(ctx).await),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cdi_list_devices() {
+        let text = "INFO[0000] Found 3 CDI devices\nnvidia.com/gpu=0\nnvidia.com/gpu=GPU-8ba1a2c1-7d3b-4f5e-9a6b-1234567890ab\nnvidia.com/gpu=all\n";
+        assert_eq!(parse_cdi_list(text).len(), 3);
+        assert!(parse_cdi_list("INFO[0000] Found 0 CDI devices\n").is_empty());
+    }
+}
