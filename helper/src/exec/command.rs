@@ -1,0 +1,209 @@
+//! The programs the helper may run and the commands built from them: a fixed program (resolved
+//! to an absolute path in root-owned system directories) and an argv of [`SafeArg`]s.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+
+use enginekit_shared::safe::{SafeArg, UnsafeValue};
+
+/// Every program the helper knows. Nothing else can be spawned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Program {
+    AptGet,
+    DpkgQuery,
+    Dpkg,
+    Dnf,
+    Rpm,
+    NvidiaCtk,
+    Systemctl,
+    Id,
+    Docker,
+    Usermod,
+    Journalctl,
+    Stat,
+    Chmod,
+    /// Test only: `sleep`, to exercise timeouts.
+    #[cfg(test)]
+    Sleep,
+}
+
+/// Directories searched for a program, system directories first. Each must be root-owned and
+/// not group- or world-writable, and so must the program.
+pub const PROGRAM_DIRS: &[&str] =
+    &["/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/local/sbin", "/usr/local/bin"];
+
+impl Program {
+    /// The name as argv[0] shows it and as it is looked up.
+    pub fn name(self) -> &'static str {
+        match self {
+            Program::AptGet => "apt-get",
+            Program::DpkgQuery => "dpkg-query",
+            Program::Dpkg => "dpkg",
+            Program::Dnf => "dnf",
+            Program::Rpm => "rpm",
+            Program::NvidiaCtk => "nvidia-ctk",
+            Program::Systemctl => "systemctl",
+            Program::Id => "id",
+            Program::Docker => "docker",
+            Program::Usermod => "usermod",
+            Program::Journalctl => "journalctl",
+            Program::Stat => "stat",
+            Program::Chmod => "chmod",
+            #[cfg(test)]
+            Program::Sleep => "sleep",
+        }
+    }
+
+    /// Whether this program changes packages (its start ends the window for cancelling).
+    pub fn is_package_manager(self) -> bool {
+        matches!(self, Program::AptGet | Program::Dnf | Program::Dpkg)
+    }
+
+    /// The absolute path to run: the first trusted directory holding a trusted executable.
+    pub fn resolve(self) -> Result<PathBuf, ResolveError> {
+        for dir in PROGRAM_DIRS {
+            let dir_path = PathBuf::from(dir);
+            let Ok(dir_meta) = std::fs::metadata(&dir_path) else { continue };
+            if !trusted(&dir_meta) {
+                continue;
+            }
+            let path = dir_path.join(self.name());
+            let Ok(meta) = std::fs::metadata(&path) else { continue };
+            if meta.is_file() && meta.mode() & 0o111 != 0 {
+                if !trusted(&meta) {
+                    return Err(ResolveError::Untrusted(path));
+                }
+                return Ok(path);
+            }
+        }
+        Err(ResolveError::NotFound(self.name()))
+    }
+}
+
+fn trusted(meta: &std::fs::Metadata) -> bool {
+    meta.uid() == 0 && meta.mode() & 0o022 == 0
+}
+
+/// A program that cannot be run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    #[error("{0} is not installed in {PROGRAM_DIRS:?}")]
+    NotFound(&'static str),
+    #[error("{} is not owned by root or is writable by others; refusing to run it", .0.display())]
+    Untrusted(PathBuf),
+}
+
+/// How long a command may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Duration {
+    /// Queries, configuration, service control: the ordinary timeout.
+    Ordinary,
+    /// A package install or removal: the long timeout, then SIGTERM and a grace period.
+    LongRunning,
+    /// A diagnostic read (the journal): the short timeout.
+    Diagnostic,
+}
+
+/// One command: a program and its arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Command {
+    pub program: Program,
+    pub args: Vec<SafeArg>,
+    pub duration: Duration,
+}
+
+impl Command {
+    /// The argv as names (`apt-get`, args…): what tests compare and logs show.
+    pub fn argv(&self) -> Vec<String> {
+        std::iter::once(self.program.name().to_string())
+            .chain(self.args.iter().map(|a| a.as_str().to_string()))
+            .collect()
+    }
+
+    /// Whether `other` runs the same program with the same arguments.
+    pub fn same_argv(&self, argv: &[&str]) -> bool {
+        self.argv().iter().map(String::as_str).eq(argv.iter().copied())
+    }
+}
+
+/// Builds a [`Command`], collecting the first unsafe value instead of panicking.
+#[derive(Debug)]
+pub struct CommandBuilder {
+    program: Program,
+    args: Vec<SafeArg>,
+    duration: Duration,
+    error: Option<UnsafeValue>,
+}
+
+impl CommandBuilder {
+    pub fn new(program: Program) -> CommandBuilder {
+        CommandBuilder { program, args: Vec::new(), duration: Duration::Ordinary, error: None }
+    }
+
+    fn push(mut self, arg: Result<SafeArg, UnsafeValue>) -> Self {
+        match arg {
+            Ok(a) => self.args.push(a),
+            Err(e) => {
+                self.error.get_or_insert(e);
+            }
+        }
+        self
+    }
+
+    /// An option chosen by code (starts with `-`).
+    pub fn flag(self, flag: &str) -> Self {
+        self.push(SafeArg::flag(flag))
+    }
+
+    /// A positional argument (never starts with `-`).
+    pub fn arg(self, arg: impl Into<String>) -> Self {
+        self.push(SafeArg::new(arg))
+    }
+
+    /// Literal argv words as the reference writes them: options and positionals alike.
+    pub fn words(mut self, words: &[&str]) -> Self {
+        for word in words {
+            self = if word.starts_with('-') { self.flag(word) } else { self.arg(*word) };
+        }
+        self
+    }
+
+    pub fn long_running(mut self) -> Self {
+        self.duration = Duration::LongRunning;
+        self
+    }
+
+    pub fn diagnostic(mut self) -> Self {
+        self.duration = Duration::Diagnostic;
+        self
+    }
+
+    pub fn build(self) -> Result<Command, UnsafeValue> {
+        match self.error {
+            Some(e) => Err(e),
+            None => Ok(Command { program: self.program, args: self.args, duration: self.duration }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builder_refuses_an_option_in_a_positional_slot() {
+        let err = CommandBuilder::new(Program::Usermod).words(&["-aG", "docker"]).arg("-rf").build();
+        assert_eq!(err, Err(UnsafeValue::OptionLikeArgument));
+        let ok = CommandBuilder::new(Program::Id).flag("-u").arg("alice").build().unwrap();
+        assert_eq!(ok.argv(), ["id", "-u", "alice"]);
+    }
+
+    #[test]
+    fn system_programs_resolve_to_absolute_root_owned_paths() {
+        let path = Program::Id.resolve().unwrap();
+        assert!(path.is_absolute());
+        assert!(path.ends_with("id"));
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.uid(), 0);
+    }
+}
