@@ -5,6 +5,8 @@ pub mod cli;
 pub mod dbus;
 pub mod docker;
 pub mod documents;
+pub mod elevate;
+pub mod installations;
 pub mod journal;
 pub mod operations;
 pub mod plan;

@@ -2,7 +2,9 @@
 //! performs the reducer's effects.
 
 pub mod atomic;
+pub mod boundary;
 pub mod record;
 pub mod recovery;
 pub mod reducer;
+pub mod runner;
 pub mod store;

@@ -357,6 +357,8 @@ pub struct Operation {
     pub pending_host_step: Option<HostStepTicket>,
     /// The host step was handed to the helper; its nonce is burnt from here on.
     pub host_step_sent: bool,
+    /// The helper's job object for the sent step, to tell a running job from an unknown nonce.
+    pub host_job: Option<String>,
     pub indivisible_host_step_running: bool,
     pub completed_step_ids: Vec<String>,
     /// Every nonce this operation ever handed to the helper: never handed over again.
@@ -369,6 +371,8 @@ pub struct Operation {
     pub owned_resources: BTreeSet<String>,
     /// What `Setup` should tell the user to do next, e.g. sign in again.
     pub notes: Vec<String>,
+    /// The plan of the last probe, as shown to the user (the new plan after a re-ask).
+    pub requirement_plan: Option<serde_json::Value>,
 }
 
 impl Operation {

@@ -44,6 +44,7 @@ pub fn restarted(op: &Operation, instance_id: String) -> Operation {
     next.instance_id = instance_id;
     next.pending_host_step = None;
     next.host_step_sent = false;
+    next.host_job = None;
     next.indivisible_host_step_running = false;
     next.error = None;
     let kind = if op.kind == OperationKind::Remove {

@@ -21,6 +21,8 @@ pub struct ProbedPlan {
     pub image_digest: Option<DigestText>,
     pub manifest_id: Option<String>,
     pub image_present: bool,
+    /// The whole plan as the user sees it.
+    pub document: serde_json::Value,
 }
 
 /// How the helper's job ended, or that it never started because polkit said no.
@@ -158,6 +160,7 @@ pub fn start(
         pending_effect: None,
         pending_host_step: None,
         host_step_sent: false,
+        host_job: None,
         indivisible_host_step_running: false,
         completed_step_ids: Vec::new(),
         spent_nonces: Default::default(),
@@ -166,6 +169,7 @@ pub fn start(
         error: None,
         owned_resources: Default::default(),
         notes: Vec::new(),
+        requirement_plan: None,
     };
     match kind {
         OperationKind::Setup => set_effect(&mut op, EffectKind::Probe),
@@ -453,6 +457,7 @@ fn answer_effect(op: &Operation, answer: &Answer) -> Result<Operation, CodedErro
             // The spent authorisation is dropped: a fresh probe mints a fresh one if needed.
             next.pending_host_step = None;
             next.host_step_sent = false;
+            next.host_job = None;
             if op.cancellation_requested {
                 cancel_to_cleanup(&mut next);
             } else if rec.needs_relogin {
@@ -473,6 +478,7 @@ fn answer_effect(op: &Operation, answer: &Answer) -> Result<Operation, CodedErro
 }
 
 fn requirements_ready(op: &Operation, next: &mut Operation, plan: &ProbedPlan) {
+    next.requirement_plan = Some(plan.document.clone());
     if op.cancellation_requested {
         cancel_to_cleanup(next);
         return;
@@ -531,6 +537,7 @@ fn carried_consent<'a>(op: &'a Operation, plan: &ProbedPlan) -> Option<&'a Conse
 
 fn after_consent(next: &mut Operation, host_step: Option<&HostStepTicket>) {
     next.host_step_sent = false;
+    next.host_job = None;
     match host_step {
         Some(step) => {
             let mut step = step.clone();
@@ -599,6 +606,7 @@ fn receipt_verified(
     }
     next.pending_host_step = None;
     next.host_step_sent = false;
+    next.host_job = None;
     match verdict.outcome {
         HostOutcome::Declined => {
             fail(next, coded(ErrorCode::ElevationDeclined, DECLINED_MESSAGE));

@@ -219,6 +219,12 @@ impl Store {
             return Ok(false);
         }
         let mut next = next.clone();
+        if next.host_job.is_none()
+            && next.sent_nonce().is_some()
+            && next.sent_nonce() == current.sent_nonce()
+        {
+            next.host_job = current.host_job.clone();
+        }
         next.owned_resources.extend(current.owned_resources);
         self.write(&next)?;
         Ok(true)
@@ -236,6 +242,27 @@ impl Store {
         let before = current.owned_resources.len();
         current.owned_resources.extend(resources.iter().cloned());
         if current.owned_resources.len() != before {
+            self.write(&current)?;
+        }
+        Ok(())
+    }
+
+    /// Note the helper's job object for the sent host step; no revision change.
+    pub fn note_host_job(
+        &self,
+        id: &OperationId,
+        nonce: &str,
+        job: &str,
+    ) -> Result<(), CodedError> {
+        let _lock = self.lock_store()?;
+        let Some(mut current) = self.load(id)? else {
+            return Err(CodedError::new(
+                ErrorCode::OperationNotFound,
+                "There is no such operation.",
+            ));
+        };
+        if current.sent_nonce() == Some(nonce) {
+            current.host_job = Some(job.to_owned());
             self.write(&current)?;
         }
         Ok(())

@@ -1,0 +1,257 @@
+//! The root helper's client on the system bus: `Start` with interactive authorisation allowed,
+//! the job followed through its signals, `GetReceipt` after a crash. Also starts a text polkit
+//! agent when the session has none and a terminal is there to ask on.
+
+pub mod agent;
+
+use std::time::Duration;
+
+use enginekit_shared::error::{CodedError, ErrorCode};
+use enginekit_shared::wire::receipt::{Outcome, Receipt};
+use futures_util::StreamExt;
+use zbus::proxy::CacheProperties;
+use zbus::Connection;
+use zbus::OwnedObjectPath;
+
+use crate::operations::boundary::{
+    Elevator, HostRun, JobNote, ProgressSink, ProgressTick, ReceiptLookup, ReceiptSummary,
+};
+use crate::operations::record::{DigestText, HostStepTicket};
+use crate::operations::reducer::HostOutcome;
+
+pub const HELPER_NAME: &str = "org.enginekit.Helper1";
+const ERROR_PREFIX: &str = "org.enginekit.Helper1.Error.";
+
+#[zbus::proxy(
+    interface = "org.enginekit.Helper1",
+    default_service = "org.enginekit.Helper1",
+    default_path = "/org/enginekit/Helper1"
+)]
+pub trait Helper1 {
+    #[zbus(allow_interactive_auth)]
+    fn start(&self, step: &str) -> zbus::Result<OwnedObjectPath>;
+    fn get_receipt(&self, nonce: &str) -> zbus::Result<String>;
+}
+
+#[zbus::proxy(
+    interface = "org.enginekit.Helper1.Job",
+    default_service = "org.enginekit.Helper1"
+)]
+pub trait HelperJob {
+    #[zbus(property)]
+    fn state(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn phase(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn percent(&self) -> zbus::Result<i32>;
+    #[zbus(property)]
+    fn allow_cancel(&self) -> zbus::Result<bool>;
+    #[zbus(property)]
+    fn receipt(&self) -> zbus::Result<String>;
+    fn cancel(&self) -> zbus::Result<()>;
+    #[zbus(signal)]
+    fn progress(&self, phase: String, percent: i32) -> zbus::Result<()>;
+    #[zbus(signal)]
+    fn finished(&self, receipt: String) -> zbus::Result<()>;
+}
+
+/// The helper on the system bus (`DBUS_SYSTEM_BUS_ADDRESS` is honoured by zbus).
+#[derive(Debug, Clone)]
+pub struct SystemHelper {
+    conn: Connection,
+}
+
+impl SystemHelper {
+    pub async fn connect() -> Result<SystemHelper, CodedError> {
+        let conn = Connection::system().await.map_err(|e| {
+            CodedError::new(
+                ErrorCode::AdapterUnavailable,
+                "The system bus cannot be reached.",
+            )
+            .with_details(e.to_string())
+        })?;
+        Ok(SystemHelper { conn })
+    }
+
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
+    async fn job(&self, path: &str) -> Result<HelperJobProxy<'static>, CodedError> {
+        HelperJobProxy::builder(&self.conn)
+            .path(path.to_owned())
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+            .map_err(bus_error)
+    }
+
+    async fn follow(&self, path: &str, progress: &ProgressSink) -> Result<String, CodedError> {
+        let job = self.job(path).await?;
+        let mut finished = job.receive_finished().await.map_err(bus_error)?;
+        let mut ticks = job.receive_progress().await.map_err(bus_error)?;
+        // Subscribed first, then read: a job that finished meanwhile already has its receipt.
+        let now = job.receipt().await.map_err(bus_error)?;
+        if !now.is_empty() {
+            return Ok(now);
+        }
+        loop {
+            tokio::select! {
+                Some(signal) = finished.next() => {
+                    let args = signal.args().map_err(bus_error)?;
+                    return Ok(args.receipt().clone());
+                }
+                Some(signal) = ticks.next() => {
+                    if let Ok(args) = signal.args() {
+                        progress(tick(args.phase(), *args.percent()));
+                    }
+                }
+                // A lost signal (the helper restarted, the bus hiccuped) is caught by polling.
+                _ = tokio::time::sleep(Duration::from_secs(5)) => {
+                    let now = job.receipt().await.map_err(bus_error)?;
+                    if !now.is_empty() {
+                        return Ok(now);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn tick(phase: &str, percent: i32) -> ProgressTick {
+    ProgressTick {
+        label: phase.to_owned(),
+        completed: u64::try_from(percent).ok(),
+        total: (percent >= 0).then_some(100),
+        unit: if percent >= 0 { "percent" } else { "unknown" },
+    }
+}
+
+/// A bus error as a coded error: the helper's messages start with the stable code.
+pub fn bus_error(err: zbus::Error) -> CodedError {
+    if let zbus::Error::MethodError(name, message, _) = &err {
+        let text = message.clone().unwrap_or_default();
+        let code = text
+            .split_once(':')
+            .and_then(|(code, _)| code.trim().parse::<ErrorCode>().ok())
+            .unwrap_or(ErrorCode::IoError);
+        return CodedError::new(code, "The helper refused the request.").with_details(format!(
+            "{}: {}",
+            name.as_str(),
+            text
+        ));
+    }
+    CodedError::new(
+        ErrorCode::AdapterUnavailable,
+        "The helper cannot be reached on the system bus.",
+    )
+    .with_details(err.to_string())
+}
+
+fn error_name(err: &zbus::Error) -> Option<&str> {
+    match err {
+        zbus::Error::MethodError(name, _, _) => Some(name.as_str()),
+        _ => None,
+    }
+}
+
+/// Whether a `Start` error means nobody authorised the step (nothing ran, nonce not burnt).
+fn is_declined(err: &zbus::Error) -> bool {
+    matches!(
+        error_name(err),
+        Some(name) if name == "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired"
+            || name == "org.freedesktop.DBus.Error.AccessDenied"
+            || name.strip_prefix(ERROR_PREFIX).is_some_and(|n| n == "NotAuthorized" || n == "NotAuthorizedDismissed")
+    )
+}
+
+/// Reduce the helper's receipt to what the broker decides on, refusing one for another step.
+pub fn summarise(text: &str, step_id: &str, nonce: &str) -> Result<ReceiptSummary, CodedError> {
+    let receipt = Receipt::parse(text.as_bytes()).map_err(|e| {
+        CodedError::new(e.code(), "The helper's receipt is not valid.").with_details(e.to_string())
+    })?;
+    if receipt.nonce.as_str() != nonce || receipt.step_id.as_str() != step_id {
+        return Err(CodedError::new(
+            ErrorCode::ReceiptConflict,
+            "That result does not match the authorization this operation is waiting for.",
+        ));
+    }
+    let digest = receipt.identity_digest().map_err(|e| {
+        CodedError::new(
+            ErrorCode::MetadataInvalid,
+            "The receipt cannot be digested.",
+        )
+        .with_details(e.to_string())
+    })?;
+    let tail: String = receipt
+        .actions
+        .iter()
+        .filter(|a| a.exit_status != Some(0))
+        .map(|a| format!("{} exited with {:?}\n{}", a.code, a.exit_status, a.log_tail))
+        .collect::<Vec<_>>()
+        .join("\n");
+    Ok(ReceiptSummary {
+        step_id: receipt.step_id.as_str().to_owned(),
+        nonce: receipt.nonce.as_str().to_owned(),
+        outcome: match receipt.outcome {
+            Outcome::Succeeded => HostOutcome::Succeeded,
+            Outcome::Failed => HostOutcome::Failed,
+            Outcome::Cancelled => HostOutcome::Cancelled,
+        },
+        digest: DigestText::parse(digest.as_str())?,
+        error: receipt.error.clone(),
+        log_tail: (!tail.is_empty()).then_some(tail),
+    })
+}
+
+impl Elevator for SystemHelper {
+    async fn run_step(
+        &self,
+        step: &HostStepTicket,
+        progress: ProgressSink,
+        on_job: JobNote,
+    ) -> Result<HostRun, CodedError> {
+        let helper = Helper1Proxy::new(&self.conn).await.map_err(bus_error)?;
+        progress(tick("Waiting for authorization", -1));
+        let path = match helper.start(&step.step_json).await {
+            Ok(path) => path,
+            Err(e) if is_declined(&e) => {
+                tracing::info!(error = %e, "the host step was not authorized");
+                return Ok(HostRun::Declined);
+            }
+            Err(e) => return Err(bus_error(e)),
+        };
+        on_job(path.as_str());
+        let text = self.follow(path.as_str(), &progress).await?;
+        Ok(HostRun::Finished(summarise(
+            &text,
+            &step.step_id,
+            &step.nonce,
+        )?))
+    }
+
+    async fn receipt(&self, nonce: &str, job: Option<&str>) -> Result<ReceiptLookup, CodedError> {
+        let helper = Helper1Proxy::new(&self.conn).await.map_err(bus_error)?;
+        match helper.get_receipt(nonce).await {
+            Ok(text) => {
+                let parsed = Receipt::parse(text.as_bytes()).map_err(|e| {
+                    CodedError::new(e.code(), "The helper's receipt is not valid.")
+                        .with_details(e.to_string())
+                })?;
+                let summary = summarise(&text, parsed.step_id.as_str(), nonce)?;
+                Ok(ReceiptLookup::Finished(summary))
+            }
+            Err(e) if error_name(&e) == Some("org.enginekit.Helper1.Error.NoReceipt") => {
+                // No receipt yet: a job of ours still running, or a nonce never accepted.
+                let Some(path) = job else {
+                    return Ok(ReceiptLookup::Unknown);
+                };
+                match self.job(path).await?.state().await {
+                    Ok(state) if state == "running" => Ok(ReceiptLookup::Pending),
+                    _ => Ok(ReceiptLookup::Unknown),
+                }
+            }
+            Err(e) => Err(bus_error(e)),
+        }
+    }
+}

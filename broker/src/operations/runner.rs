@@ -1,0 +1,593 @@
+//! The runner: performs the reducer's one pending effect, commits its answer by
+//! compare-and-swap, and repeats until the operation rests (finished or waiting on the user).
+//! Recovery after a restart lives here too, because it needs the machine and the helper.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use enginekit_shared::error::{CodedError, ErrorCode};
+use serde::Serialize;
+use tokio::sync::{broadcast, Notify};
+
+use super::boundary::{
+    Claims, Elevator, HostRun, ProgressSink, ProgressTick, Provisioner, ReceiptLookup,
+    ReceiptSummary,
+};
+use super::record::{
+    DigestText, EffectIntent, EffectKind, EngineId, Operation, OperationId, OperationKind, Phase,
+};
+use super::recovery::{pickup, restarted, Pickup};
+use super::reducer::{reduce, start, Answer, Event, HostOutcome, ReceiptVerdict};
+use super::store::Store;
+
+const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
+const RECEIPT_POLL: Duration = Duration::from_millis(500);
+/// Environment variable of the crash test hook: a comma list of phases (or `host-step-running`)
+/// at which the process kills itself with SIGKILL right after the record reached that point.
+pub const KILL_HOOK_ENV: &str = "ENGINEKIT_TEST_KILL_AT";
+
+/// What the runner announces.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "kebab-case")]
+pub enum RunnerEvent {
+    Changed {
+        operation: Box<Operation>,
+    },
+    Progress {
+        operation_id: OperationId,
+        phase: Phase,
+        tick: ProgressTick,
+    },
+}
+
+/// The test hook: SIGKILL this process if `point` is listed in `ENGINEKIT_TEST_KILL_AT`.
+pub fn test_kill_point(point: &str) {
+    if let Some(list) = std::env::var_os(KILL_HOOK_ENV) {
+        if list.to_string_lossy().split(',').any(|p| p.trim() == point) {
+            eprintln!("enginekit: test hook {KILL_HOOK_ENV} kills the broker at {point}");
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+fn fresh_instance_id() -> String {
+    let mut bytes = [0u8; 8];
+    let _ = getrandom::fill(&mut bytes);
+    format!("broker-{}-{}", std::process::id(), hex::encode(bytes))
+}
+
+#[derive(Debug)]
+pub struct Runner<P, E> {
+    store: Store,
+    provisioner: Arc<P>,
+    elevator: Arc<E>,
+    instance_id: String,
+    events: broadcast::Sender<RunnerEvent>,
+    cancels: Mutex<HashMap<OperationId, Arc<Notify>>>,
+}
+
+enum Performed {
+    Answer(Answer, Vec<String>),
+    /// The record moved while the effect ran (a cancel, another process): look again.
+    Moved,
+}
+
+impl<P: Provisioner, E: Elevator> Runner<P, E> {
+    pub fn new(store: Store, provisioner: Arc<P>, elevator: Arc<E>) -> Arc<Self> {
+        let (events, _) = broadcast::channel(1024);
+        Arc::new(Runner {
+            store,
+            provisioner,
+            elevator,
+            instance_id: fresh_instance_id(),
+            events,
+            cancels: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn provisioner(&self) -> &Arc<P> {
+        &self.provisioner
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<RunnerEvent> {
+        self.events.subscribe()
+    }
+
+    fn announce(&self, op: &Operation) {
+        let _ = self.events.send(RunnerEvent::Changed {
+            operation: Box::new(op.clone()),
+        });
+    }
+
+    fn load(&self, id: &OperationId) -> Result<Operation, CodedError> {
+        self.store.load(id)?.ok_or_else(|| {
+            CodedError::new(ErrorCode::OperationNotFound, "There is no such operation.")
+        })
+    }
+
+    /// A plan for `engine` without starting anything (the CLI's and the bus's `Plan`).
+    pub async fn plan(&self, engine: &EngineId) -> Result<serde_json::Value, CodedError> {
+        let probe = start(
+            OperationId::fresh()?,
+            engine.clone(),
+            OperationKind::Setup,
+            true,
+            None,
+            self.instance_id.clone(),
+        );
+        Ok(self.provisioner.plan(&probe).await?.document)
+    }
+
+    /// Start a setup under the approval of `plan_digest`, or pick up the one already there.
+    pub fn begin_setup(
+        &self,
+        engine: &EngineId,
+        plan_digest: Option<DigestText>,
+    ) -> Result<Operation, CodedError> {
+        if let Some(active) = self.store.active_for(engine)? {
+            return self.adopt(active, plan_digest);
+        }
+        let op = start(
+            OperationId::fresh()?,
+            engine.clone(),
+            OperationKind::Setup,
+            true,
+            plan_digest,
+            self.instance_id.clone(),
+        );
+        self.store.create(&op)?;
+        self.announce(&op);
+        Ok(op)
+    }
+
+    fn adopt(
+        &self,
+        active: Operation,
+        plan_digest: Option<DigestText>,
+    ) -> Result<Operation, CodedError> {
+        let driven = self.store.try_lock_engine(&active.engine)?.is_none();
+        let busy = CodedError::new(
+            ErrorCode::OperationConflict,
+            "Another change to this engine is still running.",
+        )
+        .with_details(active.operation_id.as_str());
+        if active.kind != OperationKind::Setup || driven {
+            return Err(busy);
+        }
+        if active.phase == Phase::AwaitingConsent {
+            let event = Event::Approve {
+                expected_revision: active.revision,
+                approved_plan_digest: plan_digest,
+            };
+            return self.apply(&active.operation_id, &event);
+        }
+        Ok(active)
+    }
+
+    pub fn begin_remove(
+        &self,
+        engine: &EngineId,
+        retain_models: bool,
+    ) -> Result<Operation, CodedError> {
+        let op = start(
+            OperationId::fresh()?,
+            engine.clone(),
+            OperationKind::Remove,
+            retain_models,
+            None,
+            self.instance_id.clone(),
+        );
+        if let Some(active) = self.store.active_for(engine)? {
+            return Err(CodedError::new(
+                ErrorCode::OperationConflict,
+                "Another change to this engine is still running.",
+            )
+            .with_details(active.operation_id.as_str()));
+        }
+        self.store.create(&op)?;
+        self.announce(&op);
+        Ok(op)
+    }
+
+    /// Apply a user event (approve, resume, cancel) by compare-and-swap, retrying a lost swap.
+    pub fn apply(&self, id: &OperationId, event: &Event) -> Result<Operation, CodedError> {
+        for _ in 0..5 {
+            let op = self.load(id)?;
+            let next = reduce(&op, event)?;
+            if next == op {
+                return Ok(op);
+            }
+            if self.store.compare_and_swap(op.revision, &next)? {
+                self.announce(&next);
+                return Ok(next);
+            }
+        }
+        Err(CodedError::new(
+            ErrorCode::OperationConflict,
+            "The operation kept changing while this request was being recorded; send it again.",
+        ))
+    }
+
+    pub fn cancel(&self, id: &OperationId) -> Result<Operation, CodedError> {
+        let op = self.apply(id, &Event::Cancel)?;
+        if let Ok(cancels) = self.cancels.lock() {
+            if let Some(notify) = cancels.get(id) {
+                notify.notify_waiters();
+            }
+        }
+        Ok(op)
+    }
+
+    /// Perform effects until the operation rests. Refused while another process drives it.
+    pub async fn drive(self: &Arc<Self>, id: &OperationId) -> Result<Operation, CodedError> {
+        let first = self.load(id)?;
+        let Some(_lock) = self.store.try_lock_engine(&first.engine)? else {
+            return Err(CodedError::new(
+                ErrorCode::OperationConflict,
+                "Another enginekit process is driving this operation.",
+            )
+            .with_details(id.as_str()));
+        };
+        let notify = Arc::new(Notify::new());
+        if let Ok(mut cancels) = self.cancels.lock() {
+            cancels.insert(id.clone(), notify.clone());
+        }
+        let result = self.drive_locked(id, &notify).await;
+        if let Ok(mut cancels) = self.cancels.lock() {
+            cancels.remove(id);
+        }
+        result
+    }
+
+    async fn drive_locked(
+        self: &Arc<Self>,
+        id: &OperationId,
+        notify: &Notify,
+    ) -> Result<Operation, CodedError> {
+        let mut refusals = 0;
+        loop {
+            let op = self.load(id)?;
+            let Some(effect) = op.pending_effect.clone() else {
+                return Ok(op);
+            };
+            if op.is_terminal() {
+                return Ok(op);
+            }
+            let performed = if effect.kind == EffectKind::HostStep {
+                // A package transaction is indivisible: a cancel is only recorded.
+                self.perform_host_step(&op, &effect).await?
+            } else {
+                let cancelled = notify.notified();
+                tokio::select! {
+                    (answer, notes) = self.perform(&op, &effect) => Performed::Answer(answer, notes),
+                    _ = cancelled => Performed::Moved,
+                }
+            };
+            let Performed::Answer(answer, notes) = performed else {
+                continue;
+            };
+            match self.commit_with_notes(&op, &effect, answer, notes) {
+                Ok(_) => refusals = 0,
+                Err(e) => {
+                    refusals += 1;
+                    let now = self.load(id)?;
+                    if now.revision == op.revision || refusals > 3 {
+                        // Refused and nothing moved: the answer can never apply.
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reduce `answer` against `op` and swap it in. A lost swap is not an error: the loop
+    /// looks again and the stale answer is dropped.
+    fn commit(
+        &self,
+        op: &Operation,
+        effect: &EffectIntent,
+        answer: Answer,
+    ) -> Result<Option<Operation>, CodedError> {
+        self.commit_with_notes(op, effect, answer, Vec::new())
+    }
+
+    fn commit_with_notes(
+        &self,
+        op: &Operation,
+        effect: &EffectIntent,
+        answer: Answer,
+        notes: Vec<String>,
+    ) -> Result<Option<Operation>, CodedError> {
+        let mut next = reduce(op, &Event::answer(effect, answer))?;
+        if !notes.is_empty() {
+            next.notes = notes;
+        }
+        if !self.store.compare_and_swap(op.revision, &next)? {
+            return Ok(None);
+        }
+        self.announce(&next);
+        if next.phase != op.phase {
+            test_kill_point(next.phase.as_str());
+        }
+        Ok(Some(next))
+    }
+
+    fn progress_sink(&self, op: &Operation) -> ProgressSink {
+        let events = self.events.clone();
+        let id = op.operation_id.clone();
+        let phase = op.phase;
+        let last = Mutex::new(None::<Instant>);
+        Arc::new(move |tick: ProgressTick| {
+            let done = tick.total.is_some() && tick.completed == tick.total;
+            if let Ok(mut last) = last.lock() {
+                let due = last.is_none_or(|at| at.elapsed() >= PROGRESS_INTERVAL);
+                if !(due || done) {
+                    return;
+                }
+                *last = Some(Instant::now());
+            }
+            let _ = events.send(RunnerEvent::Progress {
+                operation_id: id.clone(),
+                phase,
+                tick,
+            });
+        })
+    }
+
+    async fn perform(&self, op: &Operation, effect: &EffectIntent) -> (Answer, Vec<String>) {
+        let claims = Claims {
+            store: self.store.clone(),
+            operation_id: op.operation_id.clone(),
+        };
+        let progress = self.progress_sink(op);
+        let p = &self.provisioner;
+        let result = match effect.kind {
+            EffectKind::Probe => p.plan(op).await.map(Answer::RequirementsReady),
+            EffectKind::Reconcile => p.reconcile(op).await.map(Answer::Reconciled),
+            EffectKind::PrepareEnvironment => p
+                .prepare_environment(op, &claims, progress)
+                .await
+                .map(|()| Answer::EnvironmentVerified),
+            EffectKind::PullImage => p
+                .pull_image(op, &claims, progress)
+                .await
+                .map(|()| Answer::ImagePulled),
+            EffectKind::Verify => p
+                .verify_image(op)
+                .await
+                .map(|()| Answer::VerificationPassed),
+            EffectKind::Activate => p.activate(op).await.map(|()| Answer::ActivationCommitted),
+            EffectKind::Remove => {
+                return match p.remove(op, progress).await {
+                    Ok(removed) => (Answer::RemovalCompleted, removed),
+                    Err(e) => (Answer::Failed(e), Vec::new()),
+                }
+            }
+            EffectKind::Cleanup => p.cleanup(op).await.map(|()| Answer::CleanupCompleted),
+            EffectKind::HostStep => Err(CodedError::new(
+                ErrorCode::IoError,
+                "host step out of place",
+            )),
+        };
+        (result.unwrap_or_else(Answer::Failed), Vec::new())
+    }
+
+    async fn perform_host_step(
+        &self,
+        op: &Operation,
+        effect: &EffectIntent,
+    ) -> Result<Performed, CodedError> {
+        let Some(step) = op.pending_host_step.clone() else {
+            return Ok(Performed::Answer(
+                Answer::Failed(CodedError::new(
+                    ErrorCode::HostStepInvalid,
+                    "The operation waits for a host step it does not hold.",
+                )),
+                Vec::new(),
+            ));
+        };
+        let run = if op.host_step_sent {
+            // Handed over before: ask the helper, never hand the same nonce over again.
+            match self
+                .wait_for_receipt(&step.nonce, op.host_job.as_deref())
+                .await?
+            {
+                Some(receipt) => HostRun::Finished(receipt),
+                None => {
+                    let lost = CodedError::new(
+                        ErrorCode::HostStepInvalid,
+                        "The helper has no record of this authorization; resume to look at the machine again.",
+                    );
+                    return self.answer_host(op, Answer::Failed(lost)).await;
+                }
+            }
+        } else {
+            // Burn the nonce in our own record first, so no other process hands it over too.
+            let started = reduce(op, &Event::answer(effect, Answer::HostStepStarted))?;
+            if !self.store.compare_and_swap(op.revision, &started)? {
+                return Ok(Performed::Moved);
+            }
+            self.announce(&started);
+            test_kill_point("host-step-started");
+            let store = self.store.clone();
+            let id = op.operation_id.clone();
+            let nonce = step.nonce.clone();
+            let on_job: super::boundary::JobNote = Arc::new(move |job: &str| {
+                if let Err(e) = store.note_host_job(&id, &nonce, job) {
+                    tracing::warn!(code = %e.code, "the helper's job could not be noted");
+                }
+                test_kill_point("host-step-running");
+            });
+            match self
+                .elevator
+                .run_step(&step, self.progress_sink(&started), on_job)
+                .await
+            {
+                Ok(run) => run,
+                Err(e) => return self.answer_host(op, Answer::Failed(e)).await,
+            }
+        };
+        let verdict = match run {
+            HostRun::Declined => ReceiptVerdict {
+                step_id: step.step_id.clone(),
+                nonce: step.nonce.clone(),
+                receipt_digest: None,
+                outcome: HostOutcome::Declined,
+                failure: None,
+                prerequisites_met: false,
+                needs_relogin: false,
+                probe_error: None,
+            },
+            HostRun::Finished(receipt) => self.judge(op, &receipt).await,
+        };
+        self.answer_host(op, Answer::HostReceiptVerified(verdict))
+            .await
+    }
+
+    /// Answer the host step against the record as it is now: a cancel recorded meanwhile
+    /// re-stamped the same effect, and the answer must still land.
+    async fn answer_host(&self, op: &Operation, answer: Answer) -> Result<Performed, CodedError> {
+        for _ in 0..5 {
+            let now = self.load(&op.operation_id)?;
+            let Some(effect) = now.pending_effect.clone() else {
+                return Ok(Performed::Moved);
+            };
+            if effect.kind != EffectKind::HostStep {
+                return Ok(Performed::Moved);
+            }
+            if self.commit(&now, &effect, answer.clone())?.is_some() {
+                return Ok(Performed::Moved);
+            }
+        }
+        Err(CodedError::new(
+            ErrorCode::OperationConflict,
+            "The operation kept changing while this result was being recorded; send it again.",
+        ))
+    }
+
+    /// The receipt is an assertion; a fresh probe decides.
+    async fn judge(&self, op: &Operation, receipt: &ReceiptSummary) -> ReceiptVerdict {
+        let mut verdict = ReceiptVerdict {
+            step_id: receipt.step_id.clone(),
+            nonce: receipt.nonce.clone(),
+            receipt_digest: Some(receipt.digest.clone()),
+            outcome: receipt.outcome,
+            failure: None,
+            prerequisites_met: false,
+            needs_relogin: false,
+            probe_error: None,
+        };
+        match receipt.outcome {
+            HostOutcome::Failed => {
+                let mut failure = CodedError::new(
+                    ErrorCode::PrerequisiteBlocked,
+                    "Preparing the system did not finish.",
+                );
+                let detail = receipt
+                    .error
+                    .as_ref()
+                    .map(|e| format!("{}: {}", e.code, e.message))
+                    .into_iter()
+                    .chain(receipt.log_tail.clone().filter(|t| !t.trim().is_empty()))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                if !detail.is_empty() {
+                    failure = failure.with_details(detail);
+                } else {
+                    failure = failure.with_details(receipt.step_id.clone());
+                }
+                verdict.failure = Some(failure);
+            }
+            HostOutcome::Succeeded => match self.provisioner.verify_host(op).await {
+                Ok(check) => {
+                    verdict.prerequisites_met = check.prerequisites_met;
+                    verdict.needs_relogin = check.needs_relogin;
+                    verdict.probe_error = check.error;
+                }
+                Err(e) => verdict.probe_error = Some(e),
+            },
+            HostOutcome::Cancelled | HostOutcome::Declined => {}
+        }
+        verdict
+    }
+
+    /// Poll the helper for the receipt of `nonce`: `None` when it never accepted the nonce.
+    async fn wait_for_receipt(
+        &self,
+        nonce: &str,
+        job: Option<&str>,
+    ) -> Result<Option<ReceiptSummary>, CodedError> {
+        loop {
+            match self.elevator.receipt(nonce, job).await? {
+                ReceiptLookup::Finished(receipt) => return Ok(Some(receipt)),
+                ReceiptLookup::Unknown => return Ok(None),
+                ReceiptLookup::Pending => tokio::time::sleep(RECEIPT_POLL).await,
+            }
+        }
+    }
+
+    /// Take over every unfinished operation nobody drives, from what is true on the machine.
+    /// Returns the ids that are ready to be driven; errors are kept per record.
+    pub async fn recover(&self, only: Option<&EngineId>) -> (Vec<OperationId>, Vec<CodedError>) {
+        let (ops, mut errors) = match self.store.list() {
+            Ok(found) => found,
+            Err(e) => return (Vec::new(), vec![e]),
+        };
+        let mut ready = Vec::new();
+        for op in ops {
+            if only.is_some_and(|engine| engine != &op.engine) {
+                continue;
+            }
+            match self.recover_one(&op).await {
+                Ok(true) => ready.push(op.operation_id.clone()),
+                Ok(false) => {}
+                Err(e) => errors.push(e.with_details(op.operation_id.as_str())),
+            }
+        }
+        (ready, errors)
+    }
+
+    async fn recover_one(&self, op: &Operation) -> Result<bool, CodedError> {
+        let decision = pickup(op);
+        if matches!(decision, Pickup::Unchanged | Pickup::AwaitConsent) {
+            return Ok(false);
+        }
+        let Some(_lock) = self.store.try_lock_engine(&op.engine)? else {
+            return Ok(false); // a live process drives it
+        };
+        if let Pickup::AskHelper { nonce } = &decision {
+            let held = match self.wait_for_receipt(nonce, op.host_job.as_deref()).await {
+                Ok(found) => found,
+                // The helper cannot be asked: the step is dropped all the same, never re-sent.
+                Err(e) => {
+                    tracing::warn!(code = %e.code, "the helper could not be asked for a receipt");
+                    None
+                }
+            };
+            if let (Some(receipt), Phase::PreparingHost) = (held, op.phase) {
+                let verdict = self.judge(op, &receipt).await;
+                self.answer_host(op, Answer::HostReceiptVerified(verdict))
+                    .await?;
+                return Ok(true);
+            }
+        }
+        let current = self.load(&op.operation_id)?;
+        if current.revision != op.revision {
+            return Ok(true);
+        }
+        let next = restarted(&current, self.instance_id.clone());
+        if self.store.compare_and_swap(current.revision, &next)? {
+            self.announce(&next);
+        }
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+#[path = "runner_tests.rs"]
+mod tests;
