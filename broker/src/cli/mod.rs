@@ -2,6 +2,8 @@
 //!
 //! Exit codes: 0 success (or nothing to do), 1 failure, 2 usage error, 3 plan blocked.
 
+pub mod docker;
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -21,9 +23,14 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Docker layer by hand: pull by digest, reconcile leftover containers.
+    Docker(docker::DockerArgs),
+}
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {}
+    match cli.command {
+        Command::Docker(args) => docker::run(args),
+    }
 }

@@ -1,1 +1,34 @@
-//! Docker through the Engine API: images, pulls, containers.
+//! Docker through the Engine API (bollard on the system socket, never CLI text): images,
+//! pulls by digest with byte progress, the GPU check, containers from a typed spec, and their
+//! journalled lifecycle.
+//!
+//! ```text
+//! let docker = Docker::connect(SYSTEM_SOCKET).await?;           // negotiates API 1.41 on 20.10
+//! let out = docker.pull(&image, &PullOptions::default(), &mut |p| show(p), &cancel).await?;
+//! docker.run_gpu_check(&check_image, &gpu, &facts, DEFAULT_GPU_CHECK_TIMEOUT).await?;
+//! let running = docker.run_journalled(&journal, &spec).await?;   // record before start
+//! docker.stop_and_forget(&journal, &record, grace).await?;       // tri-state stop
+//! ```
+
+pub mod client;
+pub mod containers;
+pub mod error;
+pub mod gpu_check;
+pub mod images;
+pub mod lifecycle;
+pub mod logs;
+pub mod progress;
+pub mod pull;
+pub mod spec;
+
+pub use client::{Docker, CALL_TIMEOUT, SYSTEM_SOCKET};
+pub use containers::{ContainerFacts, RemoveOutcome, StopOutcome};
+pub use error::{DockerError, Result};
+pub use gpu_check::{GpuCheckFailure, GpuCheckPass, ToolkitFacts, DEFAULT_GPU_CHECK_TIMEOUT};
+pub use images::{ImageFacts, ImageRemoval};
+pub use lifecycle::{identity_mismatch, RunningContainer};
+pub use logs::{BoundedLogs, LogLine, LogStream, DEFAULT_LOG_BYTES};
+pub use progress::{LayerCounts, ProgressSnapshot, PullProgress};
+pub use pull::{PullOptions, PullOutcome, DEFAULT_STALL_TIMEOUT};
+pub use spec::{ContainerSpec, EnvVar, GpuUuid, MountSpec, NetworkName, PortSpec, Selinux, UserIds};
+pub use tokio_util::sync::CancellationToken;
