@@ -28,13 +28,12 @@ use serde_json::Value;
 
 use crate::digest::{digest_of, Digest};
 use crate::error::ErrorCode;
+use crate::wire::host_step::{DistroTable, HostParameters};
 
-// TEMP until wire::host_step lands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Component { DockerEngine, NvidiaContainerToolkit, NvidiaRuntime, NvidiaCdi, DockerRestart, DockerService, DockerGroup }
+pub use crate::wire::host_step::Component;
+pub use crate::wire::host_step::{Arch, Family};
 pub use model::{ActionSpec, KeyEncoding, RecipeBody};
-pub use plan::{PackageFamily, PlannedAction, PlannedConflict, PlannedPackage, Target};
+pub use plan::{PlannedAction, PlannedConflict, PlannedPackage, Target};
 pub use validate::{is_package_name, is_version, PATH_DIRS, RECIPE_ID};
 
 /// The largest recipe payload accepted, in bytes of JSON.
@@ -57,7 +56,9 @@ impl RecipeError {
     pub fn code(&self) -> ErrorCode {
         match self {
             RecipeError::Invalid(_) => ErrorCode::MetadataInvalid,
-            RecipeError::UnknownRecipe(_) | RecipeError::Unsupported(_) => ErrorCode::HostStepInvalid,
+            RecipeError::UnknownRecipe(_) | RecipeError::Unsupported(_) => {
+                ErrorCode::HostStepInvalid
+            }
         }
     }
 }
@@ -79,19 +80,28 @@ impl Recipe {
         let back = serde_json::to_value(&body)
             .map_err(|e| RecipeError::Invalid(format!("cannot be serialised: {e}")))?;
         if back != payload {
-            return Err(RecipeError::Invalid("has fields in a form the schema does not write".into()));
+            return Err(RecipeError::Invalid(
+                "has fields in a form the schema does not write".into(),
+            ));
         }
         validate::check_body(&body)?;
         let digest = digest_of(&payload).map_err(|e| RecipeError::Invalid(e.to_string()))?;
-        Ok(Recipe { body, payload, digest })
+        Ok(Recipe {
+            body,
+            payload,
+            digest,
+        })
     }
 
     /// Parses strict JSON (duplicate keys refused) and validates it.
     pub fn from_json_bytes(bytes: &[u8]) -> Result<Recipe, RecipeError> {
         if bytes.len() > MAX_RECIPE_BYTES {
-            return Err(RecipeError::Invalid(format!("larger than {MAX_RECIPE_BYTES} bytes")));
+            return Err(RecipeError::Invalid(format!(
+                "larger than {MAX_RECIPE_BYTES} bytes"
+            )));
         }
-        let value = crate::canonical::parse_strict(bytes).map_err(|e| RecipeError::Invalid(e.to_string()))?;
+        let value = crate::canonical::parse_strict(bytes)
+            .map_err(|e| RecipeError::Invalid(e.to_string()))?;
         Recipe::from_payload(value)
     }
 
@@ -110,7 +120,11 @@ impl Recipe {
 
     /// `expires_at` as a time (validated on parse).
     pub fn expires_at(&self) -> Option<time::OffsetDateTime> {
-        time::OffsetDateTime::parse(&self.body.expires_at, &time::format_description::well_known::Rfc3339).ok()
+        time::OffsetDateTime::parse(
+            &self.body.expires_at,
+            &time::format_description::well_known::Rfc3339,
+        )
+        .ok()
     }
 
     /// The typed content.
@@ -125,23 +139,40 @@ impl Recipe {
 
     /// The environment every command runs with, as `(name, value)` pairs.
     pub fn environment(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.body.environment.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+        self.body
+            .environment
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
     }
 
     /// Whether the recipe has a suite (apt) or release range (dnf) for this distribution.
-    pub fn supports(&self, family: PackageFamily, distro_id: &str, version_id: &str) -> bool {
+    pub fn supports(&self, family: Family, distro_id: &str, version_id: &str) -> bool {
         match family {
-            PackageFamily::Apt => self
+            Family::Apt => self
                 .body
                 .apt
                 .distributions
                 .get(distro_id)
                 .is_some_and(|v| v.contains_key(version_id)),
-            PackageFamily::Dnf => self.body.dnf.distributions.contains_key(distro_id),
+            Family::Dnf => self.body.dnf.distributions.contains_key(distro_id),
         }
     }
 
-    /// The ordered actions for one host (REFERENCE.md §8.7).
+    /// The distributions this recipe covers, for validating parameters against it.
+    pub fn distro_table(&self) -> DistroTable {
+        DistroTable::new(
+            self.body.apt.distributions.clone(),
+            self.body.dnf.distributions.keys().cloned().collect(),
+        )
+    }
+
+    /// The ordered actions for validated parameters (REFERENCE.md §8.7).
+    pub fn steps_for(&self, params: &HostParameters) -> Result<Vec<PlannedAction>, RecipeError> {
+        plan::steps_for(self, &Target::from(params))
+    }
+
+    /// The ordered actions for one host described directly (tests, and hosts the parameters
+    /// validator would refuse, so that the recipe's own checks can be seen).
     pub fn steps_for_target(&self, target: &Target) -> Result<Vec<PlannedAction>, RecipeError> {
         plan::steps_for(self, target)
     }

@@ -112,7 +112,10 @@ pub enum ActionSpec {
     /// Refresh the metadata of each selected vendor's source, one source at a time (apt).
     RefreshMetadata { id: String },
     /// Install the selected components' packages that are still missing.
-    InstallPackages { id: String, packages: Vec<PackageSpec> },
+    InstallPackages {
+        id: String,
+        packages: Vec<PackageSpec>,
+    },
     /// `nvidia-ctk runtime configure --runtime=docker`, restarting Docker only when approved.
     ConfigureRuntime { id: String, component: Component },
     /// `nvidia-ctk cdi generate` when no GPU is listed, and the CDI refresh unit.

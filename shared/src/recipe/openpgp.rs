@@ -152,15 +152,22 @@ fn packets(mut data: &[u8]) -> Result<Vec<Packet<'_>>, KeyError> {
         let (tag, header_len, body_len): (u8, usize, usize) = if first & 0x40 != 0 {
             // New format.
             let tag = first & 0x3F;
-            let l0 = *data.get(1).ok_or(KeyError::BadPackets("truncated header"))? as usize;
+            let l0 = *data
+                .get(1)
+                .ok_or(KeyError::BadPackets("truncated header"))? as usize;
             match l0 {
                 0..=191 => (tag, 2, l0),
                 192..=223 => {
-                    let l1 = *data.get(2).ok_or(KeyError::BadPackets("truncated header"))? as usize;
+                    let l1 = *data
+                        .get(2)
+                        .ok_or(KeyError::BadPackets("truncated header"))?
+                        as usize;
                     (tag, 3, ((l0 - 192) << 8) + l1 + 192)
                 }
                 255 => {
-                    let b = data.get(2..6).ok_or(KeyError::BadPackets("truncated header"))?;
+                    let b = data
+                        .get(2..6)
+                        .ok_or(KeyError::BadPackets("truncated header"))?;
                     let len = u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize;
                     (tag, 6, len)
                 }
@@ -171,16 +178,27 @@ fn packets(mut data: &[u8]) -> Result<Vec<Packet<'_>>, KeyError> {
             let tag = (first >> 2) & 0x0F;
             match first & 0x03 {
                 0 => {
-                    let l = *data.get(1).ok_or(KeyError::BadPackets("truncated header"))? as usize;
+                    let l = *data
+                        .get(1)
+                        .ok_or(KeyError::BadPackets("truncated header"))?
+                        as usize;
                     (tag, 2, l)
                 }
                 1 => {
-                    let b = data.get(1..3).ok_or(KeyError::BadPackets("truncated header"))?;
+                    let b = data
+                        .get(1..3)
+                        .ok_or(KeyError::BadPackets("truncated header"))?;
                     (tag, 3, u16::from_be_bytes([b[0], b[1]]) as usize)
                 }
                 2 => {
-                    let b = data.get(1..5).ok_or(KeyError::BadPackets("truncated header"))?;
-                    (tag, 5, u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
+                    let b = data
+                        .get(1..5)
+                        .ok_or(KeyError::BadPackets("truncated header"))?;
+                    (
+                        tag,
+                        5,
+                        u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize,
+                    )
                 }
                 _ => return Err(KeyError::BadPackets("indeterminate length in a key block")),
             }
@@ -207,7 +225,10 @@ pub fn primary_fingerprints(binary: &[u8]) -> Result<Vec<Fingerprint>, KeyError>
         if packet.tag != TAG_PUBLIC_KEY {
             continue;
         }
-        let version = *packet.body.first().ok_or(KeyError::BadPackets("empty key packet"))?;
+        let version = *packet
+            .body
+            .first()
+            .ok_or(KeyError::BadPackets("empty key packet"))?;
         if version != 4 {
             return Err(KeyError::UnsupportedVersion(version));
         }
@@ -259,12 +280,20 @@ mod tests {
 
     #[test]
     fn html_is_not_armored() {
-        assert_eq!(dearmor("<html><body>Not Found</body></html>"), Err(KeyError::NotArmored));
+        assert_eq!(
+            dearmor("<html><body>Not Found</body></html>"),
+            Err(KeyError::NotArmored)
+        );
     }
 
     #[test]
     fn malformed_packets_are_refused() {
-        for data in [&[0x00u8, 0x01][..], &[0x99, 0x00], &[0x99, 0x00, 0x10, 0x04], &[0xC6, 0xFF]] {
+        for data in [
+            &[0x00u8, 0x01][..],
+            &[0x99, 0x00],
+            &[0x99, 0x00, 0x10, 0x04],
+            &[0xC6, 0xFF],
+        ] {
             assert!(primary_fingerprints(data).is_err(), "{data:?}");
         }
     }
@@ -273,6 +302,9 @@ mod tests {
     fn a_version_3_key_is_refused() {
         let mut block = vec![0x98, 17, 3];
         block.extend([0u8; 16]);
-        assert_eq!(primary_fingerprints(&block), Err(KeyError::UnsupportedVersion(3)));
+        assert_eq!(
+            primary_fingerprints(&block),
+            Err(KeyError::UnsupportedVersion(3))
+        );
     }
 }

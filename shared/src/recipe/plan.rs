@@ -7,24 +7,31 @@ use super::openpgp::Fingerprint;
 use super::template::{self, Values};
 use super::{Component, Recipe, RecipeError};
 use crate::safe::UserName;
-
-/// The package family of a host.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PackageFamily {
-    Apt,
-    Dnf,
-}
+use crate::wire::host_step::{Family, HostParameters};
 
 /// What a plan is built for: the validated host parameters, in the recipe's terms.
 #[derive(Debug, Clone)]
 pub struct Target {
-    pub family: PackageFamily,
+    pub family: Family,
     /// `x86_64` or `aarch64`.
     pub arch: String,
     pub distro_id: String,
     pub version_id: String,
     pub components: Vec<Component>,
     pub user: UserName,
+}
+
+impl From<&HostParameters> for Target {
+    fn from(p: &HostParameters) -> Target {
+        Target {
+            family: p.family(),
+            arch: p.arch().as_str().to_string(),
+            distro_id: p.distro_id().to_string(),
+            version_id: p.version_id().to_string(),
+            components: p.components().to_vec(),
+            user: p.user().clone(),
+        }
+    }
 }
 
 /// A package to install, as the package manager is asked for it.
@@ -127,16 +134,21 @@ fn unsupported(what: String) -> RecipeError {
     RecipeError::Unsupported(what)
 }
 
-pub(super) fn steps_for(recipe: &Recipe, target: &Target) -> Result<Vec<PlannedAction>, RecipeError> {
+pub(super) fn steps_for(
+    recipe: &Recipe,
+    target: &Target,
+) -> Result<Vec<PlannedAction>, RecipeError> {
     let body = recipe.body();
     if target.components.is_empty() {
         return Err(unsupported("components is empty: nothing to do".into()));
     }
     if target.user.is_root() && target.components.contains(&Component::DockerGroup) {
-        return Err(unsupported("root is never added to the docker group".into()));
+        return Err(unsupported(
+            "root is never added to the docker group".into(),
+        ));
     }
     let (actions, values) = match target.family {
-        PackageFamily::Apt => {
+        Family::Apt => {
             let suites = body
                 .apt
                 .distributions
@@ -162,13 +174,14 @@ pub(super) fn steps_for(recipe: &Recipe, target: &Target) -> Result<Vec<PlannedA
             };
             (&body.apt.actions, values)
         }
-        PackageFamily::Dnf => {
+        Family::Dnf => {
             let range = body
                 .dnf
                 .distributions
                 .get(&target.distro_id)
                 .ok_or_else(|| unsupported(format!("{} does not use dnf", target.distro_id)))?;
-            let release = parse_release(&target.version_id).filter(|r| (range.min..=range.max).contains(r));
+            let release =
+                parse_release(&target.version_id).filter(|r| (range.min..=range.max).contains(r));
             if release.is_none() {
                 return Err(unsupported(format!(
                     "{} is not a {} release number",
@@ -176,7 +189,10 @@ pub(super) fn steps_for(recipe: &Recipe, target: &Target) -> Result<Vec<PlannedA
                 )));
             }
             if !matches!(target.arch.as_str(), "x86_64" | "aarch64") {
-                return Err(unsupported(format!("arch {} is not supported", target.arch)));
+                return Err(unsupported(format!(
+                    "arch {} is not supported",
+                    target.arch
+                )));
             }
             let values = Values {
                 arch: &target.arch,
@@ -198,12 +214,18 @@ pub(super) fn steps_for(recipe: &Recipe, target: &Target) -> Result<Vec<PlannedA
         })
         .flatten()
         .filter(|p| selected(&p.component))
-        .map(|p| PlannedPackage { component: p.component, name: p.name.clone(), version: p.version.clone() })
+        .map(|p| PlannedPackage {
+            component: p.component,
+            name: p.name.clone(),
+            version: p.version.clone(),
+        })
         .collect();
     let sources: Vec<String> = actions
         .iter()
         .filter_map(|a| match a {
-            ActionSpec::WriteSource { component, path, .. } if selected(component) => Some(path.clone()),
+            ActionSpec::WriteSource {
+                component, path, ..
+            } if selected(component) => Some(path.clone()),
             _ => None,
         })
         .collect();
@@ -211,26 +233,52 @@ pub(super) fn steps_for(recipe: &Recipe, target: &Target) -> Result<Vec<PlannedA
     let mut out = Vec::new();
     for action in actions {
         match action {
-            ActionSpec::InstallKey { id, component, path, encoding, key, fingerprints } if selected(component) => {
+            ActionSpec::InstallKey {
+                id,
+                component,
+                path,
+                encoding,
+                key,
+                fingerprints,
+            } if selected(component) => {
                 out.push(PlannedAction::InstallKey {
                     id: id.clone(),
                     path: path.clone(),
                     encoding: *encoding,
                     armored: key.clone(),
-                    fingerprints: fingerprints.iter().filter_map(|f| Fingerprint::parse(f)).collect(),
+                    fingerprints: fingerprints
+                        .iter()
+                        .filter_map(|f| Fingerprint::parse(f))
+                        .collect(),
                 });
             }
-            ActionSpec::WriteSource { id, component, path, template } if selected(component) => {
+            ActionSpec::WriteSource {
+                id,
+                component,
+                path,
+                template,
+            } if selected(component) => {
                 let body = template::render(template, &values)
                     .map_err(|e| RecipeError::Invalid(format!("{id}: {e}")))?;
-                out.push(PlannedAction::WriteSource { id: id.clone(), path: path.clone(), body });
+                out.push(PlannedAction::WriteSource {
+                    id: id.clone(),
+                    path: path.clone(),
+                    body,
+                });
             }
-            ActionSpec::CheckConflicts { id, conflicts, remove } if !wanted.is_empty() => {
+            ActionSpec::CheckConflicts {
+                id,
+                conflicts,
+                remove,
+            } if !wanted.is_empty() => {
                 let conflicts = conflicts
                     .iter()
                     .filter(|c| selected(&c.component))
                     .flat_map(|c| {
-                        c.packages.iter().map(|n| PlannedConflict { component: c.component, name: n.clone() })
+                        c.packages.iter().map(|n| PlannedConflict {
+                            component: c.component,
+                            name: n.clone(),
+                        })
                     })
                     .collect();
                 out.push(PlannedAction::CheckConflicts {
@@ -248,7 +296,10 @@ pub(super) fn steps_for(recipe: &Recipe, target: &Target) -> Result<Vec<PlannedA
                 });
             }
             ActionSpec::InstallPackages { id, .. } if !wanted.is_empty() => {
-                out.push(PlannedAction::InstallPackages { id: id.clone(), packages: wanted.clone() });
+                out.push(PlannedAction::InstallPackages {
+                    id: id.clone(),
+                    packages: wanted.clone(),
+                });
             }
             ActionSpec::ConfigureRuntime { id, component } if selected(component) => {
                 out.push(PlannedAction::ConfigureRuntime {
@@ -263,7 +314,10 @@ pub(super) fn steps_for(recipe: &Recipe, target: &Target) -> Result<Vec<PlannedA
                 out.push(PlannedAction::EnableService { id: id.clone() });
             }
             ActionSpec::AddToDockerGroup { id, component } if selected(component) => {
-                out.push(PlannedAction::AddToDockerGroup { id: id.clone(), user: target.user.clone() });
+                out.push(PlannedAction::AddToDockerGroup {
+                    id: id.clone(),
+                    user: target.user.clone(),
+                });
             }
             _ => {}
         }
@@ -274,7 +328,11 @@ pub(super) fn steps_for(recipe: &Recipe, target: &Target) -> Result<Vec<PlannedA
 /// `^[1-9][0-9]*$` as a number; anything else (`rawhide`, `041`, `4.1`) is not a release.
 fn parse_release(version: &str) -> Option<u32> {
     let bytes = version.as_bytes();
-    if bytes.is_empty() || bytes.len() > 4 || bytes[0] == b'0' || !bytes.iter().all(u8::is_ascii_digit) {
+    if bytes.is_empty()
+        || bytes.len() > 4
+        || bytes[0] == b'0'
+        || !bytes.iter().all(u8::is_ascii_digit)
+    {
         return None;
     }
     version.parse().ok()

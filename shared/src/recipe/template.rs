@@ -83,9 +83,11 @@ pub fn render(template: &str, values: &Values<'_>) -> Result<String, TemplateErr
             Piece::Var(Var::Arch) => out.push_str(values.arch),
             Piece::Var(Var::DistroId) => out.push_str(values.distro_id),
             Piece::Var(Var::VersionId) => out.push_str(values.version_id),
-            Piece::Var(Var::DebArch) => {
-                out.push_str(values.deb_arch.ok_or(TemplateError::Unavailable("deb_arch"))?)
-            }
+            Piece::Var(Var::DebArch) => out.push_str(
+                values
+                    .deb_arch
+                    .ok_or(TemplateError::Unavailable("deb_arch"))?,
+            ),
             Piece::Var(Var::VersionCodename) => out.push_str(
                 values
                     .version_codename
@@ -126,15 +128,30 @@ mod tests {
 
     #[test]
     fn substitutes_known_names_and_leaves_package_manager_variables() {
-        let out = render("deb [arch=${deb_arch}] x/${distro_id} ${version_codename} $(ARCH) $basearch\n", &values());
-        assert_eq!(out.unwrap(), "deb [arch=amd64] x/ubuntu noble $(ARCH) $basearch\n");
+        let out = render(
+            "deb [arch=${deb_arch}] x/${distro_id} ${version_codename} $(ARCH) $basearch\n",
+            &values(),
+        );
+        assert_eq!(
+            out.unwrap(),
+            "deb [arch=amd64] x/ubuntu noble $(ARCH) $basearch\n"
+        );
     }
 
     #[test]
     fn refuses_unknown_and_unterminated_names() {
-        assert_eq!(render("${user}", &values()), Err(TemplateError::UnknownVar("user".into())));
-        assert_eq!(render("a ${arch", &values()), Err(TemplateError::Unterminated));
-        assert_eq!(check("${version_codename}", false), Err(TemplateError::Unavailable("version_codename")));
+        assert_eq!(
+            render("${user}", &values()),
+            Err(TemplateError::UnknownVar("user".into()))
+        );
+        assert_eq!(
+            render("a ${arch", &values()),
+            Err(TemplateError::Unterminated)
+        );
+        assert_eq!(
+            check("${version_codename}", false),
+            Err(TemplateError::Unavailable("version_codename"))
+        );
         assert!(check("${version_codename}", true).is_ok());
     }
 }

@@ -6,7 +6,8 @@ use crate::safe::UserName;
 
 /// The digest of `builtin.json`. Changing the production recipe changes this value: update it
 /// deliberately, together with the recipe's `serial`.
-const BUILTIN_DIGEST: &str = "sha256:fd70063855bb560cb9b8198699fb66da9c08062b7a253563c09c06cc20de71c4";
+const BUILTIN_DIGEST: &str =
+    "sha256:fd70063855bb560cb9b8198699fb66da9c08062b7a253563c09c06cc20de71c4";
 
 const REFERENCE_REV2: &str = include_str!("testdata/reference-recipe-rev2.json");
 
@@ -22,7 +23,13 @@ fn all_components() -> Vec<Component> {
     ]
 }
 
-fn target(family: PackageFamily, distro: &str, version: &str, arch: &str, components: Vec<Component>) -> Target {
+fn target(
+    family: Family,
+    distro: &str,
+    version: &str,
+    arch: &str,
+    components: Vec<Component>,
+) -> Target {
     Target {
         family,
         arch: arch.into(),
@@ -39,7 +46,10 @@ fn builtin_payload() -> Value {
 
 fn expect_invalid(payload: Value, needle: &str) {
     match Recipe::from_payload(payload) {
-        Err(e) => assert!(e.to_string().contains(needle), "{e} does not mention {needle:?}"),
+        Err(e) => assert!(
+            e.to_string().contains(needle),
+            "{e} does not mention {needle:?}"
+        ),
         Ok(_) => panic!("accepted a recipe that should mention {needle:?}"),
     }
 }
@@ -94,16 +104,29 @@ fn the_builtin_recipe_matches_the_reference_data() {
     assert_eq!(arches, reference["apt"]["architectures"]);
     for (family, actions) in [("apt", &body.apt.actions), ("dnf", &body.dnf.actions)] {
         for action in actions {
-            if let ActionSpec::InstallKey { component, path, encoding, fingerprints, .. } = action {
+            if let ActionSpec::InstallKey {
+                component,
+                path,
+                encoding,
+                fingerprints,
+                ..
+            } = action
+            {
                 let key = &reference[family]["repositories"][comp(*component)]["key"];
                 assert_eq!(key["path"], json!(path));
                 assert_eq!(key["encoding"], serde_json::to_value(encoding).unwrap());
                 assert_eq!(key["fingerprints"], json!(fingerprints));
             }
-            if let ActionSpec::CheckConflicts { conflicts, remove, .. } = action {
+            if let ActionSpec::CheckConflicts {
+                conflicts, remove, ..
+            } = action
+            {
                 assert!(!remove, "the production recipe never removes anything");
                 for c in conflicts {
-                    assert_eq!(reference[family]["conflicts"][comp(c.component)], json!(c.packages));
+                    assert_eq!(
+                        reference[family]["conflicts"][comp(c.component)],
+                        json!(c.packages)
+                    );
                 }
             }
             if let ActionSpec::InstallPackages { packages, .. } = action {
@@ -131,7 +154,10 @@ fn every_builtin_key_is_the_pinned_vendor_key() {
     let body = builtin().unwrap().body();
     let mut seen = 0;
     for action in body.apt.actions.iter().chain(&body.dnf.actions) {
-        if let ActionSpec::InstallKey { key, fingerprints, .. } = action {
+        if let ActionSpec::InstallKey {
+            key, fingerprints, ..
+        } = action
+        {
             let binary = openpgp::dearmor(key).unwrap();
             let served: Vec<String> = openpgp::primary_fingerprints(&binary)
                 .unwrap()
@@ -156,7 +182,7 @@ fn apt_sources_render_the_reference_suite_and_arch() {
         ("debian", "13", "aarch64", "deb [arch=arm64 signed-by=/etc/apt/keyrings/docker.asc] https://download.docker.com/linux/debian trixie stable\n"),
     ] {
         let steps = recipe
-            .steps_for_target(&target(PackageFamily::Apt, distro, version, arch, vec![Component::DockerEngine]))
+            .steps_for_target(&target(Family::Apt, distro, version, arch, vec![Component::DockerEngine]))
             .unwrap();
         let body = steps.iter().find_map(|s| match s {
             PlannedAction::WriteSource { body, .. } => Some(body.clone()),
@@ -178,29 +204,67 @@ fn steps_follow_the_reference_order_and_selection() {
             .collect()
     };
     assert_eq!(
-        ids(PackageFamily::Apt, "ubuntu", "24.04", all_components()),
+        ids(Family::Apt, "ubuntu", "24.04", all_components()),
         [
-            "docker-key", "docker-source", "nvidia-key", "nvidia-source", "conflicts", "refresh", "packages",
-            "nvidia-runtime", "nvidia-cdi", "docker-service", "docker-group"
+            "docker-key",
+            "docker-source",
+            "nvidia-key",
+            "nvidia-source",
+            "conflicts",
+            "refresh",
+            "packages",
+            "nvidia-runtime",
+            "nvidia-cdi",
+            "docker-service",
+            "docker-group"
         ]
     );
     assert_eq!(
-        ids(PackageFamily::Dnf, "fedora", "41", all_components()),
+        ids(Family::Dnf, "fedora", "41", all_components()),
         [
-            "docker-key", "docker-source", "nvidia-key", "nvidia-source", "conflicts", "packages",
-            "nvidia-runtime", "nvidia-cdi", "docker-service", "docker-group"
+            "docker-key",
+            "docker-source",
+            "nvidia-key",
+            "nvidia-source",
+            "conflicts",
+            "packages",
+            "nvidia-runtime",
+            "nvidia-cdi",
+            "docker-service",
+            "docker-group"
         ]
     );
     assert_eq!(
-        ids(PackageFamily::Apt, "debian", "12", vec![Component::NvidiaContainerToolkit]),
-        ["nvidia-key", "nvidia-source", "conflicts", "refresh", "packages"]
+        ids(
+            Family::Apt,
+            "debian",
+            "12",
+            vec![Component::NvidiaContainerToolkit]
+        ),
+        [
+            "nvidia-key",
+            "nvidia-source",
+            "conflicts",
+            "refresh",
+            "packages"
+        ]
     );
     // A restart alone has nothing to restart for.
-    assert!(ids(PackageFamily::Apt, "ubuntu", "22.04", vec![Component::DockerRestart]).is_empty());
-    for single in [Component::NvidiaRuntime, Component::DockerService, Component::DockerGroup] {
-        let apt = ids(PackageFamily::Apt, "ubuntu", "22.04", vec![single]);
+    assert!(ids(
+        Family::Apt,
+        "ubuntu",
+        "22.04",
+        vec![Component::DockerRestart]
+    )
+    .is_empty());
+    for single in [
+        Component::NvidiaRuntime,
+        Component::DockerService,
+        Component::DockerGroup,
+    ] {
+        let apt = ids(Family::Apt, "ubuntu", "22.04", vec![single]);
         assert_eq!(apt.len(), 1);
-        assert_eq!(apt, ids(PackageFamily::Dnf, "fedora", "40", vec![single]));
+        assert_eq!(apt, ids(Family::Dnf, "fedora", "40", vec![single]));
     }
 }
 
@@ -209,12 +273,27 @@ fn restart_is_approved_only_with_docker_restart() {
     let recipe = builtin().unwrap();
     for (components, approved) in [
         (vec![Component::NvidiaRuntime], false),
-        (vec![Component::NvidiaRuntime, Component::DockerRestart], true),
+        (
+            vec![Component::NvidiaRuntime, Component::DockerRestart],
+            true,
+        ),
     ] {
         let steps = recipe
-            .steps_for_target(&target(PackageFamily::Apt, "ubuntu", "24.04", "x86_64", components))
+            .steps_for_target(&target(
+                Family::Apt,
+                "ubuntu",
+                "24.04",
+                "x86_64",
+                components,
+            ))
             .unwrap();
-        assert_eq!(steps, vec![PlannedAction::ConfigureRuntime { id: "nvidia-runtime".into(), restart_approved: approved }]);
+        assert_eq!(
+            steps,
+            vec![PlannedAction::ConfigureRuntime {
+                id: "nvidia-runtime".into(),
+                restart_approved: approved
+            }]
+        );
     }
 }
 
@@ -222,18 +301,35 @@ fn restart_is_approved_only_with_docker_restart() {
 fn conflicts_and_packages_are_filtered_to_the_selected_vendors() {
     let recipe = builtin().unwrap();
     let steps = recipe
-        .steps_for_target(&target(PackageFamily::Dnf, "fedora", "42", "x86_64", vec![Component::NvidiaContainerToolkit]))
+        .steps_for_target(&target(
+            Family::Dnf,
+            "fedora",
+            "42",
+            "x86_64",
+            vec![Component::NvidiaContainerToolkit],
+        ))
         .unwrap();
     let conflicts: Vec<String> = steps
         .iter()
         .find_map(|s| match s {
-            PlannedAction::CheckConflicts { conflicts, .. } => Some(conflicts.iter().map(|c| c.name.clone()).collect()),
+            PlannedAction::CheckConflicts { conflicts, .. } => {
+                Some(conflicts.iter().map(|c| c.name.clone()).collect())
+            }
             _ => None,
         })
         .unwrap();
-    assert_eq!(conflicts, ["nvidia-container-runtime", "nvidia-container-runtime-hook"]);
+    assert_eq!(
+        conflicts,
+        ["nvidia-container-runtime", "nvidia-container-runtime-hook"]
+    );
     let all = recipe
-        .steps_for_target(&target(PackageFamily::Dnf, "fedora", "42", "x86_64", all_components()))
+        .steps_for_target(&target(
+            Family::Dnf,
+            "fedora",
+            "42",
+            "x86_64",
+            all_components(),
+        ))
         .unwrap();
     let count = all
         .iter()
@@ -249,25 +345,49 @@ fn conflicts_and_packages_are_filtered_to_the_selected_vendors() {
 fn hosts_the_recipe_does_not_cover_are_refused() {
     let recipe = builtin().unwrap();
     for (family, distro, version, arch) in [
-        (PackageFamily::Apt, "ubuntu", "20.04", "x86_64"),
-        (PackageFamily::Apt, "fedora", "41", "x86_64"),
-        (PackageFamily::Dnf, "ubuntu", "24.04", "x86_64"),
-        (PackageFamily::Dnf, "fedora", "rawhide", "x86_64"),
-        (PackageFamily::Dnf, "fedora", "041", "x86_64"),
-        (PackageFamily::Apt, "arch", "1", "x86_64"),
-        (PackageFamily::Apt, "ubuntu", "24.04", "riscv64"),
-        (PackageFamily::Apt, "ubuntu", "toString", "x86_64"),
+        (Family::Apt, "ubuntu", "20.04", "x86_64"),
+        (Family::Apt, "fedora", "41", "x86_64"),
+        (Family::Dnf, "ubuntu", "24.04", "x86_64"),
+        (Family::Dnf, "fedora", "rawhide", "x86_64"),
+        (Family::Dnf, "fedora", "041", "x86_64"),
+        (Family::Apt, "arch", "1", "x86_64"),
+        (Family::Apt, "ubuntu", "24.04", "riscv64"),
+        (Family::Apt, "ubuntu", "toString", "x86_64"),
     ] {
         let err = recipe
-            .steps_for_target(&target(family, distro, version, arch, vec![Component::DockerEngine]))
+            .steps_for_target(&target(
+                family,
+                distro,
+                version,
+                arch,
+                vec![Component::DockerEngine],
+            ))
             .unwrap_err();
-        assert_eq!(err.code(), crate::error::ErrorCode::HostStepInvalid, "{distro} {version} {arch}");
+        assert_eq!(
+            err.code(),
+            crate::error::ErrorCode::HostStepInvalid,
+            "{distro} {version} {arch}"
+        );
     }
-    let mut root = target(PackageFamily::Apt, "ubuntu", "24.04", "x86_64", vec![Component::DockerGroup]);
+    let mut root = target(
+        Family::Apt,
+        "ubuntu",
+        "24.04",
+        "x86_64",
+        vec![Component::DockerGroup],
+    );
     root.user = UserName::new("root").unwrap();
-    assert!(recipe.steps_for_target(&root).unwrap_err().to_string().contains("root is never added"));
+    assert!(recipe
+        .steps_for_target(&root)
+        .unwrap_err()
+        .to_string()
+        .contains("root is never added"));
     root.components.clear();
-    assert!(recipe.steps_for_target(&root).unwrap_err().to_string().contains("nothing to do"));
+    assert!(recipe
+        .steps_for_target(&root)
+        .unwrap_err()
+        .to_string()
+        .contains("nothing to do"));
 }
 
 #[test]
@@ -279,7 +399,10 @@ fn a_recipe_with_another_spelling_or_unknown_fields_is_refused() {
     nested["apt"]["actions"][5]["argv"] = json!(["sh", "-c", "x"]);
     expect_invalid(nested, "schema");
     let mut missing_null = builtin_payload();
-    missing_null["apt"]["actions"][6]["packages"][0].as_object_mut().unwrap().remove("version");
+    missing_null["apt"]["actions"][6]["packages"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("version");
     expect_invalid(missing_null, "form");
     let mut unknown_action = builtin_payload();
     unknown_action["apt"]["actions"][5] = json!({"action": "run-script", "id": "x"});
@@ -291,30 +414,109 @@ fn duplicate_keys_and_oversized_payloads_are_refused() {
     let dup = br#"{"kind":"recipe","kind":"recipe"}"#;
     assert!(Recipe::from_json_bytes(dup).is_err());
     let big = vec![b' '; MAX_RECIPE_BYTES + 1];
-    assert!(Recipe::from_json_bytes(&big).unwrap_err().to_string().contains("larger"));
+    assert!(Recipe::from_json_bytes(&big)
+        .unwrap_err()
+        .to_string()
+        .contains("larger"));
 }
 
 #[test]
 fn paths_names_templates_and_environment_are_checked() {
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>, &str)> = vec![
-        ("source outside sources.list.d", Box::new(|v| v["apt"]["actions"][1]["path"] = json!("/etc/apt/trusted.gpg.d/x.list")), "source path"),
-        ("key path traversal", Box::new(|v| v["apt"]["actions"][0]["path"] = json!("/etc/apt/keyrings/../../shadow.asc")), "key path"),
-        ("dnf repo in apt dir", Box::new(|v| v["dnf"]["actions"][1]["path"] = json!("/etc/apt/sources.list.d/x.repo")), "repo path"),
-        ("unknown substitution", Box::new(|v| v["apt"]["actions"][1]["template"] = json!("deb ${user}\n")), "unknown substitution"),
-        ("codename on dnf", Box::new(|v| v["dnf"]["actions"][1]["template"] = json!("x ${version_codename}\n")), "not available"),
-        ("option as package", Box::new(|v| v["apt"]["actions"][6]["packages"][0]["name"] = json!("--purge")), "not a package name"),
-        ("bad pin", Box::new(|v| v["apt"]["actions"][6]["packages"][0]["version"] = json!("1; rm")), "version"),
-        ("conflict name", Box::new(|v| v["apt"]["actions"][4]["conflicts"][0]["packages"][0] = json!("a b")), "not a package name"),
-        ("environment", Box::new(|v| v["environment"]["LD_PRELOAD"] = json!("/tmp/x.so")), "not allowed"),
-        ("PATH dir", Box::new(|v| v["environment"]["PATH"] = json!("/tmp:/usr/bin")), "not allowed"),
-        ("locale", Box::new(|v| v["environment"]["LC_ALL"] = json!("de_DE")), "not allowed"),
-        ("wrong component", Box::new(|v| v["apt"]["actions"][7]["component"] = json!("docker-group")), "component"),
-        ("duplicate id", Box::new(|v| v["apt"]["actions"][2]["id"] = json!("docker-key")), "repeated"),
-        ("refresh on dnf", Box::new(|v| v["dnf"]["actions"][5] = json!({"action": "refresh-metadata", "id": "refresh"})), "apt action"),
-        ("kind", Box::new(|v| v["kind"] = json!("descriptor")), "kind"),
+    type Mutation = Box<dyn Fn(&mut Value)>;
+    let cases: Vec<(&str, Mutation, &str)> = vec![
+        (
+            "source outside sources.list.d",
+            Box::new(|v| v["apt"]["actions"][1]["path"] = json!("/etc/apt/trusted.gpg.d/x.list")),
+            "source path",
+        ),
+        (
+            "key path traversal",
+            Box::new(|v| {
+                v["apt"]["actions"][0]["path"] = json!("/etc/apt/keyrings/../../shadow.asc")
+            }),
+            "key path",
+        ),
+        (
+            "dnf repo in apt dir",
+            Box::new(|v| v["dnf"]["actions"][1]["path"] = json!("/etc/apt/sources.list.d/x.repo")),
+            "repo path",
+        ),
+        (
+            "unknown substitution",
+            Box::new(|v| v["apt"]["actions"][1]["template"] = json!("deb ${user}\n")),
+            "unknown substitution",
+        ),
+        (
+            "codename on dnf",
+            Box::new(|v| v["dnf"]["actions"][1]["template"] = json!("x ${version_codename}\n")),
+            "not available",
+        ),
+        (
+            "option as package",
+            Box::new(|v| v["apt"]["actions"][6]["packages"][0]["name"] = json!("--purge")),
+            "not a package name",
+        ),
+        (
+            "bad pin",
+            Box::new(|v| v["apt"]["actions"][6]["packages"][0]["version"] = json!("1; rm")),
+            "version",
+        ),
+        (
+            "conflict name",
+            Box::new(|v| v["apt"]["actions"][4]["conflicts"][0]["packages"][0] = json!("a b")),
+            "not a package name",
+        ),
+        (
+            "environment",
+            Box::new(|v| v["environment"]["LD_PRELOAD"] = json!("/tmp/x.so")),
+            "not allowed",
+        ),
+        (
+            "PATH dir",
+            Box::new(|v| v["environment"]["PATH"] = json!("/tmp:/usr/bin")),
+            "not allowed",
+        ),
+        (
+            "locale",
+            Box::new(|v| v["environment"]["LC_ALL"] = json!("de_DE")),
+            "not allowed",
+        ),
+        (
+            "wrong component",
+            Box::new(|v| v["apt"]["actions"][7]["component"] = json!("docker-group")),
+            "component",
+        ),
+        (
+            "duplicate id",
+            Box::new(|v| v["apt"]["actions"][2]["id"] = json!("docker-key")),
+            "repeated",
+        ),
+        (
+            "refresh on dnf",
+            Box::new(|v| {
+                v["dnf"]["actions"][5] = json!({"action": "refresh-metadata", "id": "refresh"})
+            }),
+            "apt action",
+        ),
+        (
+            "kind",
+            Box::new(|v| v["kind"] = json!("descriptor")),
+            "kind",
+        ),
         ("serial", Box::new(|v| v["serial"] = json!(0)), "serial"),
-        ("expiry", Box::new(|v| v["expires_at"] = json!("tomorrow")), "expires_at"),
-        ("lowercase pin", Box::new(|v| v["apt"]["actions"][0]["fingerprints"][0] = json!("9dc858229fc7dd38854ae2d88d81803c0ebfcd88")), "uppercase"),
+        (
+            "expiry",
+            Box::new(|v| v["expires_at"] = json!("tomorrow")),
+            "expires_at",
+        ),
+        (
+            "lowercase pin",
+            Box::new(|v| {
+                v["apt"]["actions"][0]["fingerprints"][0] =
+                    json!("9dc858229fc7dd38854ae2d88d81803c0ebfcd88")
+            }),
+            "uppercase",
+        ),
     ];
     for (name, mutate, needle) in cases {
         let mut payload = builtin_payload();
@@ -326,7 +528,10 @@ fn paths_names_templates_and_environment_are_checked() {
     }
     let mut other = builtin_payload();
     other["id"] = json!("windows.enable-wsl");
-    assert!(matches!(Recipe::from_payload(other), Err(RecipeError::UnknownRecipe(_))));
+    assert!(matches!(
+        Recipe::from_payload(other),
+        Err(RecipeError::UnknownRecipe(_))
+    ));
 }
 
 #[test]
@@ -335,12 +540,43 @@ fn a_key_that_is_not_the_pinned_one_is_refused() {
     // The Docker rpm key under the Docker apt pin.
     let rpm_key = swapped["dnf"]["actions"][0]["key"].clone();
     swapped["apt"]["actions"][0]["key"] = rpm_key;
-    expect_invalid(swapped, "060A61C51B558A7F742B77AAC52FEB6B621E9F35 is not pinned");
+    expect_invalid(
+        swapped,
+        "060A61C51B558A7F742B77AAC52FEB6B621E9F35 is not pinned",
+    );
     let mut html = builtin_payload();
     html["apt"]["actions"][0]["key"] = json!("<html>Not Found</html>");
     expect_invalid(html, "not armored");
     let mut flipped = builtin_payload();
-    let key = flipped["apt"]["actions"][0]["key"].as_str().unwrap().replacen("mQINBFit2io", "mQINBFit2ip", 1);
+    let key = flipped["apt"]["actions"][0]["key"]
+        .as_str()
+        .unwrap()
+        .replacen("mQINBFit2io", "mQINBFit2ip", 1);
     flipped["apt"]["actions"][0]["key"] = json!(key);
     expect_invalid(flipped, "checksum");
+}
+
+#[test]
+fn validated_parameters_plan_like_their_target_and_the_tables_agree() {
+    use crate::wire::host_step::{DistroTable, HostParameters};
+    let recipe = builtin().unwrap();
+    assert_eq!(recipe.distro_table(), DistroTable::built_in());
+    let params = HostParameters::validate(&json!({
+        "user": "alice", "arch": "x86_64", "family": "apt", "distro_id": "ubuntu", "version_id": "24.04",
+        "components": ["docker-group", "docker-engine"]
+    }))
+    .unwrap();
+    let steps = recipe.steps_for(&params).unwrap();
+    let ids: Vec<&str> = steps.iter().map(PlannedAction::id).collect();
+    assert_eq!(
+        ids,
+        [
+            "docker-key",
+            "docker-source",
+            "conflicts",
+            "refresh",
+            "packages",
+            "docker-group"
+        ]
+    );
 }

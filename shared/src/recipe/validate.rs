@@ -11,8 +11,14 @@ pub const RECIPE_ID: &str = "linux.install-container-runtime";
 /// Largest rendered or template source file.
 pub const MAX_SOURCE_BYTES: usize = 16 * 1024;
 /// The directories the recipe's `PATH` may name (root-owned system directories).
-pub const PATH_DIRS: &[&str] =
-    &["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"];
+pub const PATH_DIRS: &[&str] = &[
+    "/usr/local/sbin",
+    "/usr/local/bin",
+    "/usr/sbin",
+    "/usr/bin",
+    "/sbin",
+    "/bin",
+];
 
 const APT_KEY_DIRS: &[&str] = &["/etc/apt/keyrings/", "/usr/share/keyrings/"];
 const APT_SOURCE_DIR: &str = "/etc/apt/sources.list.d/";
@@ -40,15 +46,16 @@ pub fn is_version(version: &str) -> bool {
     !bytes.is_empty()
         && bytes.len() <= 64
         && bytes[0].is_ascii_digit()
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'~' | b':' | b'_' | b'-'))
+        && bytes.iter().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'~' | b':' | b'_' | b'-')
+        })
 }
 
 fn is_word(s: &str, max: usize, extra: &[u8]) -> bool {
     !s.is_empty()
         && s.len() <= max
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || extra.contains(&b))
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || extra.contains(&b))
 }
 
 fn is_file_name(name: &str) -> bool {
@@ -56,28 +63,45 @@ fn is_file_name(name: &str) -> bool {
     !bytes.is_empty()
         && bytes.len() <= 100
         && bytes[0].is_ascii_alphanumeric()
-        && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// A file directly inside one of `dirs`, with a plain name ending in one of `suffixes`.
-fn check_file_path(path: &str, dirs: &[&str], suffixes: &[&str], what: &str) -> Result<(), RecipeError> {
+fn check_file_path(
+    path: &str,
+    dirs: &[&str],
+    suffixes: &[&str],
+    what: &str,
+) -> Result<(), RecipeError> {
     let ok = dirs.iter().any(|dir| {
         path.strip_prefix(dir).is_some_and(|name| {
-            is_file_name(name) && suffixes.iter().any(|s| name.ends_with(s) && name.len() > s.len())
+            is_file_name(name)
+                && suffixes
+                    .iter()
+                    .any(|s| name.ends_with(s) && name.len() > s.len())
         })
     });
     if ok {
         Ok(())
     } else {
-        Err(bad(format!("{what} {path:?} is not a plain file in {dirs:?} ending in {suffixes:?}")))
+        Err(bad(format!(
+            "{what} {path:?} is not a plain file in {dirs:?} ending in {suffixes:?}"
+        )))
     }
 }
 
 fn check_text(body: &str, what: &str) -> Result<(), RecipeError> {
     if body.len() > MAX_SOURCE_BYTES {
-        return Err(bad(format!("{what} is longer than {MAX_SOURCE_BYTES} bytes")));
+        return Err(bad(format!(
+            "{what} is longer than {MAX_SOURCE_BYTES} bytes"
+        )));
     }
-    if body.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+    if body
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
         return Err(bad(format!("{what} contains a control character")));
     }
     Ok(())
@@ -93,8 +117,11 @@ pub(super) fn check_body(body: &RecipeBody) -> Result<(), RecipeError> {
     if body.serial == 0 {
         return Err(bad("serial must be at least 1"));
     }
-    time::OffsetDateTime::parse(&body.expires_at, &time::format_description::well_known::Rfc3339)
-        .map_err(|_| bad("expires_at is not an RFC 3339 time"))?;
+    time::OffsetDateTime::parse(
+        &body.expires_at,
+        &time::format_description::well_known::Rfc3339,
+    )
+    .map_err(|_| bad("expires_at is not an RFC 3339 time"))?;
     check_environment(body)?;
     check_apt(&body.apt)?;
     check_dnf(&body.dnf)?;
@@ -130,13 +157,17 @@ fn check_apt(apt: &AptSection) -> Result<(), RecipeError> {
         }
         for (version, suite) in versions {
             if !is_word(version, 16, b".") || !is_word(suite, 32, b"") {
-                return Err(bad(format!("apt suite {distro} {version:?} → {suite:?} is malformed")));
+                return Err(bad(format!(
+                    "apt suite {distro} {version:?} → {suite:?} is malformed"
+                )));
             }
         }
     }
     for (arch, deb) in &apt.architectures {
         if !matches!(arch.as_str(), "x86_64" | "aarch64") || !is_word(deb, 16, b"") {
-            return Err(bad(format!("apt architecture {arch:?} → {deb:?} is not allowed")));
+            return Err(bad(format!(
+                "apt architecture {arch:?} → {deb:?} is not allowed"
+            )));
         }
     }
     check_actions(&apt.actions, true)
@@ -152,7 +183,10 @@ fn check_dnf(dnf: &DnfSection) -> Result<(), RecipeError> {
 }
 
 fn vendor(component: Component) -> bool {
-    matches!(component, Component::DockerEngine | Component::NvidiaContainerToolkit)
+    matches!(
+        component,
+        Component::DockerEngine | Component::NvidiaContainerToolkit
+    )
 }
 
 fn check_actions(actions: &[ActionSpec], apt: bool) -> Result<(), RecipeError> {
@@ -165,7 +199,13 @@ fn check_actions(actions: &[ActionSpec], apt: bool) -> Result<(), RecipeError> {
             return Err(bad(format!("action id {id:?} is malformed or repeated")));
         }
         let kind = match action {
-            ActionSpec::InstallKey { component, path, key, fingerprints, .. } => {
+            ActionSpec::InstallKey {
+                component,
+                path,
+                key,
+                fingerprints,
+                ..
+            } => {
                 require(vendor(*component), id, "a vendor component")?;
                 if apt {
                     check_file_path(path, APT_KEY_DIRS, &[".asc", ".gpg"], "key path")?;
@@ -179,10 +219,20 @@ fn check_actions(actions: &[ActionSpec], apt: bool) -> Result<(), RecipeError> {
                 check_key(id, key, fingerprints)?;
                 "install-key"
             }
-            ActionSpec::WriteSource { component, path, template, .. } => {
+            ActionSpec::WriteSource {
+                component,
+                path,
+                template,
+                ..
+            } => {
                 require(vendor(*component), id, "a vendor component")?;
                 if apt {
-                    check_file_path(path, &[APT_SOURCE_DIR], &[".list", ".sources"], "source path")?;
+                    check_file_path(
+                        path,
+                        &[APT_SOURCE_DIR],
+                        &[".list", ".sources"],
+                        "source path",
+                    )?;
                 } else {
                     check_file_path(path, &[DNF_SOURCE_DIR], &[".repo"], "repo path")?;
                 }
@@ -201,7 +251,9 @@ fn check_actions(actions: &[ActionSpec], apt: bool) -> Result<(), RecipeError> {
             }
             ActionSpec::RefreshMetadata { .. } => {
                 if !apt {
-                    return Err(bad("refresh-metadata is an apt action; dnf refreshes on install"));
+                    return Err(bad(
+                        "refresh-metadata is an apt action; dnf refreshes on install",
+                    ));
                 }
                 "refresh-metadata"
             }
@@ -280,10 +332,24 @@ mod tests {
 
     #[test]
     fn package_names_follow_the_reference() {
-        for ok in ["runc", "nvidia-container-runtime", "containerd.io", "libstdc++"] {
+        for ok in [
+            "runc",
+            "nvidia-container-runtime",
+            "containerd.io",
+            "libstdc++",
+        ] {
             assert!(is_package_name(ok), "{ok}");
         }
-        for refused in ["config(docker-ce)", "/usr/bin/runc", "libc.so.6()(64bit)", "-e", "--all", "a;b", "a b", ""] {
+        for refused in [
+            "config(docker-ce)",
+            "/usr/bin/runc",
+            "libc.so.6()(64bit)",
+            "-e",
+            "--all",
+            "a;b",
+            "a b",
+            "",
+        ] {
             assert!(!is_package_name(refused), "{refused}");
         }
     }
@@ -299,7 +365,13 @@ mod tests {
 
     #[test]
     fn file_paths_stay_in_their_directory() {
-        assert!(check_file_path("/etc/apt/sources.list.d/docker.list", &[APT_SOURCE_DIR], &[".list"], "p").is_ok());
+        assert!(check_file_path(
+            "/etc/apt/sources.list.d/docker.list",
+            &[APT_SOURCE_DIR],
+            &[".list"],
+            "p"
+        )
+        .is_ok());
         for bad_path in [
             "/etc/apt/sources.list.d/../trusted.gpg.d/x.list",
             "/etc/apt/sources.list.d/a/b.list",
@@ -308,7 +380,10 @@ mod tests {
             "/etc/apt/sources.list.d/x.list\n",
             "/etc/passwd",
         ] {
-            assert!(check_file_path(bad_path, &[APT_SOURCE_DIR], &[".list"], "p").is_err(), "{bad_path}");
+            assert!(
+                check_file_path(bad_path, &[APT_SOURCE_DIR], &[".list"], "p").is_err(),
+                "{bad_path}"
+            );
         }
     }
 }
