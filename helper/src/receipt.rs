@@ -1,5 +1,88 @@
-//! The receipt of a job.
+//! The receipt of a job: what the helper ran, for the broker to keep. Stored in the ledger
+//! before `Finished` is sent, so `GetReceipt` and a replayed nonce return the same text.
+
 use std::time::SystemTime;
+
+use enginekit_shared::error::{CodedError, ErrorCode};
+use enginekit_shared::wire::receipt::{Outcome, Receipt, ReceiptId};
+use enginekit_shared::wire::Timestamp;
+
 use crate::runner::ExecutionReport;
 use crate::verify::AuthorisedStep;
-pub fn build(_step: &AuthorisedStep, _started: SystemTime, _finished: SystemTime, _report: &ExecutionReport) -> String { String::new() }
+
+/// The canonical JSON of the receipt for `step` as `report` describes it.
+pub fn build(
+    step: &AuthorisedStep,
+    started: SystemTime,
+    finished: SystemTime,
+    report: &ExecutionReport,
+) -> String {
+    let mut error = report.error.clone();
+    if report.outcome == Outcome::Failed && error.is_none() {
+        error = Some(CodedError::new(
+            ErrorCode::PrerequisiteBlocked,
+            "the job failed without saying why",
+        ));
+    }
+    if report.outcome == Outcome::Succeeded {
+        error = None;
+    }
+    let receipt = Receipt {
+        receipt_id: receipt_id(),
+        step_id: step.step.step_id().clone(),
+        nonce: step.step.nonce().clone(),
+        expected_operation_revision: step.step.expected_operation_revision(),
+        recipe_digest: step.step.recipe_digest().clone(),
+        parameters_digest: step.step.parameters_digest().clone(),
+        started_at: Timestamp::from(time::OffsetDateTime::from(started)),
+        finished_at: Timestamp::from(time::OffsetDateTime::from(finished.max(started))),
+        outcome: report.outcome,
+        actions: report.actions.clone(),
+        error,
+    };
+    encode(&receipt)
+}
+
+/// A receipt for a job that never ran an action (the caller left after the nonce was burnt).
+pub fn not_run(step: &AuthorisedStep, outcome: Outcome, code: ErrorCode, why: &str) -> String {
+    let now = SystemTime::now();
+    let report = ExecutionReport {
+        outcome,
+        actions: Vec::new(),
+        error: Some(CodedError::new(code, why)),
+    };
+    build(step, now, now, &report)
+}
+
+fn receipt_id() -> ReceiptId {
+    // Only the OS random source can fail here; a fixed-shape fallback keeps the receipt valid.
+    ReceiptId::generate().unwrap_or_else(|_| {
+        let fallback = format!(
+            "receipt-00000000-0000-4000-8000-{:012x}",
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_millis() & 0xffff_ffff_ffff)
+                .unwrap_or(0)
+        );
+        fallback.parse().unwrap_or_else(|_| unreachable_receipt_id())
+    })
+}
+
+fn unreachable_receipt_id() -> ReceiptId {
+    // "receipt-" + a fixed valid UUID: always parses.
+    match "receipt-00000000-0000-4000-8000-000000000000".parse() {
+        Ok(id) => id,
+        Err(_) => ReceiptId::generate().unwrap_or_else(|_| unreachable_receipt_id()),
+    }
+}
+
+fn encode(receipt: &Receipt) -> String {
+    match receipt.to_bytes().map(String::from_utf8) {
+        Ok(Ok(text)) => text,
+        // Canonical JSON of these types cannot fail; if it ever does, say so in JSON.
+        _ => format!(
+            "{{\"error\":{{\"code\":\"IO_ERROR\",\"message\":\"the receipt could not be encoded\"}},\"nonce\":\"{}\",\"outcome\":\"failed\"}}",
+            receipt.nonce.as_str()
+        ),
+    }
+}

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use enginekit_shared::error::{CodedError, ErrorCode};
+pub use enginekit_shared::wire::receipt::{ActionRecord, Outcome};
 
 /// Set by `Cancel` while `AllowCancel` is true; the executor checks it before each action and
 /// never after the package manager has started.
@@ -30,30 +31,12 @@ pub trait ProgressSink: Send {
     fn progress(&mut self, phase: &str, percent: i32, allow_cancel: bool);
 }
 
-/// How a job ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Succeeded,
-    Failed,
-    Cancelled,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Succeeded => "succeeded",
-            Outcome::Failed => "failed",
-            Outcome::Cancelled => "cancelled",
-        }
-    }
-}
-
 /// What the executor did, for the receipt.
 #[derive(Debug, Clone)]
 pub struct ExecutionReport {
     pub outcome: Outcome,
     /// One entry per action: code, argv, exit status, duration, bounded log tail.
-    pub actions: Vec<serde_json::Value>,
+    pub actions: Vec<ActionRecord>,
     pub error: Option<CodedError>,
 }
 

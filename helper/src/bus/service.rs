@@ -139,7 +139,7 @@ impl Helper {
             Burn::Replay { receipt: Some(receipt) } => {
                 log.replay = true;
                 let state = verify::receipt_outcome(&receipt)
-                    .map(JobState::from_outcome)
+                    .map(|o| JobState::from_outcome(&o))
                     .unwrap_or(JobState::Failed);
                 let shared = Arc::new(JobShared::new(
                     caller.uid,
@@ -170,7 +170,12 @@ impl Helper {
             .await
             .map_err(|e| refuse!(Internal, "{e}"))?;
         if !authz::caller_present(&bus, &caller.unique_name.as_ref()).await {
-            let receipt = verify::refusal_receipt(&authorised, "cancelled", "the caller left the bus before the job started");
+            let receipt = crate::receipt::not_run(
+                &authorised,
+                enginekit_shared::wire::receipt::Outcome::Cancelled,
+                enginekit_shared::error::ErrorCode::ElevationDeclined,
+                "the caller left the bus before the job started",
+            );
             let _ = self
                 .ledger
                 .store_receipt(&nonce, caller.uid, authorised.issued_at_unix(), &receipt);

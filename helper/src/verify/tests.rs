@@ -1,0 +1,251 @@
+//! Unit tests of the verification chain. The machine facts and the caller's name are given
+//! here (a faked boundary); `tests/tests/helper_bus.rs` runs the same refusals against the real
+//! bus, polkitd and this machine.
+
+use super::*;
+use enginekit_shared::signed::SigningKey;
+use enginekit_shared::wire::host_step::RecipeId;
+use enginekit_shared::wire::Timestamp;
+use serde_json::json;
+
+const USER: &str = "ekuser";
+
+fn machine() -> MachineFacts {
+    MachineFacts {
+        arch: "x86_64".into(),
+        family: Some("apt"),
+        distro_id: "debian".into(),
+        version_id: "12".into(),
+    }
+}
+
+fn parameters(user: &str, components: &[&str]) -> Value {
+    json!({"user": user, "arch": "x86_64", "family": "apt", "distro_id": "debian",
+           "version_id": "12", "components": components})
+}
+
+fn builtin() -> &'static Recipe {
+    recipe::builtin().unwrap()
+}
+
+/// A step for the built-in recipe, as the broker would mint it.
+fn step_value(params: Value, recipe: Option<Value>, digest: &Digest, issued_at: Timestamp) -> Value {
+    let parameters = HostParameters::validate(&params).unwrap();
+    let step = HostStep::issue(
+        "linux.install-container-runtime".parse::<RecipeId>().unwrap(),
+        digest.clone(),
+        recipe,
+        parameters,
+        issued_at,
+        1,
+    )
+    .unwrap();
+    step.to_value().unwrap()
+}
+
+fn bytes(value: &Value) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap()
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    ledger: Ledger,
+    trust: TrustStore,
+    machine: MachineFacts,
+    key: SigningKey,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(&dir.path().join("state")).unwrap();
+        let key = SigningKey::from_seed(&[7; 32]);
+        let mut trust = TrustStore::new();
+        trust.add(key.public_key().clone());
+        Fixture {
+            _dir: dir,
+            ledger,
+            trust,
+            machine: machine(),
+            key,
+        }
+    }
+
+    fn check(&self, bytes: &[u8]) -> Result<AuthorisedStep, HelperError> {
+        let received = receive(bytes)?;
+        let checks = Checks {
+            trust: &self.trust,
+            ledger: &self.ledger,
+            machine: &self.machine,
+            caller_name: USER,
+            now: OffsetDateTime::now_utc(),
+            window: Duration::from_secs(900),
+            skew: Duration::from_secs(120),
+        };
+        check_content(received, &checks)
+    }
+
+    /// The built-in payload with another serial, signed by `key`.
+    fn signed_recipe(&self, serial: u64, key: &SigningKey) -> (Value, Digest) {
+        let mut payload = builtin().payload().clone();
+        payload["serial"] = json!(serial);
+        let digest = enginekit_shared::digest::digest_of(&payload).unwrap();
+        let doc = SignedDocument::sign(payload, DocumentKind::Recipe, key).unwrap();
+        (doc.to_value(), digest)
+    }
+}
+
+fn variant(e: &HelperError) -> String {
+    zbus::DBusError::name(e).as_str().rsplit('.').next().unwrap().to_owned()
+}
+
+fn refused(result: Result<AuthorisedStep, HelperError>) -> String {
+    variant(&result.unwrap_err())
+}
+
+fn good_step() -> Value {
+    step_value(parameters(USER, &["docker-group"]), None, builtin().digest(), Timestamp::now())
+}
+
+#[test]
+fn a_step_for_the_builtin_recipe_passes() {
+    let fx = Fixture::new();
+    let ok = fx.check(&bytes(&good_step())).unwrap();
+    assert_eq!(ok.recipe.digest(), builtin().digest());
+    assert!(ok.high_water().is_none());
+    assert_eq!(ok.step_digest().len(), 71);
+}
+
+#[test]
+fn the_same_step_has_the_same_digest_whatever_its_spelling() {
+    let value = good_step();
+    let compact = receive(&bytes(&value)).unwrap();
+    let pretty = receive(serde_json::to_string_pretty(&value).unwrap().as_bytes()).unwrap();
+    assert_eq!(compact.step_digest(), pretty.step_digest());
+}
+
+#[test]
+fn size_utf8_and_duplicate_keys_are_refused_before_anything_else() {
+    let fx = Fixture::new();
+    let mut big = bytes(&good_step());
+    big.resize(10 * 1024 * 1024, b' ');
+    assert_eq!(refused(fx.check(&big)), "StepTooLarge");
+    let mut invalid = bytes(&good_step());
+    let at = invalid.iter().position(|b| *b == b'e').unwrap();
+    invalid[at] = 0xff;
+    assert_eq!(refused(fx.check(&invalid)), "StepMalformed");
+    let text = String::from_utf8(bytes(&good_step())).unwrap();
+    let duplicate = text.replacen("{", "{\"nonce\":\"00000000000000000000000000000000\",", 1);
+    assert_eq!(refused(fx.check(duplicate.as_bytes())), "StepMalformed");
+}
+
+#[test]
+fn a_changed_parameter_or_digest_is_a_digest_mismatch() {
+    let fx = Fixture::new();
+    let mut flipped = good_step();
+    flipped["parameters"]["user"] = json!("ekusar");
+    assert_eq!(refused(fx.check(&bytes(&flipped))), "DigestMismatch");
+    let mut digest = good_step();
+    digest["parameters_digest"] = json!(Digest::of_bytes(b"other").to_string());
+    assert_eq!(refused(fx.check(&bytes(&digest))), "DigestMismatch");
+}
+
+#[test]
+fn an_unknown_recipe_digest_is_refused() {
+    let fx = Fixture::new();
+    let step = step_value(parameters(USER, &["docker-group"]), None, &Digest::of_bytes(b"x"), Timestamp::now());
+    assert_eq!(refused(fx.check(&bytes(&step))), "UnknownRecipe");
+}
+
+#[test]
+fn an_inline_recipe_needs_a_pinned_key_and_no_rollback() {
+    let fx = Fixture::new();
+    let (doc, digest) = fx.signed_recipe(builtin().serial() + 5, &fx.key);
+    let step = step_value(parameters(USER, &["docker-group"]), Some(doc), &digest, Timestamp::now());
+    let ok = fx.check(&bytes(&step)).unwrap();
+    assert_eq!(ok.high_water().unwrap().serial, builtin().serial() + 5);
+
+    let stranger = SigningKey::from_seed(&[9; 32]);
+    let (doc, digest) = fx.signed_recipe(builtin().serial() + 5, &stranger);
+    let step = step_value(parameters(USER, &["docker-group"]), Some(doc), &digest, Timestamp::now());
+    assert_eq!(refused(fx.check(&bytes(&step))), "SignatureInvalid");
+
+    fx.ledger
+        .raise_high_water(builtin().id(), &HighWater { serial: builtin().serial() + 9, digest: Digest::of_bytes(b"y") })
+        .unwrap();
+    let (doc, digest) = fx.signed_recipe(builtin().serial() + 8, &fx.key);
+    let step = step_value(parameters(USER, &["docker-group"]), Some(doc), &digest, Timestamp::now());
+    assert_eq!(refused(fx.check(&bytes(&step))), "RecipeRollback");
+}
+
+#[test]
+fn an_inline_recipe_below_the_builtin_serial_is_a_rollback() {
+    let fx = Fixture::new();
+    if builtin().serial() == 0 {
+        return;
+    }
+    let (doc, digest) = fx.signed_recipe(builtin().serial() - 1, &fx.key);
+    let step = step_value(parameters(USER, &["docker-group"]), Some(doc), &digest, Timestamp::now());
+    assert_eq!(refused(fx.check(&bytes(&step))), "RecipeRollback");
+}
+
+#[test]
+fn an_inline_recipe_with_another_digest_than_the_step_names_is_refused() {
+    let fx = Fixture::new();
+    let (doc, _) = fx.signed_recipe(builtin().serial() + 1, &fx.key);
+    let step = step_value(parameters(USER, &["docker-group"]), Some(doc), builtin().digest(), Timestamp::now());
+    assert_eq!(refused(fx.check(&bytes(&step))), "DigestMismatch");
+}
+
+#[test]
+fn the_user_must_be_the_caller() {
+    let fx = Fixture::new();
+    let step = step_value(parameters("ekother", &["docker-group"]), None, builtin().digest(), Timestamp::now());
+    assert_eq!(refused(fx.check(&bytes(&step))), "IdentityMismatch");
+}
+
+#[test]
+fn the_machine_must_be_this_one() {
+    let mut fx = Fixture::new();
+    fx.machine.distro_id = "ubuntu".into();
+    assert_eq!(refused(fx.check(&bytes(&good_step()))), "WrongMachine");
+    let mut fx = Fixture::new();
+    fx.machine.arch = "aarch64".into();
+    assert_eq!(refused(fx.check(&bytes(&good_step()))), "WrongMachine");
+}
+
+#[test]
+fn bad_components_are_parameter_errors() {
+    let fx = Fixture::new();
+    let mut unknown = good_step();
+    unknown["parameters"]["components"] = json!(["kernel"]);
+    assert_eq!(refused(fx.check(&bytes(&unknown))), "ParametersInvalid");
+    let mut root = good_step();
+    root["parameters"]["user"] = json!("root");
+    assert_eq!(refused(fx.check(&bytes(&root))), "ParametersInvalid");
+}
+
+#[test]
+fn a_step_outside_its_window_is_refused() {
+    let fx = Fixture::new();
+    let old = Timestamp::from_unix_seconds(Timestamp::now().unix_seconds() - 16 * 60).unwrap();
+    let step = step_value(parameters(USER, &["docker-group"]), None, builtin().digest(), old);
+    assert_eq!(refused(fx.check(&bytes(&step))), "StepExpired");
+    let future = Timestamp::from_unix_seconds(Timestamp::now().unix_seconds() + 600).unwrap();
+    let step = step_value(parameters(USER, &["docker-group"]), None, builtin().digest(), future);
+    assert_eq!(refused(fx.check(&bytes(&step))), "StepExpired");
+}
+
+#[test]
+fn polkit_details_name_the_digests_and_a_safe_summary() {
+    let received = receive(&bytes(&good_step())).unwrap();
+    let details: std::collections::HashMap<_, _> = received.polkit_details().into_iter().collect();
+    assert_eq!(details["recipe_digest"], builtin().digest().to_string());
+    assert_eq!(details["summary"], "add ekuser to the docker group");
+    assert_eq!(details["components"], "docker-group");
+    let mut hostile = good_step();
+    hostile["parameters"]["user"] = json!("$(rm -rf /)");
+    let received = receive(&bytes(&hostile)).unwrap();
+    let details: std::collections::HashMap<_, _> = received.polkit_details().into_iter().collect();
+    assert_eq!(details["user"], "?");
+}
