@@ -3,6 +3,9 @@
 //! Exit codes: 0 success (or nothing to do), 1 failure, 2 usage error, 3 plan blocked.
 
 pub mod docker;
+pub mod engines;
+pub mod plan;
+pub mod probe;
 
 use std::process::ExitCode;
 
@@ -26,11 +29,20 @@ pub struct Cli {
 pub enum Command {
     /// Docker layer by hand: pull by digest, reconcile leftover containers.
     Docker(docker::DockerArgs),
+    /// What stands between this machine and a running engine, and what setup would change.
+    Plan(plan::PlanArgs),
+    /// The engines this build can set up: descriptor, image, sizes, minimums.
+    Engines(engines::EnginesArgs),
+    /// What this machine looks like: system, Docker, NVIDIA, disk, network (`--json` for the facts document).
+    Probe(probe::ProbeArgs),
 }
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Docker(args) => docker::run(args),
+        Command::Plan(args) => plan::run(args),
+        Command::Engines(args) => engines::run(args),
+        Command::Probe(args) => probe::run(args),
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod descriptor;
 pub mod manifest;
+pub mod store;
 pub mod strict;
 
 use enginekit_shared::error::CodedError;

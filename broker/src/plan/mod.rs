@@ -1,3 +1,205 @@
-//! The plan answered to the user, its digest, and the host step when root is needed.
+//! The plan answered to the user, its digest, and the host step when root is needed
+//! (REFERENCE §5.3, §7.5 provisioner post-processing, §4.3 digests).
 
 pub mod digest;
+pub mod parameters;
+pub mod recipe;
+
+use enginekit_shared::digest::Digest;
+use enginekit_shared::error::{CodedError, ErrorCode};
+use enginekit_shared::wire::plan::{Availability, Blocker, BlockerReason, Plan, PlanTarget};
+
+use self::digest::{DescriptorPin, HostPin, SetupFingerprint};
+use crate::assess::{self, blockers, view::LinuxView, Assessment, Options};
+use crate::documents::descriptor::{Descriptor, EngineId, Platform};
+use crate::documents::manifest::Manifest;
+use crate::probe::facts::HostFacts;
+
+/// Everything a setup plan is built from.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanRequest<'a> {
+    /// The engine the user asked for.
+    pub engine: EngineId,
+    pub descriptor: &'a Descriptor,
+    /// `None` when no manifest could be had (blocks any install).
+    pub manifest: Option<&'a Manifest>,
+    pub facts: &'a HostFacts,
+    /// The descriptor an existing installation of this engine is pinned to, if any.
+    pub installed_descriptor_id: Option<&'a str>,
+    /// Whether the engine image is already present by digest (then no disk check).
+    pub image_present: bool,
+}
+
+/// A plan and the assessment behind it (the CLI's human report reads both).
+#[derive(Debug, Clone)]
+pub struct PlannedSetup {
+    pub plan: Plan,
+    pub assessment: Assessment,
+}
+
+/// Builds the setup plan for one engine.
+pub fn plan_setup(request: &PlanRequest<'_>) -> Result<PlannedSetup, CodedError> {
+    let recipe = recipe::builtin()?;
+    let descriptor = request.descriptor;
+    let view = LinuxView::from_facts(request.facts);
+    let still_needed = (!request.image_present).then_some(descriptor.required_disk_bytes);
+    let options = Options {
+        recipe_id: recipe.id.clone(),
+        still_needed_disk_bytes: still_needed,
+    };
+    let assessment = assess::assess_view(&view, descriptor, request.manifest, &options);
+
+    // Provisioner post-processing (REFERENCE §7.5).
+    let mut blockers = assessment.blockers.clone();
+    if descriptor.engine_id != request.engine {
+        blockers.push(blockers::engine_mismatch(
+            &descriptor.descriptor_id,
+            descriptor.engine_id.as_str(),
+            request.engine.as_str(),
+        ));
+    }
+    if let Some(installed) = request.installed_descriptor_id {
+        if installed != descriptor.descriptor_id {
+            blockers.push(
+                Blocker::new(
+                    BlockerReason::InstalledWithOtherDescriptor,
+                    format!(
+                        "This engine is already installed from {installed}; remove it before setting up {}.",
+                        descriptor.descriptor_id
+                    ),
+                ),
+            );
+        }
+    }
+
+    let install_plan = assessment.install_plan.clone();
+    let mut host_step = None;
+    if blockers.is_empty() {
+        if let Some(plan) = install_plan.as_ref().filter(|p| p.requires_elevation) {
+            let validated = parameters::from_plan(&plan.system_changes, &view, &recipe.id)
+                .and_then(|p| p.validate());
+            match validated {
+                Ok(params) => host_step = Some(recipe::issue_step(&recipe, params)?),
+                Err(refusal) => blockers.push(blockers::recipe_refused_plan(refusal)),
+            }
+        }
+    }
+
+    let availability = if !blockers.is_empty() {
+        match assessment.availability {
+            Availability::SetupRequired | Availability::Supported => {
+                Availability::PrerequisiteBlocked
+            }
+            other => other,
+        }
+    } else if request.installed_descriptor_id == Some(descriptor.descriptor_id.as_str()) {
+        Availability::Supported
+    } else {
+        assessment.availability
+    };
+
+    // A blocked host has no plan to consent to: nothing changes, nothing is elevated.
+    let (system_changes, requires_elevation, may_require_relogin) =
+        match install_plan.as_ref().filter(|_| blockers.is_empty()) {
+            Some(p) => (
+                p.system_changes.clone(),
+                p.requires_elevation,
+                p.may_require_relogin,
+            ),
+            None => (Vec::new(), false, false),
+        };
+
+    let target = PlanTarget::Runtime {
+        engine_id: request.engine.as_str().to_owned(),
+    };
+    let platform = view
+        .architecture
+        .as_deref()
+        .and_then(Platform::of_architecture);
+    let image = platform.map(|p| descriptor.image_for(p).clone());
+    let gpu_ids = view.gpus.iter().map(|g| g.uuid.clone()).collect();
+    let fingerprint = SetupFingerprint {
+        target: target.clone(),
+        recipe_id: recipe.id.clone(),
+        recipe_digest: recipe.digest.clone(),
+        adopts_existing_engine: assessment.adopts_existing_engine,
+        system_changes: system_changes.clone(),
+        requires_elevation,
+        may_require_relogin,
+        may_require_reboot: false,
+        descriptor: image.as_ref().map(|image| DescriptorPin {
+            descriptor_id: descriptor.descriptor_id.clone(),
+            image_digest: Some(image.digest().clone()),
+        }),
+        environment_manifest_id: request.manifest.map(|m| m.manifest_id.clone()),
+        host: HostPin::new(
+            gpu_ids,
+            still_needed,
+            view.free_disk_bytes,
+            view.docker_root_dir.clone(),
+        ),
+    };
+    let plan_digest = fingerprint.digest()?;
+
+    let plan = Plan {
+        plan_digest,
+        target,
+        availability,
+        recipe_id: recipe.id.clone(),
+        recipe_digest: recipe.digest.clone(),
+        descriptor_id: Some(descriptor.descriptor_id.clone()),
+        environment_manifest_id: request.manifest.map(|m| m.manifest_id.clone()),
+        image: image.as_ref().map(ToString::to_string),
+        image_digest: image.as_ref().map(|i| i.digest().clone()),
+        adopts_existing_engine: assessment.adopts_existing_engine,
+        system_changes,
+        download_bytes: Some(descriptor.download_bytes),
+        required_disk_bytes: Some(descriptor.required_disk_bytes),
+        docker_root_dir: view.free_disk_bytes.map(|_| view.free_disk_path.clone()),
+        free_disk_bytes: view.free_disk_bytes,
+        requires_elevation,
+        may_require_relogin,
+        may_require_reboot: false,
+        blockers,
+        warnings: assessment.warnings.clone(),
+        later_gate_notes: assessment.later_gate_notes.clone(),
+        host_step,
+    };
+    Ok(PlannedSetup { plan, assessment })
+}
+
+/// The plan answered when no descriptor can be had for the engine: unsupported, with the
+/// descriptor error as its one blocker and the blocked-plan digest.
+pub fn plan_without_descriptor(engine: EngineId, error: &CodedError) -> Result<Plan, CodedError> {
+    let blocker = Blocker::new(BlockerReason::DescriptorUnavailable, error.message.clone());
+    let plan_digest = digest::blocked_plan_digest(
+        ErrorCode::MetadataInvalid,
+        Some(BlockerReason::DescriptorUnavailable),
+    )?;
+    Ok(Plan {
+        plan_digest,
+        target: PlanTarget::Runtime {
+            engine_id: engine.as_str().to_owned(),
+        },
+        availability: Availability::Unsupported,
+        recipe_id: "none".to_owned(),
+        recipe_digest: Digest::ZERO,
+        descriptor_id: None,
+        environment_manifest_id: None,
+        image: None,
+        image_digest: None,
+        adopts_existing_engine: false,
+        system_changes: Vec::new(),
+        download_bytes: None,
+        required_disk_bytes: None,
+        docker_root_dir: None,
+        free_disk_bytes: None,
+        requires_elevation: false,
+        may_require_relogin: false,
+        may_require_reboot: false,
+        blockers: vec![blocker],
+        warnings: Vec::new(),
+        later_gate_notes: Vec::new(),
+        host_step: None,
+    })
+}

@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::digest::Digest;
 use crate::error::ErrorCode;
+use crate::wire::host_step::HostStep;
 
 /// String parameters of a blocker, system change or warning (always strings, as the reference).
 pub type Params = BTreeMap<String, String>;
@@ -408,4 +410,67 @@ pub enum PlanTarget {
         /// `vllm` or `tensorrt-llm`.
         engine_id: String,
     },
+}
+
+/// The answer to "what stands between this machine and a running engine, and what would setup
+/// change" (REFERENCE §5.3). `plan_digest` covers only what consent covers (REFERENCE §4.3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    /// The digest the caller passes back to consent.
+    pub plan_digest: Digest,
+    /// What the plan is for.
+    pub target: PlanTarget,
+    /// The verdict.
+    pub availability: Availability,
+    /// The recipe a host step would run (`none` for plans that could not be built).
+    pub recipe_id: String,
+    /// That recipe's digest (all zeros for plans that could not be built).
+    pub recipe_digest: Digest,
+    /// The engine descriptor judged against.
+    pub descriptor_id: Option<String>,
+    /// The environment manifest judged against.
+    pub environment_manifest_id: Option<String>,
+    /// The engine image for this host's platform, `repository@digest`.
+    pub image: Option<String>,
+    /// That image's digest.
+    pub image_digest: Option<Digest>,
+    /// A working Docker with a GPU runtime is used as it is; nothing is installed.
+    pub adopts_existing_engine: bool,
+    /// What setup changes, in order.
+    pub system_changes: Vec<SystemChange>,
+    /// Bytes the engine image downloads.
+    pub download_bytes: Option<u64>,
+    /// Bytes the engine image needs on disk.
+    pub required_disk_bytes: Option<u64>,
+    /// The path whose free space was measured; null exactly when `free_disk_bytes` is.
+    pub docker_root_dir: Option<String>,
+    /// Free bytes there.
+    pub free_disk_bytes: Option<u64>,
+    /// Setup needs administrator rights (a host step).
+    pub requires_elevation: bool,
+    /// Setup may need a new login session (docker group).
+    pub may_require_relogin: bool,
+    /// Always false on Linux.
+    pub may_require_reboot: bool,
+    /// What must be fixed first; empty when setup can proceed.
+    pub blockers: Vec<Blocker>,
+    /// Worth knowing, blocks nothing.
+    pub warnings: Vec<Warning>,
+    /// What a later check would raise once the blockers are fixed; outside the verdict and the
+    /// digest.
+    pub later_gate_notes: Vec<Blocker>,
+    /// The privileged step, when setup needs one and nothing blocks. Its nonce is fresh on every
+    /// plan and is not part of the digest.
+    #[serde(default, deserialize_with = "host_step_from_value")]
+    pub host_step: Option<HostStep>,
+}
+
+fn host_step_from_value<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<HostStep>, D::Error> {
+    let value = Option::<serde_json::Value>::deserialize(deserializer)?;
+    value
+        .map(|v| HostStep::from_value(v).map_err(serde::de::Error::custom))
+        .transpose()
 }

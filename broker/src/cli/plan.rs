@@ -1,0 +1,387 @@
+//! `enginekit plan`: what stands between this machine and a running engine, and what setup
+//! would change. `--facts FILE` replays recorded facts (`enginekit probe --json`) instead of
+//! probing, so a maintainer can replay a user's host.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Args;
+use enginekit_shared::error::{CodedError, ErrorCode};
+use enginekit_shared::wire::plan::{Availability, Blocker, Plan};
+
+use super::{EXIT_BLOCKED, EXIT_FAILURE};
+use crate::assess::view::LinuxView;
+use crate::assess::Assessment;
+use crate::documents::descriptor::{Descriptor, EngineId};
+use crate::documents::store::{DocumentSet, DocumentSources};
+use crate::plan::{plan_setup, plan_without_descriptor, PlanRequest};
+use crate::probe::facts::HostFacts;
+
+/// The largest facts file read (a real one is a few KiB).
+const MAX_FACTS_BYTES: u64 = 4 * 1024 * 1024;
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// The engine to plan for.
+    #[arg(long, default_value = "vllm", value_parser = parse_engine)]
+    pub engine: EngineId,
+    /// Print the plan as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Assess recorded facts (the output of `enginekit probe --json`) instead of probing.
+    #[arg(long, value_name = "FILE")]
+    pub facts: Option<PathBuf>,
+}
+
+fn parse_engine(text: &str) -> Result<EngineId, String> {
+    text.parse()
+}
+
+/// Reads a facts file strictly: size-bounded, schema-checked, unknown fields refused.
+pub fn read_facts_file(path: &Path) -> Result<HostFacts, CodedError> {
+    let io = |e: std::io::Error| {
+        CodedError::new(
+            ErrorCode::IoError,
+            format!("Cannot read the facts file {}: {e}", path.display()),
+        )
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(file, MAX_FACTS_BYTES + 1),
+        &mut bytes,
+    )
+    .map_err(io)?;
+    if bytes.len() as u64 > MAX_FACTS_BYTES {
+        return Err(CodedError::new(
+            ErrorCode::InvalidArgument,
+            format!("The facts file {} is larger than 4 MiB.", path.display()),
+        ));
+    }
+    parse_facts(&bytes).map_err(|why| {
+        CodedError::new(
+            ErrorCode::InvalidArgument,
+            format!(
+                "The facts file {} is not enginekit host facts: {why}",
+                path.display()
+            ),
+        )
+    })
+}
+
+/// Parses facts JSON (what `probe --json` writes).
+pub fn parse_facts(bytes: &[u8]) -> Result<HostFacts, String> {
+    serde_json::from_slice(bytes).map_err(|e| e.to_string())
+}
+
+fn live_facts() -> Result<HostFacts, CodedError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CodedError::new(ErrorCode::IoError, format!("Cannot start the probe: {e}")))?;
+    Ok(runtime.block_on(crate::probe::probe(crate::probe::ProbeOptions::from_env())))
+}
+
+/// The plan, the assessment behind it (when a descriptor was at hand), and the facts.
+#[derive(Debug)]
+pub struct PlanOutcome {
+    pub plan: Plan,
+    pub assessment: Option<Assessment>,
+    pub descriptor: Option<Descriptor>,
+    pub facts: HostFacts,
+    /// Notes about the documents (a refused update, an expired one).
+    pub document_notes: Vec<String>,
+}
+
+/// Plans for `engine` over `facts` with the documents from `sources`.
+pub fn plan_for(
+    engine: EngineId,
+    facts: HostFacts,
+    sources: &DocumentSources,
+) -> Result<PlanOutcome, CodedError> {
+    let documents = DocumentSet::load(sources);
+    let mut notes: Vec<String> = documents.notes.clone();
+    let manifest = documents.manifest.as_ref().ok();
+    if let Err(e) = &documents.manifest {
+        notes.push(e.message.clone());
+    }
+    match documents.descriptor(engine) {
+        Ok(descriptor) => {
+            let planned = plan_setup(&PlanRequest {
+                engine,
+                descriptor,
+                manifest,
+                facts: &facts,
+                installed_descriptor_id: None,
+                image_present: false,
+            })?;
+            Ok(PlanOutcome {
+                plan: planned.plan,
+                assessment: Some(planned.assessment),
+                descriptor: Some(descriptor.clone()),
+                facts,
+                document_notes: notes,
+            })
+        }
+        Err(error) => Ok(PlanOutcome {
+            plan: plan_without_descriptor(engine, error)?,
+            assessment: None,
+            descriptor: None,
+            facts,
+            document_notes: notes,
+        }),
+    }
+}
+
+/// The exit status of a plan: 0 when setup can proceed or nothing is needed, 3 when blocked.
+pub fn exit_status(plan: &Plan) -> u8 {
+    match plan.availability {
+        Availability::Supported | Availability::SetupRequired => 0,
+        Availability::PrerequisiteBlocked | Availability::Unsupported => EXIT_BLOCKED,
+    }
+}
+
+pub fn run(args: PlanArgs) -> ExitCode {
+    let facts = match &args.facts {
+        Some(path) => read_facts_file(path),
+        None => live_facts(),
+    };
+    let outcome = facts.and_then(|f| plan_for(args.engine, f, &DocumentSources::from_env()));
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("enginekit plan: {} ({})", e.message, e.code);
+            return ExitCode::from(EXIT_FAILURE);
+        }
+    };
+    if args.json {
+        match serde_json::to_string_pretty(&outcome.plan) {
+            Ok(text) => println!("{text}"),
+            Err(e) => {
+                eprintln!("enginekit plan: cannot write the plan as JSON: {e}");
+                return ExitCode::from(EXIT_FAILURE);
+            }
+        }
+    } else {
+        print!("{}", human_report(&outcome));
+    }
+    ExitCode::from(exit_status(&outcome.plan))
+}
+
+fn gb(bytes: u64) -> String {
+    format!("{:.1} GB", bytes as f64 / 1e9)
+}
+
+fn verdict_line(plan: &Plan) -> &'static str {
+    match plan.availability {
+        Availability::Supported => "ready: the engine is installed and nothing needs to change",
+        Availability::SetupRequired if plan.adopts_existing_engine => {
+            "ready for setup: Docker already passes the GPU into containers, nothing on the system changes"
+        }
+        Availability::SetupRequired if plan.system_changes.is_empty() => {
+            "ready for setup: nothing on the system needs to change"
+        }
+        Availability::SetupRequired => "setup can proceed with the changes below",
+        Availability::PrerequisiteBlocked => "blocked: fix what is listed under \"What blocks\" first",
+        Availability::Unsupported => "unsupported: this build cannot run this engine",
+    }
+}
+
+/// What checked out fine, in plain words.
+fn fine_lines(view: &LinuxView, descriptor: &Descriptor, plan: &Plan) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(arch) = view
+        .architecture
+        .as_deref()
+        .filter(|a| matches!(*a, "x86_64" | "aarch64"))
+    {
+        out.push(format!("architecture {arch} is supported"));
+    }
+    if let Some(d) = &view.distribution {
+        out.push(format!(
+            "distribution {} {} ({} family)",
+            d.id,
+            d.version_id,
+            d.family.as_str()
+        ));
+    }
+    if let Some(driver) = &view.driver_version {
+        if crate::assess::version::compare_dotted(driver, &descriptor.minimum_driver_version)
+            != std::cmp::Ordering::Less
+        {
+            out.push(format!(
+                "NVIDIA driver {driver} (needs {} or newer)",
+                descriptor.minimum_driver_version
+            ));
+        }
+    }
+    for gpu in &view.gpus {
+        if let Some(cc) = gpu.compute_capability {
+            out.push(format!("GPU {} with compute capability {cc}", gpu.uuid));
+        }
+    }
+    if let Some(method) = view.install_method.filter(|_| view.cli) {
+        out.push(format!("Docker installed as {}", method.as_str()));
+    }
+    if view.daemon_reachable {
+        out.push("the Docker daemon answers on the system socket".to_owned());
+    }
+    if view.toolkit_installed {
+        out.push("the NVIDIA Container Toolkit is installed".to_owned());
+    }
+    if view.effective_gpu_runtime() {
+        out.push(
+            "Docker can pass the GPU into containers (an NVIDIA CDI device is listed)".to_owned(),
+        );
+    }
+    if let (Some(free), Some(required)) = (plan.free_disk_bytes, plan.required_disk_bytes) {
+        if free >= required {
+            out.push(format!(
+                "{} free at {} (the image needs {})",
+                gb(free),
+                plan.docker_root_dir.as_deref().unwrap_or("?"),
+                gb(required)
+            ));
+        }
+    }
+    if view.systemd == Some(true) {
+        out.push("systemd runs this system".to_owned());
+    }
+    out
+}
+
+fn write_blocker(out: &mut String, prefix: &str, blocker: &Blocker) {
+    let _ = writeln!(
+        out,
+        "  {prefix} [{}] {}",
+        blocker.reason.as_str(),
+        blocker.message
+    );
+    if let Some(commands) = blocker.commands.as_ref().filter(|c| !c.is_empty()) {
+        let _ = writeln!(out, "      to fix it, run:");
+        for command in commands {
+            let _ = writeln!(out, "        {command}");
+        }
+    }
+}
+
+/// A note phrased for the human report, outside the verdict.
+fn note_line(note: &Blocker) -> String {
+    match note.reason {
+        enginekit_shared::wire::plan::BlockerReason::InitNotSystemd => {
+            "this system does not run systemd; a later check will need it (the Docker install enables docker.service)".to_owned()
+        }
+        _ => format!("a later check will raise [{}]: {}", note.reason.as_str(), note.message),
+    }
+}
+
+/// The readable report: the verdict, what is fine, what blocks and how to fix it, what setup
+/// would change, notes from later checks, warnings, and the digest.
+pub fn human_report(outcome: &PlanOutcome) -> String {
+    let plan = &outcome.plan;
+    let mut out = String::new();
+    let engine = match &plan.target {
+        enginekit_shared::wire::plan::PlanTarget::Runtime { engine_id } => engine_id.as_str(),
+        enginekit_shared::wire::plan::PlanTarget::Environment => "environment",
+    };
+    let _ = writeln!(
+        out,
+        "enginekit plan for {engine}{}",
+        plan.descriptor_id
+            .as_deref()
+            .map(|d| format!(" (descriptor {d})"))
+            .unwrap_or_default()
+    );
+    let _ = writeln!(
+        out,
+        "Verdict: {} [{}]",
+        verdict_line(plan),
+        plan.availability.as_str()
+    );
+
+    if let Some(descriptor) = &outcome.descriptor {
+        let view = LinuxView::from_facts(&outcome.facts);
+        let fine = fine_lines(&view, descriptor, plan);
+        if !fine.is_empty() {
+            let _ = writeln!(out, "\nWhat is fine:");
+            for line in fine {
+                let _ = writeln!(out, "  ok  {line}");
+            }
+        }
+    }
+
+    if !plan.blockers.is_empty() {
+        let _ = writeln!(out, "\nWhat blocks:");
+        for blocker in &plan.blockers {
+            write_blocker(&mut out, "--", blocker);
+        }
+    }
+
+    if !plan.system_changes.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nWhat setup would change{}:",
+            if plan.requires_elevation {
+                " (needs administrator rights once)"
+            } else {
+                ""
+            }
+        );
+        for change in &plan.system_changes {
+            let _ = writeln!(out, "  *  {}", change.text);
+        }
+        if plan.may_require_relogin {
+            let _ = writeln!(out, "  (you may need to log out and back in afterwards)");
+        }
+    } else if let Some(preview) = outcome.assessment.as_ref().and_then(|a| a.preview.as_ref()) {
+        let _ = writeln!(out, "\nOnce the blockers are fixed, setup would change:");
+        for change in &preview.system_changes {
+            let _ = writeln!(out, "  *  {}", change.text);
+        }
+    }
+
+    if !plan.later_gate_notes.is_empty() {
+        let _ = writeln!(out, "\nNotes (later checks, not part of this verdict):");
+        for note in &plan.later_gate_notes {
+            let _ = writeln!(out, "  note: {}", note_line(note));
+        }
+    }
+
+    if !plan.warnings.is_empty() {
+        let _ = writeln!(out, "\nWarnings:");
+        for warning in &plan.warnings {
+            let _ = writeln!(out, "  !  {}", warning.text);
+        }
+    }
+    for note in &outcome.document_notes {
+        let _ = writeln!(out, "  !  {note}");
+    }
+
+    if let Some(image) = &plan.image {
+        let _ = writeln!(out, "\nEngine image: {image}");
+    }
+    if let (Some(download), Some(required)) = (plan.download_bytes, plan.required_disk_bytes) {
+        let free = match (plan.free_disk_bytes, plan.docker_root_dir.as_deref()) {
+            (Some(free), Some(path)) => format!("; {} free at {path}", gb(free)),
+            _ => "; free space unknown".to_owned(),
+        };
+        let _ = writeln!(
+            out,
+            "Download {}, needs {} on disk{free}",
+            gb(download),
+            gb(required)
+        );
+    }
+    if let Some(step) = &plan.host_step {
+        let _ = writeln!(
+            out,
+            "Host step: {} with recipe {} ({})",
+            step.step_id(),
+            step.recipe_id(),
+            step.recipe_digest()
+        );
+    }
+    let _ = writeln!(out, "Plan digest: {}", plan.plan_digest);
+    out
+}
