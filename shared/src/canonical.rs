@@ -614,9 +614,18 @@ impl Parser<'_> {
                         Ok(Number::from(v))
                     }
                 }
-                _ => Err(at_start(self.error(
-                    "an integer outside ±(2^53 − 1), which cannot round-trip",
-                ))),
+                // A larger integer is accepted only when it is exactly the ECMAScript text of
+                // its double (as canonical output of e.g. 1e20 is), so nothing is silently lost.
+                _ => literal
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|f| format_ecmascript_number(*f).as_deref() == Some(literal))
+                    .and_then(Number::from_f64)
+                    .ok_or_else(|| {
+                        at_start(
+                            self.error("an integer outside ±(2^53 − 1), which cannot round-trip"),
+                        )
+                    }),
             };
         }
         let value: f64 = literal
@@ -833,7 +842,23 @@ mod tests {
             parse_strict(b"-9007199254740991").unwrap(),
             json!(-9007199254740991i64)
         );
-        assert!(parse_strict(b"-9007199254740992").is_err());
+        assert!(
+            parse_strict(b"-9007199254740992").is_ok(),
+            "2^53 is exactly a double"
+        );
+        assert!(parse_strict(b"9007199254740993").is_err());
+        assert!(
+            parse_strict(b"9223372036854775808").is_err(),
+            "2^63 prints otherwise"
+        );
+        assert_eq!(
+            canon(&parse_strict(b"[100000000000000000000,9223372036854776000]").unwrap()),
+            "[100000000000000000000,9223372036854776000]"
+        );
+        assert!(
+            parse_strict(b"1000000000000000000000").is_err(),
+            "1e21 prints as 1e+21"
+        );
     }
 
     #[test]
