@@ -1,1 +1,9 @@
-//! Shared harness for the integration tests: locating the bench and its services.
+//! Shared harness for the integration tests: bringing the test bench up, checking that the
+//! services a test needs really answer, and small helpers (binaries, users, polkit rules).
+//!
+//! Every test that needs a service starts with
+//! `let env = enginekit_integration::bench::require(&[Service::Docker, ...]);`.
+//! A service that does not answer is a test failure (a panic naming the service and its log),
+//! never a skip.
+
+pub mod bench;

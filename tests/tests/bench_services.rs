@@ -1,0 +1,478 @@
+//! The bench's services, proved for real: each test talks to the live service the way the product
+//! will, and would fail if the service only pretended.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use enginekit_integration::bench::{
+    install_polkit_rule, require, run_as, unique_name, PolkitAnswer, Service, BENCH_POLKIT_ACTION,
+};
+
+fn ok(what: &str, out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn run(what: &str, cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("could not run {what}: {e}"));
+    ok(what, out)
+}
+
+#[test]
+fn system_bus_answers_get_id_also_for_the_test_user() {
+    let env = require(&[Service::SystemBus, Service::TestUser]);
+    let get_id = |cmd: &mut Command| {
+        let out = run(
+            "dbus-send GetId",
+            cmd.args([
+                "--system",
+                "--print-reply",
+                "--dest=org.freedesktop.DBus",
+                "/",
+            ])
+            .arg("org.freedesktop.DBus.GetId")
+            .env("DBUS_SYSTEM_BUS_ADDRESS", &env.system_bus_address),
+        );
+        out.lines()
+            .find_map(|l| l.trim().strip_prefix("string \""))
+            .map(|s| s.trim_end_matches('"').to_string())
+            .unwrap_or_else(|| panic!("no id in {out:?}"))
+    };
+    let as_root = get_id(&mut Command::new("dbus-send"));
+    let as_user = get_id(&mut run_as(&env.test_user, "dbus-send"));
+    assert_eq!(as_root.len(), 32, "bus id {as_root:?}");
+    assert!(as_root.bytes().all(|b| b.is_ascii_hexdigit()));
+    assert_eq!(
+        as_root, as_user,
+        "root and the test user reach the same bus"
+    );
+}
+
+#[test]
+fn run_as_really_drops_to_the_test_user() {
+    let env = require(&[Service::TestUser]);
+    let uid = run("id -u", run_as(&env.test_user, "id").arg("-u"));
+    let gid = run("id -g", run_as(&env.test_user, "id").arg("-g"));
+    assert_eq!(uid.trim(), env.test_user.uid.to_string());
+    assert_eq!(gid.trim(), env.test_user.gid.to_string());
+    assert_ne!(env.test_user.uid, env.other_user.uid);
+    assert_ne!(env.test_user.uid, 0);
+}
+
+#[test]
+fn polkit_authorises_root_denies_the_test_user_and_obeys_a_test_rule() {
+    let env = require(&[Service::SystemBus, Service::Polkit, Service::TestUser]);
+
+    // Root is always authorised by polkit, which is why denial tests must use the test user.
+    let root = run(
+        "pkcheck as root",
+        Command::new("pkcheck")
+            .args(["--action-id", BENCH_POLKIT_ACTION, "--process"])
+            .arg(std::process::id().to_string()),
+    );
+    assert!(
+        root.is_empty() || !root.contains("Not authorized"),
+        "{root}"
+    );
+
+    let detail = unique_name("ekt-bench");
+    let details = [("component", detail.as_str())];
+    assert_eq!(
+        env.polkit_check(&env.test_user, BENCH_POLKIT_ACTION, &details),
+        PolkitAnswer::NotAuthorized,
+        "without a rule the bench action is denied"
+    );
+
+    let rule = install_polkit_rule(
+        "bench-services",
+        &format!(
+            "polkit.addRule(function(action, subject) {{\n\
+             \x20   if (action.id == \"{BENCH_POLKIT_ACTION}\" && subject.user == \"{user}\"\n\
+             \x20       && action.lookup(\"component\") == \"{detail}\")\n\
+             \x20       return polkit.Result.YES;\n\
+             }});",
+            user = env.test_user.name
+        ),
+    );
+    eprintln!("polkitd loaded the rule in {:?}", rule.load_time);
+    assert_eq!(
+        env.polkit_check(&env.test_user, BENCH_POLKIT_ACTION, &details),
+        PolkitAnswer::Authorized,
+        "the rule grants the action to the test user for this detail"
+    );
+    assert_eq!(
+        env.polkit_check(
+            &env.test_user,
+            BENCH_POLKIT_ACTION,
+            &[("component", "other")]
+        ),
+        PolkitAnswer::NotAuthorized,
+        "a detail the rule does not name is still denied"
+    );
+    assert_eq!(
+        env.polkit_check(&env.other_user, BENCH_POLKIT_ACTION, &details),
+        PolkitAnswer::NotAuthorized,
+        "another user is still denied"
+    );
+
+    let path = rule.path().to_path_buf();
+    drop(rule);
+    assert!(!path.exists());
+    assert_eq!(
+        env.polkit_check(&env.test_user, BENCH_POLKIT_ACTION, &details),
+        PolkitAnswer::NotAuthorized,
+        "after the guard is dropped the rule no longer applies"
+    );
+}
+
+#[test]
+fn docker_runs_a_container_of_the_bench_image() {
+    let env = require(&[Service::Docker]);
+    let name = unique_name("ekt-bench-run");
+    let out = run(
+        "docker run",
+        Command::new("docker")
+            .args(["run", "--rm", "--name", &name, "--network", "none"])
+            .arg(&env.busybox_image)
+            .args(["/bin/sh", "-c", "echo hello-from-$(uname -s); id -u"]),
+    );
+    assert_eq!(out, "hello-from-Linux\n0\n");
+    // --rm really removed it.
+    let left = run(
+        "docker ps",
+        Command::new("docker").args(["ps", "-aq", "--filter", &format!("name={name}")]),
+    );
+    assert_eq!(left.trim(), "");
+}
+
+#[test]
+fn the_gpu_check_image_reports_only_the_visible_stand_in_gpu() {
+    let env = require(&[Service::Docker]);
+    let uuid = run(
+        "stand-in nvidia-smi on the host",
+        Command::new(env.standins_dir.join("nvidia-smi"))
+            .args(["--query-gpu=uuid", "--format=csv,noheader"])
+            .env("EK_STANDIN_GPUS", &env.standin_gpus_default),
+    );
+    let uuid = uuid.trim();
+    assert!(uuid.starts_with("GPU-"), "{uuid}");
+    let in_container = |visible: Option<&str>| {
+        let mut cmd = Command::new("docker");
+        cmd.args(["run", "--rm", "--network", "none"]);
+        if let Some(v) = visible {
+            cmd.args(["-e", &format!("NVIDIA_VISIBLE_DEVICES={v}")]);
+        }
+        cmd.arg(&env.gpu_check_image).args([
+            "nvidia-smi",
+            "--query-gpu=uuid",
+            "--format=csv,noheader",
+        ]);
+        cmd.output().expect("docker run")
+    };
+    let seen = ok("gpu check with the GPU visible", in_container(Some(uuid)));
+    assert_eq!(seen.trim(), uuid);
+    let none = in_container(None);
+    assert_eq!(
+        none.status.code(),
+        Some(6),
+        "no device request, no GPU: {none:?}"
+    );
+}
+
+#[test]
+fn registry_serves_a_pushed_image_by_digest() {
+    let env = require(&[Service::Docker, Service::Registry]);
+    let repo = format!("{}/{}", env.registry_addr, unique_name("ekt-bench-push"));
+    let tagged = format!("{repo}:v1");
+    // A fresh image (a new layer) so the push really uploads.
+    let build_dir = tempfile_dir();
+    std::fs::write(build_dir.join("payload"), unique_name("payload")).unwrap();
+    let container = unique_name("ekt-bench-mk");
+    run(
+        "docker create",
+        Command::new("docker")
+            .args(["create", "--name", &container])
+            .arg(&env.busybox_image)
+            .arg("true"),
+    );
+    run(
+        "docker cp",
+        Command::new("docker")
+            .arg("cp")
+            .arg(build_dir.join("payload"))
+            .arg(format!("{container}:/payload")),
+    );
+    run(
+        "docker commit",
+        Command::new("docker").args(["commit", &container, &tagged]),
+    );
+    run("docker rm", Command::new("docker").args(["rm", &container]));
+    run(
+        "docker push",
+        Command::new("docker").args(["push", "-q", &tagged]),
+    );
+
+    // The digest the registry itself reports for the tag.
+    let manifest_head = run(
+        "HEAD manifest",
+        Command::new("curl").args([
+            "-fsSI",
+            "-H",
+            "Accept: application/vnd.docker.distribution.manifest.v2+json",
+            &format!(
+                "http://{}/v2/{}/manifests/v1",
+                env.registry_addr,
+                repo.split_once('/').unwrap().1
+            ),
+        ]),
+    );
+    let digest = manifest_head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("docker-content-digest")
+                .then(|| v.trim().to_string())
+        })
+        .unwrap_or_else(|| panic!("no digest header in {manifest_head}"));
+    assert!(
+        digest.starts_with("sha256:") && digest.len() == 71,
+        "{digest}"
+    );
+
+    // Remove it locally, then pull by digest only.
+    run("docker rmi", Command::new("docker").args(["rmi", &tagged]));
+    let by_digest = format!("{repo}@{digest}");
+    run(
+        "docker pull by digest",
+        Command::new("docker").args(["pull", "-q", &by_digest]),
+    );
+    let out = run(
+        "docker run of the pulled image",
+        Command::new("docker").args([
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            &by_digest,
+            "cat",
+            "/payload",
+        ]),
+    );
+    assert!(out.starts_with("payload-"), "{out}");
+    let repo_digests = run(
+        "docker inspect",
+        Command::new("docker").args([
+            "image",
+            "inspect",
+            "--format",
+            "{{json .RepoDigests}}",
+            &by_digest,
+        ]),
+    );
+    assert!(repo_digests.contains(&by_digest), "{repo_digests}");
+
+    // A digest that was never pushed is refused.
+    let wrong = format!("{repo}@sha256:{}", "0".repeat(64));
+    let out = Command::new("docker")
+        .args(["pull", "-q", &wrong])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "pull of an unknown digest must fail");
+
+    run(
+        "docker rmi",
+        Command::new("docker").args(["rmi", &by_digest]),
+    );
+    std::fs::remove_dir_all(build_dir).ok();
+}
+
+fn mkdir(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(unique_name("ekt-bench"));
+    mkdir(&dir);
+    dir
+}
+
+/// apt options that use only the bench repository and private state, so nothing of the host's
+/// apt configuration changes.
+fn apt_isolated(dir: &Path, list: &Path) -> Vec<String> {
+    mkdir(&dir.join("lists/partial"));
+    mkdir(&dir.join("cache/archives/partial"));
+    vec![
+        format!("-oDir::Etc::sourcelist={}", list.display()),
+        "-oDir::Etc::sourceparts=-".into(),
+        format!("-oDir::State::Lists={}", dir.join("lists").display()),
+        format!("-oDir::Cache={}", dir.join("cache").display()),
+        "-oAPT::Get::List-Cleanup=0".into(),
+        "-oAcquire::AllowInsecureRepositories=0".into(),
+    ]
+}
+
+#[test]
+fn apt_fetches_and_resolves_the_stand_in_toolkit_from_the_signed_repo() {
+    let env = require(&[Service::AptRepo]);
+    let repo = &env.apt_repo;
+    let dir = tempfile_dir();
+    let opts = apt_isolated(&dir, &repo.list);
+    let update = run(
+        "apt-get update",
+        Command::new("apt-get").args(&opts).arg("update"),
+    );
+    assert!(!update.contains("NO_PUBKEY"), "{update}");
+
+    let v = &repo.toolkit_version;
+    let pinned: Vec<String> = [
+        "nvidia-container-toolkit",
+        "nvidia-container-toolkit-base",
+        "libnvidia-container-tools",
+        "libnvidia-container1",
+    ]
+    .iter()
+    .map(|p| format!("{p}={v}"))
+    .collect();
+    let sim = run(
+        "apt-get install --simulate",
+        Command::new("apt-get")
+            .args(&opts)
+            .args(["install", "--simulate", "--no-install-recommends"])
+            .args(&pinned),
+    );
+    for p in &pinned {
+        let (name, version) = p.split_once('=').unwrap();
+        assert!(
+            sim.contains(&format!("Inst {name} ({version}")),
+            "{p} not planned:\n{sim}"
+        );
+    }
+
+    // Pinning only the top package lets apt pick the newest base, which the toolkit refuses:
+    // the reason recipes pin all four.
+    let partial = Command::new("apt-get")
+        .args(&opts)
+        .args([
+            "install",
+            "--simulate",
+            &format!("nvidia-container-toolkit={v}"),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        !partial.status.success(),
+        "pinning one of four resolves ({partial:?})"
+    );
+
+    run(
+        "apt-get download",
+        Command::new("apt-get")
+            .args(&opts)
+            .args(["download", &format!("nvidia-container-toolkit-base={v}")])
+            .current_dir(&dir),
+    );
+    let deb = dir.join(format!("nvidia-container-toolkit-base_{v}_{}.deb", arch()));
+    let contents = run("dpkg-deb -c", Command::new("dpkg-deb").arg("-c").arg(&deb));
+    for f in [
+        "./usr/bin/nvidia-ctk",
+        "./usr/bin/nvidia-container-runtime",
+        "./usr/bin/nvidia-cdi-hook",
+    ] {
+        assert!(
+            contents.contains(f),
+            "{f} missing from {}:\n{contents}",
+            deb.display()
+        );
+    }
+    let description = run(
+        "dpkg-deb -f",
+        Command::new("dpkg-deb")
+            .arg("-f")
+            .arg(&deb)
+            .arg("Description"),
+    );
+    assert!(description.contains("STAND-IN"), "{description}");
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn apt_refuses_the_repo_under_a_key_that_did_not_sign_it() {
+    let env = require(&[Service::AptRepo]);
+    let dir = tempfile_dir();
+    // Same repository, but signed-by a fresh, unrelated key.
+    let gnupg = dir.join("gnupg");
+    std::fs::create_dir_all(&gnupg).unwrap();
+    run(
+        "gpg key",
+        Command::new("gpg")
+            .arg("--homedir")
+            .arg(&gnupg)
+            .args(["--batch", "--pinentry-mode", "loopback", "--passphrase", ""])
+            .args([
+                "--quick-gen-key",
+                "wrong key <wrong@enginekit.invalid>",
+                "ed25519",
+                "sign",
+                "never",
+            ]),
+    );
+    let wrong_keyring = dir.join("wrong.gpg");
+    run(
+        "gpg export to file",
+        Command::new("gpg")
+            .arg("--homedir")
+            .arg(&gnupg)
+            .args(["--batch", "--yes", "--output"])
+            .arg(&wrong_keyring)
+            .arg("--export"),
+    );
+    Command::new("gpgconf")
+        .arg("--homedir")
+        .arg(&gnupg)
+        .args(["--kill", "gpg-agent"])
+        .status()
+        .ok();
+    let line = env.apt_repo.source_line.replace(
+        &env.apt_repo.keyring.display().to_string(),
+        &wrong_keyring.display().to_string(),
+    );
+    let list = dir.join("wrong.list");
+    std::fs::write(&list, format!("{line}\n")).unwrap();
+    let opts = apt_isolated(&dir, &list);
+    let out = Command::new("apt-get")
+        .args(&opts)
+        .arg("update")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !out.status.success() || text.contains("NO_PUBKEY") || text.contains("not signed"),
+        "apt accepted the repository under the wrong key:\n{text}"
+    );
+    assert!(
+        text.contains("NO_PUBKEY") || text.contains("signature"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+}
+
+fn arch() -> String {
+    run(
+        "dpkg --print-architecture",
+        Command::new("dpkg").arg("--print-architecture"),
+    )
+    .trim()
+    .to_string()
+}
