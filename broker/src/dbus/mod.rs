@@ -1,1 +1,201 @@
-//! The session-bus service org.enginekit.Broker1.
+//! The session-bus service `org.enginekit.Broker1` (interface XML: dbus/org.enginekit.Broker1.xml).
+//!
+//! `/org/enginekit/Broker1` answers `Probe`, `Plan`, `Setup`, `Remove`, `Installations`,
+//! `Operations`. Each operation is an object `/org/enginekit/Broker1/operation/<id>` with its
+//! state as properties, `Approve`, `Resume`, `Cancel`, and `Changed` / `Progress` signals.
+//! The service is D-Bus activatable and exits when idle with nothing to drive.
+
+pub mod api;
+pub mod error;
+pub mod operation;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use enginekit_shared::error::CodedError;
+use zbus::object_server::SignalEmitter;
+use zbus::{Connection, OwnedObjectPath};
+
+use self::api::BrokerApi;
+use self::error::BrokerError;
+use self::operation::{operation_path, OperationObject};
+use crate::operations::record::{DigestText, EngineId, OperationId};
+use crate::operations::runner::RunnerEvent;
+
+pub const BUS_NAME: &str = "org.enginekit.Broker1";
+pub const OBJECT_PATH: &str = "/org/enginekit/Broker1";
+
+/// `/org/enginekit/Broker1`.
+pub struct BrokerObject {
+    api: Arc<dyn BrokerApi>,
+}
+
+impl std::fmt::Debug for BrokerObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BrokerObject")
+    }
+}
+
+fn engine(text: &str) -> Result<EngineId, BrokerError> {
+    EngineId::parse(text).map_err(BrokerError::from)
+}
+
+fn json_text(value: &serde_json::Value) -> Result<String, BrokerError> {
+    serde_json::to_string(value).map_err(|e| BrokerError::Failed(format!("IO_ERROR: {e}")))
+}
+
+#[zbus::interface(name = "org.enginekit.Broker1")]
+impl BrokerObject {
+    /// The host facts as JSON.
+    async fn probe(&self) -> Result<String, BrokerError> {
+        json_text(&self.api.probe().await?)
+    }
+
+    /// The plan for `engine` as JSON; its `plan_digest` is what `Setup` takes as consent.
+    async fn plan(&self, engine_id: &str) -> Result<String, BrokerError> {
+        json_text(&self.api.plan(engine(engine_id)?).await?)
+    }
+
+    /// Start (or pick up) a setup under the consent of `plan_digest`.
+    async fn setup(
+        &self,
+        engine_id: &str,
+        plan_digest: &str,
+        #[zbus(object_server)] server: &zbus::ObjectServer,
+    ) -> Result<OwnedObjectPath, BrokerError> {
+        let digest = DigestText::parse(plan_digest)?;
+        let op = self.api.begin_setup(engine(engine_id)?, digest)?;
+        let path = operation::export(server, &self.api, &op).await?;
+        self.api.spawn_drive(op.operation_id.clone());
+        Ok(path)
+    }
+
+    /// Remove an engine: what its setup added, never Docker, the toolkit, groups or repositories.
+    async fn remove(
+        &self,
+        engine_id: &str,
+        retain_models: bool,
+        #[zbus(object_server)] server: &zbus::ObjectServer,
+    ) -> Result<OwnedObjectPath, BrokerError> {
+        let op = self.api.begin_remove(engine(engine_id)?, retain_models)?;
+        let path = operation::export(server, &self.api, &op).await?;
+        self.api.spawn_drive(op.operation_id.clone());
+        Ok(path)
+    }
+
+    /// The installation records as a JSON array.
+    async fn installations(&self) -> Result<String, BrokerError> {
+        json_text(&self.api.installations()?)
+    }
+
+    /// Every operation object this service knows.
+    async fn operations(
+        &self,
+        #[zbus(object_server)] server: &zbus::ObjectServer,
+    ) -> Result<Vec<OwnedObjectPath>, BrokerError> {
+        let mut paths = Vec::new();
+        for op in self.api.operations()? {
+            paths.push(operation::export(server, &self.api, &op).await?);
+        }
+        Ok(paths)
+    }
+
+    /// Any operation changed phase or revision.
+    #[zbus(signal)]
+    async fn operation_changed(
+        emitter: &SignalEmitter<'_>,
+        operation: OwnedObjectPath,
+        phase: &str,
+        revision: u64,
+    ) -> zbus::Result<()>;
+}
+
+/// Forward runner events to the bus: properties, `Changed`, `Progress`, `OperationChanged`.
+async fn pump(conn: Connection, api: Arc<dyn BrokerApi>) {
+    let mut events = api.subscribe();
+    loop {
+        let event = match events.recv().await {
+            Ok(event) => event,
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        };
+        let server = conn.object_server();
+        match event {
+            RunnerEvent::Changed { operation } => {
+                let Ok(path) = operation::export(server, &api, &operation).await else {
+                    continue;
+                };
+                if let Ok(iface) = server.interface::<_, OperationObject>(path.as_str()).await {
+                    iface
+                        .get_mut()
+                        .await
+                        .update(*operation.clone(), iface.signal_emitter())
+                        .await;
+                }
+                if let Ok(emitter) = SignalEmitter::new(&conn, OBJECT_PATH) {
+                    let _ = BrokerObject::operation_changed(
+                        &emitter,
+                        path,
+                        operation.phase.as_str(),
+                        operation.revision,
+                    )
+                    .await;
+                }
+            }
+            RunnerEvent::Progress {
+                operation_id, tick, ..
+            } => {
+                let path = operation_path(&operation_id);
+                if let Ok(iface) = server.interface::<_, OperationObject>(path.as_str()).await {
+                    iface
+                        .get_mut()
+                        .await
+                        .record_progress(tick, iface.signal_emitter())
+                        .await;
+                }
+            }
+        }
+    }
+}
+
+/// How long the service stays with nothing to do before it exits.
+pub const IDLE_EXIT: Duration = Duration::from_secs(60);
+
+/// Serve on `conn` (already owning nothing); returns when idle.
+pub async fn serve_on(
+    conn: Connection,
+    api: Arc<dyn BrokerApi>,
+    idle: Duration,
+) -> Result<(), CodedError> {
+    let io = |e: zbus::Error| {
+        CodedError::new(
+            enginekit_shared::error::ErrorCode::IoError,
+            "The session bus service failed.",
+        )
+        .with_details(e.to_string())
+    };
+    conn.object_server()
+        .at(OBJECT_PATH, BrokerObject { api: api.clone() })
+        .await
+        .map_err(io)?;
+    for op in api.operations().unwrap_or_default() {
+        let _ = operation::export(conn.object_server(), &api, &op).await;
+    }
+    conn.request_name(BUS_NAME).await.map_err(io)?;
+    tokio::spawn(pump(conn.clone(), api.clone()));
+    loop {
+        let quiet = tokio::time::timeout(idle, conn.monitor_activity())
+            .await
+            .is_err();
+        if quiet && !api.busy() {
+            break;
+        }
+    }
+    let _ = conn.release_name(BUS_NAME).await;
+    Ok(())
+}
+
+/// Path of the object for `id`.
+pub fn path_of(id: &OperationId) -> String {
+    operation_path(id)
+}

@@ -3,6 +3,7 @@
 
 pub mod atomic;
 pub mod boundary;
+pub mod machine;
 pub mod record;
 pub mod recovery;
 pub mod reducer;

@@ -51,6 +51,33 @@ pub fn test_kill_point(point: &str) {
     }
 }
 
+/// The step as sent: its JSON carries the revision the consent stamped (not digested).
+fn stamp_revision(
+    step: &super::record::HostStepTicket,
+) -> Result<super::record::HostStepTicket, CodedError> {
+    let invalid = |what: String| {
+        CodedError::new(
+            ErrorCode::HostStepInvalid,
+            "The host step cannot be stamped.",
+        )
+        .with_details(what)
+    };
+    let mut value: serde_json::Value =
+        serde_json::from_str(&step.step_json).map_err(|e| invalid(e.to_string()))?;
+    let Some(map) = value.as_object_mut() else {
+        return Err(invalid("not an object".into()));
+    };
+    map.insert(
+        "expected_operation_revision".into(),
+        step.expected_operation_revision.into(),
+    );
+    let bytes = enginekit_shared::canonical::to_canonical_bytes(&value)
+        .map_err(|e| invalid(e.to_string()))?;
+    let mut stamped = step.clone();
+    stamped.step_json = String::from_utf8(bytes).map_err(|e| invalid(e.to_string()))?;
+    Ok(stamped)
+}
+
 fn fresh_instance_id() -> String {
     let mut bytes = [0u8; 8];
     let _ = getrandom::fill(&mut bytes);
@@ -423,9 +450,13 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
                 }
                 test_kill_point("host-step-running");
             });
+            let stamped = match stamp_revision(&step) {
+                Ok(stamped) => stamped,
+                Err(e) => return self.answer_host(op, Answer::Failed(e)).await,
+            };
             match self
                 .elevator
-                .run_step(&step, self.progress_sink(&started), on_job)
+                .run_step(&stamped, self.progress_sink(&started), on_job)
                 .await
             {
                 Ok(run) => run,

@@ -1,0 +1,149 @@
+//! What the session service needs of the broker, object-safe so the bus code is not generic
+//! over the runner's boundaries.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use enginekit_shared::error::CodedError;
+use tokio::sync::broadcast;
+
+use crate::installations::Installations;
+use crate::operations::boundary::{Elevator, Provisioner};
+use crate::operations::record::{DigestText, EngineId, Operation, OperationId};
+use crate::operations::runner::{Runner, RunnerEvent};
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+pub trait BrokerApi: Send + Sync + 'static {
+    fn probe(&self) -> BoxFuture<'_, Result<serde_json::Value, CodedError>>;
+    fn plan(&self, engine: EngineId) -> BoxFuture<'_, Result<serde_json::Value, CodedError>>;
+    fn begin_setup(
+        &self,
+        engine: EngineId,
+        plan_digest: DigestText,
+    ) -> Result<Operation, CodedError>;
+    fn begin_remove(&self, engine: EngineId, retain_models: bool) -> Result<Operation, CodedError>;
+    fn approve(&self, id: &OperationId, plan_digest: DigestText) -> Result<Operation, CodedError>;
+    fn resume(&self, id: &OperationId) -> Result<Operation, CodedError>;
+    fn cancel(&self, id: &OperationId) -> Result<Operation, CodedError>;
+    /// Drive the operation in the background; the result arrives as change events.
+    fn spawn_drive(&self, id: OperationId);
+    fn operations(&self) -> Result<Vec<Operation>, CodedError>;
+    fn installations(&self) -> Result<serde_json::Value, CodedError>;
+    fn subscribe(&self) -> broadcast::Receiver<RunnerEvent>;
+    /// Whether any operation is being driven by this process.
+    fn busy(&self) -> bool;
+}
+
+/// The runner plus what the service adds: the driving tasks it started.
+#[derive(Debug)]
+pub struct Broker<P, E> {
+    pub runner: Arc<Runner<P, E>>,
+    pub installations: Installations,
+    driving: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl<P: Provisioner + Probing, E: Elevator> Broker<P, E> {
+    pub fn new(runner: Arc<Runner<P, E>>, installations: Installations) -> Arc<Self> {
+        Arc::new(Broker {
+            runner,
+            installations,
+            driving: Arc::default(),
+        })
+    }
+}
+
+/// The host facts, for `Probe`.
+pub trait Probing {
+    fn probe_facts(&self) -> impl Future<Output = Result<serde_json::Value, CodedError>> + Send;
+}
+
+impl<P: Provisioner + Probing, E: Elevator> BrokerApi for Broker<P, E> {
+    fn probe(&self) -> BoxFuture<'_, Result<serde_json::Value, CodedError>> {
+        Box::pin(self.runner.provisioner().probe_facts())
+    }
+
+    fn plan(&self, engine: EngineId) -> BoxFuture<'_, Result<serde_json::Value, CodedError>> {
+        Box::pin(async move { self.runner.plan(&engine).await })
+    }
+
+    fn begin_setup(
+        &self,
+        engine: EngineId,
+        plan_digest: DigestText,
+    ) -> Result<Operation, CodedError> {
+        self.runner.begin_setup(&engine, Some(plan_digest))
+    }
+
+    fn begin_remove(&self, engine: EngineId, retain_models: bool) -> Result<Operation, CodedError> {
+        self.runner.begin_remove(&engine, retain_models)
+    }
+
+    fn approve(&self, id: &OperationId, plan_digest: DigestText) -> Result<Operation, CodedError> {
+        let op = self.load(id)?;
+        let event = crate::operations::reducer::Event::Approve {
+            expected_revision: op.revision,
+            approved_plan_digest: Some(plan_digest),
+        };
+        self.runner.apply(id, &event)
+    }
+
+    fn resume(&self, id: &OperationId) -> Result<Operation, CodedError> {
+        let op = self.load(id)?;
+        let event = crate::operations::reducer::Event::Resume {
+            expected_revision: op.revision,
+            approved_plan_digest: None,
+        };
+        self.runner.apply(id, &event)
+    }
+
+    fn cancel(&self, id: &OperationId) -> Result<Operation, CodedError> {
+        self.runner.cancel(id)
+    }
+
+    fn spawn_drive(&self, id: OperationId) {
+        let runner = self.runner.clone();
+        let driving = self.driving.clone();
+        driving.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        tokio::spawn(async move {
+            if let Err(e) = runner.drive(&id).await {
+                tracing::warn!(operation = %id, code = %e.code, message = %e.message, "driving stopped");
+            }
+            driving.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        });
+    }
+
+    fn operations(&self) -> Result<Vec<Operation>, CodedError> {
+        Ok(self.runner.store().list()?.0)
+    }
+
+    fn installations(&self) -> Result<serde_json::Value, CodedError> {
+        serde_json::to_value(self.installations.list()).map_err(|e| {
+            CodedError::new(
+                enginekit_shared::error::ErrorCode::IoError,
+                "The installations cannot be encoded.",
+            )
+            .with_details(e.to_string())
+        })
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<RunnerEvent> {
+        self.runner.subscribe()
+    }
+
+    fn busy(&self) -> bool {
+        self.driving.load(std::sync::atomic::Ordering::SeqCst) > 0
+    }
+}
+
+impl<P: Provisioner + Probing, E: Elevator> Broker<P, E> {
+    fn load(&self, id: &OperationId) -> Result<Operation, CodedError> {
+        self.runner.store().load(id)?.ok_or_else(|| {
+            CodedError::new(
+                enginekit_shared::error::ErrorCode::OperationNotFound,
+                "There is no such operation.",
+            )
+        })
+    }
+}
