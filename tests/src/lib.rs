@@ -7,3 +7,4 @@
 //! never a skip.
 
 pub mod bench;
+pub mod dockerd;

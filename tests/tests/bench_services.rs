@@ -476,3 +476,155 @@ fn arch() -> String {
     .trim()
     .to_string()
 }
+
+#[test]
+fn gpu_requests_work_once_dockerd_starts_with_the_stand_in_hook_on_its_path() {
+    use enginekit_integration::dockerd::PrivateDockerd;
+    let env = require(&[Service::Docker]);
+    let uuid = "GPU-5f0c9c6e-8d1a-4b4e-9a57-2f4d8e1b7c30"; // the default fixture's card
+    let gpu_run = |d: &PrivateDockerd| {
+        d.docker(&[
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--gpus",
+            &format!("device={uuid}"),
+            &env.gpu_check_image,
+            "nvidia-smi",
+            "--query-gpu=uuid",
+            "--format=csv,noheader",
+        ])
+    };
+
+    // Without the hook on its PATH, dockerd has no driver for --gpus (as on a host without the
+    // toolkit).
+    let without = PrivateDockerd::start(&[]);
+    without.load_image_from_shared(&env.gpu_check_image);
+    let out = gpu_run(&without);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("could not select device driver"), "{err}");
+    drop(without);
+
+    // With the stand-in hook on its PATH at start, the request is accepted, runc runs the no-op
+    // hook, and the container sees exactly the requested card.
+    let hook_dir = std::env::temp_dir().join(unique_name("ekt-hook"));
+    mkdir(&hook_dir);
+    std::fs::copy(
+        env.standins_dir.join("nvidia-container-runtime-hook"),
+        hook_dir.join("nvidia-container-runtime-hook"),
+    )
+    .unwrap_or_else(|e| panic!("copy hook: {e}"));
+    let with = PrivateDockerd::start(&[&hook_dir]);
+    with.load_image_from_shared(&env.gpu_check_image);
+    let seen = ok("GPU check with the stand-in hook", gpu_run(&with));
+    assert_eq!(seen.trim(), uuid);
+    drop(with);
+    std::fs::remove_dir_all(hook_dir).ok();
+}
+
+#[test]
+fn packaged_stand_in_nvidia_ctk_edits_daemon_json_like_the_real_one() {
+    let env = require(&[Service::AptRepo]);
+    let repo = &env.apt_repo;
+    let dir = tempfile_dir();
+    let deb = repo.dir.join(format!(
+        "nvidia-container-toolkit-base_{}_{}.deb",
+        repo.toolkit_version,
+        arch()
+    ));
+    let root = dir.join("root");
+    run(
+        "dpkg-deb -x",
+        Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&root),
+    );
+    let ctk = root.join("usr/bin/nvidia-ctk");
+    let version = run("nvidia-ctk --version", Command::new(&ctk).arg("--version"));
+    let upstream = repo.toolkit_version.split('-').next().unwrap_or_default();
+    assert!(
+        version.contains(upstream) && version.contains("STAND-IN"),
+        "{version}"
+    );
+
+    let config = dir.join("daemon.json");
+    std::fs::write(
+        &config,
+        "{\"log-level\": \"warn\", \"runtimes\": {\"other\": {\"path\": \"x\"}}}",
+    )
+    .unwrap_or_else(|e| panic!("write: {e}"));
+    let configure = |config: &Path| {
+        Command::new(&ctk)
+            .args(["runtime", "configure", "--runtime=docker"])
+            .arg(format!("--config={}", config.display()))
+            .output()
+            .unwrap_or_else(|e| panic!("nvidia-ctk: {e}"))
+    };
+    ok("runtime configure", configure(&config));
+    let first = std::fs::read_to_string(&config).unwrap_or_default();
+    let value: serde_json::Value =
+        serde_json::from_str(&first).unwrap_or_else(|e| panic!("{e}: {first}"));
+    assert_eq!(value["log-level"], "warn", "other keys are kept");
+    assert_eq!(value["runtimes"]["other"]["path"], "x");
+    assert_eq!(
+        value["runtimes"]["nvidia"],
+        serde_json::json!({"args": [], "path": "nvidia-container-runtime"})
+    );
+    assert!(
+        first.contains("\n    \"log-level\""),
+        "4-space indent, sorted keys:\n{first}"
+    );
+    ok("runtime configure again", configure(&config));
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap_or_default(),
+        first,
+        "idempotent"
+    );
+
+    let broken = dir.join("broken.json");
+    std::fs::write(&broken, "{not json").unwrap_or_else(|e| panic!("write: {e}"));
+    let out = configure(&broken);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        std::fs::read_to_string(&broken).unwrap_or_default(),
+        "{not json"
+    );
+
+    // cdi generate/list against the stand-in nvidia-smi, then without any nvidia-smi.
+    let spec = dir.join("cdi/nvidia.yaml");
+    let path = format!(
+        "{}:/usr/sbin:/usr/bin:/sbin:/bin",
+        env.standins_dir.display()
+    );
+    ok(
+        "cdi generate",
+        Command::new(&ctk)
+            .args(["cdi", "generate"])
+            .arg(format!("--output={}", spec.display()))
+            .env("PATH", &path)
+            .env("EK_STANDIN_GPUS", &env.standin_gpus_default)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}")),
+    );
+    let listed = run(
+        "cdi list",
+        Command::new(&ctk)
+            .args(["cdi", "list"])
+            .arg(format!("--spec-dir={}", dir.join("cdi").display())),
+    );
+    assert_eq!(
+        listed,
+        "nvidia.com/gpu=0\nnvidia.com/gpu=GPU-5f0c9c6e-8d1a-4b4e-9a57-2f4d8e1b7c30\nnvidia.com/gpu=all\n"
+    );
+    let no_driver = Command::new(&ctk)
+        .args(["cdi", "generate"])
+        .env("PATH", "/nonexistent")
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    if !Path::new("/usr/bin/nvidia-smi").exists()
+        && !Path::new("/usr/local/bin/nvidia-smi").exists()
+    {
+        assert_eq!(no_driver.status.code(), Some(1), "{no_driver:?}");
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
