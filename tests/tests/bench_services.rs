@@ -628,3 +628,53 @@ fn packaged_stand_in_nvidia_ctk_edits_daemon_json_like_the_real_one() {
     }
     std::fs::remove_dir_all(dir).ok();
 }
+
+#[test]
+fn stand_in_nvidia_smi_answers_from_each_fixture() {
+    let env = require(&[]);
+    let smi = |fixture: &str, args: &[&str]| {
+        Command::new(env.standins_dir.join("nvidia-smi"))
+            .args(args)
+            .env(
+                "EK_STANDIN_GPUS",
+                env.standins_dir.join("gpus").join(fixture),
+            )
+            .output()
+            .unwrap_or_else(|e| panic!("stand-in nvidia-smi: {e}"))
+    };
+    let probe = [
+        "--query-gpu=uuid,name,compute_cap,memory.total,memory.free,driver_version",
+        "--format=csv,noheader,nounits",
+    ];
+    let one = ok("default fixture", smi("default.csv", &probe));
+    assert_eq!(
+        one,
+        "GPU-5f0c9c6e-8d1a-4b4e-9a57-2f4d8e1b7c30, NVIDIA GeForce RTX 4090, 8.9, 24564, 23976, 580.95.05\n"
+    );
+    let two = ok("two GPUs", smi("two-gpus.csv", &probe));
+    assert_eq!(two.lines().count(), 2);
+    assert!(
+        two.lines().nth(1).unwrap_or_default().contains(", [N/A], "),
+        "{two}"
+    );
+    let with_units = ok(
+        "units",
+        smi("default.csv", &["--query-gpu=memory.total", "--format=csv"]),
+    );
+    assert_eq!(with_units, "memory.total [MiB]\n24564 MiB\n");
+
+    let r470 = smi("r470-no-compute-cap.csv", &probe);
+    assert_eq!(r470.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&r470.stdout).contains("\"compute_cap\" is not a valid field"));
+
+    let failed = smi("driver-failed.csv", &["-L"]);
+    assert_eq!(failed.status.code(), Some(9));
+    assert!(String::from_utf8_lossy(&failed.stdout)
+        .contains("couldn't communicate with the NVIDIA driver"));
+
+    let version = ok("version", smi("default.csv", &["--version"]));
+    assert!(
+        version.contains("DRIVER version      : 580.95.05"),
+        "{version}"
+    );
+}
