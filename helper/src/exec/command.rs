@@ -29,8 +29,14 @@ pub enum Program {
 
 /// Directories searched for a program, system directories first. Each must be root-owned and
 /// not group- or world-writable, and so must the program.
-pub const PROGRAM_DIRS: &[&str] =
-    &["/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/local/sbin", "/usr/local/bin"];
+pub const PROGRAM_DIRS: &[&str] = &[
+    "/usr/sbin",
+    "/usr/bin",
+    "/sbin",
+    "/bin",
+    "/usr/local/sbin",
+    "/usr/local/bin",
+];
 
 impl Program {
     /// The name as argv[0] shows it and as it is looked up.
@@ -63,12 +69,16 @@ impl Program {
     pub fn resolve(self) -> Result<PathBuf, ResolveError> {
         for dir in PROGRAM_DIRS {
             let dir_path = PathBuf::from(dir);
-            let Ok(dir_meta) = std::fs::metadata(&dir_path) else { continue };
+            let Ok(dir_meta) = std::fs::metadata(&dir_path) else {
+                continue;
+            };
             if !trusted(&dir_meta) {
                 continue;
             }
             let path = dir_path.join(self.name());
-            let Ok(meta) = std::fs::metadata(&path) else { continue };
+            let Ok(meta) = std::fs::metadata(&path) else {
+                continue;
+            };
             if meta.is_file() && meta.mode() & 0o111 != 0 {
                 if !trusted(&meta) {
                     return Err(ResolveError::Untrusted(path));
@@ -122,7 +132,10 @@ impl Command {
 
     /// Whether `other` runs the same program with the same arguments.
     pub fn same_argv(&self, argv: &[&str]) -> bool {
-        self.argv().iter().map(String::as_str).eq(argv.iter().copied())
+        self.argv()
+            .iter()
+            .map(String::as_str)
+            .eq(argv.iter().copied())
     }
 }
 
@@ -137,7 +150,12 @@ pub struct CommandBuilder {
 
 impl CommandBuilder {
     pub fn new(program: Program) -> CommandBuilder {
-        CommandBuilder { program, args: Vec::new(), duration: Duration::Ordinary, error: None }
+        CommandBuilder {
+            program,
+            args: Vec::new(),
+            duration: Duration::Ordinary,
+            error: None,
+        }
     }
 
     fn push(mut self, arg: Result<SafeArg, UnsafeValue>) -> Self {
@@ -163,7 +181,11 @@ impl CommandBuilder {
     /// Literal argv words as the reference writes them: options and positionals alike.
     pub fn words(mut self, words: &[&str]) -> Self {
         for word in words {
-            self = if word.starts_with('-') { self.flag(word) } else { self.arg(*word) };
+            self = if word.starts_with('-') {
+                self.flag(word)
+            } else {
+                self.arg(*word)
+            };
         }
         self
     }
@@ -181,7 +203,11 @@ impl CommandBuilder {
     pub fn build(self) -> Result<Command, UnsafeValue> {
         match self.error {
             Some(e) => Err(e),
-            None => Ok(Command { program: self.program, args: self.args, duration: self.duration }),
+            None => Ok(Command {
+                program: self.program,
+                args: self.args,
+                duration: self.duration,
+            }),
         }
     }
 }
@@ -192,9 +218,16 @@ mod tests {
 
     #[test]
     fn builder_refuses_an_option_in_a_positional_slot() {
-        let err = CommandBuilder::new(Program::Usermod).words(&["-aG", "docker"]).arg("-rf").build();
+        let err = CommandBuilder::new(Program::Usermod)
+            .words(&["-aG", "docker"])
+            .arg("-rf")
+            .build();
         assert_eq!(err, Err(UnsafeValue::OptionLikeArgument));
-        let ok = CommandBuilder::new(Program::Id).flag("-u").arg("alice").build().unwrap();
+        let ok = CommandBuilder::new(Program::Id)
+            .flag("-u")
+            .arg("alice")
+            .build()
+            .unwrap();
         assert_eq!(ok.argv(), ["id", "-u", "alice"]);
     }
 

@@ -46,7 +46,9 @@ pub fn holders_in(proc_locks: &str, keys: &[String]) -> Vec<u32> {
             continue;
         }
         // id: TYPE ADVISORY|MANDATORY READ|WRITE pid dev:inode start end
-        let (Some(pid), Some(key)) = (fields.get(4), fields.get(5)) else { continue };
+        let (Some(pid), Some(key)) = (fields.get(4), fields.get(5)) else {
+            continue;
+        };
         if !keys.iter().any(|k| k == key) {
             continue;
         }
@@ -147,7 +149,11 @@ mod tests {
             .spawn()
             .unwrap();
         let mut line = String::new();
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
         assert_eq!(line.trim(), "locked");
         let path = lock.to_str().unwrap();
         let holder = foreign_holder(&[path], None);

@@ -183,7 +183,8 @@ pub fn run(
                     let _ = killpg(group, Signal::SIGTERM);
                     termed_at = Some(now);
                 }
-                (command::Duration::LongRunning, Some(t)) if now.duration_since(t) < timeouts.grace => {}
+                (command::Duration::LongRunning, Some(t))
+                    if now.duration_since(t) < timeouts.grace => {}
                 _ => {
                     let _ = killpg(group, Signal::SIGKILL);
                 }
@@ -222,7 +223,10 @@ mod tests {
     use crate::exec::command::{CommandBuilder, Program};
 
     fn env() -> Vec<(String, String)> {
-        vec![("PATH".into(), "/usr/bin:/bin".into()), ("LC_ALL".into(), "C".into())]
+        vec![
+            ("PATH".into(), "/usr/bin:/bin".into()),
+            ("LC_ALL".into(), "C".into()),
+        ]
     }
 
     #[test]
@@ -232,21 +236,39 @@ mod tests {
         let r = run(&cmd, &env(), &Timeouts::default(), &mut |_| {});
         assert!(r.success(), "{}", r.describe());
         assert!(r.argv[0].starts_with('/'));
-        assert_eq!(r.stdout.text().trim(), nix::unistd::getuid().as_raw().to_string());
+        assert_eq!(
+            r.stdout.text().trim(),
+            nix::unistd::getuid().as_raw().to_string()
+        );
     }
 
     #[test]
     fn a_failing_command_reports_its_exit_status_and_stderr() {
-        let cmd = CommandBuilder::new(Program::Id).flag("-u").arg("no-such-user-ek").build().unwrap();
+        let cmd = CommandBuilder::new(Program::Id)
+            .flag("-u")
+            .arg("no-such-user-ek")
+            .build()
+            .unwrap();
         let r = run(&cmd, &env(), &Timeouts::default(), &mut |_| {});
         assert_eq!(r.exit_code, Some(1));
-        assert!(r.stderr.text().contains("no-such-user-ek"), "{}", r.stderr.text());
+        assert!(
+            r.stderr.text().contains("no-such-user-ek"),
+            "{}",
+            r.stderr.text()
+        );
     }
 
     #[test]
     fn a_command_past_its_time_limit_is_killed_with_its_group() {
-        let cmd = CommandBuilder::new(Program::Sleep).arg("30").diagnostic().build().unwrap();
-        let timeouts = Timeouts { diagnostic: Duration::from_millis(300), ..Timeouts::default() };
+        let cmd = CommandBuilder::new(Program::Sleep)
+            .arg("30")
+            .diagnostic()
+            .build()
+            .unwrap();
+        let timeouts = Timeouts {
+            diagnostic: Duration::from_millis(300),
+            ..Timeouts::default()
+        };
         let mut watched = 0;
         let r = run(&cmd, &env(), &timeouts, &mut |_| watched += 1);
         assert!(r.timed_out, "{}", r.describe());

@@ -1,1 +1,393 @@
-//! (placeholder; owned by the recipe engineer)
+//! The recipe executor: planned actions (from `enginekit_shared::recipe`) turned into commands
+//! and file writes, run check-then-act.
+//!
+//! # API (what the bus service calls)
+//!
+//! ```text
+//! pub fn run(recipe: &Recipe, params: &HostParameters, ctx: &ExecContext,
+//!            sink: &mut dyn ProgressSink, cancel: &CancelToken) -> ExecutionOutcome
+//! ```
+//!
+//! - Synchronous: call it on a blocking thread (`tokio::task::spawn_blocking`). It never panics
+//!   on host state and always returns an outcome.
+//! - `recipe` and `params` must already be verified (signature/built-in, digests, machine and
+//!   caller checks). `run` still refuses parameters the recipe cannot plan for, with
+//!   `MANAGED_HOST_STEP_INVALID`, before anything runs.
+//! - [`ExecContext::new`]`(caller_uid)` is the production context: the uid the bus daemon
+//!   reported for the caller (the docker-group action adds only that uid's user), the file root
+//!   `/`, the production timeouts. Tests may point [`ExecContext::file_root`] elsewhere; it only
+//!   moves where keys and source files are written and read (and the source list `apt-get
+//!   update` reads). Every other path is fixed in [`commands`].
+//! - `sink` gets `(phase, percent, allow_cancel)`: one phase per action, percent over the
+//!   actions, `allow_cancel` false from the moment a package manager starts, and
+//!   `waiting for another package manager: <name> (pid N)` while apt/dnf waits for a lock held
+//!   by someone else (`DPkg::Lock::Timeout=300`), which is a phase, not an error.
+//! - `cancel` is honoured before each action while no package manager has started; the
+//!   outcome is then `cancelled` and the remaining actions are `not-run`.
+//! - [`ExecutionOutcome`]: `outcome` (succeeded/failed/cancelled), one [`ActionReport`] per
+//!   planned action (status applied/satisfied/failed/not-run, a detail line, every command
+//!   with its absolute argv, exit status, duration and bounded stdout/stderr tails), and a
+//!   coded error when it failed: `MANAGED_PREREQUISITE_BLOCKED` for a failed action (the
+//!   detail is the message), `MANAGED_HOST_STEP_INVALID` for a plan that cannot be built.
+//!   [`ExecutionOutcome::records`] gives the receipt's `ActionRecord`s.
+//!
+//! Every command goes through [`allow::permit`] just before it is spawned, runs with
+//! `env_clear()` plus the recipe's environment, stdin from /dev/null and its own process group
+//! (see [`crate::exec`]). Nothing is ever removed or upgraded, except listed conflicts in a
+//! recipe that says `remove: true` (`dpkg --remove` of exactly those packages).
+
+pub mod actions;
+pub mod allow;
+pub mod commands;
+pub mod files;
+mod runner;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use enginekit_shared::error::{CodedError, ErrorCode};
+use enginekit_shared::recipe::{PlannedAction, Recipe};
+use enginekit_shared::wire::host_step::HostParameters;
+use enginekit_shared::wire::receipt::{bounded_log_tail, ActionRecord, Outcome};
+
+use crate::exec::spawn::Timeouts;
+pub use crate::runner::{CancelToken, ProgressSink};
+use runner::{Failure, Runner};
+
+/// Where and as whom the executor works.
+#[derive(Debug, Clone)]
+pub struct ExecContext {
+    /// The calling uid, from the bus daemon's credentials.
+    pub caller_uid: u32,
+    /// Prefix for the key and source files the recipe writes; `/` in production.
+    pub file_root: PathBuf,
+    pub timeouts: Timeouts,
+}
+
+impl ExecContext {
+    /// The production context for a caller.
+    pub fn new(caller_uid: u32) -> ExecContext {
+        ExecContext {
+            caller_uid,
+            file_root: PathBuf::from("/"),
+            timeouts: Timeouts::default(),
+        }
+    }
+}
+
+/// How one action ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActionStatus {
+    /// It changed the host.
+    Applied,
+    /// The host already was as the action wants it; nothing was changed.
+    Satisfied,
+    Failed,
+    /// An earlier action failed or the job was cancelled.
+    NotRun,
+}
+
+impl ActionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionStatus::Applied => "applied",
+            ActionStatus::Satisfied => "satisfied",
+            ActionStatus::Failed => "failed",
+            ActionStatus::NotRun => "not-run",
+        }
+    }
+}
+
+/// One command an action ran.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandRecord {
+    /// Absolute program path, then the arguments.
+    pub argv: Vec<String>,
+    pub exit_status: Option<i32>,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+    pub stdout_tail: String,
+    pub stderr_tail: String,
+    /// Whether the command changes the host (an install, a write, a restart).
+    pub mutating: bool,
+    /// A diagnostic read (the journal), never the reason an action failed.
+    pub diagnostic: bool,
+}
+
+/// One planned action and what became of it.
+#[derive(Debug, Clone)]
+pub struct ActionReport {
+    pub id: String,
+    pub kind: &'static str,
+    pub status: ActionStatus,
+    pub detail: String,
+    pub commands: Vec<CommandRecord>,
+    pub duration_ms: u64,
+}
+
+impl ActionReport {
+    /// The command that decided the action: the last mutating one, else the last one run.
+    pub fn main_command(&self) -> Option<&CommandRecord> {
+        self.commands
+            .iter()
+            .rev()
+            .find(|c| c.mutating && !c.diagnostic)
+            .or_else(|| self.commands.iter().rev().find(|c| !c.diagnostic))
+    }
+}
+
+/// Everything `run` did.
+#[derive(Debug, Clone)]
+pub struct ExecutionOutcome {
+    pub outcome: Outcome,
+    pub actions: Vec<ActionReport>,
+    pub error: Option<CodedError>,
+}
+
+impl ExecutionOutcome {
+    /// One receipt record per action: `code` is the action id, `argv`/`exit_status` those of
+    /// its deciding command (empty/`None` for in-process file work; `Some(0)` is never
+    /// invented), and the log tail starts with `<status>: <detail>` followed by every command
+    /// run, with its exit status and stderr tail.
+    pub fn records(&self) -> Vec<ActionRecord> {
+        self.actions
+            .iter()
+            .map(|a| {
+                let main = a.main_command();
+                let mut log = format!("{}: {}\n", a.status.as_str(), a.detail);
+                for c in &a.commands {
+                    let status = match (c.exit_status, c.signal) {
+                        (Some(code), _) => format!("exit {code}"),
+                        (None, Some(sig)) => format!("signal {sig}"),
+                        (None, None) => "not started".to_string(),
+                    };
+                    log.push_str(&format!(
+                        "$ {} → {status} ({} ms)\n",
+                        c.argv.join(" "),
+                        c.duration_ms
+                    ));
+                    if !c.stderr_tail.trim().is_empty()
+                        && (c.exit_status != Some(0) || a.status == ActionStatus::Failed)
+                    {
+                        log.push_str(c.stderr_tail.trim_end());
+                        log.push('\n');
+                    }
+                }
+                ActionRecord {
+                    code: a.id.clone(),
+                    argv: main.map(|c| c.argv.clone()).unwrap_or_default(),
+                    exit_status: main.and_then(|c| c.exit_status),
+                    duration_ms: a.duration_ms,
+                    log_tail: bounded_log_tail(&log),
+                }
+            })
+            .collect()
+    }
+
+    /// Whether nothing was changed: every action satisfied.
+    pub fn changed_nothing(&self) -> bool {
+        self.actions
+            .iter()
+            .all(|a| a.status == ActionStatus::Satisfied)
+    }
+}
+
+fn phase_of(action: &PlannedAction) -> String {
+    match action {
+        PlannedAction::InstallKey { path, .. } => format!("adding the repository key {path}"),
+        PlannedAction::WriteSource { path, .. } => format!("writing {path}"),
+        PlannedAction::CheckConflicts { .. } => "checking for conflicting packages".into(),
+        PlannedAction::RefreshMetadata { .. } => "refreshing package lists".into(),
+        PlannedAction::InstallPackages { packages, .. } => format!(
+            "installing {}",
+            packages
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+        PlannedAction::ConfigureRuntime { .. } => {
+            "configuring the NVIDIA runtime for Docker".into()
+        }
+        PlannedAction::GenerateCdi { .. } => "generating the CDI specification".into(),
+        PlannedAction::EnableService { .. } => "enabling docker.service".into(),
+        PlannedAction::AddToDockerGroup { user, .. } => {
+            format!("adding {user} to the docker group")
+        }
+    }
+}
+
+fn not_run(action: &PlannedAction, why: &str) -> ActionReport {
+    ActionReport {
+        id: action.id().to_string(),
+        kind: action.kind(),
+        status: ActionStatus::NotRun,
+        detail: why.to_string(),
+        commands: Vec::new(),
+        duration_ms: 0,
+    }
+}
+
+/// Runs the recipe for the parameters. See the module documentation.
+pub fn run(
+    recipe: &Recipe,
+    params: &HostParameters,
+    ctx: &ExecContext,
+    sink: &mut dyn ProgressSink,
+    cancel: &CancelToken,
+) -> ExecutionOutcome {
+    let plan = match recipe.steps_for(params) {
+        Ok(plan) => plan,
+        Err(e) => {
+            tracing::warn!(uid = ctx.caller_uid, recipe = %recipe.digest(), error = %e, "refused to plan");
+            return ExecutionOutcome {
+                outcome: Outcome::Failed,
+                actions: Vec::new(),
+                error: Some(CodedError::new(ErrorCode::HostStepInvalid, e.to_string())),
+            };
+        }
+    };
+    run_plan(recipe, params, &plan, ctx, sink, cancel)
+}
+
+fn run_plan(
+    recipe: &Recipe,
+    params: &HostParameters,
+    plan: &[PlannedAction],
+    ctx: &ExecContext,
+    sink: &mut dyn ProgressSink,
+    cancel: &CancelToken,
+) -> ExecutionOutcome {
+    let env: Vec<(String, String)> = recipe
+        .environment()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let mut r = Runner::new(ctx, params.family(), env, sink);
+    let total = plan.len().max(1);
+    let mut reports = Vec::with_capacity(plan.len());
+    let mut outcome = Outcome::Succeeded;
+    let mut error = None;
+
+    // Whether Docker was running before anything ran: an approved restart is needed only for a
+    // daemon that was already up; one the package scripts started may be restarted.
+    let mut active_at_start = false;
+    let mut first_commands = Vec::new();
+    if plan
+        .iter()
+        .any(|a| matches!(a, PlannedAction::ConfigureRuntime { .. }))
+    {
+        if let Ok(c) = commands::docker_active() {
+            active_at_start = r.run(&c, false).map(|o| o.success()).unwrap_or(false);
+        }
+        first_commands = std::mem::take(&mut r.commands);
+    }
+
+    for (i, action) in plan.iter().enumerate() {
+        if outcome != Outcome::Succeeded {
+            let why = if outcome == Outcome::Cancelled {
+                "cancelled"
+            } else {
+                "an earlier action failed"
+            };
+            reports.push(not_run(action, why));
+            continue;
+        }
+        if cancel.is_cancelled() && !r.package_manager_started {
+            tracing::info!(
+                uid = ctx.caller_uid,
+                action = action.id(),
+                "cancelled before the action"
+            );
+            outcome = Outcome::Cancelled;
+            reports.push(not_run(action, "cancelled"));
+            continue;
+        }
+        let percent = i32::try_from(i * 100 / total).unwrap_or(0);
+        r.set_phase(phase_of(action), percent);
+        let started = Instant::now();
+        r.commands = if i == 0 {
+            std::mem::take(&mut first_commands)
+        } else {
+            Vec::new()
+        };
+        let done = match action {
+            PlannedAction::InstallKey {
+                path,
+                encoding,
+                armored,
+                fingerprints,
+                ..
+            } => actions::install_key(&mut r, path, *encoding, armored, fingerprints),
+            PlannedAction::WriteSource { path, body, .. } => {
+                actions::write_source(&mut r, path, body)
+            }
+            PlannedAction::CheckConflicts {
+                wanted,
+                conflicts,
+                remove,
+                ..
+            } => actions::check_conflicts(&mut r, wanted, conflicts, *remove),
+            PlannedAction::RefreshMetadata {
+                sources, wanted, ..
+            } => actions::refresh(&mut r, sources, wanted),
+            PlannedAction::InstallPackages { packages, .. } => {
+                actions::install_packages(&mut r, packages)
+            }
+            PlannedAction::ConfigureRuntime {
+                restart_approved, ..
+            } => actions::configure_runtime(&mut r, *restart_approved, active_at_start),
+            PlannedAction::GenerateCdi { .. } => actions::generate_cdi(&mut r),
+            PlannedAction::EnableService { .. } => actions::enable_service(&mut r),
+            PlannedAction::AddToDockerGroup { user, .. } => {
+                actions::add_to_docker_group(&mut r, user)
+            }
+        };
+        let (status, detail) = match done {
+            Ok(ok) => ok,
+            Err(Failure(why)) => {
+                outcome = Outcome::Failed;
+                error = Some(
+                    CodedError::new(
+                        ErrorCode::PrerequisiteBlocked,
+                        format!("{}: {why}", action.id()),
+                    )
+                    .with_details(why.clone()),
+                );
+                (ActionStatus::Failed, why)
+            }
+        };
+        tracing::info!(
+            uid = ctx.caller_uid,
+            action = action.id(),
+            kind = action.kind(),
+            recipe = %recipe.digest(),
+            parameters = %params.digest(),
+            status = status.as_str(),
+            detail = %detail,
+            "action"
+        );
+        reports.push(ActionReport {
+            id: action.id().to_string(),
+            kind: action.kind(),
+            status,
+            detail,
+            commands: std::mem::take(&mut r.commands),
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        });
+    }
+    let end_phase = match outcome {
+        Outcome::Succeeded => "done",
+        Outcome::Failed => "failed",
+        Outcome::Cancelled => "cancelled",
+    };
+    r.set_phase(end_phase.to_string(), 100);
+    ExecutionOutcome {
+        outcome,
+        actions: reports,
+        error,
+    }
+}
+
+#[cfg(test)]
+mod tests;

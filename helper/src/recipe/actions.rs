@@ -1,0 +1,524 @@
+//! Each action of the vocabulary, check then act (REFERENCE.md §8.9), so that a step re-run on
+//! a half-done host finishes the job and a second run changes nothing.
+
+use enginekit_shared::recipe::openpgp;
+use enginekit_shared::recipe::{Family, KeyEncoding, PlannedConflict, PlannedPackage};
+use enginekit_shared::safe::UserName;
+
+use super::commands as cmd;
+use super::files;
+use super::runner::{tail_chars, Failure, Runner, STDERR_TAIL_CHARS};
+use super::ActionStatus;
+
+/// How an action that did not fail ended, and what it says about it.
+pub(super) type Done = Result<(ActionStatus, String), Failure>;
+
+fn applied(detail: impl Into<String>) -> Done {
+    Ok((ActionStatus::Applied, detail.into()))
+}
+
+fn satisfied(detail: impl Into<String>) -> Done {
+    Ok((ActionStatus::Satisfied, detail.into()))
+}
+
+fn fail<T>(detail: impl Into<String>) -> Result<T, Failure> {
+    Err(Failure(detail.into()))
+}
+
+// --- keys and sources -------------------------------------------------------------------------
+
+pub(super) fn install_key(
+    r: &mut Runner<'_>,
+    path: &str,
+    encoding: KeyEncoding,
+    armored: &str,
+    pinned: &[openpgp::Fingerprint],
+) -> Done {
+    let target = files::under_root(&r.ctx.file_root, path);
+    let pinned_list = pinned
+        .iter()
+        .map(|f| f.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    if let Some(existing) = files::read_existing(&target).map_err(|e| Failure(e.to_string()))? {
+        // Stricter than the reference (§12.2): an existing key must be the pinned key.
+        return match openpgp::fingerprints_of_file(&existing) {
+            Ok(found) if found.iter().all(|f| pinned.contains(f)) => {
+                satisfied(format!("kept the existing {path}, whose keys are pinned"))
+            }
+            Ok(found) => fail(format!(
+                "{path} already exists and holds {}, not the pinned {pinned_list}; it was left as it is",
+                found.iter().map(|f| f.as_str()).collect::<Vec<_>>().join(", ")
+            )),
+            Err(e) => fail(format!("{path} already exists and is not a usable key ({e}); it was left as it is")),
+        };
+    }
+    let binary = openpgp::dearmor(armored)
+        .map_err(|e| Failure(format!("the recipe's key for {path}: {e}")))?;
+    // Checked on parse already; checked again right before the write.
+    let served = openpgp::primary_fingerprints(&binary).map_err(|e| Failure(e.to_string()))?;
+    if let Some(bad) = served.iter().find(|f| !pinned.contains(f)) {
+        return fail(format!(
+            "the key for {path} is {bad}, not the pinned {pinned_list}; nothing was written"
+        ));
+    }
+    let bytes = match encoding {
+        KeyEncoding::Armored => armored.as_bytes().to_vec(),
+        KeyEncoding::Binary => binary,
+    };
+    files::write_atomic(&target, &bytes, 0o644).map_err(|e| Failure(e.to_string()))?;
+    applied(format!("wrote {path} ({pinned_list})"))
+}
+
+pub(super) fn write_source(r: &mut Runner<'_>, path: &str, body: &str) -> Done {
+    let target = files::under_root(&r.ctx.file_root, path);
+    if let Some(existing) = files::read_existing(&target).map_err(|e| Failure(e.to_string()))? {
+        // Stricter than the reference (§12.2): a differing source is reported, never trusted.
+        return if existing == body.as_bytes() {
+            satisfied(format!("{path} already has the recipe's content"))
+        } else {
+            fail(format!(
+                "{path} already exists and differs from the recipe's; it was left as it is"
+            ))
+        };
+    }
+    files::write_atomic(&target, body.as_bytes(), 0o644).map_err(|e| Failure(e.to_string()))?;
+    applied(format!("wrote {path}"))
+}
+
+// --- package queries ----------------------------------------------------------------------------
+
+/// Whether a package is installed, read fail-closed in the C locale's exact wording.
+pub(super) fn is_installed(r: &mut Runner<'_>, name: &str) -> Result<bool, Failure> {
+    let unsure = || Failure(format!("could not tell whether {name} is installed"));
+    match r.family {
+        Family::Apt => {
+            let out = r.run(&cmd::apt_installed(name)?, false)?;
+            let stdout = out.stdout.text();
+            let stderr = out.stderr.text();
+            let words: Vec<&str> = stdout.split_whitespace().collect();
+            match out.exit_code {
+                Some(0) if words.last() == Some(&"installed") && words.len() == 3 => Ok(true),
+                // Known to dpkg but not installed (removed with config files left, or only
+                // known from an index).
+                Some(0)
+                    if words.len() == 3
+                        && words[1] == "ok"
+                        && matches!(words[2], "not-installed" | "config-files") =>
+                {
+                    Ok(false)
+                }
+                Some(1)
+                    if stdout.is_empty()
+                        && stderr.trim()
+                            == format!("dpkg-query: no packages found matching {name}") =>
+                {
+                    Ok(false)
+                }
+                _ => Err(unsure()),
+            }
+        }
+        Family::Dnf => {
+            let out = r.run(&cmd::rpm_installed(name)?, false)?;
+            let stdout = out.stdout.text();
+            let stderr = out.stderr.text();
+            match out.exit_code {
+                Some(0) if !stdout.trim().is_empty() && stdout.lines().all(|l| l == name) => {
+                    Ok(true)
+                }
+                Some(1)
+                    if stderr.is_empty()
+                        && stdout.trim() == format!("package {name} is not installed") =>
+                {
+                    Ok(false)
+                }
+                _ => Err(unsure()),
+            }
+        }
+    }
+}
+
+/// The installed version of a pinned package.
+fn installed_version(r: &mut Runner<'_>, name: &str) -> Result<String, Failure> {
+    let c = match r.family {
+        Family::Apt => cmd::apt_version(name)?,
+        Family::Dnf => cmd::rpm_version(name)?,
+    };
+    let out = r.run(&c, false)?;
+    let text = out.stdout.text().trim().to_string();
+    if out.success() && !text.is_empty() && !text.contains(char::is_whitespace) {
+        Ok(text)
+    } else {
+        fail(format!("could not read the installed version of {name}"))
+    }
+}
+
+/// The recipe packages still to install. A pinned package installed at another version is a
+/// failure: the recipe never upgrades or downgrades.
+pub(super) fn missing(
+    r: &mut Runner<'_>,
+    wanted: &[PlannedPackage],
+) -> Result<Vec<PlannedPackage>, Failure> {
+    let mut out = Vec::new();
+    for p in wanted {
+        if !is_installed(r, &p.name)? {
+            out.push(p.clone());
+            continue;
+        }
+        if let Some(pin) = &p.version {
+            let have = installed_version(r, &p.name)?;
+            if &have != pin {
+                return fail(format!(
+                    "{} {have} is installed, and the recipe pins {pin}; nothing was changed",
+                    p.name
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn names(packages: &[PlannedPackage]) -> String {
+    packages
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub(super) fn check_conflicts(
+    r: &mut Runner<'_>,
+    wanted: &[PlannedPackage],
+    conflicts: &[PlannedConflict],
+    remove: bool,
+) -> Done {
+    let missing = missing(r, wanted)?;
+    if missing.is_empty() {
+        return satisfied("every recipe package is installed");
+    }
+    let mut found = Vec::new();
+    for c in conflicts {
+        // Only a component that still has something to install can be blocked.
+        let blocked: Vec<PlannedPackage> = missing
+            .iter()
+            .filter(|m| m.component == c.component)
+            .cloned()
+            .collect();
+        if blocked.is_empty() {
+            continue;
+        }
+        if is_installed(r, &c.name)? {
+            found.push((c.name.clone(), blocked));
+        }
+    }
+    if r.family == Family::Dnf {
+        obsoletes(r, wanted, &missing)?;
+    }
+    if found.is_empty() {
+        return satisfied("no conflicting package is installed");
+    }
+    if !remove {
+        let (name, blocked) = &found[0];
+        return fail(format!(
+            "{name} is installed, and installing {} would remove or replace it. Nothing was installed and nothing was removed.",
+            names(blocked)
+        ));
+    }
+    let listed: Vec<String> = found.iter().map(|(n, _)| n.clone()).collect();
+    r.must(&cmd::dpkg_remove(&listed)?, true)?;
+    applied(format!(
+        "removed the listed conflicting packages: {}",
+        listed.join(" ")
+    ))
+}
+
+/// dnf has no switch to turn Obsoletes off: ask what each missing package would replace.
+fn obsoletes(
+    r: &mut Runner<'_>,
+    wanted: &[PlannedPackage],
+    missing: &[PlannedPackage],
+) -> Result<(), Failure> {
+    for p in missing {
+        let out = r.run(&cmd::dnf_obsoletes(&p.name)?, false)?;
+        if !out.success() {
+            return fail(format!(
+                "could not ask what {} obsoletes: {}",
+                p.name,
+                out.describe()
+            ));
+        }
+        for line in out.stdout.text().lines().filter(|l| !l.trim().is_empty()) {
+            let first = line.split_whitespace().next().unwrap_or("");
+            if !enginekit_shared::recipe::is_package_name(first) {
+                return fail(format!(
+                    "{} obsoletes something that is not a package name",
+                    p.name
+                ));
+            }
+            if wanted.iter().any(|w| w.name == first) {
+                continue;
+            }
+            if is_installed(r, first)? {
+                return fail(format!(
+                    "{first} is installed, and {} would replace it (RPM Obsoletes). Nothing was installed and nothing was removed.",
+                    p.name
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn refresh(r: &mut Runner<'_>, sources: &[String], wanted: &[PlannedPackage]) -> Done {
+    if missing(r, wanted)?.is_empty() {
+        return satisfied("every recipe package is installed; nothing to refresh");
+    }
+    for source in sources {
+        let path = files::under_root(&r.ctx.file_root, source);
+        r.must(&cmd::apt_refresh(&path.display().to_string())?, true)?;
+    }
+    applied(format!("refreshed {}", sources.join(", ")))
+}
+
+pub(super) fn install_packages(r: &mut Runner<'_>, packages: &[PlannedPackage]) -> Done {
+    let todo = missing(r, packages)?;
+    if todo.is_empty() {
+        return satisfied(format!("{} already installed", names(packages)));
+    }
+    let install = match r.family {
+        Family::Apt => cmd::apt_install(&todo)?,
+        Family::Dnf => cmd::dnf_install(&todo)?,
+    };
+    r.must(&install, true)?;
+    let still = missing(r, &todo)?;
+    if !still.is_empty() {
+        return fail(format!(
+            "the package manager finished, but {} is still not installed",
+            names(&still)
+        ));
+    }
+    applied(format!(
+        "installed {}",
+        todo.iter()
+            .map(|p| cmd::install_name(p, r.family == Family::Apt))
+            .collect::<Vec<_>>()
+            .join(" ")
+    ))
+}
+
+// --- Docker and the NVIDIA runtime --------------------------------------------------------------
+
+fn daemon_json(r: &Runner<'_>) -> Option<Vec<u8>> {
+    files::read_existing(&files::under_root(&r.ctx.file_root, cmd::DAEMON_JSON))
+        .ok()
+        .flatten()
+}
+
+/// daemon.json parses and has `runtimes.nvidia`; one that does not parse is not registered.
+fn registered(bytes: Option<&[u8]>) -> bool {
+    bytes
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok())
+        .is_some_and(|v| {
+            v.get("runtimes")
+                .and_then(|r| r.get(cmd::RUNTIME_NAME))
+                .is_some()
+        })
+}
+
+fn docker_is_active(r: &mut Runner<'_>) -> Result<bool, Failure> {
+    Ok(r.run(&cmd::docker_active()?, false)?.success())
+}
+
+/// Whether the running daemon has loaded the runtime; unparseable output is "not loaded".
+fn runtime_loaded(r: &mut Runner<'_>) -> Result<bool, Failure> {
+    let out = r.run(&cmd::runtime_loaded()?, false)?;
+    Ok(out.success()
+        && serde_json::from_str::<serde_json::Value>(out.stdout.text().trim())
+            .ok()
+            .is_some_and(|v| v.get(cmd::RUNTIME_NAME).is_some()))
+}
+
+/// Starts (or restarts) Docker; on failure the journal's tail joins the command's stderr.
+fn must_start_docker(r: &mut Runner<'_>, start: &crate::exec::Command) -> Result<(), Failure> {
+    let out = r.run(start, true)?;
+    if out.success() {
+        return Ok(());
+    }
+    let journal = r.run(&cmd::docker_journal()?, false);
+    if let Ok(j) = journal {
+        let reason = j.stdout.text();
+        if j.success() && !reason.trim().is_empty() {
+            let appended = tail_chars(
+                &format!("\njournalctl -u docker.service:\n{}", reason.trim_end()),
+                STDERR_TAIL_CHARS,
+            );
+            r.append_to_last_stderr(&appended);
+        }
+    }
+    fail(out.describe())
+}
+
+pub(super) fn configure_runtime(
+    r: &mut Runner<'_>,
+    restart_approved: bool,
+    active_at_start: bool,
+) -> Done {
+    let before = daemon_json(r);
+    let was_registered = registered(before.as_deref());
+    let mut changed = false;
+    if !was_registered {
+        r.must(&cmd::runtime_configure()?, true)?;
+        changed = daemon_json(r) != before;
+    }
+    if !docker_is_active(r)? {
+        return if was_registered {
+            satisfied(
+                "the NVIDIA runtime is registered; Docker is not running and loads it on start",
+            )
+        } else {
+            applied("registered the NVIDIA runtime; Docker is not running and loads it on start")
+        };
+    }
+    let loaded = runtime_loaded(r)?;
+    if !changed && (!was_registered || loaded) {
+        return if was_registered {
+            satisfied("the running Docker has the NVIDIA runtime")
+        } else {
+            applied("nvidia-ctk left daemon.json as it was; no restart is needed")
+        };
+    }
+    if !restart_approved && active_at_start {
+        return applied(
+            "Docker was not restarted: the approved plan did not include a restart. The NVIDIA runtime loads at its next start.",
+        );
+    }
+    let _ = r.run(&cmd::docker_reset_failed()?, true)?;
+    must_start_docker(r, &cmd::docker_restart()?)?;
+    applied("registered the NVIDIA runtime and restarted Docker")
+}
+
+pub(super) fn generate_cdi(r: &mut Runner<'_>) -> Done {
+    let lists_gpu = |r: &mut Runner<'_>| -> Result<bool, Failure> {
+        let out = r.run(&cmd::cdi_list()?, false)?;
+        Ok(out.success()
+            && out
+                .stdout
+                .text()
+                .to_ascii_lowercase()
+                .contains("nvidia.com/gpu"))
+    };
+    let mut notes = Vec::new();
+    let mut changed = false;
+    if !lists_gpu(r)? {
+        r.must(&cmd::cdi_generate()?, true)?;
+        changed = true;
+        if !lists_gpu(r)? {
+            return fail("nvidia-ctk generated a CDI specification, but it lists no GPU");
+        }
+        notes.push(format!("generated {}", cmd::CDI_SPEC));
+    }
+    if std::path::Path::new(cmd::CDI_SPEC).exists() {
+        let out = r.must(&cmd::cdi_spec_mode()?, false)?;
+        let mode = out.stdout.text().trim().to_string();
+        let valid =
+            (3..=4).contains(&mode.len()) && mode.bytes().all(|b| (b'0'..=b'7').contains(&b));
+        let bits = if valid {
+            u32::from_str_radix(&mode, 8).ok()
+        } else {
+            None
+        };
+        match bits {
+            None => return fail(format!("could not read the mode of {}", cmd::CDI_SPEC)),
+            Some(bits) if bits & 0o004 == 0 => {
+                r.must(&cmd::cdi_make_readable()?, true)?;
+                changed = true;
+                notes.push(format!("made {} readable", cmd::CDI_SPEC));
+            }
+            Some(_) => {}
+        }
+    }
+    // The refresh unit never fails the step.
+    let present = r.run(&cmd::cdi_refresh_present()?, false)?;
+    if present.success() && present.stdout.text().contains(cmd::CDI_REFRESH_UNIT) {
+        let state_out = r.run(&cmd::cdi_refresh_enabled()?, false)?;
+        let state = state_out
+            .stdout
+            .text()
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        if matches!(state.as_str(), "disabled" | "linked" | "linked-runtime") {
+            let en = r.run(&cmd::cdi_refresh_enable()?, true)?;
+            if en.success() {
+                changed = true;
+                notes.push(format!("enabled {}", cmd::CDI_REFRESH_UNIT));
+            } else {
+                notes.push(format!(
+                    "could not enable {}: {}",
+                    cmd::CDI_REFRESH_UNIT,
+                    en.describe()
+                ));
+            }
+        }
+    } else {
+        notes.push(format!("{} is not installed", cmd::CDI_REFRESH_UNIT));
+    }
+    let detail = if notes.is_empty() {
+        "a GPU is listed in the CDI specification".to_string()
+    } else {
+        notes.join("; ")
+    };
+    if changed {
+        applied(detail)
+    } else {
+        satisfied(detail)
+    }
+}
+
+pub(super) fn enable_service(r: &mut Runner<'_>) -> Done {
+    let enabled = r.run(&cmd::docker_enabled()?, false)?;
+    let is_enabled = enabled.success() && enabled.stdout.text().trim() == "enabled";
+    if is_enabled && docker_is_active(r)? {
+        return satisfied("docker.service is enabled and running");
+    }
+    let _ = r.run(&cmd::docker_reset_failed()?, true)?;
+    must_start_docker(r, &cmd::docker_enable()?)?;
+    applied("enabled and started docker.service")
+}
+
+pub(super) fn add_to_docker_group(r: &mut Runner<'_>, user: &UserName) -> Done {
+    let uid_out = r.run(&cmd::user_uid(user)?, false)?;
+    if !uid_out.success() {
+        return fail(format!("there is no user {user}"));
+    }
+    let uid: u32 = match uid_out.stdout.text().trim().parse() {
+        Ok(u) => u,
+        Err(_) => return fail(format!("could not read the uid of {user}")),
+    };
+    if uid == 0 {
+        return fail(format!(
+            "{user} is uid 0; root is never added to the docker group"
+        ));
+    }
+    if uid != r.ctx.caller_uid {
+        return fail(format!(
+            "{user} is uid {uid}, but the step was requested by uid {}",
+            r.ctx.caller_uid
+        ));
+    }
+    let groups = r.must(&cmd::user_groups(user)?, false)?;
+    if groups
+        .stdout
+        .text()
+        .split_whitespace()
+        .any(|g| g == "docker")
+    {
+        return satisfied(format!("{user} is already in the docker group"));
+    }
+    r.must(&cmd::add_to_docker_group(user)?, true)?;
+    applied(format!(
+        "added {user} to the docker group (it takes effect at the next login)"
+    ))
+}

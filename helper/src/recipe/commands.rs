@@ -1,0 +1,390 @@
+//! Every argv the recipe can run, built in code from typed values. The shapes are exactly the
+//! reference recipe's (REFERENCE.md §8.5); the recipe data only supplies package names, pins
+//! and the vendors' source paths, all validated on parse.
+
+use enginekit_shared::recipe::PlannedPackage;
+use enginekit_shared::safe::{UnsafeValue, UserName};
+
+use crate::exec::command::{Command, CommandBuilder, Program};
+
+/// Where `nvidia-ctk runtime configure --runtime=docker` writes.
+pub const DAEMON_JSON: &str = "/etc/docker/daemon.json";
+/// The CDI spec `nvidia-ctk cdi generate` writes.
+pub const CDI_SPEC: &str = "/var/run/cdi/nvidia.yaml";
+/// The toolkit's unit that regenerates the spec on driver changes.
+pub const CDI_REFRESH_UNIT: &str = "nvidia-cdi-refresh.path";
+/// The runtime name `nvidia-ctk` registers.
+pub const RUNTIME_NAME: &str = "nvidia";
+
+pub type Built = Result<Command, UnsafeValue>;
+
+const APT_LOCK_TIMEOUT: &str = "DPkg::Lock::Timeout=300";
+
+fn words(program: Program, words: &[&str]) -> Built {
+    CommandBuilder::new(program).words(words).build()
+}
+
+/// `apt-get update` of one source list only.
+pub fn apt_refresh(source_path: &str) -> Built {
+    CommandBuilder::new(Program::AptGet)
+        .arg("update")
+        .flag("-o")
+        .arg(format!("Dir::Etc::sourcelist={source_path}"))
+        .words(&[
+            "-o",
+            "Dir::Etc::sourceparts=-",
+            "-o",
+            "APT::Get::List-Cleanup=0",
+            "-o",
+            APT_LOCK_TIMEOUT,
+        ])
+        .build()
+}
+
+/// `dpkg-query --show --showformat=${Status} <package>`.
+pub fn apt_installed(package: &str) -> Built {
+    CommandBuilder::new(Program::DpkgQuery)
+        .words(&["--show", "--showformat=${Status}"])
+        .arg(package)
+        .build()
+}
+
+/// `dpkg-query --show --showformat=${Version} <package>` (only for pinned packages).
+pub fn apt_version(package: &str) -> Built {
+    CommandBuilder::new(Program::DpkgQuery)
+        .words(&["--show", "--showformat=${Version}"])
+        .arg(package)
+        .build()
+}
+
+/// The apt install prefix; the missing packages are appended.
+pub const APT_INSTALL: &[&str] = &[
+    "install",
+    "-y",
+    "--no-install-recommends",
+    "--no-remove",
+    "-o",
+    "Dpkg::Options::=--force-confdef",
+    "-o",
+    "Dpkg::Options::=--force-confold",
+    "-o",
+    APT_LOCK_TIMEOUT,
+];
+
+/// How a package is named to the package manager: `name`, or pinned `name=version` (apt) /
+/// `name-version` (dnf).
+pub fn install_name(package: &PlannedPackage, apt: bool) -> String {
+    match (&package.version, apt) {
+        (None, _) => package.name.clone(),
+        (Some(v), true) => format!("{}={v}", package.name),
+        (Some(v), false) => format!("{}-{v}", package.name),
+    }
+}
+
+pub fn apt_install(packages: &[PlannedPackage]) -> Built {
+    let mut b = CommandBuilder::new(Program::AptGet)
+        .words(APT_INSTALL)
+        .long_running();
+    for p in packages {
+        b = b.arg(install_name(p, true));
+    }
+    b.build()
+}
+
+/// `dpkg --remove <names>`: removes exactly the named packages, and refuses (without removing
+/// anything) when another installed package depends on one of them.
+pub fn dpkg_remove(names: &[String]) -> Built {
+    let mut b = CommandBuilder::new(Program::Dpkg)
+        .flag("--remove")
+        .long_running();
+    for n in names {
+        b = b.arg(n.clone());
+    }
+    b.build()
+}
+
+/// `rpm --query --queryformat=%{NAME}\n <package>` (the two characters `\` `n`; rpm expands them).
+pub fn rpm_installed(package: &str) -> Built {
+    CommandBuilder::new(Program::Rpm)
+        .words(&["--query", r"--queryformat=%{NAME}\n"])
+        .arg(package)
+        .build()
+}
+
+/// `rpm --query --queryformat=%{VERSION}-%{RELEASE}\n <package>` (only for pinned packages).
+pub fn rpm_version(package: &str) -> Built {
+    CommandBuilder::new(Program::Rpm)
+        .words(&["--query", r"--queryformat=%{VERSION}-%{RELEASE}\n"])
+        .arg(package)
+        .build()
+}
+
+pub const DNF_INSTALL: &[&str] = &["install", "-y", "--setopt=install_weak_deps=False"];
+
+pub fn dnf_install(packages: &[PlannedPackage]) -> Built {
+    let mut b = CommandBuilder::new(Program::Dnf)
+        .words(DNF_INSTALL)
+        .long_running();
+    for p in packages {
+        b = b.arg(install_name(p, false));
+    }
+    b.build()
+}
+
+pub const DNF_OBSOLETES: &[&str] = &[
+    "repoquery",
+    "--quiet",
+    "-y",
+    "--setopt=skip_if_unavailable=False",
+    "--obsoletes",
+];
+
+/// `dnf repoquery … --obsoletes <package>`: what installing it would replace.
+pub fn dnf_obsoletes(package: &str) -> Built {
+    CommandBuilder::new(Program::Dnf)
+        .words(DNF_OBSOLETES)
+        .arg(package)
+        .build()
+}
+
+pub fn runtime_configure() -> Built {
+    words(
+        Program::NvidiaCtk,
+        &["runtime", "configure", "--runtime=docker"],
+    )
+}
+
+pub fn docker_active() -> Built {
+    words(Program::Systemctl, &["is-active", "--quiet", "docker"])
+}
+
+pub fn runtime_loaded() -> Built {
+    words(Program::Docker, &["info", "--format", "{{json .Runtimes}}"])
+}
+
+pub fn docker_restart() -> Built {
+    words(Program::Systemctl, &["restart", "docker"])
+}
+
+pub fn docker_reset_failed() -> Built {
+    words(
+        Program::Systemctl,
+        &["reset-failed", "docker.service", "docker.socket"],
+    )
+}
+
+pub fn docker_journal() -> Built {
+    CommandBuilder::new(Program::Journalctl)
+        .words(&[
+            "-u",
+            "docker.service",
+            "-n",
+            "40",
+            "--no-pager",
+            "-o",
+            "cat",
+        ])
+        .diagnostic()
+        .build()
+}
+
+pub fn cdi_list() -> Built {
+    words(Program::NvidiaCtk, &["cdi", "list"])
+}
+
+pub fn cdi_generate() -> Built {
+    CommandBuilder::new(Program::NvidiaCtk)
+        .words(&["cdi", "generate"])
+        .flag(&format!("--output={CDI_SPEC}"))
+        .build()
+}
+
+pub fn cdi_spec_mode() -> Built {
+    CommandBuilder::new(Program::Stat)
+        .flag("--format=%a")
+        .arg(CDI_SPEC)
+        .build()
+}
+
+pub fn cdi_make_readable() -> Built {
+    CommandBuilder::new(Program::Chmod)
+        .arg("0644")
+        .arg(CDI_SPEC)
+        .build()
+}
+
+pub fn cdi_refresh_present() -> Built {
+    words(
+        Program::Systemctl,
+        &["list-unit-files", "--no-legend", CDI_REFRESH_UNIT],
+    )
+}
+
+pub fn cdi_refresh_enabled() -> Built {
+    words(Program::Systemctl, &["is-enabled", CDI_REFRESH_UNIT])
+}
+
+pub fn cdi_refresh_enable() -> Built {
+    words(Program::Systemctl, &["enable", "--now", CDI_REFRESH_UNIT])
+}
+
+pub fn docker_enabled() -> Built {
+    words(Program::Systemctl, &["is-enabled", "docker"])
+}
+
+pub fn docker_enable() -> Built {
+    words(Program::Systemctl, &["enable", "--now", "docker"])
+}
+
+pub fn user_uid(user: &UserName) -> Built {
+    CommandBuilder::new(Program::Id)
+        .flag("-u")
+        .arg(user.as_str())
+        .build()
+}
+
+pub fn user_groups(user: &UserName) -> Built {
+    CommandBuilder::new(Program::Id)
+        .flag("-nG")
+        .arg(user.as_str())
+        .build()
+}
+
+pub fn add_to_docker_group(user: &UserName) -> Built {
+    CommandBuilder::new(Program::Usermod)
+        .flag("-aG")
+        .arg("docker")
+        .arg(user.as_str())
+        .build()
+}
+
+/// Every fixed argv (no names in it): what the allowlist compares `nvidia-ctk`, `systemctl`,
+/// `docker`, `journalctl`, `stat` and `chmod` commands against, element by element.
+pub fn fixed_commands() -> Vec<Command> {
+    [
+        runtime_configure(),
+        docker_active(),
+        runtime_loaded(),
+        docker_restart(),
+        docker_reset_failed(),
+        docker_journal(),
+        cdi_list(),
+        cdi_generate(),
+        cdi_spec_mode(),
+        cdi_make_readable(),
+        cdi_refresh_present(),
+        cdi_refresh_enabled(),
+        cdi_refresh_enable(),
+        docker_enabled(),
+        docker_enable(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// Every command an action may run, in the order it would first run them: what tests compare
+/// with the reference recipe's argv and pass through the allowlist. `file_root` is the
+/// executor's [`super::ExecContext::file_root`].
+pub fn possible_commands(
+    family: enginekit_shared::recipe::Family,
+    action: &enginekit_shared::recipe::PlannedAction,
+    file_root: &std::path::Path,
+) -> Result<Vec<Command>, UnsafeValue> {
+    use enginekit_shared::recipe::{Family, PlannedAction as A};
+    let apt = family == Family::Apt;
+    let query = |name: &str| {
+        if apt {
+            apt_installed(name)
+        } else {
+            rpm_installed(name)
+        }
+    };
+    let queries = |wanted: &[PlannedPackage]| -> Result<Vec<Command>, UnsafeValue> {
+        let mut out = Vec::new();
+        for p in wanted {
+            out.push(query(&p.name)?);
+            if p.version.is_some() {
+                out.push(if apt {
+                    apt_version(&p.name)?
+                } else {
+                    rpm_version(&p.name)?
+                });
+            }
+        }
+        Ok(out)
+    };
+    let mut out = Vec::new();
+    match action {
+        A::InstallKey { .. } | A::WriteSource { .. } => {}
+        A::CheckConflicts {
+            wanted,
+            conflicts,
+            remove,
+            ..
+        } => {
+            out.extend(queries(wanted)?);
+            for c in conflicts {
+                out.push(query(&c.name)?);
+            }
+            if !apt {
+                for p in wanted {
+                    out.push(dnf_obsoletes(&p.name)?);
+                }
+            }
+            if *remove && !conflicts.is_empty() {
+                out.push(dpkg_remove(
+                    &conflicts.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
+                )?);
+            }
+        }
+        A::RefreshMetadata {
+            sources, wanted, ..
+        } => {
+            out.extend(queries(wanted)?);
+            for s in sources {
+                out.push(apt_refresh(
+                    &super::files::under_root(file_root, s).display().to_string(),
+                )?);
+            }
+        }
+        A::InstallPackages { packages, .. } => {
+            out.extend(queries(packages)?);
+            out.push(if apt {
+                apt_install(packages)?
+            } else {
+                dnf_install(packages)?
+            });
+        }
+        A::ConfigureRuntime { .. } => out.extend([
+            docker_active()?,
+            runtime_configure()?,
+            runtime_loaded()?,
+            docker_reset_failed()?,
+            docker_restart()?,
+            docker_journal()?,
+        ]),
+        A::GenerateCdi { .. } => out.extend([
+            cdi_list()?,
+            cdi_generate()?,
+            cdi_spec_mode()?,
+            cdi_make_readable()?,
+            cdi_refresh_present()?,
+            cdi_refresh_enabled()?,
+            cdi_refresh_enable()?,
+        ]),
+        A::EnableService { .. } => out.extend([
+            docker_enabled()?,
+            docker_active()?,
+            docker_reset_failed()?,
+            docker_enable()?,
+            docker_journal()?,
+        ]),
+        A::AddToDockerGroup { user, .. } => out.extend([
+            user_uid(user)?,
+            user_groups(user)?,
+            add_to_docker_group(user)?,
+        ]),
+    }
+    Ok(out)
+}

@@ -1,0 +1,170 @@
+//! Root file I/O for keys and sources (REFERENCE.md §8.11): never through a symlink, parents
+//! created 0755 and required to be ours and not group/world-writable, the content written to an
+//! exclusive temp file (`O_EXCL|O_NOFOLLOW`), `fchmod`, `fsync`, renamed over the target, and
+//! the directory synced.
+
+use std::fs::{DirBuilder, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Largest existing file read back for comparison.
+pub const MAX_READ_BYTES: u64 = 1024 * 1024;
+
+/// A file operation that did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("{} is a symlink; refusing to follow it", .0.display())]
+    Symlink(PathBuf),
+    #[error("{} is not a regular file", .0.display())]
+    NotRegular(PathBuf),
+    #[error("{} is larger than {MAX_READ_BYTES} bytes", .0.display())]
+    TooLarge(PathBuf),
+    #[error("{} is not owned by uid {} or is group- or world-writable", .0.display(), .1)]
+    UntrustedDir(PathBuf, u32),
+    #[error("{}: {}", .0.display(), .1)]
+    Io(PathBuf, std::io::Error),
+}
+
+/// `path` (absolute, as the recipe names it) under `root` (`/` in production).
+pub fn under_root(root: &Path, path: &str) -> PathBuf {
+    root.join(path.trim_start_matches('/'))
+}
+
+/// The file's bytes, `None` when it does not exist. A symlink or non-regular file is an error.
+pub fn read_existing(path: &Path) -> Result<Option<Vec<u8>>, FileError> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(FileError::Io(path.to_path_buf(), e)),
+    };
+    if meta.file_type().is_symlink() {
+        return Err(FileError::Symlink(path.to_path_buf()));
+    }
+    if !meta.is_file() {
+        return Err(FileError::NotRegular(path.to_path_buf()));
+    }
+    if meta.len() > MAX_READ_BYTES {
+        return Err(FileError::TooLarge(path.to_path_buf()));
+    }
+    let mut file = OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| FileError::Io(path.to_path_buf(), e))?;
+    let mut bytes = Vec::new();
+    Read::by_ref(&mut file)
+        .take(MAX_READ_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| FileError::Io(path.to_path_buf(), e))?;
+    Ok(Some(bytes))
+}
+
+fn random_suffix() -> String {
+    let mut raw = [0u8; 6];
+    if getrandom::fill(&mut raw).is_err() {
+        // The name only has to be unlikely to exist; O_EXCL refuses a collision anyway.
+        raw = (std::process::id() as u64 ^ 0x5eed).to_le_bytes()[..6]
+            .try_into()
+            .unwrap_or([0; 6]);
+    }
+    hex::encode(raw)
+}
+
+fn ensure_parent(parent: &Path, owner: u32) -> Result<(), FileError> {
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(parent)
+        .map_err(|e| FileError::Io(parent.to_path_buf(), e))?;
+    let meta =
+        std::fs::symlink_metadata(parent).map_err(|e| FileError::Io(parent.to_path_buf(), e))?;
+    if !meta.is_dir() || meta.uid() != owner || meta.mode() & 0o022 != 0 {
+        return Err(FileError::UntrustedDir(parent.to_path_buf(), owner));
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to `path` with `mode`, atomically. The parent must belong to this process's
+/// effective uid (root in production).
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), FileError> {
+    let io = |e| FileError::Io(path.to_path_buf(), e);
+    let parent = path
+        .parent()
+        .ok_or_else(|| io(std::io::Error::other("no parent directory")))?;
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| io(std::io::Error::other("no file name")))?;
+    ensure_parent(parent, nix::unistd::geteuid().as_raw())?;
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if meta.file_type().is_symlink() {
+            return Err(FileError::Symlink(path.to_path_buf()));
+        }
+    }
+    let temp = parent.join(format!(".{name}.{}.tmp", random_suffix()));
+    let result = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&temp)?;
+        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        drop(file);
+        std::fs::rename(&temp, path)?;
+        File::open(parent)?.sync_all()
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&temp);
+        return Err(io(e));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_atomically_with_the_mode_and_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = under_root(dir.path(), "/etc/apt/sources.list.d/x.list");
+        write_atomic(&target, b"deb x\n", 0o644).unwrap();
+        assert_eq!(read_existing(&target).unwrap().unwrap(), b"deb x\n");
+        assert_eq!(std::fs::metadata(&target).unwrap().mode() & 0o777, 0o644);
+        let leftovers: Vec<_> = std::fs::read_dir(target.parent().unwrap())
+            .unwrap()
+            .collect();
+        assert_eq!(leftovers.len(), 1, "no temp file is left behind");
+    }
+
+    #[test]
+    fn never_follows_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        let link = dir.path().join("link.list");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        assert!(matches!(read_existing(&link), Err(FileError::Symlink(_))));
+        assert!(matches!(
+            write_atomic(&link, b"x", 0o644),
+            Err(FileError::Symlink(_))
+        ));
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+    }
+
+    #[test]
+    fn refuses_a_world_writable_parent() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(matches!(
+            write_atomic(&open.join("f"), b"x", 0o644),
+            Err(FileError::UntrustedDir(..))
+        ));
+    }
+}

@@ -1,0 +1,162 @@
+//! The executor's per-run state: the environment, progress reporting, the cancel window, and
+//! running one command through the allowlist with the lock-holder watch.
+
+use std::time::Instant;
+
+use enginekit_shared::recipe::Family;
+use enginekit_shared::safe::UnsafeValue;
+
+use super::allow;
+use super::{CommandRecord, ExecContext, ProgressSink};
+use crate::exec::command::Command;
+use crate::exec::lock::{self, LockHolder};
+use crate::exec::spawn::{self, CommandResult};
+
+/// Most characters of a command's stderr kept in its record (the reference keeps 2000).
+pub const STDERR_TAIL_CHARS: usize = 2000;
+/// Most characters of a command's stdout kept in its record.
+pub const STDOUT_TAIL_CHARS: usize = 2000;
+
+/// Why an action stopped.
+#[derive(Debug, Clone)]
+pub struct Failure(pub String);
+
+impl From<UnsafeValue> for Failure {
+    fn from(e: UnsafeValue) -> Failure {
+        Failure(format!("a command could not be built: {e}"))
+    }
+}
+
+/// The last `max` characters of `text`.
+pub fn tail_chars(text: &str, max: usize) -> String {
+    let count = text.chars().count();
+    if count <= max {
+        return text.to_string();
+    }
+    text.chars().skip(count - max).collect()
+}
+
+pub(super) struct Runner<'a> {
+    pub ctx: &'a ExecContext,
+    pub family: Family,
+    env: Vec<(String, String)>,
+    sink: &'a mut dyn ProgressSink,
+    pub phase: String,
+    pub percent: i32,
+    /// Set once a package manager has started: cancelling is no longer possible.
+    pub package_manager_started: bool,
+    /// The commands of the action being run.
+    pub commands: Vec<CommandRecord>,
+}
+
+impl<'a> Runner<'a> {
+    pub fn new(
+        ctx: &'a ExecContext,
+        family: Family,
+        env: Vec<(String, String)>,
+        sink: &'a mut dyn ProgressSink,
+    ) -> Runner<'a> {
+        Runner {
+            ctx,
+            family,
+            env,
+            sink,
+            phase: String::new(),
+            percent: 0,
+            package_manager_started: false,
+            commands: Vec::new(),
+        }
+    }
+
+    pub fn report(&mut self) {
+        let phase = self.phase.clone();
+        self.sink
+            .progress(&phase, self.percent, !self.package_manager_started);
+    }
+
+    pub fn set_phase(&mut self, phase: String, percent: i32) {
+        self.phase = phase;
+        self.percent = percent;
+        self.report();
+    }
+
+    /// Runs one command, recording it. `mutating` marks a command that changes the host.
+    pub fn run(&mut self, cmd: &Command, mutating: bool) -> Result<CommandResult, Failure> {
+        allow::permit(cmd).map_err(|e| Failure(e.to_string()))?;
+        let is_pm = cmd.program.is_package_manager();
+        if is_pm && !self.package_manager_started {
+            self.package_manager_started = true;
+            self.report();
+        }
+        let locks: &[&str] = match self.family {
+            Family::Apt => lock::APT_LOCKS,
+            Family::Dnf => lock::RPM_LOCKS,
+        };
+        let started = Instant::now();
+        let result = {
+            let sink = &mut *self.sink;
+            let phase = self.phase.clone();
+            let percent = self.percent;
+            let mut waiting: Option<LockHolder> = None;
+            let mut watch = |child: u32| {
+                if !is_pm {
+                    return;
+                }
+                let holder = lock::foreign_holder(locks, Some(child));
+                if holder != waiting {
+                    match &holder {
+                        Some(h) => {
+                            tracing::info!(pid = h.pid, name = %h.name, "waiting for another package manager");
+                            sink.progress(
+                                &format!("waiting for another package manager: {h}"),
+                                -1,
+                                false,
+                            )
+                        }
+                        None => sink.progress(&phase, percent, false),
+                    }
+                    waiting = holder;
+                }
+            };
+            spawn::run(cmd, &self.env, &self.ctx.timeouts, &mut watch)
+        };
+        let record = CommandRecord {
+            argv: result.argv.clone(),
+            exit_status: result.exit_code,
+            signal: result.signal,
+            timed_out: result.timed_out,
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            stdout_tail: tail_chars(&result.stdout.tail_text(), STDOUT_TAIL_CHARS),
+            stderr_tail: tail_chars(
+                &result
+                    .spawn_error
+                    .clone()
+                    .unwrap_or_else(|| result.stderr.tail_text()),
+                STDERR_TAIL_CHARS,
+            ),
+            mutating,
+            diagnostic: matches!(cmd.duration, crate::exec::command::Duration::Diagnostic),
+        };
+        tracing::debug!(argv = ?record.argv, exit = ?record.exit_status, ms = record.duration_ms, "command");
+        self.commands.push(record);
+        Ok(result)
+    }
+
+    /// Runs a command that must succeed.
+    pub fn must(&mut self, cmd: &Command, mutating: bool) -> Result<CommandResult, Failure> {
+        let r = self.run(cmd, mutating)?;
+        if r.success() {
+            Ok(r)
+        } else {
+            Err(Failure(r.describe()))
+        }
+    }
+
+    /// Appends text to the last command's stderr tail, keeping its end.
+    pub fn append_to_last_stderr(&mut self, text: &str) {
+        if let Some(last) = self.commands.iter_mut().rev().find(|c| !c.diagnostic) {
+            last.stderr_tail =
+                tail_chars(&format!("{}{text}", last.stderr_tail), STDERR_TAIL_CHARS);
+        }
+    }
+}

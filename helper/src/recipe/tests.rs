@@ -1,0 +1,456 @@
+//! The built-in recipe against the reference's data (REFERENCE.md §8.5, whose digests the
+//! shared crate reproduces), and the executor's file actions on a real filesystem.
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use enginekit_shared::recipe::{builtin, Component, Family, PlannedAction};
+use enginekit_shared::wire::host_step::HostParameters;
+use serde_json::{json, Value};
+
+use super::*;
+
+const REFERENCE: &str =
+    include_str!("../../../shared/src/recipe/testdata/reference-recipe-rev2.json");
+
+/// The host shapes the brief names, and two aarch64 ones.
+const HOSTS: &[(&str, &str, &str, &str)] = &[
+    ("apt", "ubuntu", "22.04", "x86_64"),
+    ("apt", "ubuntu", "24.04", "x86_64"),
+    ("apt", "ubuntu", "26.04", "aarch64"),
+    ("apt", "debian", "12", "x86_64"),
+    ("apt", "debian", "13", "aarch64"),
+    ("dnf", "fedora", "41", "x86_64"),
+    ("dnf", "fedora", "43", "aarch64"),
+];
+
+fn params(
+    family: &str,
+    distro: &str,
+    version: &str,
+    arch: &str,
+    components: &[Component],
+) -> HostParameters {
+    let names: Vec<&str> = components.iter().map(|c| c.as_str()).collect();
+    HostParameters::validate(&json!({
+        "user": "alice", "arch": arch, "family": family, "distro_id": distro, "version_id": version,
+        "components": names,
+    }))
+    .unwrap()
+}
+
+fn reference() -> Value {
+    serde_json::from_str(REFERENCE).unwrap()
+}
+
+fn argv_of(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect()
+}
+
+fn fill(argv: &[String], name: &str, value: &str) -> Vec<String> {
+    argv.iter()
+        .map(|a| a.replace(&format!("{{{{{name}}}}}"), value))
+        .collect()
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Every argv the reference recipe can run on this host with every component.
+fn reference_argv(family: &str) -> BTreeSet<Vec<String>> {
+    let r = reference();
+    let f = &r[family];
+    let packages: Vec<String> = ["docker-engine", "nvidia-container-toolkit"]
+        .iter()
+        .flat_map(|c| strings(&r["packages"][c]))
+        .collect();
+    let conflicts: Vec<String> = ["docker-engine", "nvidia-container-toolkit"]
+        .iter()
+        .flat_map(|c| strings(&f["conflicts"][c]))
+        .collect();
+    let mut out = BTreeSet::new();
+    for p in packages.iter().chain(&conflicts) {
+        out.insert(fill(&argv_of(&f["installed"]), "package", p));
+    }
+    let mut install = argv_of(&f["install"]);
+    install.extend(packages.iter().cloned());
+    out.insert(install);
+    if family == "apt" {
+        for c in ["docker-engine", "nvidia-container-toolkit"] {
+            let source = f["repositories"][c]["source"]["path"].as_str().unwrap();
+            out.insert(fill(&argv_of(&f["refresh"]), "source", source));
+        }
+    } else {
+        for p in &packages {
+            out.insert(fill(&argv_of(&f["obsoletes"]), "package", p));
+        }
+    }
+    for section in ["runtime", "cdi", "service"] {
+        for (_, v) in r[section].as_object().unwrap() {
+            if v.is_array() {
+                out.insert(argv_of(v));
+            }
+        }
+    }
+    for (_, v) in r["group"].as_object().unwrap() {
+        out.insert(fill(&argv_of(v), "user", "alice"));
+    }
+    // The newest revision's CDI spec mode check and fix (§8.5, "Revisions").
+    out.insert(
+        ["stat", "--format=%a", "/var/run/cdi/nvidia.yaml"]
+            .map(String::from)
+            .to_vec(),
+    );
+    out.insert(
+        ["chmod", "0644", "/var/run/cdi/nvidia.yaml"]
+            .map(String::from)
+            .to_vec(),
+    );
+    out
+}
+
+fn all() -> Vec<Component> {
+    Component::ALL.to_vec()
+}
+
+#[test]
+fn the_builtin_recipe_runs_exactly_the_reference_argv_on_every_host() {
+    let recipe = builtin().unwrap();
+    for &(family, distro, version, arch) in HOSTS {
+        let p = params(family, distro, version, arch, &all());
+        let plan = recipe.steps_for(&p).unwrap();
+        let fam = if family == "apt" {
+            Family::Apt
+        } else {
+            Family::Dnf
+        };
+        let ours: BTreeSet<Vec<String>> = plan
+            .iter()
+            .flat_map(|a| commands::possible_commands(fam, a, Path::new("/")).unwrap())
+            .map(|c| c.argv())
+            .collect();
+        let expected = reference_argv(family);
+        let extra: Vec<_> = ours.difference(&expected).collect();
+        let lacking: Vec<_> = expected.difference(&ours).collect();
+        assert!(
+            extra.is_empty() && lacking.is_empty(),
+            "{distro} {version}: extra {extra:?}, lacking {lacking:?}"
+        );
+    }
+}
+
+#[test]
+fn the_builtin_recipe_writes_exactly_the_reference_files_on_every_host() {
+    let recipe = builtin().unwrap();
+    let r = reference();
+    for &(family, distro, version, arch) in HOSTS {
+        let plan = recipe
+            .steps_for(&params(family, distro, version, arch, &all()))
+            .unwrap();
+        let f = &r[family];
+        let deb_arch = r["apt"]["architectures"][arch].as_str().unwrap();
+        let suite = r["apt"]["suites"][distro][version].as_str().unwrap_or("");
+        let mut sources = 0;
+        let mut keys = 0;
+        for (component, prefix) in [
+            ("docker-engine", "docker"),
+            ("nvidia-container-toolkit", "nvidia"),
+        ] {
+            let repo = &f["repositories"][component];
+            let expected_body = repo["source"]["content"]
+                .as_str()
+                .unwrap()
+                .replace("{{deb_arch}}", deb_arch)
+                .replace("{{distro}}", distro)
+                .replace("{{suite}}", suite);
+            for action in &plan {
+                match action {
+                    PlannedAction::WriteSource { id, path, body }
+                        if id == &format!("{prefix}-source") =>
+                    {
+                        assert_eq!(path, repo["source"]["path"].as_str().unwrap());
+                        assert_eq!(body, &expected_body, "{distro} {version} {id}");
+                        sources += 1;
+                    }
+                    PlannedAction::InstallKey {
+                        id,
+                        path,
+                        encoding,
+                        fingerprints,
+                        ..
+                    } if id == &format!("{prefix}-key") => {
+                        assert_eq!(path, repo["key"]["path"].as_str().unwrap());
+                        assert_eq!(
+                            serde_json::to_value(encoding).unwrap(),
+                            repo["key"]["encoding"]
+                        );
+                        let fps: Vec<&str> = fingerprints.iter().map(|f| f.as_str()).collect();
+                        assert_eq!(json!(fps), repo["key"]["fingerprints"]);
+                        keys += 1;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        assert_eq!((sources, keys), (2, 2), "{distro} {version}");
+    }
+}
+
+#[test]
+fn every_argv_of_every_component_subset_on_every_host_passes_the_allowlist() {
+    let recipe = builtin().unwrap();
+    let mut checked = 0;
+    for &(family, distro, version, arch) in HOSTS {
+        let fam = if family == "apt" {
+            Family::Apt
+        } else {
+            Family::Dnf
+        };
+        for mask in 1u32..(1 << Component::ALL.len()) {
+            let components: Vec<Component> = Component::ALL
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| mask & (1 << i) != 0)
+                .map(|(_, c)| *c)
+                .collect();
+            let plan = recipe
+                .steps_for(&params(family, distro, version, arch, &components))
+                .unwrap();
+            for action in &plan {
+                for c in commands::possible_commands(fam, action, Path::new("/")).unwrap() {
+                    allow::permit(&c).unwrap_or_else(|e| panic!("{e}"));
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked > 1000, "{checked}");
+}
+
+#[test]
+fn only_the_install_is_long_running() {
+    let recipe = builtin().unwrap();
+    let plan = recipe
+        .steps_for(&params("apt", "ubuntu", "24.04", "x86_64", &all()))
+        .unwrap();
+    let long: Vec<Vec<String>> = plan
+        .iter()
+        .flat_map(|a| commands::possible_commands(Family::Apt, a, Path::new("/")).unwrap())
+        .filter(|c| c.duration == crate::exec::command::Duration::LongRunning)
+        .map(|c| c.argv())
+        .collect();
+    assert_eq!(long.len(), 1);
+    assert_eq!(long[0][..2], ["apt-get".to_string(), "install".to_string()]);
+}
+
+// --- file actions, for real, under a temporary root -----------------------------------------
+
+struct Sink(Vec<(String, i32, bool)>);
+
+impl ProgressSink for Sink {
+    fn progress(&mut self, phase: &str, percent: i32, allow_cancel: bool) {
+        self.0.push((phase.to_string(), percent, allow_cancel));
+    }
+}
+
+fn key_plan() -> Vec<PlannedAction> {
+    let recipe = builtin().unwrap();
+    let p = params(
+        "apt",
+        "ubuntu",
+        "24.04",
+        "x86_64",
+        &[Component::DockerEngine, Component::NvidiaContainerToolkit],
+    );
+    recipe
+        .steps_for(&p)
+        .unwrap()
+        .into_iter()
+        .filter(|a| {
+            matches!(
+                a,
+                PlannedAction::InstallKey { .. } | PlannedAction::WriteSource { .. }
+            )
+        })
+        .collect()
+}
+
+fn run_files(root: &Path) -> ExecutionOutcome {
+    let recipe = builtin().unwrap();
+    let p = params(
+        "apt",
+        "ubuntu",
+        "24.04",
+        "x86_64",
+        &[Component::DockerEngine, Component::NvidiaContainerToolkit],
+    );
+    let ctx = ExecContext {
+        file_root: root.to_path_buf(),
+        ..ExecContext::new(1000)
+    };
+    run_plan(
+        recipe,
+        &p,
+        &key_plan(),
+        &ctx,
+        &mut Sink(Vec::new()),
+        &CancelToken::new(),
+    )
+}
+
+#[test]
+fn keys_and_sources_are_written_then_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = run_files(dir.path());
+    assert_eq!(first.outcome, Outcome::Succeeded, "{:?}", first.error);
+    assert!(first
+        .actions
+        .iter()
+        .all(|a| a.status == ActionStatus::Applied));
+    let docker_key = std::fs::read(dir.path().join("etc/apt/keyrings/docker.asc")).unwrap();
+    assert!(
+        docker_key.starts_with(b"-----BEGIN PGP PUBLIC KEY BLOCK-----"),
+        "stored as served: armored"
+    );
+    let nvidia_key = std::fs::read(
+        dir.path()
+            .join("usr/share/keyrings/nvidia-container-toolkit-keyring.gpg"),
+    )
+    .unwrap();
+    assert_eq!(nvidia_key[0], 0x99, "dearmored in-process");
+    let list =
+        std::fs::read_to_string(dir.path().join("etc/apt/sources.list.d/docker.list")).unwrap();
+    assert!(list.contains("https://download.docker.com/linux/ubuntu noble stable"));
+    let mode = std::fs::metadata(dir.path().join("etc/apt/sources.list.d/docker.list"))
+        .unwrap()
+        .mode();
+    assert_eq!(mode & 0o777, 0o644);
+
+    let second = run_files(dir.path());
+    assert_eq!(second.outcome, Outcome::Succeeded);
+    assert!(second.changed_nothing(), "{:?}", second.actions);
+}
+
+#[test]
+fn a_differing_source_or_a_foreign_key_is_reported_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("etc/apt/sources.list.d/docker.list");
+    std::fs::create_dir_all(list.parent().unwrap()).unwrap();
+    std::fs::write(&list, "deb http://evil.invalid/ x main\n").unwrap();
+    let out = run_files(dir.path());
+    assert_eq!(out.outcome, Outcome::Failed);
+    let failed = out
+        .actions
+        .iter()
+        .find(|a| a.status == ActionStatus::Failed)
+        .unwrap();
+    assert_eq!(failed.id, "docker-source");
+    assert!(failed.detail.contains("differs"), "{}", failed.detail);
+    assert!(out
+        .actions
+        .iter()
+        .skip_while(|a| a.id != "docker-source")
+        .skip(1)
+        .all(|a| a.status == ActionStatus::NotRun));
+    assert_eq!(
+        std::fs::read_to_string(&list).unwrap(),
+        "deb http://evil.invalid/ x main\n"
+    );
+    assert_eq!(
+        out.error.as_ref().unwrap().code,
+        ErrorCode::PrerequisiteBlocked
+    );
+
+    // The Docker rpm key where the apt key belongs: the served fingerprint is named.
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("etc/apt/keyrings/docker.asc");
+    std::fs::create_dir_all(key.parent().unwrap()).unwrap();
+    let rpm_key = builtin()
+        .unwrap()
+        .body()
+        .dnf
+        .actions
+        .iter()
+        .find_map(|a| match a {
+            enginekit_shared::recipe::ActionSpec::InstallKey { key, .. } => Some(key.clone()),
+            _ => None,
+        });
+    std::fs::write(&key, rpm_key.unwrap()).unwrap();
+    let out = run_files(dir.path());
+    let failed = &out.actions[0];
+    assert_eq!(failed.status, ActionStatus::Failed);
+    assert!(
+        failed
+            .detail
+            .contains("060A61C51B558A7F742B77AAC52FEB6B621E9F35"),
+        "{}",
+        failed.detail
+    );
+}
+
+#[test]
+fn a_cancel_before_the_package_manager_stops_the_job_and_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = builtin().unwrap();
+    let p = params(
+        "apt",
+        "ubuntu",
+        "24.04",
+        "x86_64",
+        &[Component::DockerEngine],
+    );
+    let ctx = ExecContext {
+        file_root: dir.path().to_path_buf(),
+        ..ExecContext::new(1000)
+    };
+    let cancel = CancelToken::new();
+    cancel.cancel();
+    let mut sink = Sink(Vec::new());
+    let out = run_plan(recipe, &p, &key_plan(), &ctx, &mut sink, &cancel);
+    assert_eq!(out.outcome, Outcome::Cancelled);
+    assert!(out.actions.iter().all(|a| a.status == ActionStatus::NotRun));
+    assert!(!dir.path().join("etc").exists(), "nothing was written");
+    assert_eq!(sink.0.last().unwrap().0, "cancelled");
+}
+
+#[test]
+fn parameters_the_recipe_cannot_plan_are_refused_before_anything_runs() {
+    let recipe = builtin().unwrap();
+    // Valid parameters for a host shape the recipe could not serve are refused by the
+    // parameters validator; here the validator and the recipe agree on every distro.
+    let root = HostParameters::validate(&json!({
+        "user": "root", "arch": "x86_64", "family": "apt", "distro_id": "debian", "version_id": "12",
+        "components": ["nvidia-runtime"],
+    }))
+    .unwrap();
+    let plan = recipe.steps_for(&root).unwrap();
+    assert_eq!(plan.len(), 1);
+}
+
+#[test]
+fn records_carry_status_detail_and_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_files(dir.path());
+    let records = out.records();
+    assert_eq!(records.len(), 4);
+    assert_eq!(records[0].code, "docker-key");
+    assert!(records[0].argv.is_empty(), "a key write runs no command");
+    assert_eq!(records[0].exit_status, None);
+    assert!(
+        records[0]
+            .log_tail
+            .starts_with("applied: wrote /etc/apt/keyrings/docker.asc"),
+        "{}",
+        records[0].log_tail
+    );
+}
