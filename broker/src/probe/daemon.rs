@@ -23,7 +23,11 @@ pub async fn read_daemon(socket: &Path, timeout: Duration) -> DaemonState {
         }
         Err(e) => return unreachable(format!("cannot stat {socket_text}: {e}")),
     }
-    match tokio::time::timeout(timeout, ask_info(&socket_text, timeout)).await {
+    let asked = async {
+        preflight(socket).await?;
+        ask_info(&socket_text, timeout).await
+    };
+    match tokio::time::timeout(timeout, asked).await {
         Ok(Ok(info)) => DaemonState::Reachable {
             info: Box::new(info),
         },
@@ -64,17 +68,37 @@ async fn ask_info(
     ))
 }
 
+/// Connects once by hand so that the two common refusals get a clear reason: bollard reports both
+/// as a bare "client error (Connect)".
+async fn preflight(socket: &Path) -> Result<(), String> {
+    match tokio::net::UnixStream::connect(socket).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(format!(
+            "permission denied on {} (this user is not root and has no effective docker group)",
+            socket.display()
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Err(format!(
+            "nothing is listening on {} (the daemon is stopped)",
+            socket.display()
+        )),
+        Err(e) => Err(format!("cannot connect to {}: {e}", socket.display())),
+    }
+}
+
 fn connect(socket: &str, secs: u64, version: &ClientVersion) -> Result<Docker, String> {
     Docker::connect_with_unix(socket, secs, version).map_err(explain)
 }
 
+/// The error with its causes (bollard's own text often hides the one that matters).
 fn explain(e: bollard::errors::Error) -> String {
-    let text = e.to_string();
-    if text.contains("Permission denied") || text.contains("permission denied") {
-        format!("permission denied on the Docker socket ({text}); the user may not be in the docker group")
-    } else {
-        text
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(&e);
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
     }
+    text
 }
 
 /// `client version 1.53 is too new. Maximum supported API version is 1.41` → 1.41.
@@ -138,6 +162,19 @@ mod tests {
             other => panic!("expected unreachable, got {other:?}"),
         }
         keep.abort();
+    }
+
+    #[tokio::test]
+    async fn a_socket_nobody_listens_on_is_refused_with_the_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stale.sock");
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        match read_daemon(&path, Duration::from_secs(1)).await {
+            DaemonState::Unreachable { reason, .. } => {
+                assert!(reason.contains("nothing is listening"), "{reason}")
+            }
+            other => panic!("expected unreachable, got {other:?}"),
+        }
     }
 
     #[tokio::test]

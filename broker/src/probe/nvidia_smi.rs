@@ -26,6 +26,21 @@ pub const LEGACY_QUERY_FIELDS: &[&str] = &[
     "mig.mode.current",
 ];
 
+/// Fields the probe can do without when a driver's nvidia-smi does not know them: it then asks
+/// again without the field (`compute_cap` → name table; `mig.mode.current` → unknown).
+pub const OPTIONAL_FIELDS: &[&str] = &["compute_cap", "mig.mode.current", "index"];
+
+/// The field nvidia-smi refused (`Field "compute_cap" is not a valid field to query.`, exit 2).
+pub fn rejected_field(stdout: &str, stderr: &str) -> Option<String> {
+    [stdout, stderr].iter().find_map(|text| {
+        let rest = text.split("Field \"").nth(1)?;
+        let (field, tail) = rest.split_once('"')?;
+        tail.trim_start()
+            .starts_with("is not a valid field")
+            .then(|| field.to_owned())
+    })
+}
+
 /// `--query-gpu=a,b,c` for a field list.
 pub fn query_arg(fields: &[&str]) -> String {
     format!("--query-gpu={}", fields.join(","))
@@ -34,9 +49,7 @@ pub fn query_arg(fields: &[&str]) -> String {
 /// True when nvidia-smi refused the `compute_cap` field (R470: exit 2,
 /// `Field "compute_cap" is not a valid field to query.`).
 pub fn rejects_compute_cap(stdout: &str, stderr: &str) -> bool {
-    [stdout, stderr]
-        .iter()
-        .any(|t| t.contains("compute_cap") && t.contains("not a valid field"))
+    rejected_field(stdout, stderr).as_deref() == Some("compute_cap")
 }
 
 /// True when nvidia-smi says there is no driver to talk to (exit 9 on a host with the utility but
@@ -312,6 +325,11 @@ mod tests {
             ""
         ));
         assert!(!rejects_compute_cap("", "some other error"));
+        assert_eq!(
+            rejected_field("Field \"mig.mode.current\" is not a valid field to query.\n\n", "").as_deref(),
+            Some("mig.mode.current")
+        );
+        assert_eq!(rejected_field("Field is fine", ""), None);
         assert!(reports_no_driver(
             Some(9),
             "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.\n",

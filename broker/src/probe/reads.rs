@@ -16,8 +16,8 @@ use super::kernel::{
     is_wsl_kernel, normalise_architecture, parse_nvidia_module_version, parse_selinux_enforce,
 };
 use super::nvidia_smi::{
-    attach_mig_devices, parse_mig_listing, parse_query_gpu, query_arg, rejects_compute_cap,
-    reports_no_driver, LEGACY_QUERY_FIELDS, QUERY_FIELDS,
+    attach_mig_devices, parse_mig_listing, parse_query_gpu, query_arg, rejected_field,
+    reports_no_driver, OPTIONAL_FIELDS, QUERY_FIELDS,
 };
 use super::nvml::{read_nvml, NvmlRead};
 use super::os_release::parse_os_release;
@@ -461,22 +461,12 @@ pub async fn gpus(ctx: &ProbeContext) -> GpuRead {
 pub async fn nvidia_smi_gpus(ctx: &ProbeContext) -> GpuRead {
     let runner = &ctx.runner;
     let format = "--format=csv,noheader,nounits";
-    let full = query_arg(QUERY_FIELDS);
-    let full_args = [full.as_str(), format];
+    let listing_args = ["-L"];
     let (query, listing) = tokio::join!(
-        runner.run("nvidia-smi", &full_args),
-        runner.run("nvidia-smi", &["-L"]),
+        query_with_fallback(runner, format),
+        runner.run("nvidia-smi", &listing_args),
     );
-    let mut fields = QUERY_FIELDS;
-    let query = match query {
-        Ok(out) if !out.success() && rejects_compute_cap(&out.stdout, &out.stderr) => {
-            // R470: no compute_cap field. Ask again without it.
-            fields = LEGACY_QUERY_FIELDS;
-            let legacy = query_arg(LEGACY_QUERY_FIELDS);
-            runner.run("nvidia-smi", &[legacy.as_str(), format]).await
-        }
-        other => other,
-    };
+    let (query, fields) = query;
     let unknown = |reason: String| GpuRead {
         source: GpuSource::NvidiaSmi,
         driver_version: Fact::unknown(reason.clone()),
@@ -484,7 +474,7 @@ pub async fn nvidia_smi_gpus(ctx: &ProbeContext) -> GpuRead {
     };
     match query {
         Ok(out) if out.success() => {
-            let mut gpus = parse_query_gpu(&out.stdout, fields);
+            let mut gpus = parse_query_gpu(&out.stdout, &fields);
             if let Ok(list) = listing {
                 if list.success() {
                     attach_mig_devices(&mut gpus, parse_mig_listing(&list.stdout));
@@ -515,6 +505,29 @@ pub async fn nvidia_smi_gpus(ctx: &ProbeContext) -> GpuRead {
             gpus: Fact::known(Vec::new()),
         },
         Err(e) => unknown(e.to_string()),
+    }
+}
+
+/// Runs the GPU query; when this nvidia-smi refuses an optional field (R470: `compute_cap`), asks
+/// again without it. Returns the last answer and the fields it was asked for.
+async fn query_with_fallback(
+    runner: &Runner,
+    format: &str,
+) -> (Result<super::exec::CommandOutput, ExecError>, Vec<&'static str>) {
+    let mut fields: Vec<&'static str> = QUERY_FIELDS.to_vec();
+    loop {
+        let arg = query_arg(&fields);
+        let answer = runner.run("nvidia-smi", &[arg.as_str(), format]).await;
+        let refused = match &answer {
+            Ok(out) if !out.success() => rejected_field(&out.stdout, &out.stderr),
+            _ => None,
+        };
+        match refused {
+            Some(field) if OPTIONAL_FIELDS.contains(&field.as_str()) && fields.contains(&field.as_str()) => {
+                fields.retain(|f| *f != field);
+            }
+            _ => return (answer, fields),
+        }
     }
 }
 
