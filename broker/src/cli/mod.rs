@@ -6,6 +6,10 @@ pub mod docker;
 pub mod engines;
 pub mod plan;
 pub mod probe;
+pub mod remove;
+pub mod serve;
+pub mod setup;
+pub mod status;
 
 use std::process::ExitCode;
 
@@ -35,6 +39,14 @@ pub enum Command {
     Engines(engines::EnginesArgs),
     /// What this machine looks like: system, Docker, NVIDIA, disk, network (`--json` for the facts document).
     Probe(probe::ProbeArgs),
+    /// Set an engine up: plan, consent, one authorization, GPU check, pull, verify, record.
+    Setup(setup::SetupArgs),
+    /// Remove an engine and what its setup added (never Docker, the toolkit, groups or repositories).
+    Remove(remove::RemoveArgs),
+    /// The installed engines and the operations not yet finished.
+    Status(status::StatusArgs),
+    /// The session-bus service org.enginekit.Broker1.
+    Serve(serve::ServeArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -44,5 +56,9 @@ pub fn main() -> ExitCode {
         Command::Plan(args) => plan::run(args),
         Command::Engines(args) => engines::run(args),
         Command::Probe(args) => probe::run(args),
+        Command::Setup(args) => setup::run(args),
+        Command::Remove(args) => remove::run(args),
+        Command::Status(args) => status::run(args),
+        Command::Serve(args) => serve::run(args),
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod atomic;
 pub mod boundary;
+pub mod context;
 pub mod machine;
 pub mod record;
 pub mod recovery;

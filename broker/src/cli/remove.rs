@@ -1,0 +1,95 @@
+//! `enginekit remove [--engine E] [--delete-models] [--yes] [--json]`: stop the engine's
+//! containers (confirmed), remove what its setup added, keep what others use. Docker, the
+//! toolkit, groups and repositories are never touched.
+
+use std::process::ExitCode;
+
+use clap::Args;
+use serde_json::json;
+
+use super::setup::{conclude, consent, drive_with_view, emit, parse_engine, report_error, runtime};
+use crate::operations::context::Context;
+
+#[derive(Debug, Args)]
+pub struct RemoveArgs {
+    /// The engine to remove.
+    #[arg(long, default_value = "vllm")]
+    pub engine: String,
+    /// Also delete the downloaded models.
+    #[arg(long)]
+    pub delete_models: bool,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    pub yes: bool,
+    /// One JSON event per line on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: RemoveArgs) -> ExitCode {
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    rt.block_on(remove(args))
+}
+
+async fn remove(args: RemoveArgs) -> ExitCode {
+    let json = args.json;
+    let engine = match parse_engine(json, &args.engine) {
+        Ok(e) => e,
+        Err(code) => return code,
+    };
+    let ctx = match Context::open() {
+        Ok(ctx) => ctx,
+        Err(e) => return report_error(json, &e),
+    };
+    let runner = ctx.runner.clone();
+    let _ = runner.recover(Some(&engine)).await;
+    // An unfinished removal (a crash, an unconfirmed stop) is finished, not started twice.
+    let unfinished = runner
+        .store()
+        .active_for(&engine)
+        .ok()
+        .flatten()
+        .filter(|op| op.kind == crate::operations::record::OperationKind::Remove);
+    let installed = ctx.installations.get(&engine);
+    emit(
+        json,
+        json!({"event": "installation", "installation": installed}),
+    );
+    if !json {
+        match &installed {
+            Some(i) => {
+                println!(
+                    "Removing {engine} ({}, image {}).",
+                    i.descriptor_id,
+                    i.image.reference()
+                );
+                println!(
+                    "  models: {}",
+                    if args.delete_models {
+                        "deleted"
+                    } else {
+                        "kept (use --delete-models to delete them)"
+                    }
+                );
+            }
+            None => println!("{engine} has no installation record; only leftovers are looked for."),
+        }
+    }
+    if let Err(e) = consent(args.yes, json, "Remove it?") {
+        return report_error(json, &e);
+    }
+    let id = match unfinished {
+        Some(op) => op.operation_id,
+        None => match runner.begin_remove(&engine, !args.delete_models) {
+            Ok(op) => op.operation_id,
+            Err(e) => return report_error(json, &e),
+        },
+    };
+    match drive_with_view(&runner, &id, json).await {
+        Ok(op) => conclude(&op, json),
+        Err(e) => report_error(json, &e),
+    }
+}

@@ -1,0 +1,71 @@
+//! `enginekit serve`: the session-bus service `org.enginekit.Broker1` (D-Bus activated as a user
+//! service). It first resumes every unfinished operation from what is true on the machine, then
+//! serves until idle.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use enginekit_shared::error::{CodedError, ErrorCode};
+
+use super::setup::{report_error, runtime};
+use crate::dbus::api::{Broker, BrokerApi};
+use crate::operations::context::Context;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Exit after this many seconds with no calls and nothing to drive (0: never).
+    #[arg(long, default_value_t = 60)]
+    pub idle_exit: u64,
+}
+
+pub fn run(args: ServeArgs) -> ExitCode {
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    rt.block_on(serve(args))
+}
+
+async fn serve(args: ServeArgs) -> ExitCode {
+    let ctx = match Context::open() {
+        Ok(ctx) => ctx,
+        Err(e) => return report_error(false, &e),
+    };
+    let conn = match zbus::Connection::session().await {
+        Ok(conn) => conn,
+        Err(e) => {
+            let err = CodedError::new(
+                ErrorCode::AdapterUnavailable,
+                "The session bus cannot be reached.",
+            )
+            .with_details(e.to_string());
+            return report_error(false, &err);
+        }
+    };
+    let broker = Broker::new(ctx.runner.clone(), ctx.installations.clone());
+    let api: std::sync::Arc<dyn BrokerApi> = broker.clone();
+    let idle = if args.idle_exit == 0 {
+        Duration::from_secs(u64::from(u32::MAX))
+    } else {
+        Duration::from_secs(args.idle_exit)
+    };
+    let serving = tokio::spawn(crate::dbus::serve_on(conn, api.clone(), idle));
+    // A new session may be what a waiting setup needed (the docker group): look again.
+    let (ready, errors) = ctx.runner.recover(None).await;
+    for e in errors {
+        tracing::warn!(code = %e.code, message = %e.message, "recovery");
+    }
+    for id in ready {
+        api.spawn_drive(id);
+    }
+    match serving.await {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(e)) => report_error(false, &e),
+        Err(e) => report_error(
+            false,
+            &CodedError::new(ErrorCode::IoError, "The service stopped.")
+                .with_details(e.to_string()),
+        ),
+    }
+}

@@ -1,0 +1,431 @@
+//! `enginekit setup [--engine E] [--yes] [--json]`: show the plan, take consent, run the
+//! setup with one polkit prompt and a progress bar per phase, and end with what was done and
+//! what the user must still do. `--json` prints one JSON event per line on stdout.
+
+use std::collections::HashMap;
+use std::io::{BufRead, IsTerminal, Write};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Args;
+use enginekit_shared::error::{CodedError, ErrorCode};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use serde_json::{json, Value};
+
+use super::{EXIT_BLOCKED, EXIT_FAILURE, EXIT_USAGE};
+use crate::operations::context::{Context, RealRunner};
+use crate::operations::record::{DigestText, EngineId, Operation, OperationId, Phase};
+use crate::operations::runner::RunnerEvent;
+
+#[derive(Debug, Args)]
+pub struct SetupArgs {
+    /// The engine to set up.
+    #[arg(long, default_value = "vllm")]
+    pub engine: String,
+    /// Consent to the plan without asking.
+    #[arg(long)]
+    pub yes: bool,
+    /// One JSON event per line on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A multi-thread runtime (the drive and the view run side by side).
+pub(super) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("enginekit: could not start the async runtime: {e}");
+            ExitCode::from(EXIT_FAILURE)
+        })
+}
+
+pub(super) fn emit(json: bool, value: Value) {
+    if json {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{value}");
+        let _ = out.flush();
+    }
+}
+
+pub(super) fn report_error(json: bool, err: &CodedError) -> ExitCode {
+    if json {
+        emit(true, json!({"event": "error", "error": err}));
+    } else {
+        eprintln!("enginekit: {} ({})", err.message, err.code);
+        if let Some(details) = &err.details {
+            eprintln!("  {details}");
+        }
+    }
+    ExitCode::from(match err.code {
+        ErrorCode::InvalidArgument => EXIT_USAGE,
+        ErrorCode::PrerequisiteBlocked | ErrorCode::ReloginRequired => EXIT_BLOCKED,
+        _ => EXIT_FAILURE,
+    })
+}
+
+pub(super) fn parse_engine(json: bool, text: &str) -> Result<EngineId, ExitCode> {
+    EngineId::parse(text).map_err(|e| report_error(json, &e))
+}
+
+fn print_plan(plan: &Value) {
+    let s = |v: &Value| v.as_str().unwrap_or("").to_owned();
+    println!(
+        "Plan for {}: {}",
+        s(&plan["target"]["engine_id"]),
+        s(&plan["availability"])
+    );
+    if let Some(image) = plan["image"].as_str() {
+        println!("  engine image: {image}");
+    }
+    let changes = plan["system_changes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if !changes.is_empty() {
+        println!("  system changes (need administrator authorization):");
+        for c in &changes {
+            println!("    - {}", s(&c["text"]));
+        }
+    }
+    if plan["may_require_relogin"].as_bool() == Some(true) {
+        println!("  you may need to sign out and back in afterwards");
+    }
+    for w in plan["warnings"].as_array().cloned().unwrap_or_default() {
+        println!("  warning: {}", s(&w["text"]));
+    }
+    for b in plan["blockers"].as_array().cloned().unwrap_or_default() {
+        println!("  blocked: {} ({})", s(&b["message"]), s(&b["code"]));
+        for cmd in b["commands"].as_array().cloned().unwrap_or_default() {
+            println!("      $ {}", s(&cmd));
+        }
+    }
+    println!("  plan digest: {}", s(&plan["plan_digest"]));
+}
+
+fn ask(question: &str) -> bool {
+    eprint!("{question} [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    if std::io::stdin().lock().read_line(&mut line).is_err() {
+        return false;
+    }
+    matches!(line.trim(), "y" | "Y" | "yes")
+}
+
+/// Consent: `--yes`, or a yes on the terminal. Without a terminal and without `--yes`:
+/// `MANAGED_CONSENT_REQUIRED`.
+pub(super) fn consent(yes: bool, json: bool, question: &str) -> Result<(), CodedError> {
+    if yes {
+        return Ok(());
+    }
+    if json || !std::io::stdin().is_terminal() {
+        return Err(CodedError::new(
+            ErrorCode::ConsentRequired,
+            "Consent is needed: run again with --yes, or on a terminal.",
+        ));
+    }
+    if ask(question) {
+        Ok(())
+    } else {
+        Err(CodedError::new(
+            ErrorCode::ConsentRequired,
+            "Nothing was changed: the plan was not approved.",
+        ))
+    }
+}
+
+/// Progress bars, one per phase.
+struct View {
+    json: bool,
+    bars: MultiProgress,
+    current: Option<(Phase, ProgressBar)>,
+}
+
+fn phase_text(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Checking => "Looking at this machine",
+        Phase::AwaitingConsent => "Waiting for consent",
+        Phase::PreparingHost => "Preparing the system (administrator)",
+        Phase::ReloginRequired => "Waiting for a new sign-in",
+        Phase::RebootRequired => "Waiting for a reboot",
+        Phase::PreparingEnvironment => "Checking the GPU inside a container",
+        Phase::PullingImage => "Downloading the engine image",
+        Phase::Verifying => "Verifying the image",
+        Phase::Activating => "Recording the installation",
+        Phase::Removing => "Removing",
+        Phase::Ready => "Ready",
+        Phase::Removed => "Removed",
+        Phase::Cancelling => "Cancelling",
+        Phase::Cancelled => "Cancelled",
+        Phase::Failed => "Failed",
+    }
+}
+
+impl View {
+    fn new(json: bool) -> View {
+        View {
+            json,
+            bars: MultiProgress::new(),
+            current: None,
+        }
+    }
+
+    fn finish_current(&mut self, ok: bool) {
+        if let Some((phase, bar)) = self.current.take() {
+            let mark = if ok { "done" } else { "stopped" };
+            bar.finish_with_message(format!("{} — {mark}", phase_text(phase)));
+        }
+    }
+
+    fn changed(&mut self, op: &Operation) {
+        emit(self.json, json!({"event": "changed", "operation": op}));
+        if self.json {
+            return;
+        }
+        if self.current.as_ref().is_some_and(|(p, _)| *p == op.phase) {
+            return;
+        }
+        self.finish_current(!matches!(op.phase, Phase::Failed | Phase::Cancelled));
+        if op.phase.is_terminal() || op.phase.is_waiting() {
+            return;
+        }
+        let bar = self.bars.add(ProgressBar::new_spinner());
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        bar.enable_steady_tick(std::time::Duration::from_millis(120));
+        bar.set_message(phase_text(op.phase).to_owned());
+        self.current = Some((op.phase, bar));
+    }
+
+    fn progress(&mut self, phase: Phase, tick: &crate::operations::boundary::ProgressTick) {
+        emit(
+            self.json,
+            json!({"event": "progress", "phase": phase, "progress": tick}),
+        );
+        let Some((_, bar)) = &self.current else {
+            return;
+        };
+        match (tick.total, tick.completed, tick.unit) {
+            (Some(total), Some(done), "bytes") => {
+                if bar.length() != Some(total) {
+                    bar.set_length(total);
+                    bar.set_style(
+                        ProgressStyle::with_template(
+                            "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}",
+                        )
+                        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+                    );
+                }
+                bar.set_position(done);
+                bar.set_message(tick.label.clone());
+            }
+            (Some(total), Some(done), _) => {
+                bar.set_length(total);
+                bar.set_position(done);
+                bar.set_message(format!("{}: {}", phase_text(phase), tick.label));
+            }
+            _ => bar.set_message(format!("{}: {}", phase_text(phase), tick.label)),
+        }
+    }
+}
+
+/// Drive `id` to rest while showing its events.
+pub(super) async fn drive_with_view(
+    runner: &Arc<RealRunner>,
+    id: &OperationId,
+    json: bool,
+) -> Result<Operation, CodedError> {
+    let mut events = runner.subscribe();
+    let mut driver = {
+        let runner = runner.clone();
+        let id = id.clone();
+        tokio::spawn(async move { runner.drive(&id).await })
+    };
+    let mut view = View::new(json);
+    let mut last_phase: HashMap<OperationId, Phase> = HashMap::new();
+    let result = loop {
+        tokio::select! {
+            event = events.recv() => match event {
+                Ok(RunnerEvent::Changed { operation }) if &operation.operation_id == id => {
+                    last_phase.insert(operation.operation_id.clone(), operation.phase);
+                    view.changed(&operation);
+                }
+                Ok(RunnerEvent::Progress { operation_id, phase, tick }) if &operation_id == id => view.progress(phase, &tick),
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(_) => {}
+            },
+            done = &mut driver => {
+                break done;
+            }
+        }
+    };
+    // Drain what was announced before the drive returned.
+    while let Ok(event) = events.try_recv() {
+        match event {
+            RunnerEvent::Changed { operation } if &operation.operation_id == id => {
+                view.changed(&operation)
+            }
+            RunnerEvent::Progress {
+                operation_id,
+                phase,
+                tick,
+            } if &operation_id == id => view.progress(phase, &tick),
+            _ => {}
+        }
+    }
+    let outcome = result.map_err(|e| {
+        CodedError::new(ErrorCode::IoError, "The setup task stopped.").with_details(e.to_string())
+    })?;
+    if let Ok(op) = &outcome {
+        view.finish_current(op.phase == Phase::Ready || op.phase == Phase::Removed);
+    } else {
+        view.finish_current(false);
+    }
+    outcome
+}
+
+/// Say how it ended and what the user must still do; pick the exit status.
+pub(super) fn conclude(op: &Operation, json: bool) -> ExitCode {
+    emit(
+        json,
+        json!({"event": "result", "operation_id": op.operation_id, "phase": op.phase, "error": op.error, "notes": op.notes}),
+    );
+    let code = match op.phase {
+        Phase::Ready | Phase::Removed => 0,
+        Phase::ReloginRequired | Phase::RebootRequired => EXIT_BLOCKED,
+        Phase::AwaitingConsent => EXIT_FAILURE,
+        _ => EXIT_FAILURE,
+    };
+    if !json {
+        match op.phase {
+            Phase::Ready => {
+                println!("{} is ready.", op.engine);
+                if !op.completed_step_ids.is_empty() {
+                    println!("  the system was prepared (Docker / NVIDIA Container Toolkit) with your authorization");
+                }
+                println!("  the GPU was seen inside a container; the engine image was pulled by digest, verified and recorded");
+            }
+            Phase::Removed => {
+                println!("{} was removed.", op.engine);
+                for note in &op.notes {
+                    println!("  - {note}");
+                }
+                println!("  Docker, the NVIDIA Container Toolkit, groups and package repositories were left as they are.");
+            }
+            Phase::ReloginRequired => {
+                println!("Almost there: sign out and back in so the docker group takes effect.");
+                println!("  The setup continues by itself afterwards (or run `enginekit setup --engine {}` again).", op.engine);
+            }
+            Phase::AwaitingConsent => {
+                if let Some(err) = &op.error {
+                    eprintln!("enginekit: {} ({})", err.message, err.code);
+                }
+                if let Some(plan) = &op.requirement_plan {
+                    println!("The new plan:");
+                    print_plan(plan);
+                }
+                println!(
+                    "Run `enginekit setup --engine {}` again to approve it.",
+                    op.engine
+                );
+            }
+            _ => {
+                if let Some(err) = &op.error {
+                    eprintln!("enginekit: {} ({})", err.message, err.code);
+                    if let Some(details) = &err.details {
+                        eprintln!("  {details}");
+                    }
+                    if err.code == ErrorCode::ElevationDeclined {
+                        eprintln!("  Nothing was changed.");
+                    }
+                }
+            }
+        }
+    }
+    ExitCode::from(code)
+}
+
+pub fn run(args: SetupArgs) -> ExitCode {
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    rt.block_on(setup(args))
+}
+
+async fn setup(args: SetupArgs) -> ExitCode {
+    let json = args.json;
+    let engine = match parse_engine(json, &args.engine) {
+        Ok(e) => e,
+        Err(code) => return code,
+    };
+    let ctx = match Context::open() {
+        Ok(ctx) => ctx,
+        Err(e) => return report_error(json, &e),
+    };
+    let runner = ctx.runner.clone();
+    // An unfinished setup of this engine (a sign-in wait, a crash) is picked up first.
+    let (ready, errors) = runner.recover(Some(&engine)).await;
+    for e in &errors {
+        tracing::warn!(code = %e.code, message = %e.message, "recovery");
+    }
+    let _agent = crate::elevate::agent::start_if_needed();
+    if let Some(id) = ready.first() {
+        if !json {
+            println!("Continuing the unfinished setup of {engine}.");
+        }
+        return match drive_with_view(&runner, id, json).await {
+            Ok(op) => conclude(&op, json),
+            Err(e) => report_error(json, &e),
+        };
+    }
+    let plan = match runner.plan(&engine).await {
+        Ok(plan) => plan,
+        Err(e) => return report_error(json, &e),
+    };
+    emit(json, json!({"event": "plan", "plan": plan}));
+    if !json {
+        print_plan(&plan);
+    }
+    if plan["blockers"].as_array().is_some_and(|b| !b.is_empty())
+        && !plan["blockers"]
+            .as_array()
+            .is_some_and(|b| b.len() == 1 && b[0]["code"] == "MANAGED_RELOGIN_REQUIRED")
+    {
+        let err = CodedError::new(
+            ErrorCode::PrerequisiteBlocked,
+            "This machine is blocked; nothing was changed.",
+        );
+        if json {
+            emit(true, json!({"event": "error", "error": err}));
+        } else {
+            eprintln!("enginekit: {}", err.message);
+        }
+        return ExitCode::from(EXIT_BLOCKED);
+    }
+    let Some(digest) = plan["plan_digest"]
+        .as_str()
+        .and_then(|d| DigestText::parse(d).ok())
+    else {
+        return report_error(
+            json,
+            &CodedError::new(ErrorCode::MetadataInvalid, "The plan has no digest."),
+        );
+    };
+    if let Err(e) = consent(args.yes, json, "Set up with this plan?") {
+        return report_error(json, &e);
+    }
+    let op = match runner.begin_setup(&engine, Some(digest)) {
+        Ok(op) => op,
+        Err(e) => return report_error(json, &e),
+    };
+    match drive_with_view(&runner, &op.operation_id, json).await {
+        Ok(op) => conclude(&op, json),
+        Err(e) => report_error(json, &e),
+    }
+}

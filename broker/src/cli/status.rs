@@ -1,0 +1,79 @@
+//! `enginekit status [--json]`: the installations and the operations not yet finished.
+
+use std::process::ExitCode;
+
+use clap::Args;
+use serde_json::json;
+
+use super::setup::{emit, report_error};
+use crate::operations::context::Context;
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// One JSON document on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: StatusArgs) -> ExitCode {
+    let json = args.json;
+    let ctx = match Context::open() {
+        Ok(ctx) => ctx,
+        Err(e) => return report_error(json, &e),
+    };
+    let installations = ctx.installations.list();
+    let (operations, unreadable) = match ctx.runner.store().list() {
+        Ok(found) => found,
+        Err(e) => return report_error(json, &e),
+    };
+    let unfinished: Vec<_> = operations
+        .iter()
+        .filter(|op| !op.is_terminal() || op.phase.is_waiting())
+        .collect();
+    emit(
+        json,
+        json!({
+            "event": "status",
+            "installations": installations,
+            "operations": unfinished,
+            "unreadable_records": unreadable,
+        }),
+    );
+    if !json {
+        if installations.is_empty() {
+            println!("No engine is set up.");
+        }
+        for i in &installations {
+            let status = match i.status {
+                crate::installations::InstallationStatus::Ready => "ready",
+                crate::installations::InstallationStatus::Removing => "being removed",
+            };
+            println!(
+                "{}: {status} ({}, image {}, since {})",
+                i.engine,
+                i.descriptor_id,
+                i.image.reference(),
+                i.installed_at
+            );
+        }
+        for op in &unfinished {
+            let why = op
+                .error
+                .as_ref()
+                .map(|e| format!(": {}", e.message))
+                .unwrap_or_default();
+            println!(
+                "operation {} ({:?} {}): {}{why}",
+                op.operation_id, op.kind, op.engine, op.phase
+            );
+        }
+        for e in &unreadable {
+            println!(
+                "unreadable record: {} ({})",
+                e.message,
+                e.details.clone().unwrap_or_default()
+            );
+        }
+    }
+    ExitCode::SUCCESS
+}
