@@ -218,6 +218,7 @@ impl Helper {
 #[zbus::interface(name = "org.enginekit.Helper1")]
 impl Helper {
     /// Verifies and authorises one host step, then starts its job.
+    #[zbus(out_args("job"))]
     async fn start(
         &self,
         step: &str,
@@ -235,6 +236,7 @@ impl Helper {
     }
 
     /// The receipt of the job `nonce` started, for the same uid only.
+    #[zbus(out_args("receipt"))]
     async fn get_receipt(
         &self,
         nonce: &str,

@@ -1,0 +1,355 @@
+//! The privileged helper on the real bench: system bus with D-Bus activation through
+//! dbus-daemon's launch helper, real polkitd 122 with the project's action and per-test JS
+//! rules, callers that are the bench's non-root test users (via `setpriv`).
+//!
+//! Every test here installs the helper under the global name `org.enginekit.Helper1`, so each
+//! takes `helper_support::serial()` first; this is the only test binary that does.
+
+#[path = "helper_support/mod.rs"]
+mod helper_support;
+
+use std::time::{Duration, Instant};
+
+use enginekit_integration::bench;
+use enginekit_shared::digest::Digest;
+use enginekit_shared::signed::SigningKey;
+use helper_support::*;
+use serde_json::{json, Value};
+
+const HOST_STEP_INVALID: &str = "MANAGED_HOST_STEP_INVALID";
+const METADATA_INVALID: &str = "MANAGED_METADATA_INVALID";
+
+/// A step for this machine and the test user, for the built-in recipe. `docker-service` is the
+/// component whose job is harmless on the bench (no systemd as PID 1: its command fails).
+fn good_step(user: &str) -> Value {
+    mint(&parameters(user, &["docker-service"]), None, &builtin_digest(), 0)
+}
+
+#[test]
+fn a_caller_denied_by_policy_gets_not_authorized_and_nothing_is_written() {
+    let _serial = serial();
+    let helper = InstalledHelper::install("deny", "");
+    let user = helper.user().name.clone();
+    for flags in [&[][..], &["--interactive"][..]] {
+        let step = good_step(&user);
+        let result = helper.start(&to_bytes(&step), flags);
+        result.assert_refused("NotAuthorized", "MANAGED_ELEVATION_DECLINED");
+        assert!(!helper.nonce_burnt(step["nonce"].as_str().unwrap()));
+    }
+    assert_eq!(helper.ledger_files(), Vec::<String>::new(), "a denied step wrote to the ledger");
+    // The other user is denied the same way.
+    let other = helper.other().name.clone();
+    let path = helper.write_step(&to_bytes(&good_step(&other)));
+    let result = helper.call_as(helper.other(), &["start", path.to_str().unwrap()]);
+    result.assert_refused("NotAuthorized", "MANAGED_ELEVATION_DECLINED");
+    assert_eq!(helper.ledger_files(), Vec::<String>::new());
+}
+
+#[test]
+fn an_allowed_caller_starts_a_job_that_runs_and_leaves_a_receipt_only_it_can_read() {
+    let _serial = serial();
+    let helper = InstalledHelper::install("allow", "");
+    let user = helper.user().name.clone();
+    let _rule = bench::install_polkit_rule("helper-allow", &allow_test_user_rule(&user));
+    let step = good_step(&user);
+    let nonce = step["nonce"].as_str().unwrap().to_owned();
+    let result = helper.start(&to_bytes(&step), &["--wait"]);
+    assert!(result.ok, "Start was refused: {}", result.json);
+    assert!(result.json["job"].as_str().unwrap().starts_with("/org/enginekit/Helper1/job/"));
+    let receipt = result.receipt();
+    assert_eq!(receipt["nonce"], json!(nonce), "{receipt}");
+    assert_eq!(receipt["step_id"], step["step_id"]);
+    assert_eq!(receipt["recipe_digest"], step["recipe_digest"]);
+    assert_eq!(receipt["parameters_digest"], step["parameters_digest"]);
+    let outcome = receipt["outcome"].as_str().unwrap();
+    assert!(["succeeded", "failed"].contains(&outcome), "{receipt}");
+    assert_eq!(result.json["state"], json!(outcome));
+    assert!(helper.nonce_burnt(&nonce));
+    // GetReceipt: the same text for the caller's uid, nothing for another uid.
+    let mine = helper.call_as(helper.user(), &["receipt", &nonce]);
+    assert!(mine.ok, "{}", mine.json);
+    assert_eq!(mine.json["receipt"], result.json["receipt"]);
+    let theirs = helper.call_as(helper.other(), &["receipt", &nonce]);
+    theirs.assert_refused("NoReceipt", "MANAGED_OPERATION_NOT_FOUND");
+    let bad = helper.call_as(helper.user(), &["receipt", "../../etc/passwd"]);
+    bad.assert_refused("InvalidArgument", "INVALID_ARGUMENT");
+}
+
+#[test]
+fn each_bad_step_is_refused_with_its_own_error_and_changes_nothing() {
+    let _serial = serial();
+    let helper = InstalledHelper::install("refuse", "");
+    let user = helper.user().name.clone();
+    let other = helper.other().name.clone();
+    let _rule = bench::install_polkit_rule("helper-refuse", &allow_test_user_rule(&user));
+    let trusted = SigningKey::generate().unwrap();
+    helper.trust(&trusted, "test-recipes");
+    let untrusted = SigningKey::generate().unwrap();
+    let builtin_serial = enginekit_shared::recipe::builtin().unwrap().serial();
+
+    // The serial mark a previous, newer recipe left behind.
+    let id_hex: String = "linux.install-container-runtime".bytes().map(|b| format!("{b:02x}")).collect();
+    std::fs::create_dir_all(helper.state_dir.join("serials")).unwrap();
+    std::fs::write(
+        helper.state_dir.join("serials").join(id_hex),
+        json!({"serial": builtin_serial + 10, "digest": Digest::of_bytes(b"newer").to_string()}).to_string(),
+    )
+    .unwrap();
+    let before = helper.ledger_files();
+
+    let mut cases: Vec<(&str, Vec<u8>, &str, &str)> = Vec::new();
+    let mut flipped = good_step(&user);
+    flipped["parameters"]["user"] = json!(format!("{}x", &user[..user.len() - 1]));
+    cases.push(("flipped byte in the parameters", to_bytes(&flipped), "DigestMismatch", HOST_STEP_INVALID));
+    let mut digest = good_step(&user);
+    digest["parameters_digest"] = json!(Digest::of_bytes(b"not these parameters").to_string());
+    cases.push(("parameters digest mismatch", to_bytes(&digest), "DigestMismatch", HOST_STEP_INVALID));
+    let unknown = mint(&parameters(&user, &["docker-service"]), None, &Digest::of_bytes(b"no such recipe"), 0);
+    cases.push(("unknown recipe digest", to_bytes(&unknown), "UnknownRecipe", HOST_STEP_INVALID));
+    let (doc, d) = signed_builtin(builtin_serial + 20, &untrusted);
+    let stranger = mint(&parameters(&user, &["docker-service"]), Some(doc), &d, 0);
+    cases.push(("recipe signed by an untrusted key", to_bytes(&stranger), "SignatureInvalid", METADATA_INVALID));
+    let (doc, d) = signed_builtin(builtin_serial + 9, &trusted);
+    let lower = mint(&parameters(&user, &["docker-service"]), Some(doc), &d, 0);
+    cases.push(("recipe with a lower serial", to_bytes(&lower), "RecipeRollback", METADATA_INVALID));
+    let old = mint(&parameters(&user, &["docker-service"]), None, &builtin_digest(), 16 * 60);
+    cases.push(("step past its window", to_bytes(&old), "StepExpired", HOST_STEP_INVALID));
+    let someone = mint(&parameters(&other, &["docker-service"]), None, &builtin_digest(), 0);
+    cases.push(("user naming someone else", to_bytes(&someone), "IdentityMismatch", "MANAGED_IDENTITY_MISMATCH"));
+    let mut p = parameters(&user, &["docker-service"]);
+    let (distro, version) = if p["distro_id"] == json!("ubuntu") { ("debian", "12") } else { ("ubuntu", "24.04") };
+    p["distro_id"] = json!(distro);
+    p["version_id"] = json!(version);
+    let distro_step = mint(&p, None, &builtin_digest(), 0);
+    cases.push(("distro_id not this machine's", to_bytes(&distro_step), "WrongMachine", HOST_STEP_INVALID));
+    let mut p = parameters(&user, &["docker-service"]);
+    p["arch"] = json!(if p["arch"] == json!("x86_64") { "aarch64" } else { "x86_64" });
+    let arch_step = mint(&p, None, &builtin_digest(), 0);
+    cases.push(("arch not this machine's", to_bytes(&arch_step), "WrongMachine", HOST_STEP_INVALID));
+    let mut component = good_step(&user);
+    component["parameters"]["components"] = json!(["kernel"]);
+    cases.push(("unknown component", to_bytes(&component), "ParametersInvalid", HOST_STEP_INVALID));
+    let mut root = good_step(&user);
+    root["parameters"]["user"] = json!("root");
+    root["parameters"]["components"] = json!(["docker-group"]);
+    cases.push(("root with docker-group", to_bytes(&root), "ParametersInvalid", HOST_STEP_INVALID));
+    let mut big = to_bytes(&good_step(&user));
+    big.resize(10 * 1024 * 1024, b' ');
+    cases.push(("10 MiB step", big, "StepTooLarge", HOST_STEP_INVALID));
+    // Raw invalid UTF-8 cannot be a D-Bus string (the client library and dbus-daemon refuse it;
+    // the helper's own refusal of such bytes is a unit test in helper/src/verify/tests.rs). Over
+    // the bus the same class of input is an escape that is not Unicode.
+    let text = String::from_utf8(to_bytes(&good_step(&user))).unwrap();
+    let surrogate = text.replacen("\"action\":", "\"x\":\"\\ud800\",\"action\":", 1);
+    cases.push(("text that is not Unicode", surrogate.into_bytes(), "StepMalformed", HOST_STEP_INVALID));
+    let duplicate = text.replacen('{', "{\"nonce\":\"0123456789abcdef0123456789abcdef\",", 1);
+    cases.push(("duplicate keys", duplicate.into_bytes(), "StepMalformed", HOST_STEP_INVALID));
+
+    for (what, bytes, name, code) in &cases {
+        let result = helper.start(bytes, &[]);
+        assert!(!result.ok, "{what}: accepted: {}", result.json);
+        assert_eq!(result.error(), format!("org.enginekit.Helper1.Error.{name}"), "{what}: {}", result.json);
+        assert!(result.message().starts_with(&format!("{code}: ")), "{what}: {}", result.message());
+        assert_eq!(helper.ledger_files(), before, "{what}: the ledger changed");
+    }
+    // The client refuses to send bytes that are not UTF-8 at all.
+    let mut raw = to_bytes(&good_step(&user));
+    raw[10] = 0xff;
+    let result = helper.start(&raw, &[]);
+    assert!(!result.ok && result.error() == "client", "{}", result.json);
+    assert_eq!(helper.ledger_files(), before);
+}
+
+#[test]
+fn a_reused_nonce_returns_the_first_receipt_and_conflicts_for_another_step_even_after_a_restart() {
+    let _serial = serial();
+    let helper = InstalledHelper::install("replay", "");
+    let user = helper.user().name.clone();
+    let _rule = bench::install_polkit_rule("helper-replay", &allow_test_user_rule(&user));
+    let step = good_step(&user);
+    let first = helper.start(&to_bytes(&step), &["--wait"]);
+    assert!(first.ok, "{}", first.json);
+    let receipt = first.receipt();
+    assert!(receipt["receipt_id"].is_string(), "{}", first.json);
+    // Same step again: no new job run, the first receipt back.
+    let again = helper.start(&to_bytes(&step), &["--wait"]);
+    assert!(again.ok, "{}", again.json);
+    assert_eq!(again.receipt(), receipt);
+    // Same nonce, another step.
+    let mut other = step.clone();
+    other["step_id"] = json!("host-step-00000000-0000-4000-8000-000000000001");
+    let conflict = helper.start(&to_bytes(&other), &[]);
+    conflict.assert_refused("ReceiptConflict", "MANAGED_RECEIPT_CONFLICT");
+    // Kill the helper; the next call activates a new one, which still remembers both.
+    let pid = helper_pid(&helper.env);
+    kill_helper(&helper.env);
+    let after = helper.start(&to_bytes(&step), &["--wait"]);
+    assert!(after.ok, "{}", after.json);
+    assert_ne!(helper_pid(&helper.env), pid, "a new helper should have been activated");
+    assert_eq!(after.receipt(), receipt);
+    let conflict = helper.start(&to_bytes(&other), &[]);
+    conflict.assert_refused("ReceiptConflict", "MANAGED_RECEIPT_CONFLICT");
+}
+
+#[test]
+fn a_caller_that_leaves_while_polkit_decides_starts_no_job() {
+    let _serial = serial();
+    let helper = InstalledHelper::install("leave", "");
+    let user = helper.user().name.clone();
+    // polkitd runs rules synchronously: this one takes 4 s before it says yes.
+    let slow = format!(
+        "polkit.addRule(function(action, subject) {{\n\
+         \x20   if (action.id == \"{ACTION_ID}\" && subject.user == \"{user}\") {{\n\
+         \x20       polkit.spawn([\"/bin/sleep\", \"4\"]);\n\
+         \x20       return polkit.Result.YES;\n\
+         \x20   }}\n\
+         }});"
+    );
+    let _rule = bench::install_polkit_rule("helper-slow", &slow);
+    let step = good_step(&user);
+    let nonce = step["nonce"].as_str().unwrap().to_owned();
+    let path = helper.write_step(&to_bytes(&step));
+    let left = helper.call_as(helper.user(), &["start", path.to_str().unwrap(), "--leave-after-ms", "1000"]);
+    assert_eq!(left.json["left"], json!(true), "the call was answered before the caller left: {}", left.json);
+    // polkit answers yes ~3 s later; the helper must have dropped the request.
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(!helper.nonce_burnt(&nonce), "a job was started for a caller that left");
+    assert_eq!(helper.ledger_files(), Vec::<String>::new());
+    // The control: the same slow rule, a caller that stays, gets its job.
+    let stayed = helper.start(&to_bytes(&good_step(&user)), &["--wait"]);
+    assert!(stayed.ok, "{}", stayed.json);
+}
+
+#[test]
+fn the_helper_exits_when_idle_and_is_activated_again() {
+    let _serial = serial();
+    let helper = InstalledHelper::install("idle", "idle_exit_seconds = 2");
+    let ping = || helper.call_as(helper.user(), &["receipt", "00000000000000000000000000000000"]);
+    ping().assert_refused("NoReceipt", "MANAGED_OPERATION_NOT_FOUND");
+    let pid = helper_pid(&helper.env).expect("the helper runs after a call");
+    let started = Instant::now();
+    assert!(wait_helper_gone(&helper.env, Duration::from_secs(15)), "the helper did not exit when idle");
+    eprintln!("idle exit after {:?}", started.elapsed());
+    // dbus-daemon reaps its activated children lazily: a zombie counts as exited.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let running = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
+            .is_some_and(|zombie| !zombie)
+    };
+    while running() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!running(), "the process is still running after releasing its name");
+    ping().assert_refused("NoReceipt", "MANAGED_OPERATION_NOT_FOUND");
+    assert_ne!(helper_pid(&helper.env), Some(pid));
+}
+
+#[test]
+fn introspection_matches_the_interface_xml() {
+    let _serial = serial();
+    let helper = InstalledHelper::install("introspect", "");
+    let user = helper.user().name.clone();
+    let _rule = bench::install_polkit_rule("helper-introspect", &allow_test_user_rule(&user));
+    let started = helper.start(&to_bytes(&good_step(&user)), &["--wait"]);
+    assert!(started.ok, "{}", started.json);
+    let job = started.json["job"].as_str().unwrap().to_owned();
+    let xml_file = std::fs::read_to_string(bench::workspace_root().join("dbus/org.enginekit.Helper1.xml")).unwrap();
+    let expected = interfaces(&xml_file);
+    assert_eq!(expected.len(), 2, "the XML should define two interfaces");
+    let mut live = Vec::new();
+    for (path, interface) in [("/org/enginekit/Helper1", "org.enginekit.Helper1"), (job.as_str(), "org.enginekit.Helper1.Job")] {
+        let result = helper.call_as(helper.user(), &["introspect", path]);
+        assert!(result.ok, "{}", result.json);
+        // Only the object's own interface: child nodes may be described inline.
+        let found: Vec<_> = interfaces(result.json["xml"].as_str().unwrap())
+            .into_iter()
+            .filter(|(name, _)| name == interface)
+            .collect();
+        assert!(!found.is_empty(), "{path} does not implement {interface}");
+        live.push(found[0].clone());
+    }
+    live.sort();
+    assert_eq!(live, expected);
+}
+
+/// The interfaces of an introspection document, normalised: comments and annotations dropped,
+/// attributes sorted, members sorted by kind and name (argument order kept).
+fn interfaces(xml: &str) -> Vec<(String, Vec<String>)> {
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    let mut member: Option<String> = None;
+    let mut rest = xml;
+    while let Some(start) = rest.find('<') {
+        rest = &rest[start..];
+        if let Some(after) = rest.strip_prefix("<!--") {
+            rest = after.split_once("-->").map(|(_, r)| r).unwrap_or("");
+            continue;
+        }
+        let Some(end) = rest.find('>') else { break };
+        let tag = &rest[1..end];
+        rest = &rest[end + 1..];
+        if tag.starts_with('!') || tag.starts_with('?') {
+            continue;
+        }
+        let closing = tag.starts_with('/');
+        let self_closing = tag.ends_with('/');
+        let body = tag.trim_start_matches('/').trim_end_matches('/');
+        let mut words = body.splitn(2, char::is_whitespace);
+        let kind = words.next().unwrap_or("").to_owned();
+        let attrs = attributes(words.next().unwrap_or(""));
+        match (kind.as_str(), closing) {
+            ("interface", false) => out.push((attrs.get("name").cloned().unwrap_or_default(), Vec::new())),
+            ("method" | "signal" | "property", false) => {
+                let text = format!("{kind} {}", render(&attrs));
+                if self_closing || kind == "property" {
+                    if let Some((_, members)) = out.last_mut() {
+                        members.push(text);
+                    }
+                } else {
+                    member = Some(text);
+                }
+            }
+            ("method" | "signal", true) => {
+                if let (Some(text), Some((_, members))) = (member.take(), out.last_mut()) {
+                    members.push(text);
+                }
+            }
+            ("arg", false) => {
+                let mut attrs = attrs;
+                // A signal's args have no direction; a method's "in" may be implicit.
+                if member.as_deref().is_some_and(|m| m.starts_with("method")) {
+                    attrs.entry("direction".to_owned()).or_insert_with(|| "in".to_owned());
+                }
+                if let Some(m) = member.as_mut() {
+                    m.push_str(&format!(" [{}]", render(&attrs)));
+                }
+            }
+            _ => {}
+        }
+    }
+    for (_, members) in out.iter_mut() {
+        members.sort();
+    }
+    out.sort();
+    out
+}
+
+fn attributes(text: &str) -> std::collections::BTreeMap<String, String> {
+    let mut map = std::collections::BTreeMap::new();
+    let mut rest = text;
+    while let Some(eq) = rest.find('=') {
+        let key = rest[..eq].trim().to_owned();
+        let after = rest[eq + 1..].trim_start();
+        let quote = after.chars().next().unwrap_or('"');
+        let inner = &after[1..];
+        let Some(close) = inner.find(quote) else { break };
+        map.insert(key, inner[..close].to_owned());
+        rest = &inner[close + 1..];
+    }
+    map
+}
+
+fn render(attrs: &std::collections::BTreeMap<String, String>) -> String {
+    attrs.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+}

@@ -1,0 +1,379 @@
+//! Harness for the helper's tests on the real bench: the built helper installed as a D-Bus
+//! activatable system service (through dbus-daemon's setuid launch helper), its bus policy and
+//! polkit action installed, a root-owned test configuration (state and key directories of its
+//! own), steps minted like the broker does, and a client run as the bench's test users.
+//!
+//! Everything here touches the global bus name `org.enginekit.Helper1`: tests that use it take
+//! [`serial`] first, so they never overlap inside this test binary; no other binary installs
+//! the helper.
+//!
+//! Include with `#[path = "helper_support/mod.rs"] mod helper_support;`.
+
+#![allow(dead_code)]
+// Test harness: a failed setup step is a test failure, so panicking is the right answer.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use enginekit_integration::bench::{self, BenchEnv, Service, TestUser};
+use enginekit_shared::digest::Digest;
+use enginekit_shared::signed::{DocumentKind, SignedDocument, SigningKey};
+use enginekit_shared::wire::host_step::{HostParameters, HostStep, RecipeId};
+use enginekit_shared::wire::Timestamp;
+use serde_json::{json, Value};
+
+pub const BUS_NAME: &str = "org.enginekit.Helper1";
+pub const ACTION_ID: &str = "org.enginekit.helper.install-container-runtime";
+/// Where the root-owned test copies of the binaries go.
+pub const LIBEXEC: &str = "/usr/local/libexec/enginekit-test";
+const ACTIVATION_FILE: &str = "/usr/share/dbus-1/system-services/org.enginekit.Helper1.service";
+const BUS_POLICY_FILE: &str = "/usr/share/dbus-1/system.d/org.enginekit.Helper1.conf";
+const POLKIT_ACTION_FILE: &str = "/usr/share/polkit-1/actions/org.enginekit.helper.policy";
+const TEST_ROOT: &str = "/run/enginekit-helper-test";
+
+/// Serialises the tests of this binary that use the helper's bus name.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The helper installed for one test; uninstalled (helper stopped, files removed) on drop.
+pub struct InstalledHelper {
+    pub env: BenchEnv,
+    pub root: PathBuf,
+    pub state_dir: PathBuf,
+    pub key_dir: PathBuf,
+    pub steps_dir: PathBuf,
+    pub config: PathBuf,
+    pub helper_bin: PathBuf,
+    pub client_bin: PathBuf,
+    next_step: std::cell::Cell<u32>,
+}
+
+/// Builds the helper and its test client once per test process.
+fn build_once() {
+    static BUILT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    let result = BUILT.get_or_init(|| {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let out = Command::new(cargo)
+            .current_dir(bench::workspace_root())
+            .args(["build", "-q", "-p", "enginekit-helper", "--bin", "enginekit-helper", "--example", "helper-call"])
+            .output()
+            .map_err(|e| format!("cannot run cargo: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    });
+    if let Err(e) = result {
+        panic!("building the helper failed: {e}");
+    }
+}
+
+fn target_debug() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| bench::workspace_root().join("target"));
+    let target = if target.is_relative() { bench::workspace_root().join(target) } else { target };
+    target.join("debug")
+}
+
+fn install_root_file(from: &Path, to: &Path, mode: u32) {
+    if let Some(parent) = to.parent() {
+        fs::create_dir_all(parent).unwrap_or_else(|e| panic!("mkdir {}: {e}", parent.display()));
+    }
+    // Copy to a temporary name and rename: a running helper keeps its old inode.
+    let tmp = to.with_extension("tmp-install");
+    fs::copy(from, &tmp).unwrap_or_else(|e| panic!("copy {} → {}: {e}", from.display(), tmp.display()));
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(mode)).unwrap_or_else(|e| panic!("chmod: {e}"));
+    fs::rename(&tmp, to).unwrap_or_else(|e| panic!("rename to {}: {e}", to.display()));
+}
+
+fn write_root_file(path: &Path, text: &str, mode: u32) {
+    let tmp = path.with_extension("tmp-write");
+    fs::write(&tmp, text).unwrap_or_else(|e| panic!("write {}: {e}", tmp.display()));
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(mode)).unwrap_or_else(|e| panic!("chmod: {e}"));
+    fs::rename(&tmp, path).unwrap_or_else(|e| panic!("rename to {}: {e}", path.display()));
+}
+
+fn mkdir_mode(path: &Path, mode: u32) {
+    fs::create_dir_all(path).unwrap_or_else(|e| panic!("mkdir {}: {e}", path.display()));
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap_or_else(|e| panic!("chmod {}: {e}", path.display()));
+}
+
+/// `dbus-send` on the system bus, as root; the reply text.
+pub fn dbus_send(env: &BenchEnv, args: &[&str]) -> Output {
+    Command::new("dbus-send")
+        .env("DBUS_SYSTEM_BUS_ADDRESS", &env.system_bus_address)
+        .args(["--system", "--print-reply"])
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run dbus-send: {e}"))
+}
+
+pub fn reload_bus_config(env: &BenchEnv) {
+    let out = dbus_send(env, &["--type=method_call", "--dest=org.freedesktop.DBus", "/", "org.freedesktop.DBus.ReloadConfig"]);
+    assert!(out.status.success(), "ReloadConfig failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The pid owning the helper's name, if it runs.
+pub fn helper_pid(env: &BenchEnv) -> Option<u32> {
+    let out = dbus_send(env, &[
+        "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus",
+        "org.freedesktop.DBus.GetConnectionUnixProcessID", &format!("string:{BUS_NAME}"),
+    ]);
+    if !out.status.success() {
+        return None;
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .last()
+        .and_then(|w| w.parse().ok())
+}
+
+/// Kills the running helper (if any) and waits until its name is gone.
+pub fn kill_helper(env: &BenchEnv) {
+    let Some(pid) = helper_pid(env) else { return };
+    let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while helper_pid(env).is_some() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(helper_pid(env).is_none(), "the helper (pid {pid}) did not go away");
+}
+
+/// Waits until the helper has exited on its own (idle exit); false on timeout.
+pub fn wait_helper_gone(env: &BenchEnv, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if helper_pid(env).is_none() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+/// What the client printed.
+#[derive(Debug, Clone)]
+pub struct CallResult {
+    pub ok: bool,
+    pub json: Value,
+}
+
+impl CallResult {
+    /// The D-Bus error name, e.g. `org.enginekit.Helper1.Error.NotAuthorized`.
+    pub fn error(&self) -> &str {
+        self.json["error"].as_str().unwrap_or("")
+    }
+    pub fn message(&self) -> &str {
+        self.json["message"].as_str().unwrap_or("")
+    }
+    pub fn receipt(&self) -> Value {
+        let text = self.json["receipt"].as_str().unwrap_or("");
+        serde_json::from_str(text).unwrap_or(Value::Null)
+    }
+    /// Asserts a refusal with this helper error name (after the prefix) and code.
+    pub fn assert_refused(&self, name: &str, code: &str) {
+        assert!(!self.ok, "expected {name}, the call succeeded: {}", self.json);
+        assert_eq!(self.error(), format!("org.enginekit.Helper1.Error.{name}"), "{}", self.json);
+        assert!(self.message().starts_with(&format!("{code}: ")), "message {:?} does not start with {code}", self.message());
+    }
+}
+
+impl InstalledHelper {
+    /// Installs the helper with a fresh state and key directory. `settings` are extra lines of
+    /// its configuration file (e.g. `idle_exit_seconds = 2`).
+    pub fn install(tag: &str, settings: &str) -> InstalledHelper {
+        let env = bench::require(&[Service::SystemBus, Service::Polkit, Service::TestUser]);
+        build_once();
+        kill_helper(&env);
+        let debug = target_debug();
+        let helper_bin = Path::new(LIBEXEC).join("enginekit-helper");
+        let client_bin = Path::new(LIBEXEC).join("helper-call");
+        install_root_file(&debug.join("enginekit-helper"), &helper_bin, 0o755);
+        install_root_file(&debug.join("examples").join("helper-call"), &client_bin, 0o755);
+        mkdir_mode(Path::new(TEST_ROOT), 0o755);
+        let root = Path::new(TEST_ROOT).join(bench::unique_name(tag));
+        let _ = fs::remove_dir_all(&root);
+        mkdir_mode(&root, 0o755);
+        let state_dir = root.join("state");
+        let key_dir = root.join("keys");
+        let steps_dir = root.join("steps");
+        mkdir_mode(&key_dir, 0o755);
+        mkdir_mode(&steps_dir, 0o755);
+        let config = root.join("helper.conf");
+        write_root_file(
+            &config,
+            &format!(
+                "# enginekit helper test configuration (root-owned)\nstate_dir = {}\nkey_dir = {}\nidle_exit_seconds = 3\n{settings}\n",
+                state_dir.display(),
+                key_dir.display()
+            ),
+            0o644,
+        );
+        // The launch helper runs Exec= as root with a clean environment; the real package's
+        // file has Exec=/bin/false and SystemdService=, which needs systemd as PID 1.
+        write_root_file(
+            Path::new(ACTIVATION_FILE),
+            &format!(
+                "# Test activation file written by tests/tests/helper_support (removed after the test)\n\
+                 [D-BUS Service]\nName={BUS_NAME}\nExec={} --config {}\nUser=root\n",
+                helper_bin.display(),
+                config.display()
+            ),
+            0o644,
+        );
+        let repo = bench::workspace_root();
+        install_root_file(&repo.join("dbus/org.enginekit.Helper1.conf"), Path::new(BUS_POLICY_FILE), 0o644);
+        install_root_file(&repo.join("polkit/org.enginekit.helper.policy"), Path::new(POLKIT_ACTION_FILE), 0o644);
+        reload_bus_config(&env);
+        InstalledHelper { env, root, state_dir, key_dir, steps_dir, config, helper_bin, client_bin, next_step: std::cell::Cell::new(0) }
+    }
+
+    pub fn user(&self) -> &TestUser {
+        &self.env.test_user
+    }
+
+    pub fn other(&self) -> &TestUser {
+        &self.env.other_user
+    }
+
+    /// Trusts `key` through a root-owned key file in the helper's key directory.
+    pub fn trust(&self, key: &SigningKey, name: &str) {
+        write_root_file(&self.key_dir.join(format!("{name}.pub")), &key.public_key().to_text(), 0o644);
+    }
+
+    /// Writes step bytes where the test users can read them; the path.
+    pub fn write_step(&self, bytes: &[u8]) -> PathBuf {
+        let n = self.next_step.get() + 1;
+        self.next_step.set(n);
+        let path = self.steps_dir.join(format!("step-{n}.json"));
+        fs::write(&path, bytes).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap_or_else(|e| panic!("chmod: {e}"));
+        path
+    }
+
+    /// Runs the client as `user` with `args`.
+    pub fn call_as(&self, user: &TestUser, args: &[&str]) -> CallResult {
+        let out = bench::run_as(user, &self.client_bin)
+            .args(args)
+            .env("DBUS_SYSTEM_BUS_ADDRESS", &self.env.system_bus_address)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run the client: {e}"));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let json = serde_json::from_str(stdout.trim()).unwrap_or_else(|_| {
+            panic!("client printed no JSON (status {}): {stdout} {}", out.status, String::from_utf8_lossy(&out.stderr))
+        });
+        CallResult { ok: out.status.success(), json }
+    }
+
+    /// `Start` as the test user with the step in `bytes`; `flags` like `--wait`.
+    pub fn start(&self, bytes: &[u8], flags: &[&str]) -> CallResult {
+        let path = self.write_step(bytes);
+        let path = path.to_string_lossy().into_owned();
+        let mut args = vec!["start", path.as_str()];
+        args.extend_from_slice(flags);
+        self.call_as(self.user(), &args)
+    }
+
+    /// Every file under the state directory (relative), sorted: "nothing written" is this
+    /// staying the same.
+    pub fn ledger_files(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for sub in ["nonces", "receipts", "serials"] {
+            if let Ok(entries) = fs::read_dir(self.state_dir.join(sub)) {
+                for e in entries.flatten() {
+                    out.push(format!("{sub}/{}", e.file_name().to_string_lossy()));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// The helper's log lines so far (stderr goes to the bus's log only via syslog here, so the
+    /// helper is asked nothing: this reads what the test can observe, the ledger).
+    pub fn nonce_burnt(&self, nonce: &str) -> bool {
+        self.state_dir.join("nonces").join(nonce).exists()
+    }
+}
+
+impl Drop for InstalledHelper {
+    fn drop(&mut self) {
+        kill_helper(&self.env);
+        let _ = fs::remove_file(ACTIVATION_FILE);
+        reload_bus_config(&self.env);
+        let _ = fs::remove_dir_all(&self.root);
+    }
+}
+
+/// This machine, as the helper will read it (os-release and uname).
+pub fn this_machine() -> (String, String, String, String) {
+    let text = fs::read_to_string("/etc/os-release").unwrap_or_else(|e| panic!("os-release: {e}"));
+    let value = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .map(|v| v.trim_matches('"').to_owned())
+            .unwrap_or_default()
+    };
+    let arch = String::from_utf8(Command::new("uname").arg("-m").output().map(|o| o.stdout).unwrap_or_default())
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    let id = value("ID");
+    let family = if id == "fedora" { "dnf" } else { "apt" }.to_owned();
+    (arch, family, id, value("VERSION_ID"))
+}
+
+/// Parameters for this machine.
+pub fn parameters(user: &str, components: &[&str]) -> Value {
+    let (arch, family, distro_id, version_id) = this_machine();
+    json!({"user": user, "arch": arch, "family": family, "distro_id": distro_id,
+           "version_id": version_id, "components": components})
+}
+
+/// A step as the broker mints it: fresh nonce, digest of the parameters, `issued_at` now
+/// (shifted by `age_secs` into the past).
+pub fn mint(params: &Value, recipe: Option<Value>, recipe_digest: &Digest, age_secs: i64) -> Value {
+    let parameters = HostParameters::validate(params).unwrap_or_else(|e| panic!("test parameters invalid: {e}"));
+    let issued = Timestamp::from_unix_seconds(Timestamp::now().unix_seconds() - age_secs).expect("time");
+    let id: RecipeId = "linux.install-container-runtime".parse().expect("recipe id");
+    HostStep::issue(id, recipe_digest.clone(), recipe, parameters, issued, 1)
+        .expect("issue")
+        .to_value()
+        .expect("step value")
+}
+
+/// The built-in recipe's digest.
+pub fn builtin_digest() -> Digest {
+    enginekit_shared::recipe::builtin().expect("builtin recipe").digest().clone()
+}
+
+/// The built-in payload with `serial`, signed by `key`: (document, payload digest).
+pub fn signed_builtin(serial: u64, key: &SigningKey) -> (Value, Digest) {
+    let mut payload = enginekit_shared::recipe::builtin().expect("builtin").payload().clone();
+    payload["serial"] = json!(serial);
+    let digest = enginekit_shared::digest::digest_of(&payload).expect("digest");
+    let doc = SignedDocument::sign(payload, DocumentKind::Recipe, key).expect("sign");
+    (doc.to_value(), digest)
+}
+
+pub fn to_bytes(value: &Value) -> Vec<u8> {
+    serde_json::to_vec(value).expect("json")
+}
+
+/// A rule allowing the test user the helper's action (nothing else).
+pub fn allow_test_user_rule(user: &str) -> String {
+    format!(
+        "polkit.addRule(function(action, subject) {{\n\
+         \x20   if (action.id == \"{ACTION_ID}\" && subject.user == \"{user}\") return polkit.Result.YES;\n\
+         }});"
+    )
+}
