@@ -1,0 +1,604 @@
+//! Documents: the embedded descriptors and manifest, the strict parsers (REFERENCE §5.1, §5.2 and
+//! the environment-manifest test titles), and newer signed documents from the user's config dir
+//! verified with real ed25519 keys generated here, with anti-rollback marks on disk.
+
+use std::path::{Path, PathBuf};
+
+use enginekit_broker::cli::plan::{plan_for, read_facts_file};
+use enginekit_broker::documents::descriptor::{Descriptor, EngineId};
+use enginekit_broker::documents::manifest::Manifest;
+use enginekit_broker::documents::store::{DocumentSet, DocumentSources, Origin, HIGH_WATER_FILE};
+use enginekit_broker::documents::{
+    embedded_descriptor, embedded_descriptor_text, embedded_manifest, embedded_manifest_text,
+};
+use enginekit_shared::signed::{DocumentKind, SignedDocument, SigningKey};
+use enginekit_shared::wire::plan::Availability;
+use serde_json::{json, Value};
+use time::OffsetDateTime;
+
+#[test]
+fn embedded_descriptors_name_real_images_pinned_by_digest_with_their_minimums() {
+    let vllm = embedded_descriptor(EngineId::Vllm).expect("vllm");
+    assert_eq!(vllm.engine_id, EngineId::Vllm);
+    assert_eq!(
+        vllm.image.amd64.repository().as_str(),
+        "docker.io/vllm/vllm-openai"
+    );
+    assert_eq!(vllm.minimum_driver_version, "580.0");
+    assert_eq!(vllm.minimum_compute_capability, "7.5");
+    let trt = embedded_descriptor(EngineId::TensorrtLlm).expect("trt");
+    assert_eq!(
+        trt.image.arm64.repository().as_str(),
+        "nvcr.io/nvidia/tensorrt-llm/release"
+    );
+    assert_eq!(trt.minimum_compute_capability, "8.0");
+    for d in [&vllm, &trt] {
+        assert!(d
+            .probe_image
+            .amd64
+            .repository()
+            .as_str()
+            .starts_with("docker.io/nvidia/cuda"));
+        assert!(d.download_bytes > 0 && d.required_disk_bytes > d.download_bytes);
+        assert!(
+            d.source.contains("2026-12-02"),
+            "the source names the date it was read"
+        );
+        assert!(
+            d.notes.iter().any(|n| n.contains("placeholder")),
+            "unverified entries say so"
+        );
+    }
+    let manifest = embedded_manifest().expect("manifest");
+    assert_eq!(manifest.manifest_id, "linux-r1");
+    let qualified = manifest.distributions_for("linux.install-container-runtime");
+    for (id, version) in [
+        ("ubuntu", "22.04"),
+        ("ubuntu", "24.04"),
+        ("ubuntu", "26.04"),
+        ("debian", "12"),
+        ("debian", "13"),
+        ("fedora", "43"),
+        ("fedora", "44"),
+    ] {
+        for arch in ["x86_64", "aarch64"] {
+            assert!(
+                qualified
+                    .iter()
+                    .any(|q| q.id == id && q.version_id == version && q.arch == arch),
+                "{id} {version} {arch}"
+            );
+        }
+    }
+    assert!(manifest.distributions_for("another-recipe").is_empty());
+}
+
+fn descriptor_value() -> Value {
+    serde_json::from_str(embedded_descriptor_text(EngineId::Vllm)).expect("json")
+}
+
+fn manifest_value() -> Value {
+    serde_json::from_str(embedded_manifest_text()).expect("json")
+}
+
+#[test]
+fn the_descriptor_parser_refuses_unknown_keys_and_lists_them_sorted() {
+    let mut v = descriptor_value();
+    v["zeta"] = json!(1);
+    v["alpha"] = json!(2);
+    let err = Descriptor::parse(&v).expect_err("refused");
+    assert_eq!(err.code.as_str(), "MANAGED_METADATA_INVALID");
+    assert!(
+        err.message.starts_with("Invalid runtime descriptor: "),
+        "{}",
+        err.message
+    );
+    assert_eq!(err.details.as_deref(), Some("alpha,zeta"));
+
+    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
+        ("schema 2", Box::new(|v| v["schema_version"] = json!(2))),
+        (
+            "a tag instead of a digest",
+            Box::new(|v| {
+                v["image"]["linux/amd64"]["repository"] = json!("docker.io/vllm/vllm-openai:latest")
+            }),
+        ),
+        (
+            "an uppercase digest",
+            Box::new(|v| {
+                v["image"]["linux/amd64"]["digest"] = json!(format!("sha256:{}", "A".repeat(64)))
+            }),
+        ),
+        (
+            "a missing platform",
+            Box::new(|v| {
+                v["image"].as_object_mut().map(|m| m.remove("linux/arm64"));
+            }),
+        ),
+        (
+            "an extra platform",
+            Box::new(|v| {
+                v["probe_image"]["linux/riscv64"] = v["probe_image"]["linux/amd64"].clone()
+            }),
+        ),
+        (
+            "an extra field on an image",
+            Box::new(|v| v["image"]["linux/amd64"]["tag"] = json!("v1")),
+        ),
+        (
+            "a driver without a dot",
+            Box::new(|v| v["minimum_driver_version"] = json!("580")),
+        ),
+        (
+            "a capability with a leading zero",
+            Box::new(|v| v["minimum_compute_capability"] = json!("07.5")),
+        ),
+        (
+            "an unknown engine",
+            Box::new(|v| v["engine_id"] = json!("llama.cpp")),
+        ),
+        ("an uppercase id", Box::new(|v| v["id"] = json!("VLLM-1"))),
+        (
+            "a negative size",
+            Box::new(|v| v["download_bytes"] = json!(-1)),
+        ),
+        (
+            "an unsafe integer",
+            Box::new(|v| v["required_disk_bytes"] = json!(9007199254740992u64)),
+        ),
+        (
+            "a bad expiry",
+            Box::new(|v| v["expires_at"] = json!("next year")),
+        ),
+        ("another kind", Box::new(|v| v["kind"] = json!("recipe"))),
+    ];
+    for (what, edit) in cases {
+        let mut v = descriptor_value();
+        edit(&mut v);
+        let err = Descriptor::parse(&v).expect_err(what);
+        assert!(
+            err.message.starts_with("Invalid runtime descriptor: "),
+            "{what}: {}",
+            err.message
+        );
+    }
+    assert!(Descriptor::parse_bytes(b"{not json").is_err());
+    assert!(Descriptor::parse(&json!([])).is_err());
+}
+
+#[test]
+fn the_manifest_parser_follows_the_reference_rejections() {
+    assert!(Manifest::parse(&manifest_value()).is_ok());
+    let mut empty = manifest_value();
+    empty["recipes"] = json!([]);
+    let empty = Manifest::parse(&empty).expect("an empty recipe list qualifies nothing");
+    assert!(empty
+        .distributions_for("linux.install-container-runtime")
+        .is_empty());
+
+    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
+        (
+            "a command on a recipe",
+            Box::new(|v| v["recipes"][0]["command"] = json!("curl | sh")),
+        ),
+        (
+            "an unknown top-level field",
+            Box::new(|v| v["extra"] = json!(true)),
+        ),
+        (
+            "a $schema key",
+            Box::new(|v| v["$schema"] = json!("https://example.com/s.json")),
+        ),
+        (
+            "an empty distribution list",
+            Box::new(|v| v["recipes"][0]["distributions"] = json!([])),
+        ),
+        (
+            "a distribution listed twice",
+            Box::new(|v| {
+                let first = v["recipes"][0]["distributions"][0].clone();
+                v["recipes"][0]["distributions"]
+                    .as_array_mut()
+                    .map(|a| a.push(first));
+            }),
+        ),
+        (
+            "a recipe id listed twice",
+            Box::new(|v| {
+                let first = v["recipes"][0].clone();
+                v["recipes"].as_array_mut().map(|a| a.push(first));
+            }),
+        ),
+        (
+            "a manifest id of another platform",
+            Box::new(|v| v["id"] = json!("windows-r1")),
+        ),
+        (
+            "a manifest id without a revision",
+            Box::new(|v| v["id"] = json!("linux-r")),
+        ),
+        (
+            "another platform",
+            Box::new(|v| v["platform"] = json!("windows")),
+        ),
+        (
+            "schema_version 2",
+            Box::new(|v| v["schema_version"] = json!(2)),
+        ),
+        (
+            "a non-semver minimum version",
+            Box::new(|v| v["minimum_broker_version"] = json!("0.7")),
+        ),
+        (
+            "no recipes field",
+            Box::new(|v| {
+                v.as_object_mut().map(|m| m.remove("recipes"));
+            }),
+        ),
+        (
+            "a distribution id with an uppercase letter",
+            Box::new(|v| v["recipes"][0]["distributions"][0]["id"] = json!("Ubuntu")),
+        ),
+        (
+            "a version that is not digits and dots",
+            Box::new(|v| v["recipes"][0]["distributions"][0]["version_id"] = json!("24.04-lts")),
+        ),
+        (
+            "an architecture the broker never runs on",
+            Box::new(|v| v["recipes"][0]["distributions"][0]["arch"] = json!("riscv64")),
+        ),
+        (
+            "an extra field on a distribution",
+            Box::new(|v| v["recipes"][0]["distributions"][0]["codename"] = json!("noble")),
+        ),
+        (
+            "a recipe id with an uppercase letter",
+            Box::new(|v| v["recipes"][0]["recipe_id"] = json!("Linux.install")),
+        ),
+    ];
+    for (what, edit) in cases {
+        let mut v = manifest_value();
+        edit(&mut v);
+        let err = Manifest::parse(&v).expect_err(what);
+        assert_eq!(err.code.as_str(), "MANAGED_METADATA_INVALID", "{what}");
+        assert!(
+            err.message.starts_with("Invalid environment manifest: "),
+            "{what}: {}",
+            err.message
+        );
+    }
+    assert!(
+        Manifest::parse(&json!("linux-r1")).is_err(),
+        "not an object at all"
+    );
+}
+
+// --- Signed updates ---------------------------------------------------------------------------
+
+struct Home {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl Home {
+    fn new() -> Home {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().to_path_buf();
+        std::fs::create_dir_all(root.join("config/enginekit/documents")).expect("mkdir");
+        std::fs::create_dir_all(root.join("config/enginekit/keys")).expect("mkdir");
+        Home { _dir: dir, root }
+    }
+    fn sources(&self) -> DocumentSources {
+        DocumentSources {
+            documents_dir: Some(self.root.join("config/enginekit/documents")),
+            keys_dir: Some(self.root.join("config/enginekit/keys")),
+            state_dir: Some(self.root.join("state/enginekit")),
+            now: OffsetDateTime::now_utc(),
+        }
+    }
+    fn trust(&self, key: &SigningKey) {
+        std::fs::write(
+            self.root
+                .join(format!("config/enginekit/keys/{}.pub", key.id().as_str())),
+            key.public_key().to_text(),
+        )
+        .expect("key");
+    }
+    fn put(&self, name: &str, doc: &SignedDocument) {
+        std::fs::write(self.documents().join(name), doc.to_bytes().expect("bytes")).expect("write");
+    }
+    fn documents(&self) -> PathBuf {
+        self.root.join("config/enginekit/documents")
+    }
+    fn marks(&self) -> Value {
+        let bytes =
+            std::fs::read(self.root.join("state/enginekit").join(HIGH_WATER_FILE)).expect("marks");
+        serde_json::from_slice(&bytes).expect("json")
+    }
+}
+
+fn newer_vllm(serial: u64, id: &str) -> Value {
+    let mut v = descriptor_value();
+    v["serial"] = json!(serial);
+    v["id"] = json!(id);
+    v["minimum_compute_capability"] = json!("8.0");
+    v
+}
+
+fn sign(payload: Value, kind: DocumentKind, key: &SigningKey) -> SignedDocument {
+    SignedDocument::sign(payload, kind, key).expect("sign")
+}
+
+fn origin_serial(set: &DocumentSet) -> Option<u64> {
+    match set.descriptor_origin(EngineId::Vllm) {
+        Some(Origin::Signed { serial, .. }) => Some(*serial),
+        _ => None,
+    }
+}
+
+#[test]
+fn a_newer_signed_descriptor_is_used_and_its_serial_recorded() {
+    let home = Home::new();
+    let key = SigningKey::from_seed(&[7; 32]);
+    home.trust(&key);
+    home.put(
+        "vllm.json",
+        &sign(
+            newer_vllm(2, "vllm-0.15.0-r1"),
+            DocumentKind::EngineDescriptor,
+            &key,
+        ),
+    );
+    let set = DocumentSet::load(&home.sources());
+    assert!(set.notes.is_empty(), "{:?}", set.notes);
+    let d = set.descriptor(EngineId::Vllm).expect("descriptor");
+    assert_eq!(d.descriptor_id, "vllm-0.15.0-r1");
+    assert_eq!(origin_serial(&set), Some(2));
+    assert_eq!(home.marks()["engine-descriptor/vllm"]["serial"], json!(2));
+    // The other engine keeps its embedded descriptor.
+    assert_eq!(
+        set.descriptor_origin(EngineId::TensorrtLlm),
+        Some(&Origin::Embedded)
+    );
+}
+
+#[test]
+fn an_older_document_after_a_newer_one_is_a_rollback_and_the_embedded_one_is_used() {
+    let home = Home::new();
+    let key = SigningKey::from_seed(&[8; 32]);
+    home.trust(&key);
+    home.put(
+        "vllm.json",
+        &sign(
+            newer_vllm(5, "vllm-0.16.0-r1"),
+            DocumentKind::EngineDescriptor,
+            &key,
+        ),
+    );
+    assert_eq!(origin_serial(&DocumentSet::load(&home.sources())), Some(5));
+
+    // An attacker (or a stale sync) puts back a validly signed, older document.
+    home.put(
+        "vllm.json",
+        &sign(
+            newer_vllm(3, "vllm-0.15.0-r1"),
+            DocumentKind::EngineDescriptor,
+            &key,
+        ),
+    );
+    let set = DocumentSet::load(&home.sources());
+    assert_eq!(origin_serial(&set), None, "the rollback is refused");
+    assert_eq!(
+        set.descriptor(EngineId::Vllm)
+            .expect("embedded")
+            .descriptor_id,
+        "vllm-0.14.0-r1"
+    );
+    assert!(
+        set.notes.iter().any(|n| n.contains("rollback")),
+        "{:?}",
+        set.notes
+    );
+    assert!(
+        set.notes
+            .iter()
+            .any(|n| n.contains("serial 5") && n.contains("no longer usable")),
+        "{:?}",
+        set.notes
+    );
+    // The mark never goes down.
+    assert_eq!(home.marks()["engine-descriptor/vllm"]["serial"], json!(5));
+
+    // The same serial with another payload is a rollback too.
+    let mut changed = newer_vllm(5, "vllm-0.16.0-r1");
+    changed["download_bytes"] = json!(1);
+    home.put(
+        "vllm.json",
+        &sign(changed, DocumentKind::EngineDescriptor, &key),
+    );
+    assert_eq!(origin_serial(&DocumentSet::load(&home.sources())), None);
+}
+
+#[test]
+fn refused_documents_leave_the_embedded_one_in_charge_with_a_note() {
+    let trusted = SigningKey::from_seed(&[9; 32]);
+    let stranger = SigningKey::from_seed(&[10; 32]);
+    let cases: Vec<(&str, Box<dyn Fn(&Home) -> Vec<u8>>)> = vec![
+        (
+            "unknown-key",
+            Box::new(|_| {
+                sign(
+                    newer_vllm(2, "vllm-x-r1"),
+                    DocumentKind::EngineDescriptor,
+                    &stranger,
+                )
+                .to_bytes()
+                .expect("b")
+            }),
+        ),
+        (
+            "bad-signature",
+            Box::new(|_| {
+                let doc = sign(
+                    newer_vllm(2, "vllm-x-r1"),
+                    DocumentKind::EngineDescriptor,
+                    &trusted,
+                );
+                let mut v = doc.to_value();
+                v["payload"]["download_bytes"] = json!(1);
+                serde_json::to_vec(&v).expect("b")
+            }),
+        ),
+        // A descriptor signed under the recipe context can never pass as a descriptor.
+        (
+            "bad-signature",
+            Box::new(|_| {
+                let Value::Object(payload) = newer_vllm(2, "vllm-x-r1") else {
+                    panic!("object")
+                };
+                let mut doc = SignedDocument::unsigned(payload);
+                doc.add_signature(DocumentKind::Recipe, &trusted)
+                    .expect("sign");
+                doc.to_bytes().expect("b")
+            }),
+        ),
+        (
+            "expired",
+            Box::new(|_| {
+                let mut v = newer_vllm(2, "vllm-x-r1");
+                v["expires_at"] = json!("2020-01-01T00:00:00Z");
+                sign(v, DocumentKind::EngineDescriptor, &trusted)
+                    .to_bytes()
+                    .expect("b")
+            }),
+        ),
+        (
+            "not newer than the built-in",
+            Box::new(|_| {
+                sign(
+                    newer_vllm(1, "vllm-x-r1"),
+                    DocumentKind::EngineDescriptor,
+                    &trusted,
+                )
+                .to_bytes()
+                .expect("b")
+            }),
+        ),
+        (
+            "Invalid runtime descriptor",
+            Box::new(|_| {
+                let mut v = newer_vllm(2, "vllm-x-r1");
+                v["surprise"] = json!(true);
+                sign(v, DocumentKind::EngineDescriptor, &trusted)
+                    .to_bytes()
+                    .expect("b")
+            }),
+        ),
+        (
+            "needs enginekit 99.0.0",
+            Box::new(|_| {
+                let mut v = newer_vllm(2, "vllm-x-r1");
+                v["minimum_broker_version"] = json!("99.0.0");
+                sign(v, DocumentKind::EngineDescriptor, &trusted)
+                    .to_bytes()
+                    .expect("b")
+            }),
+        ),
+        ("malformed", Box::new(|_| b"{\"payload\": 1}".to_vec())),
+    ];
+    for (why, bytes) in cases {
+        let home = Home::new();
+        home.trust(&trusted);
+        std::fs::write(home.documents().join("vllm.json"), bytes(&home)).expect("write");
+        let set = DocumentSet::load(&home.sources());
+        assert_eq!(
+            set.descriptor(EngineId::Vllm)
+                .expect("embedded")
+                .descriptor_id,
+            "vllm-0.14.0-r1",
+            "{why}"
+        );
+        assert_eq!(origin_serial(&set), None, "{why}");
+        assert!(
+            set.notes
+                .iter()
+                .any(|n| n.contains("vllm.json") && n.contains(why)),
+            "{why}: {:?}",
+            set.notes
+        );
+        assert!(
+            !home
+                .root
+                .join("state/enginekit")
+                .join(HIGH_WATER_FILE)
+                .exists(),
+            "{why}: no mark"
+        );
+    }
+}
+
+fn replay_facts(
+    name: &str,
+    edit: impl FnOnce(&mut Value),
+) -> enginekit_broker::probe::facts::HostFacts {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/facts")
+        .join(name);
+    let mut v = serde_json::to_value(read_facts_file(&path).expect("facts")).expect("json");
+    edit(&mut v);
+    serde_json::from_value(v).expect("facts")
+}
+
+#[test]
+fn a_signed_manifest_qualifies_a_new_release_for_the_same_descriptor() {
+    let mint = |f: &mut Value| {
+        f["system"]["distribution"]["value"]["id"] = json!("fedora");
+        f["system"]["distribution"]["value"]["version_id"] = json!("42");
+        f["system"]["distribution"]["value"]["family"] = json!("dnf");
+    };
+    let home = Home::new();
+    let key = SigningKey::from_seed(&[11; 32]);
+    home.trust(&key);
+    let before = plan_for(
+        EngineId::Vllm,
+        replay_facts("ubuntu2404-rtx4070-clean.json", mint),
+        &home.sources(),
+    )
+    .expect("plan");
+    assert_eq!(before.plan.availability, Availability::PrerequisiteBlocked);
+
+    let mut manifest = manifest_value();
+    manifest["id"] = json!("linux-r2");
+    manifest["serial"] = json!(2);
+    manifest["recipes"][0]["distributions"]
+        .as_array_mut()
+        .expect("list")
+        .push(json!({"id": "fedora", "version_id": "42", "arch": "x86_64"}));
+    home.put(
+        "linux.json",
+        &sign(manifest, DocumentKind::EnvironmentManifest, &key),
+    );
+    let after = plan_for(
+        EngineId::Vllm,
+        replay_facts("ubuntu2404-rtx4070-clean.json", mint),
+        &home.sources(),
+    )
+    .expect("plan");
+    assert!(
+        after.document_notes.is_empty(),
+        "{:?}",
+        after.document_notes
+    );
+    assert_eq!(after.plan.availability, Availability::SetupRequired);
+    assert_eq!(
+        after.plan.environment_manifest_id.as_deref(),
+        Some("linux-r2")
+    );
+    assert_eq!(after.plan.descriptor_id, before.plan.descriptor_id);
+    assert!(after.plan.host_step.is_some());
+    assert_ne!(after.plan.plan_digest, before.plan.plan_digest);
+    assert_eq!(
+        home.marks()["environment-manifest/linux"]["serial"],
+        json!(2)
+    );
+}
