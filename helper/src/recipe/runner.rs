@@ -27,6 +27,18 @@ impl From<UnsafeValue> for Failure {
     }
 }
 
+/// The locks a package-manager command waits for: the lists lock for `apt-get update`, the
+/// dpkg locks for an install or removal, the rpm database lock for dnf.
+fn locks_for(cmd: &Command) -> &'static [&'static str] {
+    use crate::exec::command::Program;
+    match (cmd.program, cmd.args.first().map(|a| a.as_str())) {
+        (Program::AptGet, Some("update")) => &lock::APT_LOCKS[2..3],
+        (Program::AptGet, _) | (Program::Dpkg, _) => &lock::APT_LOCKS[..2],
+        (Program::Dnf, _) => lock::RPM_LOCKS,
+        _ => &[],
+    }
+}
+
 /// The last `max` characters of `text`.
 pub fn tail_chars(text: &str, max: usize) -> String {
     let count = text.chars().count();
@@ -88,10 +100,7 @@ impl<'a> Runner<'a> {
             self.package_manager_started = true;
             self.report();
         }
-        let locks: &[&str] = match self.family {
-            Family::Apt => lock::APT_LOCKS,
-            Family::Dnf => lock::RPM_LOCKS,
-        };
+        let locks = locks_for(cmd);
         let started = Instant::now();
         let result = {
             let sink = &mut *self.sink;
@@ -99,7 +108,7 @@ impl<'a> Runner<'a> {
             let percent = self.percent;
             let mut waiting: Option<LockHolder> = None;
             let mut watch = |child: u32| {
-                if !is_pm {
+                if locks.is_empty() {
                     return;
                 }
                 let holder = lock::foreign_holder(locks, Some(child));

@@ -1,0 +1,339 @@
+//! The recipe executor against the real apt of this machine and the bench's local signed apt
+//! repository (STAND-IN NVIDIA Container Toolkit debs; see tests/bench/README.md).
+//!
+//! A test recipe, signed with a test key and verified through the signed-document API, adds
+//! that repository with its key and pinned fingerprint, installs the four stand-in toolkit
+//! packages pinned to one version with apt for real, runs the stand-in `nvidia-ctk runtime
+//! configure` (so /etc/docker/daemon.json gains the runtime), and adds `ekuser` to the docker
+//! group. Run twice, the second run changes nothing.
+//!
+//! What is not run here, and why: `docker-restart`, `docker-service` and `nvidia-cdi` are not
+//! selected. This machine has no systemd (`systemctl` answers but manages nothing), the shared
+//! dockerd must not be restarted, and `cdi generate` needs a GPU. Their exact argv is asserted
+//! against the reference recipe by the helper's unit tests (`helper/src/recipe/tests.rs`). The
+//! configure-runtime action still runs `systemctl is-active --quiet docker` for real: it
+//! answers "not active", so the executor correctly does not restart anything.
+//!
+//! Everything is put back afterwards (also on failure): the packages are purged, the key and
+//! source files removed, daemon.json restored byte for byte (or removed if there was none), and
+//! `ekuser` taken out of the docker group. Tests that install the stand-in packages serialise on
+//! the lock file [`APT_TEST_LOCK`].
+
+use std::fs::File;
+use std::process::Command;
+
+use enginekit_helper::recipe::{self, ActionStatus, CancelToken, ExecContext, ProgressSink};
+use enginekit_integration::bench::{self, BenchEnv, Service};
+use enginekit_shared::recipe::Recipe;
+use enginekit_shared::signed::{verify, DocumentKind, SignedDocument, SigningKey, TrustStore};
+use enginekit_shared::wire::host_step::HostParameters;
+use enginekit_shared::wire::receipt::Outcome;
+use serde_json::{json, Value};
+
+/// Every test (in any crate) that installs or removes the bench's stand-in packages holds this
+/// lock, so that two such tests never race on dpkg.
+const APT_TEST_LOCK: &str = "/run/lock/enginekit-apt-tests.lock";
+
+const KEYRING: &str = "/usr/share/keyrings/ekt-recipe-bench-archive-keyring.gpg";
+const SOURCE: &str = "/etc/apt/sources.list.d/ekt-recipe-bench-toolkit.list";
+const DAEMON_JSON: &str = "/etc/docker/daemon.json";
+const PACKAGES: [&str; 4] = [
+    "nvidia-container-toolkit",
+    "nvidia-container-toolkit-base",
+    "libnvidia-container-tools",
+    "libnvidia-container1",
+];
+
+fn sh(program: &str, args: &[&str]) -> std::process::Output {
+    Command::new(program).args(args).output().unwrap_or_else(|e| panic!("{program}: {e}"))
+}
+
+fn installed_version(package: &str) -> Option<String> {
+    let out = sh("dpkg-query", &["--show", "--showformat=${Status} ${Version}", package]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    text.strip_prefix("install ok installed ").map(str::to_string)
+}
+
+fn groups_of(user: &str) -> Vec<String> {
+    let out = sh("id", &["-nG", user]);
+    String::from_utf8_lossy(&out.stdout).split_whitespace().map(String::from).collect()
+}
+
+/// The test recipe: the production recipe's shape, the NVIDIA repository replaced by the
+/// bench's (its key, its fingerprint, its base URL), the four packages pinned.
+fn test_recipe_payload(env: &BenchEnv) -> Value {
+    let repo = &env.apt_repo;
+    let key = std::fs::read_to_string(&repo.key_asc).expect("the bench's armored key");
+    let mut payload = enginekit_shared::recipe::builtin().unwrap().payload().clone();
+    payload["serial"] = json!(1000);
+    payload["expires_at"] = json!("2099-01-01T00:00:00Z");
+    let pinned: Vec<Value> = PACKAGES
+        .iter()
+        .map(|p| json!({"component": "nvidia-container-toolkit", "name": p, "version": repo.toolkit_version}))
+        .collect();
+    payload["apt"]["actions"] = json!([
+        {"action": "install-key", "id": "nvidia-key", "component": "nvidia-container-toolkit",
+         "path": KEYRING, "encoding": "binary", "key": key, "fingerprints": [repo.key_fingerprint]},
+        {"action": "write-source", "id": "nvidia-source", "component": "nvidia-container-toolkit",
+         "path": SOURCE,
+         "template": format!("deb [signed-by={KEYRING}] file://{}/stable/deb/$(ARCH) /\n", repo.base.display())},
+        {"action": "check-conflicts", "id": "conflicts", "remove": false, "conflicts": [
+            {"component": "nvidia-container-toolkit", "packages": ["nvidia-container-runtime", "nvidia-docker2"]}]},
+        {"action": "refresh-metadata", "id": "refresh"},
+        {"action": "install-packages", "id": "packages", "packages": pinned},
+        {"action": "configure-runtime", "id": "nvidia-runtime", "component": "nvidia-runtime"},
+        {"action": "add-to-docker-group", "id": "docker-group", "component": "docker-group"},
+    ]);
+    payload
+}
+
+/// Signs the payload with a fresh test key and verifies it back, as the helper does with an
+/// inline recipe: only a verified payload becomes a `Recipe`.
+fn signed_and_verified(payload: Value) -> Recipe {
+    let key = SigningKey::generate().unwrap();
+    let doc = SignedDocument::sign(payload, DocumentKind::Recipe, &key).unwrap();
+    let bytes = doc.to_bytes().unwrap();
+    let received = SignedDocument::parse(&bytes).unwrap();
+    let mut trust = TrustStore::new();
+    trust.add(key.public_key().clone());
+    let verified = verify(&received, DocumentKind::Recipe, &trust, time::OffsetDateTime::now_utc(), None)
+        .expect("the test recipe verifies against its test key");
+    // An untrusted key is refused.
+    let stranger = SigningKey::generate().unwrap();
+    let mut other = TrustStore::new();
+    other.add(stranger.public_key().clone());
+    assert!(verify(&received, DocumentKind::Recipe, &other, time::OffsetDateTime::now_utc(), None).is_err());
+    Recipe::from_payload(Value::Object(verified.payload)).expect("the test recipe is valid")
+}
+
+/// Puts the host back as it was, on success and on panic alike.
+struct HostGuard {
+    daemon_json: Option<Vec<u8>>,
+    user: String,
+    _lock: nix::fcntl::Flock<File>,
+}
+
+impl HostGuard {
+    fn new(user: &str) -> HostGuard {
+        let file = File::options().create(true).truncate(false).write(true).open(APT_TEST_LOCK).unwrap();
+        let lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+            .unwrap_or_else(|(_, e)| panic!("{APT_TEST_LOCK}: {e}"));
+        let guard = HostGuard { daemon_json: std::fs::read(DAEMON_JSON).ok(), user: user.to_string(), _lock: lock };
+        guard.clean();
+        assert!(
+            !groups_of(user).iter().any(|g| g == "docker"),
+            "{user} must start outside the docker group"
+        );
+        guard
+    }
+
+    fn clean(&self) {
+        let mut purge = vec!["--purge"];
+        purge.extend(PACKAGES);
+        let out = sh("dpkg", &purge);
+        assert!(out.status.success(), "dpkg --purge: {}", String::from_utf8_lossy(&out.stderr));
+        for f in [KEYRING, SOURCE] {
+            let _ = std::fs::remove_file(f);
+        }
+        let _ = sh("gpasswd", &["-d", &self.user, "docker"]);
+        match &self.daemon_json {
+            Some(bytes) => std::fs::write(DAEMON_JSON, bytes).unwrap(),
+            None => {
+                let _ = std::fs::remove_file(DAEMON_JSON);
+            }
+        }
+    }
+}
+
+impl Drop for HostGuard {
+    fn drop(&mut self) {
+        self.clean();
+        for p in PACKAGES {
+            assert_eq!(installed_version(p), None, "{p} was left installed");
+        }
+    }
+}
+
+/// Records progress, and lets the test react to a phase.
+struct Progress {
+    events: Vec<(String, i32, bool)>,
+    on_waiting: Option<Box<dyn FnMut() + Send>>,
+}
+
+impl ProgressSink for Progress {
+    fn progress(&mut self, phase: &str, percent: i32, allow_cancel: bool) {
+        if phase.starts_with("waiting for another package manager") {
+            if let Some(f) = self.on_waiting.as_mut() {
+                f();
+            }
+        }
+        self.events.push((phase.to_string(), percent, allow_cancel));
+    }
+}
+
+fn params(user: &str) -> HostParameters {
+    let os = std::fs::read_to_string("/etc/os-release").unwrap();
+    let field = |k: &str| {
+        os.lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .map(|v| v.trim_matches('"').to_string())
+            .unwrap()
+    };
+    let arch = String::from_utf8(sh("uname", &["-m"]).stdout).unwrap().trim().to_string();
+    HostParameters::validate(&json!({
+        "user": user, "arch": arch, "family": "apt", "distro_id": field("ID"), "version_id": field("VERSION_ID"),
+        "components": ["nvidia-container-toolkit", "nvidia-runtime", "docker-group"],
+    }))
+    .unwrap()
+}
+
+/// Holds `/var/lib/dpkg/lock-frontend` the way another apt would (a POSIX fcntl lock) until it
+/// is killed, or 60 s at most.
+fn hold_dpkg_lock() -> std::process::Child {
+    let mut child = Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            "import fcntl,time; f=open('/var/lib/dpkg/lock-frontend','w'); fcntl.lockf(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    assert_eq!(line.trim(), "locked");
+    child
+}
+
+#[test]
+fn installs_the_stand_in_toolkit_from_the_signed_local_repository_then_changes_nothing() {
+    let env = bench::require(&[Service::AptRepo, Service::TestUser]);
+    let user = env.test_user.clone();
+    let _host = HostGuard::new(&user.name);
+    let recipe = signed_and_verified(test_recipe_payload(&env));
+    let params = params(&user.name);
+    let ctx = ExecContext::new(user.uid);
+
+    // First run, with another "package manager" holding the dpkg lock when apt wants it: the
+    // wait is a reported phase, not an error. The holder is released once the phase is seen.
+    let holder = std::sync::Arc::new(std::sync::Mutex::new(hold_dpkg_lock()));
+    let holder_pid = holder.lock().unwrap().id();
+    let release = holder.clone();
+    let mut progress = Progress {
+        events: Vec::new(),
+        on_waiting: Some(Box::new(move || {
+            let mut h = release.lock().unwrap();
+            let _ = h.kill();
+            let _ = h.wait();
+        })),
+    };
+    let first = recipe::run(&recipe, &params, &ctx, &mut progress, &CancelToken::new());
+    {
+        let mut h = holder.lock().unwrap();
+        let _ = h.kill();
+        let _ = h.wait();
+    }
+    let summary: Vec<(String, &str, String)> =
+        first.actions.iter().map(|a| (a.id.clone(), a.status.as_str(), a.detail.clone())).collect();
+    assert_eq!(first.outcome, Outcome::Succeeded, "{:?} {summary:#?}", first.error);
+    let ids: Vec<&str> = first.actions.iter().map(|a| a.id.as_str()).collect();
+    assert_eq!(ids, ["nvidia-key", "nvidia-source", "conflicts", "refresh", "packages", "nvidia-runtime", "docker-group"]);
+    for a in &first.actions {
+        let expected = if a.id == "conflicts" { ActionStatus::Satisfied } else { ActionStatus::Applied };
+        assert_eq!(a.status, expected, "{}: {}", a.id, a.detail);
+    }
+    let waiting = format!("waiting for another package manager: python3 (pid {holder_pid})");
+    assert!(
+        progress.events.iter().any(|(phase, _, cancel)| phase == &waiting && !cancel),
+        "no lock phase in {:#?}",
+        progress.events
+    );
+    // Cancel is offered until the package manager starts, never after.
+    let first_pm = progress.events.iter().position(|(_, _, c)| !c).unwrap();
+    assert!(first_pm > 0 && progress.events[first_pm..].iter().all(|(_, _, c)| !c));
+
+    // The host really changed.
+    for p in PACKAGES {
+        assert_eq!(installed_version(p).as_deref(), Some(env.apt_repo.toolkit_version.as_str()), "{p} is pinned");
+    }
+    // The keyring is the dearmored binary key block, holding exactly the pinned key.
+    let key = std::fs::read(KEYRING).unwrap();
+    let fingerprints = enginekit_shared::recipe::openpgp::primary_fingerprints(&key).unwrap();
+    assert_eq!(fingerprints.len(), 1);
+    assert_eq!(fingerprints[0].as_str(), env.apt_repo.key_fingerprint);
+    let daemon: Value = serde_json::from_slice(&std::fs::read(DAEMON_JSON).unwrap()).unwrap();
+    assert_eq!(daemon["runtimes"]["nvidia"]["path"], "nvidia-container-runtime");
+    assert!(groups_of(&user.name).iter().any(|g| g == "docker"));
+
+    // Every action is in the records with its argv and exit status.
+    let records = first.records();
+    assert_eq!(records.len(), 7);
+    let by_code = |code: &str| records.iter().find(|r| r.code == code).unwrap();
+    let install = by_code("packages");
+    assert_eq!(install.exit_status, Some(0));
+    assert_eq!(install.argv[0], "/usr/bin/apt-get");
+    assert!(install.argv.iter().any(|a| a == "--no-remove"));
+    for p in PACKAGES {
+        let pinned = format!("{p}={}", env.apt_repo.toolkit_version);
+        assert!(install.argv.contains(&pinned), "{pinned} in {:?}", install.argv);
+    }
+    let refresh = by_code("refresh");
+    assert_eq!(refresh.exit_status, Some(0));
+    assert!(refresh.argv.contains(&format!("Dir::Etc::sourcelist={SOURCE}")));
+    assert_eq!(by_code("nvidia-runtime").argv[1..], ["runtime", "configure", "--runtime=docker"]);
+    assert_eq!(by_code("nvidia-runtime").exit_status, Some(0));
+    let group = by_code("docker-group");
+    assert_eq!(group.argv[1..], ["-aG".to_string(), "docker".to_string(), user.name.clone()]);
+    assert_eq!(group.exit_status, Some(0));
+    // configure-runtime asked systemd whether Docker runs, and did not restart it.
+    let runtime = first.actions.iter().find(|a| a.id == "nvidia-runtime").unwrap();
+    assert!(runtime.commands.iter().all(|c| !c.argv.iter().any(|a| a == "restart")), "{:?}", runtime.commands);
+    assert!(runtime.detail.contains("not running"), "{}", runtime.detail);
+
+    // Second run: nothing changes, everything is already in place.
+    let daemon_before = std::fs::read(DAEMON_JSON).unwrap();
+    let mut progress = Progress { events: Vec::new(), on_waiting: None };
+    let second = recipe::run(&recipe, &params, &ctx, &mut progress, &CancelToken::new());
+    assert_eq!(second.outcome, Outcome::Succeeded, "{:?}", second.error);
+    for a in &second.actions {
+        assert_eq!(a.status, ActionStatus::Satisfied, "{}: {}", a.id, a.detail);
+        assert!(a.commands.iter().all(|c| !c.mutating), "{} ran {:?}", a.id, a.commands);
+    }
+    assert_eq!(std::fs::read(DAEMON_JSON).unwrap(), daemon_before);
+    assert!(second.records().iter().all(|r| r.log_tail.starts_with("satisfied: ")));
+}
+
+#[test]
+fn a_caller_who_is_not_the_user_is_refused_and_a_missing_package_fails_cleanly() {
+    let env = bench::require(&[Service::AptRepo, Service::TestUser]);
+    let user = env.test_user.clone();
+    let _host = HostGuard::new(&user.name);
+    let mut payload = test_recipe_payload(&env);
+    // A pin the repository does not have: apt fails, the failure stops the run.
+    let actions = payload["apt"]["actions"].as_array_mut().unwrap();
+    actions[4]["packages"][3]["version"] = json!("9.9.9-1");
+    let recipe = signed_and_verified(payload);
+    // The step is run on behalf of someone else's uid.
+    let ctx = ExecContext::new(env.other_user.uid);
+    let mut progress = Progress { events: Vec::new(), on_waiting: None };
+    let out = recipe::run(&recipe, &params(&user.name), &ctx, &mut progress, &CancelToken::new());
+    assert_eq!(out.outcome, Outcome::Failed);
+    let packages = out.actions.iter().find(|a| a.id == "packages").unwrap();
+    assert_eq!(packages.status, ActionStatus::Failed);
+    let install = packages.main_command().unwrap();
+    assert_eq!(install.exit_status, Some(100), "apt-get's own status: {}", install.stderr_tail);
+    assert!(install.stderr_tail.contains("9.9.9-1"), "{}", install.stderr_tail);
+    assert!(out.actions.iter().skip_while(|a| a.id != "packages").skip(1).all(|a| a.status == ActionStatus::NotRun));
+    for p in PACKAGES {
+        assert_eq!(installed_version(p), None, "{p} must not be installed");
+    }
+    let code = out.error.as_ref().unwrap().code;
+    assert_eq!(code.as_str(), "MANAGED_PREREQUISITE_BLOCKED");
+
+    // Fix the pin; the same uid mismatch now stops the run at the group action.
+    let recipe = signed_and_verified(test_recipe_payload(&env));
+    let out = recipe::run(&recipe, &params(&user.name), &ctx, &mut progress, &CancelToken::new());
+    let group = out.actions.iter().find(|a| a.id == "docker-group").unwrap();
+    assert_eq!(group.status, ActionStatus::Failed);
+    assert!(group.detail.contains(&format!("but the step was requested by uid {}", env.other_user.uid)), "{}", group.detail);
+    assert!(!groups_of(&user.name).iter().any(|g| g == "docker"));
+}
