@@ -474,3 +474,80 @@ fn host_step_from_value<'de, D: serde::Deserializer<'de>>(
         .map(|v| HostStep::from_value(v).map_err(serde::de::Error::custom))
         .transpose()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_blocker_omits_params_and_commands_when_neither_is_given() {
+        let b = Blocker::new(BlockerReason::DriverMissing, "No driver.");
+        assert_eq!(
+            serde_json::to_string(&b).unwrap(),
+            r#"{"code":"MANAGED_PREREQUISITE_BLOCKED","reason":"driver-missing","message":"No driver."}"#
+        );
+        let b = Blocker::new(BlockerReason::ReloginRequired, "Log in again.")
+            .with_commands(Vec::<String>::new())
+            .with_param("user", "ana");
+        let text = serde_json::to_string(&b).unwrap();
+        assert!(text.contains(r#""code":"MANAGED_RELOGIN_REQUIRED""#));
+        assert!(text.contains(r#""commands":[]"#) && text.contains(r#""params":{"user":"ana"}"#));
+        assert_eq!(serde_json::from_str::<Blocker>(&text).unwrap(), b);
+        assert!(serde_json::from_str::<Blocker>(
+            r#"{"code":"IO_ERROR","reason":"no-gpu","message":"m","extra":1}"#
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn codes_follow_the_reference() {
+        assert_eq!(
+            BlockerReason::EnvironmentManifestUnavailable.code(),
+            ErrorCode::MetadataInvalid
+        );
+        assert_eq!(
+            BlockerReason::RecipeRefusedPlan.code(),
+            ErrorCode::HostStepInvalid
+        );
+        assert_eq!(
+            BlockerReason::InstalledWithOtherDescriptor.code(),
+            ErrorCode::OperationConflict
+        );
+        assert_eq!(
+            BlockerReason::InitNotSystemd.code(),
+            ErrorCode::PrerequisiteBlocked
+        );
+        for reason in BlockerReason::ALL {
+            let json = serde_json::to_string(reason).unwrap();
+            assert_eq!(json, format!("\"{}\"", reason.as_str()));
+            assert_eq!(
+                &serde_json::from_str::<BlockerReason>(&json).unwrap(),
+                reason
+            );
+        }
+        assert!(serde_json::from_str::<BlockerReason>("\"driver_missing\"").is_err());
+    }
+
+    #[test]
+    fn system_changes_without_params_serialise_without_them() {
+        let change = SystemChange::new(SystemChangeCode::GenerateCdiSpec, "Generate.");
+        assert_eq!(
+            serde_json::to_string(&change).unwrap(),
+            r#"{"code":"generate-cdi-spec","text":"Generate."}"#
+        );
+        let with = SystemChange::new(SystemChangeCode::RestartDocker, "Restart.")
+            .with_param("running_containers", "unknown");
+        assert_eq!(with.param("running_containers"), Some("unknown"));
+        assert_eq!(
+            serde_json::to_value(PlanTarget::Runtime {
+                engine_id: "vllm".into()
+            })
+            .unwrap(),
+            serde_json::json!({"kind": "runtime", "engine_id": "vllm"})
+        );
+        assert_eq!(
+            serde_json::to_value(Availability::PrerequisiteBlocked).unwrap(),
+            serde_json::json!("prerequisite-blocked")
+        );
+    }
+}
