@@ -291,6 +291,38 @@ fn registry_serves_a_pushed_image_by_digest() {
         "docker rmi",
         Command::new("docker").args(["rmi", &by_digest]),
     );
+    // The registry allows deletes: drop the manifest so repeated runs do not pile up images.
+    run(
+        "DELETE manifest",
+        Command::new("curl").args([
+            "-fsS",
+            "-X",
+            "DELETE",
+            &format!(
+                "http://{}/v2/{}/manifests/{digest}",
+                env.registry_addr,
+                repo.split_once('/').map(|(_, r)| r).unwrap_or_default()
+            ),
+        ]),
+    );
+    let code = run(
+        "GET deleted manifest",
+        Command::new("curl").args([
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-H",
+            "Accept: application/vnd.docker.distribution.manifest.v2+json",
+            &format!(
+                "http://{}/v2/{}/manifests/{digest}",
+                env.registry_addr,
+                repo.split_once('/').map(|(_, r)| r).unwrap_or_default()
+            ),
+        ]),
+    );
+    assert_eq!(code, "404", "a deleted manifest is no longer served");
     std::fs::remove_dir_all(build_dir).ok();
 }
 
