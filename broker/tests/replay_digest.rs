@@ -66,8 +66,15 @@ fn a_replan_of_the_same_host_has_the_same_digest_and_a_new_nonce() {
     let host = facts(CLEAN, |_| {});
     let (a, b) = (plan_of(&host), plan_of(&host));
     assert_eq!(a.plan_digest, b.plan_digest);
-    let (sa, sb) = (a.host_step.expect("step"), b.host_step.expect("step"));
+    let (sa, sb) = (
+        a.host_step.clone().expect("step"),
+        b.host_step.clone().expect("step"),
+    );
     assert_ne!(sa.nonce(), sb.nonce());
+    // The plan document round-trips, host step included.
+    let text = serde_json::to_value(&a).expect("json");
+    let back: Plan = serde_json::from_value(text).expect("plan parses back");
+    assert_eq!(back, a);
     assert_eq!(sa.parameters_digest(), sb.parameters_digest());
 }
 

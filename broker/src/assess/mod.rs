@@ -335,7 +335,11 @@ fn later_notes(view: &LinuxView, gate: InstallGate, verdict: &Verdict) -> Vec<Bl
     }
     let earlier_than = |later: Gate| gate_rank(verdict.gate) < gate_rank(later);
     let mut notes = Vec::new();
-    if earlier_than(Gate::Distribution) && blockers::gate_blocker_applies(view, gate) {
+    // The distribution gate is only worth a note when the distribution and architecture were
+    // read; an unknown one is already a blocker of its own.
+    let identified = view.distribution.is_some() && view.architecture.is_some();
+    if earlier_than(Gate::Distribution) && identified && blockers::gate_blocker_applies(view, gate)
+    {
         notes.extend(blockers::gate_blocker(view, gate));
     }
     if earlier_than(Gate::DaemonJson) && gate == InstallGate::Recipe && daemon_json_blocks(view) {

@@ -3,7 +3,8 @@
 //! The documents compiled into this binary are trusted as built-in. Newer ones are read from
 //! `$XDG_CONFIG_HOME/enginekit/documents/` only when signed by a pinned key and carrying a
 //! higher serial than any accepted before ([`store`]); a refused one leaves the embedded
-//! document in charge and says why.
+//! document in charge and says why. The embedded documents' `expires_at` is not enforced: they
+//! are this build's own, and an old build must still answer (signed updates do expire).
 
 pub mod descriptor;
 pub mod manifest;

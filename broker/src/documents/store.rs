@@ -134,6 +134,8 @@ fn write_marks(state_dir: &Path, marks: &BTreeMap<String, HighWater>) -> std::io
     let target = state_dir.join(HIGH_WATER_FILE);
     let temp = state_dir.join(format!("{HIGH_WATER_FILE}.{}.tmp", std::process::id()));
     let bytes = serde_json::to_vec_pretty(marks).map_err(std::io::Error::other)?;
+    // A temp file left by a crashed run of the same pid would block `create_new`.
+    let _ = std::fs::remove_file(&temp);
     {
         let mut file = std::fs::OpenOptions::new()
             .write(true)
