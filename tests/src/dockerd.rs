@@ -1,5 +1,5 @@
-//! A private dockerd for one test: its own socket, data root and exec root, no bridge and no
-//! iptables, and a PATH the test chooses. It lets a test see how dockerd behaves with the stand-in
+//! A private dockerd for one test: its own socket, data root, exec root and network namespace,
+//! and a PATH the test chooses. It lets a test see how dockerd behaves with the stand-in
 //! NVIDIA hook on its PATH (dockerd registers the `--gpus` driver only at start) without restarting
 //! the bench's shared dockerd, which other tests are using.
 
@@ -12,6 +12,11 @@ use crate::bench::unique_name;
 const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// A running private dockerd; stopped (SIGTERM, then SIGKILL) and its directory removed on drop.
+///
+/// It runs in a network namespace of its own (`unshare --net`): a second dockerd in the host's
+/// namespace would fight the shared one over `docker0` (with `--bridge=none` it even deletes the
+/// shared daemon's `docker0` at start). So its containers have no outside network, and it cannot
+/// reach the registry on 127.0.0.1: give it images with `load_image_from_shared`.
 #[derive(Debug)]
 pub struct PrivateDockerd {
     dir: PathBuf,
@@ -43,7 +48,8 @@ impl PrivateDockerd {
             .try_clone()
             .unwrap_or_else(|e| panic!("could not dup the log file: {e}"));
         let host = format!("unix://{}", socket.display());
-        let child = Command::new("/usr/sbin/dockerd")
+        let child = Command::new("unshare")
+            .args(["--net", "--", "/usr/sbin/dockerd"])
             .arg("-H")
             .arg(&host)
             .arg("--data-root")
@@ -52,7 +58,6 @@ impl PrivateDockerd {
             .arg(dir.join("exec"))
             .arg("--pidfile")
             .arg(dir.join("docker.pid"))
-            .args(["--bridge=none", "--iptables=false", "--ip-masq=false"])
             .env_clear()
             .env("PATH", path.join(":"))
             .env("HOME", "/root")

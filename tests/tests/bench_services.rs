@@ -554,6 +554,16 @@ fn gpu_requests_work_once_dockerd_starts_with_the_stand_in_hook_on_its_path() {
     assert_eq!(seen.trim(), uuid);
     drop(with);
     std::fs::remove_dir_all(hook_dir).ok();
+
+    // The private daemons lived in their own network namespace: the shared dockerd still has its
+    // default bridge.
+    run(
+        "shared dockerd, default bridge",
+        Command::new("docker")
+            .args(["run", "--rm"])
+            .arg(&env.busybox_image)
+            .arg("true"),
+    );
 }
 
 #[test]
