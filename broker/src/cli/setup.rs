@@ -34,6 +34,8 @@ pub struct SetupArgs {
 pub(super) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // The probe's concurrent reads make deep futures; the default 2 MiB is not enough.
+        .thread_stack_size(16 * 1024 * 1024)
         .enable_all()
         .build()
         .map_err(|e| {
@@ -247,6 +249,10 @@ pub(super) async fn drive_with_view(
         tokio::spawn(async move { runner.drive(&id).await })
     };
     let mut view = View::new(json);
+    // Where it starts, before anything moves.
+    if let Ok(Some(op)) = runner.store().load(id) {
+        view.changed(&op);
+    }
     let mut last_phase: HashMap<OperationId, Phase> = HashMap::new();
     let result = loop {
         tokio::select! {

@@ -24,6 +24,8 @@ use crate::plan::{plan_setup, plan_without_descriptor, PlanRequest};
 use crate::probe::{probe, HostFacts, ProbeOptions};
 
 const STOP_GRACE: Duration = Duration::from_secs(10);
+/// Test benches only: a folder of stand-in vendor binaries searched before the system ones.
+pub const STANDIN_DIR_ENV: &str = "ENGINEKIT_TEST_STANDIN_DIR";
 
 /// What this machine is, as the runner sees it.
 #[derive(Debug, Clone)]
@@ -70,7 +72,24 @@ struct Planned {
 
 impl LinuxMachine {
     pub fn new(state_root: &Path, data_root: &Path, installations: Installations) -> LinuxMachine {
-        let probe_options = ProbeOptions::from_env();
+        let mut probe_options = ProbeOptions::from_env();
+        // A system daemon on another socket is honoured (unix sockets only).
+        if let Some(socket) = std::env::var("DOCKER_HOST")
+            .ok()
+            .and_then(|h| h.strip_prefix("unix://").map(PathBuf::from))
+            .filter(|p| p.is_absolute())
+        {
+            probe_options.docker_socket = socket;
+        }
+        // Test benches only: a folder of STAND-IN vendor binaries (nvidia-smi, nvidia-ctk, the
+        // hook) looked up before the system directories, to simulate a GPU host.
+        if let Some(dir) = std::env::var_os(STANDIN_DIR_ENV)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+        {
+            tracing::warn!(dir = %dir.display(), "using STAND-IN vendor binaries ({STANDIN_DIR_ENV})");
+            probe_options.bin_dirs.insert(0, dir);
+        }
         let docker_socket = probe_options.docker_socket.clone();
         LinuxMachine {
             state_root: state_root.to_path_buf(),

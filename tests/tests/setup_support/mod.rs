@@ -1,0 +1,352 @@
+//! Harness of the setup and removal tests: a SIMULATED GPU HOST for the broker, built from real
+//! parts except the vendor binaries.
+//!
+//! - a private dockerd (its own socket and data root) started with the bench's STAND-IN NVIDIA
+//!   hook on its PATH, so it accepts `--gpus` requests without restarting the shared dockerd;
+//! - the bench's STAND-IN `nvidia-smi` (recorded GPUs, committed fixture) and STAND-IN
+//!   `nvidia-ctk`, searched by the broker's probe before the system directories
+//!   (`ENGINEKIT_TEST_STANDIN_DIR`), and a CDI spec the stand-in `nvidia-ctk cdi generate`
+//!   wrote under /var/run/cdi (removed after the test);
+//! - a test engine descriptor for `vllm`, signed with a key generated here and trusted through
+//!   the user's config folder: engine image = the bench's busybox, GPU-check image = the bench's
+//!   gpu-check image (busybox + stand-in nvidia-smi), both by digest in the registry at
+//!   127.0.0.1:5000;
+//! - a private HOME with its own XDG state, config and data folders.
+//!
+//! Include with `#[path = "setup_support/mod.rs"] mod setup_support;`.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use enginekit_integration::bench::{self, BenchEnv, Service};
+use enginekit_integration::dockerd::PrivateDockerd;
+use enginekit_shared::signed::{DocumentKind, SignedDocument, SigningKey};
+use serde_json::{json, Value};
+
+/// The card of the default stand-in GPU fixture.
+pub const STANDIN_GPU: &str = "GPU-5f0c9c6e-8d1a-4b4e-9a57-2f4d8e1b7c30";
+
+/// The bench registry's storage served read-only inside the private dockerd's network
+/// namespace (that dockerd has its own, so the shared registry's 127.0.0.1:5000 is not its own):
+/// the same `docker-registry` binary and blobs, so pulls by digest are real pulls.
+pub struct NamespacedRegistry {
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+}
+
+impl NamespacedRegistry {
+    fn start(env: &BenchEnv, dockerd: &PrivateDockerd) -> NamespacedRegistry {
+        let pidfile = dockerd
+            .socket
+            .parent()
+            .expect("dockerd dir")
+            .join("docker.pid");
+        let mut pid = String::new();
+        wait_until(30, "the private dockerd's pid file", || {
+            pid = std::fs::read_to_string(&pidfile)
+                .unwrap_or_default()
+                .trim()
+                .to_owned();
+            !pid.is_empty()
+        });
+        let netns = format!("--net=/proc/{pid}/ns/net");
+        let up = Command::new("nsenter")
+            .args([netns.as_str(), "ip", "link", "set", "lo", "up"])
+            .output()
+            .expect("nsenter");
+        assert!(
+            up.status.success(),
+            "lo up in the private namespace: {}",
+            describe(&up)
+        );
+        let storage = env
+            .var("EK_REGISTRY_STORAGE")
+            .unwrap_or("/var/lib/docker-registry")
+            .to_owned();
+        let dir = tempfile::tempdir().expect("registry dir");
+        let config = dir.path().join("registry.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "# setup tests: the bench registry's storage, read-only, in a private network namespace\n\
+                 version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {storage}\n  maintenance:\n    readonly:\n      enabled: true\n\
+                 http:\n  addr: 127.0.0.1:5000\n"
+            ),
+        )
+        .expect("registry config");
+        let log = std::fs::File::create(dir.path().join("registry.log")).expect("registry log");
+        let child = Command::new("nsenter")
+            .args([netns.as_str(), "/usr/bin/docker-registry", "serve"])
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup"))
+            .stderr(log)
+            .spawn()
+            .expect("start the namespaced registry");
+        let check = || {
+            Command::new("nsenter")
+                .args([
+                    netns.as_str(),
+                    "curl",
+                    "-fsS",
+                    "-m",
+                    "2",
+                    "http://127.0.0.1:5000/v2/",
+                ])
+                .output()
+                .map(|o| o.status.success())
+                .unwrap_or(false)
+        };
+        wait_until(30, "the namespaced registry", check);
+        NamespacedRegistry { child, dir }
+    }
+}
+
+impl Drop for NamespacedRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = &self.dir;
+    }
+}
+
+pub struct SimulatedGpuHost {
+    pub env: BenchEnv,
+    pub registry: NamespacedRegistry,
+    pub dockerd: PrivateDockerd,
+    pub home: tempfile::TempDir,
+    pub cdi_spec: PathBuf,
+    pub descriptor_id: String,
+    pub engine_ref: String,
+    pub probe_ref: String,
+}
+
+fn split_ref(reference: &str) -> (String, String) {
+    let (repo, digest) = reference
+        .split_once('@')
+        .unwrap_or_else(|| panic!("not by digest: {reference}"));
+    (repo.to_owned(), digest.to_owned())
+}
+
+impl SimulatedGpuHost {
+    pub fn start() -> SimulatedGpuHost {
+        let env = bench::require(&[Service::Docker, Service::Registry]);
+        let dockerd = PrivateDockerd::start(&[env.standins_dir.as_path()]);
+        let registry = NamespacedRegistry::start(&env, &dockerd);
+        let home = tempfile::Builder::new()
+            .prefix("ekt-setup-home-")
+            .tempdir_in("/var/tmp")
+            .expect("home");
+        std::fs::set_permissions(
+            home.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .expect("chmod home");
+        let cdi_dir = Path::new("/var/run/cdi");
+        std::fs::create_dir_all(cdi_dir).expect("mkdir /var/run/cdi");
+        let cdi_spec = cdi_dir.join(format!("{}.yaml", bench::unique_name("ekt-setup")));
+        let out = Command::new(env.standins_dir.join("nvidia-ctk"))
+            .args([
+                "cdi",
+                "generate",
+                &format!("--output={}", cdi_spec.display()),
+            ])
+            .env(
+                "PATH",
+                format!(
+                    "{}:/usr/sbin:/usr/bin:/sbin:/bin",
+                    env.standins_dir.display()
+                ),
+            )
+            .output()
+            .expect("stand-in nvidia-ctk");
+        assert!(
+            out.status.success(),
+            "stand-in nvidia-ctk cdi generate: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let descriptor_id = format!("vllm-bench-{}", bench::unique_name("r"));
+        let host = SimulatedGpuHost {
+            engine_ref: env.busybox_ref.clone(),
+            probe_ref: env.gpu_check_ref.clone(),
+            env,
+            registry,
+            dockerd,
+            home,
+            cdi_spec,
+            descriptor_id,
+        };
+        host.write_descriptor(host.engine_ref.clone(), 1_000_000);
+        host
+    }
+
+    pub fn config_dir(&self) -> PathBuf {
+        self.home.path().join("config")
+    }
+    pub fn state_dir(&self) -> PathBuf {
+        self.home.path().join("state/enginekit")
+    }
+
+    /// Signs and installs a vllm descriptor whose engine image is `engine_ref`.
+    pub fn write_descriptor(&self, engine_ref: String, serial: u64) {
+        let key = SigningKey::generate().expect("key");
+        let keys = self.config_dir().join("enginekit/keys");
+        let docs = self.config_dir().join("enginekit/documents");
+        std::fs::create_dir_all(&keys).expect("keys dir");
+        std::fs::create_dir_all(&docs).expect("docs dir");
+        std::fs::write(
+            keys.join(format!("bench-{serial}.pub")),
+            key.public_key().to_text(),
+        )
+        .expect("key file");
+        let (repo, digest) = split_ref(&engine_ref);
+        let (probe_repo, probe_digest) = split_ref(&self.probe_ref);
+        let per_platform = |r: &str, d: &str| json!({"linux/amd64": {"repository": r, "digest": d}, "linux/arm64": {"repository": r, "digest": d}});
+        let payload = json!({
+            "schema_version": 1,
+            "kind": "engine-descriptor",
+            "id": self.descriptor_id,
+            "serial": serial,
+            "expires_at": "2030-01-01T00:00:00Z",
+            "minimum_broker_version": "0.1.0",
+            "engine_id": "vllm",
+            "display_name": "vLLM (bench test descriptor: busybox as the engine image)",
+            "image": per_platform(&repo, &digest),
+            "probe_image": per_platform(&probe_repo, &probe_digest),
+            "minimum_driver_version": "580.0",
+            "minimum_compute_capability": "7.5",
+            "download_bytes": 2_000_000,
+            "required_disk_bytes": 10_000_000,
+            "source": "enginekit test bench",
+            "notes": [],
+        });
+        let doc =
+            SignedDocument::sign(payload, DocumentKind::EngineDescriptor, &key).expect("sign");
+        let text = serde_json::to_string_pretty(&doc.to_value()).expect("json");
+        // One descriptor file: the newest replaces the last.
+        for entry in std::fs::read_dir(&docs).expect("read docs").flatten() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+        std::fs::write(docs.join("vllm.json"), text).expect("descriptor file");
+    }
+
+    /// The broker's environment on this host.
+    pub fn broker_env(&self, cmd: &mut Command) {
+        let home = self.home.path();
+        cmd.env("HOME", home)
+            .env("XDG_CONFIG_HOME", home.join("config"))
+            .env("XDG_STATE_HOME", home.join("state"))
+            .env("XDG_DATA_HOME", home.join("data"))
+            .env("DOCKER_HOST", &self.dockerd.host)
+            .env("ENGINEKIT_TEST_STANDIN_DIR", &self.env.standins_dir)
+            .env_remove("ENGINEKIT_TEST_KILL_AT")
+            .env("RUST_LOG", "warn");
+    }
+
+    pub fn enginekit(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(bench::bin("enginekit"));
+        cmd.args(args).stdin(Stdio::null());
+        self.broker_env(&mut cmd);
+        cmd
+    }
+
+    /// Runs `enginekit args`; the output.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.enginekit(args).output().expect("run enginekit")
+    }
+
+    /// `docker` against the private daemon.
+    pub fn docker(&self, args: &[&str]) -> Output {
+        self.dockerd.docker(args)
+    }
+
+    pub fn image_present(&self, reference: &str) -> bool {
+        self.docker(&["image", "inspect", reference])
+            .status
+            .success()
+    }
+
+    /// Every container of the private daemon (id and name), all states.
+    pub fn containers(&self) -> Vec<String> {
+        let out = self.docker(&["ps", "-a", "--format", "{{.ID}} {{.Names}}"]);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Operation records on disk, parsed.
+    pub fn operations(&self) -> Vec<Value> {
+        let dir = self.state_dir().join("operations");
+        let mut out = Vec::new();
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.ends_with(".json") {
+                    let text = std::fs::read_to_string(e.path()).expect("read record");
+                    out.push(serde_json::from_str(&text).expect("record json"));
+                }
+            }
+        }
+        out
+    }
+
+    pub fn installation(&self) -> Option<Value> {
+        let path = self
+            .state_dir()
+            .join("installations/vllm/installation.json");
+        std::fs::read_to_string(path)
+            .ok()
+            .map(|t| serde_json::from_str(&t).expect("installation json"))
+    }
+}
+
+impl Drop for SimulatedGpuHost {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.cdi_spec);
+    }
+}
+
+/// JSON lines of a `--json` run.
+pub fn events(out: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l}: {e}")))
+        .collect()
+}
+
+pub fn result_of(out: &Output) -> Value {
+    events(out)
+        .into_iter()
+        .rev()
+        .find(|e| e["event"] == "result" || e["event"] == "error")
+        .unwrap_or_else(|| {
+            panic!(
+                "no result event; stdout {} stderr {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+}
+
+pub fn describe(out: &Output) -> String {
+    format!(
+        "status {}\nstdout {}\nstderr {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Waits until `f` holds, or panics after `secs`.
+pub fn wait_until(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
