@@ -473,3 +473,152 @@ pub fn engine_mismatch(
         format!("The descriptor {descriptor_id} is for {descriptor_engine}, not {target_engine}."),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::facts::HostFacts;
+
+    fn clean() -> LinuxView {
+        let facts: HostFacts = serde_json::from_str(include_str!(
+            "../../tests/facts/ubuntu2404-rtx4070-clean.json"
+        ))
+        .unwrap();
+        LinuxView::from_facts(&facts)
+    }
+
+    fn reasons(list: &[Blocker]) -> Vec<&'static str> {
+        list.iter().map(|b| b.reason.as_str()).collect()
+    }
+
+    #[test]
+    fn missing_components_in_install_order_once_each() {
+        let view = clean();
+        assert_eq!(
+            reasons(&missing_components(&view, InstallGate::Recipe)),
+            [
+                "docker-cli-missing",
+                "toolkit-missing",
+                "gpu-runtime-not-configured",
+                "docker-service-inactive"
+            ]
+        );
+        let mut unknown_service = clean();
+        unknown_service.service_active = None;
+        assert!(
+            !reasons(&missing_components(&unknown_service, InstallGate::Recipe))
+                .contains(&"docker-service-inactive")
+        );
+        let mut session_only = clean();
+        session_only.cli = true;
+        session_only.toolkit_installed = true;
+        session_only.gpu_runtime_from_config = true;
+        session_only.service_active = Some(true);
+        assert!(missing_components(&session_only, InstallGate::Recipe).is_empty());
+    }
+
+    #[test]
+    fn promises_setup_only_on_the_recipe_and_gives_commands_elsewhere() {
+        let view = clean();
+        let recipe = missing_components(&view, InstallGate::Recipe);
+        assert!(recipe[0]
+            .message
+            .ends_with("After you log back in, setup will offer to install it."));
+        assert_eq!(recipe[0].commands.as_deref(), Some(&[][..]));
+        let arch = missing_components(&view, InstallGate::Pacman);
+        assert_eq!(
+            arch[1].commands.as_deref(),
+            Some(&["sudo pacman -Syu --needed nvidia-container-toolkit".to_owned()][..])
+        );
+        let other = missing_components(&view, InstallGate::Unqualified);
+        assert!(other[0]
+            .message
+            .ends_with("Automatic install is not offered on this system; install it yourself."));
+        assert_eq!(
+            other[3].commands.as_deref(),
+            Some(&["sudo systemctl enable --now docker".to_owned()][..])
+        );
+    }
+
+    #[test]
+    fn only_the_cdi_spec_when_the_nvidia_runtime_is_registered() {
+        let mut view = clean();
+        view.nvidia_runtime = true;
+        let list = missing_components(&view, InstallGate::Unqualified);
+        let gpu = &list[2];
+        assert_eq!(
+            gpu.message,
+            "Docker has no NVIDIA CDI specification, so it cannot pass the GPU into a container. Configure it yourself with the commands below."
+        );
+        assert_eq!(
+            gpu.commands.as_deref(),
+            Some(&[CDI_GENERATE.to_owned()][..])
+        );
+        // An unreadable daemon.json stands in for an unconfigured runtime, not a registered one.
+        view.nvidia_runtime = false;
+        view.daemon_json_unreadable = true;
+        assert_eq!(
+            reasons(&missing_components(&view, InstallGate::Recipe))[2],
+            "daemon-json-unreadable"
+        );
+    }
+
+    #[test]
+    fn group_commands_and_wording() {
+        let mut view = clean();
+        let b = docker_group_manual(&view, false);
+        assert_eq!(
+            b.message,
+            "This account also needs to join the docker group: run `sudo usermod -aG docker ana`, then log out and back in."
+        );
+        view.immutable_os = true;
+        let b = docker_group_manual(&view, true);
+        assert!(b
+            .message
+            .starts_with("Everything else is ready — Docker, the toolkit"));
+        assert!(b.message.contains(&format!(
+            "run `{OSTREE_GROUP_COPY}`, then `sudo usermod -aG docker ana`, then log out"
+        )));
+        assert_eq!(
+            b.params
+                .as_ref()
+                .and_then(|p| p.get("user"))
+                .map(String::as_str),
+            Some("ana")
+        );
+    }
+
+    #[test]
+    fn immutable_wording_names_exactly_what_is_missing() {
+        let mut view = clean();
+        view.immutable_os = true;
+        view.cli = true;
+        let b = gate_blocker(&view, InstallGate::Immutable).unwrap();
+        assert_eq!(
+            b.message,
+            "This system uses an immutable base (rpm-ostree — Silverblue, Kinoite, Bazzite, or similar), and the NVIDIA Container Toolkit is not installed. Installing a package here means layering it and rebooting, which this integration does not do automatically. Layer it yourself, then try again."
+        );
+        view.toolkit_installed = true;
+        assert!(!gate_blocker_applies(&view, InstallGate::Immutable));
+        let b = gate_blocker(&view, InstallGate::Immutable).unwrap();
+        assert!(b
+            .message
+            .ends_with("finish the remaining Docker setup by hand, then try again."));
+        assert!(b.params.is_none());
+        assert!(gate_blocker(&view, InstallGate::Recipe).is_none());
+        assert!(!gate_blocker_applies(&view, InstallGate::Recipe));
+        assert!(gate_blocker_applies(&view, InstallGate::Unqualified));
+    }
+
+    #[test]
+    fn relogin_has_nothing_to_run_and_init_names_systemd() {
+        assert_eq!(relogin_required().commands.as_deref(), Some(&[][..]));
+        assert_eq!(relogin_required().code.as_str(), "MANAGED_RELOGIN_REQUIRED");
+        assert_eq!(
+            init_not_systemd().message,
+            "This system does not run systemd, which the Docker install needs."
+        );
+        assert!(install_method(Some(InstallMethod::DockerIo)).is_none());
+        assert!(install_method(None).is_none());
+    }
+}
