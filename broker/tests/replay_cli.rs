@@ -1,6 +1,8 @@
 //! The `enginekit plan` and `enginekit engines` commands, run as built: exit codes, JSON, the
 //! human report, and a live probe of this machine replayed through `--facts`.
 
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a failed expectation is the test failing
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 

@@ -1,6 +1,8 @@
 //! The plan digest of a replayed host changes when a digested field changes, and does not
 //! change when only a warning, a byte count, or the nonce changes (REFERENCE §4.3).
 
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a failed expectation is the test failing
+
 use std::path::PathBuf;
 
 use enginekit_broker::cli::plan::read_facts_file;

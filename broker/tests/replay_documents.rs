@@ -2,6 +2,8 @@
 //! the environment-manifest test titles), and newer signed documents from the user's config dir
 //! verified with real ed25519 keys generated here, with anti-rollback marks on disk.
 
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a failed expectation is the test failing
+
 use std::path::{Path, PathBuf};
 
 use enginekit_broker::cli::plan::{plan_for, read_facts_file};

@@ -6,6 +6,8 @@
 //! availability, blocker reasons, system-change codes, host-step components and
 //! `requires_elevation`. The last test checks that every blocker reason was produced.
 
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a failed expectation is the test failing
+
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Mutex;
