@@ -32,8 +32,21 @@ pub trait BrokerApi: Send + Sync + 'static {
     fn operations(&self) -> Result<Vec<Operation>, CodedError>;
     fn installations(&self) -> Result<serde_json::Value, CodedError>;
     fn subscribe(&self) -> broadcast::Receiver<RunnerEvent>;
-    /// Whether any operation is being driven by this process.
+    /// Whether any operation is being driven, or any call answered, by this process.
     fn busy(&self) -> bool;
+    /// Counts a bus call as activity until the guard drops, so a slow `Plan` is never cut
+    /// short by the idle exit.
+    fn call_started(&self) -> CallGuard;
+}
+
+/// Held while a bus call runs.
+#[derive(Debug)]
+pub struct CallGuard(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// The runner plus what the service adds: the driving tasks it started.
@@ -42,6 +55,7 @@ pub struct Broker<P, E> {
     pub runner: Arc<Runner<P, E>>,
     pub installations: Installations,
     driving: Arc<std::sync::atomic::AtomicUsize>,
+    calls: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl<P: Provisioner + Probing, E: Elevator> Broker<P, E> {
@@ -50,6 +64,7 @@ impl<P: Provisioner + Probing, E: Elevator> Broker<P, E> {
             runner,
             installations,
             driving: Arc::default(),
+            calls: Arc::default(),
         })
     }
 }
@@ -134,6 +149,12 @@ impl<P: Provisioner + Probing, E: Elevator> BrokerApi for Broker<P, E> {
 
     fn busy(&self) -> bool {
         self.driving.load(std::sync::atomic::Ordering::SeqCst) > 0
+            || self.calls.load(std::sync::atomic::Ordering::SeqCst) > 0
+    }
+
+    fn call_started(&self) -> CallGuard {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        CallGuard(self.calls.clone())
     }
 }
 

@@ -48,11 +48,13 @@ fn json_text(value: &serde_json::Value) -> Result<String, BrokerError> {
 impl BrokerObject {
     /// The host facts as JSON.
     async fn probe(&self) -> Result<String, BrokerError> {
+        let _call = self.api.call_started();
         json_text(&self.api.probe().await?)
     }
 
     /// The plan for `engine` as JSON; its `plan_digest` is what `Setup` takes as consent.
     async fn plan(&self, engine_id: &str) -> Result<String, BrokerError> {
+        let _call = self.api.call_started();
         json_text(&self.api.plan(engine(engine_id)?).await?)
     }
 
@@ -63,6 +65,7 @@ impl BrokerObject {
         plan_digest: &str,
         #[zbus(object_server)] server: &zbus::ObjectServer,
     ) -> Result<OwnedObjectPath, BrokerError> {
+        let _call = self.api.call_started();
         let digest = DigestText::parse(plan_digest)?;
         let op = self.api.begin_setup(engine(engine_id)?, digest)?;
         let path = operation::export(server, &self.api, &op).await?;
@@ -77,6 +80,7 @@ impl BrokerObject {
         retain_models: bool,
         #[zbus(object_server)] server: &zbus::ObjectServer,
     ) -> Result<OwnedObjectPath, BrokerError> {
+        let _call = self.api.call_started();
         let op = self.api.begin_remove(engine(engine_id)?, retain_models)?;
         let path = operation::export(server, &self.api, &op).await?;
         self.api.spawn_drive(op.operation_id.clone());
@@ -85,6 +89,7 @@ impl BrokerObject {
 
     /// The installation records as a JSON array.
     async fn installations(&self) -> Result<String, BrokerError> {
+        let _call = self.api.call_started();
         json_text(&self.api.installations()?)
     }
 
@@ -93,6 +98,7 @@ impl BrokerObject {
         &self,
         #[zbus(object_server)] server: &zbus::ObjectServer,
     ) -> Result<Vec<OwnedObjectPath>, BrokerError> {
+        let _call = self.api.call_started();
         let mut paths = Vec::new();
         for op in self.api.operations()? {
             paths.push(operation::export(server, &self.api, &op).await?);

@@ -365,6 +365,12 @@ fn approve(
             "An approval must name the plan digest that was shown.",
         ));
     };
+    if op.plan_digest.as_ref() != Some(given) {
+        return Err(coded(
+            ErrorCode::PlanChanged,
+            "This approval is not for the plan the operation offers; approve the plan it shows.",
+        ));
+    }
     let mut next = successor(op);
     enter(&mut next, Phase::Checking);
     next.approved_plan_digest = Some(given.clone());

@@ -159,6 +159,18 @@ fn refuses_an_approval_from_an_old_revision_or_without_a_plan() {
     );
     assert_eq!(err.code, ErrorCode::ConsentRequired);
     let err = refused(
+        &op,
+        &Event::Approve {
+            expected_revision: op.revision,
+            approved_plan_digest: Some(digest('a')),
+        },
+    );
+    assert_eq!(
+        err.code,
+        ErrorCode::PlanChanged,
+        "only the plan offered can be approved"
+    );
+    let err = refused(
         &setup(None),
         &Event::Approve {
             expected_revision: 0,

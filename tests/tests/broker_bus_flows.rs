@@ -1,0 +1,380 @@
+//! The session service `org.enginekit.Broker1` driven over a real session bus by a zbus test
+//! client that watches its signals. The broker is D-Bus activated by a private dbus-daemon
+//! (`--session` configuration plus a service folder holding a test activation file that runs
+//! the built `enginekit serve` on a SIMULATED GPU HOST, see setup_support).
+
+#[path = "setup_support/mod.rs"]
+mod setup_support;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::Value;
+use setup_support::*;
+use zbus::{Connection, MatchRule, MessageStream, Proxy};
+
+const NAME: &str = "org.enginekit.Broker1";
+const PATH: &str = "/org/enginekit/Broker1";
+const OP_IFACE: &str = "org.enginekit.Broker1.Operation";
+
+/// A private session bus that activates `enginekit serve` for `host`; killed on drop.
+struct SessionBus {
+    pid: u32,
+    log: std::path::PathBuf,
+    address: String,
+    _dir: tempfile::TempDir,
+}
+
+impl SessionBus {
+    fn start(host: &SimulatedGpuHost) -> SessionBus {
+        let dir = tempfile::tempdir().expect("bus dir");
+        let services = dir.path().join("services");
+        std::fs::create_dir_all(&services).expect("services dir");
+        let mut exec = Command::new("/usr/bin/env");
+        host.broker_env(&mut exec);
+        let env: Vec<String> = exec
+            .get_envs()
+            .filter_map(|(k, v)| {
+                v.map(|v| format!("{}={}", k.to_string_lossy(), v.to_string_lossy()))
+            })
+            .collect();
+        std::fs::write(
+            services.join("org.enginekit.Broker1.service"),
+            format!(
+                "# Test activation file (broker_bus_flows): the built broker on a simulated GPU host\n\
+                 [D-BUS Service]\nName={NAME}\nExec=/bin/sh -c \"exec /usr/bin/env {} {} serve --idle-exit 3 2>>{}\"\n",
+                env.join(" "),
+                enginekit_integration::bench::bin("enginekit").display(),
+                dir.path().join("serve.log").display()
+            ),
+        )
+        .expect("activation file");
+        let config = dir.path().join("session.conf");
+        std::fs::write(
+            &config,
+            format!(
+                "<!DOCTYPE busconfig PUBLIC \"-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN\"\n \
+                 \"http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd\">\n\
+                 <busconfig>\n  <include>/usr/share/dbus-1/session.conf</include>\n  \
+                 <servicedir>{}</servicedir>\n</busconfig>\n",
+                services.display()
+            ),
+        )
+        .expect("bus config");
+        let out = Command::new("dbus-daemon")
+            .arg(format!("--config-file={}", config.display()))
+            .args([
+                "--fork",
+                "--print-address=1",
+                "--print-pid=1",
+                &format!("--address=unix:path={}", dir.path().join("bus").display()),
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .expect("dbus-daemon");
+        assert!(
+            out.status.success(),
+            "dbus-daemon --session: {}",
+            describe(&out)
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut lines = text.lines();
+        let address = lines.next().expect("address").trim().to_owned();
+        let pid = lines
+            .next()
+            .expect("pid")
+            .trim()
+            .parse()
+            .expect("pid number");
+        SessionBus {
+            pid,
+            address,
+            log: dir.path().join("serve.log"),
+            _dir: dir,
+        }
+    }
+
+    async fn connect(&self) -> Connection {
+        zbus::connection::Builder::address(self.address.as_str())
+            .build()
+            .await
+            .expect("connect to the session bus")
+    }
+}
+
+impl Drop for SessionBus {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "enginekit serve log:\n{}",
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+        }
+        let _ = Command::new("kill").arg(self.pid.to_string()).status();
+    }
+}
+
+async fn broker(conn: &Connection) -> Proxy<'static> {
+    Proxy::new(conn, NAME, PATH, NAME)
+        .await
+        .expect("broker proxy")
+}
+
+async fn op_proxy(conn: &Connection, path: &str) -> Proxy<'static> {
+    zbus::proxy::Builder::new(conn)
+        .destination(NAME)
+        .path(path.to_owned())
+        .interface(OP_IFACE)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+        .expect("operation proxy")
+}
+
+async fn plan(conn: &Connection) -> Value {
+    let text: String = broker(conn)
+        .await
+        .call("Plan", &("vllm",))
+        .await
+        .expect("Plan");
+    serde_json::from_str(&text).expect("plan JSON")
+}
+
+/// Every signal of the broker's interfaces, from before the call that causes them.
+async fn signals(conn: &Connection) -> MessageStream {
+    let rule = MatchRule::builder()
+        .msg_type(zbus::message::Type::Signal)
+        .sender(NAME)
+        .build()
+        .expect("match rule");
+    MessageStream::for_match_rule(rule, conn, std::num::NonZeroUsize::new(256))
+        .await
+        .expect("match rule")
+}
+
+#[derive(Debug, Default)]
+struct Seen {
+    phases: Vec<String>,
+    progress: Vec<(String, i64, i64, String)>,
+    properties_changed: usize,
+}
+
+/// Reads signals until the operation at `path` reaches one of `until`; what was seen.
+async fn watch(stream: &mut MessageStream, path: &str, until: &[&str]) -> Seen {
+    let mut seen = Seen::default();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let next = tokio::time::timeout_at(deadline, stream.next()).await;
+        let Ok(Some(Ok(msg))) = next else {
+            panic!("no signal reached {until:?} in time; seen {seen:?}");
+        };
+        let header = msg.header();
+        let member = header.member().map(|m| m.to_string()).unwrap_or_default();
+        let from = header.path().map(|p| p.to_string()).unwrap_or_default();
+        match member.as_str() {
+            "OperationChanged" => {
+                let (op, phase, _rev): (zbus::OwnedObjectPath, String, u64) =
+                    msg.body().deserialize().expect("OperationChanged args");
+                if op.as_str() == path {
+                    seen.phases.push(phase.clone());
+                    if until.contains(&phase.as_str()) {
+                        return seen;
+                    }
+                }
+            }
+            "Progress" if from == path => {
+                let args: (String, i64, i64, String) =
+                    msg.body().deserialize().expect("Progress args");
+                seen.progress.push(args);
+            }
+            "PropertiesChanged" if from == path => seen.properties_changed += 1,
+            _ => {}
+        }
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+#[test]
+fn setup_and_remove_over_the_session_bus_with_the_signals_observed() {
+    let host = SimulatedGpuHost::start();
+    let bus = SessionBus::start(&host);
+    runtime().block_on(async {
+        let conn = bus.connect().await;
+        let mut stream = signals(&conn).await;
+        // Plan activates the service.
+        let shown = plan(&conn).await;
+        assert_eq!(shown["availability"], "setup-required", "{shown}");
+        let digest = shown["plan_digest"].as_str().expect("digest").to_owned();
+
+        // Bad input is refused with a stable code, and nothing starts.
+        let bad: Result<zbus::OwnedObjectPath, _> = broker(&conn)
+            .await
+            .call("Setup", &("vllm", "sha256:nope"))
+            .await;
+        let err = bad.expect_err("a malformed digest");
+        assert!(
+            err.to_string()
+                .contains("org.enginekit.Broker1.Error.InvalidArgument"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("INVALID_ARGUMENT"), "{err}");
+        let bad: Result<zbus::OwnedObjectPath, _> = broker(&conn)
+            .await
+            .call("Setup", &("../etc", digest.as_str()))
+            .await;
+        assert!(bad
+            .expect_err("a bad engine")
+            .to_string()
+            .contains("INVALID_ARGUMENT"));
+
+        let path: zbus::OwnedObjectPath = broker(&conn)
+            .await
+            .call("Setup", &("vllm", digest.as_str()))
+            .await
+            .expect("Setup");
+        let seen = watch(&mut stream, path.as_str(), &["ready", "failed"]).await;
+        let op = op_proxy(&conn, path.as_str()).await;
+        let phase: String = op.get_property("Phase").await.expect("Phase");
+        let error: String = op.get_property("Error").await.expect("Error");
+        assert_eq!(phase, "ready", "error {error}; seen {seen:?}");
+        for p in [
+            "preparing-environment",
+            "pulling-image",
+            "verifying",
+            "activating",
+            "ready",
+        ] {
+            assert!(
+                seen.phases.iter().any(|s| s == p),
+                "{p} not signalled: {seen:?}"
+            );
+        }
+        assert!(
+            seen.progress
+                .iter()
+                .any(|(_, done, total, unit)| unit == "bytes" && *total > 0 && done == total),
+            "byte progress to the end: {seen:?}"
+        );
+        assert!(
+            seen.properties_changed > 0,
+            "PropertiesChanged on the operation object"
+        );
+        let approved: String = op.get_property("ApprovedPlanDigest").await.expect("prop");
+        assert_eq!(approved, digest);
+        let installations: String = broker(&conn)
+            .await
+            .call("Installations", &())
+            .await
+            .expect("Installations");
+        let installations: Value = serde_json::from_str(&installations).expect("json");
+        assert_eq!(installations[0]["status"], "ready");
+        assert!(host.image_present(&host.engine_ref));
+
+        let removal: zbus::OwnedObjectPath = broker(&conn)
+            .await
+            .call("Remove", &("vllm", true))
+            .await
+            .expect("Remove");
+        let seen = watch(&mut stream, removal.as_str(), &["removed", "failed"]).await;
+        assert_eq!(
+            seen.phases.last().map(String::as_str),
+            Some("removed"),
+            "{seen:?}"
+        );
+        assert!(!host.image_present(&host.engine_ref));
+        assert!(host.installation().is_none());
+
+        // Idle, the service exits; the next call activates it again and the records are there.
+        let dbus = zbus::fdo::DBusProxy::new(&conn).await.expect("dbus proxy");
+        let name = zbus::names::BusName::try_from(NAME).expect("name");
+        let mut gone = false;
+        for _ in 0..100 {
+            if !dbus
+                .name_has_owner(name.clone())
+                .await
+                .expect("NameHasOwner")
+            {
+                gone = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(gone, "the service did not exit when idle");
+        let ops: Vec<zbus::OwnedObjectPath> = broker(&conn)
+            .await
+            .call("Operations", &())
+            .await
+            .expect("Operations");
+        assert!(
+            ops.iter().any(|p| p == &path) && ops.iter().any(|p| p == &removal),
+            "{ops:?}"
+        );
+        let again = op_proxy(&conn, path.as_str()).await;
+        let phase: String = again.get_property("Phase").await.expect("Phase");
+        assert_eq!(phase, "ready");
+    });
+}
+
+#[test]
+fn a_plan_that_changed_before_consent_is_refused_over_the_bus_and_the_new_one_can_be_approved() {
+    let host = SimulatedGpuHost::start();
+    let bus = SessionBus::start(&host);
+    runtime().block_on(async {
+        let conn = bus.connect().await;
+        let mut stream = signals(&conn).await;
+        let shown = plan(&conn).await;
+        let old = shown["plan_digest"].as_str().expect("digest").to_owned();
+        // Between the plan and the consent, what setup would pull changed (a newer descriptor).
+        host.write_descriptor(host.probe_ref.clone(), 2_000_000);
+        let path: zbus::OwnedObjectPath = broker(&conn)
+            .await
+            .call("Setup", &("vllm", old.as_str()))
+            .await
+            .expect("Setup");
+        let seen = watch(
+            &mut stream,
+            path.as_str(),
+            &["awaiting-consent", "ready", "failed"],
+        )
+        .await;
+        assert_eq!(
+            seen.phases.last().map(String::as_str),
+            Some("awaiting-consent"),
+            "{seen:?}"
+        );
+        let op = op_proxy(&conn, path.as_str()).await;
+        let error: String = op.get_property("Error").await.expect("Error");
+        let error: Value = serde_json::from_str(&error).expect("error JSON");
+        assert_eq!(error["code"], "MANAGED_PLAN_CHANGED");
+        let new_plan: String = op.get_property("Plan").await.expect("Plan");
+        let new_plan: Value = serde_json::from_str(&new_plan).expect("plan JSON");
+        let new = new_plan["plan_digest"]
+            .as_str()
+            .expect("new digest")
+            .to_owned();
+        assert_ne!(new, old);
+        assert!(
+            !host.image_present(&host.engine_ref) && !host.image_present(&host.probe_ref),
+            "nothing moved before consent"
+        );
+        // Approving the old digest again is refused; the new one goes through.
+        let stale: Result<(), _> = op.call("Approve", &(old.as_str(),)).await;
+        assert!(stale.is_err(), "approving a plan the operation is not on");
+        let () = op.call("Approve", &(new.as_str(),)).await.expect("Approve");
+        let seen = watch(&mut stream, path.as_str(), &["ready", "failed"]).await;
+        let phase: String = op.get_property("Phase").await.expect("Phase");
+        assert_eq!(phase, "ready", "{seen:?}");
+        assert!(
+            host.image_present(&host.probe_ref),
+            "the new engine image (the gpu-check image) was pulled"
+        );
+    });
+}
