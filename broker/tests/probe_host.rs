@@ -278,6 +278,27 @@ fn stand_in_driver_not_loaded_is_no_driver() {
 
 /// A binary that hangs (and one whose child keeps the pipes open) is an unknown, within the
 /// read deadline.
+
+/// Podman's docker shim is recognised from the file, without running it.
+#[test]
+fn podmans_docker_shim_is_recognised_without_running_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let shim = dir.path().join("docker");
+    // The script podman-docker installs as /usr/bin/docker (Fedora/RHEL).
+    std::fs::write(
+        &shim,
+        "#!/bin/sh\n[ -e /etc/containers/nodocker ] || \\\necho \"Emulate Docker CLI using podman. Create /etc/containers/nodocker to quiet msg.\" >&2\nexec /usr/bin/podman \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut dirs = vec![dir.path().to_path_buf()];
+    dirs.extend(system_dirs());
+    let facts = probe_with_bins(dirs);
+    assert!(facts.docker.cli.is_true());
+    assert!(facts.docker.cli_version.as_deref().unwrap_or("").contains("podman"));
+    assert_eq!(facts.docker.install_method, Some(InstallMethod::PodmanDocker));
+}
+
 #[test]
 fn hung_binaries_become_unknown_facts_within_the_deadline() {
     let dir = tempfile::tempdir().unwrap();
@@ -296,9 +317,14 @@ fn hung_binaries_become_unknown_facts_within_the_deadline() {
     };
     let (facts, took) = probe_now(options);
     assert!(took < Duration::from_secs(5), "took {took:?}");
-    let reason = facts.docker.cli.unknown_reason().expect("cli unknown");
+    let reason = facts
+        .nvidia
+        .driver_version
+        .unknown_reason()
+        .expect("driver unknown");
     assert!(reason.contains("timed out after 400 ms"), "{reason}");
-    assert!(facts.nvidia.driver_version.is_unknown());
+    // The Docker CLI is looked up, never run: a hanging one costs nothing.
+    assert!(facts.docker.cli.is_true());
     assert!(facts.nvidia.toolkit_installed.is_unknown());
     assert!(facts.nvidia.cdi_nvidia_gpu_listed.is_unknown());
     assert_eq!(

@@ -215,11 +215,11 @@ fn docker_section(f: &HostFacts) -> Section {
     let mut sec = Section::new("Docker");
     let cli = match (&d.cli_path, &d.cli) {
         (None, _) => "not installed in the system directories".to_owned(),
-        (Some(path), Fact::Known { value: true }) => format!(
-            "{path} ({})",
-            d.cli_version.as_deref().unwrap_or("version not printed")
-        ),
-        (Some(path), Fact::Known { value: false }) => format!("{path} (`docker --version` failed)"),
+        (Some(path), Fact::Known { value: true }) => match &d.cli_version {
+            Some(kind) => format!("{path}: {kind}"),
+            None => path.clone(),
+        },
+        (Some(path), Fact::Known { value: false }) => format!("{path} (not usable)"),
         (Some(path), Fact::Unknown { reason }) => format!("{path} (unknown: {reason})"),
     };
     sec.row("CLI", cli);

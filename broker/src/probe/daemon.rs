@@ -24,8 +24,8 @@ pub async fn read_daemon(socket: &Path, timeout: Duration) -> DaemonState {
         Err(e) => return unreachable(format!("cannot stat {socket_text}: {e}")),
     }
     let asked = async {
-        preflight(socket).await?;
-        ask_info(&socket_text, timeout).await
+        let daemon_api = preflight(socket).await?;
+        ask_info(&socket_text, timeout, daemon_api).await
     };
     match tokio::time::timeout(timeout, asked).await {
         Ok(Ok(info)) => DaemonState::Reachable {
@@ -42,22 +42,15 @@ pub async fn read_daemon(socket: &Path, timeout: Duration) -> DaemonState {
 async fn ask_info(
     socket: &str,
     timeout: Duration,
+    daemon_api: Option<ClientVersion>,
 ) -> Result<super::facts::DaemonInfo, String> {
     let secs = timeout.as_secs().max(1);
-    let docker = connect(socket, secs, API_DEFAULT_VERSION)?;
-    let docker = match docker.negotiate_version().await {
-        Ok(d) => d,
-        // An older daemon refuses a too-new version outright and names its maximum.
-        Err(bollard::errors::Error::DockerResponseServerError { message, .. })
-            if maximum_api_version(&message).is_some() =>
-        {
-            let max = maximum_api_version(&message).unwrap_or(*API_DEFAULT_VERSION);
-            connect(socket, secs, &max)?
-                .negotiate_version()
-                .await
-                .map_err(explain)?
-        }
-        Err(e) => return Err(explain(e)),
+    // `/_ping` is unversioned and names the daemon's API version: talk that (or bollard's newest,
+    // if older), so Debian's 20.10 (API 1.41) and Docker 29 both answer the first request.
+    let docker = match daemon_api {
+        Some(v) if v < *API_DEFAULT_VERSION => connect(socket, secs, &v)?,
+        Some(_) => connect(socket, secs, API_DEFAULT_VERSION)?,
+        None => negotiate(socket, secs).await?,
     };
     let version = docker.client_version();
     let info = docker.info().await.map_err(explain)?;
@@ -68,11 +61,47 @@ async fn ask_info(
     ))
 }
 
-/// Connects once by hand so that the two common refusals get a clear reason: bollard reports both
-/// as a bare "client error (Connect)".
-async fn preflight(socket: &Path) -> Result<(), String> {
+/// Without a version from `/_ping`: bollard's negotiation, retried at the maximum an older
+/// daemon names when it refuses a too-new version outright.
+async fn negotiate(socket: &str, secs: u64) -> Result<Docker, String> {
+    match connect(socket, secs, API_DEFAULT_VERSION)?.negotiate_version().await {
+        Ok(d) => Ok(d),
+        Err(bollard::errors::Error::DockerResponseServerError { message, .. })
+            if maximum_api_version(&message).is_some() =>
+        {
+            let max = maximum_api_version(&message).unwrap_or(*API_DEFAULT_VERSION);
+            connect(socket, secs, &max)?
+                .negotiate_version()
+                .await
+                .map_err(explain)
+        }
+        Err(e) => Err(explain(e)),
+    }
+}
+
+/// Connects once by hand, so that the two common refusals get a clear reason (bollard reports both
+/// as a bare "client error (Connect)"), and asks the unversioned `/_ping` for the daemon's API
+/// version (`None` when the answer has none).
+async fn preflight(socket: &Path) -> Result<Option<ClientVersion>, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     match tokio::net::UnixStream::connect(socket).await {
-        Ok(_) => Ok(()),
+        Ok(mut stream) => {
+            stream
+                .write_all(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+                .await
+                .map_err(|e| format!("cannot write to {}: {e}", socket.display()))?;
+            let mut head = Vec::new();
+            let mut chunk = [0u8; 1024];
+            // Headers only, at most 8 KiB.
+            while head.len() < 8192 && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut chunk).await {
+                    Ok(0) => break,
+                    Ok(n) => head.extend_from_slice(&chunk[..n]),
+                    Err(e) => return Err(format!("cannot read from {}: {e}", socket.display())),
+                }
+            }
+            Ok(api_version_header(&String::from_utf8_lossy(&head)))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(format!(
             "permission denied on {} (this user is not root and has no effective docker group)",
             socket.display()
@@ -101,6 +130,21 @@ fn explain(e: bollard::errors::Error) -> String {
     text
 }
 
+/// The `Api-Version` header of an HTTP answer (header names are case-insensitive).
+pub fn api_version_header(head: &str) -> Option<ClientVersion> {
+    head.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        if !name.trim().eq_ignore_ascii_case("api-version") {
+            return None;
+        }
+        let (major, minor) = value.trim().split_once('.')?;
+        Some(ClientVersion {
+            major_version: major.parse().ok()?,
+            minor_version: minor.parse().ok()?,
+        })
+    })
+}
+
 /// `client version 1.53 is too new. Maximum supported API version is 1.41` → 1.41.
 pub fn maximum_api_version(message: &str) -> Option<ClientVersion> {
     let rest = message.split("Maximum supported API version is ").nth(1)?;
@@ -118,6 +162,13 @@ pub fn maximum_api_version(message: &str) -> Option<ClientVersion> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_the_api_version_header() {
+        let v = api_version_header("HTTP/1.0 200 OK\r\nApi-Version: 1.41\r\nDocker-Experimental: false\r\n\r\n").unwrap();
+        assert_eq!((v.major_version, v.minor_version), (1, 41));
+        assert!(api_version_header("HTTP/1.0 200 OK\r\n\r\n").is_none());
+    }
 
     #[test]
     fn reads_the_daemons_maximum_from_its_refusal() {

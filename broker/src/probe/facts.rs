@@ -407,10 +407,12 @@ pub struct DockerGroupFacts {
 pub struct DockerFacts {
     /// The `docker` binary found in the system directories (never `$PATH`), if any.
     pub cli_path: Option<String>,
-    /// The reference's `docker.cli`: `docker --version` ran and exited 0 (`Known(false)` with no
-    /// binary; unknown when it hung or could not be spawned).
+    /// The reference's `docker.cli`: a `docker` executable is in the system directories. The probe
+    /// looks it up and never runs it (running the Go CLI cost more than every other read together,
+    /// and nothing it prints is needed: the daemon answers through the Engine API).
     pub cli: Fact<bool>,
-    /// First line of `docker --version`, when it answered.
+    /// What the `docker` executable is, when that shows without running it: `Some("podman …")`
+    /// for Podman's shim (a script that execs podman, or a link to it); `None` otherwise.
     pub cli_version: Option<String>,
     /// The Engine API on the system socket.
     pub daemon: DaemonState,

@@ -5,7 +5,7 @@ use super::facts::{DaemonInfo, Fact, InstallMethod, InstalledPackage};
 /// What the decision reads.
 #[derive(Debug, Clone, Copy)]
 pub struct InstallEvidence<'a> {
-    /// `docker --version` output, when it ran.
+    /// What the `docker` executable is (mentions `podman` for Podman's shim).
     pub cli_version: Option<&'a str>,
     /// Packages the databases list.
     pub packages: &'a [InstalledPackage],

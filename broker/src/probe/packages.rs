@@ -36,6 +36,36 @@ pub fn parse_dpkg_query(text: &str) -> Vec<InstalledPackage> {
         .collect()
 }
 
+/// The dpkg database itself (`/var/lib/dpkg/status`, deb822 stanzas), read in-process instead of
+/// through `dpkg-query`, which costs more than the rest of the probe together. Only `names` are
+/// kept, and only when the third word of `Status:` is `installed` (`install ok installed`,
+/// `hold ok installed`); `config-files` (dpkg-query's `rc`) and `not-installed` are not.
+pub fn parse_dpkg_status(text: &str, names: &[&str]) -> Vec<InstalledPackage> {
+    let mut found = Vec::new();
+    for stanza in text.split("\n\n") {
+        let mut package = None;
+        let mut version = None;
+        let mut installed = false;
+        for line in stanza.lines() {
+            if let Some(v) = line.strip_prefix("Package:") {
+                package = Some(v.trim());
+            } else if let Some(v) = line.strip_prefix("Version:") {
+                version = Some(v.trim());
+            } else if let Some(v) = line.strip_prefix("Status:") {
+                installed = v.split_whitespace().nth(2) == Some("installed");
+            }
+        }
+        if let Some(name) = package.filter(|p| installed && names.contains(p)) {
+            found.push(InstalledPackage {
+                name: name.to_owned(),
+                version: version.map(str::to_owned),
+                source: PackageDatabase::Dpkg,
+            });
+        }
+    }
+    found
+}
+
 /// `rpm -q --qf '%{NAME} %{VERSION}-%{RELEASE}\n' …`: misses read "package X is not installed".
 pub fn parse_rpm_query(text: &str) -> Vec<InstalledPackage> {
     text.lines()
@@ -139,6 +169,18 @@ mod tests {
         assert_eq!(pacman.len(), 1);
         assert_eq!(engine_version(&pacman).as_deref(), Some("28.3.3"));
         assert_eq!(engine_version(&parse_dpkg_query("ii  podman-docker 4.3.1\n")), None);
+    }
+
+    #[test]
+    fn dpkg_status_keeps_installed_names_only() {
+        let status = "Package: docker.io\nStatus: install ok installed\nPriority: optional\nVersion: 20.10.24+dfsg1-1+deb12u1+b6\nDescription: Linux container runtime\n more text\n\n\
+                      Package: docker-ce\nStatus: deinstall ok config-files\nVersion: 5:28.3.0-1~debian.12~bookworm\n\n\
+                      Package: nvidia-container-toolkit\nStatus: hold ok installed\nVersion: 1.17.8-1\n\n\
+                      Package: bash\nStatus: install ok installed\nVersion: 5.2.15-2+b8\n";
+        let p = parse_dpkg_status(status, &["docker.io", "docker-ce", "nvidia-container-toolkit"]);
+        let names: Vec<&str> = p.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, vec!["docker.io", "nvidia-container-toolkit"]);
+        assert_eq!(p[0].version.as_deref(), Some("20.10.24+dfsg1-1+deb12u1+b6"));
     }
 
     #[test]

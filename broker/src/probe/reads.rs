@@ -22,7 +22,7 @@ use super::nvidia_smi::{
 use super::nvml::{read_nvml, NvmlRead};
 use super::os_release::parse_os_release;
 use super::packages::{
-    parse_dpkg_query, parse_pacman_query, parse_rpm_query, snap_lists_docker, ENGINE_PACKAGES,
+    parse_dpkg_status, parse_pacman_query, parse_rpm_query, snap_lists_docker, ENGINE_PACKAGES,
     TOOLKIT_PACKAGE,
 };
 use super::routes::parse_proc_net_route;
@@ -110,6 +110,17 @@ async fn bounded_blocking<T: Send + 'static>(
 
 /// Reads a host file: `Ok(None)` only for ENOENT/ENOTDIR; other errors are errors.
 async fn read_host_file(ctx: &ProbeContext, absolute: &str) -> Result<Option<String>, String> {
+    read_host_file_up_to(ctx, absolute, MAX_FILE_BYTES).await
+}
+
+/// The dpkg database of a large desktop runs to several MiB.
+const MAX_DPKG_STATUS_BYTES: u64 = 64 * 1024 * 1024;
+
+async fn read_host_file_up_to(
+    ctx: &ProbeContext,
+    absolute: &str,
+    max: u64,
+) -> Result<Option<String>, String> {
     let path = ctx.host_path(absolute);
     let shown = absolute.to_owned();
     bounded_blocking(ctx.options.read_timeout, absolute, move || {
@@ -119,7 +130,7 @@ async fn read_host_file(ctx: &ProbeContext, absolute: &str) -> Result<Option<Str
             Err(e) => return Err(format!("{shown}: {e}")),
         };
         let mut text = Vec::new();
-        match file.take(MAX_FILE_BYTES).read_to_end(&mut text) {
+        match file.take(max).read_to_end(&mut text) {
             Ok(_) => Ok(Some(String::from_utf8_lossy(&text).into_owned())),
             Err(e) => Err(format!("{shown}: {e}")),
         }
@@ -323,22 +334,36 @@ pub async fn user_and_group(ctx: &ProbeContext) -> (UserFacts, DockerGroupFacts)
 // ---------------------------------------------------------------------------------------------
 // Docker
 
-/// The Docker CLI found in the system dirs and `docker --version`.
+/// The Docker CLI in the system dirs, looked up and never run; whether it is Podman's shim shows
+/// from the file itself (a link to podman, or a script that execs it).
 pub async fn docker_cli(ctx: &ProbeContext) -> (Option<String>, Fact<bool>, Option<String>) {
-    let path = ctx.runner.find("docker").map(|p| p.display().to_string());
-    match ctx.runner.run("docker", &["--version"]).await {
-        Ok(out) => {
-            let version = out
-                .stdout
-                .lines()
-                .next()
-                .map(|l| l.trim().to_owned())
-                .filter(|l| !l.is_empty());
-            (path, Fact::known(out.success()), version)
+    let Some(path) = ctx.runner.find("docker") else {
+        return (None, Fact::known(false), None);
+    };
+    let shown = path.display().to_string();
+    let kind = bounded_blocking(ctx.options.read_timeout, "docker CLI", move || podman_shim(&path))
+        .await
+        .unwrap_or(None);
+    (Some(shown), Fact::known(true), kind)
+}
+
+/// `Some(description)` when `path` is Podman's docker shim.
+fn podman_shim(path: &Path) -> Option<String> {
+    if let Ok(target) = std::fs::canonicalize(path) {
+        if target
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().contains("podman"))
+        {
+            return Some(format!("podman (docker links to {})", target.display()));
         }
-        Err(ExecError::NotFound(_)) => (path, Fact::known(false), None),
-        Err(e) => (path, Fact::unknown(e.to_string()), None),
     }
+    let mut head = Vec::with_capacity(4096);
+    std::fs::File::open(path)
+        .and_then(|f| f.take(4096).read_to_end(&mut head))
+        .ok()?;
+    let script = head.starts_with(b"#!");
+    let mentions = String::from_utf8_lossy(&head).contains("podman");
+    (script && mentions).then(|| "podman (docker is a script that runs podman)".to_owned())
 }
 
 /// The daemon on the configured socket.
@@ -346,29 +371,35 @@ pub async fn daemon(ctx: &ProbeContext) -> DaemonState {
     read_daemon(&ctx.options.docker_socket, ctx.options.read_timeout).await
 }
 
-/// Every package database present in the system dirs, asked about engine and toolkit packages.
+/// Every package database present, asked about engine and toolkit packages: the dpkg database
+/// read in-process, `rpm` and `pacman` when they are in the system dirs.
 /// `Known(vec![])` when there is none; unknown only when every database present failed.
 pub async fn packages(ctx: &ProbeContext) -> Fact<Vec<InstalledPackage>> {
     let mut names: Vec<&str> = ENGINE_PACKAGES.to_vec();
     names.extend(["nvidia-container-toolkit-base", TOOLKIT_PACKAGE]);
-    let mut dpkg_args = vec!["-W", "-f", "${db:Status-Abbrev} ${Package} ${Version}\\n"];
-    dpkg_args.extend(&names);
     let mut rpm_args = vec!["-q", "--qf", "%{NAME} %{VERSION}-%{RELEASE}\\n"];
     rpm_args.extend(&names);
     let mut pacman_args = vec!["-Q", "docker"];
     pacman_args.extend(&names);
     let runner = &ctx.runner;
     let (dpkg, rpm, pacman) = tokio::join!(
-        runner.run("dpkg-query", &dpkg_args),
+        read_host_file_up_to(ctx, "/var/lib/dpkg/status", MAX_DPKG_STATUS_BYTES),
         runner.run("rpm", &rpm_args),
         runner.run("pacman", &pacman_args),
     );
     let mut found = Vec::new();
     let mut failures = Vec::new();
     let mut answered = false;
+    match dpkg {
+        Ok(Some(text)) => {
+            answered = true;
+            found.extend(parse_dpkg_status(&text, &names));
+        }
+        Ok(None) => {}
+        Err(e) => failures.push(e),
+    }
     for (result, parse) in [
-        (dpkg, parse_dpkg_query as fn(&str) -> Vec<InstalledPackage>),
-        (rpm, parse_rpm_query),
+        (rpm, parse_rpm_query as fn(&str) -> Vec<InstalledPackage>),
         (pacman, parse_pacman_query),
     ] {
         match result {
@@ -652,11 +683,11 @@ pub enum Read {
     Selinux,
     /// User and group databases, `getgroups`.
     UserAndGroup,
-    /// `docker --version`.
+    /// The `docker` executable (looked up, not run).
     DockerCli,
     /// Engine API `/version` + `/info`, then statvfs at the root dir.
     DaemonAndDisk,
-    /// dpkg-query / rpm / pacman.
+    /// dpkg database / rpm / pacman.
     Packages,
     /// `snap list docker`.
     Snap,
