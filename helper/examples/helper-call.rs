@@ -7,7 +7,10 @@
 //! helper-call receipt NONCE
 //! helper-call cancel JOB_PATH
 //! helper-call introspect OBJECT_PATH
+//! helper-call serve-trivial BUS_NAME
 //! ```
+//! `serve-trivial` owns BUS_NAME on the system bus and serves nothing but the standard
+//! interfaces: the peer the activation benchmark compares the helper's cold start with.
 //! `--leave-after-ms N` sends `Start` and disconnects N ms later without waiting for the reply
 //! (a caller that leaves while polkit decides). Exit status 0 when the call succeeded, 1 when the
 //! helper returned an error (printed as `{"error": name, "message": text}`), 2 on usage errors.
@@ -32,6 +35,7 @@ async fn main() -> std::process::ExitCode {
         Some("receipt") if args.len() == 2 => receipt(&args[1]).await,
         Some("cancel") if args.len() == 2 => cancel(&args[1]).await,
         Some("introspect") if args.len() == 2 => introspect(&args[1]).await,
+        Some("serve-trivial") if args.len() == 2 => serve_trivial(&args[1]).await,
         _ => {
             eprintln!("usage: helper-call start STEP_FILE [--interactive] [--wait] [--leave-after-ms N] | receipt NONCE | cancel JOB | introspect PATH");
             return std::process::ExitCode::from(2);
@@ -137,4 +141,25 @@ async fn introspect(path: &str) -> Result<Value, Value> {
         .map_err(error_json)?;
     let xml: String = proxy.call("Introspect", &()).await.map_err(error_json)?;
     Ok(json!({"xml": xml}))
+}
+
+async fn serve_trivial(name: &str) -> Result<Value, Value> {
+    // Served before the name is requested, as the helper does, so that the call that caused
+    // the activation (queued by the bus until the name is owned) finds the object server.
+    let _conn = zbus::connection::Builder::system()
+        .serve_at("/", Trivial)
+        .name(name)
+        .build()
+        .await
+        .map_err(|e| json!({"error": "client", "message": format!("cannot own {name}: {e}")}))?;
+    std::future::pending::<()>().await;
+    Ok(json!({}))
+}
+
+/// The benchmark peer's object: one method that does nothing.
+struct Trivial;
+
+#[zbus::interface(name = "org.enginekit.TestTrivial1")]
+impl Trivial {
+    fn nothing(&self) {}
 }

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use enginekit_shared::error::{CodedError, ErrorCode};
+use enginekit_shared::error::CodedError;
 pub use enginekit_shared::wire::receipt::{ActionRecord, Outcome};
 
 /// Set by `Cancel` while `AllowCancel` is true; the executor checks it before each action and
@@ -40,27 +40,19 @@ pub struct ExecutionReport {
     pub error: Option<CodedError>,
 }
 
-/// Runs the authorised job. The executor is the recipe engineer's `crate::recipe::run`; until it
-/// lands, this reports a failed job that ran nothing (no action is attempted).
+/// Runs the authorised job with the recipe executor ([`crate::recipe::run`]) as the calling
+/// uid. The recipe and parameters are the ones the chain verified, frozen in `job`.
 pub fn execute(
-    _job: &crate::verify::AuthorisedStep,
+    job: &crate::verify::AuthorisedStep,
+    caller_uid: u32,
     sink: &mut dyn ProgressSink,
     cancel: &CancelToken,
 ) -> ExecutionReport {
-    sink.progress("starting", -1, true);
-    if cancel.is_cancelled() {
-        return ExecutionReport {
-            outcome: Outcome::Cancelled,
-            actions: Vec::new(),
-            error: None,
-        };
-    }
+    let ctx = crate::recipe::ExecContext::new(caller_uid);
+    let outcome = crate::recipe::run(&job.recipe, job.parameters(), &ctx, sink, cancel);
     ExecutionReport {
-        outcome: Outcome::Failed,
-        actions: Vec::new(),
-        error: Some(CodedError::new(
-            ErrorCode::PrerequisiteBlocked,
-            "this build of the helper has no recipe executor",
-        )),
+        outcome: outcome.outcome,
+        actions: outcome.records(),
+        error: outcome.error,
     }
 }

@@ -64,6 +64,16 @@ fn an_allowed_caller_starts_a_job_that_runs_and_leaves_a_receipt_only_it_can_rea
     let outcome = receipt["outcome"].as_str().unwrap();
     assert!(["succeeded", "failed"].contains(&outcome), "{receipt}");
     assert_eq!(result.json["state"], json!(outcome));
+    // The executor really ran the component's action: each record names its command by
+    // absolute path with its exit status.
+    let actions = receipt["actions"].as_array().unwrap();
+    assert!(!actions.is_empty(), "no action in {receipt}");
+    for action in actions {
+        let argv = action["argv"].as_array().unwrap();
+        assert!(argv.is_empty() || argv[0].as_str().unwrap().starts_with('/'), "{action}");
+        assert!(action["exit_status"].is_i64() || action["exit_status"].is_null(), "{action}");
+    }
+    eprintln!("receipt of the allowed job: {receipt}");
     assert!(helper.nonce_burnt(&nonce));
     // GetReceipt: the same text for the caller's uid, nothing for another uid.
     let mine = helper.call_as(helper.user(), &["receipt", &nonce]);
@@ -352,4 +362,128 @@ fn attributes(text: &str) -> std::collections::BTreeMap<String, String> {
 
 fn render(attrs: &std::collections::BTreeMap<String, String>) -> String {
     attrs.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+}
+
+/// Benchmark (prints, asserts nothing about time): cold activation to the first reply, the
+/// helper against a trivial zbus service that dbus-daemon activates the same way (same launch
+/// helper, same library, nothing but the standard interfaces). Target: the helper within
+/// 100 ms of the peer.
+#[test]
+fn bench_cold_activation_to_first_reply_against_a_trivial_service() {
+    let _serial = serial();
+    let helper = InstalledHelper::install("bench", "");
+    let trivial = TrivialService::install(&helper);
+    let ping = |dest: &str, path: &str, method: &[&str]| -> Duration {
+        let started = Instant::now();
+        let mut args = vec!["--type=method_call".to_owned(), format!("--dest={dest}"), path.to_owned()];
+        args.extend(method.iter().map(|s| s.to_string()));
+        let out = bench::run_as(helper.user(), "dbus-send")
+            .args(["--system", "--print-reply"])
+            .args(&args)
+            .env("DBUS_SYSTEM_BUS_ADDRESS", &helper.env.system_bus_address)
+            .output()
+            .unwrap();
+        let elapsed = started.elapsed();
+        // GetReceipt of an unknown nonce answers with an error reply: that is the first reply too.
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() || text.contains("NoReceipt"), "{dest}: {text}");
+        elapsed
+    };
+    const ROUNDS: usize = 7;
+    let (mut peer, mut helper_ping, mut helper_call) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        trivial.stop();
+        peer.push(ping(TRIVIAL_NAME, "/", &["org.freedesktop.DBus.Peer.Ping"]));
+        kill_helper(&helper.env);
+        helper_ping.push(ping(BUS_NAME, "/org/enginekit/Helper1", &["org.freedesktop.DBus.Peer.Ping"]));
+        kill_helper(&helper.env);
+        helper_call.push(ping(
+            BUS_NAME,
+            "/org/enginekit/Helper1",
+            &["org.enginekit.Helper1.GetReceipt", "string:00000000000000000000000000000000"],
+        ));
+    }
+    let median = |v: &mut Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    let (p, hp, hc) = (median(&mut peer), median(&mut helper_ping), median(&mut helper_call));
+    eprintln!(
+        "BENCH helper activation (median of {ROUNDS}, dbus-send as {}): trivial peer {:.1} ms; \
+         helper Ping {:.1} ms (ratio {:.2}, +{:.1} ms); helper GetReceipt {:.1} ms (ratio {:.2}, +{:.1} ms); target ≤ +100 ms",
+        helper.user().name,
+        p.as_secs_f64() * 1e3,
+        hp.as_secs_f64() * 1e3,
+        hp.as_secs_f64() / p.as_secs_f64(),
+        (hp.as_secs_f64() - p.as_secs_f64()) * 1e3,
+        hc.as_secs_f64() * 1e3,
+        hc.as_secs_f64() / p.as_secs_f64(),
+        (hc.as_secs_f64() - p.as_secs_f64()) * 1e3,
+    );
+}
+
+const TRIVIAL_NAME: &str = "org.enginekit.TestTrivial1";
+
+/// The benchmark's peer: `helper-call serve-trivial`, activated by dbus-daemon like the helper.
+struct TrivialService {
+    env: bench::BenchEnv,
+}
+
+impl TrivialService {
+    const ACTIVATION: &'static str = "/usr/share/dbus-1/system-services/org.enginekit.TestTrivial1.service";
+    const POLICY: &'static str = "/usr/share/dbus-1/system.d/org.enginekit.TestTrivial1.conf";
+
+    fn install(helper: &InstalledHelper) -> TrivialService {
+        std::fs::write(
+            Self::ACTIVATION,
+            format!(
+                "[D-BUS Service]\nName={TRIVIAL_NAME}\nExec={} serve-trivial {TRIVIAL_NAME}\nUser=root\n",
+                helper.client_bin.display()
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            Self::POLICY,
+            format!(
+                "<!DOCTYPE busconfig PUBLIC \"-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN\"\n \
+                 \"http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd\">\n<busconfig>\n\
+                 <policy user=\"root\"><allow own=\"{TRIVIAL_NAME}\"/></policy>\n\
+                 <policy context=\"default\"><allow send_destination=\"{TRIVIAL_NAME}\"/></policy>\n</busconfig>\n"
+            ),
+        )
+        .unwrap();
+        reload_bus_config(&helper.env);
+        TrivialService { env: helper.env.clone() }
+    }
+
+    fn stop(&self) {
+        let out = dbus_send(&self.env, &[
+            "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus",
+            "org.freedesktop.DBus.GetConnectionUnixProcessID", &format!("string:{TRIVIAL_NAME}"),
+        ]);
+        let pid = String::from_utf8_lossy(&out.stdout).split_whitespace().last().and_then(|w| w.parse::<u32>().ok());
+        if let (true, Some(pid)) = (out.status.success(), pid) {
+            let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                let owned = dbus_send(&self.env, &[
+                    "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus",
+                    "org.freedesktop.DBus.NameHasOwner", &format!("string:{TRIVIAL_NAME}"),
+                ]);
+                if String::from_utf8_lossy(&owned.stdout).contains("false") {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+impl Drop for TrivialService {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_file(Self::ACTIVATION);
+        let _ = std::fs::remove_file(Self::POLICY);
+        reload_bus_config(&self.env);
+    }
 }

@@ -157,9 +157,10 @@ pub(crate) async fn run_job(
     let cancel = shared.cancel.clone();
     let step = Arc::new(step);
     let exec_step = Arc::clone(&step);
+    let caller_uid = shared.owner_uid;
     let mut executor = tokio::task::spawn_blocking(move || {
         let mut sink = ChannelSink(tx);
-        runner::execute(&exec_step, &mut sink, &cancel)
+        runner::execute(&exec_step, caller_uid, &mut sink, &cancel)
     });
     let report = loop {
         tokio::select! {
