@@ -382,7 +382,7 @@ fn bench_cold_activation_to_first_reply_against_a_trivial_service() {
             .args(&args)
             .env("DBUS_SYSTEM_BUS_ADDRESS", &helper.env.system_bus_address)
             .output()
-            .unwrap();
+            .unwrap_or_else(|e| panic!("dbus-send: {e}"));
         let elapsed = started.elapsed();
         // GetReceipt of an unknown nonce answers with an error reply: that is the first reply too.
         let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -441,7 +441,7 @@ impl TrivialService {
                 helper.client_bin.display()
             ),
         )
-        .unwrap();
+        .unwrap_or_else(|e| panic!("write {}: {e}", Self::ACTIVATION));
         std::fs::write(
             Self::POLICY,
             format!(
@@ -451,7 +451,7 @@ impl TrivialService {
                  <policy context=\"default\"><allow send_destination=\"{TRIVIAL_NAME}\"/></policy>\n</busconfig>\n"
             ),
         )
-        .unwrap();
+        .unwrap_or_else(|e| panic!("write {}: {e}", Self::POLICY));
         reload_bus_config(&helper.env);
         TrivialService { env: helper.env.clone() }
     }
