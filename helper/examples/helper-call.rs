@@ -82,7 +82,9 @@ async fn start(file: &str, flags: &[String]) -> Result<Value, Value> {
         .and_then(|i| flags.get(i + 1))
         .and_then(|n| n.parse::<u64>().ok());
     let conn = connect().await?;
-    let proxy = Proxy::new(&conn, NAME, PATH, IFACE).await.map_err(error_json)?;
+    let proxy = Proxy::new(&conn, NAME, PATH, IFACE)
+        .await
+        .map_err(error_json)?;
     let method_flags = if interactive {
         MethodFlags::ALLOW_INTERACTIVE_AUTH
     } else {
@@ -90,10 +92,13 @@ async fn start(file: &str, flags: &[String]) -> Result<Value, Value> {
     };
     if let Some(ms) = leave_after {
         let body = (step.as_str(),);
-        let call = proxy.call_with_flags::<_, _, zbus::OwnedObjectPath>("Start", method_flags, &body);
+        let call =
+            proxy.call_with_flags::<_, _, zbus::OwnedObjectPath>("Start", method_flags, &body);
         return match tokio::time::timeout(Duration::from_millis(ms), call).await {
             Err(_) => Ok(json!({"left": true})),
-            Ok(Ok(Some(job))) => Err(json!({"error": "answered-before-leaving", "job": job.as_str()})),
+            Ok(Ok(Some(job))) => {
+                Err(json!({"error": "answered-before-leaving", "job": job.as_str()}))
+            }
             Ok(Ok(None)) => Err(json!({"error": "client", "message": "no reply"})),
             Ok(Err(e)) => Err(error_json(e)),
         };
@@ -108,12 +113,21 @@ async fn start(file: &str, flags: &[String]) -> Result<Value, Value> {
         .map_err(error_json)?;
     let mut receipt = String::new();
     if wait {
-        let mut finished = job_proxy.receive_signal("Finished").await.map_err(error_json)?;
-        receipt = job_proxy.get_property("Receipt").await.map_err(error_json)?;
+        let mut finished = job_proxy
+            .receive_signal("Finished")
+            .await
+            .map_err(error_json)?;
+        receipt = job_proxy
+            .get_property("Receipt")
+            .await
+            .map_err(error_json)?;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
         while receipt.is_empty() && tokio::time::Instant::now() < deadline {
             let _ = tokio::time::timeout(Duration::from_secs(1), finished.next()).await;
-            receipt = job_proxy.get_property("Receipt").await.map_err(error_json)?;
+            receipt = job_proxy
+                .get_property("Receipt")
+                .await
+                .map_err(error_json)?;
         }
     }
     let state: String = job_proxy.get_property("State").await.map_err(error_json)?;
@@ -122,14 +136,21 @@ async fn start(file: &str, flags: &[String]) -> Result<Value, Value> {
 
 async fn receipt(nonce: &str) -> Result<Value, Value> {
     let conn = connect().await?;
-    let proxy = Proxy::new(&conn, NAME, PATH, IFACE).await.map_err(error_json)?;
-    let receipt: String = proxy.call("GetReceipt", &(nonce,)).await.map_err(error_json)?;
+    let proxy = Proxy::new(&conn, NAME, PATH, IFACE)
+        .await
+        .map_err(error_json)?;
+    let receipt: String = proxy
+        .call("GetReceipt", &(nonce,))
+        .await
+        .map_err(error_json)?;
     Ok(json!({"receipt": receipt}))
 }
 
 async fn cancel(job: &str) -> Result<Value, Value> {
     let conn = connect().await?;
-    let proxy = Proxy::new(&conn, NAME, job, JOB_IFACE).await.map_err(error_json)?;
+    let proxy = Proxy::new(&conn, NAME, job, JOB_IFACE)
+        .await
+        .map_err(error_json)?;
     let () = proxy.call("Cancel", &()).await.map_err(error_json)?;
     Ok(json!({"cancelled": true}))
 }

@@ -141,20 +141,29 @@ impl Config {
 
 fn absolute_path(value: &str, line: usize) -> Result<PathBuf, (usize, String)> {
     let path = PathBuf::from(value);
-    let plain = path
-        .components()
-        .all(|c| matches!(c, std::path::Component::RootDir | std::path::Component::Normal(_)));
+    let plain = path.components().all(|c| {
+        matches!(
+            c,
+            std::path::Component::RootDir | std::path::Component::Normal(_)
+        )
+    });
     if path.is_absolute() && plain {
         Ok(path)
     } else {
-        Err((line, format!("{value:?} is not an absolute path without . or ..")))
+        Err((
+            line,
+            format!("{value:?} is not an absolute path without . or .."),
+        ))
     }
 }
 
 fn seconds(value: &str, line: usize) -> Result<Duration, (usize, String)> {
     match value.parse::<u64>() {
         Ok(n) if (1..=86_400).contains(&n) => Ok(Duration::from_secs(n)),
-        _ => Err((line, format!("{value:?} is not a number of seconds in 1..=86400"))),
+        _ => Err((
+            line,
+            format!("{value:?} is not a number of seconds in 1..=86400"),
+        )),
     }
 }
 

@@ -77,7 +77,12 @@ pub struct Ledger {
 impl Ledger {
     /// Opens the ledger at `root`, creating it and its subdirectories with mode 0700.
     pub fn open(root: &Path) -> Result<Ledger, LedgerError> {
-        for dir in [root.to_owned(), root.join("nonces"), root.join("receipts"), root.join("serials")] {
+        for dir in [
+            root.to_owned(),
+            root.join("nonces"),
+            root.join("receipts"),
+            root.join("serials"),
+        ] {
             match fs::DirBuilder::new().mode(0o700).create(&dir) {
                 Ok(()) => {}
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
@@ -236,7 +241,9 @@ impl Ledger {
 fn checked_key(nonce: &str) -> Result<&str, LedgerError> {
     let ok = !nonce.is_empty()
         && nonce.len() <= 64
-        && nonce.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        && nonce
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
     if ok {
         Ok(nonce)
     } else {
@@ -262,11 +269,7 @@ fn temp_path(path: &Path) -> PathBuf {
     let mut random = [0u8; 8];
     // A failed getrandom still leaves a pid-unique name; the temp file is created exclusively.
     let _ = getrandom::fill(&mut random);
-    let name = format!(
-        ".tmp-{}-{}",
-        std::process::id(),
-        hex::encode(random)
-    );
+    let name = format!(".tmp-{}-{}", std::process::id(), hex::encode(random));
     path.with_file_name(name)
 }
 
@@ -390,7 +393,10 @@ mod tests {
     fn directories_are_private() {
         let (_dir, ledger) = ledger();
         for sub in ["", "nonces", "receipts", "serials"] {
-            let mode = fs::metadata(ledger.root().join(sub)).unwrap().permissions().mode();
+            let mode = fs::metadata(ledger.root().join(sub))
+                .unwrap()
+                .permissions()
+                .mode();
             assert_eq!(mode & 0o777, 0o700, "{sub}");
         }
     }
@@ -402,7 +408,10 @@ mod tests {
         assert_eq!(ledger.burn(NONCE, STEP_A, 1000, 5).unwrap(), Burn::Fresh);
         assert!(ledger.is_burnt(NONCE).unwrap());
         let file = ledger.root().join("nonces").join(NONCE);
-        assert_eq!(fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
         assert_eq!(
             ledger.burn(NONCE, STEP_A, 1000, 5).unwrap(),
             Burn::Replay { receipt: None }
@@ -415,7 +424,9 @@ mod tests {
     fn a_replay_returns_the_stored_receipt_and_only_its_owner_reads_it() {
         let (_dir, ledger) = ledger();
         ledger.burn(NONCE, STEP_A, 1000, 5).unwrap();
-        ledger.store_receipt(NONCE, 1000, 5, "{\"outcome\":\"succeeded\"}").unwrap();
+        ledger
+            .store_receipt(NONCE, 1000, 5, "{\"outcome\":\"succeeded\"}")
+            .unwrap();
         assert_eq!(
             ledger.burn(NONCE, STEP_A, 1000, 5).unwrap(),
             Burn::Replay {

@@ -64,7 +64,9 @@ fn receipt_id() -> ReceiptId {
                 .map(|d| d.as_millis() & 0xffff_ffff_ffff)
                 .unwrap_or(0)
         );
-        fallback.parse().unwrap_or_else(|_| unreachable_receipt_id())
+        fallback
+            .parse()
+            .unwrap_or_else(|_| unreachable_receipt_id())
     })
 }
 

@@ -5,6 +5,8 @@
 //! Every test here installs the helper under the global name `org.enginekit.Helper1`, so each
 //! takes `helper_support::serial()` first; this is the only test binary that does.
 
+// bench: test-threads=1
+
 #[path = "helper_support/mod.rs"]
 mod helper_support;
 
@@ -22,7 +24,12 @@ const METADATA_INVALID: &str = "MANAGED_METADATA_INVALID";
 /// A step for this machine and the test user, for the built-in recipe. `docker-service` is the
 /// component whose job is harmless on the bench (no systemd as PID 1: its command fails).
 fn good_step(user: &str) -> Value {
-    mint(&parameters(user, &["docker-service"]), None, &builtin_digest(), 0)
+    mint(
+        &parameters(user, &["docker-service"]),
+        None,
+        &builtin_digest(),
+        0,
+    )
 }
 
 #[test]
@@ -36,7 +43,11 @@ fn a_caller_denied_by_policy_gets_not_authorized_and_nothing_is_written() {
         result.assert_refused("NotAuthorized", "MANAGED_ELEVATION_DECLINED");
         assert!(!helper.nonce_burnt(step["nonce"].as_str().unwrap()));
     }
-    assert_eq!(helper.ledger_files(), Vec::<String>::new(), "a denied step wrote to the ledger");
+    assert_eq!(
+        helper.ledger_files(),
+        Vec::<String>::new(),
+        "a denied step wrote to the ledger"
+    );
     // The other user is denied the same way.
     let other = helper.other().name.clone();
     let path = helper.write_step(&to_bytes(&good_step(&other)));
@@ -55,7 +66,10 @@ fn an_allowed_caller_starts_a_job_that_runs_and_leaves_a_receipt_only_it_can_rea
     let nonce = step["nonce"].as_str().unwrap().to_owned();
     let result = helper.start(&to_bytes(&step), &["--wait"]);
     assert!(result.ok, "Start was refused: {}", result.json);
-    assert!(result.json["job"].as_str().unwrap().starts_with("/org/enginekit/Helper1/job/"));
+    assert!(result.json["job"]
+        .as_str()
+        .unwrap()
+        .starts_with("/org/enginekit/Helper1/job/"));
     let receipt = result.receipt();
     assert_eq!(receipt["nonce"], json!(nonce), "{receipt}");
     assert_eq!(receipt["step_id"], step["step_id"]);
@@ -70,8 +84,14 @@ fn an_allowed_caller_starts_a_job_that_runs_and_leaves_a_receipt_only_it_can_rea
     assert!(!actions.is_empty(), "no action in {receipt}");
     for action in actions {
         let argv = action["argv"].as_array().unwrap();
-        assert!(argv.is_empty() || argv[0].as_str().unwrap().starts_with('/'), "{action}");
-        assert!(action["exit_status"].is_i64() || action["exit_status"].is_null(), "{action}");
+        assert!(
+            argv.is_empty() || argv[0].as_str().unwrap().starts_with('/'),
+            "{action}"
+        );
+        assert!(
+            action["exit_status"].is_i64() || action["exit_status"].is_null(),
+            "{action}"
+        );
     }
     eprintln!("receipt of the allowed job: {receipt}");
     assert!(helper.nonce_burnt(&nonce));
@@ -98,11 +118,15 @@ fn each_bad_step_is_refused_with_its_own_error_and_changes_nothing() {
     let builtin_serial = enginekit_shared::recipe::builtin().unwrap().serial();
 
     // The serial mark a previous, newer recipe left behind.
-    let id_hex: String = "linux.install-container-runtime".bytes().map(|b| format!("{b:02x}")).collect();
+    let id_hex: String = "linux.install-container-runtime"
+        .bytes()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     std::fs::create_dir_all(helper.state_dir.join("serials")).unwrap();
     std::fs::write(
         helper.state_dir.join("serials").join(id_hex),
-        json!({"serial": builtin_serial + 10, "digest": Digest::of_bytes(b"newer").to_string()}).to_string(),
+        json!({"serial": builtin_serial + 10, "digest": Digest::of_bytes(b"newer").to_string()})
+            .to_string(),
     )
     .unwrap();
     let before = helper.ledger_files();
@@ -110,39 +134,117 @@ fn each_bad_step_is_refused_with_its_own_error_and_changes_nothing() {
     let mut cases: Vec<(&str, Vec<u8>, &str, &str)> = Vec::new();
     let mut flipped = good_step(&user);
     flipped["parameters"]["user"] = json!(format!("{}x", &user[..user.len() - 1]));
-    cases.push(("flipped byte in the parameters", to_bytes(&flipped), "DigestMismatch", HOST_STEP_INVALID));
+    cases.push((
+        "flipped byte in the parameters",
+        to_bytes(&flipped),
+        "DigestMismatch",
+        HOST_STEP_INVALID,
+    ));
     let mut digest = good_step(&user);
     digest["parameters_digest"] = json!(Digest::of_bytes(b"not these parameters").to_string());
-    cases.push(("parameters digest mismatch", to_bytes(&digest), "DigestMismatch", HOST_STEP_INVALID));
-    let unknown = mint(&parameters(&user, &["docker-service"]), None, &Digest::of_bytes(b"no such recipe"), 0);
-    cases.push(("unknown recipe digest", to_bytes(&unknown), "UnknownRecipe", HOST_STEP_INVALID));
+    cases.push((
+        "parameters digest mismatch",
+        to_bytes(&digest),
+        "DigestMismatch",
+        HOST_STEP_INVALID,
+    ));
+    let unknown = mint(
+        &parameters(&user, &["docker-service"]),
+        None,
+        &Digest::of_bytes(b"no such recipe"),
+        0,
+    );
+    cases.push((
+        "unknown recipe digest",
+        to_bytes(&unknown),
+        "UnknownRecipe",
+        HOST_STEP_INVALID,
+    ));
     let (doc, d) = signed_builtin(builtin_serial + 20, &untrusted);
     let stranger = mint(&parameters(&user, &["docker-service"]), Some(doc), &d, 0);
-    cases.push(("recipe signed by an untrusted key", to_bytes(&stranger), "SignatureInvalid", METADATA_INVALID));
+    cases.push((
+        "recipe signed by an untrusted key",
+        to_bytes(&stranger),
+        "SignatureInvalid",
+        METADATA_INVALID,
+    ));
     let (doc, d) = signed_builtin(builtin_serial + 9, &trusted);
     let lower = mint(&parameters(&user, &["docker-service"]), Some(doc), &d, 0);
-    cases.push(("recipe with a lower serial", to_bytes(&lower), "RecipeRollback", METADATA_INVALID));
-    let old = mint(&parameters(&user, &["docker-service"]), None, &builtin_digest(), 16 * 60);
-    cases.push(("step past its window", to_bytes(&old), "StepExpired", HOST_STEP_INVALID));
-    let someone = mint(&parameters(&other, &["docker-service"]), None, &builtin_digest(), 0);
-    cases.push(("user naming someone else", to_bytes(&someone), "IdentityMismatch", "MANAGED_IDENTITY_MISMATCH"));
+    cases.push((
+        "recipe with a lower serial",
+        to_bytes(&lower),
+        "RecipeRollback",
+        METADATA_INVALID,
+    ));
+    let old = mint(
+        &parameters(&user, &["docker-service"]),
+        None,
+        &builtin_digest(),
+        16 * 60,
+    );
+    cases.push((
+        "step past its window",
+        to_bytes(&old),
+        "StepExpired",
+        HOST_STEP_INVALID,
+    ));
+    let someone = mint(
+        &parameters(&other, &["docker-service"]),
+        None,
+        &builtin_digest(),
+        0,
+    );
+    cases.push((
+        "user naming someone else",
+        to_bytes(&someone),
+        "IdentityMismatch",
+        "MANAGED_IDENTITY_MISMATCH",
+    ));
     let mut p = parameters(&user, &["docker-service"]);
-    let (distro, version) = if p["distro_id"] == json!("ubuntu") { ("debian", "12") } else { ("ubuntu", "24.04") };
+    let (distro, version) = if p["distro_id"] == json!("ubuntu") {
+        ("debian", "12")
+    } else {
+        ("ubuntu", "24.04")
+    };
     p["distro_id"] = json!(distro);
     p["version_id"] = json!(version);
     let distro_step = mint(&p, None, &builtin_digest(), 0);
-    cases.push(("distro_id not this machine's", to_bytes(&distro_step), "WrongMachine", HOST_STEP_INVALID));
+    cases.push((
+        "distro_id not this machine's",
+        to_bytes(&distro_step),
+        "WrongMachine",
+        HOST_STEP_INVALID,
+    ));
     let mut p = parameters(&user, &["docker-service"]);
-    p["arch"] = json!(if p["arch"] == json!("x86_64") { "aarch64" } else { "x86_64" });
+    p["arch"] = json!(if p["arch"] == json!("x86_64") {
+        "aarch64"
+    } else {
+        "x86_64"
+    });
     let arch_step = mint(&p, None, &builtin_digest(), 0);
-    cases.push(("arch not this machine's", to_bytes(&arch_step), "WrongMachine", HOST_STEP_INVALID));
+    cases.push((
+        "arch not this machine's",
+        to_bytes(&arch_step),
+        "WrongMachine",
+        HOST_STEP_INVALID,
+    ));
     let mut component = good_step(&user);
     component["parameters"]["components"] = json!(["kernel"]);
-    cases.push(("unknown component", to_bytes(&component), "ParametersInvalid", HOST_STEP_INVALID));
+    cases.push((
+        "unknown component",
+        to_bytes(&component),
+        "ParametersInvalid",
+        HOST_STEP_INVALID,
+    ));
     let mut root = good_step(&user);
     root["parameters"]["user"] = json!("root");
     root["parameters"]["components"] = json!(["docker-group"]);
-    cases.push(("root with docker-group", to_bytes(&root), "ParametersInvalid", HOST_STEP_INVALID));
+    cases.push((
+        "root with docker-group",
+        to_bytes(&root),
+        "ParametersInvalid",
+        HOST_STEP_INVALID,
+    ));
     let mut big = to_bytes(&good_step(&user));
     big.resize(10 * 1024 * 1024, b' ');
     cases.push(("10 MiB step", big, "StepTooLarge", HOST_STEP_INVALID));
@@ -151,15 +253,34 @@ fn each_bad_step_is_refused_with_its_own_error_and_changes_nothing() {
     // the bus the same class of input is an escape that is not Unicode.
     let text = String::from_utf8(to_bytes(&good_step(&user))).unwrap();
     let surrogate = text.replacen("\"action\":", "\"x\":\"\\ud800\",\"action\":", 1);
-    cases.push(("text that is not Unicode", surrogate.into_bytes(), "StepMalformed", HOST_STEP_INVALID));
+    cases.push((
+        "text that is not Unicode",
+        surrogate.into_bytes(),
+        "StepMalformed",
+        HOST_STEP_INVALID,
+    ));
     let duplicate = text.replacen('{', "{\"nonce\":\"0123456789abcdef0123456789abcdef\",", 1);
-    cases.push(("duplicate keys", duplicate.into_bytes(), "StepMalformed", HOST_STEP_INVALID));
+    cases.push((
+        "duplicate keys",
+        duplicate.into_bytes(),
+        "StepMalformed",
+        HOST_STEP_INVALID,
+    ));
 
     for (what, bytes, name, code) in &cases {
         let result = helper.start(bytes, &[]);
         assert!(!result.ok, "{what}: accepted: {}", result.json);
-        assert_eq!(result.error(), format!("org.enginekit.Helper1.Error.{name}"), "{what}: {}", result.json);
-        assert!(result.message().starts_with(&format!("{code}: ")), "{what}: {}", result.message());
+        assert_eq!(
+            result.error(),
+            format!("org.enginekit.Helper1.Error.{name}"),
+            "{what}: {}",
+            result.json
+        );
+        assert!(
+            result.message().starts_with(&format!("{code}: ")),
+            "{what}: {}",
+            result.message()
+        );
         assert_eq!(helper.ledger_files(), before, "{what}: the ledger changed");
     }
     // The client refuses to send bytes that are not UTF-8 at all.
@@ -195,7 +316,11 @@ fn a_reused_nonce_returns_the_first_receipt_and_conflicts_for_another_step_even_
     kill_helper(&helper.env);
     let after = helper.start(&to_bytes(&step), &["--wait"]);
     assert!(after.ok, "{}", after.json);
-    assert_ne!(helper_pid(&helper.env), pid, "a new helper should have been activated");
+    assert_ne!(
+        helper_pid(&helper.env),
+        pid,
+        "a new helper should have been activated"
+    );
     assert_eq!(after.receipt(), receipt);
     let conflict = helper.start(&to_bytes(&other), &[]);
     conflict.assert_refused("ReceiptConflict", "MANAGED_RECEIPT_CONFLICT");
@@ -219,11 +344,22 @@ fn a_caller_that_leaves_while_polkit_decides_starts_no_job() {
     let step = good_step(&user);
     let nonce = step["nonce"].as_str().unwrap().to_owned();
     let path = helper.write_step(&to_bytes(&step));
-    let left = helper.call_as(helper.user(), &["start", path.to_str().unwrap(), "--leave-after-ms", "1000"]);
-    assert_eq!(left.json["left"], json!(true), "the call was answered before the caller left: {}", left.json);
+    let left = helper.call_as(
+        helper.user(),
+        &["start", path.to_str().unwrap(), "--leave-after-ms", "1000"],
+    );
+    assert_eq!(
+        left.json["left"],
+        json!(true),
+        "the call was answered before the caller left: {}",
+        left.json
+    );
     // polkit answers yes ~3 s later; the helper must have dropped the request.
     std::thread::sleep(Duration::from_secs(5));
-    assert!(!helper.nonce_burnt(&nonce), "a job was started for a caller that left");
+    assert!(
+        !helper.nonce_burnt(&nonce),
+        "a job was started for a caller that left"
+    );
     assert_eq!(helper.ledger_files(), Vec::<String>::new());
     // The control: the same slow rule, a caller that stays, gets its job.
     let stayed = helper.start(&to_bytes(&good_step(&user)), &["--wait"]);
@@ -234,24 +370,38 @@ fn a_caller_that_leaves_while_polkit_decides_starts_no_job() {
 fn the_helper_exits_when_idle_and_is_activated_again() {
     let _serial = serial();
     let helper = InstalledHelper::install("idle", "idle_exit_seconds = 2");
-    let ping = || helper.call_as(helper.user(), &["receipt", "00000000000000000000000000000000"]);
+    let ping = || {
+        helper.call_as(
+            helper.user(),
+            &["receipt", "00000000000000000000000000000000"],
+        )
+    };
     ping().assert_refused("NoReceipt", "MANAGED_OPERATION_NOT_FOUND");
     let pid = helper_pid(&helper.env).expect("the helper runs after a call");
     let started = Instant::now();
-    assert!(wait_helper_gone(&helper.env, Duration::from_secs(15)), "the helper did not exit when idle");
+    assert!(
+        wait_helper_gone(&helper.env, Duration::from_secs(15)),
+        "the helper did not exit when idle"
+    );
     eprintln!("idle exit after {:?}", started.elapsed());
     // dbus-daemon reaps its activated children lazily: a zombie counts as exited.
     let deadline = Instant::now() + Duration::from_secs(5);
     let running = || {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .ok()
-            .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+            })
             .is_some_and(|zombie| !zombie)
     };
     while running() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(!running(), "the process is still running after releasing its name");
+    assert!(
+        !running(),
+        "the process is still running after releasing its name"
+    );
     ping().assert_refused("NoReceipt", "MANAGED_OPERATION_NOT_FOUND");
     assert_ne!(helper_pid(&helper.env), Some(pid));
 }
@@ -265,11 +415,16 @@ fn introspection_matches_the_interface_xml() {
     let started = helper.start(&to_bytes(&good_step(&user)), &["--wait"]);
     assert!(started.ok, "{}", started.json);
     let job = started.json["job"].as_str().unwrap().to_owned();
-    let xml_file = std::fs::read_to_string(bench::workspace_root().join("dbus/org.enginekit.Helper1.xml")).unwrap();
+    let xml_file =
+        std::fs::read_to_string(bench::workspace_root().join("dbus/org.enginekit.Helper1.xml"))
+            .unwrap();
     let expected = interfaces(&xml_file);
     assert_eq!(expected.len(), 2, "the XML should define two interfaces");
     let mut live = Vec::new();
-    for (path, interface) in [("/org/enginekit/Helper1", "org.enginekit.Helper1"), (job.as_str(), "org.enginekit.Helper1.Job")] {
+    for (path, interface) in [
+        ("/org/enginekit/Helper1", "org.enginekit.Helper1"),
+        (job.as_str(), "org.enginekit.Helper1.Job"),
+    ] {
         let result = helper.call_as(helper.user(), &["introspect", path]);
         assert!(result.ok, "{}", result.json);
         // Only the object's own interface: child nodes may be described inline.
@@ -309,7 +464,9 @@ fn interfaces(xml: &str) -> Vec<(String, Vec<String>)> {
         let kind = words.next().unwrap_or("").to_owned();
         let attrs = attributes(words.next().unwrap_or(""));
         match (kind.as_str(), closing) {
-            ("interface", false) => out.push((attrs.get("name").cloned().unwrap_or_default(), Vec::new())),
+            ("interface", false) => {
+                out.push((attrs.get("name").cloned().unwrap_or_default(), Vec::new()))
+            }
             ("method" | "signal" | "property", false) => {
                 let text = format!("{kind} {}", render(&attrs));
                 if self_closing || kind == "property" {
@@ -329,7 +486,9 @@ fn interfaces(xml: &str) -> Vec<(String, Vec<String>)> {
                 let mut attrs = attrs;
                 // A signal's args have no direction; a method's "in" may be implicit.
                 if member.as_deref().is_some_and(|m| m.starts_with("method")) {
-                    attrs.entry("direction".to_owned()).or_insert_with(|| "in".to_owned());
+                    attrs
+                        .entry("direction".to_owned())
+                        .or_insert_with(|| "in".to_owned());
                 }
                 if let Some(m) = member.as_mut() {
                     m.push_str(&format!(" [{}]", render(&attrs)));
@@ -353,7 +512,9 @@ fn attributes(text: &str) -> std::collections::BTreeMap<String, String> {
         let after = rest[eq + 1..].trim_start();
         let quote = after.chars().next().unwrap_or('"');
         let inner = &after[1..];
-        let Some(close) = inner.find(quote) else { break };
+        let Some(close) = inner.find(quote) else {
+            break;
+        };
         map.insert(key, inner[..close].to_owned());
         rest = &inner[close + 1..];
     }
@@ -361,7 +522,11 @@ fn attributes(text: &str) -> std::collections::BTreeMap<String, String> {
 }
 
 fn render(attrs: &std::collections::BTreeMap<String, String>) -> String {
-    attrs.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+    attrs
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Benchmark (prints, asserts nothing about time): cold activation to the first reply, the
@@ -375,7 +540,11 @@ fn bench_cold_activation_to_first_reply_against_a_trivial_service() {
     let trivial = TrivialService::install(&helper);
     let ping = |dest: &str, path: &str, method: &[&str]| -> Duration {
         let started = Instant::now();
-        let mut args = vec!["--type=method_call".to_owned(), format!("--dest={dest}"), path.to_owned()];
+        let mut args = vec![
+            "--type=method_call".to_owned(),
+            format!("--dest={dest}"),
+            path.to_owned(),
+        ];
         args.extend(method.iter().map(|s| s.to_string()));
         let out = bench::run_as(helper.user(), "dbus-send")
             .args(["--system", "--print-reply"])
@@ -385,8 +554,15 @@ fn bench_cold_activation_to_first_reply_against_a_trivial_service() {
             .unwrap_or_else(|e| panic!("dbus-send: {e}"));
         let elapsed = started.elapsed();
         // GetReceipt of an unknown nonce answers with an error reply: that is the first reply too.
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(out.status.success() || text.contains("NoReceipt"), "{dest}: {text}");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success() || text.contains("NoReceipt"),
+            "{dest}: {text}"
+        );
         elapsed
     };
     const ROUNDS: usize = 7;
@@ -395,19 +571,30 @@ fn bench_cold_activation_to_first_reply_against_a_trivial_service() {
         trivial.stop();
         peer.push(ping(TRIVIAL_NAME, "/", &["org.freedesktop.DBus.Peer.Ping"]));
         kill_helper(&helper.env);
-        helper_ping.push(ping(BUS_NAME, "/org/enginekit/Helper1", &["org.freedesktop.DBus.Peer.Ping"]));
+        helper_ping.push(ping(
+            BUS_NAME,
+            "/org/enginekit/Helper1",
+            &["org.freedesktop.DBus.Peer.Ping"],
+        ));
         kill_helper(&helper.env);
         helper_call.push(ping(
             BUS_NAME,
             "/org/enginekit/Helper1",
-            &["org.enginekit.Helper1.GetReceipt", "string:00000000000000000000000000000000"],
+            &[
+                "org.enginekit.Helper1.GetReceipt",
+                "string:00000000000000000000000000000000",
+            ],
         ));
     }
     let median = |v: &mut Vec<Duration>| {
         v.sort();
         v[v.len() / 2]
     };
-    let (p, hp, hc) = (median(&mut peer), median(&mut helper_ping), median(&mut helper_call));
+    let (p, hp, hc) = (
+        median(&mut peer),
+        median(&mut helper_ping),
+        median(&mut helper_call),
+    );
     eprintln!(
         "BENCH helper activation (median of {ROUNDS}, dbus-send as {}): trivial peer {:.1} ms; \
          helper Ping {:.1} ms (ratio {:.2}, +{:.1} ms); helper GetReceipt {:.1} ms (ratio {:.2}, +{:.1} ms); target ≤ +100 ms",
@@ -430,7 +617,8 @@ struct TrivialService {
 }
 
 impl TrivialService {
-    const ACTIVATION: &'static str = "/usr/share/dbus-1/system-services/org.enginekit.TestTrivial1.service";
+    const ACTIVATION: &'static str =
+        "/usr/share/dbus-1/system-services/org.enginekit.TestTrivial1.service";
     const POLICY: &'static str = "/usr/share/dbus-1/system.d/org.enginekit.TestTrivial1.conf";
 
     fn install(helper: &InstalledHelper) -> TrivialService {
@@ -453,23 +641,40 @@ impl TrivialService {
         )
         .unwrap_or_else(|e| panic!("write {}: {e}", Self::POLICY));
         reload_bus_config(&helper.env);
-        TrivialService { env: helper.env.clone() }
+        TrivialService {
+            env: helper.env.clone(),
+        }
     }
 
     fn stop(&self) {
-        let out = dbus_send(&self.env, &[
-            "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus",
-            "org.freedesktop.DBus.GetConnectionUnixProcessID", &format!("string:{TRIVIAL_NAME}"),
-        ]);
-        let pid = String::from_utf8_lossy(&out.stdout).split_whitespace().last().and_then(|w| w.parse::<u32>().ok());
+        let out = dbus_send(
+            &self.env,
+            &[
+                "--dest=org.freedesktop.DBus",
+                "/org/freedesktop/DBus",
+                "org.freedesktop.DBus.GetConnectionUnixProcessID",
+                &format!("string:{TRIVIAL_NAME}"),
+            ],
+        );
+        let pid = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .last()
+            .and_then(|w| w.parse::<u32>().ok());
         if let (true, Some(pid)) = (out.status.success(), pid) {
-            let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
             let deadline = Instant::now() + Duration::from_secs(5);
             while Instant::now() < deadline {
-                let owned = dbus_send(&self.env, &[
-                    "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus",
-                    "org.freedesktop.DBus.NameHasOwner", &format!("string:{TRIVIAL_NAME}"),
-                ]);
+                let owned = dbus_send(
+                    &self.env,
+                    &[
+                        "--dest=org.freedesktop.DBus",
+                        "/org/freedesktop/DBus",
+                        "org.freedesktop.DBus.NameHasOwner",
+                        &format!("string:{TRIVIAL_NAME}"),
+                    ],
+                );
                 if String::from_utf8_lossy(&owned.stdout).contains("false") {
                     break;
                 }

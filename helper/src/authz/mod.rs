@@ -100,7 +100,8 @@ pub async fn check(conn: &Connection, question: &Question<'_>) -> Decision {
         CheckAuthorizationFlags::empty()
     };
     let cancel_id = cancellation_id();
-    let asked = authority.check_authorization(&subject, ACTION_ID, &question.details, flags, &cancel_id);
+    let asked =
+        authority.check_authorization(&subject, ACTION_ID, &question.details, flags, &cancel_id);
     let left = async {
         while let Some(change) = departures.next().await {
             if change.args().is_ok_and(|a| a.new_owner().is_none()) {
@@ -135,7 +136,9 @@ pub async fn check(conn: &Connection, question: &Question<'_>) -> Decision {
 
 /// Whether `name` is still connected. Any error counts as "gone".
 pub async fn caller_present(bus: &DBusProxy<'_>, name: &UniqueName<'_>) -> bool {
-    bus.name_has_owner(name.clone().into()).await.unwrap_or(false)
+    bus.name_has_owner(name.clone().into())
+        .await
+        .unwrap_or(false)
 }
 
 async fn cancel(authority: &AuthorityProxy<'_>, cancel_id: &str) {

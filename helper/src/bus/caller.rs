@@ -31,7 +31,10 @@ impl Caller {
             .await
             .map_err(|e| refuse!(NotAuthorized, "the bus did not say who is calling: {e}"))?;
         let Some(uid) = creds.unix_user_id() else {
-            return Err(refuse!(NotAuthorized, "the bus reported no uid for the caller"));
+            return Err(refuse!(
+                NotAuthorized,
+                "the bus reported no uid for the caller"
+            ));
         };
         Ok(Caller {
             unique_name: OwnedUniqueName::from(sender.to_owned()),

@@ -214,7 +214,10 @@ impl zbus::DBusError for HelperError {
 
     fn create_reply(&self, call: &Header<'_>) -> zbus::Result<Message> {
         let text = match self {
-            HelperError::ZBus(e) => self.message().map(str::to_owned).unwrap_or_else(|| e.to_string()),
+            HelperError::ZBus(e) => self
+                .message()
+                .map(str::to_owned)
+                .unwrap_or_else(|| e.to_string()),
             _ => self.message().unwrap_or_default().to_owned(),
         };
         Message::error(call, self.name()).build(&(text,))
@@ -224,7 +227,12 @@ impl zbus::DBusError for HelperError {
 impl std::fmt::Display for HelperError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let name = zbus::DBusError::name(self);
-        write!(f, "{}: {}", name, self.message().unwrap_or("no description"))
+        write!(
+            f,
+            "{}: {}",
+            name,
+            self.message().unwrap_or("no description")
+        )
     }
 }
 
@@ -262,13 +270,19 @@ mod tests {
     #[test]
     fn names_carry_the_prefix_and_messages_the_code() {
         let e = refuse!(ReceiptConflict, "nonce {} was used by another step", "ab");
-        assert_eq!(e.name().as_str(), "org.enginekit.Helper1.Error.ReceiptConflict");
+        assert_eq!(
+            e.name().as_str(),
+            "org.enginekit.Helper1.Error.ReceiptConflict"
+        );
         assert_eq!(
             e.description(),
             Some("MANAGED_RECEIPT_CONFLICT: nonce ab was used by another step")
         );
         let e = refuse!(StepMalformed, "duplicate key");
-        assert!(e.description().unwrap().starts_with("MANAGED_HOST_STEP_INVALID: "));
+        assert!(e
+            .description()
+            .unwrap()
+            .starts_with("MANAGED_HOST_STEP_INVALID: "));
     }
 
     #[test]

@@ -79,7 +79,9 @@ impl JobShared {
 
     /// The status, even if a panicking writer poisoned the lock (the data is plain values).
     pub fn status(&self) -> MutexGuard<'_, JobStatus> {
-        self.status.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.status
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -131,7 +133,10 @@ impl Job {
         let caller = Caller::identify(conn, &header).await?;
         if caller.uid != self.shared.owner_uid {
             tracing::warn!(uid = caller.uid, action = "cancel", nonce = %self.shared.nonce, outcome = "not-owner", "cancel refused");
-            return Err(refuse!(NotOwner, "only the caller that started this job may cancel it"));
+            return Err(refuse!(
+                NotOwner,
+                "only the caller that started this job may cancel it"
+            ));
         }
         let status = self.shared.status();
         if status.state != JobState::Running || !status.allow_cancel {
@@ -151,8 +156,11 @@ impl Job {
 
     /// The phase or percentage changed.
     #[zbus(signal)]
-    pub async fn progress(emitter: &SignalEmitter<'_>, phase: &str, percent: i32)
-        -> zbus::Result<()>;
+    pub async fn progress(
+        emitter: &SignalEmitter<'_>,
+        phase: &str,
+        percent: i32,
+    ) -> zbus::Result<()>;
 
     /// The job is over; `receipt` is the same text as the `Receipt` property and `GetReceipt`.
     #[zbus(signal)]

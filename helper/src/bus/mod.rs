@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::mpsc;
-use zbus::OwnedObjectPath;
 use zbus::Connection;
+use zbus::OwnedObjectPath;
 
 use crate::config::Config;
 use crate::ledger::Ledger;
@@ -137,7 +137,9 @@ struct ChannelSink(mpsc::UnboundedSender<(String, i32, bool)>);
 
 impl ProgressSink for ChannelSink {
     fn progress(&mut self, phase: &str, percent: i32, allow_cancel: bool) {
-        let _ = self.0.send((phase.to_owned(), percent.clamp(-1, 100), allow_cancel));
+        let _ = self
+            .0
+            .send((phase.to_owned(), percent.clamp(-1, 100), allow_cancel));
     }
 }
 
@@ -197,7 +199,12 @@ pub(crate) async fn run_job(
         }
     };
     let receipt = crate::receipt::build(&step, started, SystemTime::now(), &report);
-    if let Err(e) = ledger.store_receipt(step.nonce(), shared.owner_uid, step.issued_at_unix(), &receipt) {
+    if let Err(e) = ledger.store_receipt(
+        step.nonce(),
+        shared.owner_uid,
+        step.issued_at_unix(),
+        &receipt,
+    ) {
         tracing::error!(nonce = step.nonce(), error = %e, "could not store the receipt");
     }
     {
@@ -209,9 +216,14 @@ pub(crate) async fn run_job(
         status.receipt = receipt.clone();
     }
     tracing::info!(
-        uid = shared.owner_uid, action = crate::authz::ACTION_ID, nonce = step.nonce(),
-        recipe_digest = step.recipe_digest(), parameters_digest = step.parameters_digest(),
-        outcome = report.outcome.as_str(), actions = report.actions.len(), "job finished"
+        uid = shared.owner_uid,
+        action = crate::authz::ACTION_ID,
+        nonce = step.nonce(),
+        recipe_digest = step.recipe_digest(),
+        parameters_digest = step.parameters_digest(),
+        outcome = report.outcome.as_str(),
+        actions = report.actions.len(),
+        "job finished"
     );
     if let Some(iface) = &iface {
         let emitter = iface.signal_emitter();

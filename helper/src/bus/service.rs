@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use zbus::message::{Flags, Header};
 use zbus::object_server::ObjectServer;
-use zbus::OwnedObjectPath;
 use zbus::Connection;
+use zbus::OwnedObjectPath;
 
 use super::activity::Activity;
 use super::caller::Caller;
@@ -72,7 +72,10 @@ impl Helper {
         let question = authz::Question {
             header,
             details: details.iter().map(|(k, v)| (*k, v.as_str())).collect(),
-            interactive: header.primary().flags().contains(Flags::ALLOW_INTERACTIVE_AUTH),
+            interactive: header
+                .primary()
+                .flags()
+                .contains(Flags::ALLOW_INTERACTIVE_AUTH),
             timeout: self.config.polkit_timeout,
         };
         let decision = authz::check(conn, &question).await;
@@ -81,16 +84,31 @@ impl Helper {
             Decision::Authorized => {}
             Decision::InteractionRequired => return Err(interaction_required()),
             Decision::Dismissed => {
-                return Err(refuse!(NotAuthorizedDismissed, "the authentication dialog was dismissed"))
+                return Err(refuse!(
+                    NotAuthorizedDismissed,
+                    "the authentication dialog was dismissed"
+                ))
             }
             Decision::NotAuthorized => {
-                return Err(refuse!(NotAuthorized, "polkit denied {} to uid {}", authz::ACTION_ID, caller.uid))
+                return Err(refuse!(
+                    NotAuthorized,
+                    "polkit denied {} to uid {}",
+                    authz::ACTION_ID,
+                    caller.uid
+                ))
             }
             Decision::CallerLeft => {
-                return Err(refuse!(NotAuthorized, "the caller left the bus before authorisation finished"))
+                return Err(refuse!(
+                    NotAuthorized,
+                    "the caller left the bus before authorisation finished"
+                ))
             }
             Decision::TimedOut => {
-                return Err(refuse!(NotAuthorized, "polkit did not answer within {:?}", self.config.polkit_timeout))
+                return Err(refuse!(
+                    NotAuthorized,
+                    "polkit did not answer within {:?}",
+                    self.config.polkit_timeout
+                ))
             }
             Decision::Unavailable(why) => {
                 return Err(refuse!(NotAuthorized, "polkit could not be asked: {why}"))
@@ -122,7 +140,12 @@ impl Helper {
         // 9: the nonce.
         let burn = self
             .ledger
-            .burn(&nonce, authorised.step_digest(), caller.uid, authorised.issued_at_unix())
+            .burn(
+                &nonce,
+                authorised.step_digest(),
+                caller.uid,
+                authorised.issued_at_unix(),
+            )
             .map_err(|e| refuse!(Internal, "{e}"))?;
         let path = self.job_path();
         match burn {
@@ -176,10 +199,16 @@ impl Helper {
                 enginekit_shared::error::ErrorCode::ElevationDeclined,
                 "the caller left the bus before the job started",
             );
-            let _ = self
-                .ledger
-                .store_receipt(&nonce, caller.uid, authorised.issued_at_unix(), &receipt);
-            return Err(refuse!(NotAuthorized, "the caller left the bus before the job started"));
+            let _ = self.ledger.store_receipt(
+                &nonce,
+                caller.uid,
+                authorised.issued_at_unix(),
+                &receipt,
+            );
+            return Err(refuse!(
+                NotAuthorized,
+                "the caller left the bus before the job started"
+            ));
         }
         let cancel = CancelToken::new();
         let shared = Arc::new(JobShared::new(
@@ -195,7 +224,12 @@ impl Helper {
             },
         ));
         server
-            .at(path.clone(), Job { shared: Arc::clone(&shared) })
+            .at(
+                path.clone(),
+                Job {
+                    shared: Arc::clone(&shared),
+                },
+            )
             .await
             .map_err(|e| refuse!(Internal, "cannot export the job: {e}"))?;
         let job_conn = conn.clone();
@@ -210,8 +244,11 @@ impl Helper {
     fn job_path(&self) -> OwnedObjectPath {
         let n = self.next_job.fetch_add(1, Ordering::Relaxed);
         // The prefix is a valid path and N is decimal, so this cannot fail.
-        OwnedObjectPath::try_from(format!("{JOB_PATH_PREFIX}{n}"))
-            .unwrap_or_else(|_| OwnedObjectPath::from(zbus::ObjectPath::from_static_str_unchecked("/org/enginekit/Helper1/job/0")))
+        OwnedObjectPath::try_from(format!("{JOB_PATH_PREFIX}{n}")).unwrap_or_else(|_| {
+            OwnedObjectPath::from(zbus::ObjectPath::from_static_str_unchecked(
+                "/org/enginekit/Helper1/job/0",
+            ))
+        })
     }
 }
 
@@ -252,8 +289,20 @@ impl Helper {
             .ledger
             .receipt_for(parsed.as_str(), caller.uid)
             .map_err(|e| refuse!(Internal, "{e}"))?;
-        tracing::info!(uid = caller.uid, action = "get-receipt", nonce = parsed.as_str(), outcome = if found.is_some() { "found" } else { "none" }, "receipt lookup");
-        found.ok_or_else(|| refuse!(NoReceipt, "no receipt of yours for nonce {}", parsed.as_str()))
+        tracing::info!(
+            uid = caller.uid,
+            action = "get-receipt",
+            nonce = parsed.as_str(),
+            outcome = if found.is_some() { "found" } else { "none" },
+            "receipt lookup"
+        );
+        found.ok_or_else(|| {
+            refuse!(
+                NoReceipt,
+                "no receipt of yours for nonce {}",
+                parsed.as_str()
+            )
+        })
     }
 }
 
@@ -286,9 +335,17 @@ impl DecisionLog {
         let authz = self.authz.unwrap_or("not-asked");
         match result {
             Ok(job) => tracing::info!(
-                sender, uid, action = authz::ACTION_ID, nonce, recipe_id, recipe_digest,
-                parameters_digest, authz, outcome = if self.replay { "replayed" } else { "started" },
-                job = job.as_str(), "step accepted"
+                sender,
+                uid,
+                action = authz::ACTION_ID,
+                nonce,
+                recipe_id,
+                recipe_digest,
+                parameters_digest,
+                authz,
+                outcome = if self.replay { "replayed" } else { "started" },
+                job = job.as_str(),
+                "step accepted"
             ),
             Err(e) => tracing::warn!(
                 sender, uid, action = authz::ACTION_ID, nonce, recipe_id, recipe_digest,

@@ -120,7 +120,10 @@ mod tests {
             "ID=ubuntu\nID_LIKE=debian\nVERSION_ID=\"24.04\"\n",
             "aarch64".into(),
         );
-        assert_eq!((ubuntu.family, ubuntu.version_id.as_str()), (Some("apt"), "24.04"));
+        assert_eq!(
+            (ubuntu.family, ubuntu.version_id.as_str()),
+            (Some("apt"), "24.04")
+        );
         let fedora = MachineFacts::from_parts("ID=fedora\nVERSION_ID=41\n", "x86_64".into());
         assert_eq!(fedora.family, Some("dnf"));
         let arch = MachineFacts::from_parts("ID=arch\n", "x86_64".into());
@@ -129,7 +132,10 @@ mod tests {
 
     #[test]
     fn a_key_is_matched_whole() {
-        assert_eq!(os_release_value("VERSION_ID=1\nID=x\n", "ID").as_deref(), Some("x"));
+        assert_eq!(
+            os_release_value("VERSION_ID=1\nID=x\n", "ID").as_deref(),
+            Some("x")
+        );
         assert_eq!(os_release_value("ID='y'\n", "ID").as_deref(), Some("y"));
         assert_eq!(os_release_value("NAME=x\n", "ID"), None);
     }

@@ -19,7 +19,9 @@ use enginekit_shared::canonical;
 use enginekit_shared::digest::Digest;
 use enginekit_shared::nonce::Nonce;
 use enginekit_shared::recipe::{self, Recipe};
-use enginekit_shared::signed::{self, DocumentKind, HighWater, SignedDocument, TrustStore, VerifyError};
+use enginekit_shared::signed::{
+    self, DocumentKind, HighWater, SignedDocument, TrustStore, VerifyError,
+};
 use enginekit_shared::wire::host_step::{
     Component, HostParameters, HostStep, HostStepError, MAX_STEP_BYTES,
 };
@@ -64,13 +66,19 @@ pub fn receive(bytes: &[u8]) -> Result<ReceivedStep, HelperError> {
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| refuse!(StepMalformed, "nonce must be 32 lowercase hex digits"))?;
     let recipe_id = text("recipe_id")
-        .filter(|s| s.parse::<enginekit_shared::wire::host_step::RecipeId>().is_ok())
+        .filter(|s| {
+            s.parse::<enginekit_shared::wire::host_step::RecipeId>()
+                .is_ok()
+        })
         .ok_or_else(|| refuse!(StepMalformed, "recipe_id must be 1 to 64 of [a-z0-9.-]"))?
         .to_owned();
     let digest = |key: &str| -> Result<Digest, HelperError> {
-        text(key)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| refuse!(StepMalformed, "{key} must be sha256: and 64 lowercase hex digits"))
+        text(key).and_then(|s| s.parse().ok()).ok_or_else(|| {
+            refuse!(
+                StepMalformed,
+                "{key} must be sha256: and 64 lowercase hex digits"
+            )
+        })
     };
     let recipe_digest = digest("recipe_digest")?;
     let parameters_digest = digest("parameters_digest")?;
@@ -234,7 +242,11 @@ pub fn check_content(
         ));
     }
     check_machine(parameters, checks.machine)?;
-    if !recipe.supports(parameters.family(), parameters.distro_id(), parameters.version_id()) {
+    if !recipe.supports(
+        parameters.family(),
+        parameters.distro_id(),
+        parameters.version_id(),
+    ) {
         return Err(refuse!(
             ParametersInvalid,
             "recipe {} serial {} has nothing for {} {}",
@@ -288,8 +300,12 @@ fn resolve_recipe(
         }
         return Ok((builtin.clone(), None));
     };
-    let document = SignedDocument::from_value(document.clone())
-        .map_err(|e| refuse!(SignatureInvalid, "the inline recipe is not a signed document: {e}"))?;
+    let document = SignedDocument::from_value(document.clone()).map_err(|e| {
+        refuse!(
+            SignatureInvalid,
+            "the inline recipe is not a signed document: {e}"
+        )
+    })?;
     let claimed_id = document
         .payload()
         .get("id")
@@ -309,15 +325,21 @@ fn resolve_recipe(
         (Some(a), Some(b)) => Some(if a.serial >= b.serial { a } else { b }),
         (a, b) => a.or(b),
     };
-    let verified = signed::verify(&document, DocumentKind::Recipe, checks.trust, checks.now, mark.as_ref())
-        .map_err(|e| match e {
-            VerifyError::Rollback { .. } => refuse!(RecipeRollback, "the inline recipe: {e}"),
-            VerifyError::Expired { .. } => refuse!(RecipeExpired, "the inline recipe: {e}"),
-            VerifyError::BadPayload(_) | VerifyError::WrongKind { .. } => {
-                refuse!(RecipeInvalid, "the inline recipe: {e}")
-            }
-            other => refuse!(SignatureInvalid, "the inline recipe: {other}"),
-        })?;
+    let verified = signed::verify(
+        &document,
+        DocumentKind::Recipe,
+        checks.trust,
+        checks.now,
+        mark.as_ref(),
+    )
+    .map_err(|e| match e {
+        VerifyError::Rollback { .. } => refuse!(RecipeRollback, "the inline recipe: {e}"),
+        VerifyError::Expired { .. } => refuse!(RecipeExpired, "the inline recipe: {e}"),
+        VerifyError::BadPayload(_) | VerifyError::WrongKind { .. } => {
+            refuse!(RecipeInvalid, "the inline recipe: {e}")
+        }
+        other => refuse!(SignatureInvalid, "the inline recipe: {other}"),
+    })?;
     if verified.id != received.recipe_id {
         return Err(refuse!(
             UnknownRecipe,
@@ -343,7 +365,11 @@ fn resolve_recipe(
 fn check_machine(parameters: &HostParameters, machine: &MachineFacts) -> Result<(), HelperError> {
     let mut wrong = Vec::new();
     if parameters.arch().as_str() != machine.arch {
-        wrong.push(format!("arch {} (this machine: {})", parameters.arch(), machine.arch));
+        wrong.push(format!(
+            "arch {} (this machine: {})",
+            parameters.arch(),
+            machine.arch
+        ));
     }
     if Some(parameters.family().as_str()) != machine.family {
         wrong.push(format!(
@@ -369,7 +395,11 @@ fn check_machine(parameters: &HostParameters, machine: &MachineFacts) -> Result<
     if wrong.is_empty() {
         Ok(())
     } else {
-        Err(refuse!(WrongMachine, "the step is for another machine: {}", wrong.join(", ")))
+        Err(refuse!(
+            WrongMachine,
+            "the step is for another machine: {}",
+            wrong.join(", ")
+        ))
     }
 }
 

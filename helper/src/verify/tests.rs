@@ -29,10 +29,17 @@ fn builtin() -> &'static Recipe {
 }
 
 /// A step for the built-in recipe, as the broker would mint it.
-fn step_value(params: Value, recipe: Option<Value>, digest: &Digest, issued_at: Timestamp) -> Value {
+fn step_value(
+    params: Value,
+    recipe: Option<Value>,
+    digest: &Digest,
+    issued_at: Timestamp,
+) -> Value {
     let parameters = HostParameters::validate(&params).unwrap();
     let step = HostStep::issue(
-        "linux.install-container-runtime".parse::<RecipeId>().unwrap(),
+        "linux.install-container-runtime"
+            .parse::<RecipeId>()
+            .unwrap(),
         digest.clone(),
         recipe,
         parameters,
@@ -96,7 +103,12 @@ impl Fixture {
 }
 
 fn variant(e: &HelperError) -> String {
-    zbus::DBusError::name(e).as_str().rsplit('.').next().unwrap().to_owned()
+    zbus::DBusError::name(e)
+        .as_str()
+        .rsplit('.')
+        .next()
+        .unwrap()
+        .to_owned()
 }
 
 fn refused(result: Result<AuthorisedStep, HelperError>) -> String {
@@ -104,7 +116,12 @@ fn refused(result: Result<AuthorisedStep, HelperError>) -> String {
 }
 
 fn good_step() -> Value {
-    step_value(parameters(USER, &["docker-group"]), None, builtin().digest(), Timestamp::now())
+    step_value(
+        parameters(USER, &["docker-group"]),
+        None,
+        builtin().digest(),
+        Timestamp::now(),
+    )
 }
 
 #[test]
@@ -153,7 +170,12 @@ fn a_changed_parameter_or_digest_is_a_digest_mismatch() {
 #[test]
 fn an_unknown_recipe_digest_is_refused() {
     let fx = Fixture::new();
-    let step = step_value(parameters(USER, &["docker-group"]), None, &Digest::of_bytes(b"x"), Timestamp::now());
+    let step = step_value(
+        parameters(USER, &["docker-group"]),
+        None,
+        &Digest::of_bytes(b"x"),
+        Timestamp::now(),
+    );
     assert_eq!(refused(fx.check(&bytes(&step))), "UnknownRecipe");
 }
 
@@ -161,20 +183,41 @@ fn an_unknown_recipe_digest_is_refused() {
 fn an_inline_recipe_needs_a_pinned_key_and_no_rollback() {
     let fx = Fixture::new();
     let (doc, digest) = fx.signed_recipe(builtin().serial() + 5, &fx.key);
-    let step = step_value(parameters(USER, &["docker-group"]), Some(doc), &digest, Timestamp::now());
+    let step = step_value(
+        parameters(USER, &["docker-group"]),
+        Some(doc),
+        &digest,
+        Timestamp::now(),
+    );
     let ok = fx.check(&bytes(&step)).unwrap();
     assert_eq!(ok.high_water().unwrap().serial, builtin().serial() + 5);
 
     let stranger = SigningKey::from_seed(&[9; 32]);
     let (doc, digest) = fx.signed_recipe(builtin().serial() + 5, &stranger);
-    let step = step_value(parameters(USER, &["docker-group"]), Some(doc), &digest, Timestamp::now());
+    let step = step_value(
+        parameters(USER, &["docker-group"]),
+        Some(doc),
+        &digest,
+        Timestamp::now(),
+    );
     assert_eq!(refused(fx.check(&bytes(&step))), "SignatureInvalid");
 
     fx.ledger
-        .raise_high_water(builtin().id(), &HighWater { serial: builtin().serial() + 9, digest: Digest::of_bytes(b"y") })
+        .raise_high_water(
+            builtin().id(),
+            &HighWater {
+                serial: builtin().serial() + 9,
+                digest: Digest::of_bytes(b"y"),
+            },
+        )
         .unwrap();
     let (doc, digest) = fx.signed_recipe(builtin().serial() + 8, &fx.key);
-    let step = step_value(parameters(USER, &["docker-group"]), Some(doc), &digest, Timestamp::now());
+    let step = step_value(
+        parameters(USER, &["docker-group"]),
+        Some(doc),
+        &digest,
+        Timestamp::now(),
+    );
     assert_eq!(refused(fx.check(&bytes(&step))), "RecipeRollback");
 }
 
@@ -185,7 +228,12 @@ fn an_inline_recipe_below_the_builtin_serial_is_a_rollback() {
         return;
     }
     let (doc, digest) = fx.signed_recipe(builtin().serial() - 1, &fx.key);
-    let step = step_value(parameters(USER, &["docker-group"]), Some(doc), &digest, Timestamp::now());
+    let step = step_value(
+        parameters(USER, &["docker-group"]),
+        Some(doc),
+        &digest,
+        Timestamp::now(),
+    );
     assert_eq!(refused(fx.check(&bytes(&step))), "RecipeRollback");
 }
 
@@ -193,14 +241,24 @@ fn an_inline_recipe_below_the_builtin_serial_is_a_rollback() {
 fn an_inline_recipe_with_another_digest_than_the_step_names_is_refused() {
     let fx = Fixture::new();
     let (doc, _) = fx.signed_recipe(builtin().serial() + 1, &fx.key);
-    let step = step_value(parameters(USER, &["docker-group"]), Some(doc), builtin().digest(), Timestamp::now());
+    let step = step_value(
+        parameters(USER, &["docker-group"]),
+        Some(doc),
+        builtin().digest(),
+        Timestamp::now(),
+    );
     assert_eq!(refused(fx.check(&bytes(&step))), "DigestMismatch");
 }
 
 #[test]
 fn the_user_must_be_the_caller() {
     let fx = Fixture::new();
-    let step = step_value(parameters("ekother", &["docker-group"]), None, builtin().digest(), Timestamp::now());
+    let step = step_value(
+        parameters("ekother", &["docker-group"]),
+        None,
+        builtin().digest(),
+        Timestamp::now(),
+    );
     assert_eq!(refused(fx.check(&bytes(&step))), "IdentityMismatch");
 }
 
@@ -229,10 +287,20 @@ fn bad_components_are_parameter_errors() {
 fn a_step_outside_its_window_is_refused() {
     let fx = Fixture::new();
     let old = Timestamp::from_unix_seconds(Timestamp::now().unix_seconds() - 16 * 60).unwrap();
-    let step = step_value(parameters(USER, &["docker-group"]), None, builtin().digest(), old);
+    let step = step_value(
+        parameters(USER, &["docker-group"]),
+        None,
+        builtin().digest(),
+        old,
+    );
     assert_eq!(refused(fx.check(&bytes(&step))), "StepExpired");
     let future = Timestamp::from_unix_seconds(Timestamp::now().unix_seconds() + 600).unwrap();
-    let step = step_value(parameters(USER, &["docker-group"]), None, builtin().digest(), future);
+    let step = step_value(
+        parameters(USER, &["docker-group"]),
+        None,
+        builtin().digest(),
+        future,
+    );
     assert_eq!(refused(fx.check(&bytes(&step))), "StepExpired");
 }
 

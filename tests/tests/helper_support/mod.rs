@@ -62,7 +62,16 @@ fn build_once() {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let out = Command::new(cargo)
             .current_dir(bench::workspace_root())
-            .args(["build", "-q", "-p", "enginekit-helper", "--bin", "enginekit-helper", "--example", "helper-call"])
+            .args([
+                "build",
+                "-q",
+                "-p",
+                "enginekit-helper",
+                "--bin",
+                "enginekit-helper",
+                "--example",
+                "helper-call",
+            ])
             .output()
             .map_err(|e| format!("cannot run cargo: {e}"))?;
         if out.status.success() {
@@ -80,7 +89,11 @@ fn target_debug() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| bench::workspace_root().join("target"));
-    let target = if target.is_relative() { bench::workspace_root().join(target) } else { target };
+    let target = if target.is_relative() {
+        bench::workspace_root().join(target)
+    } else {
+        target
+    };
     target.join("debug")
 }
 
@@ -90,21 +103,25 @@ fn install_root_file(from: &Path, to: &Path, mode: u32) {
     }
     // Copy to a temporary name and rename: a running helper keeps its old inode.
     let tmp = to.with_extension("tmp-install");
-    fs::copy(from, &tmp).unwrap_or_else(|e| panic!("copy {} → {}: {e}", from.display(), tmp.display()));
-    fs::set_permissions(&tmp, fs::Permissions::from_mode(mode)).unwrap_or_else(|e| panic!("chmod: {e}"));
+    fs::copy(from, &tmp)
+        .unwrap_or_else(|e| panic!("copy {} → {}: {e}", from.display(), tmp.display()));
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))
+        .unwrap_or_else(|e| panic!("chmod: {e}"));
     fs::rename(&tmp, to).unwrap_or_else(|e| panic!("rename to {}: {e}", to.display()));
 }
 
 fn write_root_file(path: &Path, text: &str, mode: u32) {
     let tmp = path.with_extension("tmp-write");
     fs::write(&tmp, text).unwrap_or_else(|e| panic!("write {}: {e}", tmp.display()));
-    fs::set_permissions(&tmp, fs::Permissions::from_mode(mode)).unwrap_or_else(|e| panic!("chmod: {e}"));
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))
+        .unwrap_or_else(|e| panic!("chmod: {e}"));
     fs::rename(&tmp, path).unwrap_or_else(|e| panic!("rename to {}: {e}", path.display()));
 }
 
 fn mkdir_mode(path: &Path, mode: u32) {
     fs::create_dir_all(path).unwrap_or_else(|e| panic!("mkdir {}: {e}", path.display()));
-    fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap_or_else(|e| panic!("chmod {}: {e}", path.display()));
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))
+        .unwrap_or_else(|e| panic!("chmod {}: {e}", path.display()));
 }
 
 /// `dbus-send` on the system bus, as root; the reply text.
@@ -118,16 +135,33 @@ pub fn dbus_send(env: &BenchEnv, args: &[&str]) -> Output {
 }
 
 pub fn reload_bus_config(env: &BenchEnv) {
-    let out = dbus_send(env, &["--type=method_call", "--dest=org.freedesktop.DBus", "/", "org.freedesktop.DBus.ReloadConfig"]);
-    assert!(out.status.success(), "ReloadConfig failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = dbus_send(
+        env,
+        &[
+            "--type=method_call",
+            "--dest=org.freedesktop.DBus",
+            "/",
+            "org.freedesktop.DBus.ReloadConfig",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "ReloadConfig failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// The pid owning the helper's name, if it runs.
 pub fn helper_pid(env: &BenchEnv) -> Option<u32> {
-    let out = dbus_send(env, &[
-        "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus",
-        "org.freedesktop.DBus.GetConnectionUnixProcessID", &format!("string:{BUS_NAME}"),
-    ]);
+    let out = dbus_send(
+        env,
+        &[
+            "--dest=org.freedesktop.DBus",
+            "/org/freedesktop/DBus",
+            "org.freedesktop.DBus.GetConnectionUnixProcessID",
+            &format!("string:{BUS_NAME}"),
+        ],
+    );
     if !out.status.success() {
         return None;
     }
@@ -140,12 +174,17 @@ pub fn helper_pid(env: &BenchEnv) -> Option<u32> {
 /// Kills the running helper (if any) and waits until its name is gone.
 pub fn kill_helper(env: &BenchEnv) {
     let Some(pid) = helper_pid(env) else { return };
-    let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+    let _ = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status();
     let deadline = Instant::now() + Duration::from_secs(10);
     while helper_pid(env).is_some() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(helper_pid(env).is_none(), "the helper (pid {pid}) did not go away");
+    assert!(
+        helper_pid(env).is_none(),
+        "the helper (pid {pid}) did not go away"
+    );
 }
 
 /// Waits until the helper has exited on its own (idle exit); false on timeout.
@@ -181,9 +220,22 @@ impl CallResult {
     }
     /// Asserts a refusal with this helper error name (after the prefix) and code.
     pub fn assert_refused(&self, name: &str, code: &str) {
-        assert!(!self.ok, "expected {name}, the call succeeded: {}", self.json);
-        assert_eq!(self.error(), format!("org.enginekit.Helper1.Error.{name}"), "{}", self.json);
-        assert!(self.message().starts_with(&format!("{code}: ")), "message {:?} does not start with {code}", self.message());
+        assert!(
+            !self.ok,
+            "expected {name}, the call succeeded: {}",
+            self.json
+        );
+        assert_eq!(
+            self.error(),
+            format!("org.enginekit.Helper1.Error.{name}"),
+            "{}",
+            self.json
+        );
+        assert!(
+            self.message().starts_with(&format!("{code}: ")),
+            "message {:?} does not start with {code}",
+            self.message()
+        );
     }
 }
 
@@ -198,7 +250,11 @@ impl InstalledHelper {
         let helper_bin = Path::new(LIBEXEC).join("enginekit-helper");
         let client_bin = Path::new(LIBEXEC).join("helper-call");
         install_root_file(&debug.join("enginekit-helper"), &helper_bin, 0o755);
-        install_root_file(&debug.join("examples").join("helper-call"), &client_bin, 0o755);
+        install_root_file(
+            &debug.join("examples").join("helper-call"),
+            &client_bin,
+            0o755,
+        );
         mkdir_mode(Path::new(TEST_ROOT), 0o755);
         let root = Path::new(TEST_ROOT).join(bench::unique_name(tag));
         let _ = fs::remove_dir_all(&root);
@@ -231,10 +287,28 @@ impl InstalledHelper {
             0o644,
         );
         let repo = bench::workspace_root();
-        install_root_file(&repo.join("dbus/org.enginekit.Helper1.conf"), Path::new(BUS_POLICY_FILE), 0o644);
-        install_root_file(&repo.join("polkit/org.enginekit.helper.policy"), Path::new(POLKIT_ACTION_FILE), 0o644);
+        install_root_file(
+            &repo.join("dbus/org.enginekit.Helper1.conf"),
+            Path::new(BUS_POLICY_FILE),
+            0o644,
+        );
+        install_root_file(
+            &repo.join("polkit/org.enginekit.helper.policy"),
+            Path::new(POLKIT_ACTION_FILE),
+            0o644,
+        );
         reload_bus_config(&env);
-        InstalledHelper { env, root, state_dir, key_dir, steps_dir, config, helper_bin, client_bin, next_step: std::cell::Cell::new(0) }
+        InstalledHelper {
+            env,
+            root,
+            state_dir,
+            key_dir,
+            steps_dir,
+            config,
+            helper_bin,
+            client_bin,
+            next_step: std::cell::Cell::new(0),
+        }
     }
 
     pub fn user(&self) -> &TestUser {
@@ -247,7 +321,11 @@ impl InstalledHelper {
 
     /// Trusts `key` through a root-owned key file in the helper's key directory.
     pub fn trust(&self, key: &SigningKey, name: &str) {
-        write_root_file(&self.key_dir.join(format!("{name}.pub")), &key.public_key().to_text(), 0o644);
+        write_root_file(
+            &self.key_dir.join(format!("{name}.pub")),
+            &key.public_key().to_text(),
+            0o644,
+        );
     }
 
     /// Writes step bytes where the test users can read them; the path.
@@ -256,7 +334,8 @@ impl InstalledHelper {
         self.next_step.set(n);
         let path = self.steps_dir.join(format!("step-{n}.json"));
         fs::write(&path, bytes).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap_or_else(|e| panic!("chmod: {e}"));
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644))
+            .unwrap_or_else(|e| panic!("chmod: {e}"));
         path
     }
 
@@ -269,9 +348,16 @@ impl InstalledHelper {
             .unwrap_or_else(|e| panic!("cannot run the client: {e}"));
         let stdout = String::from_utf8_lossy(&out.stdout);
         let json = serde_json::from_str(stdout.trim()).unwrap_or_else(|_| {
-            panic!("client printed no JSON (status {}): {stdout} {}", out.status, String::from_utf8_lossy(&out.stderr))
+            panic!(
+                "client printed no JSON (status {}): {stdout} {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            )
         });
-        CallResult { ok: out.status.success(), json }
+        CallResult {
+            ok: out.status.success(),
+            json,
+        }
     }
 
     /// `Start` as the test user with the step in `bytes`; `flags` like `--wait`.
@@ -323,10 +409,16 @@ pub fn this_machine() -> (String, String, String, String) {
             .map(|v| v.trim_matches('"').to_owned())
             .unwrap_or_default()
     };
-    let arch = String::from_utf8(Command::new("uname").arg("-m").output().map(|o| o.stdout).unwrap_or_default())
-        .unwrap_or_default()
-        .trim()
-        .to_owned();
+    let arch = String::from_utf8(
+        Command::new("uname")
+            .arg("-m")
+            .output()
+            .map(|o| o.stdout)
+            .unwrap_or_default(),
+    )
+    .unwrap_or_default()
+    .trim()
+    .to_owned();
     let id = value("ID");
     let family = if id == "fedora" { "dnf" } else { "apt" }.to_owned();
     (arch, family, id, value("VERSION_ID"))
@@ -342,9 +434,13 @@ pub fn parameters(user: &str, components: &[&str]) -> Value {
 /// A step as the broker mints it: fresh nonce, digest of the parameters, `issued_at` now
 /// (shifted by `age_secs` into the past).
 pub fn mint(params: &Value, recipe: Option<Value>, recipe_digest: &Digest, age_secs: i64) -> Value {
-    let parameters = HostParameters::validate(params).unwrap_or_else(|e| panic!("test parameters invalid: {e}"));
-    let issued = Timestamp::from_unix_seconds(Timestamp::now().unix_seconds() - age_secs).expect("time");
-    let id: RecipeId = "linux.install-container-runtime".parse().expect("recipe id");
+    let parameters =
+        HostParameters::validate(params).unwrap_or_else(|e| panic!("test parameters invalid: {e}"));
+    let issued =
+        Timestamp::from_unix_seconds(Timestamp::now().unix_seconds() - age_secs).expect("time");
+    let id: RecipeId = "linux.install-container-runtime"
+        .parse()
+        .expect("recipe id");
     HostStep::issue(id, recipe_digest.clone(), recipe, parameters, issued, 1)
         .expect("issue")
         .to_value()
@@ -353,12 +449,18 @@ pub fn mint(params: &Value, recipe: Option<Value>, recipe_digest: &Digest, age_s
 
 /// The built-in recipe's digest.
 pub fn builtin_digest() -> Digest {
-    enginekit_shared::recipe::builtin().expect("builtin recipe").digest().clone()
+    enginekit_shared::recipe::builtin()
+        .expect("builtin recipe")
+        .digest()
+        .clone()
 }
 
 /// The built-in payload with `serial`, signed by `key`: (document, payload digest).
 pub fn signed_builtin(serial: u64, key: &SigningKey) -> (Value, Digest) {
-    let mut payload = enginekit_shared::recipe::builtin().expect("builtin").payload().clone();
+    let mut payload = enginekit_shared::recipe::builtin()
+        .expect("builtin")
+        .payload()
+        .clone();
     payload["serial"] = json!(serial);
     let digest = enginekit_shared::digest::digest_of(&payload).expect("digest");
     let doc = SignedDocument::sign(payload, DocumentKind::Recipe, key).expect("sign");
