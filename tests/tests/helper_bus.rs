@@ -692,3 +692,82 @@ impl Drop for TrivialService {
         reload_bus_config(&self.env);
     }
 }
+
+#[test]
+fn the_shipped_policy_unit_and_activation_files_say_what_the_design_says() {
+    let _serial = serial();
+    let helper = InstalledHelper::install("files", "");
+    let root = bench::workspace_root();
+    // polkitd reads the action with the defaults it was written with.
+    let out = std::process::Command::new("pkaction")
+        .args(["--action-id", ACTION_ID, "--verbose"])
+        .env("DBUS_SYSTEM_BUS_ADDRESS", &helper.env.system_bus_address)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "pkaction: {text}");
+    for line in [
+        "implicit any:      no",
+        "implicit inactive: no",
+        "implicit active:   auth_admin",
+    ] {
+        assert!(text.contains(line), "{line:?} missing in:\n{text}");
+    }
+    assert!(!text.contains("auth_admin_keep"));
+    // The bus policy lets only root own the name: a test user cannot take it.
+    kill_helper(&helper.env);
+    let taken = helper.call_as(helper.user(), &["serve-trivial", BUS_NAME]);
+    assert!(!taken.ok, "{}", taken.json);
+    assert!(
+        taken.message().contains("AccessDenied") || taken.message().contains("not allowed"),
+        "{}",
+        taken.json
+    );
+    // The production activation file only ever starts the systemd unit.
+    let activation =
+        std::fs::read_to_string(root.join("dbus/org.enginekit.Helper1.service")).unwrap();
+    for line in [
+        "Name=org.enginekit.Helper1",
+        "Exec=/bin/false",
+        "User=root",
+        "SystemdService=enginekit-helper.service",
+    ] {
+        assert!(activation.lines().any(|l| l == line), "{line} missing");
+    }
+    // The unit parses for systemd (its ExecStart pointed at the built helper for the check).
+    let unit = std::fs::read_to_string(root.join("dbus/enginekit-helper.service")).unwrap();
+    for line in [
+        "Type=dbus",
+        "BusName=org.enginekit.Helper1",
+        "StateDirectory=enginekit-helper",
+        "StateDirectoryMode=0700",
+    ] {
+        assert!(unit.lines().any(|l| l == line), "{line} missing");
+    }
+    let dir = helper.root.join("unit");
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join("enginekit-helper.service");
+    std::fs::write(
+        &copy,
+        unit.replace(
+            "/usr/libexec/enginekit-helper",
+            &helper.helper_bin.to_string_lossy(),
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&copy)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let complaints: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("enginekit-helper.service") || l.contains("Unknown"))
+        .collect();
+    assert!(complaints.is_empty(), "systemd-analyze verify: {text}");
+}
