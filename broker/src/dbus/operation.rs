@@ -44,7 +44,7 @@ pub async fn export(
         progress: None,
     };
     server.at(path.as_str(), object).await?;
-    OwnedObjectPath::try_from(path).map_err(|e| BrokerError::ZBus(e.into()))
+    OwnedObjectPath::try_from(path).map_err(BrokerError::ZBus)
 }
 
 fn text(digest: &Option<DigestText>) -> String {

@@ -92,7 +92,8 @@ impl Answer {
     }
 }
 
-/// An event applied to an operation.
+/// An event applied to an operation. Short-lived, so the size of a plan answer is fine.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     /// The result of the pending effect, named by its id and the revision it was issued at.

@@ -68,8 +68,7 @@ fn verdict(step: &HostStepTicket, outcome: HostOutcome) -> ReceiptVerdict {
 }
 
 fn refused(op: &Operation, event: &Event) -> CodedError {
-    let err = reduce(op, event).expect_err("refused");
-    err
+    reduce(op, event).expect_err("refused")
 }
 
 #[test]

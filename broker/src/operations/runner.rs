@@ -94,6 +94,7 @@ pub struct Runner<P, E> {
     cancels: Mutex<HashMap<OperationId, Arc<Notify>>>,
 }
 
+#[allow(clippy::large_enum_variant)] // short-lived, like the events
 enum Performed {
     Answer(Answer, Vec<String>),
     /// The record moved while the effect ran (a cancel, another process): look again.
