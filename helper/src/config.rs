@@ -36,6 +36,8 @@ pub struct Config {
     pub clock_skew: Duration,
     /// Longest wait for polkit's answer (an interactive prompt included).
     pub polkit_timeout: Duration,
+    /// Also append the decision log to this file (the test bench has no journald).
+    pub log_file: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -47,6 +49,7 @@ impl Default for Config {
             step_window: Duration::from_secs(15 * 60),
             clock_skew: Duration::from_secs(120),
             polkit_timeout: Duration::from_secs(300),
+            log_file: None,
         }
     }
 }
@@ -129,6 +132,7 @@ impl Config {
                 "step_window_seconds" => config.step_window = seconds(value, line_no)?,
                 "clock_skew_seconds" => config.clock_skew = seconds(value, line_no)?,
                 "polkit_timeout_seconds" => config.polkit_timeout = seconds(value, line_no)?,
+                "log_file" => config.log_file = Some(absolute_path(value, line_no)?),
                 other => return Err((line_no, format!("unknown setting {other:?}"))),
             }
         }

@@ -1,8 +1,10 @@
-//! Where the helper's decisions are written: the journal when journald is listening, else stderr.
+//! Where the helper's decisions are written: the journal when journald is listening, else stderr;
+//! and, when the root-owned configuration names one, a log file (the test bench has no journald).
 //!
 //! Every decision is one event with fields (`uid`, `action`, `recipe_digest`, `parameters_digest`,
 //! `outcome`), so `journalctl -u enginekit-helper` shows who obtained what and why it was refused.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use tracing_subscriber::layer::SubscriberExt;
@@ -12,25 +14,40 @@ use tracing_subscriber::EnvFilter;
 const JOURNAL_SOCKET: &str = "/run/systemd/journal/socket";
 
 /// Installs the global subscriber. The level is fixed (info) rather than read from the
-/// environment: the helper parses no environment.
-pub fn init() {
-    let filter = EnvFilter::new("info");
-    if Path::new(JOURNAL_SOCKET).exists() {
-        if let Ok(journald) = tracing_journald::layer() {
-            let journald = journald.with_syslog_identifier("enginekit-helper".to_owned());
-            let _ = tracing_subscriber::registry()
-                .with(filter)
-                .with(journald)
-                .try_init();
-            return;
-        }
-    }
+/// environment: the helper parses no environment. A log file that cannot be opened is skipped
+/// (the decision log still goes to the journal or stderr).
+pub fn init(log_file: Option<&Path>) {
+    let file = log_file.and_then(|path| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+            .open(path)
+            .ok()
+    });
+    let file_layer = file.map(|f| {
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::sync::Mutex::new(f))
+            .with_ansi(false)
+            .with_target(false)
+    });
+    let journald = if Path::new(JOURNAL_SOCKET).exists() {
+        tracing_journald::layer()
+            .ok()
+            .map(|layer| layer.with_syslog_identifier("enginekit-helper".to_owned()))
+    } else {
+        None
+    };
+    let stderr = journald.is_none().then(|| {
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_target(false)
+    });
     let _ = tracing_subscriber::registry()
-        .with(filter)
-        .with(
-            tracing_subscriber::fmt::layer()
-                .with_writer(std::io::stderr)
-                .with_target(false),
-        )
+        .with(EnvFilter::new("info"))
+        .with(journald)
+        .with(stderr)
+        .with(file_layer)
         .try_init();
 }

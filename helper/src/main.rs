@@ -9,7 +9,6 @@ use std::process::ExitCode;
 use enginekit_helper::config::{Config, DEFAULT_CONFIG_PATH};
 
 fn main() -> ExitCode {
-    enginekit_helper::logging::init();
     let config_path = match config_path_from_args() {
         Ok(path) => path,
         Err(message) => {
@@ -18,16 +17,19 @@ fn main() -> ExitCode {
         }
     };
     if !nix::unistd::geteuid().is_root() {
+        enginekit_helper::logging::init(None);
         tracing::error!("the helper must run as root");
         return ExitCode::from(1);
     }
     let config = match Config::load(&config_path) {
         Ok(config) => config,
         Err(e) => {
+            enginekit_helper::logging::init(None);
             tracing::error!(error = %e, "refusing to start with this configuration");
             return ExitCode::from(1);
         }
     };
+    enginekit_helper::logging::init(config.log_file.as_deref());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -41,7 +41,26 @@ fn a_caller_denied_by_policy_gets_not_authorized_and_nothing_is_written() {
         let step = good_step(&user);
         let result = helper.start(&to_bytes(&step), flags);
         result.assert_refused("NotAuthorized", "MANAGED_ELEVATION_DECLINED");
-        assert!(!helper.nonce_burnt(step["nonce"].as_str().unwrap()));
+        let nonce = step["nonce"].as_str().unwrap();
+        assert!(!helper.nonce_burnt(nonce));
+        // The decision is in the log with who, what and why.
+        let line = helper.decision(nonce, "step refused");
+        for field in [
+            format!("uid={}", helper.user().uid),
+            format!("action=\"{ACTION_ID}\""),
+            format!(
+                "recipe_digest=\"{}\"",
+                step["recipe_digest"].as_str().unwrap()
+            ),
+            format!(
+                "parameters_digest=\"{}\"",
+                step["parameters_digest"].as_str().unwrap()
+            ),
+            "authz=\"not-authorized\"".to_owned(),
+            "outcome=\"not-authorized\"".to_owned(),
+        ] {
+            assert!(line.contains(&field), "{field} missing in {line}");
+        }
     }
     assert_eq!(
         helper.ledger_files(),
@@ -94,6 +113,16 @@ fn an_allowed_caller_starts_a_job_that_runs_and_leaves_a_receipt_only_it_can_rea
         );
     }
     eprintln!("receipt of the allowed job: {receipt}");
+    let accepted = helper.decision(&nonce, "step accepted");
+    assert!(
+        accepted.contains("authz=\"authorized\"") && accepted.contains("outcome=\"started\""),
+        "{accepted}"
+    );
+    let finished = helper.decision(&nonce, "job finished");
+    assert!(
+        finished.contains(&format!("outcome=\"{outcome}\"")),
+        "{finished}"
+    );
     assert!(helper.nonce_burnt(&nonce));
     // GetReceipt: the same text for the caller's uid, nothing for another uid.
     let mine = helper.call_as(helper.user(), &["receipt", &nonce]);

@@ -268,9 +268,10 @@ impl InstalledHelper {
         write_root_file(
             &config,
             &format!(
-                "# enginekit helper test configuration (root-owned)\nstate_dir = {}\nkey_dir = {}\nidle_exit_seconds = 3\n{settings}\n",
+                "# enginekit helper test configuration (root-owned)\nstate_dir = {}\nkey_dir = {}\nlog_file = {}\nidle_exit_seconds = 3\n{settings}\n",
                 state_dir.display(),
-                key_dir.display()
+                key_dir.display(),
+                root.join("helper.log").display()
             ),
             0o644,
         );
@@ -384,8 +385,22 @@ impl InstalledHelper {
         out
     }
 
-    /// The helper's log lines so far (stderr goes to the bus's log only via syslog here, so the
-    /// helper is asked nothing: this reads what the test can observe, the ledger).
+    /// The helper's decision log so far (the `log_file` of its test configuration).
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.root.join("helper.log")).unwrap_or_default()
+    }
+
+    /// The log line of the decision about `nonce` whose message is `what` (e.g. "step refused").
+    pub fn decision(&self, nonce: &str, what: &str) -> String {
+        let log = self.log();
+        log.lines()
+            .find(|l| l.contains(what) && l.contains(nonce))
+            .unwrap_or_else(|| {
+                panic!("no {what:?} entry for nonce {nonce} in the helper's log:\n{log}")
+            })
+            .to_owned()
+    }
+
     pub fn nonce_burnt(&self, nonce: &str) -> bool {
         self.state_dir.join("nonces").join(nonce).exists()
     }
