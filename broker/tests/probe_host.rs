@@ -5,6 +5,9 @@
 //!
 //! Needs the test bench (`tests/bench/up`): a missing dockerd or test user is a failure.
 
+// Test code: a failed unwrap is a failed test with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -60,7 +63,10 @@ fn reads_the_real_daemon_and_this_host() {
         .daemon_info()
         .unwrap_or_else(|| panic!("daemon unreachable: {:?}", facts.docker.daemon));
     assert!(
-        info.server_version.as_deref().unwrap_or("").starts_with("20.10"),
+        info.server_version
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("20.10"),
         "{:?}",
         info.server_version
     );
@@ -78,13 +84,24 @@ fn reads_the_real_daemon_and_this_host() {
             value: InitSystem::Other { .. }
         }
     ));
-    assert!(facts.docker.service_active.is_unknown(), "no systemd: unknown, never a no");
-    assert_eq!(facts.nvidia.driver_version, Fact::known(None), "no NVIDIA driver here");
+    assert!(
+        facts.docker.service_active.is_unknown(),
+        "no systemd: unknown, never a no"
+    );
+    assert_eq!(
+        facts.nvidia.driver_version,
+        Fact::known(None),
+        "no NVIDIA driver here"
+    );
     assert_eq!(facts.nvidia.gpus, Fact::known(Vec::new()));
     assert_eq!(facts.disk.path, "/var/lib/docker");
     assert!(matches!(facts.disk.free_bytes, Fact::Known { value } if value > 0));
     assert!(!facts.network.routes.is_unknown());
-    assert!(facts.unknown_facts().is_empty(), "{:?}", facts.unknown_facts());
+    assert!(
+        facts.unknown_facts().is_empty(),
+        "{:?}",
+        facts.unknown_facts()
+    );
     // A hang guard, not a benchmark: every read has a 2 s deadline.
     assert!(took < Duration::from_secs(10), "took {took:?}");
 }
@@ -141,7 +158,11 @@ fn a_socket_that_never_answers_is_bounded_by_the_read_deadline() {
 #[test]
 fn an_unprivileged_user_outside_the_docker_group_gets_an_explicit_answer() {
     require_dockerd();
-    let id = Command::new("id").arg("-nG").arg("ekuser").output().unwrap();
+    let id = Command::new("id")
+        .arg("-nG")
+        .arg("ekuser")
+        .output()
+        .unwrap();
     assert!(id.status.success(), "no test user ekuser; {BENCH_HINT}");
     assert!(
         !String::from_utf8_lossy(&id.stdout)
@@ -186,7 +207,10 @@ fn an_unprivileged_user_outside_the_docker_group_gets_an_explicit_answer() {
     }
     let (human, _) = run(false);
     let text = String::from_utf8_lossy(&human.stdout);
-    assert!(text.contains("unreachable on /var/run/docker.sock"), "{text}");
+    assert!(
+        text.contains("unreachable on /var/run/docker.sock"),
+        "{text}"
+    );
     assert!(text.contains("effective in this session: no"), "{text}");
 }
 
@@ -207,7 +231,11 @@ fn stage_binary_for(user: &str) -> PathBuf {
 /// the system dirs.
 fn stand_in_bin_dir(gpus: &str) -> (tempfile::TempDir, Vec<PathBuf>) {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/bench/standins/nvidia-smi");
-    assert!(src.exists(), "the bench's stand-in nvidia-smi is missing at {}", src.display());
+    assert!(
+        src.exists(),
+        "the bench's stand-in nvidia-smi is missing at {}",
+        src.display()
+    );
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(&src, dir.path().join("nvidia-smi")).unwrap();
     std::fs::set_permissions(
@@ -240,12 +268,21 @@ fn stand_in_nvidia_smi_reports_recorded_gpus() {
     let (_keep, dirs) = stand_in_bin_dir(&gpus);
     let facts = probe_with_bins(dirs);
     assert_eq!(facts.nvidia.source, GpuSource::NvidiaSmi);
-    assert_eq!(facts.nvidia.driver_version, Fact::known(Some("580.95.05".to_owned())));
+    assert_eq!(
+        facts.nvidia.driver_version,
+        Fact::known(Some("580.95.05".to_owned()))
+    );
     let gpus = facts.nvidia.gpus.value().expect("gpus");
     assert_eq!(gpus.len(), 2);
-    assert_eq!(gpus[0].compute_capability.value().unwrap().to_string(), "8.9");
+    assert_eq!(
+        gpus[0].compute_capability.value().unwrap().to_string(),
+        "8.9"
+    );
     assert_eq!(gpus[0].memory_total_bytes, Fact::known(24564 * 1_048_576));
-    assert!(gpus[1].memory_free_bytes.is_unknown(), "[N/A] is unknown, never 0");
+    assert!(
+        gpus[1].memory_free_bytes.is_unknown(),
+        "[N/A] is unknown, never 0"
+    );
     // The stand-in does not know mig.mode.current: the probe asked again without it.
     assert!(gpus[0].mig_enabled.is_unknown());
     assert!(facts.unknown_facts().is_empty());
@@ -259,14 +296,21 @@ fn stand_in_r470_without_compute_cap_falls_back_to_the_name_table() {
     let facts = probe_with_bins(dirs);
     let gpus = facts.nvidia.gpus.value().expect("gpus");
     assert_eq!(gpus.len(), 1);
-    assert_eq!(gpus[0].compute_capability.value().unwrap().to_string(), "7.5");
-    assert_eq!(facts.nvidia.driver_version, Fact::known(Some("470.182.03".to_owned())));
+    assert_eq!(
+        gpus[0].compute_capability.value().unwrap().to_string(),
+        "7.5"
+    );
+    assert_eq!(
+        facts.nvidia.driver_version,
+        Fact::known(Some("470.182.03".to_owned()))
+    );
 }
 
 #[test]
 fn stand_in_driver_not_loaded_is_no_driver() {
     let gpus = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/bench/standins/gpus/driver-failed.csv"),
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/bench/standins/gpus/driver-failed.csv"),
     )
     .unwrap();
     let (_keep, dirs) = stand_in_bin_dir(&gpus);
@@ -275,9 +319,6 @@ fn stand_in_driver_not_loaded_is_no_driver() {
     assert_eq!(facts.nvidia.driver_version, Fact::known(None));
     assert_eq!(facts.nvidia.gpus, Fact::known(Vec::new()));
 }
-
-/// A binary that hangs (and one whose child keeps the pipes open) is an unknown, within the
-/// read deadline.
 
 /// Podman's docker shim is recognised from the file, without running it.
 #[test]
@@ -295,10 +336,20 @@ fn podmans_docker_shim_is_recognised_without_running_it() {
     dirs.extend(system_dirs());
     let facts = probe_with_bins(dirs);
     assert!(facts.docker.cli.is_true());
-    assert!(facts.docker.cli_version.as_deref().unwrap_or("").contains("podman"));
-    assert_eq!(facts.docker.install_method, Some(InstallMethod::PodmanDocker));
+    assert!(facts
+        .docker
+        .cli_version
+        .as_deref()
+        .unwrap_or("")
+        .contains("podman"));
+    assert_eq!(
+        facts.docker.install_method,
+        Some(InstallMethod::PodmanDocker)
+    );
 }
 
+/// A binary that hangs (and one whose child keeps the pipes open) is an unknown, within the
+/// read deadline.
 #[test]
 fn hung_binaries_become_unknown_facts_within_the_deadline() {
     let dir = tempfile::tempdir().unwrap();
@@ -362,7 +413,11 @@ fn cli_probe_json_and_human_report() {
         .args(["probe", "--json"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let facts: HostFacts = serde_json::from_slice(&out.stdout).unwrap();
     assert!(facts.daemon_reachable());
     let human = Command::new(enginekit_bin()).arg("probe").output().unwrap();
@@ -371,10 +426,17 @@ fn cli_probe_json_and_human_report() {
     for heading in ["System\n", "Docker\n", "NVIDIA\n", "Disk\n", "Network\n"] {
         assert!(text.contains(heading), "no {heading:?} in {text}");
     }
-    assert!(text.contains("service            unknown (systemd is not PID 1"), "{text}");
+    assert!(
+        text.contains("service            unknown (systemd is not PID 1"),
+        "{text}"
+    );
     let usage = Command::new(enginekit_bin())
         .args(["probe", "--timeout-ms", "0"])
         .output()
         .unwrap();
-    assert_eq!(usage.status.code(), Some(2), "a bad deadline is a usage error");
+    assert_eq!(
+        usage.status.code(),
+        Some(2),
+        "a bad deadline is a usage error"
+    );
 }

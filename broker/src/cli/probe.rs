@@ -162,7 +162,11 @@ fn system_section(f: &HostFacts) -> Section {
             } else {
                 d.version_id.clone()
             };
-            format!("{name} (id {}, {version}, {} family)", d.id, d.family.as_str())
+            format!(
+                "{name} (id {}, {version}, {} family)",
+                d.id,
+                d.family.as_str()
+            )
         }),
     );
     sec.row(
@@ -234,7 +238,9 @@ fn docker_section(f: &HostFacts) -> Section {
                     "reachable on {} (API {}): Docker {}",
                     info.socket,
                     info.api_version.as_deref().unwrap_or("?"),
-                    info.server_version.as_deref().unwrap_or("version not reported")
+                    info.server_version
+                        .as_deref()
+                        .unwrap_or("version not reported")
                 ),
             );
             if let Some(os) = &info.operating_system {
@@ -248,7 +254,10 @@ fn docker_section(f: &HostFacts) -> Section {
                     info.default_runtime.as_deref().unwrap_or("not reported")
                 ),
             );
-            sec.row("root dir", info.root_dir.as_deref().unwrap_or("not reported"));
+            sec.row(
+                "root dir",
+                info.root_dir.as_deref().unwrap_or("not reported"),
+            );
             sec.row("security options", list_or(&info.security_options, "none"));
             sec.row(
                 "cgroup",
@@ -258,7 +267,10 @@ fn docker_section(f: &HostFacts) -> Section {
                     info.cgroup_version.as_deref().unwrap_or("not reported")
                 ),
             );
-            sec.row("CDI spec dirs", list_or(&info.cdi_spec_dirs, "none (CDI off)"));
+            sec.row(
+                "CDI spec dirs",
+                list_or(&info.cdi_spec_dirs, "none (CDI off)"),
+            );
             let pools: Vec<String> = info
                 .address_pools
                 .iter()
@@ -273,9 +285,7 @@ fn docker_section(f: &HostFacts) -> Section {
     }
     sec.row(
         "install method",
-        d.install_method
-            .map_or("not identified", |m| m.as_str())
-            .to_owned(),
+        d.install_method.map_or("not identified", |m| m.as_str()),
     );
     sec.row(
         "packages",
@@ -309,8 +319,16 @@ fn docker_section(f: &HostFacts) -> Section {
                 address_pools_configured,
             } => format!(
                 "nvidia runtime {}, address pools {}",
-                if *nvidia_runtime { "configured" } else { "not configured" },
-                if *address_pools_configured { "set" } else { "not set" }
+                if *nvidia_runtime {
+                    "configured"
+                } else {
+                    "not configured"
+                },
+                if *address_pools_configured {
+                    "set"
+                } else {
+                    "not set"
+                }
             ),
             DaemonJson::Invalid { reason } => format!("does not parse: {reason}"),
             DaemonJson::Unreadable { reason } => format!("unreadable: {reason}"),
@@ -345,7 +363,10 @@ fn nvidia_section(f: &HostFacts) -> Section {
         Fact::Known { value } if value.is_empty() => sec.row("GPUs", "none"),
         Fact::Known { value } => {
             for gpu in value {
-                let label = format!("GPU {}", gpu.index.map_or("?".to_owned(), |i| i.to_string()));
+                let label = format!(
+                    "GPU {}",
+                    gpu.index.map_or("?".to_owned(), |i| i.to_string())
+                );
                 let mig = match (&gpu.mig_enabled, gpu.mig_devices.len()) {
                     (Fact::Known { value: true }, n) => format!(", MIG on ({n} instances)"),
                     _ => String::new(),
@@ -368,7 +389,10 @@ fn nvidia_section(f: &HostFacts) -> Section {
         "container toolkit",
         show(&n.toolkit_installed, |t| {
             if *t {
-                format!("installed ({})", n.nvidia_ctk_version.as_deref().unwrap_or("nvidia-ctk"))
+                format!(
+                    "installed ({})",
+                    n.nvidia_ctk_version.as_deref().unwrap_or("nvidia-ctk")
+                )
             } else {
                 "not installed".to_owned()
             }

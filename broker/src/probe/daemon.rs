@@ -57,14 +57,20 @@ async fn ask_info(
     Ok(daemon_info_from(
         &info,
         socket,
-        Some(format!("{}.{}", version.major_version, version.minor_version)),
+        Some(format!(
+            "{}.{}",
+            version.major_version, version.minor_version
+        )),
     ))
 }
 
 /// Without a version from `/_ping`: bollard's negotiation, retried at the maximum an older
 /// daemon names when it refuses a too-new version outright.
 async fn negotiate(socket: &str, secs: u64) -> Result<Docker, String> {
-    match connect(socket, secs, API_DEFAULT_VERSION)?.negotiate_version().await {
+    match connect(socket, secs, API_DEFAULT_VERSION)?
+        .negotiate_version()
+        .await
+    {
         Ok(d) => Ok(d),
         Err(bollard::errors::Error::DockerResponseServerError { message, .. })
             if maximum_api_version(&message).is_some() =>
@@ -165,7 +171,10 @@ mod tests {
 
     #[test]
     fn reads_the_api_version_header() {
-        let v = api_version_header("HTTP/1.0 200 OK\r\nApi-Version: 1.41\r\nDocker-Experimental: false\r\n\r\n").unwrap();
+        let v = api_version_header(
+            "HTTP/1.0 200 OK\r\nApi-Version: 1.41\r\nDocker-Experimental: false\r\n\r\n",
+        )
+        .unwrap();
         assert_eq!((v.major_version, v.minor_version), (1, 41));
         assert!(api_version_header("HTTP/1.0 200 OK\r\n\r\n").is_none());
     }
@@ -182,7 +191,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_missing_socket_is_unreachable_with_the_reason() {
-        let state = read_daemon(Path::new("/nonexistent/docker.sock"), Duration::from_secs(1)).await;
+        let state = read_daemon(
+            Path::new("/nonexistent/docker.sock"),
+            Duration::from_secs(1),
+        )
+        .await;
         match state {
             DaemonState::Unreachable { reason, socket } => {
                 assert!(reason.contains("no Docker socket"), "{reason}");
@@ -244,7 +257,10 @@ mod tests {
             }
         });
         let state = read_daemon(&path, Duration::from_secs(2)).await;
-        assert!(matches!(state, DaemonState::Unreachable { .. }), "{state:?}");
+        assert!(
+            matches!(state, DaemonState::Unreachable { .. }),
+            "{state:?}"
+        );
         serve.abort();
     }
 }

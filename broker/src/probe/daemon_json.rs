@@ -59,7 +59,9 @@ mod tests {
     #[test]
     fn nvidia_runtime_three_ways() {
         assert_eq!(
-            parse_daemon_json(r#"{"runtimes":{"nvidia":{"path":"nvidia-container-runtime","args":[]}}}"#),
+            parse_daemon_json(
+                r#"{"runtimes":{"nvidia":{"path":"nvidia-container-runtime","args":[]}}}"#
+            ),
             parsed(true, false)
         );
         assert_eq!(parse_daemon_json("{}"), parsed(false, false));
@@ -75,16 +77,25 @@ mod tests {
 
     #[test]
     fn address_pools() {
-        assert_eq!(parse_daemon_json(r#"{"bip":"10.200.0.1/24"}"#), parsed(false, true));
+        assert_eq!(
+            parse_daemon_json(r#"{"bip":"10.200.0.1/24"}"#),
+            parsed(false, true)
+        );
         assert_eq!(
             parse_daemon_json(r#"{"default-address-pools":[{"base":"10.201.0.0/16","size":24}]}"#),
             parsed(false, true)
         );
-        assert_eq!(parse_daemon_json(r#"{"bip":"  ","default-address-pools":[]}"#), parsed(false, false));
+        assert_eq!(
+            parse_daemon_json(r#"{"bip":"  ","default-address-pools":[]}"#),
+            parsed(false, false)
+        );
         let bad = parse_daemon_json("{not json");
         assert!(bad.is_unreadable());
         assert!(bad.address_pools_configured().is_unknown());
         assert!(parse_daemon_json("[1]").is_unreadable());
-        assert_eq!(DaemonJson::Absent.address_pools_configured(), Fact::known(false));
+        assert_eq!(
+            DaemonJson::Absent.address_pools_configured(),
+            Fact::known(false)
+        );
     }
 }

@@ -11,13 +11,19 @@ pub fn parse_info_json(text: &str) -> Result<SystemInfo, String> {
 }
 
 /// Reduces `/info` to the facts the plan reads.
-pub fn daemon_info_from(info: &SystemInfo, socket: &str, api_version: Option<String>) -> DaemonInfo {
+pub fn daemon_info_from(
+    info: &SystemInfo,
+    socket: &str,
+    api_version: Option<String>,
+) -> DaemonInfo {
     let non_empty = |v: &Option<String>| v.as_ref().filter(|s| !s.trim().is_empty()).cloned();
     let security_options = info.security_options.clone().unwrap_or_default();
     let rootless = security_options
         .iter()
         .any(|o| o == "rootless" || o.starts_with("name=rootless"));
-    let selinux = security_options.iter().any(|o| o.starts_with("name=selinux"));
+    let selinux = security_options
+        .iter()
+        .any(|o| o.starts_with("name=selinux"));
     let name = non_empty(&info.name);
     let operating_system = non_empty(&info.operating_system);
     let identity = format!(
@@ -81,7 +87,11 @@ mod tests {
     use super::*;
 
     fn info(json: &str) -> DaemonInfo {
-        daemon_info_from(&parse_info_json(json).unwrap(), "/var/run/docker.sock", None)
+        daemon_info_from(
+            &parse_info_json(json).unwrap(),
+            "/var/run/docker.sock",
+            None,
+        )
     }
 
     #[test]
@@ -108,7 +118,9 @@ mod tests {
         assert!(info(r#"{"SecurityOptions":["name=rootless"]}"#).rootless);
         assert!(info(r#"{"SecurityOptions":["rootless"]}"#).rootless);
         assert!(info(r#"{"Name":"docker-desktop","OperatingSystem":"Docker Desktop"}"#).desktop);
-        assert!(!info(r#"{"Name":"box","OperatingSystem":"Debian GNU/Linux 12 (bookworm)"}"#).desktop);
+        assert!(
+            !info(r#"{"Name":"box","OperatingSystem":"Debian GNU/Linux 12 (bookworm)"}"#).desktop
+        );
     }
 
     #[test]

@@ -308,9 +308,7 @@ mod tests {
     async fn answers_after_exit_while_a_background_grandchild_lives() {
         // The child exits at once; its grandchild keeps stdout open. The deadline bounds it.
         let start = std::time::Instant::now();
-        let res = runner(500)
-            .run("sh", &["-c", "echo hi; sleep 30 &"])
-            .await;
+        let res = runner(500).run("sh", &["-c", "echo hi; sleep 30 &"]).await;
         assert!(start.elapsed() < Duration::from_secs(5));
         // Either the grandchild kept the pipe until the deadline, or not: both end bounded.
         match res {

@@ -22,7 +22,10 @@ pub struct InstallEvidence<'a> {
 /// Decides the install method; `None` when nothing identifies it.
 pub fn detect_install_method(e: &InstallEvidence<'_>) -> Option<InstallMethod> {
     let has = |name: &str| e.packages.iter().any(|p| p.name == name);
-    if e.cli_version.is_some_and(|v| v.to_lowercase().contains("podman")) || has("podman-docker") {
+    if e.cli_version
+        .is_some_and(|v| v.to_lowercase().contains("podman"))
+        || has("podman-docker")
+    {
         return Some(InstallMethod::PodmanDocker);
     }
     if e.snap {
@@ -38,8 +41,7 @@ pub fn detect_install_method(e: &InstallEvidence<'_>) -> Option<InstallMethod> {
         return Some(InstallMethod::DockerDesktop);
     }
     let rootless_daemon = e.daemon.is_some_and(|d| d.rootless);
-    let rootless_idle =
-        e.daemon.is_none() && e.rootless_socket && !e.service_active.is_true();
+    let rootless_idle = e.daemon.is_none() && e.rootless_socket && !e.service_active.is_true();
     if rootless_daemon || rootless_idle {
         return Some(InstallMethod::Rootless);
     }
@@ -97,7 +99,13 @@ mod tests {
     #[test]
     fn podman_shim_comes_first() {
         assert_eq!(
-            detect(Some("podman version 5.2.2"), &[pkg("docker-ce")], true, None, false),
+            detect(
+                Some("podman version 5.2.2"),
+                &[pkg("docker-ce")],
+                true,
+                None,
+                false
+            ),
             Some(InstallMethod::PodmanDocker)
         );
         assert_eq!(
@@ -108,21 +116,42 @@ mod tests {
 
     #[test]
     fn snap_before_a_plain_package() {
-        assert_eq!(detect(None, &[pkg("docker.io")], true, None, false), Some(InstallMethod::Snap));
+        assert_eq!(
+            detect(None, &[pkg("docker.io")], true, None, false),
+            Some(InstallMethod::Snap)
+        );
     }
 
     #[test]
     fn desktop_from_info_regardless_and_from_packages_only_when_nothing_else() {
         let d = daemon(true, false);
-        assert_eq!(detect(None, &[pkg("docker-ce")], false, Some(&d), false), Some(InstallMethod::DockerDesktop));
-        assert_eq!(detect(None, &[pkg("docker-desktop")], false, None, false), Some(InstallMethod::DockerDesktop));
         assert_eq!(
-            detect(None, &[pkg("docker-desktop"), pkg("docker-ce")], false, None, false),
+            detect(None, &[pkg("docker-ce")], false, Some(&d), false),
+            Some(InstallMethod::DockerDesktop)
+        );
+        assert_eq!(
+            detect(None, &[pkg("docker-desktop")], false, None, false),
+            Some(InstallMethod::DockerDesktop)
+        );
+        assert_eq!(
+            detect(
+                None,
+                &[pkg("docker-desktop"), pkg("docker-ce")],
+                false,
+                None,
+                false
+            ),
             Some(InstallMethod::DockerCe)
         );
         let plain = daemon(false, false);
         assert_eq!(
-            detect(None, &[pkg("docker-desktop"), pkg("docker-ce")], false, Some(&plain), false),
+            detect(
+                None,
+                &[pkg("docker-desktop"), pkg("docker-ce")],
+                false,
+                Some(&plain),
+                false
+            ),
             Some(InstallMethod::DockerCe)
         );
     }
@@ -130,8 +159,14 @@ mod tests {
     #[test]
     fn rootless_from_info_or_an_idle_user_socket() {
         let d = daemon(false, true);
-        assert_eq!(detect(None, &[pkg("docker-ce")], false, Some(&d), false), Some(InstallMethod::Rootless));
-        assert_eq!(detect(None, &[], false, None, true), Some(InstallMethod::Rootless));
+        assert_eq!(
+            detect(None, &[pkg("docker-ce")], false, Some(&d), false),
+            Some(InstallMethod::Rootless)
+        );
+        assert_eq!(
+            detect(None, &[], false, None, true),
+            Some(InstallMethod::Rootless)
+        );
         let active = detect_install_method(&InstallEvidence {
             cli_version: None,
             packages: &[pkg("docker-ce")],
@@ -145,9 +180,24 @@ mod tests {
 
     #[test]
     fn distro_packages_in_order_and_arch_docker_is_none() {
-        assert_eq!(detect(None, &[pkg("docker.io"), pkg("docker-ce")], false, None, false), Some(InstallMethod::DockerCe));
-        assert_eq!(detect(None, &[pkg("moby-engine")], false, None, false), Some(InstallMethod::MobyEngine));
-        assert_eq!(detect(None, &[pkg("docker.io")], false, None, false), Some(InstallMethod::DockerIo));
+        assert_eq!(
+            detect(
+                None,
+                &[pkg("docker.io"), pkg("docker-ce")],
+                false,
+                None,
+                false
+            ),
+            Some(InstallMethod::DockerCe)
+        );
+        assert_eq!(
+            detect(None, &[pkg("moby-engine")], false, None, false),
+            Some(InstallMethod::MobyEngine)
+        );
+        assert_eq!(
+            detect(None, &[pkg("docker.io")], false, None, false),
+            Some(InstallMethod::DockerIo)
+        );
         assert_eq!(detect(None, &[pkg("docker")], false, None, false), None);
         assert_eq!(detect(None, &[], false, None, false), None);
     }

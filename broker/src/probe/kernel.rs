@@ -54,9 +54,15 @@ mod tests {
 
     #[test]
     fn wsl() {
-        assert!(is_wsl_kernel("Linux version 5.15.167.4-microsoft-standard-WSL2 (root@f9c826d3017f)"));
-        assert!(is_wsl_kernel("Linux version 4.4.0-19041-Microsoft (Microsoft@Microsoft.com)"));
-        assert!(!is_wsl_kernel("Linux version 6.1.0-40-amd64 (debian-kernel@lists.debian.org)"));
+        assert!(is_wsl_kernel(
+            "Linux version 5.15.167.4-microsoft-standard-WSL2 (root@f9c826d3017f)"
+        ));
+        assert!(is_wsl_kernel(
+            "Linux version 4.4.0-19041-Microsoft (Microsoft@Microsoft.com)"
+        ));
+        assert!(!is_wsl_kernel(
+            "Linux version 6.1.0-40-amd64 (debian-kernel@lists.debian.org)"
+        ));
     }
 
     #[test]
@@ -75,7 +81,10 @@ mod tests {
     #[test]
     fn architecture_alias() {
         assert_eq!(normalise_architecture("arm64").as_deref(), Some("aarch64"));
-        assert_eq!(normalise_architecture("x86_64\n").as_deref(), Some("x86_64"));
+        assert_eq!(
+            normalise_architecture("x86_64\n").as_deref(),
+            Some("x86_64")
+        );
         assert_eq!(normalise_architecture(""), None);
     }
 }

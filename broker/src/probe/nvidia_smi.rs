@@ -122,9 +122,8 @@ pub fn parse_query_gpu(text: &str, fields: &[&str]) -> Vec<Gpu> {
 /// A cell that holds a value, not `[N/A]`, `N/A`, `[Not Supported]` or nothing.
 fn value_cell(text: &str) -> Option<String> {
     let t = text.trim();
-    let placeholder = t.is_empty()
-        || t.eq_ignore_ascii_case("n/a")
-        || (t.starts_with('[') && t.ends_with(']'));
+    let placeholder =
+        t.is_empty() || t.eq_ignore_ascii_case("n/a") || (t.starts_with('[') && t.ends_with(']'));
     (!placeholder).then(|| t.to_owned())
 }
 
@@ -258,7 +257,10 @@ mod tests {
         assert_eq!(gpus[0].memory_total_bytes, Fact::known(24564 * MIB));
         assert_eq!(gpus[0].memory_free_bytes, Fact::known(23000 * MIB));
         assert_eq!(gpus[1].index, Some(1));
-        assert_eq!(gpus[1].compute_capability.value().unwrap().to_string(), "8.6");
+        assert_eq!(
+            gpus[1].compute_capability.value().unwrap().to_string(),
+            "8.6"
+        );
         assert!(gpus[0].mig_enabled.is_unknown());
     }
 
@@ -275,7 +277,16 @@ mod tests {
     fn memory_cells() {
         assert_eq!(parse_mib("32607 MiB"), Fact::known(32607 * MIB));
         assert_eq!(parse_mib("0.5"), Fact::known(MIB / 2));
-        for bad in ["N/A", "[N/A]", "", "[Not Supported]", "1.2.3", "-5", ".5", "12 GiB"] {
+        for bad in [
+            "N/A",
+            "[N/A]",
+            "",
+            "[Not Supported]",
+            "1.2.3",
+            "-5",
+            ".5",
+            "12 GiB",
+        ] {
             assert!(parse_mib(bad).is_unknown(), "{bad:?}");
         }
     }
@@ -305,7 +316,10 @@ mod tests {
         let text = "0, GPU-r470, Tesla T4, 15109, 15000, 470.182.03, [N/A]\n\
                     1, GPU-r470b, Some Future GPU, 1000, 1000, 470.182.03, [N/A]";
         let gpus = parse_query_gpu(text, LEGACY_QUERY_FIELDS);
-        assert_eq!(gpus[0].compute_capability.value().unwrap().to_string(), "7.5");
+        assert_eq!(
+            gpus[0].compute_capability.value().unwrap().to_string(),
+            "7.5"
+        );
         assert!(gpus[1].compute_capability.is_unknown());
     }
 
@@ -326,7 +340,11 @@ mod tests {
         ));
         assert!(!rejects_compute_cap("", "some other error"));
         assert_eq!(
-            rejected_field("Field \"mig.mode.current\" is not a valid field to query.\n\n", "").as_deref(),
+            rejected_field(
+                "Field \"mig.mode.current\" is not a valid field to query.\n\n",
+                ""
+            )
+            .as_deref(),
             Some("mig.mode.current")
         );
         assert_eq!(rejected_field("Field is fine", ""), None);

@@ -114,7 +114,12 @@ pub fn snap_lists_docker(code: Option<i32>, stdout: &str) -> bool {
 pub fn engine_version(packages: &[InstalledPackage]) -> Option<String> {
     packages
         .iter()
-        .filter(|p| matches!(p.name.as_str(), "docker-ce" | "docker.io" | "moby-engine" | "docker"))
+        .filter(|p| {
+            matches!(
+                p.name.as_str(),
+                "docker-ce" | "docker.io" | "moby-engine" | "docker"
+            )
+        })
         .find_map(|p| p.version.as_deref().and_then(first_dotted_triple))
 }
 
@@ -131,7 +136,12 @@ fn first_dotted_triple(text: &str) -> Option<String> {
         }
         let digits = |s: &str| s.bytes().take_while(u8::is_ascii_digit).count();
         let (a, b, c) = (parts[0], parts[1], parts[2]);
-        if digits(a) == a.len() && !a.is_empty() && digits(b) == b.len() && !b.is_empty() && digits(c) > 0 {
+        if digits(a) == a.len()
+            && !a.is_empty()
+            && digits(b) == b.len()
+            && !b.is_empty()
+            && digits(c) > 0
+        {
             return Some(format!("{a}.{b}.{}", &c[..digits(c)]));
         }
     }
@@ -165,10 +175,15 @@ mod tests {
         let rpm = parse_rpm_query("package docker.io is not installed\ndocker-ce 28.3.0-1.fc41\n");
         assert_eq!(rpm.len(), 1);
         assert_eq!(engine_version(&rpm).as_deref(), Some("28.3.0"));
-        let pacman = parse_pacman_query("docker 1:28.3.3-1\nerror: package 'docker-desktop' was not found\n");
+        let pacman = parse_pacman_query(
+            "docker 1:28.3.3-1\nerror: package 'docker-desktop' was not found\n",
+        );
         assert_eq!(pacman.len(), 1);
         assert_eq!(engine_version(&pacman).as_deref(), Some("28.3.3"));
-        assert_eq!(engine_version(&parse_dpkg_query("ii  podman-docker 4.3.1\n")), None);
+        assert_eq!(
+            engine_version(&parse_dpkg_query("ii  podman-docker 4.3.1\n")),
+            None
+        );
     }
 
     #[test]
@@ -177,7 +192,10 @@ mod tests {
                       Package: docker-ce\nStatus: deinstall ok config-files\nVersion: 5:28.3.0-1~debian.12~bookworm\n\n\
                       Package: nvidia-container-toolkit\nStatus: hold ok installed\nVersion: 1.17.8-1\n\n\
                       Package: bash\nStatus: install ok installed\nVersion: 5.2.15-2+b8\n";
-        let p = parse_dpkg_status(status, &["docker.io", "docker-ce", "nvidia-container-toolkit"]);
+        let p = parse_dpkg_status(
+            status,
+            &["docker.io", "docker-ce", "nvidia-container-toolkit"],
+        );
         let names: Vec<&str> = p.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, vec!["docker.io", "nvidia-container-toolkit"]);
         assert_eq!(p[0].version.as_deref(), Some("20.10.24+dfsg1-1+deb12u1+b6"));
@@ -187,7 +205,10 @@ mod tests {
     fn snap_listing() {
         let listed = "Name    Version  Rev   Tracking       Publisher   Notes\ndocker  28.1.1   3265  latest/stable  canonical✓  -\n";
         assert!(snap_lists_docker(Some(0), listed));
-        assert!(!snap_lists_docker(Some(1), "error: no matching snaps installed\n"));
+        assert!(!snap_lists_docker(
+            Some(1),
+            "error: no matching snaps installed\n"
+        ));
         assert!(!snap_lists_docker(Some(0), "Name Version\n"));
     }
 }

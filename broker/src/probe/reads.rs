@@ -142,13 +142,15 @@ async fn read_host_file_up_to(
 async fn host_path_exists(ctx: &ProbeContext, absolute: &str) -> Result<bool, String> {
     let path = ctx.host_path(absolute);
     let shown = absolute.to_owned();
-    bounded_blocking(ctx.options.read_timeout, absolute, move || {
-        match std::fs::symlink_metadata(&path) {
+    bounded_blocking(
+        ctx.options.read_timeout,
+        absolute,
+        move || match std::fs::symlink_metadata(&path) {
             Ok(_) => Ok(true),
             Err(e) if is_absent(&e) => Ok(false),
             Err(e) => Err(format!("{shown}: {e}")),
-        }
-    })
+        },
+    )
     .await?
 }
 
@@ -162,10 +164,8 @@ fn is_absent(e: &std::io::Error) -> bool {
 /// `/etc/os-release`.
 pub async fn os_release(ctx: &ProbeContext) -> Fact<super::facts::Distribution> {
     match read_host_file(ctx, "/etc/os-release").await {
-        Ok(Some(text)) => parse_os_release(&text).map_or_else(
-            || Fact::unknown("/etc/os-release has no ID"),
-            Fact::known,
-        ),
+        Ok(Some(text)) => parse_os_release(&text)
+            .map_or_else(|| Fact::unknown("/etc/os-release has no ID"), Fact::known),
         Ok(None) => Fact::unknown("/etc/os-release does not exist"),
         Err(e) => Fact::unknown(e),
     }
@@ -288,7 +288,10 @@ pub async fn user_and_group(ctx: &ProbeContext) -> (UserFacts, DockerGroupFacts)
     let (name, primary_gid) = match user {
         Ok(Some(u)) => (Fact::known(u.name), Some(u.gid)),
         Ok(None) if uid.is_root() => (Fact::known("root".to_owned()), None),
-        Ok(None) => (Fact::unknown(format!("uid {uid} has no entry in the user database")), None),
+        Ok(None) => (
+            Fact::unknown(format!("uid {uid} has no entry in the user database")),
+            None,
+        ),
         Err(e) => (Fact::unknown(format!("user database: {e}")), None),
     };
     let user_facts = UserFacts {
@@ -341,9 +344,11 @@ pub async fn docker_cli(ctx: &ProbeContext) -> (Option<String>, Fact<bool>, Opti
         return (None, Fact::known(false), None);
     };
     let shown = path.display().to_string();
-    let kind = bounded_blocking(ctx.options.read_timeout, "docker CLI", move || podman_shim(&path))
-        .await
-        .unwrap_or(None);
+    let kind = bounded_blocking(ctx.options.read_timeout, "docker CLI", move || {
+        podman_shim(&path)
+    })
+    .await
+    .unwrap_or(None);
     (Some(shown), Fact::known(true), kind)
 }
 
@@ -528,7 +533,9 @@ pub async fn nvidia_smi_gpus(ctx: &ProbeContext) -> GpuRead {
         Ok(out) => unknown(format!(
             "nvidia-smi exited {:?}: {}",
             out.code,
-            first_line(&out.stderr).or(first_line(&out.stdout)).unwrap_or("")
+            first_line(&out.stderr)
+                .or(first_line(&out.stdout))
+                .unwrap_or("")
         )),
         Err(ExecError::NotFound(_)) => GpuRead {
             source: GpuSource::None,
@@ -544,7 +551,10 @@ pub async fn nvidia_smi_gpus(ctx: &ProbeContext) -> GpuRead {
 async fn query_with_fallback(
     runner: &Runner,
     format: &str,
-) -> (Result<super::exec::CommandOutput, ExecError>, Vec<&'static str>) {
+) -> (
+    Result<super::exec::CommandOutput, ExecError>,
+    Vec<&'static str>,
+) {
     let mut fields: Vec<&'static str> = QUERY_FIELDS.to_vec();
     loop {
         let arg = query_arg(&fields);
@@ -554,7 +564,10 @@ async fn query_with_fallback(
             _ => None,
         };
         match refused {
-            Some(field) if OPTIONAL_FIELDS.contains(&field.as_str()) && fields.contains(&field.as_str()) => {
+            Some(field)
+                if OPTIONAL_FIELDS.contains(&field.as_str())
+                    && fields.contains(&field.as_str()) =>
+            {
                 fields.retain(|f| *f != field);
             }
             _ => return (answer, fields),
@@ -636,7 +649,8 @@ pub async fn disk(ctx: &ProbeContext, target: &str) -> DiskFacts {
         let stat = nix::sys::statvfs::statvfs(candidate)
             .map_err(|e| format!("statvfs {}: {e}", candidate.display()))?;
         #[allow(clippy::useless_conversion)] // the field widths differ between libcs
-        let bytes = u64::from(stat.blocks_available()).saturating_mul(u64::from(stat.fragment_size()));
+        let bytes =
+            u64::from(stat.blocks_available()).saturating_mul(u64::from(stat.fragment_size()));
         let shown = Path::new("/").join(candidate.strip_prefix(&root).unwrap_or(candidate));
         Ok((shown, bytes))
     };

@@ -40,7 +40,8 @@ fn parse_hex_le(field: &str) -> Option<u32> {
 mod tests {
     use super::*;
 
-    const HEADER: &str = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n";
+    const HEADER: &str =
+        "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n";
 
     #[test]
     fn reads_routes_skipping_the_default() {
