@@ -378,3 +378,65 @@ fn a_plan_that_changed_before_consent_is_refused_over_the_bus_and_the_new_one_ca
         );
     });
 }
+
+/// Every member the interface XML names, as `kind name`.
+fn members(xml: &str, interface: &str) -> Vec<String> {
+    let start = xml
+        .find(&format!("<interface name=\"{interface}\""))
+        .unwrap_or_else(|| panic!("{interface} missing"));
+    let end = xml[start..]
+        .find("</interface>")
+        .map(|e| start + e)
+        .expect("interface end");
+    let body = &xml[start..end];
+    let mut out = Vec::new();
+    for kind in ["method", "signal", "property"] {
+        let tag = format!("<{kind} name=\"");
+        let mut rest = body;
+        while let Some(i) = rest.find(&tag) {
+            rest = &rest[i + tag.len()..];
+            let name = &rest[..rest.find('"').expect("quote")];
+            out.push(format!("{kind} {name}"));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn the_running_service_has_exactly_the_members_of_the_interface_xml() {
+    let host = SimulatedGpuHost::start();
+    let bus = SessionBus::start(&host);
+    let golden = std::fs::read_to_string(
+        enginekit_integration::bench::workspace_root().join("dbus/org.enginekit.Broker1.xml"),
+    )
+    .expect("xml");
+    runtime().block_on(async {
+        let conn = bus.connect().await;
+        let shown = plan(&conn).await;
+        let digest = shown["plan_digest"].as_str().expect("digest").to_owned();
+        let op: zbus::OwnedObjectPath = broker(&conn)
+            .await
+            .call("Setup", &("vllm", digest.as_str()))
+            .await
+            .expect("Setup");
+        for (path, iface) in [(PATH.to_owned(), NAME), (op.to_string(), OP_IFACE)] {
+            let intro = zbus::fdo::IntrospectableProxy::builder(&conn)
+                .destination(NAME)
+                .path(path.clone())
+                .build()
+                .await
+                .expect("introspectable");
+            let live = intro.introspect().await.expect("Introspect");
+            assert!(
+                members(&golden, iface).len() >= 3,
+                "the XML names the members of {iface}"
+            );
+            assert_eq!(
+                members(&live, iface),
+                members(&golden, iface),
+                "{iface} at {path} differs from dbus/org.enginekit.Broker1.xml"
+            );
+        }
+    });
+}
