@@ -3,7 +3,13 @@
 //! shipped systemd unit (`Type=dbus`, `StateDirectory=` 0700, the hardening) and journald
 //! logging, inside a systemd-booted Debian 12 container on the bench's dockerd (run with the
 //! flags DESIGN.md gives; `--privileged` is refused here). The caller is root inside the
-//! container (polkit authorises root; denial is proved as a test user in helper_bus.rs).
+//! container for the activation test (polkit authorises root; denial as a test user is in
+//! helper_bus.rs). The container also has logind, so the second test calls from an active local
+//! session: `allow_active=auth_admin` then asks for interaction, and the shipped example rule
+//! (`polkit/examples/49-enginekit-admins.rules`) admits members of `sudo` without a password.
+
+// Test helpers outside #[test] fns: a failed setup step is a test failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -102,8 +108,8 @@ impl Drop for Booted {
     }
 }
 
-#[test]
-fn the_shipped_files_activate_the_helper_through_systemd_and_it_exits_when_idle() {
+/// A booted container with the helper's shipped files installed (the helper not running).
+fn boot_with_helper() -> Booted {
     bench::require(&[Service::Docker]);
     let root = bench::workspace_root();
     let helper = bench::bin("enginekit-helper");
@@ -132,6 +138,12 @@ fn the_shipped_files_activate_the_helper_through_systemd_and_it_exits_when_idle(
          busctl call org.freedesktop.DBus /org/freedesktop/DBus org.freedesktop.DBus ReloadConfig; echo ok",
     );
     assert!(setup.trim_end().ends_with("ok"), "setup: {setup}");
+    booted
+}
+
+#[test]
+fn the_shipped_files_activate_the_helper_through_systemd_and_it_exits_when_idle() {
+    let booted = boot_with_helper();
     assert!(booted
         .sh("systemctl show -p ActiveState enginekit-helper")
         .contains("ActiveState=inactive"));
@@ -186,4 +198,126 @@ fn the_shipped_files_activate_the_helper_through_systemd_and_it_exits_when_idle(
         "busctl call org.enginekit.Helper1 /org/enginekit/Helper1 org.enginekit.Helper1 GetReceipt s 00000000000000000000000000000000",
     );
     assert!(again.contains("MANAGED_OPERATION_NOT_FOUND"), "{again}");
+}
+
+/// Runs `script` as `user` in a login session on seat0 (su through pam_systemd with
+/// `XDG_SEAT=seat0`: an active, local logind session, which the bench's host lacks).
+fn as_user(booted: &Booted, user: &str, script: &str) -> String {
+    booted.sh(&format!(
+        "XDG_SEAT=seat0 su - {user} -c '{}'",
+        script.replace('\'', "'\\''")
+    ))
+}
+
+const START: &str = "dbus-send --system --print-reply --dest=org.enginekit.Helper1 \
+    /org/enginekit/Helper1 org.enginekit.Helper1.Start string:\"$(cat /tmp/step-USER.json)\"";
+
+/// Mints a step for `user` on this (Debian 12) machine and puts it in the container.
+fn put_step(booted: &Booted, user: &str) -> String {
+    let (arch, family, distro_id, version_id) = helper_support_machine();
+    let params = serde_json::json!({"user": user, "arch": arch, "family": family,
+        "distro_id": distro_id, "version_id": version_id, "components": ["docker-service"]});
+    let parameters = enginekit_shared::wire::host_step::HostParameters::validate(&params).unwrap();
+    let recipe = enginekit_shared::recipe::builtin().unwrap();
+    let step = enginekit_shared::wire::host_step::HostStep::issue(
+        "linux.install-container-runtime".parse().unwrap(),
+        recipe.digest().clone(),
+        None,
+        parameters,
+        enginekit_shared::wire::Timestamp::now(),
+        1,
+    )
+    .unwrap();
+    let dir = tempfile_dir();
+    let path = dir.join(format!("step-{user}.json"));
+    std::fs::write(&path, step.to_bytes().unwrap()).unwrap();
+    booted.copy(&path, "/tmp/");
+    let _ = std::fs::remove_dir_all(&dir);
+    booted.sh(&format!("chmod 644 /tmp/step-{user}.json"));
+    step.nonce().as_str().to_owned()
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(bench::unique_name("ekt-helper-steps"));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn helper_support_machine() -> (String, String, String, String) {
+    let text = std::fs::read_to_string("/etc/os-release").unwrap();
+    let value = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .map(|v| v.trim_matches('"').to_owned())
+            .unwrap_or_default()
+    };
+    let arch = String::from_utf8(Command::new("uname").arg("-m").output().unwrap().stdout).unwrap();
+    (
+        arch.trim().to_owned(),
+        "apt".to_owned(),
+        value("ID"),
+        value("VERSION_ID"),
+    )
+}
+
+#[test]
+fn in_an_active_session_auth_admin_needs_interaction_and_the_example_rule_lets_sudo_members_in() {
+    let booted = boot_with_helper();
+    let setup = booted.sh("useradd -m ekuser && useradd -m ekother && echo ok");
+    assert!(setup.contains("ok"), "{setup}");
+    let burnt = || {
+        booted
+            .sh("ls /var/lib/enginekit-helper/nonces 2>/dev/null | wc -l")
+            .trim()
+            .to_owned()
+    };
+
+    // allow_active=auth_admin: a call that does not allow interaction gets the standard error.
+    put_step(&booted, "ekuser");
+    let reply = as_user(&booted, "ekuser", &START.replace("USER", "ekuser"));
+    assert!(
+        reply.contains("org.freedesktop.DBus.Error.InteractiveAuthorizationRequired")
+            && reply.contains("MANAGED_ELEVATION_DECLINED"),
+        "{reply}"
+    );
+    // Allowing interaction with no authentication agent running is a plain refusal.
+    let busctl = as_user(
+        &booted,
+        "ekuser",
+        "busctl call org.enginekit.Helper1 /org/enginekit/Helper1 org.enginekit.Helper1 Start s \"$(cat /tmp/step-ekuser.json)\"",
+    );
+    assert!(busctl.contains("MANAGED_ELEVATION_DECLINED"), "{busctl}");
+    assert_eq!(burnt(), "0");
+
+    // The shipped example rule (not installed by default): sudo members need no password.
+    let rules = bench::workspace_root().join("polkit/examples/49-enginekit-admins.rules");
+    booted.copy(&rules, "/etc/polkit-1/rules.d/");
+    booted.sh(
+        "chown root:root /etc/polkit-1/rules.d/49-enginekit-admins.rules; usermod -aG sudo ekuser",
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let accepted = loop {
+        let reply = as_user(&booted, "ekuser", &START.replace("USER", "ekuser"));
+        if reply.contains("object path \"/org/enginekit/Helper1/job/") {
+            break reply;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the example rule did not admit a sudo member: {reply}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(
+        accepted.contains("/org/enginekit/Helper1/job/"),
+        "{accepted}"
+    );
+    assert_eq!(burnt(), "1");
+    // Someone outside sudo and wheel still needs a password.
+    put_step(&booted, "ekother");
+    let other = as_user(&booted, "ekother", &START.replace("USER", "ekother"));
+    assert!(
+        other.contains("InteractiveAuthorizationRequired"),
+        "{other}"
+    );
+    assert_eq!(burnt(), "1");
 }
