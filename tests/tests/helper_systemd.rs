@@ -214,9 +214,14 @@ const START: &str = "dbus-send --system --print-reply --dest=org.enginekit.Helpe
 
 /// Mints a step for `user` on this (Debian 12) machine and puts it in the container.
 fn put_step(booted: &Booted, user: &str) -> String {
+    put_step_for(booted, user, &["docker-service"], user)
+}
+
+/// Mints a step for `user` with `components` as `/tmp/step-<file>.json` in the container.
+fn put_step_for(booted: &Booted, user: &str, components: &[&str], file: &str) -> String {
     let (arch, family, distro_id, version_id) = helper_support_machine();
     let params = serde_json::json!({"user": user, "arch": arch, "family": family,
-        "distro_id": distro_id, "version_id": version_id, "components": ["docker-service"]});
+        "distro_id": distro_id, "version_id": version_id, "components": components});
     let parameters = enginekit_shared::wire::host_step::HostParameters::validate(&params).unwrap();
     let recipe = enginekit_shared::recipe::builtin().unwrap();
     let step = enginekit_shared::wire::host_step::HostStep::issue(
@@ -229,11 +234,11 @@ fn put_step(booted: &Booted, user: &str) -> String {
     )
     .unwrap();
     let dir = tempfile_dir();
-    let path = dir.join(format!("step-{user}.json"));
+    let path = dir.join(format!("step-{file}.json"));
     std::fs::write(&path, step.to_bytes().unwrap()).unwrap();
     booted.copy(&path, "/tmp/");
     let _ = std::fs::remove_dir_all(&dir);
-    booted.sh(&format!("chmod 644 /tmp/step-{user}.json"));
+    booted.sh(&format!("chmod 644 /tmp/step-{file}.json"));
     step.nonce().as_str().to_owned()
 }
 
@@ -320,4 +325,94 @@ fn in_an_active_session_auth_admin_needs_interaction_and_the_example_rule_lets_s
         "{other}"
     );
     assert_eq!(burnt(), "1");
+}
+
+/// The built-in recipe's docker-engine component for real inside the container, as root (so
+/// `user` is root and the docker group is not selected): it checks conflicts and refreshes
+/// package lists (this needs the container to reach deb.debian.org and download.docker.com, as
+/// DESIGN.md says it does), then apt waits for the dpkg lock another process holds. The
+/// container is thrown away afterwards, with whatever apt would have installed.
+#[test]
+fn a_job_waiting_for_the_package_manager_makes_start_busy_and_cancel_refused() {
+    let booted = boot_with_helper();
+    // Another package manager holds dpkg's frontend lock (an fcntl lock, as apt and dpkg take it).
+    docker(&[
+        "exec", "-d", &booted.0, "perl", "-e",
+        "use Fcntl; open(my $f, '>>', '/var/lib/dpkg/lock-frontend') or die; \
+         my $l = pack('s s x4 q q l x4', F_WRLCK, 0, 0, 0, 0); fcntl($f, F_SETLKW, $l) or die; sleep 600",
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !booted
+        .sh("cat /proc/locks")
+        .contains("POSIX  ADVISORY  WRITE")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the lock holder did not take the lock"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    put_step_for(&booted, "root", &["docker-engine"], "first");
+    let started = booted.sh(
+        "busctl call org.enginekit.Helper1 /org/enginekit/Helper1 org.enginekit.Helper1 Start s \"$(cat /tmp/step-first.json)\"",
+    );
+    assert!(
+        started.contains("o \"/org/enginekit/Helper1/job/1\""),
+        "{started}"
+    );
+    let property = |name: &str| {
+        booted.sh(&format!(
+            "busctl get-property org.enginekit.Helper1 /org/enginekit/Helper1/job/1 org.enginekit.Helper1.Job {name}"
+        ))
+    };
+    // The job reaches apt, which waits for the lock: a phase, not an error.
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let mut phases = Vec::new();
+    loop {
+        let phase = property("Phase");
+        if phases.last() != Some(&phase) {
+            phases.push(phase.clone());
+        }
+        if phase.contains("waiting for another package manager: perl") {
+            break;
+        }
+        let state = property("State");
+        assert!(
+            state.contains("running"),
+            "the job ended ({state}) before waiting; phases {phases:?}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the job never waited for the lock; phases {phases:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!("phases: {phases:?}");
+    assert!(property("AllowCancel").contains("b false"));
+    assert!(property("Percent").contains("i -1"));
+    // One job at a time: another step is Busy, and nothing of it is burnt.
+    let second_nonce = put_step_for(&booted, "root", &["docker-engine"], "second");
+    let busy = booted.sh(
+        "dbus-send --system --print-reply --dest=org.enginekit.Helper1 /org/enginekit/Helper1 \
+         org.enginekit.Helper1.Start string:\"$(cat /tmp/step-second.json)\"",
+    );
+    assert!(
+        busy.contains("org.enginekit.Helper1.Error.Busy: MANAGED_OPERATION_CONFLICT"),
+        "{busy}"
+    );
+    assert!(booted
+        .sh(&format!(
+            "test -e /var/lib/enginekit-helper/nonces/{second_nonce} && echo burnt || echo no"
+        ))
+        .contains("no"));
+    // The package manager has started: Cancel is refused, truthfully, and the job goes on.
+    let cancel = booted.sh(
+        "dbus-send --system --print-reply --dest=org.enginekit.Helper1 /org/enginekit/Helper1/job/1 \
+         org.enginekit.Helper1.Job.Cancel",
+    );
+    assert!(
+        cancel.contains("org.enginekit.Helper1.Error.NotCancellable: MANAGED_OPERATION_CONFLICT"),
+        "{cancel}"
+    );
+    assert!(property("State").contains("running"));
 }
