@@ -415,4 +415,15 @@ fn a_job_waiting_for_the_package_manager_makes_start_busy_and_cancel_refused() {
         "{cancel}"
     );
     assert!(property("State").contains("running"));
+    // Nobody but the job's owner may cancel it.
+    booted.sh("useradd -m ekother");
+    let foreign = as_user(
+        &booted,
+        "ekother",
+        "dbus-send --system --print-reply --dest=org.enginekit.Helper1 /org/enginekit/Helper1/job/1 org.enginekit.Helper1.Job.Cancel",
+    );
+    assert!(
+        foreign.contains("org.enginekit.Helper1.Error.NotOwner"),
+        "{foreign}"
+    );
 }
