@@ -396,6 +396,35 @@ fn a_caller_that_leaves_while_polkit_decides_starts_no_job() {
 }
 
 #[test]
+fn a_polkit_answer_slower_than_the_timeout_is_a_refusal() {
+    let _serial = serial();
+    let helper = InstalledHelper::install("pk-timeout", "polkit_timeout_seconds = 1");
+    let user = helper.user().name.clone();
+    let slow = format!(
+        "polkit.addRule(function(action, subject) {{\n\
+         \x20   if (action.id == \"{ACTION_ID}\" && subject.user == \"{user}\") {{\n\
+         \x20       polkit.spawn([\"/bin/sleep\", \"3\"]);\n\
+         \x20       return polkit.Result.YES;\n\
+         \x20   }}\n\
+         }});"
+    );
+    let _rule = bench::install_polkit_rule("helper-pk-timeout", &slow);
+    let step = good_step(&user);
+    let result = helper.start(&to_bytes(&step), &[]);
+    result.assert_refused("NotAuthorized", "MANAGED_ELEVATION_DECLINED");
+    assert!(
+        result.message().contains("did not answer"),
+        "{}",
+        result.message()
+    );
+    // polkit says yes later; the helper must not act on it.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(helper.ledger_files(), Vec::<String>::new());
+    let line = helper.decision(step["nonce"].as_str().unwrap(), "step refused");
+    assert!(line.contains("authz=\"timed-out\""), "{line}");
+}
+
+#[test]
 fn the_helper_exits_when_idle_and_is_activated_again() {
     let _serial = serial();
     let helper = InstalledHelper::install("idle", "idle_exit_seconds = 2");
