@@ -39,7 +39,31 @@ pub enum Service {
     TestUser,
     /// The local signed apt repository with the stand-in NVIDIA toolkit packages.
     AptRepo,
+    /// The systemd-booted container image `enginekit-bench/systemd:bookworm`
+    /// (`tests/bench/systemd-image`; see [`SYSTEMD_IMAGE`]).
+    SystemdImage,
 }
+
+/// A Debian bookworm image that boots systemd (with logind, dbus and polkitd) under the bench's
+/// dockerd; run flags in `tests/bench/systemd-image`.
+pub const SYSTEMD_IMAGE: &str = "enginekit-bench/systemd:bookworm";
+
+/// `docker run` flags that boot [`SYSTEMD_IMAGE`] here (`--privileged` is refused on this kind of
+/// machine); append `--name`, the image and `/sbin/init`.
+pub const SYSTEMD_RUN_FLAGS: &[&str] = &[
+    "--cap-add",
+    "SYS_ADMIN",
+    "--security-opt",
+    "seccomp=unconfined",
+    "--tmpfs",
+    "/run",
+    "--tmpfs",
+    "/run/lock",
+    "-v",
+    "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+    "-e",
+    "container=docker",
+];
 
 /// A non-root user of the bench.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,7 +138,7 @@ impl BenchEnv {
             Service::Polkit => "EK_POLKIT_LOG",
             Service::Docker => "EK_DOCKER_LOG",
             Service::Registry => "EK_REGISTRY_LOG",
-            Service::TestUser | Service::AptRepo => "EK_BENCH_RUN",
+            Service::TestUser | Service::AptRepo | Service::SystemdImage => "EK_BENCH_RUN",
         };
         self.var(key).unwrap_or("(unknown)").to_string()
     }
@@ -240,6 +264,12 @@ pub fn require(services: &[Service]) -> BenchEnv {
             panic!("the test bench env file could not be read: {e} (run tests/bench/up by hand)")
         }
     };
+    if services.contains(&Service::SystemdImage) {
+        static SYSTEMD: OnceLock<Result<(), String>> = OnceLock::new();
+        if let Err(e) = SYSTEMD.get_or_init(build_systemd_image) {
+            panic!("the bench's systemd image could not be built: {e}");
+        }
+    }
     for &service in services {
         if let Err(why) = check(&env, service) {
             panic!(
@@ -268,6 +298,28 @@ fn bring_up() -> Result<(), String> {
         Err(format!(
             "{} failed ({}): {}",
             up.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+fn build_systemd_image() -> Result<(), String> {
+    if std::env::var("EK_BENCH_UP").as_deref() == Ok("1") {
+        return Ok(());
+    }
+    let script = workspace_root().join("tests/bench/systemd-image");
+    let out = Command::new(&script)
+        .arg("--quiet")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("could not run {}: {e}", script.display()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} failed ({}): {}",
+            script.display(),
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         ))
@@ -385,6 +437,18 @@ fn check(env: &BenchEnv, service: Service) -> Result<(), String> {
                 .output()
                 .map_err(|e| format!("could not run gpgv: {e}"))?;
             command_ok("gpgv of the repository's InRelease", &out)
+        }
+        Service::SystemdImage => {
+            let out = Command::new("docker")
+                .args(["image", "inspect", "--format", "{{.Id}}", SYSTEMD_IMAGE])
+                .output()
+                .map_err(|e| format!("could not run docker: {e}"))?;
+            command_ok(
+                &format!(
+                    "docker image inspect {SYSTEMD_IMAGE} (tests/bench/systemd-image builds it)"
+                ),
+                &out,
+            )
         }
     }
 }
