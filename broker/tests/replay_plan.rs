@@ -1230,6 +1230,31 @@ fn provisioner_blockers_and_missing_documents() {
     assert_eq!(plan.blockers[0].code.as_str(), "MANAGED_OPERATION_CONFLICT");
     seen.extend(reasons(&plan));
 
+    // A ready installation while Docker cannot be asked: no disk check, only the relogin.
+    let mut relogin: Value = serde_json::to_value(&ready).expect("json");
+    unreachable_daemon(&mut relogin);
+    group(&mut relogin, known(json!(true)), false);
+    free_disk(&mut relogin, 1);
+    let relogin = serde_json::from_value(relogin).expect("facts");
+    let mut installed = request(&relogin, &vllm, Some(&manifest));
+    installed.installed_descriptor_id = Some(&vllm.descriptor_id);
+    assert_eq!(
+        reasons(&plan_setup(&installed).expect("plan").plan),
+        ["relogin-required"]
+    );
+    let mut present = request(&relogin, &vllm, Some(&manifest));
+    present.image_present = true;
+    assert_eq!(
+        reasons(&plan_setup(&present).expect("plan").plan),
+        ["relogin-required"]
+    );
+    let absent = request(&relogin, &vllm, Some(&manifest));
+    assert_eq!(
+        reasons(&plan_setup(&absent).expect("plan").plan),
+        ["insufficient-disk"],
+        "an image still to pull is checked against the free space"
+    );
+
     let mut same = request(&ready, &vllm, Some(&manifest));
     same.installed_descriptor_id = Some(&vllm.descriptor_id);
     assert_eq!(

@@ -42,7 +42,11 @@ pub fn plan_setup(request: &PlanRequest<'_>) -> Result<PlannedSetup, CodedError>
     let recipe = recipe::builtin()?;
     let descriptor = request.descriptor;
     let view = LinuxView::from_facts(request.facts);
-    let still_needed = (!request.image_present).then_some(descriptor.required_disk_bytes);
+    // REFERENCE §7.5 `stillNeeded`: no disk check when the image is already there, or when a
+    // ready installation cannot be asked about its image because the daemon does not answer.
+    let installed_here = request.installed_descriptor_id == Some(descriptor.descriptor_id.as_str());
+    let skip_disk = request.image_present || (installed_here && !view.daemon_reachable);
+    let still_needed = (!skip_disk).then_some(descriptor.required_disk_bytes);
     let options = Options {
         recipe_id: recipe.id.clone(),
         still_needed_disk_bytes: still_needed,
