@@ -1,6 +1,18 @@
 //! The contract both enginekit programs compile against: canonical JSON (RFC 8785), digests,
 //! signed documents, wire types, validators and error codes. It does no I/O beyond files it is
 //! handed, so the root helper's attack surface stays small.
+//!
+//! | module | what |
+//! |---|---|
+//! | [`canonical`] | RFC 8785 output ([`canonical::to_canonical_string`]) and the strict reader for untrusted bytes ([`canonical::parse_strict`]: duplicate keys, lossy numbers, lone surrogates refused with a JSON path) |
+//! | [`digest`] | [`digest::Digest`] (`sha256:` + 64 hex) and [`digest::digest_of`] the canonical bytes |
+//! | [`signed`] | the signed-document envelope, per-kind context strings, ed25519 keys, the [`signed::TrustStore`], [`signed::verify`] with anti-rollback and expiry |
+//! | [`wire`] | host step and parameters (validated as REFERENCE.md §8.4), receipt, plan, [`wire::Timestamp`] |
+//! | [`error`] | the stable [`error::ErrorCode`] strings and the `{code, message, details?}` object |
+//! | [`nonce`], [`image`], [`safe`] | newtypes: nonce, digest-pinned image reference, argv-safe values |
+//! | [`recipe`] | the host-step recipe as signed data |
+//!
+//! Every parser here refuses rather than repairs, and every refusal maps to a stable code.
 
 pub mod canonical;
 pub mod digest;

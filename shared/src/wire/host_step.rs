@@ -387,6 +387,40 @@ impl HostParameters {
         }
     }
 
+    /// Builds parameters from typed parts, through the same validation (with the built-in
+    /// tables), so the result is normalised exactly as parsed parameters are.
+    pub fn new(
+        user: &UserName,
+        arch: Arch,
+        family: Family,
+        distro_id: &str,
+        version_id: &str,
+        components: &[Component],
+    ) -> Result<HostParameters, ParameterProblems> {
+        let mut map = Map::new();
+        map.insert("user".to_owned(), Value::String(user.to_string()));
+        map.insert("arch".to_owned(), Value::String(arch.as_str().to_owned()));
+        map.insert(
+            "family".to_owned(),
+            Value::String(family.as_str().to_owned()),
+        );
+        map.insert("distro_id".to_owned(), Value::String(distro_id.to_owned()));
+        map.insert(
+            "version_id".to_owned(),
+            Value::String(version_id.to_owned()),
+        );
+        map.insert(
+            "components".to_owned(),
+            Value::Array(
+                components
+                    .iter()
+                    .map(|c| Value::String(c.as_str().to_owned()))
+                    .collect(),
+            ),
+        );
+        HostParameters::validate(&Value::Object(map))
+    }
+
     pub fn user(&self) -> &UserName {
         &self.user
     }
@@ -1039,6 +1073,32 @@ mod tests {
             one(&with("arch", json!(null))),
             "arch must be x86_64 or aarch64, not null"
         );
+    }
+
+    #[test]
+    fn typed_construction_validates_too() {
+        let alice = UserName::new("alice").unwrap();
+        let p = HostParameters::new(
+            &alice,
+            Arch::X86_64,
+            Family::Apt,
+            "ubuntu",
+            "24.04",
+            &[Component::DockerGroup, Component::DockerEngine],
+        )
+        .unwrap();
+        assert_eq!(p, HostParameters::validate(&base()).unwrap());
+        let root = UserName::new("root").unwrap();
+        let err = HostParameters::new(
+            &root,
+            Arch::Aarch64,
+            Family::Dnf,
+            "fedora",
+            "44",
+            &[Component::DockerGroup],
+        )
+        .unwrap_err();
+        assert_eq!(err.problems, ["root is never added to the docker group"]);
     }
 
     #[test]
