@@ -3,7 +3,7 @@
 //!
 //! Prints `probe_wall / slowest_read` (target ≤ 1.2: the reads really run in parallel) and the
 //! broker's own peak RSS (target ≤ 20 MB). Ratios and figures only; nothing is asserted.
-//! `PROBE_BENCH_ITERS` sets the number of rounds (default 15).
+//! `PROBE_BENCH_ITERS` sets the number of rounds (default 25).
 
 // A benchmark driver that cannot start its runtime or its child has nothing to report.
 #![allow(clippy::expect_used)]
@@ -27,7 +27,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .filter(|n| *n > 0)
-        .unwrap_or(15);
+        .unwrap_or(25);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -37,30 +37,28 @@ fn main() {
     // Warm caches (binaries, page cache, the daemon's first answer) before measuring anything.
     let _ = runtime.block_on(probe(options.clone()));
 
+    // Rounds interleave every read alone with the full probe, so that both see the same load
+    // (the bench machine is shared); medians per read and for the probe.
     let ctx = ProbeContext::new(options.clone());
-    let mut per_read = Vec::new();
-    for &read in Read::ALL {
-        let samples = (0..iters)
-            .map(|_| {
-                let start = Instant::now();
-                runtime.block_on(reads::run_read(&ctx, read));
-                start.elapsed()
-            })
-            .collect();
-        per_read.push((read, median(samples)));
+    let mut alone: Vec<Vec<Duration>> = vec![Vec::with_capacity(iters); Read::ALL.len()];
+    let mut full_samples = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        for (i, &read) in Read::ALL.iter().enumerate() {
+            let start = Instant::now();
+            runtime.block_on(reads::run_read(&ctx, read));
+            alone[i].push(start.elapsed());
+        }
+        let start = Instant::now();
+        let facts = runtime.block_on(probe(options.clone()));
+        full_samples.push(start.elapsed());
+        drop(facts);
     }
-    // Interleave nothing: the full probe runs after every single read has been measured.
-    let full = median(
-        (0..iters)
-            .map(|_| {
-                let start = Instant::now();
-                let facts = runtime.block_on(probe(options.clone()));
-                let took = start.elapsed();
-                drop(facts);
-                took
-            })
-            .collect(),
-    );
+    let mut per_read: Vec<(Read, Duration)> = Read::ALL
+        .iter()
+        .copied()
+        .zip(alone.into_iter().map(median))
+        .collect();
+    let full = median(full_samples);
 
     per_read.sort_by_key(|(_, d)| std::cmp::Reverse(*d));
     println!("probe bench: {iters} rounds, medians");

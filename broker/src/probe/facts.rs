@@ -21,7 +21,9 @@
 //!   `gpu_runtime_from_config` ([`NvidiaFacts::cdi_nvidia_gpu_listed`]), `nvidia_runtime`
 //!   ([`HostFacts::nvidia_runtime`]), `address_pools_configured` ([`DaemonJson`]),
 //!   `daemon_json_unreadable` ([`DaemonJson::is_unreadable`]), `selinux` ([`DaemonInfo::selinux`]),
-//!   `docker_root_dir`, `containers_running`, `service_active`, `server_errors`.
+//!   `docker_root_dir`, `containers_running`, `service_active`; `engine_identity` is
+//!   [`DaemonInfo::engine_id`]. `server_errors` has no counterpart: the Engine API answers with an
+//!   error status instead, which lands in [`DaemonState::Unreachable`]'s reason.
 //! - `docker_group` → [`SystemFacts::docker_group`].
 //! - `routes` → [`NetworkFacts::routes`]; `free_disk_bytes`/`free_disk_path` → [`DiskFacts`].
 //! - `unknown` → [`HostFacts::unknown_facts`] (derived, so it can never disagree with the facts).

@@ -112,7 +112,9 @@ pub async fn probe_with(ctx: &ProbeContext) -> HostFacts {
         let disk = reads::disk(ctx, &docker_root_target(&daemon)).await;
         (daemon, disk)
     };
+    // The daemon's answer is the slowest read by far: it is polled first.
     let (
+        (daemon, disk),
         distribution,
         (init, service_active),
         immutable_os,
@@ -120,7 +122,6 @@ pub async fn probe_with(ctx: &ProbeContext) -> HostFacts {
         selinux,
         (user, docker_group),
         (cli_path, cli, cli_version),
-        (daemon, disk),
         packages,
         snap_docker,
         daemon_json,
@@ -131,6 +132,7 @@ pub async fn probe_with(ctx: &ProbeContext) -> HostFacts {
         routes,
         rootless_socket,
     ) = tokio::join!(
+        daemon_and_disk,
         reads::os_release(ctx),
         init_and_service,
         reads::immutable_os(ctx),
@@ -138,7 +140,6 @@ pub async fn probe_with(ctx: &ProbeContext) -> HostFacts {
         reads::selinux(ctx),
         reads::user_and_group(ctx),
         reads::docker_cli(ctx),
-        daemon_and_disk,
         reads::packages(ctx),
         reads::snap_docker(ctx),
         reads::daemon_json(ctx),

@@ -41,28 +41,46 @@ pub fn parse_dpkg_query(text: &str) -> Vec<InstalledPackage> {
 /// kept, and only when the third word of `Status:` is `installed` (`install ok installed`,
 /// `hold ok installed`); `config-files` (dpkg-query's `rc`) and `not-installed` are not.
 pub fn parse_dpkg_status(text: &str, names: &[&str]) -> Vec<InstalledPackage> {
+    // One pass over the lines (a `char` split is a memchr scan); only the stanzas of wanted
+    // packages are looked at further, which keeps this cheap on a database of thousands.
+    struct Entry<'t> {
+        name: &'t str,
+        version: Option<&'t str>,
+        installed: bool,
+    }
     let mut found = Vec::new();
-    for stanza in text.split("\n\n") {
-        let mut package = None;
-        let mut version = None;
-        let mut installed = false;
-        for line in stanza.lines() {
-            if let Some(v) = line.strip_prefix("Package:") {
-                package = Some(v.trim());
-            } else if let Some(v) = line.strip_prefix("Version:") {
-                version = Some(v.trim());
-            } else if let Some(v) = line.strip_prefix("Status:") {
-                installed = v.split_whitespace().nth(2) == Some("installed");
-            }
-        }
-        if let Some(name) = package.filter(|p| installed && names.contains(p)) {
+    let mut current: Option<Entry<'_>> = None;
+    let mut finish = |entry: Option<Entry<'_>>| {
+        if let Some(e) = entry.filter(|e| e.installed) {
             found.push(InstalledPackage {
-                name: name.to_owned(),
-                version: version.map(str::to_owned),
+                name: e.name.to_owned(),
+                version: e.version.map(str::to_owned),
                 source: PackageDatabase::Dpkg,
             });
         }
+    };
+    for line in text.split('\n') {
+        if let Some(name) = line.strip_prefix("Package:") {
+            finish(current.take());
+            let name = name.trim();
+            if names.contains(&name) {
+                current = Some(Entry {
+                    name,
+                    version: None,
+                    installed: false,
+                });
+            }
+        } else if line.is_empty() {
+            finish(current.take());
+        } else if let Some(entry) = current.as_mut() {
+            if let Some(v) = line.strip_prefix("Version:") {
+                entry.version = Some(v.trim());
+            } else if let Some(v) = line.strip_prefix("Status:") {
+                entry.installed = v.split_whitespace().nth(2) == Some("installed");
+            }
+        }
     }
+    finish(current.take());
     found
 }
 

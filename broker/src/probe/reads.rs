@@ -31,6 +31,9 @@ use super::ProbeOptions;
 /// Files larger than this are not read whole (os-release, daemon.json, /proc files are tiny).
 const MAX_FILE_BYTES: u64 = 1024 * 1024;
 
+/// The dpkg database of a large desktop runs to several MiB.
+const MAX_DPKG_STATUS_BYTES: u64 = 64 * 1024 * 1024;
+
 /// What one probe run shares between its reads.
 #[derive(Debug)]
 pub struct ProbeContext {
@@ -110,17 +113,7 @@ async fn bounded_blocking<T: Send + 'static>(
 
 /// Reads a host file: `Ok(None)` only for ENOENT/ENOTDIR; other errors are errors.
 async fn read_host_file(ctx: &ProbeContext, absolute: &str) -> Result<Option<String>, String> {
-    read_host_file_up_to(ctx, absolute, MAX_FILE_BYTES).await
-}
-
-/// The dpkg database of a large desktop runs to several MiB.
-const MAX_DPKG_STATUS_BYTES: u64 = 64 * 1024 * 1024;
-
-async fn read_host_file_up_to(
-    ctx: &ProbeContext,
-    absolute: &str,
-    max: u64,
-) -> Result<Option<String>, String> {
+    let max = MAX_FILE_BYTES;
     let path = ctx.host_path(absolute);
     let shown = absolute.to_owned();
     bounded_blocking(ctx.options.read_timeout, absolute, move || {
@@ -131,7 +124,10 @@ async fn read_host_file_up_to(
         };
         let mut text = Vec::new();
         match file.take(max).read_to_end(&mut text) {
-            Ok(_) => Ok(Some(String::from_utf8_lossy(&text).into_owned())),
+            // Valid UTF-8 (the usual case) is kept without a second copy.
+            Ok(_) => Ok(Some(String::from_utf8(text).unwrap_or_else(|e| {
+                String::from_utf8_lossy(e.as_bytes()).into_owned()
+            }))),
             Err(e) => Err(format!("{shown}: {e}")),
         }
     })
@@ -388,7 +384,7 @@ pub async fn packages(ctx: &ProbeContext) -> Fact<Vec<InstalledPackage>> {
     pacman_args.extend(&names);
     let runner = &ctx.runner;
     let (dpkg, rpm, pacman) = tokio::join!(
-        read_host_file_up_to(ctx, "/var/lib/dpkg/status", MAX_DPKG_STATUS_BYTES),
+        dpkg_status_packages(ctx, &names),
         runner.run("rpm", &rpm_args),
         runner.run("pacman", &pacman_args),
     );
@@ -396,9 +392,9 @@ pub async fn packages(ctx: &ProbeContext) -> Fact<Vec<InstalledPackage>> {
     let mut failures = Vec::new();
     let mut answered = false;
     match dpkg {
-        Ok(Some(text)) => {
+        Ok(Some(packages)) => {
             answered = true;
-            found.extend(parse_dpkg_status(&text, &names));
+            found.extend(packages);
         }
         Ok(None) => {}
         Err(e) => failures.push(e),
@@ -422,6 +418,34 @@ pub async fn packages(ctx: &ProbeContext) -> Fact<Vec<InstalledPackage>> {
     } else {
         Fact::known(found)
     }
+}
+
+/// The dpkg database's entries for `names`, read and parsed off the async thread (it is the one
+/// large file the probe reads). `Ok(None)` when there is no dpkg database.
+async fn dpkg_status_packages(
+    ctx: &ProbeContext,
+    names: &[&'static str],
+) -> Result<Option<Vec<InstalledPackage>>, String> {
+    let path = ctx.host_path("/var/lib/dpkg/status");
+    let names = names.to_vec();
+    bounded_blocking(
+        ctx.options.read_timeout,
+        "/var/lib/dpkg/status",
+        move || {
+            let file = match std::fs::File::open(&path) {
+                Ok(f) => f,
+                Err(e) if is_absent(&e) => return Ok(None),
+                Err(e) => return Err(format!("/var/lib/dpkg/status: {e}")),
+            };
+            let mut bytes = Vec::new();
+            file.take(MAX_DPKG_STATUS_BYTES)
+                .read_to_end(&mut bytes)
+                .map_err(|e| format!("/var/lib/dpkg/status: {e}"))?;
+            let text = String::from_utf8_lossy(&bytes);
+            Ok(Some(parse_dpkg_status(&text, &names)))
+        },
+    )
+    .await?
 }
 
 /// `snap list docker`.
