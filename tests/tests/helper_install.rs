@@ -45,18 +45,28 @@ const PACKAGES: [&str; 4] = [
 ];
 
 fn sh(program: &str, args: &[&str]) -> std::process::Output {
-    Command::new(program).args(args).output().unwrap_or_else(|e| panic!("{program}: {e}"))
+    Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}"))
 }
 
 fn installed_version(package: &str) -> Option<String> {
-    let out = sh("dpkg-query", &["--show", "--showformat=${Status} ${Version}", package]);
+    let out = sh(
+        "dpkg-query",
+        &["--show", "--showformat=${Status} ${Version}", package],
+    );
     let text = String::from_utf8_lossy(&out.stdout).to_string();
-    text.strip_prefix("install ok installed ").map(str::to_string)
+    text.strip_prefix("install ok installed ")
+        .map(str::to_string)
 }
 
 fn groups_of(user: &str) -> Vec<String> {
     let out = sh("id", &["-nG", user]);
-    String::from_utf8_lossy(&out.stdout).split_whitespace().map(String::from).collect()
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(String::from)
+        .collect()
 }
 
 /// The test recipe: the production recipe's shape, the NVIDIA repository replaced by the
@@ -64,7 +74,10 @@ fn groups_of(user: &str) -> Vec<String> {
 fn test_recipe_payload(env: &BenchEnv) -> Value {
     let repo = &env.apt_repo;
     let key = std::fs::read_to_string(&repo.key_asc).expect("the bench's armored key");
-    let mut payload = enginekit_shared::recipe::builtin().unwrap().payload().clone();
+    let mut payload = enginekit_shared::recipe::builtin()
+        .unwrap()
+        .payload()
+        .clone();
     payload["serial"] = json!(1000);
     payload["expires_at"] = json!("2099-01-01T00:00:00Z");
     let pinned: Vec<Value> = PACKAGES
@@ -96,13 +109,26 @@ fn signed_and_verified(payload: Value) -> Recipe {
     let received = SignedDocument::parse(&bytes).unwrap();
     let mut trust = TrustStore::new();
     trust.add(key.public_key().clone());
-    let verified = verify(&received, DocumentKind::Recipe, &trust, time::OffsetDateTime::now_utc(), None)
-        .expect("the test recipe verifies against its test key");
+    let verified = verify(
+        &received,
+        DocumentKind::Recipe,
+        &trust,
+        time::OffsetDateTime::now_utc(),
+        None,
+    )
+    .expect("the test recipe verifies against its test key");
     // An untrusted key is refused.
     let stranger = SigningKey::generate().unwrap();
     let mut other = TrustStore::new();
     other.add(stranger.public_key().clone());
-    assert!(verify(&received, DocumentKind::Recipe, &other, time::OffsetDateTime::now_utc(), None).is_err());
+    assert!(verify(
+        &received,
+        DocumentKind::Recipe,
+        &other,
+        time::OffsetDateTime::now_utc(),
+        None
+    )
+    .is_err());
     Recipe::from_payload(Value::Object(verified.payload)).expect("the test recipe is valid")
 }
 
@@ -115,10 +141,19 @@ struct HostGuard {
 
 impl HostGuard {
     fn new(user: &str) -> HostGuard {
-        let file = File::options().create(true).truncate(false).write(true).open(APT_TEST_LOCK).unwrap();
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(APT_TEST_LOCK)
+            .unwrap();
         let lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
             .unwrap_or_else(|(_, e)| panic!("{APT_TEST_LOCK}: {e}"));
-        let guard = HostGuard { daemon_json: std::fs::read(DAEMON_JSON).ok(), user: user.to_string(), _lock: lock };
+        let guard = HostGuard {
+            daemon_json: std::fs::read(DAEMON_JSON).ok(),
+            user: user.to_string(),
+            _lock: lock,
+        };
         guard.clean();
         assert!(
             !groups_of(user).iter().any(|g| g == "docker"),
@@ -131,7 +166,11 @@ impl HostGuard {
         let mut purge = vec!["--purge"];
         purge.extend(PACKAGES);
         let out = sh("dpkg", &purge);
-        assert!(out.status.success(), "dpkg --purge: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "dpkg --purge: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         for f in [KEYRING, SOURCE] {
             let _ = std::fs::remove_file(f);
         }
@@ -179,7 +218,10 @@ fn params(user: &str) -> HostParameters {
             .map(|v| v.trim_matches('"').to_string())
             .unwrap()
     };
-    let arch = String::from_utf8(sh("uname", &["-m"]).stdout).unwrap().trim().to_string();
+    let arch = String::from_utf8(sh("uname", &["-m"]).stdout)
+        .unwrap()
+        .trim()
+        .to_string();
     HostParameters::validate(&json!({
         "user": user, "arch": arch, "family": "apt", "distro_id": field("ID"), "version_id": field("VERSION_ID"),
         "components": ["nvidia-container-toolkit", "nvidia-runtime", "docker-group"],
@@ -199,7 +241,11 @@ fn hold_dpkg_lock() -> std::process::Child {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
     assert_eq!(line.trim(), "locked");
     child
 }
@@ -232,18 +278,44 @@ fn installs_the_stand_in_toolkit_from_the_signed_local_repository_then_changes_n
         let _ = h.kill();
         let _ = h.wait();
     }
-    let summary: Vec<(String, &str, String)> =
-        first.actions.iter().map(|a| (a.id.clone(), a.status.as_str(), a.detail.clone())).collect();
-    assert_eq!(first.outcome, Outcome::Succeeded, "{:?} {summary:#?}", first.error);
+    let summary: Vec<(String, &str, String)> = first
+        .actions
+        .iter()
+        .map(|a| (a.id.clone(), a.status.as_str(), a.detail.clone()))
+        .collect();
+    assert_eq!(
+        first.outcome,
+        Outcome::Succeeded,
+        "{:?} {summary:#?}",
+        first.error
+    );
     let ids: Vec<&str> = first.actions.iter().map(|a| a.id.as_str()).collect();
-    assert_eq!(ids, ["nvidia-key", "nvidia-source", "conflicts", "refresh", "packages", "nvidia-runtime", "docker-group"]);
+    assert_eq!(
+        ids,
+        [
+            "nvidia-key",
+            "nvidia-source",
+            "conflicts",
+            "refresh",
+            "packages",
+            "nvidia-runtime",
+            "docker-group"
+        ]
+    );
     for a in &first.actions {
-        let expected = if a.id == "conflicts" { ActionStatus::Satisfied } else { ActionStatus::Applied };
+        let expected = if a.id == "conflicts" {
+            ActionStatus::Satisfied
+        } else {
+            ActionStatus::Applied
+        };
         assert_eq!(a.status, expected, "{}: {}", a.id, a.detail);
     }
     let waiting = format!("waiting for another package manager: python3 (pid {holder_pid})");
     assert!(
-        progress.events.iter().any(|(phase, _, cancel)| phase == &waiting && !cancel),
+        progress
+            .events
+            .iter()
+            .any(|(phase, _, cancel)| phase == &waiting && !cancel),
         "no lock phase in {:#?}",
         progress.events
     );
@@ -253,7 +325,11 @@ fn installs_the_stand_in_toolkit_from_the_signed_local_repository_then_changes_n
 
     // The host really changed.
     for p in PACKAGES {
-        assert_eq!(installed_version(p).as_deref(), Some(env.apt_repo.toolkit_version.as_str()), "{p} is pinned");
+        assert_eq!(
+            installed_version(p).as_deref(),
+            Some(env.apt_repo.toolkit_version.as_str()),
+            "{p} is pinned"
+        );
     }
     // The keyring is the dearmored binary key block, holding exactly the pinned key.
     let key = std::fs::read(KEYRING).unwrap();
@@ -261,7 +337,10 @@ fn installs_the_stand_in_toolkit_from_the_signed_local_repository_then_changes_n
     assert_eq!(fingerprints.len(), 1);
     assert_eq!(fingerprints[0].as_str(), env.apt_repo.key_fingerprint);
     let daemon: Value = serde_json::from_slice(&std::fs::read(DAEMON_JSON).unwrap()).unwrap();
-    assert_eq!(daemon["runtimes"]["nvidia"]["path"], "nvidia-container-runtime");
+    assert_eq!(
+        daemon["runtimes"]["nvidia"]["path"],
+        "nvidia-container-runtime"
+    );
     assert!(groups_of(&user.name).iter().any(|g| g == "docker"));
 
     // Every action is in the records with its argv and exit status.
@@ -274,32 +353,66 @@ fn installs_the_stand_in_toolkit_from_the_signed_local_repository_then_changes_n
     assert!(install.argv.iter().any(|a| a == "--no-remove"));
     for p in PACKAGES {
         let pinned = format!("{p}={}", env.apt_repo.toolkit_version);
-        assert!(install.argv.contains(&pinned), "{pinned} in {:?}", install.argv);
+        assert!(
+            install.argv.contains(&pinned),
+            "{pinned} in {:?}",
+            install.argv
+        );
     }
     let refresh = by_code("refresh");
     assert_eq!(refresh.exit_status, Some(0));
-    assert!(refresh.argv.contains(&format!("Dir::Etc::sourcelist={SOURCE}")));
-    assert_eq!(by_code("nvidia-runtime").argv[1..], ["runtime", "configure", "--runtime=docker"]);
+    assert!(refresh
+        .argv
+        .contains(&format!("Dir::Etc::sourcelist={SOURCE}")));
+    assert_eq!(
+        by_code("nvidia-runtime").argv[1..],
+        ["runtime", "configure", "--runtime=docker"]
+    );
     assert_eq!(by_code("nvidia-runtime").exit_status, Some(0));
     let group = by_code("docker-group");
-    assert_eq!(group.argv[1..], ["-aG".to_string(), "docker".to_string(), user.name.clone()]);
+    assert_eq!(
+        group.argv[1..],
+        ["-aG".to_string(), "docker".to_string(), user.name.clone()]
+    );
     assert_eq!(group.exit_status, Some(0));
     // configure-runtime asked systemd whether Docker runs, and did not restart it.
-    let runtime = first.actions.iter().find(|a| a.id == "nvidia-runtime").unwrap();
-    assert!(runtime.commands.iter().all(|c| !c.argv.iter().any(|a| a == "restart")), "{:?}", runtime.commands);
+    let runtime = first
+        .actions
+        .iter()
+        .find(|a| a.id == "nvidia-runtime")
+        .unwrap();
+    assert!(
+        runtime
+            .commands
+            .iter()
+            .all(|c| !c.argv.iter().any(|a| a == "restart")),
+        "{:?}",
+        runtime.commands
+    );
     assert!(runtime.detail.contains("not running"), "{}", runtime.detail);
 
     // Second run: nothing changes, everything is already in place.
     let daemon_before = std::fs::read(DAEMON_JSON).unwrap();
-    let mut progress = Progress { events: Vec::new(), on_waiting: None };
+    let mut progress = Progress {
+        events: Vec::new(),
+        on_waiting: None,
+    };
     let second = recipe::run(&recipe, &params, &ctx, &mut progress, &CancelToken::new());
     assert_eq!(second.outcome, Outcome::Succeeded, "{:?}", second.error);
     for a in &second.actions {
         assert_eq!(a.status, ActionStatus::Satisfied, "{}: {}", a.id, a.detail);
-        assert!(a.commands.iter().all(|c| !c.mutating), "{} ran {:?}", a.id, a.commands);
+        assert!(
+            a.commands.iter().all(|c| !c.mutating),
+            "{} ran {:?}",
+            a.id,
+            a.commands
+        );
     }
     assert_eq!(std::fs::read(DAEMON_JSON).unwrap(), daemon_before);
-    assert!(second.records().iter().all(|r| r.log_tail.starts_with("satisfied: ")));
+    assert!(second
+        .records()
+        .iter()
+        .all(|r| r.log_tail.starts_with("satisfied: ")));
 }
 
 #[test]
@@ -314,15 +427,38 @@ fn a_caller_who_is_not_the_user_is_refused_and_a_missing_package_fails_cleanly()
     let recipe = signed_and_verified(payload);
     // The step is run on behalf of someone else's uid.
     let ctx = ExecContext::new(env.other_user.uid);
-    let mut progress = Progress { events: Vec::new(), on_waiting: None };
-    let out = recipe::run(&recipe, &params(&user.name), &ctx, &mut progress, &CancelToken::new());
+    let mut progress = Progress {
+        events: Vec::new(),
+        on_waiting: None,
+    };
+    let out = recipe::run(
+        &recipe,
+        &params(&user.name),
+        &ctx,
+        &mut progress,
+        &CancelToken::new(),
+    );
     assert_eq!(out.outcome, Outcome::Failed);
     let packages = out.actions.iter().find(|a| a.id == "packages").unwrap();
     assert_eq!(packages.status, ActionStatus::Failed);
     let install = packages.main_command().unwrap();
-    assert_eq!(install.exit_status, Some(100), "apt-get's own status: {}", install.stderr_tail);
-    assert!(install.stderr_tail.contains("9.9.9-1"), "{}", install.stderr_tail);
-    assert!(out.actions.iter().skip_while(|a| a.id != "packages").skip(1).all(|a| a.status == ActionStatus::NotRun));
+    assert_eq!(
+        install.exit_status,
+        Some(100),
+        "apt-get's own status: {}",
+        install.stderr_tail
+    );
+    assert!(
+        install.stderr_tail.contains("9.9.9-1"),
+        "{}",
+        install.stderr_tail
+    );
+    assert!(out
+        .actions
+        .iter()
+        .skip_while(|a| a.id != "packages")
+        .skip(1)
+        .all(|a| a.status == ActionStatus::NotRun));
     for p in PACKAGES {
         assert_eq!(installed_version(p), None, "{p} must not be installed");
     }
@@ -331,9 +467,22 @@ fn a_caller_who_is_not_the_user_is_refused_and_a_missing_package_fails_cleanly()
 
     // Fix the pin; the same uid mismatch now stops the run at the group action.
     let recipe = signed_and_verified(test_recipe_payload(&env));
-    let out = recipe::run(&recipe, &params(&user.name), &ctx, &mut progress, &CancelToken::new());
+    let out = recipe::run(
+        &recipe,
+        &params(&user.name),
+        &ctx,
+        &mut progress,
+        &CancelToken::new(),
+    );
     let group = out.actions.iter().find(|a| a.id == "docker-group").unwrap();
     assert_eq!(group.status, ActionStatus::Failed);
-    assert!(group.detail.contains(&format!("but the step was requested by uid {}", env.other_user.uid)), "{}", group.detail);
+    assert!(
+        group.detail.contains(&format!(
+            "but the step was requested by uid {}",
+            env.other_user.uid
+        )),
+        "{}",
+        group.detail
+    );
     assert!(!groups_of(&user.name).iter().any(|g| g == "docker"));
 }

@@ -1,0 +1,222 @@
+//! Benchmark: the executor installing the bench's stand-in toolkit packages from the bench's
+//! local signed apt repository, against the same work done by running apt-get directly (the
+//! same `apt-get update` of the one source list, then the same `apt-get install`), in one run,
+//! packages purged before every install. Prints ratios; asserts nothing.
+//!
+//! Needs root and the test bench (`tests/bench/up`, run here if needed). Holds the same lock as
+//! the install tests (`/run/lock/enginekit-apt-tests.lock`). Run with
+//! `cargo bench -p enginekit-helper --bench install`.
+
+// A benchmark stops at the first surprise, with a message: it reads no untrusted input.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use enginekit_helper::recipe::{self, CancelToken, ExecContext, ProgressSink};
+use enginekit_shared::recipe::Recipe;
+use enginekit_shared::wire::host_step::HostParameters;
+use serde_json::{json, Value};
+
+const ROUNDS: usize = 5;
+const LOCK: &str = "/run/lock/enginekit-apt-tests.lock";
+const KEYRING: &str = "/usr/share/keyrings/ekt-bench-install-keyring.gpg";
+const SOURCE: &str = "/etc/apt/sources.list.d/ekt-bench-install.list";
+const PACKAGES: [&str; 4] = [
+    "nvidia-container-toolkit",
+    "nvidia-container-toolkit-base",
+    "libnvidia-container-tools",
+    "libnvidia-container1",
+];
+
+struct Quiet;
+impl ProgressSink for Quiet {
+    fn progress(&mut self, _phase: &str, _percent: i32, _allow_cancel: bool) {}
+}
+
+fn bench_env() -> BTreeMap<String, String> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let up = Command::new(root.join("tests/bench/up"))
+        .arg("--quiet")
+        .status()
+        .expect("tests/bench/up");
+    assert!(up.success(), "tests/bench/up failed");
+    let text = std::fs::read_to_string("/run/enginekit-bench/env").expect("the bench env file");
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.trim_matches('\'').to_string()))
+        .collect()
+}
+
+fn purge() {
+    let mut args = vec!["--purge"];
+    args.extend(PACKAGES);
+    let out = Command::new("dpkg").args(&args).output().expect("dpkg");
+    assert!(
+        out.status.success(),
+        "dpkg --purge: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn recipe_for(env: &BTreeMap<String, String>) -> Recipe {
+    let key = std::fs::read_to_string(&env["EK_APTREPO_KEY_ASC"]).expect("bench key");
+    let version = &env["EK_APTREPO_TOOLKIT_VERSION"];
+    let mut payload = enginekit_shared::recipe::builtin()
+        .expect("builtin recipe")
+        .payload()
+        .clone();
+    let pinned: Vec<Value> = PACKAGES
+        .iter()
+        .map(|p| json!({"component": "nvidia-container-toolkit", "name": p, "version": version}))
+        .collect();
+    payload["apt"]["actions"] = json!([
+        {"action": "install-key", "id": "nvidia-key", "component": "nvidia-container-toolkit", "path": KEYRING,
+         "encoding": "binary", "key": key, "fingerprints": [env["EK_APTREPO_KEY_FPR"]]},
+        {"action": "write-source", "id": "nvidia-source", "component": "nvidia-container-toolkit", "path": SOURCE,
+         "template": format!("deb [signed-by={KEYRING}] file://{}/stable/deb/$(ARCH) /\n", env["EK_APTREPO_BASE"])},
+        {"action": "check-conflicts", "id": "conflicts", "remove": false,
+         "conflicts": [{"component": "nvidia-container-toolkit", "packages": []}]},
+        {"action": "refresh-metadata", "id": "refresh"},
+        {"action": "install-packages", "id": "packages", "packages": pinned},
+    ]);
+    Recipe::from_payload(payload).expect("bench recipe")
+}
+
+fn params() -> HostParameters {
+    let os = std::fs::read_to_string("/etc/os-release").expect("os-release");
+    let field = |k: &str| {
+        os.lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .map(|v| v.trim_matches('"').to_string())
+    };
+    let arch = String::from_utf8(
+        Command::new("uname")
+            .arg("-m")
+            .output()
+            .expect("uname")
+            .stdout,
+    )
+    .unwrap_or_default();
+    HostParameters::validate(&json!({
+        "user": "root", "arch": arch.trim(), "family": "apt",
+        "distro_id": field("ID"), "version_id": field("VERSION_ID"),
+        "components": ["nvidia-container-toolkit"],
+    }))
+    .expect("parameters for this machine")
+}
+
+fn direct(version: &str, env_vars: &[(String, String)]) -> (Duration, Duration) {
+    let run = |args: Vec<String>| {
+        let started = Instant::now();
+        let out = Command::new("/usr/bin/apt-get")
+            .args(&args)
+            .env_clear()
+            .envs(env_vars.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("apt-get");
+        assert!(
+            out.status.success(),
+            "apt-get {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        started.elapsed()
+    };
+    let update = run([
+        "update",
+        "-o",
+        &format!("Dir::Etc::sourcelist={SOURCE}"),
+        "-o",
+        "Dir::Etc::sourceparts=-",
+        "-o",
+        "APT::Get::List-Cleanup=0",
+        "-o",
+        "DPkg::Lock::Timeout=300",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect());
+    let mut install: Vec<String> = recipe::commands::APT_INSTALL
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    install.extend(PACKAGES.iter().map(|p| format!("{p}={version}")));
+    let install = run(install);
+    (update, install)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn main() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("the install benchmark needs root (it installs packages)");
+        std::process::exit(1);
+    }
+    let env = bench_env();
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(LOCK)
+        .expect("lock file");
+    let _lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .expect("lock");
+    let recipe = recipe_for(&env);
+    let params = params();
+    let ctx = ExecContext::new(0);
+    let env_vars: Vec<(String, String)> = recipe
+        .environment()
+        .map(|(k, v)| (k.into(), v.into()))
+        .collect();
+    let version = env["EK_APTREPO_TOOLKIT_VERSION"].clone();
+
+    purge();
+    let (mut exec_total, mut exec_install, mut direct_total, mut direct_install) =
+        (vec![], vec![], vec![], vec![]);
+    // Warm-up: writes the key and source, fills apt's caches for both sides.
+    let warm = recipe::run(&recipe, &params, &ctx, &mut Quiet, &CancelToken::new());
+    assert_eq!(warm.outcome.as_str(), "succeeded", "{:?}", warm.error);
+    for _ in 0..ROUNDS {
+        purge();
+        let started = Instant::now();
+        let out = recipe::run(&recipe, &params, &ctx, &mut Quiet, &CancelToken::new());
+        exec_total.push(started.elapsed().as_secs_f64());
+        assert_eq!(out.outcome.as_str(), "succeeded", "{:?}", out.error);
+        let packages = out
+            .actions
+            .iter()
+            .find(|a| a.id == "packages")
+            .expect("packages action");
+        exec_install.push(packages.duration_ms as f64 / 1000.0);
+
+        purge();
+        let (update, install) = direct(&version, &env_vars);
+        direct_total.push((update + install).as_secs_f64());
+        direct_install.push(install.as_secs_f64());
+    }
+    purge();
+    for f in [KEYRING, SOURCE] {
+        let _ = std::fs::remove_file(f);
+    }
+
+    let (et, dt, ei, di) = (
+        median(exec_total),
+        median(direct_total),
+        median(exec_install),
+        median(direct_install),
+    );
+    println!("install benchmark: {ROUNDS} rounds, medians, packages purged before every install");
+    println!("  executor run (checks, refresh, install): {et:.3} s");
+    println!("  apt-get update + apt-get install directly: {dt:.3} s");
+    println!("  ratio executor / direct: {:.3} (target <= 1.05)", et / dt);
+    println!("  executor install action (queries + install + re-check): {ei:.3} s");
+    println!("  apt-get install directly: {di:.3} s");
+    println!("  ratio install action / direct install: {:.3}", ei / di);
+}
