@@ -505,6 +505,11 @@ fn paths_names_templates_and_environment_are_checked() {
         ),
         ("serial", Box::new(|v| v["serial"] = json!(0)), "serial"),
         (
+            "dnf removal",
+            Box::new(|v| v["dnf"]["actions"][4]["remove"] = json!(true)),
+            "only on apt",
+        ),
+        (
             "expiry",
             Box::new(|v| v["expires_at"] = json!("tomorrow")),
             "expires_at",

@@ -240,7 +240,14 @@ fn check_actions(actions: &[ActionSpec], apt: bool) -> Result<(), RecipeError> {
                 template::check(template, apt).map_err(|e| bad(format!("{id}: {e}")))?;
                 "write-source"
             }
-            ActionSpec::CheckConflicts { conflicts, .. } => {
+            ActionSpec::CheckConflicts {
+                conflicts, remove, ..
+            } => {
+                // Removal is `dpkg --remove` of exactly the listed packages; dnf has no
+                // removal that keeps to a list, so a dnf recipe only refuses conflicts.
+                if *remove && !apt {
+                    return Err(bad("check-conflicts may remove packages only on apt"));
+                }
                 for c in conflicts {
                     require(vendor(c.component), id, "vendor components")?;
                     if let Some(name) = c.packages.iter().find(|n| !is_package_name(n)) {
