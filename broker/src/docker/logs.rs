@@ -1,7 +1,8 @@
 //! Container logs, bounded: the first half of the budget keeps the head, a sliding window keeps
 //! the tail, and only whole lines are kept, so the decisive last line of an engine survives.
-//! The Engine API multiplexes stdout and stderr in the daemon's order, so no timestamp merge is
-//! needed (the reference merged two CLI streams by timestamp).
+//! The Engine API multiplexes stdout and stderr in the order the daemon logged them (each stream
+//! in order; across streams, the order their lines reached the daemon), so no timestamp merge of
+//! two CLI outputs is needed as in the reference.
 
 use std::collections::VecDeque;
 

@@ -1,0 +1,369 @@
+//! Fixtures for the Docker integration tests (and the pull benchmark, which includes this file):
+//! images built here from generated files as `docker save` archives, loaded and pushed to the
+//! bench registry over the Engine API; a throttling/stalling TCP proxy in front of the registry;
+//! unique `ekt-docker-` names; cleanup.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bollard::query_parameters::{
+    ImportImageOptionsBuilder, PushImageOptionsBuilder, RemoveContainerOptionsBuilder,
+    RemoveImageOptionsBuilder,
+};
+use futures_util::StreamExt;
+use sha2::{Digest as _, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+pub const SOCKET: &str = "/var/run/docker.sock";
+pub const REGISTRY: &str = "127.0.0.1:5000";
+
+/// Fails (never skips) with a clear message when dockerd or the registry is not there.
+pub async fn require_services() -> bollard::Docker {
+    let api = bollard::Docker::connect_with_unix(SOCKET, 120, bollard::API_DEFAULT_VERSION)
+        .unwrap_or_else(|e| panic!("dockerd is required at {SOCKET} (run tests/bench/up): {e}"));
+    let api = api
+        .negotiate_version()
+        .await
+        .unwrap_or_else(|e| panic!("dockerd does not answer at {SOCKET} (run tests/bench/up): {e}"));
+    if TcpStream::connect(REGISTRY).await.is_err() {
+        panic!("the registry is required at {REGISTRY} (run tests/bench/up)");
+    }
+    api
+}
+
+/// `ekt-docker-<what>-<8 random hex>`.
+pub fn unique(what: &str) -> String {
+    let mut raw = [0u8; 4];
+    getrandom::fill(&mut raw).unwrap();
+    format!("ekt-docker-{what}-{}", hex::encode(raw))
+}
+
+/// Fast incompressible bytes (xorshift seeded from the OS).
+pub fn random_bytes(len: usize) -> Vec<u8> {
+    let mut seed = [0u8; 8];
+    getrandom::fill(&mut seed).unwrap();
+    let mut x = u64::from_le_bytes(seed) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// One file in a layer.
+pub enum Entry {
+    File { path: String, bytes: Vec<u8>, mode: u32 },
+    Symlink { path: String, target: String },
+    Dir { path: String },
+}
+
+/// A layer tarball from entries.
+pub fn layer_tar(entries: &[Entry]) -> Vec<u8> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for entry in entries {
+        let mut header = tar::Header::new_gnu();
+        header.set_mtime(1_700_000_000);
+        header.set_uid(0);
+        header.set_gid(0);
+        match entry {
+            Entry::File { path, bytes, mode } => {
+                header.set_entry_type(tar::EntryType::Regular);
+                header.set_size(bytes.len() as u64);
+                header.set_mode(*mode);
+                builder.append_data(&mut header, path, bytes.as_slice()).unwrap();
+            }
+            Entry::Symlink { path, target } => {
+                header.set_entry_type(tar::EntryType::Symlink);
+                header.set_size(0);
+                header.set_mode(0o777);
+                builder.append_link(&mut header, path, target).unwrap();
+            }
+            Entry::Dir { path } => {
+                header.set_entry_type(tar::EntryType::Directory);
+                header.set_size(0);
+                header.set_mode(0o755);
+                builder.append_data(&mut header, path, std::io::empty()).unwrap();
+            }
+        }
+    }
+    builder.into_inner().unwrap()
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// A `docker save`-format archive of an image made of `layers`, tagged `repo_tag`.
+pub fn image_archive(layers: &[Vec<u8>], repo_tag: &str, cmd: &[&str]) -> Vec<u8> {
+    let diff_ids: Vec<String> = layers.iter().map(|l| format!("sha256:{}", sha256_hex(l))).collect();
+    let config = serde_json::json!({
+        "architecture": "amd64",
+        "os": "linux",
+        "config": { "Env": ["PATH=/bin"], "Cmd": cmd },
+        "rootfs": { "type": "layers", "diff_ids": diff_ids },
+        "history": layers.iter().map(|_| serde_json::json!({"created_by": "enginekit test fixture"})).collect::<Vec<_>>(),
+    });
+    let config_bytes = serde_json::to_vec(&config).unwrap();
+    let config_name = format!("{}.json", sha256_hex(&config_bytes));
+    let layer_names: Vec<String> = layers.iter().map(|l| format!("{}/layer.tar", sha256_hex(l))).collect();
+    let manifest = serde_json::json!([{ "Config": config_name, "RepoTags": [repo_tag], "Layers": layer_names }]);
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut add = |name: &str, bytes: &[u8]| {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(0o644);
+        header.set_mtime(1_700_000_000);
+        builder.append_data(&mut header, name, bytes).unwrap();
+    };
+    add(&config_name, &config_bytes);
+    for (name, layer) in layer_names.iter().zip(layers) {
+        add(name, layer);
+    }
+    add("manifest.json", &serde_json::to_vec(&manifest).unwrap());
+    builder.into_inner().unwrap()
+}
+
+/// Loads an archive into dockerd.
+pub async fn load(api: &bollard::Docker, archive: Vec<u8>) {
+    let options = ImportImageOptionsBuilder::new().quiet(true).build();
+    let mut stream = api.import_image(options, bollard::body_full(archive.into()), None);
+    while let Some(item) = stream.next().await {
+        item.expect("docker load of a fixture image");
+    }
+}
+
+/// Pushes `repo:tag` to the registry and returns the `repo@sha256:…` it is known by there.
+pub async fn push(api: &bollard::Docker, repo: &str, tag: &str) -> String {
+    let options = PushImageOptionsBuilder::new().tag(tag).build();
+    let credentials = bollard::auth::DockerCredentials::default();
+    let mut stream = api.push_image(repo, Some(options), Some(credentials));
+    while let Some(item) = stream.next().await {
+        item.unwrap_or_else(|e| panic!("push of {repo}:{tag}: {e}"));
+    }
+    let inspect = api.inspect_image(&format!("{repo}:{tag}")).await.unwrap();
+    inspect
+        .repo_digests
+        .unwrap_or_default()
+        .into_iter()
+        .find(|d| d.starts_with(&format!("{repo}@")))
+        .unwrap_or_else(|| panic!("no repo digest for {repo} after the push"))
+}
+
+/// Removes an image and all its references (test fixtures only).
+pub async fn remove_image_fully(api: &bollard::Docker, name: &str) {
+    let Ok(inspect) = api.inspect_image(name).await else { return };
+    let id = inspect.id.unwrap_or_default();
+    let options = RemoveImageOptionsBuilder::new().force(true).build();
+    let _ = api.remove_image(&id, Some(options), None).await;
+}
+
+/// Force-removes a container (test cleanup).
+pub async fn remove_container(api: &bollard::Docker, id: &str) {
+    let options = RemoveContainerOptionsBuilder::new().force(true).build();
+    let _ = api.remove_container(id, Some(options)).await;
+}
+
+/// A multi-layer image of generated files, pushed to the registry and removed locally.
+pub struct PushedImage {
+    /// `127.0.0.1:5000/ekt-docker-…`
+    pub repo: String,
+    /// `repo@sha256:…`
+    pub reference: String,
+    /// Uncompressed bytes of all layers.
+    pub layer_bytes: u64,
+}
+
+/// Builds an image from `layer_sizes` random files, pushes it, and removes it locally.
+pub async fn pushed_random_image(api: &bollard::Docker, what: &str, layer_sizes: &[usize]) -> PushedImage {
+    let repo = format!("{REGISTRY}/{}", unique(what));
+    let layers: Vec<Vec<u8>> = layer_sizes
+        .iter()
+        .enumerate()
+        .map(|(i, size)| {
+            layer_tar(&[Entry::File {
+                path: format!("data/layer{i}.bin"),
+                bytes: random_bytes(*size),
+                mode: 0o644,
+            }])
+        })
+        .collect();
+    let layer_bytes = layers.iter().map(|l| l.len() as u64).sum();
+    load(api, image_archive(&layers, &format!("{repo}:v1"), &["/bin/true"])).await;
+    let reference = push(api, &repo, "v1").await;
+    remove_image_fully(api, &format!("{repo}:v1")).await;
+    PushedImage {
+        repo,
+        reference,
+        layer_bytes,
+    }
+}
+
+/// A busybox-static image (from the host's /bin/busybox), loaded locally and pushed, so it can
+/// be used by digest. Returns `repo@sha256:…`.
+pub async fn busybox_image(api: &bollard::Docker) -> String {
+    let busybox = std::fs::read("/bin/busybox")
+        .expect("busybox-static is required for the container tests (apt-get install busybox-static)");
+    let mut entries = vec![
+        Entry::Dir { path: "bin".into() },
+        Entry::Dir { path: "tmp".into() },
+        Entry::Dir { path: "www".into() },
+        Entry::File { path: "bin/busybox".into(), bytes: busybox, mode: 0o755 },
+        Entry::File { path: "www/index.html".into(), bytes: b"ekt-docker ok\n".to_vec(), mode: 0o644 },
+        // Unique content, so each test has its own image id and cleanup never hits another's.
+        Entry::File { path: "etc-ekt-id".into(), bytes: unique("id").into_bytes(), mode: 0o644 },
+    ];
+    for applet in ["sh", "sleep", "nc", "wget", "httpd", "id", "cat", "true", "echo", "ls", "timeout"] {
+        entries.push(Entry::Symlink {
+            path: format!("bin/{applet}"),
+            target: "busybox".into(),
+        });
+    }
+    let repo = format!("{REGISTRY}/{}", unique("busybox"));
+    load(api, image_archive(&[layer_tar(&entries)], &format!("{repo}:v1"), &["/bin/sh"])).await;
+    let reference = push(api, &repo, "v1").await;
+    // Leave only the digest reference, as after a pull by digest.
+    remove_image_fully(api, &format!("{repo}:v1")).await;
+    raw_pull(api, &reference).await;
+    reference
+}
+
+/// Pulls `repo@digest` with bollard directly (fixture setup, not the code under test).
+pub async fn raw_pull(api: &bollard::Docker, reference: &str) {
+    let (repo, digest) = reference.split_once('@').unwrap();
+    let options = bollard::query_parameters::CreateImageOptionsBuilder::new()
+        .from_image(repo)
+        .tag(digest)
+        .build();
+    let mut stream = api.create_image(Some(options), None, None);
+    while let Some(item) = stream.next().await {
+        item.unwrap_or_else(|e| panic!("fixture pull of {reference}: {e}"));
+    }
+}
+
+/// A TCP proxy in front of the registry that can throttle and stall the registry→daemon
+/// direction, and counts the bytes it forwarded that way.
+pub struct RegistryProxy {
+    pub port: u16,
+    pub forwarded: Arc<AtomicU64>,
+    pub open_connections: Arc<AtomicUsize>,
+    pub stalled: Arc<AtomicBool>,
+}
+
+impl RegistryProxy {
+    /// `bytes_per_sec`: throttle of the download direction.
+    pub async fn start(bytes_per_sec: u64) -> RegistryProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let forwarded = Arc::new(AtomicU64::new(0));
+        let open = Arc::new(AtomicUsize::new(0));
+        let stalled = Arc::new(AtomicBool::new(false));
+        let (f, o, s) = (forwarded.clone(), open.clone(), stalled.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else { return };
+                let (f, o, s) = (f.clone(), o.clone(), s.clone());
+                tokio::spawn(async move {
+                    let Ok(upstream) = TcpStream::connect(REGISTRY).await else { return };
+                    o.fetch_add(1, Ordering::SeqCst);
+                    let (mut client_read, mut client_write) = client.into_split();
+                    let (mut up_read, mut up_write) = upstream.into_split();
+                    let upload = async {
+                        let _ = tokio::io::copy(&mut client_read, &mut up_write).await;
+                        let _ = up_write.shutdown().await;
+                    };
+                    let download = async {
+                        let mut buf = vec![0u8; 16 * 1024];
+                        loop {
+                            while s.load(Ordering::SeqCst) {
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                            }
+                            let n = match up_read.read(&mut buf).await {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => n,
+                            };
+                            if client_write.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                            f.fetch_add(n as u64, Ordering::SeqCst);
+                            let pause = Duration::from_secs_f64(n as f64 / bytes_per_sec as f64);
+                            tokio::time::sleep(pause).await;
+                        }
+                    };
+                    // Either direction ending (the daemon hanging up) ends the connection.
+                    tokio::select! { () = upload => {}, () = download => {} }
+                    o.fetch_sub(1, Ordering::SeqCst);
+                });
+            }
+        });
+        RegistryProxy {
+            port,
+            forwarded,
+            open_connections: open,
+            stalled,
+        }
+    }
+
+    /// The registry address through this proxy.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+/// Labels map helper.
+pub fn labels(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+}
+
+/// Removes what a test created even when it panics: containers (forced), networks, images.
+#[derive(Default)]
+pub struct Cleanup {
+    pub containers: std::sync::Mutex<Vec<String>>,
+    pub networks: std::sync::Mutex<Vec<String>>,
+    pub images: std::sync::Mutex<Vec<String>>,
+}
+
+impl Cleanup {
+    pub fn container(&self, id: &str) {
+        self.containers.lock().unwrap().push(id.to_owned());
+    }
+    pub fn network(&self, name: &str) {
+        self.networks.lock().unwrap().push(name.to_owned());
+    }
+    pub fn image(&self, reference: &str) {
+        self.images.lock().unwrap().push(reference.to_owned());
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let containers = std::mem::take(&mut *self.containers.lock().unwrap());
+        let networks = std::mem::take(&mut *self.networks.lock().unwrap());
+        let images = std::mem::take(&mut *self.images.lock().unwrap());
+        // A fresh runtime on its own thread: Drop may run inside (or outside) a runtime.
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async move {
+                let Ok(api) = bollard::Docker::connect_with_unix(SOCKET, 60, bollard::API_DEFAULT_VERSION) else { return };
+                let Ok(api) = api.negotiate_version().await else { return };
+                for id in containers {
+                    remove_container(&api, &id).await;
+                }
+                for name in networks {
+                    let _ = api.remove_network(&name).await;
+                }
+                for reference in images {
+                    remove_image_fully(&api, &reference).await;
+                }
+            });
+        })
+        .join();
+    }
+}
