@@ -43,10 +43,10 @@ impl SessionBus {
             services.join("org.enginekit.Broker1.service"),
             format!(
                 "# Test activation file (broker_bus_flows): the built broker on a simulated GPU host\n\
-                 [D-BUS Service]\nName={NAME}\nExec=/bin/sh -c \"exec /usr/bin/env {} {} serve --idle-exit 3 2>>{}\"\n",
+                 [D-BUS Service]\nName={NAME}\nExec=/bin/sh -c \"/usr/bin/env {} {} serve --idle-exit 3 2>>{log}; echo serve-exit-status=$? >>{log}\"\n",
                 env.join(" "),
                 enginekit_integration::bench::bin("enginekit").display(),
-                dir.path().join("serve.log").display()
+                log = dir.path().join("serve.log").display()
             ),
         )
         .expect("activation file");
@@ -438,5 +438,50 @@ fn the_running_service_has_exactly_the_members_of_the_interface_xml() {
                 "{iface} at {path} differs from dbus/org.enginekit.Broker1.xml"
             );
         }
+    });
+}
+
+#[test]
+fn a_cancel_over_the_bus_leaves_either_a_committed_engine_or_nothing_of_it() {
+    let host = SimulatedGpuHost::start();
+    let bus = SessionBus::start(&host);
+    runtime().block_on(async {
+        let conn = bus.connect().await;
+        let mut stream = signals(&conn).await;
+        let shown = plan(&conn).await;
+        let digest = shown["plan_digest"].as_str().expect("digest").to_owned();
+        let path: zbus::OwnedObjectPath = broker(&conn)
+            .await
+            .call("Setup", &("vllm", digest.as_str()))
+            .await
+            .expect("Setup");
+        let op = op_proxy(&conn, path.as_str()).await;
+        let () = op.call("Cancel", &()).await.expect("Cancel");
+        let seen = watch(
+            &mut stream,
+            path.as_str(),
+            &["cancelled", "ready", "failed"],
+        )
+        .await;
+        let phase: String = op.get_property("Phase").await.expect("Phase");
+        match phase.as_str() {
+            // The commit won the race: a whole installation.
+            "ready" => assert_eq!(host.installation().expect("record")["status"], "ready"),
+            // Cancelled: what the operation pulled is gone again, and there is no record.
+            "cancelled" => {
+                assert!(host.installation().is_none(), "{seen:?}");
+                assert!(
+                    !host.image_present(&host.engine_ref) && !host.image_present(&host.probe_ref),
+                    "{seen:?}"
+                );
+            }
+            other => panic!("a cancel ended {other}: {seen:?}"),
+        }
+        assert!(host.containers().is_empty());
+        // A cancel after the end changes nothing.
+        let rev: u64 = op.get_property("Revision").await.expect("Revision");
+        let () = op.call("Cancel", &()).await.expect("Cancel again");
+        let after: u64 = op.get_property("Revision").await.expect("Revision");
+        assert_eq!(rev, after, "a cancel of a finished operation is a no-op");
     });
 }

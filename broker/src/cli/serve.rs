@@ -32,17 +32,7 @@ async fn serve(args: ServeArgs) -> ExitCode {
         Ok(ctx) => ctx,
         Err(e) => return report_error(false, &e),
     };
-    let conn = match zbus::Connection::session().await {
-        Ok(conn) => conn,
-        Err(e) => {
-            let err = CodedError::new(
-                ErrorCode::AdapterUnavailable,
-                "The session bus cannot be reached.",
-            )
-            .with_details(e.to_string());
-            return report_error(false, &err);
-        }
-    };
+    let builder = zbus::connection::Builder::session();
     let broker = Broker::new(ctx.runner.clone(), ctx.installations.clone());
     let api: std::sync::Arc<dyn BrokerApi> = broker.clone();
     let idle = if args.idle_exit == 0 {
@@ -50,7 +40,7 @@ async fn serve(args: ServeArgs) -> ExitCode {
     } else {
         Duration::from_secs(args.idle_exit)
     };
-    let serving = tokio::spawn(crate::dbus::serve_on(conn, api.clone(), idle));
+    let serving = tokio::spawn(crate::dbus::serve_on(builder, api.clone(), idle));
     // A new session may be what a waiting setup needed (the docker group): look again.
     let (ready, errors) = ctx.runner.recover(None).await;
     for e in errors {

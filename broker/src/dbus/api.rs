@@ -37,6 +37,8 @@ pub trait BrokerApi: Send + Sync + 'static {
     /// Counts a bus call as activity until the guard drops, so a slow `Plan` is never cut
     /// short by the idle exit.
     fn call_started(&self) -> CallGuard;
+    /// How many calls were answered (or are being answered) so far.
+    fn calls_seen(&self) -> usize;
 }
 
 /// Held while a bus call runs.
@@ -56,6 +58,7 @@ pub struct Broker<P, E> {
     pub installations: Installations,
     driving: Arc<std::sync::atomic::AtomicUsize>,
     calls: Arc<std::sync::atomic::AtomicUsize>,
+    seen: std::sync::atomic::AtomicUsize,
 }
 
 impl<P: Provisioner + Probing, E: Elevator> Broker<P, E> {
@@ -65,6 +68,7 @@ impl<P: Provisioner + Probing, E: Elevator> Broker<P, E> {
             installations,
             driving: Arc::default(),
             calls: Arc::default(),
+            seen: Default::default(),
         })
     }
 }
@@ -152,7 +156,12 @@ impl<P: Provisioner + Probing, E: Elevator> BrokerApi for Broker<P, E> {
             || self.calls.load(std::sync::atomic::Ordering::SeqCst) > 0
     }
 
+    fn calls_seen(&self) -> usize {
+        self.seen.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     fn call_started(&self) -> CallGuard {
+        self.seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         CallGuard(self.calls.clone())
     }

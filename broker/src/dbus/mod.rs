@@ -167,9 +167,10 @@ async fn pump(conn: Connection, api: Arc<dyn BrokerApi>) {
 /// How long the service stays with nothing to do before it exits.
 pub const IDLE_EXIT: Duration = Duration::from_secs(60);
 
-/// Serve on `conn` (already owning nothing); returns when idle.
+/// Build the connection from `builder` with the broker object served and the name owned
+/// (both before the first message is read), then serve until idle.
 pub async fn serve_on(
-    conn: Connection,
+    builder: zbus::connection::Builder<'static>,
     api: Arc<dyn BrokerApi>,
     idle: Duration,
 ) -> Result<(), CodedError> {
@@ -180,23 +181,37 @@ pub async fn serve_on(
         )
         .with_details(e.to_string())
     };
-    conn.object_server()
-        .at(OBJECT_PATH, BrokerObject { api: api.clone() })
+    let conn = builder
+        .serve_at(OBJECT_PATH, BrokerObject { api: api.clone() })
+        .name(BUS_NAME)
+        .build()
         .await
         .map_err(io)?;
     for op in api.operations().unwrap_or_default() {
         let _ = operation::export(conn.object_server(), &api, &op).await;
     }
-    conn.request_name(BUS_NAME).await.map_err(io)?;
     tokio::spawn(pump(conn.clone(), api.clone()));
+    let started = std::time::Instant::now();
     loop {
         let quiet = tokio::time::timeout(idle, conn.monitor_activity())
             .await
             .is_err();
-        if quiet && !api.busy() {
+        // An activated service was started for a call: it never leaves before answering one
+        // (the activating message can land before the first activity listener exists).
+        let answered_or_old = api.calls_seen() > 0 || started.elapsed() > idle * 4;
+        if quiet && !api.busy() && answered_or_old {
             break;
         }
     }
+    tracing::info!(
+        after_s = started.elapsed().as_secs_f64(),
+        "idle: the session service exits"
+    );
+    eprintln!(
+        "enginekit serve: idle after {:.1} s ({} calls answered), exiting",
+        started.elapsed().as_secs_f64(),
+        api.calls_seen()
+    );
     let _ = conn.release_name(BUS_NAME).await;
     Ok(())
 }
