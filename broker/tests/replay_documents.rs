@@ -18,6 +18,11 @@ use enginekit_shared::wire::plan::Availability;
 use serde_json::{json, Value};
 use time::OffsetDateTime;
 
+/// One change to a document, named in the table.
+type Edit = Box<dyn Fn(&mut Value)>;
+/// The bytes of one refused document file.
+type MakeBytes<'a> = Box<dyn Fn(&Home) -> Vec<u8> + 'a>;
+
 #[test]
 fn embedded_descriptors_name_real_images_pinned_by_digest_with_their_minimums() {
     let vllm = embedded_descriptor(EngineId::Vllm).expect("vllm");
@@ -97,7 +102,7 @@ fn the_descriptor_parser_refuses_unknown_keys_and_lists_them_sorted() {
     );
     assert_eq!(err.details.as_deref(), Some("alpha,zeta"));
 
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
+    let cases: Vec<(&str, Edit)> = vec![
         ("schema 2", Box::new(|v| v["schema_version"] = json!(2))),
         (
             "a tag instead of a digest",
@@ -114,7 +119,9 @@ fn the_descriptor_parser_refuses_unknown_keys_and_lists_them_sorted() {
         (
             "a missing platform",
             Box::new(|v| {
-                v["image"].as_object_mut().map(|m| m.remove("linux/arm64"));
+                if let Some(m) = v["image"].as_object_mut() {
+                    m.remove("linux/arm64");
+                }
             }),
         ),
         (
@@ -178,7 +185,7 @@ fn the_manifest_parser_follows_the_reference_rejections() {
         .distributions_for("linux.install-container-runtime")
         .is_empty());
 
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
+    let cases: Vec<(&str, Edit)> = vec![
         (
             "a command on a recipe",
             Box::new(|v| v["recipes"][0]["command"] = json!("curl | sh")),
@@ -199,16 +206,18 @@ fn the_manifest_parser_follows_the_reference_rejections() {
             "a distribution listed twice",
             Box::new(|v| {
                 let first = v["recipes"][0]["distributions"][0].clone();
-                v["recipes"][0]["distributions"]
-                    .as_array_mut()
-                    .map(|a| a.push(first));
+                if let Some(a) = v["recipes"][0]["distributions"].as_array_mut() {
+                    a.push(first);
+                }
             }),
         ),
         (
             "a recipe id listed twice",
             Box::new(|v| {
                 let first = v["recipes"][0].clone();
-                v["recipes"].as_array_mut().map(|a| a.push(first));
+                if let Some(a) = v["recipes"].as_array_mut() {
+                    a.push(first);
+                }
             }),
         ),
         (
@@ -234,7 +243,9 @@ fn the_manifest_parser_follows_the_reference_rejections() {
         (
             "no recipes field",
             Box::new(|v| {
-                v.as_object_mut().map(|m| m.remove("recipes"));
+                if let Some(m) = v.as_object_mut() {
+                    m.remove("recipes");
+                }
             }),
         ),
         (
@@ -425,7 +436,7 @@ fn an_older_document_after_a_newer_one_is_a_rollback_and_the_embedded_one_is_use
 fn refused_documents_leave_the_embedded_one_in_charge_with_a_note() {
     let trusted = SigningKey::from_seed(&[9; 32]);
     let stranger = SigningKey::from_seed(&[10; 32]);
-    let cases: Vec<(&str, Box<dyn Fn(&Home) -> Vec<u8>>)> = vec![
+    let cases: Vec<(&str, MakeBytes)> = vec![
         (
             "unknown-key",
             Box::new(|_| {
