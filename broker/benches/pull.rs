@@ -22,7 +22,9 @@ fn cpu_time() -> Duration {
         libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
         usage.assume_init()
     };
-    let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
@@ -39,7 +41,18 @@ fn raw_pull(image: &ImageRef) -> Duration {
     );
     let started = Instant::now();
     let status = std::process::Command::new("curl")
-        .args(["--silent", "--show-error", "--fail", "--unix-socket", SOCKET, "-X", "POST", &url, "-o", "/dev/null"])
+        .args([
+            "--silent",
+            "--show-error",
+            "--fail",
+            "--unix-socket",
+            SOCKET,
+            "-X",
+            "POST",
+            &url,
+            "-o",
+            "/dev/null",
+        ])
         .status()
         .expect("curl is required for the raw peer");
     assert!(status.success(), "raw pull failed");
@@ -48,8 +61,14 @@ fn raw_pull(image: &ImageRef) -> Duration {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let mb: usize = std::env::var("EKT_PULL_BENCH_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(500);
-    let rounds: usize = std::env::var("EKT_PULL_BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    let mb: usize = std::env::var("EKT_PULL_BENCH_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500);
+    let rounds: usize = std::env::var("EKT_PULL_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
     let api = require_services().await;
     let cleanup = Cleanup::default();
     let layers = 5;
@@ -68,7 +87,12 @@ async fn main() {
                 let cpu_before = cpu_time();
                 let started = Instant::now();
                 let outcome = docker
-                    .pull(&image, &PullOptions::default(), &mut |_| {}, &CancellationToken::new())
+                    .pull(
+                        &image,
+                        &PullOptions::default(),
+                        &mut |_| {},
+                        &CancellationToken::new(),
+                    )
                     .await
                     .unwrap();
                 broker.push(started.elapsed().as_secs_f64());
@@ -84,5 +108,9 @@ async fn main() {
     let gb = bytes as f64 / 1e9;
     println!("pull of {mb} MB ({rounds} rounds): broker median {b:.2} s {broker:?}, raw Engine API median {r:.2} s {raw:?}");
     println!("ratio broker/raw = {:.3} (target <= 1.02)", b / r);
-    println!("broker CPU: {:.3} s for {gb:.2} GB = {:.3} CPU s/GB", cpu.as_secs_f64(), cpu.as_secs_f64() / gb);
+    println!(
+        "broker CPU: {:.3} s for {gb:.2} GB = {:.3} CPU s/GB",
+        cpu.as_secs_f64(),
+        cpu.as_secs_f64() / gb
+    );
 }

@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use docker_common::*;
-use enginekit_broker::docker::{CancellationToken, Docker, DockerError, ProgressSnapshot, PullOptions};
+use enginekit_broker::docker::{
+    CancellationToken, Docker, DockerError, ProgressSnapshot, PullOptions,
+};
 use enginekit_shared::image::ImageRef;
 
 fn assert_monotonic(seen: &[ProgressSnapshot]) {
@@ -27,19 +29,32 @@ fn assert_monotonic(seen: &[ProgressSnapshot]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_multi_layer_image_pulls_by_digest_with_monotonic_progress_and_again_with_nothing_to_download() {
+async fn a_multi_layer_image_pulls_by_digest_with_monotonic_progress_and_again_with_nothing_to_download(
+) {
     let api = require_services().await;
     let cleanup = Cleanup::default();
     let pushed = pushed_random_image(&api, "pull", &[3 << 20, 2 << 20, 1 << 20, 256 << 10]).await;
     let image = ImageRef::parse(&pushed.reference).unwrap();
     cleanup.image(&pushed.reference);
     let docker = Docker::connect(SOCKET).await.unwrap();
-    assert_eq!(docker.api_version(), "1.41", "20.10 negotiates down to 1.41");
-    assert!(docker.inspect_image(&image).await.unwrap().is_none(), "the fixture is not local before the pull");
+    assert_eq!(
+        docker.api_version(),
+        "1.41",
+        "20.10 negotiates down to 1.41"
+    );
+    assert!(
+        docker.inspect_image(&image).await.unwrap().is_none(),
+        "the fixture is not local before the pull"
+    );
 
     let mut seen = Vec::new();
     let outcome = docker
-        .pull(&image, &PullOptions::default(), &mut |p| seen.push(p), &CancellationToken::new())
+        .pull(
+            &image,
+            &PullOptions::default(),
+            &mut |p| seen.push(p),
+            &CancellationToken::new(),
+        )
         .await
         .unwrap();
     assert_monotonic(&seen);
@@ -51,16 +66,29 @@ async fn a_multi_layer_image_pulls_by_digest_with_monotonic_progress_and_again_w
     // Layers are random data: their compressed size is about their raw size.
     assert!(outcome.progress.total >= 6 << 20, "{:?}", outcome.progress);
     assert!(outcome.progress.total <= pushed.layer_bytes + (1 << 20));
-    assert!(outcome.image.repo_digests.contains(&pushed.reference), "{:?}", outcome.image.repo_digests);
+    assert!(
+        outcome.image.repo_digests.contains(&pushed.reference),
+        "{:?}",
+        outcome.image.repo_digests
+    );
     docker.verify_repo_digest(&image).await.unwrap();
 
     let mut again = Vec::new();
     let second = docker
-        .pull(&image, &PullOptions::default(), &mut |p| again.push(p), &CancellationToken::new())
+        .pull(
+            &image,
+            &PullOptions::default(),
+            &mut |p| again.push(p),
+            &CancellationToken::new(),
+        )
         .await
         .unwrap();
     assert_monotonic(&again);
-    assert_eq!(second.layers.downloaded, 0, "nothing downloads the second time: {:?}", second.layers);
+    assert_eq!(
+        second.layers.downloaded, 0,
+        "nothing downloads the second time: {:?}",
+        second.layers
+    );
     assert_eq!(second.layers.downloaded_bytes, 0);
     assert!(second.up_to_date);
     let end = *again.last().unwrap();
@@ -73,15 +101,27 @@ async fn a_multi_layer_image_pulls_by_digest_with_monotonic_progress_and_again_w
     let third = docker
         .pull(
             &image,
-            &PullOptions { known_total_bytes: Some(known), ..PullOptions::default() },
+            &PullOptions {
+                known_total_bytes: Some(known),
+                ..PullOptions::default()
+            },
             &mut |p| with_known.push(p),
             &CancellationToken::new(),
         )
         .await
         .unwrap();
     assert_monotonic(&with_known);
-    assert!(with_known.iter().all(|p| p.total == known), "{with_known:?}");
-    assert_eq!(third.progress, ProgressSnapshot { current: known, total: known });
+    assert!(
+        with_known.iter().all(|p| p.total == known),
+        "{with_known:?}"
+    );
+    assert_eq!(
+        third.progress,
+        ProgressSnapshot {
+            current: known,
+            total: known
+        }
+    );
 
     remove_image_fully(&api, &pushed.reference).await;
 }
@@ -91,28 +131,54 @@ async fn wrong_digest_registry_down_and_daemon_down_are_distinct_errors_and_leav
     let api = require_services().await;
     let pushed = pushed_random_image(&api, "wrong", &[64 << 10]).await;
     let docker = Docker::connect(SOCKET).await.unwrap();
-    let opts = PullOptions { stall_timeout: Duration::from_secs(60), ..PullOptions::default() };
+    let opts = PullOptions {
+        stall_timeout: Duration::from_secs(60),
+        ..PullOptions::default()
+    };
 
     let wrong = ImageRef::parse(&format!("{}@sha256:{}", pushed.repo, "e".repeat(64))).unwrap();
-    let err = docker.pull(&wrong, &opts, &mut |_| {}, &CancellationToken::new()).await.unwrap_err();
-    assert!(matches!(err, DockerError::PullManifestUnknown { .. }), "wrong digest: {err:?}");
+    let err = docker
+        .pull(&wrong, &opts, &mut |_| {}, &CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, DockerError::PullManifestUnknown { .. }),
+        "wrong digest: {err:?}"
+    );
     assert_eq!(err.kind(), "docker.pull.manifest_unknown");
     assert!(docker.inspect_image(&wrong).await.unwrap().is_none());
 
-    let down = ImageRef::parse(&format!("127.0.0.1:5999/{}@sha256:{}", unique("down"), "a".repeat(64))).unwrap();
-    let err = docker.pull(&down, &opts, &mut |_| {}, &CancellationToken::new()).await.unwrap_err();
-    assert!(matches!(err, DockerError::RegistryUnreachable { .. }), "registry down: {err:?}");
+    let down = ImageRef::parse(&format!(
+        "127.0.0.1:5999/{}@sha256:{}",
+        unique("down"),
+        "a".repeat(64)
+    ))
+    .unwrap();
+    let err = docker
+        .pull(&down, &opts, &mut |_| {}, &CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, DockerError::RegistryUnreachable { .. }),
+        "registry down: {err:?}"
+    );
     assert!(docker.inspect_image(&down).await.unwrap().is_none());
 
     // No socket file at all, and a socket file nobody listens on.
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("no-daemon.sock");
     let err = Docker::connect(&missing).await.unwrap_err();
-    assert!(matches!(err, DockerError::DaemonUnreachable { .. }), "no socket: {err:?}");
+    assert!(
+        matches!(err, DockerError::DaemonUnreachable { .. }),
+        "no socket: {err:?}"
+    );
     let dead = dir.path().join("dead.sock");
     drop(std::os::unix::net::UnixListener::bind(&dead).unwrap());
     let err = Docker::connect(&dead).await.unwrap_err();
-    assert!(matches!(err, DockerError::DaemonUnreachable { .. }), "dead socket: {err:?}");
+    assert!(
+        matches!(err, DockerError::DaemonUnreachable { .. }),
+        "dead socket: {err:?}"
+    );
     assert_eq!(err.code().as_str(), "MANAGED_PREREQUISITE_BLOCKED");
 
     // The pushed image itself was never pulled.
@@ -125,7 +191,10 @@ async fn a_cancel_half_way_stops_the_daemon_side_pull_too() {
     let api = require_services().await;
     let pushed = pushed_random_image(&api, "cancel", &[6 << 20]).await;
     let proxy = RegistryProxy::start(1 << 20).await;
-    let path = pushed.reference.strip_prefix(&format!("{REGISTRY}/")).unwrap();
+    let path = pushed
+        .reference
+        .strip_prefix(&format!("{REGISTRY}/"))
+        .unwrap();
     let image = ImageRef::parse(&format!("{}/{path}", proxy.address())).unwrap();
     let docker = Docker::connect(SOCKET).await.unwrap();
 
@@ -139,20 +208,32 @@ async fn a_cancel_half_way_stops_the_daemon_side_pull_too() {
             trigger.cancel();
         }
     };
-    let err = docker.pull(&image, &PullOptions::default(), &mut on_progress, &cancel).await.unwrap_err();
+    let err = docker
+        .pull(&image, &PullOptions::default(), &mut on_progress, &cancel)
+        .await
+        .unwrap_err();
     assert!(matches!(err, DockerError::PullCancelled { .. }), "{err:?}");
     assert_eq!(err.code().as_str(), "MODEL_LOAD_CANCELLED");
     let last = *seen.lock().unwrap().last().unwrap();
-    assert!(last.current < last.total, "cancelled half-way, not at the end: {last:?}");
+    assert!(
+        last.current < last.total,
+        "cancelled half-way, not at the end: {last:?}"
+    );
 
     // The daemon stops fetching: the bytes through the proxy stop growing.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let settled = proxy.forwarded.load(Ordering::SeqCst);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let later = proxy.forwarded.load(Ordering::SeqCst);
-    assert_eq!(settled, later, "the daemon kept downloading after the cancel");
+    assert_eq!(
+        settled, later,
+        "the daemon kept downloading after the cancel"
+    );
     assert!(later < 6 << 20, "the whole layer went through: {later}");
-    assert!(docker.inspect_image(&image).await.unwrap().is_none(), "no partial image is left");
+    assert!(
+        docker.inspect_image(&image).await.unwrap().is_none(),
+        "no partial image is left"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -160,7 +241,10 @@ async fn a_stalled_registry_is_a_stall_error_within_the_limit() {
     let api = require_services().await;
     let pushed = pushed_random_image(&api, "stall", &[4 << 20]).await;
     let proxy = RegistryProxy::start(512 << 10).await;
-    let path = pushed.reference.strip_prefix(&format!("{REGISTRY}/")).unwrap();
+    let path = pushed
+        .reference
+        .strip_prefix(&format!("{REGISTRY}/"))
+        .unwrap();
     let image = ImageRef::parse(&format!("{}/{path}", proxy.address())).unwrap();
     let docker = Docker::connect(SOCKET).await.unwrap();
 
@@ -170,14 +254,35 @@ async fn a_stalled_registry_is_a_stall_error_within_the_limit() {
             stall.store(true, Ordering::SeqCst);
         }
     };
-    let options = PullOptions { stall_timeout: Duration::from_secs(3), ..PullOptions::default() };
+    let options = PullOptions {
+        stall_timeout: Duration::from_secs(3),
+        ..PullOptions::default()
+    };
     let started = std::time::Instant::now();
-    let err = docker.pull(&image, &options, &mut on_progress, &CancellationToken::new()).await.unwrap_err();
-    assert!(matches!(err, DockerError::PullStalled { seconds: 3, .. }), "{err:?}");
-    assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
+    let err = docker
+        .pull(
+            &image,
+            &options,
+            &mut on_progress,
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, DockerError::PullStalled { seconds: 3, .. }),
+        "{err:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
     proxy.stalled.store(false, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(docker.inspect_image(&image).await.unwrap().is_none(), "no partial image is left");
+    assert!(
+        docker.inspect_image(&image).await.unwrap().is_none(),
+        "no partial image is left"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,17 +303,35 @@ async fn remove_by_digest_only_when_no_container_uses_it_and_absent_is_absent() 
         ..Default::default()
     };
     let created = api
-        .create_container(Some(bollard::query_parameters::CreateContainerOptionsBuilder::new().name(&name).build()), body)
+        .create_container(
+            Some(
+                bollard::query_parameters::CreateContainerOptionsBuilder::new()
+                    .name(&name)
+                    .build(),
+            ),
+            body,
+        )
         .await
         .unwrap();
     cleanup.container(&created.id);
     let err = docker.remove_image_by_digest(&image).await.unwrap_err();
-    let DockerError::ImageInUse { containers, .. } = &err else { panic!("{err:?}") };
+    let DockerError::ImageInUse { containers, .. } = &err else {
+        panic!("{err:?}")
+    };
     assert_eq!(containers, &vec![created.id.clone()]);
-    assert!(docker.inspect_image(&image).await.unwrap().is_some(), "the image stays while used");
+    assert!(
+        docker.inspect_image(&image).await.unwrap().is_some(),
+        "the image stays while used"
+    );
 
     remove_container(&api, &created.id).await;
-    assert_eq!(docker.remove_image_by_digest(&image).await.unwrap(), ImageRemoval::Removed);
+    assert_eq!(
+        docker.remove_image_by_digest(&image).await.unwrap(),
+        ImageRemoval::Removed
+    );
     assert!(docker.inspect_image(&image).await.unwrap().is_none());
-    assert_eq!(docker.remove_image_by_digest(&image).await.unwrap(), ImageRemoval::Absent);
+    assert_eq!(
+        docker.remove_image_by_digest(&image).await.unwrap(),
+        ImageRemoval::Absent
+    );
 }

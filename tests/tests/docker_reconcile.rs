@@ -31,7 +31,11 @@ async fn child_broker_starts_a_container_then_waits() {
     let state = std::env::var(CHILD_STATE).expect("run by the reconcile test only");
     let image = ImageRef::parse(&std::env::var(CHILD_IMAGE).unwrap()).unwrap();
     let network = std::env::var(CHILD_NETWORK).unwrap().parse().unwrap();
-    let journal = Journal::open(std::path::Path::new(&state), InstanceId::generate().unwrap()).unwrap();
+    let journal = Journal::open(
+        std::path::Path::new(&state),
+        InstanceId::generate().unwrap(),
+    )
+    .unwrap();
     let docker = Docker::connect(SOCKET).await.unwrap();
     let spec = {
         let mut spec = ContainerSpec::new(
@@ -42,11 +46,18 @@ async fn child_broker_starts_a_container_then_waits() {
             network,
         );
         // Ignores TERM like a busy engine: reconcile must escalate to KILL.
-        spec.command = ["sh", "-c", "trap '' TERM; while true; do sleep 0.2; done"].map(String::from).to_vec();
+        spec.command = ["sh", "-c", "trap '' TERM; while true; do sleep 0.2; done"]
+            .map(String::from)
+            .to_vec();
         spec
     };
     let running = docker.run_journalled(&journal, &spec).await.unwrap();
-    println!("STARTED {} {} {}", journal.instance(), spec.name, running.id);
+    println!(
+        "STARTED {} {} {}",
+        journal.instance(),
+        spec.name,
+        running.id
+    );
     loop {
         tokio::time::sleep(Duration::from_secs(3600)).await;
     }
@@ -64,7 +75,13 @@ async fn a_killed_brokers_container_is_reconciled_and_forged_labels_are_left_alo
 
     // 1. A broker process starts a container, then is killed with SIGKILL.
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_broker_starts_a_container_then_waits", "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "child_broker_starts_a_container_then_waits",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_STATE, state.path())
         .env(CHILD_IMAGE, &image)
         .env(CHILD_NETWORK, &network)
@@ -76,22 +93,45 @@ async fn a_killed_brokers_container_is_reconciled_and_forged_labels_are_left_alo
     // libtest may print "test <name> ... " on the same line before the child's own output.
     while !line.contains("STARTED ") {
         line.clear();
-        assert!(reader.read_line(&mut line).unwrap() > 0, "the child broker exited before starting its container");
+        assert!(
+            reader.read_line(&mut line).unwrap() > 0,
+            "the child broker exited before starting its container"
+        );
     }
     let started = &line[line.find("STARTED ").unwrap()..];
     let words: Vec<&str> = started.split_whitespace().collect();
-    let (dead_instance, orphan_name, orphan_id) = (words[1].to_owned(), words[2].to_owned(), words[3].to_owned());
+    let (dead_instance, orphan_name, orphan_id) = (
+        words[1].to_owned(),
+        words[2].to_owned(),
+        words[3].to_owned(),
+    );
     cleanup.container(&orphan_id);
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
     child.wait().unwrap();
     let docker = Docker::connect(SOCKET).await.unwrap();
-    assert!(docker.inspect_container(&orphan_id).await.unwrap().unwrap().running, "the orphan outlives its broker");
+    assert!(
+        docker
+            .inspect_container(&orphan_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .running,
+        "the orphan outlives its broker"
+    );
 
     // 2. A foreign container with forged labels (even the dead instance's id), never journalled.
     let forged_name = unique("forged");
     let forged = api
         .create_container(
-            Some(bollard::query_parameters::CreateContainerOptionsBuilder::new().name(&forged_name).build()),
+            Some(
+                bollard::query_parameters::CreateContainerOptionsBuilder::new()
+                    .name(&forged_name)
+                    .build(),
+            ),
             bollard::models::ContainerCreateBody {
                 image: Some(image.clone()),
                 cmd: Some(vec!["sleep".into(), "300".into()]),
@@ -139,37 +179,90 @@ async fn a_killed_brokers_container_is_reconciled_and_forged_labels_are_left_alo
         created_at: "2026-01-01T00:00:00Z".into(),
     };
     journal.write(&own).unwrap();
-    let limits = ReconcileLimits { stop_grace: Duration::from_secs(2), ..ReconcileLimits::default() };
+    let limits = ReconcileLimits {
+        stop_grace: Duration::from_secs(2),
+        ..ReconcileLimits::default()
+    };
     let report = reconcile(&docker, &journal, limits).await.unwrap();
 
     let stopped: Vec<&str> = report.stopped.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(stopped, vec![orphan_name.as_str()], "{report:#?}");
     assert_eq!(report.stopped[0].instance, dead_instance);
-    assert!(docker.inspect_container(&orphan_id).await.unwrap().is_none(), "the orphan was removed");
-    let left: Vec<String> = journal.list().unwrap().records.iter().map(|r| r.name.to_string()).collect();
+    assert!(
+        docker
+            .inspect_container(&orphan_id)
+            .await
+            .unwrap()
+            .is_none(),
+        "the orphan was removed"
+    );
+    let left: Vec<String> = journal
+        .list()
+        .unwrap()
+        .records
+        .iter()
+        .map(|r| r.name.to_string())
+        .collect();
     assert!(!left.contains(&orphan_name), "its record was dropped");
-    assert!(left.contains(&own.name.to_string()), "our own record is never touched");
+    assert!(
+        left.contains(&own.name.to_string()),
+        "our own record is never touched"
+    );
 
     assert_eq!(report.failed.len(), 1, "{report:#?}");
     assert_eq!(report.failed[0].name, impostor.name.to_string());
-    assert!(report.failed[0].reason.as_deref().unwrap().contains("identity mismatch"), "{report:#?}");
-    assert!(left.contains(&impostor.name.to_string()), "a mismatching record is kept");
+    assert!(
+        report.failed[0]
+            .reason
+            .as_deref()
+            .unwrap()
+            .contains("identity mismatch"),
+        "{report:#?}"
+    );
+    assert!(
+        left.contains(&impostor.name.to_string()),
+        "a mismatching record is kept"
+    );
 
-    let forged_facts = docker.inspect_container(&forged.id).await.unwrap().expect("the forged container still exists");
+    let forged_facts = docker
+        .inspect_container(&forged.id)
+        .await
+        .unwrap()
+        .expect("the forged container still exists");
     assert!(forged_facts.running, "the forged container is left running");
     assert!(
         report.unrecorded.iter().all(|c| c.id != forged.id),
         "the forged container is named by a (mismatching) record, so it is not unrecorded"
     );
-    assert!(report.unconfirmed.is_empty() && report.absent.is_empty(), "{report:#?}");
+    assert!(
+        report.unconfirmed.is_empty() && report.absent.is_empty(),
+        "{report:#?}"
+    );
 
     // 5. Once the impostor record is gone, the forged container is reported as unrecorded and
     //    still left alone.
     std::fs::remove_file(journal.dir().join(format!("{}.json", impostor.name))).unwrap();
     let report = reconcile(&docker, &journal, limits).await.unwrap();
-    assert!(report.stopped.is_empty() && report.failed.is_empty(), "{report:#?}");
-    assert!(report.unrecorded.iter().any(|c| c.id == forged.id && c.instance_label.as_deref() == Some(dead_instance.as_str())), "{report:#?}");
-    assert!(docker.inspect_container(&forged.id).await.unwrap().unwrap().running);
+    assert!(
+        report.stopped.is_empty() && report.failed.is_empty(),
+        "{report:#?}"
+    );
+    assert!(
+        report
+            .unrecorded
+            .iter()
+            .any(|c| c.id == forged.id
+                && c.instance_label.as_deref() == Some(dead_instance.as_str())),
+        "{report:#?}"
+    );
+    assert!(
+        docker
+            .inspect_container(&forged.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .running
+    );
 
     remove_container(&api, &forged.id).await;
     let _ = api.remove_network(&network).await;
@@ -181,7 +274,12 @@ async fn records_of_a_live_instance_are_skipped_and_a_gone_container_drops_its_r
     let _api = require_services().await;
     let state = tempfile::tempdir().unwrap();
     let docker = Docker::connect(SOCKET).await.unwrap();
-    let image = ImageRef::parse(&format!("{REGISTRY}/{}@sha256:{}", unique("gone"), "d".repeat(64))).unwrap();
+    let image = ImageRef::parse(&format!(
+        "{REGISTRY}/{}@sha256:{}",
+        unique("gone"),
+        "d".repeat(64)
+    ))
+    .unwrap();
     let live = Journal::open(state.path(), InstanceId::generate().unwrap()).unwrap();
     let record = |journal: &Journal, id: Option<String>| ContainerRecord {
         version: RECORD_VERSION,
@@ -202,20 +300,38 @@ async fn records_of_a_live_instance_are_skipped_and_a_gone_container_drops_its_r
         r
     };
     let journal = Journal::open(state.path(), InstanceId::generate().unwrap()).unwrap();
-    let report = reconcile(&docker, &journal, ReconcileLimits::default()).await.unwrap();
+    let report = reconcile(&docker, &journal, ReconcileLimits::default())
+        .await
+        .unwrap();
     assert_eq!(report.skipped.len(), 1, "{report:#?}");
     assert_eq!(report.skipped[0].name, live_record.name.to_string());
     assert_eq!(report.absent.len(), 1, "{report:#?}");
     assert_eq!(report.absent[0].name, gone_record.name.to_string());
-    let names: Vec<_> = journal.list().unwrap().records.into_iter().map(|r| r.name).collect();
+    let names: Vec<_> = journal
+        .list()
+        .unwrap()
+        .records
+        .into_iter()
+        .map(|r| r.name)
+        .collect();
     assert_eq!(names, vec![live_record.name.clone()]);
 
     // A zero budget skips everything and touches nothing.
     drop(live);
-    let report = reconcile(&docker, &journal, ReconcileLimits { total: Duration::ZERO, ..ReconcileLimits::default() })
-        .await
-        .unwrap();
+    let report = reconcile(
+        &docker,
+        &journal,
+        ReconcileLimits {
+            total: Duration::ZERO,
+            ..ReconcileLimits::default()
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(report.skipped.len(), 1);
-    assert_eq!(report.skipped[0].reason.as_deref(), Some("the reconcile budget was spent"));
+    assert_eq!(
+        report.skipped[0].reason.as_deref(),
+        Some("the reconcile budget was spent")
+    );
     assert_eq!(journal.list().unwrap().records.len(), 1);
 }

@@ -17,7 +17,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use super::{EXIT_FAILURE, EXIT_USAGE};
-use crate::docker::{CancellationToken, Docker, DockerError, ProgressSnapshot, PullOptions, SYSTEM_SOCKET};
+use crate::docker::{
+    CancellationToken, Docker, DockerError, ProgressSnapshot, PullOptions, SYSTEM_SOCKET,
+};
 use crate::journal::{self, InstanceId, Journal, ReconcileLimits};
 
 #[derive(Debug, Args)]
@@ -61,7 +63,10 @@ pub enum DockerCommand {
 
 /// Runs a `docker` subcommand.
 pub fn run(args: DockerArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(err) => {
             eprintln!("enginekit: could not start the async runtime: {err}");
@@ -115,7 +120,9 @@ async fn pull(image: &str, json: bool, options: &PullOptions, socket: PathBuf) -
         Ok(image) => image,
         Err(err) => {
             if json {
-                print_json_line(&json!({"event": "error", "code": err.code(), "kind": "docker.invalid_image", "message": err.to_string()}));
+                print_json_line(
+                    &json!({"event": "error", "code": err.code(), "kind": "docker.invalid_image", "message": err.to_string()}),
+                );
             } else {
                 eprintln!("enginekit: {err} (expected REPO@sha256:<64 hex>)");
             }
@@ -152,9 +159,13 @@ async fn pull(image: &str, json: bool, options: &PullOptions, socket: PathBuf) -
             bar.set_length(p.total);
             bar.set_position(p.current);
         }
-        None => print_json_line(&json!({"event": "progress", "current": p.current, "total": p.total})),
+        None => {
+            print_json_line(&json!({"event": "progress", "current": p.current, "total": p.total}))
+        }
     };
-    let result = docker.pull(&image, options, &mut on_progress, &cancel).await;
+    let result = docker
+        .pull(&image, options, &mut on_progress, &cancel)
+        .await;
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
@@ -230,21 +241,36 @@ async fn reconcile(json: bool, state_dir: Option<PathBuf>, socket: PathBuf) -> E
         for (label, records) in groups {
             for r in records {
                 let id = r.container_id.as_deref().unwrap_or("-");
-                let reason = r.reason.as_deref().map(|x| format!(": {x}")).unwrap_or_default();
+                let reason = r
+                    .reason
+                    .as_deref()
+                    .map(|x| format!(": {x}"))
+                    .unwrap_or_default();
                 println!("{label}: {} ({id}, engine {}){reason}", r.name, r.engine);
             }
         }
         for c in &report.unrecorded {
-            println!("labelled but not recorded (left alone): {} ({})", c.name, c.id);
+            println!(
+                "labelled but not recorded (left alone): {} ({})",
+                c.name, c.id
+            );
         }
         for u in &report.unreadable {
-            println!("unreadable journal file (kept): {}: {}", u.path.display(), u.reason);
+            println!(
+                "unreadable journal file (kept): {}: {}",
+                u.path.display(),
+                u.reason
+            );
         }
         if let Some(err) = &report.discovery_error {
             println!("labelled containers could not be listed: {err}");
         }
-        if report.stopped.is_empty() && report.absent.is_empty() && report.unconfirmed.is_empty()
-            && report.failed.is_empty() && report.skipped.is_empty() && report.unrecorded.is_empty()
+        if report.stopped.is_empty()
+            && report.absent.is_empty()
+            && report.unconfirmed.is_empty()
+            && report.failed.is_empty()
+            && report.skipped.is_empty()
+            && report.unrecorded.is_empty()
         {
             println!("nothing to reconcile");
         }

@@ -96,7 +96,12 @@ impl Docker {
     }
 
     /// Maps a failure of call `what` made with deadline `deadline` to an error.
-    pub(crate) fn fail(&self, what: &'static str, deadline: Duration, err: bollard::errors::Error) -> DockerError {
+    pub(crate) fn fail(
+        &self,
+        what: &'static str,
+        deadline: Duration,
+        err: bollard::errors::Error,
+    ) -> DockerError {
         Failure::of(err).into_error(what, &self.socket.display().to_string(), deadline.as_secs())
     }
 }

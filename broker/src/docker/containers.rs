@@ -85,11 +85,7 @@ impl Docker {
                 let state = c.state.unwrap_or_default();
                 let config = c.config.unwrap_or_default();
                 let mut bindings = Vec::new();
-                for (port, list) in c
-                    .network_settings
-                    .and_then(|n| n.ports)
-                    .unwrap_or_default()
-                {
+                for (port, list) in c.network_settings.and_then(|n| n.ports).unwrap_or_default() {
                     for b in list.unwrap_or_default() {
                         bindings.push((
                             port.clone(),
@@ -149,7 +145,11 @@ impl Docker {
     /// Starts a container. When `published_port` is given, re-reads the publication after the
     /// start: anything but 127.0.0.1 stops the container at once and is `ForbiddenHost`.
     /// Returns the host port Docker bound, when asked for one.
-    pub async fn start_container(&self, id: &str, published_port: Option<u16>) -> Result<Option<u16>> {
+    pub async fn start_container(
+        &self,
+        id: &str,
+        published_port: Option<u16>,
+    ) -> Result<Option<u16>> {
         if let Err(err) = self.api.start_container(id, None).await {
             let failure = Failure::of(err);
             return Err(match failure.status() {
@@ -174,12 +174,12 @@ impl Docker {
 
     /// The host port bound to `container_port`/tcp; every binding must be on 127.0.0.1.
     pub async fn published_port(&self, id: &str, container_port: u16) -> Result<u16> {
-        let facts = self
-            .inspect_container(id)
-            .await?
-            .ok_or_else(|| DockerError::ContainerAbsent {
-                container: id.to_owned(),
-            })?;
+        let facts =
+            self.inspect_container(id)
+                .await?
+                .ok_or_else(|| DockerError::ContainerAbsent {
+                    container: id.to_owned(),
+                })?;
         let key = format!("{container_port}/tcp");
         let mut found = None;
         for (port, host, host_port) in &facts.bindings {
@@ -209,7 +209,10 @@ impl Docker {
         let api = self.with_deadline(deadline);
         let stop = tokio::time::timeout(deadline, api.stop_container(id, Some(options))).await;
         let stop_note = match stop {
-            Err(_) => Some(format!("docker did not answer the stop within {} s", deadline.as_secs())),
+            Err(_) => Some(format!(
+                "docker did not answer the stop within {} s",
+                deadline.as_secs()
+            )),
             Ok(Ok(())) => None,
             Ok(Err(err)) => match Failure::of(err) {
                 Failure::Status { status: 404, .. } => return StopOutcome::Absent,
@@ -226,7 +229,10 @@ impl Docker {
             Ok(Some(facts)) => StopOutcome::Unconfirmed {
                 reason: match stop_note {
                     Some(note) => format!("{note}; it is still {}", facts.status),
-                    None => format!("the stop returned but the container is still {}", facts.status),
+                    None => format!(
+                        "the stop returned but the container is still {}",
+                        facts.status
+                    ),
                 },
             },
             Err(err) => StopOutcome::Unconfirmed {
@@ -240,7 +246,10 @@ impl Docker {
 
     /// Removes a stopped container (never forced); an absent one is fine.
     pub async fn remove_container(&self, id: &str) -> Result<RemoveOutcome> {
-        let options = RemoveContainerOptionsBuilder::new().force(false).v(false).build();
+        let options = RemoveContainerOptionsBuilder::new()
+            .force(false)
+            .v(false)
+            .build();
         match self.api.remove_container(id, Some(options)).await {
             Ok(()) => Ok(RemoveOutcome::Removed),
             Err(err) => {
@@ -277,7 +286,10 @@ impl Docker {
                 image_ref: c.image.unwrap_or_default(),
                 image_id: c.image_id.unwrap_or_default(),
                 labels: c.labels.unwrap_or_default(),
-                status: c.state.map(|s| format!("{s:?}").to_lowercase()).unwrap_or_default(),
+                status: c
+                    .state
+                    .map(|s| format!("{s:?}").to_lowercase())
+                    .unwrap_or_default(),
                 running: false,
                 exit_code: None,
                 bindings: Vec::new(),

@@ -35,7 +35,11 @@ pub enum DockerError {
     DaemonTimeout { what: &'static str, seconds: u64 },
     /// The daemon answered with an error we have no more specific variant for.
     #[error("docker {what} failed (status {status}): {detail}")]
-    Api { what: &'static str, status: u16, detail: String },
+    Api {
+        what: &'static str,
+        status: u16,
+        detail: String,
+    },
     /// The daemon's answer could not be read (bad JSON, broken stream).
     #[error("docker {what} gave an answer that could not be read: {detail}")]
     BadAnswer { what: &'static str, detail: String },
@@ -67,17 +71,28 @@ pub enum DockerError {
 
     /// The image is used by containers, so it is left in place.
     #[error("image {image} is used by {count} container(s) and was not removed", count = containers.len())]
-    ImageInUse { image: String, containers: Vec<String> },
+    ImageInUse {
+        image: String,
+        containers: Vec<String>,
+    },
 
     /// A spec value failed validation before anything was sent to Docker.
     #[error("invalid {what}: {reason}")]
     InvalidSpec { what: &'static str, reason: String },
     /// A mount source could not be resolved to a real path.
     #[error("the {which} mount source {path} could not be resolved: {detail}")]
-    MountUnresolved { which: String, path: String, detail: String },
+    MountUnresolved {
+        which: String,
+        path: String,
+        detail: String,
+    },
     /// A port is published on something other than 127.0.0.1.
     #[error("container {container} publishes port {port} on {host}, not 127.0.0.1")]
-    ForbiddenHost { container: String, port: u16, host: String },
+    ForbiddenHost {
+        container: String,
+        port: u16,
+        host: String,
+    },
     /// The network with our name exists but is not configured as we require.
     #[error("network {name} exists but {reason}")]
     NetworkMisconfigured { name: String, reason: String },
@@ -164,7 +179,9 @@ impl DockerError {
     /// The `{code, message, details}` object for the wire; details carry the kind first.
     pub fn to_coded(&self) -> CodedError {
         let details = match self {
-            DockerError::GpuNotVisible { details, .. } => format!("kind={}\n{details}", self.kind()),
+            DockerError::GpuNotVisible { details, .. } => {
+                format!("kind={}\n{details}", self.kind())
+            }
             _ => format!("kind={}", self.kind()),
         };
         CodedError::new(self.code(), bounded(&self.to_string())).with_details(details)
@@ -281,12 +298,27 @@ mod tests {
     #[test]
     fn every_variant_has_a_distinct_kind() {
         let samples = [
-            DockerError::PullManifestUnknown { image: "i".into(), detail: "d".into() },
-            DockerError::RegistryUnreachable { image: "i".into(), detail: "d".into() },
-            DockerError::DaemonUnreachable { socket: "s".into(), detail: "d".into() },
+            DockerError::PullManifestUnknown {
+                image: "i".into(),
+                detail: "d".into(),
+            },
+            DockerError::RegistryUnreachable {
+                image: "i".into(),
+                detail: "d".into(),
+            },
+            DockerError::DaemonUnreachable {
+                socket: "s".into(),
+                detail: "d".into(),
+            },
             DockerError::PullCancelled { image: "i".into() },
-            DockerError::PullStalled { image: "i".into(), seconds: 1 },
-            DockerError::PullDigestMismatch { image: "i".into(), found: "f".into() },
+            DockerError::PullStalled {
+                image: "i".into(),
+                seconds: 1,
+            },
+            DockerError::PullDigestMismatch {
+                image: "i".into(),
+                found: "f".into(),
+            },
         ];
         let kinds: std::collections::BTreeSet<_> = samples.iter().map(|e| e.kind()).collect();
         assert_eq!(kinds.len(), samples.len());
@@ -294,6 +326,9 @@ mod tests {
         assert_eq!(samples[5].code(), ErrorCode::IdentityMismatch);
         let coded = samples[0].to_coded();
         assert_eq!(coded.code, ErrorCode::IoError);
-        assert_eq!(coded.details.as_deref(), Some("kind=docker.pull.manifest_unknown"));
+        assert_eq!(
+            coded.details.as_deref(),
+            Some("kind=docker.pull.manifest_unknown")
+        );
     }
 }

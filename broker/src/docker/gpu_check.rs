@@ -19,7 +19,8 @@ use super::spec::{bounded_json_log, gpu_request, GpuUuid, UserIds, LABEL_OWNER, 
 use crate::journal::ContainerName;
 
 /// The command run in the check image.
-pub const GPU_CHECK_COMMAND: [&str; 3] = ["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"];
+pub const GPU_CHECK_COMMAND: [&str; 3] =
+    ["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"];
 /// Label marking the short-lived check container.
 pub const LABEL_PURPOSE: &str = "org.enginekit.purpose";
 /// Default limit for the whole check.
@@ -121,7 +122,10 @@ pub fn judge(gpu: &GpuUuid, run: &GpuCheckRun, facts: &ToolkitFacts) -> Result<G
     };
     let details = [
         format!("gpu={gpu}"),
-        format!("exit={}", run.exit_code.map_or("none".to_owned(), |c| c.to_string())),
+        format!(
+            "exit={}",
+            run.exit_code.map_or("none".to_owned(), |c| c.to_string())
+        ),
         format!("toolkit_installed={}", show(facts.toolkit_installed)),
         format!("gpu_runtime={}", show(facts.gpu_runtime)),
         format!("cause={}", failure.as_str()),
@@ -152,10 +156,11 @@ impl Docker {
                 image: image.to_string(),
             });
         }
-        let name = ContainerName::unique("enginekit-gpu-check").map_err(|e| DockerError::InvalidSpec {
-            what: "container name",
-            reason: e.reason.to_owned(),
-        })?;
+        let name =
+            ContainerName::unique("enginekit-gpu-check").map_err(|e| DockerError::InvalidSpec {
+                what: "container name",
+                reason: e.reason.to_owned(),
+            })?;
         let user = UserIds::current();
         let body = ContainerCreateBody {
             image: Some(image.to_string()),
@@ -179,7 +184,9 @@ impl Docker {
             }),
             ..ContainerCreateBody::default()
         };
-        let options = CreateContainerOptionsBuilder::new().name(name.as_str()).build();
+        let options = CreateContainerOptionsBuilder::new()
+            .name(name.as_str())
+            .build();
         let id = match self.api.create_container(Some(options), body).await {
             Ok(created) => created.id,
             Err(err) => return Err(self.fail_with("gpu check create", Failure::of(err))),
@@ -190,7 +197,11 @@ impl Docker {
             .api
             .remove_container(
                 &id,
-                Some(bollard::query_parameters::RemoveContainerOptionsBuilder::new().force(true).build()),
+                Some(
+                    bollard::query_parameters::RemoveContainerOptionsBuilder::new()
+                        .force(true)
+                        .build(),
+                ),
             )
             .await;
         judge(gpu, &run?, facts)
@@ -244,36 +255,86 @@ mod tests {
     #[test]
     fn passes_only_with_exit_zero_and_the_uuid_listed() {
         let facts = ToolkitFacts::default();
-        let ok = GpuCheckRun { exit_code: Some(0), stdout: format!("{}\n", gpu()), ..Default::default() };
+        let ok = GpuCheckRun {
+            exit_code: Some(0),
+            stdout: format!("{}\n", gpu()),
+            ..Default::default()
+        };
         assert!(judge(&gpu(), &ok, &facts).is_ok());
-        let other = GpuCheckRun { exit_code: Some(0), stdout: "GPU-ffffffff-0000-1111-2222-333344445555\n".into(), ..Default::default() };
+        let other = GpuCheckRun {
+            exit_code: Some(0),
+            stdout: "GPU-ffffffff-0000-1111-2222-333344445555\n".into(),
+            ..Default::default()
+        };
         let err = judge(&gpu(), &other, &facts).unwrap_err();
-        let DockerError::GpuNotVisible { details, .. } = err else { panic!() };
+        let DockerError::GpuNotVisible { details, .. } = err else {
+            panic!()
+        };
         assert!(details.contains("cause=not_listed"));
-        let failed = GpuCheckRun { exit_code: Some(9), stdout: gpu().to_string(), stderr: "NVML: driver mismatch".into(), ..Default::default() };
-        let DockerError::GpuNotVisible { details, .. } = judge(&gpu(), &failed, &facts).unwrap_err() else { panic!() };
+        let failed = GpuCheckRun {
+            exit_code: Some(9),
+            stdout: gpu().to_string(),
+            stderr: "NVML: driver mismatch".into(),
+            ..Default::default()
+        };
+        let DockerError::GpuNotVisible { details, .. } =
+            judge(&gpu(), &failed, &facts).unwrap_err()
+        else {
+            panic!()
+        };
         assert!(details.contains("exit=9") && details.contains("stderr=NVML: driver mismatch"));
     }
 
     #[test]
     fn a_missing_device_driver_is_told_apart_from_a_failing_runtime() {
-        let facts = ToolkitFacts { toolkit_installed: Some(false), gpu_runtime: Some(false) };
-        let no_driver = GpuCheckRun { start_error: Some("could not select device driver \"\" with capabilities: [[gpu]]".into()), ..Default::default() };
+        let facts = ToolkitFacts {
+            toolkit_installed: Some(false),
+            gpu_runtime: Some(false),
+        };
+        let no_driver = GpuCheckRun {
+            start_error: Some(
+                "could not select device driver \"\" with capabilities: [[gpu]]".into(),
+            ),
+            ..Default::default()
+        };
         let err = judge(&gpu(), &no_driver, &facts).unwrap_err();
-        assert_eq!(err.code(), enginekit_shared::error::ErrorCode::PrerequisiteBlocked);
-        let DockerError::GpuNotVisible { details, .. } = err else { panic!() };
+        assert_eq!(
+            err.code(),
+            enginekit_shared::error::ErrorCode::PrerequisiteBlocked
+        );
+        let DockerError::GpuNotVisible { details, .. } = err else {
+            panic!()
+        };
         assert!(details.contains("cause=no_device_driver"));
-        assert!(details.contains("toolkit_installed=false") && details.contains("gpu_runtime=false"));
+        assert!(
+            details.contains("toolkit_installed=false") && details.contains("gpu_runtime=false")
+        );
         assert!(details.contains("exit=none"));
-        let hook = GpuCheckRun { start_error: Some("OCI runtime create failed: nvidia-container-cli: initialization error".into()), ..Default::default() };
-        let DockerError::GpuNotVisible { details, .. } = judge(&gpu(), &hook, &facts).unwrap_err() else { panic!() };
+        let hook = GpuCheckRun {
+            start_error: Some(
+                "OCI runtime create failed: nvidia-container-cli: initialization error".into(),
+            ),
+            ..Default::default()
+        };
+        let DockerError::GpuNotVisible { details, .. } = judge(&gpu(), &hook, &facts).unwrap_err()
+        else {
+            panic!()
+        };
         assert!(details.contains("cause=runtime_failed"));
     }
 
     #[test]
     fn output_in_details_is_bounded() {
-        let run = GpuCheckRun { exit_code: Some(1), stdout: "x".repeat(10_000), ..Default::default() };
-        let DockerError::GpuNotVisible { details, .. } = judge(&gpu(), &run, &ToolkitFacts::default()).unwrap_err() else { panic!() };
+        let run = GpuCheckRun {
+            exit_code: Some(1),
+            stdout: "x".repeat(10_000),
+            ..Default::default()
+        };
+        let DockerError::GpuNotVisible { details, .. } =
+            judge(&gpu(), &run, &ToolkitFacts::default()).unwrap_err()
+        else {
+            panic!()
+        };
         assert!(details.len() < 1300, "{}", details.len());
     }
 }

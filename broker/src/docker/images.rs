@@ -49,7 +49,11 @@ impl Docker {
                 if failure.status() == Some(404) {
                     Ok(None)
                 } else {
-                    Err(failure.into_error("image inspect", &self.socket().display().to_string(), CALL_TIMEOUT.as_secs()))
+                    Err(failure.into_error(
+                        "image inspect",
+                        &self.socket().display().to_string(),
+                        CALL_TIMEOUT.as_secs(),
+                    ))
                 }
             }
         }
@@ -108,8 +112,15 @@ impl Docker {
                 containers: users,
             });
         }
-        let options = RemoveImageOptionsBuilder::new().force(false).noprune(false).build();
-        match self.api.remove_image(&image.to_string(), Some(options), None).await {
+        let options = RemoveImageOptionsBuilder::new()
+            .force(false)
+            .noprune(false)
+            .build();
+        match self
+            .api
+            .remove_image(&image.to_string(), Some(options), None)
+            .await
+        {
             Ok(_) => Ok(ImageRemoval::Removed),
             Err(err) => {
                 let failure = Failure::of(err);
@@ -120,7 +131,11 @@ impl Docker {
                         image: image.to_string(),
                         containers: self.containers_using_image(image).await.unwrap_or_default(),
                     }),
-                    _ => Err(failure.into_error("image rm", &self.socket().display().to_string(), CALL_TIMEOUT.as_secs())),
+                    _ => Err(failure.into_error(
+                        "image rm",
+                        &self.socket().display().to_string(),
+                        CALL_TIMEOUT.as_secs(),
+                    )),
                 }
             }
         }

@@ -43,11 +43,17 @@ pub fn identity_mismatch(record: &ContainerRecord, facts: &ContainerFacts) -> Op
         return Some(format!("its engine label is {:?}", label(LABEL_ENGINE)));
     }
     if facts.image_ref != record.image.to_string() {
-        return Some(format!("it runs {:?}, the record says {}", facts.image_ref, record.image));
+        return Some(format!(
+            "it runs {:?}, the record says {}",
+            facts.image_ref, record.image
+        ));
     }
     if let Some(image_id) = &record.image_id {
         if &facts.image_id != image_id {
-            return Some(format!("its image id is {}, the record says {image_id}", facts.image_id));
+            return Some(format!(
+                "its image id is {}, the record says {image_id}",
+                facts.image_id
+            ));
         }
     }
     None
@@ -58,7 +64,11 @@ impl Docker {
     /// be the spec's). On any failure after the record was written, the container is stopped
     /// and removed and the record dropped when that is confirmed; otherwise the record stays for
     /// the next reconcile.
-    pub async fn run_journalled(&self, journal: &Journal, spec: &ContainerSpec) -> Result<RunningContainer> {
+    pub async fn run_journalled(
+        &self,
+        journal: &Journal,
+        spec: &ContainerSpec,
+    ) -> Result<RunningContainer> {
         if &spec.instance != journal.instance() {
             return Err(DockerError::InvalidSpec {
                 what: "instance",
@@ -67,12 +77,12 @@ impl Docker {
         }
         // Validate (and resolve mounts) before anything is written or created.
         spec.to_create_body()?;
-        let image = self
-            .inspect_image(&spec.image)
-            .await?
-            .ok_or_else(|| DockerError::ImageAbsent {
-                image: spec.image.to_string(),
-            })?;
+        let image =
+            self.inspect_image(&spec.image)
+                .await?
+                .ok_or_else(|| DockerError::ImageAbsent {
+                    image: spec.image.to_string(),
+                })?;
         self.ensure_network(&spec.network).await?;
 
         let mut record = ContainerRecord {
@@ -102,7 +112,10 @@ impl Docker {
             }
             return Err(err.into());
         }
-        match self.start_container(&id, spec.port.map(|p| p.container_port)).await {
+        match self
+            .start_container(&id, spec.port.map(|p| p.container_port))
+            .await
+        {
             Ok(host_port) => Ok(RunningContainer {
                 name: spec.name.clone(),
                 id,

@@ -117,7 +117,9 @@ impl LogCollector {
     }
 
     fn line(&mut self, stream: LogStream, raw: &[u8]) {
-        let text = String::from_utf8_lossy(raw).trim_end_matches('\r').to_owned();
+        let text = String::from_utf8_lossy(raw)
+            .trim_end_matches('\r')
+            .to_owned();
         let size = text.len() + 1;
         if !self.head_closed && self.head_bytes + size <= self.head_cap {
             self.head_bytes += size;
@@ -158,7 +160,12 @@ impl LogCollector {
 impl Docker {
     /// Reads a container's log (stdout and stderr in order), at most `limit` bytes kept;
     /// `tail` limits the read to the last lines.
-    pub async fn logs(&self, container: &str, tail: Option<u32>, limit: usize) -> Result<BoundedLogs> {
+    pub async fn logs(
+        &self,
+        container: &str,
+        tail: Option<u32>,
+        limit: usize,
+    ) -> Result<BoundedLogs> {
         let tail_text = tail.map_or_else(|| "all".to_owned(), |n| n.max(1).to_string());
         let options = LogsOptionsBuilder::new()
             .stdout(true)
@@ -175,7 +182,9 @@ impl Docker {
                     Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
                         collector.push(LogStream::Stdout, &message)
                     }
-                    Ok(LogOutput::StdErr { message }) => collector.push(LogStream::Stderr, &message),
+                    Ok(LogOutput::StdErr { message }) => {
+                        collector.push(LogStream::Stderr, &message)
+                    }
                     Ok(LogOutput::StdIn { .. }) => {}
                     Err(err) => return Err(err),
                 }
@@ -202,7 +211,11 @@ impl Docker {
     }
 
     pub(crate) fn fail_with(&self, what: &'static str, failure: Failure) -> DockerError {
-        failure.into_error(what, &self.socket().display().to_string(), CALL_TIMEOUT.as_secs())
+        failure.into_error(
+            what,
+            &self.socket().display().to_string(),
+            CALL_TIMEOUT.as_secs(),
+        )
     }
 }
 
@@ -234,7 +247,14 @@ mod tests {
     fn over_the_budget_keeps_whole_lines_from_both_ends() {
         let mut c = LogCollector::new(100);
         for i in 0..100 {
-            c.push(if i % 2 == 0 { LogStream::Stdout } else { LogStream::Stderr }, format!("line {i:03}\n").as_bytes());
+            c.push(
+                if i % 2 == 0 {
+                    LogStream::Stdout
+                } else {
+                    LogStream::Stderr
+                },
+                format!("line {i:03}\n").as_bytes(),
+            );
         }
         c.push(LogStream::Stderr, b"CUDA out of memory\n");
         let logs = c.finish();
@@ -243,7 +263,9 @@ mod tests {
         assert!(logs.dropped_lines > 0);
         let kept: usize = logs.lines().map(|l| l.text.len() + 1).sum();
         assert!(kept <= 100, "{kept}");
-        assert!(logs.lines().all(|l| l.text.starts_with("line ") || l.text.starts_with("CUDA")));
+        assert!(logs
+            .lines()
+            .all(|l| l.text.starts_with("line ") || l.text.starts_with("CUDA")));
     }
 
     #[test]

@@ -30,5 +30,7 @@ pub use lifecycle::{identity_mismatch, RunningContainer};
 pub use logs::{BoundedLogs, LogLine, LogStream, DEFAULT_LOG_BYTES};
 pub use progress::{LayerCounts, ProgressSnapshot, PullProgress};
 pub use pull::{PullOptions, PullOutcome, DEFAULT_STALL_TIMEOUT};
-pub use spec::{ContainerSpec, EnvVar, GpuUuid, MountSpec, NetworkName, PortSpec, Selinux, UserIds};
+pub use spec::{
+    ContainerSpec, EnvVar, GpuUuid, MountSpec, NetworkName, PortSpec, Selinux, UserIds,
+};
 pub use tokio_util::sync::CancellationToken;

@@ -33,7 +33,7 @@ pub struct ProgressSnapshot {
 struct LayerBytes {
     current: u64,
     total: u64,
-    /// Bytes this pull actually saw downloading (for "nothing was downloaded" reports).
+    /// This pull saw the layer downloading (for "nothing was downloaded" reports).
     seen_downloading: bool,
     done: bool,
     already_present: bool,
@@ -83,13 +83,8 @@ impl PullProgress {
         };
         match status {
             "Downloading" => {
-                let Some(raw) = event.current.and_then(|c| u64::try_from(c).ok()) else {
-                    return None;
-                };
-                let reported = event
-                    .total
-                    .and_then(|t| u64::try_from(t).ok())
-                    .unwrap_or(0);
+                let raw = event.current.and_then(|c| u64::try_from(c).ok())?;
+                let reported = event.total.and_then(|t| u64::try_from(t).ok()).unwrap_or(0);
                 let layer = self.layers.entry(id.to_owned()).or_default();
                 layer.seen_downloading = true;
                 layer.total = layer.total.max(reported).max(raw);
@@ -145,12 +140,12 @@ impl PullProgress {
     }
 
     fn aggregate(&self) -> ProgressSnapshot {
-        let (current, total) = self
-            .layers
-            .values()
-            .fold((0u64, 0u64), |(c, t), layer| {
-                (c.saturating_add(layer.current), t.saturating_add(layer.total))
-            });
+        let (current, total) = self.layers.values().fold((0u64, 0u64), |(c, t), layer| {
+            (
+                c.saturating_add(layer.current),
+                t.saturating_add(layer.total),
+            )
+        });
         let total = total.max(self.known_total);
         ProgressSnapshot {
             current: current.min(total),
@@ -176,7 +171,12 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn ev<'a>(id: &'a str, status: &'a str, current: Option<i64>, total: Option<i64>) -> LayerEvent<'a> {
+    fn ev<'a>(
+        id: &'a str,
+        status: &'a str,
+        current: Option<i64>,
+        total: Option<i64>,
+    ) -> LayerEvent<'a> {
         LayerEvent {
             id: Some(id),
             status: Some(status),
@@ -190,9 +190,25 @@ mod tests {
         let mut p = PullProgress::new(None);
         assert_eq!(p.observe(&ev("a", "Pulling fs layer", None, None)), None);
         p.observe(&ev("a", "Downloading", Some(10), Some(100)));
-        let s = p.observe(&ev("b", "Downloading", Some(5), Some(50))).unwrap();
-        assert_eq!(s, ProgressSnapshot { current: 15, total: 150 });
-        assert_eq!(p.observe(&LayerEvent { id: None, status: Some("Status: x"), current: None, total: None }), None);
+        let s = p
+            .observe(&ev("b", "Downloading", Some(5), Some(50)))
+            .unwrap();
+        assert_eq!(
+            s,
+            ProgressSnapshot {
+                current: 15,
+                total: 150
+            }
+        );
+        assert_eq!(
+            p.observe(&LayerEvent {
+                id: None,
+                status: Some("Status: x"),
+                current: None,
+                total: None
+            }),
+            None
+        );
     }
 
     #[test]
@@ -200,27 +216,63 @@ mod tests {
         let mut p = PullProgress::new(None);
         p.observe(&ev("a", "Downloading", Some(90), Some(100)));
         assert_eq!(p.observe(&ev("a", "Extracting", Some(1), Some(1000))), None);
-        assert_eq!(p.snapshot(), ProgressSnapshot { current: 90, total: 100 });
+        assert_eq!(
+            p.snapshot(),
+            ProgressSnapshot {
+                current: 90,
+                total: 100
+            }
+        );
     }
 
     #[test]
     fn a_layer_without_total_never_reports_current_above_total() {
         let mut p = PullProgress::new(None);
         let s = p.observe(&ev("a", "Downloading", Some(70), None)).unwrap();
-        assert_eq!(s, ProgressSnapshot { current: 70, total: 70 });
-        let s = p.observe(&ev("a", "Downloading", Some(80), Some(0))).unwrap();
+        assert_eq!(
+            s,
+            ProgressSnapshot {
+                current: 70,
+                total: 70
+            }
+        );
+        let s = p
+            .observe(&ev("a", "Downloading", Some(80), Some(0)))
+            .unwrap();
         assert!(s.current <= s.total);
         // A real total arriving later is folded in.
-        let s = p.observe(&ev("a", "Downloading", Some(85), Some(200))).unwrap();
-        assert_eq!(s, ProgressSnapshot { current: 85, total: 200 });
+        let s = p
+            .observe(&ev("a", "Downloading", Some(85), Some(200)))
+            .unwrap();
+        assert_eq!(
+            s,
+            ProgressSnapshot {
+                current: 85,
+                total: 200
+            }
+        );
     }
 
     #[test]
     fn a_larger_known_total_is_used_from_the_first_report() {
         let mut p = PullProgress::new(Some(1000));
-        let s = p.observe(&ev("a", "Downloading", Some(10), Some(100))).unwrap();
-        assert_eq!(s, ProgressSnapshot { current: 10, total: 1000 });
-        assert_eq!(p.finish(), ProgressSnapshot { current: 1000, total: 1000 });
+        let s = p
+            .observe(&ev("a", "Downloading", Some(10), Some(100)))
+            .unwrap();
+        assert_eq!(
+            s,
+            ProgressSnapshot {
+                current: 10,
+                total: 1000
+            }
+        );
+        assert_eq!(
+            p.finish(),
+            ProgressSnapshot {
+                current: 1000,
+                total: 1000
+            }
+        );
     }
 
     #[test]
@@ -228,9 +280,23 @@ mod tests {
         let mut p = PullProgress::new(None);
         p.observe(&ev("a", "Already exists", None, None));
         p.observe(&ev("b", "Downloading", Some(10), Some(40)));
-        let s = p.observe(&ev("b", "Download complete", None, None)).unwrap();
-        assert_eq!(s, ProgressSnapshot { current: 40, total: 40 });
-        assert_eq!(p.finish(), ProgressSnapshot { current: 40, total: 40 });
+        let s = p
+            .observe(&ev("b", "Download complete", None, None))
+            .unwrap();
+        assert_eq!(
+            s,
+            ProgressSnapshot {
+                current: 40,
+                total: 40
+            }
+        );
+        assert_eq!(
+            p.finish(),
+            ProgressSnapshot {
+                current: 40,
+                total: 40
+            }
+        );
         let counts = p.counts();
         assert_eq!(counts.already_present, 1);
         assert_eq!(counts.downloaded, 1);
@@ -248,7 +314,12 @@ mod tests {
 
     /// One generated line: layer index, status choice, current, total.
     fn line() -> impl Strategy<Value = (usize, u8, i64, Option<i64>)> {
-        (0usize..5, 0u8..6, -5i64..5000, proptest::option::of(-5i64..5000))
+        (
+            0usize..5,
+            0u8..6,
+            -5i64..5000,
+            proptest::option::of(-5i64..5000),
+        )
     }
 
     proptest! {

@@ -170,13 +170,28 @@ fn classify(
         "context deadline exceeded",
     ];
     if UNREACHABLE.iter().any(|p| lower.contains(p)) {
-        return DockerError::RegistryUnreachable { image: image_name, detail };
+        return DockerError::RegistryUnreachable {
+            image: image_name,
+            detail,
+        };
     }
     if lower.contains("manifest unknown") || lower.contains("not found") || status == Some(404) {
-        return DockerError::PullManifestUnknown { image: image_name, detail };
+        return DockerError::PullManifestUnknown {
+            image: image_name,
+            detail,
+        };
     }
-    if lower.contains("unauthorized") || lower.contains("denied") || lower.contains("authentication required") {
-        return DockerError::RegistryDenied { image: image_name, detail };
+    if lower.contains("unauthorized")
+        || lower.contains("denied")
+        || lower.contains("authentication required")
+    {
+        return DockerError::RegistryDenied {
+            image: image_name,
+            detail,
+        };
     }
-    DockerError::PullFailed { image: image_name, detail }
+    DockerError::PullFailed {
+        image: image_name,
+        detail,
+    }
 }

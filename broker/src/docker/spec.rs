@@ -111,7 +111,10 @@ impl FromStr for NetworkName {
             .parse()
             .map_err(|e: crate::journal::record::BadValue| invalid("network name", e.reason))?;
         if matches!(s, "bridge" | "host" | "none" | "default") {
-            return Err(invalid("network name", "a built-in network is not a dedicated one"));
+            return Err(invalid(
+                "network name",
+                "a built-in network is not a dedicated one",
+            ));
         }
         Ok(NetworkName(name))
     }
@@ -152,7 +155,10 @@ impl FromStr for ContainerPath {
             return Err(invalid("mount target", "must be an absolute path below /"));
         }
         if s.contains([':', ',']) || has_control(s) {
-            return Err(invalid("mount target", "must not contain ':', ',' or control characters"));
+            return Err(invalid(
+                "mount target",
+                "must not contain ':', ',' or control characters",
+            ));
         }
         if path
             .components()
@@ -197,13 +203,17 @@ impl EnvVar {
         let first_ok = chars
             .next()
             .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
-        if !first_ok
-            || !chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
-        {
-            return Err(invalid("environment key", "must match [A-Za-z_][A-Za-z0-9_.-]*"));
+        if !first_ok || !chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')) {
+            return Err(invalid(
+                "environment key",
+                "must match [A-Za-z_][A-Za-z0-9_.-]*",
+            ));
         }
         if value.contains(['\0', '\r', '\n']) {
-            return Err(invalid("environment value", "must not contain NUL, CR or LF"));
+            return Err(invalid(
+                "environment value",
+                "must not contain NUL, CR or LF",
+            ));
         }
         Ok(EnvVar {
             key: key.to_owned(),
@@ -297,7 +307,10 @@ impl ContainerSpec {
         }
         for word in self.command.iter().chain(self.entrypoint.iter().flatten()) {
             if word.is_empty() || has_control(word) {
-                return Err(invalid("command word", "must be non-empty without control characters"));
+                return Err(invalid(
+                    "command word",
+                    "must be non-empty without control characters",
+                ));
             }
         }
         let binds = resolve_binds(&self.mounts, self.selinux.as_ref())?;
@@ -325,7 +338,13 @@ impl ContainerSpec {
 
         let device_requests = self.gpu.as_ref().map(|gpu| vec![gpu_request(gpu)]);
         let (readonly_rootfs, tmpfs) = if self.read_only_root {
-            (Some(true), Some(HashMap::from([("/tmp".to_owned(), "rw,nosuid,nodev,size=1g".to_owned())])))
+            (
+                Some(true),
+                Some(HashMap::from([(
+                    "/tmp".to_owned(),
+                    "rw,nosuid,nodev,size=1g".to_owned(),
+                )])),
+            )
         } else {
             (None, None)
         };
@@ -390,10 +409,16 @@ pub(crate) fn bounded_json_log() -> HostConfigLogConfig {
 /// Lexical checks on a source before and after resolution.
 fn check_source_text(purpose: &str, path: &Path) -> Result<()> {
     let Some(text) = path.to_str() else {
-        return Err(invalid("mount source", format!("the {purpose} mount source is not UTF-8")));
+        return Err(invalid(
+            "mount source",
+            format!("the {purpose} mount source is not UTF-8"),
+        ));
     };
     if !path.is_absolute() {
-        return Err(invalid("mount source", format!("the {purpose} mount source must be absolute")));
+        return Err(invalid(
+            "mount source",
+            format!("the {purpose} mount source must be absolute"),
+        ));
     }
     if text.contains([':', ',']) || has_control(text) {
         return Err(invalid(
@@ -411,33 +436,42 @@ fn resolve_binds(mounts: &[MountSpec], selinux: Option<&Selinux>) -> Result<Vec<
         None => None,
         Some(s) => {
             check_source_text("data root", &s.data_root)?;
-            Some(std::fs::canonicalize(&s.data_root).map_err(|e| DockerError::MountUnresolved {
-                which: "data root".to_owned(),
-                path: s.data_root.display().to_string(),
-                detail: e.to_string(),
-            })?)
+            Some(
+                std::fs::canonicalize(&s.data_root).map_err(|e| DockerError::MountUnresolved {
+                    which: "data root".to_owned(),
+                    path: s.data_root.display().to_string(),
+                    detail: e.to_string(),
+                })?,
+            )
         }
     };
     let sockets: Vec<PathBuf> = DOCKER_SOCKETS
         .iter()
         .map(PathBuf::from)
-        .chain(DOCKER_SOCKETS.iter().filter_map(|s| std::fs::canonicalize(s).ok()))
+        .chain(
+            DOCKER_SOCKETS
+                .iter()
+                .filter_map(|s| std::fs::canonicalize(s).ok()),
+        )
         .collect();
     let mut targets = std::collections::HashSet::new();
     let mut binds = Vec::with_capacity(mounts.len());
     for mount in mounts {
         let purpose = mount.purpose.as_str();
         check_source_text(purpose, &mount.source)?;
-        let real = std::fs::canonicalize(&mount.source).map_err(|e| DockerError::MountUnresolved {
-            which: purpose.to_owned(),
-            path: mount.source.display().to_string(),
-            detail: e.to_string(),
-        })?;
+        let real =
+            std::fs::canonicalize(&mount.source).map_err(|e| DockerError::MountUnresolved {
+                which: purpose.to_owned(),
+                path: mount.source.display().to_string(),
+                detail: e.to_string(),
+            })?;
         check_source_text(purpose, &real)?;
         if real == Path::new("/") || sockets.iter().any(|s| s.starts_with(&real)) {
             return Err(invalid(
                 "mount source",
-                format!("the {purpose} mount source is the Docker socket or a folder containing it"),
+                format!(
+                    "the {purpose} mount source is the Docker socket or a folder containing it"
+                ),
             ));
         }
         if FORBIDDEN_TREES.iter().any(|t| real.starts_with(t)) {
@@ -459,7 +493,10 @@ fn resolve_binds(mounts: &[MountSpec], selinux: Option<&Selinux>) -> Result<Vec<
             }
         }
         if !targets.insert(mount.target.as_str()) {
-            return Err(invalid("mount target", format!("{} is mounted twice", mount.target.as_str())));
+            return Err(invalid(
+                "mount target",
+                format!("{} is mounted twice", mount.target.as_str()),
+            ));
         }
         let mut options = vec![if mount.read_only { "ro" } else { "rw" }];
         if data_root.is_some() {
@@ -500,9 +537,19 @@ mod tests {
 
     #[test]
     fn gpu_ids_are_strict_uuids() {
-        assert!("GPU-0123abcd-0000-1111-2222-333344445555".parse::<GpuUuid>().is_ok());
-        assert!("MIG-0123abcd-0000-1111-2222-333344445555".parse::<GpuUuid>().is_ok());
-        for bad in ["GPU-1,--privileged", "GPU-", "0", "gpu-0123abcd-0000-1111-2222-333344445555", "GPU-0123abcd-0000-1111-2222-33334444555g"] {
+        assert!("GPU-0123abcd-0000-1111-2222-333344445555"
+            .parse::<GpuUuid>()
+            .is_ok());
+        assert!("MIG-0123abcd-0000-1111-2222-333344445555"
+            .parse::<GpuUuid>()
+            .is_ok());
+        for bad in [
+            "GPU-1,--privileged",
+            "GPU-",
+            "0",
+            "gpu-0123abcd-0000-1111-2222-333344445555",
+            "GPU-0123abcd-0000-1111-2222-33334444555g",
+        ] {
             assert!(bad.parse::<GpuUuid>().is_err(), "{bad}");
         }
     }
@@ -511,23 +558,42 @@ mod tests {
     fn the_posture_is_fixed() {
         let mut s = spec();
         s.gpu = Some("GPU-0123abcd-0000-1111-2222-333344445555".parse().unwrap());
-        s.port = Some(PortSpec { container_port: 8000, host_port: 0 });
-        s.user = UserIds { uid: 1000, gid: 1001 };
+        s.port = Some(PortSpec {
+            container_port: 8000,
+            host_port: 0,
+        });
+        s.user = UserIds {
+            uid: 1000,
+            gid: 1001,
+        };
         let body = s.to_create_body().unwrap();
         let host = body.host_config.unwrap();
         assert_eq!(host.cap_drop, Some(vec!["ALL".to_owned()]));
-        assert_eq!(host.security_opt, Some(vec!["no-new-privileges".to_owned()]));
+        assert_eq!(
+            host.security_opt,
+            Some(vec!["no-new-privileges".to_owned()])
+        );
         assert_eq!(host.privileged, Some(false));
         assert_eq!(host.pids_limit, Some(DEFAULT_PIDS_LIMIT));
         assert_eq!(host.network_mode.as_deref(), Some("ekt-net"));
         assert_eq!(body.user.as_deref(), Some("1000:1001"));
         let binding = &host.port_bindings.unwrap()["8000/tcp"];
-        assert_eq!(binding.as_ref().unwrap()[0].host_ip.as_deref(), Some(LOOPBACK));
+        assert_eq!(
+            binding.as_ref().unwrap()[0].host_ip.as_deref(),
+            Some(LOOPBACK)
+        );
         let gpu = &host.device_requests.unwrap()[0];
-        assert_eq!(gpu.device_ids, Some(vec!["GPU-0123abcd-0000-1111-2222-333344445555".to_owned()]));
+        assert_eq!(
+            gpu.device_ids,
+            Some(vec!["GPU-0123abcd-0000-1111-2222-333344445555".to_owned()])
+        );
         assert_eq!(body.image.unwrap(), s.image.to_string());
         assert_eq!(body.labels.unwrap()[LABEL_OWNER], OWNER);
-        let text = serde_json::to_string(&ContainerCreateBody { host_config: None, ..Default::default() }).unwrap();
+        let text = serde_json::to_string(&ContainerCreateBody {
+            host_config: None,
+            ..Default::default()
+        })
+        .unwrap();
         assert!(!text.contains("docker.sock"));
     }
 
@@ -538,21 +604,54 @@ mod tests {
         std::fs::create_dir(&model).unwrap();
         let mut s = spec();
         s.mounts = vec![mount("model", &model, "/enginekit/model", true)];
-        let binds = s.to_create_body().unwrap().host_config.unwrap().binds.unwrap();
+        let binds = s
+            .to_create_body()
+            .unwrap()
+            .host_config
+            .unwrap()
+            .binds
+            .unwrap();
         let real = std::fs::canonicalize(&model).unwrap();
-        assert_eq!(binds, vec![format!("{}:/enginekit/model:ro", real.display())]);
+        assert_eq!(
+            binds,
+            vec![format!("{}:/enginekit/model:ro", real.display())]
+        );
 
-        for bad in ["/var/run/docker.sock", "/run", "/var/run", "/", "/var", "/proc/self", "relative/x"] {
+        for bad in [
+            "/var/run/docker.sock",
+            "/run",
+            "/var/run",
+            "/",
+            "/var",
+            "/proc/self",
+            "relative/x",
+        ] {
             let mut s = spec();
-            s.mounts = vec![MountSpec { purpose: "m".into(), source: PathBuf::from(bad), target: "/m".parse().unwrap(), read_only: true }];
+            s.mounts = vec![MountSpec {
+                purpose: "m".into(),
+                source: PathBuf::from(bad),
+                target: "/m".parse().unwrap(),
+                read_only: true,
+            }];
             assert!(s.to_create_body().is_err(), "{bad} accepted");
         }
         let mut s = spec();
         s.mounts = vec![mount("model", &dir.path().join("missing"), "/m", true)];
-        assert!(matches!(s.to_create_body(), Err(DockerError::MountUnresolved { .. })));
+        assert!(matches!(
+            s.to_create_body(),
+            Err(DockerError::MountUnresolved { .. })
+        ));
         let mut s = spec();
-        s.mounts = vec![MountSpec { purpose: "m".into(), source: PathBuf::from("/tmp/a:b"), target: "/m".parse().unwrap(), read_only: true }];
-        assert!(matches!(s.to_create_body(), Err(DockerError::InvalidSpec { .. })));
+        s.mounts = vec![MountSpec {
+            purpose: "m".into(),
+            source: PathBuf::from("/tmp/a:b"),
+            target: "/m".parse().unwrap(),
+            read_only: true,
+        }];
+        assert!(matches!(
+            s.to_create_body(),
+            Err(DockerError::InvalidSpec { .. })
+        ));
     }
 
     #[test]
@@ -564,12 +663,23 @@ mod tests {
         std::fs::create_dir_all(&sibling).unwrap();
         std::os::unix::fs::symlink(&sibling, root.join("escape")).unwrap();
         std::os::unix::fs::symlink(root.join("models"), root.join("inside")).unwrap();
-        let selinux = Some(Selinux { data_root: root.clone() });
+        let selinux = Some(Selinux {
+            data_root: root.clone(),
+        });
 
         let mut s = spec();
         s.selinux = selinux.clone();
-        s.mounts = vec![mount("model", &root.join("inside"), "/m", true), mount("root", &root, "/r", false)];
-        let binds = s.to_create_body().unwrap().host_config.unwrap().binds.unwrap();
+        s.mounts = vec![
+            mount("model", &root.join("inside"), "/m", true),
+            mount("root", &root, "/r", false),
+        ];
+        let binds = s
+            .to_create_body()
+            .unwrap()
+            .host_config
+            .unwrap()
+            .binds
+            .unwrap();
         assert!(binds[0].ends_with("/view/models:/m:ro,z"), "{binds:?}");
         assert!(binds[1].ends_with(":/r:rw,z"));
 
@@ -577,7 +687,10 @@ mod tests {
             let mut s = spec();
             s.selinux = selinux.clone();
             s.mounts = vec![mount("model", &outside, "/m", true)];
-            assert!(matches!(s.to_create_body(), Err(DockerError::InvalidSpec { .. })), "{outside:?}");
+            assert!(
+                matches!(s.to_create_body(), Err(DockerError::InvalidSpec { .. })),
+                "{outside:?}"
+            );
         }
     }
 

@@ -69,7 +69,10 @@ mod tests {
         write_durably(&path, b"one").unwrap();
         write_durably(&path, b"two").unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"two");
-        let names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names.len(), 1, "{names:?}");
         remove_durably(&path).unwrap();
         remove_durably(&path).unwrap();
@@ -84,7 +87,10 @@ mod tests {
         fs::create_dir(&target).unwrap();
         fs::write(target.join("x"), b"x").unwrap();
         assert!(write_durably(&target, b"data").is_err());
-        let names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("taken")]);
     }
 }

@@ -76,7 +76,10 @@ mod tests {
         let id = InstanceId::generate().unwrap();
         let held = InstanceLock::try_take(dir.path(), &id).unwrap().unwrap();
         assert!(InstanceLock::try_take(dir.path(), &id).unwrap().is_none());
-        assert!(matches!(InstanceLock::probe(dir.path(), &id).unwrap(), Probe::Alive));
+        assert!(matches!(
+            InstanceLock::probe(dir.path(), &id).unwrap(),
+            Probe::Alive
+        ));
         drop(held);
         let Probe::Dead(lock) = InstanceLock::probe(dir.path(), &id).unwrap() else {
             panic!("a dropped lock still looks alive");

@@ -40,7 +40,10 @@ pub enum JournalError {
     BadRecord(#[from] record::BadValue),
     /// A record belongs to another instance and may not be written by this one.
     #[error("record {name} belongs to instance {owner}, not to this one")]
-    NotOurs { name: ContainerName, owner: InstanceId },
+    NotOurs {
+        name: ContainerName,
+        owner: InstanceId,
+    },
 }
 
 impl JournalError {
@@ -313,7 +316,10 @@ mod tests {
         let id = InstanceId::generate().unwrap();
         let _first = Journal::open(state.path(), id.clone()).unwrap();
         let second = Journal::open(state.path(), id);
-        assert!(matches!(second, Err(JournalError::InstanceInUse { .. })), "{second:?}");
+        assert!(
+            matches!(second, Err(JournalError::InstanceInUse { .. })),
+            "{second:?}"
+        );
     }
 
     #[test]
@@ -327,11 +333,25 @@ mod tests {
         fs::write(journal.dir().join(".ekt-x.json.0011.tmp"), b"partial").unwrap();
         let mut misnamed = good.clone();
         misnamed.name = "ekt-other".parse().unwrap();
-        fs::write(journal.dir().join("ekt-alias.json"), serde_json::to_vec(&misnamed).unwrap()).unwrap();
+        fs::write(
+            journal.dir().join("ekt-alias.json"),
+            serde_json::to_vec(&misnamed).unwrap(),
+        )
+        .unwrap();
         let listing = journal.list().unwrap();
         assert_eq!(listing.records, vec![good]);
-        let bad: Vec<_> = listing.unreadable.iter().map(|u| u.path.file_name().unwrap().to_owned()).collect();
-        assert_eq!(bad, vec![std::ffi::OsString::from("ekt-alias.json"), "ekt-torn.json".into()]);
+        let bad: Vec<_> = listing
+            .unreadable
+            .iter()
+            .map(|u| u.path.file_name().unwrap().to_owned())
+            .collect();
+        assert_eq!(
+            bad,
+            vec![
+                std::ffi::OsString::from("ekt-alias.json"),
+                "ekt-torn.json".into()
+            ]
+        );
     }
 
     #[test]
@@ -340,9 +360,15 @@ mod tests {
         let journal = Journal::open(state.path(), InstanceId::generate().unwrap()).unwrap();
         let mut rec = record(&journal, "ekt-a");
         rec.instance = InstanceId::generate().unwrap();
-        assert!(matches!(journal.write(&rec), Err(JournalError::NotOurs { .. })));
+        assert!(matches!(
+            journal.write(&rec),
+            Err(JournalError::NotOurs { .. })
+        ));
         rec.instance = journal.instance().clone();
         rec.engine = "bad value".into();
-        assert!(matches!(journal.write(&rec), Err(JournalError::BadRecord(_))));
+        assert!(matches!(
+            journal.write(&rec),
+            Err(JournalError::BadRecord(_))
+        ));
     }
 }

@@ -130,13 +130,19 @@ pub async fn reconcile(
             Ok(Probe::Dead(lock)) => lock,
             Ok(Probe::Alive) => {
                 for r in &records {
-                    report.skipped.push(ReconciledRecord::of(r, Some("its broker instance is running".into())));
+                    report.skipped.push(ReconciledRecord::of(
+                        r,
+                        Some("its broker instance is running".into()),
+                    ));
                 }
                 continue;
             }
             Err(err) => {
                 for r in &records {
-                    report.failed.push(ReconciledRecord::of(r, Some(format!("the instance lock could not be probed: {err}"))));
+                    report.failed.push(ReconciledRecord::of(
+                        r,
+                        Some(format!("the instance lock could not be probed: {err}")),
+                    ));
                 }
                 continue;
             }
@@ -144,25 +150,36 @@ pub async fn reconcile(
         let mut left = 0usize;
         for record in &records {
             if started.elapsed() >= limits.total || worked >= limits.max_records {
-                report.skipped.push(ReconciledRecord::of(record, Some("the reconcile budget was spent".into())));
+                report.skipped.push(ReconciledRecord::of(
+                    record,
+                    Some("the reconcile budget was spent".into()),
+                ));
                 left += 1;
                 continue;
             }
             worked += 1;
-            let outcome = match tokio::time::timeout(per_record, one(&docker, journal, record, limits)).await {
-                Ok(outcome) => outcome,
-                Err(_) => Outcome::Failed(format!("did not finish within {} s", per_record.as_secs())),
-            };
+            let outcome =
+                match tokio::time::timeout(per_record, one(&docker, journal, record, limits)).await
+                {
+                    Ok(outcome) => outcome,
+                    Err(_) => {
+                        Outcome::Failed(format!("did not finish within {} s", per_record.as_secs()))
+                    }
+                };
             match outcome {
                 Outcome::Stopped => report.stopped.push(ReconciledRecord::of(record, None)),
                 Outcome::Absent => report.absent.push(ReconciledRecord::of(record, None)),
                 Outcome::Unconfirmed(reason) => {
                     left += 1;
-                    report.unconfirmed.push(ReconciledRecord::of(record, Some(reason)))
+                    report
+                        .unconfirmed
+                        .push(ReconciledRecord::of(record, Some(reason)))
                 }
                 Outcome::Failed(reason) => {
                     left += 1;
-                    report.failed.push(ReconciledRecord::of(record, Some(reason)))
+                    report
+                        .failed
+                        .push(ReconciledRecord::of(record, Some(reason)))
                 }
             }
         }
@@ -176,7 +193,12 @@ pub async fn reconcile(
     Ok(report)
 }
 
-async fn one(docker: &Docker, journal: &Journal, record: &ContainerRecord, limits: ReconcileLimits) -> Outcome {
+async fn one(
+    docker: &Docker,
+    journal: &Journal,
+    record: &ContainerRecord,
+    limits: ReconcileLimits,
+) -> Outcome {
     let key = record
         .container_id
         .clone()
@@ -213,8 +235,15 @@ async fn one(docker: &Docker, journal: &Journal, record: &ContainerRecord, limit
     }
 }
 
-async fn discover_unrecorded(docker: &Docker, records: &[ContainerRecord], report: &mut ReconcileReport) {
-    let known_ids: HashSet<&str> = records.iter().filter_map(|r| r.container_id.as_deref()).collect();
+async fn discover_unrecorded(
+    docker: &Docker,
+    records: &[ContainerRecord],
+    report: &mut ReconcileReport,
+) {
+    let known_ids: HashSet<&str> = records
+        .iter()
+        .filter_map(|r| r.container_id.as_deref())
+        .collect();
     let known_names: HashSet<&str> = records.iter().map(|r| r.name.as_str()).collect();
     match docker.labelled_containers().await {
         Ok(containers) => {

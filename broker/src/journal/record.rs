@@ -200,7 +200,16 @@ mod tests {
 
     #[test]
     fn names_refuse_path_tricks_and_flags() {
-        for bad in ["", "../escape", "a/b", ".hidden", "-flag", "UPPER", "a b", &"a".repeat(129)] {
+        for bad in [
+            "",
+            "../escape",
+            "a/b",
+            ".hidden",
+            "-flag",
+            "UPPER",
+            "a b",
+            &"a".repeat(129),
+        ] {
             assert!(bad.parse::<ContainerName>().is_err(), "{bad:?} accepted");
         }
         assert!("enginekit-vllm-0a1b".parse::<ContainerName>().is_ok());
@@ -213,7 +222,9 @@ mod tests {
         let id = InstanceId::generate().unwrap();
         assert_eq!(id.as_str().parse::<InstanceId>().unwrap(), id);
         assert!("xyz".parse::<InstanceId>().is_err());
-        assert!("0123456789ABCDEF0123456789abcdef".parse::<InstanceId>().is_err());
+        assert!("0123456789ABCDEF0123456789abcdef"
+            .parse::<InstanceId>()
+            .is_err());
     }
 
     #[test]
@@ -230,7 +241,10 @@ mod tests {
         };
         record.validate().unwrap();
         let text = serde_json::to_string(&record).unwrap();
-        assert_eq!(serde_json::from_str::<ContainerRecord>(&text).unwrap(), record);
+        assert_eq!(
+            serde_json::from_str::<ContainerRecord>(&text).unwrap(),
+            record
+        );
         let mut value: serde_json::Value = serde_json::from_str(&text).unwrap();
         value["extra"] = 1.into();
         assert!(serde_json::from_value::<ContainerRecord>(value).is_err());

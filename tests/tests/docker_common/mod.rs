@@ -25,10 +25,9 @@ pub const REGISTRY: &str = "127.0.0.1:5000";
 pub async fn require_services() -> bollard::Docker {
     let api = bollard::Docker::connect_with_unix(SOCKET, 120, bollard::API_DEFAULT_VERSION)
         .unwrap_or_else(|e| panic!("dockerd is required at {SOCKET} (run tests/bench/up): {e}"));
-    let api = api
-        .negotiate_version()
-        .await
-        .unwrap_or_else(|e| panic!("dockerd does not answer at {SOCKET} (run tests/bench/up): {e}"));
+    let api = api.negotiate_version().await.unwrap_or_else(|e| {
+        panic!("dockerd does not answer at {SOCKET} (run tests/bench/up): {e}")
+    });
     if TcpStream::connect(REGISTRY).await.is_err() {
         panic!("the registry is required at {REGISTRY} (run tests/bench/up)");
     }
@@ -60,9 +59,18 @@ pub fn random_bytes(len: usize) -> Vec<u8> {
 
 /// One file in a layer.
 pub enum Entry {
-    File { path: String, bytes: Vec<u8>, mode: u32 },
-    Symlink { path: String, target: String },
-    Dir { path: String },
+    File {
+        path: String,
+        bytes: Vec<u8>,
+        mode: u32,
+    },
+    Symlink {
+        path: String,
+        target: String,
+    },
+    Dir {
+        path: String,
+    },
 }
 
 /// A layer tarball from entries.
@@ -78,7 +86,9 @@ pub fn layer_tar(entries: &[Entry]) -> Vec<u8> {
                 header.set_entry_type(tar::EntryType::Regular);
                 header.set_size(bytes.len() as u64);
                 header.set_mode(*mode);
-                builder.append_data(&mut header, path, bytes.as_slice()).unwrap();
+                builder
+                    .append_data(&mut header, path, bytes.as_slice())
+                    .unwrap();
             }
             Entry::Symlink { path, target } => {
                 header.set_entry_type(tar::EntryType::Symlink);
@@ -90,7 +100,9 @@ pub fn layer_tar(entries: &[Entry]) -> Vec<u8> {
                 header.set_entry_type(tar::EntryType::Directory);
                 header.set_size(0);
                 header.set_mode(0o755);
-                builder.append_data(&mut header, path, std::io::empty()).unwrap();
+                builder
+                    .append_data(&mut header, path, std::io::empty())
+                    .unwrap();
             }
         }
     }
@@ -103,7 +115,10 @@ fn sha256_hex(bytes: &[u8]) -> String {
 
 /// A `docker save`-format archive of an image made of `layers`, tagged `repo_tag`.
 pub fn image_archive(layers: &[Vec<u8>], repo_tag: &str, cmd: &[&str]) -> Vec<u8> {
-    let diff_ids: Vec<String> = layers.iter().map(|l| format!("sha256:{}", sha256_hex(l))).collect();
+    let diff_ids: Vec<String> = layers
+        .iter()
+        .map(|l| format!("sha256:{}", sha256_hex(l)))
+        .collect();
     let config = serde_json::json!({
         "architecture": "amd64",
         "os": "linux",
@@ -113,7 +128,10 @@ pub fn image_archive(layers: &[Vec<u8>], repo_tag: &str, cmd: &[&str]) -> Vec<u8
     });
     let config_bytes = serde_json::to_vec(&config).unwrap();
     let config_name = format!("{}.json", sha256_hex(&config_bytes));
-    let layer_names: Vec<String> = layers.iter().map(|l| format!("{}/layer.tar", sha256_hex(l))).collect();
+    let layer_names: Vec<String> = layers
+        .iter()
+        .map(|l| format!("{}/layer.tar", sha256_hex(l)))
+        .collect();
     let manifest = serde_json::json!([{ "Config": config_name, "RepoTags": [repo_tag], "Layers": layer_names }]);
     let mut builder = tar::Builder::new(Vec::new());
     let mut add = |name: &str, bytes: &[u8]| {
@@ -159,7 +177,9 @@ pub async fn push(api: &bollard::Docker, repo: &str, tag: &str) -> String {
 
 /// Removes an image and all its references (test fixtures only).
 pub async fn remove_image_fully(api: &bollard::Docker, name: &str) {
-    let Ok(inspect) = api.inspect_image(name).await else { return };
+    let Ok(inspect) = api.inspect_image(name).await else {
+        return;
+    };
     let id = inspect.id.unwrap_or_default();
     let options = RemoveImageOptionsBuilder::new().force(true).build();
     let _ = api.remove_image(&id, Some(options), None).await;
@@ -182,7 +202,11 @@ pub struct PushedImage {
 }
 
 /// Builds an image from `layer_sizes` random files, pushes it, and removes it locally.
-pub async fn pushed_random_image(api: &bollard::Docker, what: &str, layer_sizes: &[usize]) -> PushedImage {
+pub async fn pushed_random_image(
+    api: &bollard::Docker,
+    what: &str,
+    layer_sizes: &[usize],
+) -> PushedImage {
     let repo = format!("{REGISTRY}/{}", unique(what));
     let layers: Vec<Vec<u8>> = layer_sizes
         .iter()
@@ -196,7 +220,11 @@ pub async fn pushed_random_image(api: &bollard::Docker, what: &str, layer_sizes:
         })
         .collect();
     let layer_bytes = layers.iter().map(|l| l.len() as u64).sum();
-    load(api, image_archive(&layers, &format!("{repo}:v1"), &["/bin/true"])).await;
+    load(
+        api,
+        image_archive(&layers, &format!("{repo}:v1"), &["/bin/true"]),
+    )
+    .await;
     let reference = push(api, &repo, "v1").await;
     remove_image_fully(api, &format!("{repo}:v1")).await;
     PushedImage {
@@ -209,25 +237,44 @@ pub async fn pushed_random_image(api: &bollard::Docker, what: &str, layer_sizes:
 /// A busybox-static image (from the host's /bin/busybox), loaded locally and pushed, so it can
 /// be used by digest. Returns `repo@sha256:…`.
 pub async fn busybox_image(api: &bollard::Docker) -> String {
-    let busybox = std::fs::read("/bin/busybox")
-        .expect("busybox-static is required for the container tests (apt-get install busybox-static)");
+    let busybox = std::fs::read("/bin/busybox").expect(
+        "busybox-static is required for the container tests (apt-get install busybox-static)",
+    );
     let mut entries = vec![
         Entry::Dir { path: "bin".into() },
         Entry::Dir { path: "tmp".into() },
         Entry::Dir { path: "www".into() },
-        Entry::File { path: "bin/busybox".into(), bytes: busybox, mode: 0o755 },
-        Entry::File { path: "www/index.html".into(), bytes: b"ekt-docker ok\n".to_vec(), mode: 0o644 },
+        Entry::File {
+            path: "bin/busybox".into(),
+            bytes: busybox,
+            mode: 0o755,
+        },
+        Entry::File {
+            path: "www/index.html".into(),
+            bytes: b"ekt-docker ok\n".to_vec(),
+            mode: 0o644,
+        },
         // Unique content, so each test has its own image id and cleanup never hits another's.
-        Entry::File { path: "etc-ekt-id".into(), bytes: unique("id").into_bytes(), mode: 0o644 },
+        Entry::File {
+            path: "etc-ekt-id".into(),
+            bytes: unique("id").into_bytes(),
+            mode: 0o644,
+        },
     ];
-    for applet in ["sh", "sleep", "nc", "wget", "httpd", "id", "cat", "true", "echo", "ls", "timeout"] {
+    for applet in [
+        "sh", "sleep", "nc", "wget", "httpd", "id", "cat", "true", "echo", "ls", "timeout",
+    ] {
         entries.push(Entry::Symlink {
             path: format!("bin/{applet}"),
             target: "busybox".into(),
         });
     }
     let repo = format!("{REGISTRY}/{}", unique("busybox"));
-    load(api, image_archive(&[layer_tar(&entries)], &format!("{repo}:v1"), &["/bin/sh"])).await;
+    load(
+        api,
+        image_archive(&[layer_tar(&entries)], &format!("{repo}:v1"), &["/bin/sh"]),
+    )
+    .await;
     let reference = push(api, &repo, "v1").await;
     // Leave only the digest reference, as after a pull by digest.
     remove_image_fully(api, &format!("{repo}:v1")).await;
@@ -268,10 +315,14 @@ impl RegistryProxy {
         let (f, o, s) = (forwarded.clone(), open.clone(), stalled.clone());
         tokio::spawn(async move {
             loop {
-                let Ok((client, _)) = listener.accept().await else { return };
+                let Ok((client, _)) = listener.accept().await else {
+                    return;
+                };
                 let (f, o, s) = (f.clone(), o.clone(), s.clone());
                 tokio::spawn(async move {
-                    let Ok(upstream) = TcpStream::connect(REGISTRY).await else { return };
+                    let Ok(upstream) = TcpStream::connect(REGISTRY).await else {
+                        return;
+                    };
                     o.fetch_add(1, Ordering::SeqCst);
                     let (mut client_read, mut client_write) = client.into_split();
                     let (mut up_read, mut up_write) = upstream.into_split();
@@ -319,7 +370,10 @@ impl RegistryProxy {
 
 /// Labels map helper.
 pub fn labels(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-    pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
 }
 
 /// Removes what a test created even when it panics: containers (forced), networks, images.
@@ -349,10 +403,19 @@ impl Drop for Cleanup {
         let images = std::mem::take(&mut *self.images.lock().unwrap());
         // A fresh runtime on its own thread: Drop may run inside (or outside) a runtime.
         let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             runtime.block_on(async move {
-                let Ok(api) = bollard::Docker::connect_with_unix(SOCKET, 60, bollard::API_DEFAULT_VERSION) else { return };
-                let Ok(api) = api.negotiate_version().await else { return };
+                let Ok(api) =
+                    bollard::Docker::connect_with_unix(SOCKET, 60, bollard::API_DEFAULT_VERSION)
+                else {
+                    return;
+                };
+                let Ok(api) = api.negotiate_version().await else {
+                    return;
+                };
                 for id in containers {
                     remove_container(&api, &id).await;
                 }
