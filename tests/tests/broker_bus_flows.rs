@@ -3,6 +3,9 @@
 //! (`--session` configuration plus a service folder holding a test activation file that runs
 //! the built `enginekit serve` on a SIMULATED GPU HOST, see setup_support).
 
+// Test scaffolding: a failed setup step should stop the test with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "setup_support/mod.rs"]
 mod setup_support;
 

@@ -19,6 +19,9 @@
 //! `ekuser` taken out of the docker group. Tests that install the stand-in packages serialise on
 //! the lock file [`APT_TEST_LOCK`].
 
+// Test scaffolding: a failed setup step should stop the test with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::fs::File;
 use std::process::Command;
 

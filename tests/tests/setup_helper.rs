@@ -9,6 +9,9 @@
 //! (`docker-service`, whose command fails without systemd), so the helper really runs a job and
 //! writes a real (failed) receipt.
 
+// Test scaffolding: a failed setup step should stop the test with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "helper_support/mod.rs"]
 mod helper_support;
 

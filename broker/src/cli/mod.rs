@@ -23,7 +23,11 @@ pub const EXIT_BLOCKED: u8 = 3;
 pub const EXIT_FAILURE: u8 = 1;
 
 #[derive(Debug, Parser)]
-#[command(name = "enginekit", version, about = "Get this Linux desktop ready to run a GPU inference engine in Docker")]
+#[command(
+    name = "enginekit",
+    version,
+    about = "Get this Linux desktop ready to run a GPU inference engine in Docker"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

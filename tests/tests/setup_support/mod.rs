@@ -15,6 +15,9 @@
 //!
 //! Include with `#[path = "setup_support/mod.rs"] mod setup_support;`.
 
+// Test scaffolding: a failed setup step should stop the test with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
