@@ -17,7 +17,6 @@
 
 // Test scaffolding: a failed setup step should stop the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
