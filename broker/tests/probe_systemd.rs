@@ -7,86 +7,26 @@
 // Test code: a failed unwrap is a failed test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::{Command, Output};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
 use enginekit_broker::probe::facts::{Fact, HostFacts, InitSystem};
+use enginekit_integration::bench::SYSTEMD_IMAGE;
+use enginekit_integration::systemd::{docker, BootedSystemd};
 
-const SYSTEMD_IMAGE: &str = "enginekit-bench/systemd:bookworm";
-
-fn docker(args: &[&str]) -> Output {
-    Command::new("docker")
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run docker: {e}"))
-}
-
-/// The booted container, removed on drop.
-struct Booted(String);
+/// The booted container, with the probe run inside it.
+struct Booted(BootedSystemd);
 
 impl Booted {
     fn start() -> Booted {
-        let inspect = docker(&["image", "inspect", SYSTEMD_IMAGE]);
-        assert!(
-            inspect.status.success(),
-            "the bench's systemd image {SYSTEMD_IMAGE} is missing: run tests/bench/systemd-image"
-        );
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let name = format!("ekt-probe-systemd-{}-{nanos:x}", std::process::id());
-        let out = docker(&[
-            "run",
-            "-d",
-            "--name",
-            &name,
-            "--cap-add",
-            "SYS_ADMIN",
-            "--security-opt",
-            "seccomp=unconfined",
-            "--tmpfs",
-            "/run",
-            "--tmpfs",
-            "/run/lock",
-            "-v",
-            "/sys/fs/cgroup:/sys/fs/cgroup:rw",
-            "-e",
-            "container=docker",
-            SYSTEMD_IMAGE,
-            "/sbin/init",
-        ]);
-        assert!(
-            out.status.success(),
-            "docker run: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let booted = Booted(name);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let state = booted.sh("systemctl is-system-running 2>/dev/null || true");
-            if state.contains("running") || state.contains("degraded") {
-                break;
-            }
-            assert!(Instant::now() < deadline, "systemd did not boot: {state}");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        booted
+        Booted(BootedSystemd::boot(SYSTEMD_IMAGE, "ekt-probe-systemd"))
     }
 
     fn sh(&self, script: &str) -> String {
-        let out = docker(&["exec", &self.0, "sh", "-c", script]);
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
+        self.0.sh(script)
     }
 
     fn probe(&self) -> HostFacts {
         let out = docker(&[
             "exec",
-            &self.0,
+            self.0.name(),
             "/usr/local/bin/enginekit",
             "probe",
             "--json",
@@ -100,24 +40,12 @@ impl Booted {
     }
 }
 
-impl Drop for Booted {
-    fn drop(&mut self) {
-        let _ = docker(&["rm", "-f", &self.0]);
-    }
-}
-
 #[test]
 fn under_systemd_the_service_state_is_read_strictly() {
     let booted = Booted::start();
-    let out = docker(&[
-        "cp",
-        env!("CARGO_BIN_EXE_enginekit"),
-        &format!("{}:/usr/local/bin/enginekit", booted.0),
-    ]);
-    assert!(
-        out.status.success(),
-        "docker cp: {}",
-        String::from_utf8_lossy(&out.stderr)
+    booted.0.copy(
+        std::path::Path::new(env!("CARGO_BIN_EXE_enginekit")),
+        "/usr/local/bin/enginekit",
     );
 
     let facts = booted.probe();

@@ -8,3 +8,4 @@
 
 pub mod bench;
 pub mod dockerd;
+pub mod systemd;

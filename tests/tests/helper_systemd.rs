@@ -11,109 +11,37 @@
 // Test helpers outside #[test] fns: a failed setup step is a test failure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use enginekit_integration::bench::{self, Service};
+use enginekit_integration::systemd::{docker, BootedSystemd};
 
 /// The systemd-booted image (debootstrap minbase + systemd, dbus, polkitd), built once by
 /// `helper/tests-support/build-systemd-image`.
 const SYSTEMD_IMAGE: &str = "enginekit-helper-test/systemd:bookworm";
 
-fn docker(args: &[&str]) -> Output {
-    Command::new("docker")
-        .args(args)
+/// Builds the helper's systemd image (once per machine; the script is idempotent) and boots it.
+fn boot_image() -> BootedSystemd {
+    let script = bench::workspace_root().join("helper/tests-support/build-systemd-image");
+    let built = Command::new(&script)
+        .arg(SYSTEMD_IMAGE)
         .output()
-        .unwrap_or_else(|e| panic!("cannot run docker: {e}"))
-}
-
-/// The container; removed on drop.
-struct Booted(String);
-
-impl Booted {
-    fn start() -> Booted {
-        let script = bench::workspace_root().join("helper/tests-support/build-systemd-image");
-        let built = Command::new(&script)
-            .arg(SYSTEMD_IMAGE)
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
-        assert!(
-            built.status.success(),
-            "building {SYSTEMD_IMAGE} failed: {}",
-            String::from_utf8_lossy(&built.stderr)
-        );
-        let name = bench::unique_name("ekt-helper-systemd");
-        let out = docker(&[
-            "run",
-            "-d",
-            "--name",
-            &name,
-            "--cap-add",
-            "SYS_ADMIN",
-            "--security-opt",
-            "seccomp=unconfined",
-            "--tmpfs",
-            "/run",
-            "--tmpfs",
-            "/run/lock",
-            "-v",
-            "/sys/fs/cgroup:/sys/fs/cgroup:rw",
-            "-e",
-            "container=docker",
-            SYSTEMD_IMAGE,
-            "/sbin/init",
-        ]);
-        assert!(
-            out.status.success(),
-            "docker run: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let booted = Booted(name);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let state = booted.sh("systemctl is-system-running 2>/dev/null || true");
-            if state.contains("running") || state.contains("degraded") {
-                break;
-            }
-            assert!(Instant::now() < deadline, "systemd did not boot: {state}");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        booted
-    }
-
-    /// Runs `script` with sh inside; stdout and stderr together.
-    fn sh(&self, script: &str) -> String {
-        let out = docker(&["exec", &self.0, "sh", "-c", script]);
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    }
-
-    fn copy(&self, from: &std::path::Path, to: &str) {
-        let out = docker(&["cp", &from.to_string_lossy(), &format!("{}:{to}", self.0)]);
-        assert!(
-            out.status.success(),
-            "docker cp {}: {}",
-            from.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
-impl Drop for Booted {
-    fn drop(&mut self) {
-        let _ = docker(&["rm", "-f", &self.0]);
-    }
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+    assert!(
+        built.status.success(),
+        "building {SYSTEMD_IMAGE} failed: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    BootedSystemd::boot(SYSTEMD_IMAGE, "ekt-helper-systemd")
 }
 
 /// A booted container with the helper's shipped files installed (the helper not running).
-fn boot_with_helper() -> Booted {
+fn boot_with_helper() -> BootedSystemd {
     bench::require(&[Service::Docker]);
     let root = bench::workspace_root();
     let helper = bench::bin("enginekit-helper");
-    let booted = Booted::start();
+    let booted = boot_image();
     booted.copy(&helper, "/usr/libexec/enginekit-helper");
     booted.copy(
         &root.join("dbus/org.enginekit.Helper1.service"),
@@ -202,7 +130,7 @@ fn the_shipped_files_activate_the_helper_through_systemd_and_it_exits_when_idle(
 
 /// Runs `script` as `user` in a login session on seat0 (su through pam_systemd with
 /// `XDG_SEAT=seat0`: an active, local logind session, which the bench's host lacks).
-fn as_user(booted: &Booted, user: &str, script: &str) -> String {
+fn as_user(booted: &BootedSystemd, user: &str, script: &str) -> String {
     booted.sh(&format!(
         "XDG_SEAT=seat0 su - {user} -c '{}'",
         script.replace('\'', "'\\''")
@@ -213,12 +141,12 @@ const START: &str = "dbus-send --system --print-reply --dest=org.enginekit.Helpe
     /org/enginekit/Helper1 org.enginekit.Helper1.Start string:\"$(cat /tmp/step-USER.json)\"";
 
 /// Mints a step for `user` on this (Debian 12) machine and puts it in the container.
-fn put_step(booted: &Booted, user: &str) -> String {
+fn put_step(booted: &BootedSystemd, user: &str) -> String {
     put_step_for(booted, user, &["docker-service"], user)
 }
 
 /// Mints a step for `user` with `components` as `/tmp/step-<file>.json` in the container.
-fn put_step_for(booted: &Booted, user: &str, components: &[&str], file: &str) -> String {
+fn put_step_for(booted: &BootedSystemd, user: &str, components: &[&str], file: &str) -> String {
     let (arch, family, distro_id, version_id) = helper_support_machine();
     let params = serde_json::json!({"user": user, "arch": arch, "family": family,
         "distro_id": distro_id, "version_id": version_id, "components": components});
@@ -337,7 +265,7 @@ fn a_job_waiting_for_the_package_manager_makes_start_busy_and_cancel_refused() {
     let booted = boot_with_helper();
     // Another package manager holds dpkg's frontend lock (an fcntl lock, as apt and dpkg take it).
     docker(&[
-        "exec", "-d", &booted.0, "perl", "-e",
+        "exec", "-d", booted.name(), "perl", "-e",
         "use Fcntl; open(my $f, '>>', '/var/lib/dpkg/lock-frontend') or die; \
          my $l = pack('s s x4 q q l x4', F_WRLCK, 0, 0, 0, 0); fcntl($f, F_SETLKW, $l) or die; sleep 600",
     ]);
