@@ -1,0 +1,150 @@
+//! The whole privileged path at once, on the real bench: the test user calls `Start` on the
+//! D-Bus-activated helper (system bus, launch helper), polkitd authorises it through a test JS
+//! rule, and the step carries an inline recipe signed with a test key that the helper trusts only
+//! through a root-owned key file in its key directory. The recipe points at the bench's local
+//! signed apt repository, so apt really installs the STAND-IN NVIDIA Container Toolkit debs, the
+//! stand-in `nvidia-ctk` gives /etc/docker/daemon.json the runtime, and the test user joins the
+//! docker group. The receipt lists every action with its exit status. A second step (a new nonce)
+//! on the now-done host changes nothing. The host is put back afterwards (apt_support).
+//!
+//! Not selected, as in helper_install.rs: `docker-restart`, `docker-service` (no systemd here and
+//! the shared dockerd must not restart) and `nvidia-cdi` (needs a GPU).
+
+// Test scaffolding: a failed setup step should stop the test with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "apt_support/mod.rs"]
+mod apt_support;
+#[path = "helper_support/mod.rs"]
+mod helper_support;
+
+use apt_support::*;
+use enginekit_integration::bench::{self, Service};
+use enginekit_shared::digest::digest_of;
+use enginekit_shared::signed::{DocumentKind, SignedDocument, SigningKey};
+use helper_support::*;
+use serde_json::{json, Value};
+
+const COMPONENTS: [&str; 3] = ["nvidia-container-toolkit", "nvidia-runtime", "docker-group"];
+const ACTION_IDS: [&str; 7] = [
+    "nvidia-key",
+    "nvidia-source",
+    "conflicts",
+    "refresh",
+    "packages",
+    "nvidia-runtime",
+    "docker-group",
+];
+
+/// Actions whose command changes the host (or refreshes apt): they must exit 0.
+const MUTATING: [&str; 4] = ["refresh", "packages", "nvidia-runtime", "docker-group"];
+
+/// The receipt's actions as (code, log tail) pairs, after checking the receipt's shape.
+fn actions_of(receipt: &Value) -> Vec<(String, String)> {
+    assert_eq!(receipt["outcome"], json!("succeeded"), "{receipt}");
+    let actions = receipt["actions"].as_array().expect("actions");
+    for action in actions {
+        let argv = action["argv"].as_array().expect("argv");
+        if let Some(program) = argv.first() {
+            assert!(program.as_str().unwrap().starts_with('/'), "{action}");
+            assert!(action["exit_status"].is_i64(), "{action}");
+        }
+        // An action that changed the host did so with a command that succeeded (queries such
+        // as `systemctl is-active` may answer non-zero).
+        let code = action["code"].as_str().unwrap();
+        let applied = action["log_tail"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("applied: "));
+        if MUTATING.contains(&code) && applied && !argv.is_empty() {
+            assert_eq!(action["exit_status"], json!(0), "{action}");
+        }
+    }
+    actions
+        .iter()
+        .map(|a| {
+            (
+                a["code"].as_str().unwrap().to_string(),
+                a["log_tail"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_signed_recipe_installs_the_stand_in_toolkit_through_the_bus_and_a_second_step_changes_nothing()
+{
+    let _serial = serial();
+    let env = bench::require(&[Service::AptRepo, Service::TestUser]);
+    let helper = InstalledHelper::install("bus-install", "");
+    let user = helper.user().clone();
+    let _host = HostGuard::new(&user.name);
+    let _rule = bench::install_polkit_rule("helper-bus-install", &allow_test_user_rule(&user.name));
+
+    let key = SigningKey::generate().unwrap();
+    let payload = test_recipe_payload(&env);
+    let digest = digest_of(&payload).unwrap();
+    let recipe = SignedDocument::sign(payload, DocumentKind::Recipe, &key)
+        .unwrap()
+        .to_value();
+    let params = parameters(&user.name, &COMPONENTS);
+
+    // Before the key is trusted the same step is refused and nothing is installed.
+    let untrusted = mint(&params, Some(recipe.clone()), &digest, 0);
+    let refused = helper.start(&to_bytes(&untrusted), &["--wait"]);
+    assert!(
+        !refused.ok,
+        "an untrusted recipe was accepted: {}",
+        refused.json
+    );
+    for p in PACKAGES {
+        assert_eq!(
+            installed_version(p),
+            None,
+            "{p} installed by a refused step"
+        );
+    }
+
+    helper.trust(&key, "bus-install");
+    let first = mint(&params, Some(recipe.clone()), &digest, 0);
+    let result = helper.start(&to_bytes(&first), &["--wait"]);
+    assert!(result.ok, "Start was refused: {}", result.json);
+    let receipt = result.receipt();
+    assert_eq!(receipt["recipe_digest"], json!(digest.as_str()));
+    let actions = actions_of(&receipt);
+    let codes: Vec<&str> = actions.iter().map(|(c, _)| c.as_str()).collect();
+    assert_eq!(codes, ACTION_IDS, "{receipt}");
+    for (code, tail) in &actions {
+        let expected = if code == "conflicts" {
+            "satisfied: "
+        } else {
+            "applied: "
+        };
+        assert!(tail.starts_with(expected), "{code}: {tail}");
+    }
+
+    // The machine says so, not only the receipt.
+    for p in PACKAGES {
+        assert_eq!(
+            installed_version(p).as_deref(),
+            Some(env.apt_repo.toolkit_version.as_str()),
+            "{p}"
+        );
+    }
+    let daemon: Value = serde_json::from_slice(&std::fs::read(DAEMON_JSON).unwrap()).unwrap();
+    assert_eq!(
+        daemon["runtimes"]["nvidia"]["path"],
+        json!("nvidia-container-runtime"),
+        "{daemon}"
+    );
+    assert!(groups_of(&user.name).iter().any(|g| g == "docker"));
+
+    // A new step on the done host: every action is already in place.
+    let second = mint(&params, Some(recipe), &digest, 0);
+    let result = helper.start(&to_bytes(&second), &["--wait"]);
+    assert!(result.ok, "second Start was refused: {}", result.json);
+    let again = actions_of(&result.receipt());
+    assert_eq!(again.len(), ACTION_IDS.len());
+    for (code, tail) in &again {
+        assert!(tail.starts_with("satisfied: "), "{code}: {tail}");
+    }
+}
