@@ -49,6 +49,20 @@ async fn serve(args: ServeArgs) -> ExitCode {
     for id in ready {
         api.spawn_drive(id);
     }
+    // Containers a crashed broker left running are stopped (after the identity check) before
+    // this instance starts any of its own.
+    match ctx.machine.reconcile_containers().await {
+        Ok(report) => tracing::info!(
+            stopped = report.stopped.len(),
+            absent = report.absent.len(),
+            unconfirmed = report.unconfirmed.len(),
+            failed = report.failed.len(),
+            skipped = report.skipped.len(),
+            unrecorded = report.unrecorded.len(),
+            "container journal reconciled"
+        ),
+        Err(e) => tracing::warn!(code = %e.code, message = %e.message, "container reconcile"),
+    }
     match serving.await {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(e)) => report_error(false, &e),

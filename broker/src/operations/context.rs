@@ -48,6 +48,7 @@ pub type RealRunner = Runner<LinuxMachine, LazyHelper>;
 pub struct Context {
     pub runner: Arc<RealRunner>,
     pub installations: Installations,
+    pub machine: Arc<LinuxMachine>,
 }
 
 impl Context {
@@ -59,10 +60,11 @@ impl Context {
         let store = Store::open(&state)?;
         let installations = Installations::open(&state)?;
         let machine = Arc::new(LinuxMachine::new(&state, &data, installations.clone()));
-        let runner = Runner::new(store, machine, Arc::new(LazyHelper::default()));
+        let runner = Runner::new(store, machine.clone(), Arc::new(LazyHelper::default()));
         Ok(Context {
             runner,
             installations,
+            machine,
         })
     }
 }

@@ -19,7 +19,7 @@ use crate::documents::store::{DocumentSet, DocumentSources};
 use crate::installations::{
     now_rfc3339, Installation, InstallationStatus, Installations, PinnedImage,
 };
-use crate::journal::{InstanceId, Journal};
+use crate::journal::{InstanceId, Journal, ReconcileLimits, ReconcileReport};
 use crate::plan::{plan_setup, plan_without_descriptor, PlanRequest};
 use crate::probe::{probe, HostFacts, ProbeOptions};
 
@@ -102,6 +102,20 @@ impl LinuxMachine {
 
     pub fn installations(&self) -> &Installations {
         &self.installations
+    }
+
+    /// Reconciles the container journal records that dead broker instances left behind
+    /// (bounded by [`ReconcileLimits::default`]); a container that is not ours is never touched.
+    pub async fn reconcile_containers(&self) -> Result<ReconcileReport, CodedError> {
+        let docker = self.docker().await?;
+        let instance = InstanceId::generate().map_err(|e| {
+            CodedError::new(ErrorCode::IoError, "No random source.").with_details(e.to_string())
+        })?;
+        let journal = Journal::open(&self.state_root, instance)
+            .map_err(|e| CodedError::new(e.code(), e.to_string()))?;
+        crate::journal::reconcile(&docker, &journal, ReconcileLimits::default())
+            .await
+            .map_err(|e| CodedError::new(e.code(), e.to_string()))
     }
 
     async fn docker(&self) -> Result<Docker, CodedError> {
