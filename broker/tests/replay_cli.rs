@@ -244,3 +244,42 @@ fn engines_lists_both_engines_with_their_descriptors() {
         "{text}"
     );
 }
+
+#[test]
+fn an_unreachable_daemon_is_shown_as_not_checked_in_the_human_report() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let mut facts: Value = serde_json::from_slice(
+        &std::fs::read(facts_file(
+            "debian12-build-machine-no-driver-no-systemd.json",
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    facts["docker"]["daemon"] = serde_json::json!({
+        "state": "unreachable",
+        "socket": "/var/run/docker.sock",
+        "reason": "permission denied on /var/run/docker.sock"
+    });
+    let path = home.path().join("facts.json");
+    std::fs::write(&path, serde_json::to_vec(&facts).unwrap()).unwrap();
+    let out = enginekit(home.path(), &["plan", "--facts", path.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    assert!(
+        text.contains("What could not be checked:")
+            && text.contains(
+                "the Docker daemon did not answer on /var/run/docker.sock: permission denied"
+            ),
+        "{text}"
+    );
+    assert!(!text.contains("the Docker daemon answers"), "{text}");
+
+    // The recorded machine's daemon answered: no such section.
+    let recorded = facts_file("debian12-build-machine-no-driver-no-systemd.json");
+    let out = enginekit(
+        home.path(),
+        &["plan", "--facts", recorded.to_str().unwrap()],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("What could not be checked:"), "{text}");
+}

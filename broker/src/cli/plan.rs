@@ -16,7 +16,7 @@ use crate::assess::Assessment;
 use crate::documents::descriptor::{Descriptor, EngineId};
 use crate::documents::store::{DocumentSet, DocumentSources};
 use crate::plan::{plan_setup, plan_without_descriptor, PlanRequest};
-use crate::probe::facts::HostFacts;
+use crate::probe::facts::{DaemonState, HostFacts};
 
 /// The largest facts file read (a real one is a few KiB).
 const MAX_FACTS_BYTES: u64 = 4 * 1024 * 1024;
@@ -309,6 +309,16 @@ pub fn human_report(outcome: &PlanOutcome) -> String {
                 let _ = writeln!(out, "  ok  {line}");
             }
         }
+    }
+
+    // An unreachable daemon is not a verdict of its own (a later gate may decide), but the user
+    // must see it: every daemon fact in this report is then unknown.
+    if let DaemonState::Unreachable { socket, reason } = &outcome.facts.docker.daemon {
+        let _ = writeln!(out, "\nWhat could not be checked:");
+        let _ = writeln!(
+            out,
+            "  ??  the Docker daemon did not answer on {socket}: {reason}"
+        );
     }
 
     if !plan.blockers.is_empty() {
