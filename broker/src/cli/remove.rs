@@ -7,8 +7,9 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::json;
 
-use super::setup::{conclude, consent, drive_with_view, emit, parse_engine, report_error, runtime};
-use crate::operations::context::Context;
+use super::setup::{
+    conclude, consent, drive_with_view, emit, open_for_engine, report_error, runtime,
+};
 
 #[derive(Debug, Args)]
 pub struct RemoveArgs {
@@ -36,13 +37,9 @@ pub fn run(args: RemoveArgs) -> ExitCode {
 
 async fn remove(args: RemoveArgs) -> ExitCode {
     let json = args.json;
-    let engine = match parse_engine(json, &args.engine) {
-        Ok(e) => e,
+    let (engine, ctx) = match open_for_engine(json, &args.engine) {
+        Ok(opened) => opened,
         Err(code) => return code,
-    };
-    let ctx = match Context::open() {
-        Ok(ctx) => ctx,
-        Err(e) => return report_error(json, &e),
     };
     let runner = ctx.runner.clone();
     let _ = runner.recover(Some(&engine)).await;

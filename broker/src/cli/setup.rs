@@ -68,8 +68,12 @@ pub(super) fn report_error(json: bool, err: &CodedError) -> ExitCode {
     })
 }
 
-pub(super) fn parse_engine(json: bool, text: &str) -> Result<EngineId, ExitCode> {
-    EngineId::parse(text).map_err(|e| report_error(json, &e))
+/// The engine named on the command line and the broker's stores, or the exit code of the
+/// reported error (a bad engine name is a usage error).
+pub(super) fn open_for_engine(json: bool, text: &str) -> Result<(EngineId, Context), ExitCode> {
+    let engine = EngineId::parse(text).map_err(|e| report_error(json, &e))?;
+    let ctx = Context::open().map_err(|e| report_error(json, &e))?;
+    Ok((engine, ctx))
 }
 
 fn print_plan(plan: &Value) {
@@ -366,13 +370,9 @@ pub fn run(args: SetupArgs) -> ExitCode {
 
 async fn setup(args: SetupArgs) -> ExitCode {
     let json = args.json;
-    let engine = match parse_engine(json, &args.engine) {
-        Ok(e) => e,
+    let (engine, ctx) = match open_for_engine(json, &args.engine) {
+        Ok(opened) => opened,
         Err(code) => return code,
-    };
-    let ctx = match Context::open() {
-        Ok(ctx) => ctx,
-        Err(e) => return report_error(json, &e),
     };
     let runner = ctx.runner.clone();
     // An unfinished setup of this engine (a sign-in wait, a crash) is picked up first.
