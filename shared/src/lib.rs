@@ -19,6 +19,7 @@ pub mod digest;
 pub mod error;
 pub mod image;
 pub mod nonce;
+pub mod os_release;
 pub mod recipe;
 pub mod safe;
 pub mod signed;

@@ -1,13 +1,13 @@
 //! `/etc/os-release` → [`Distribution`] (REFERENCE §6.3 row 0, os-release(5)).
 
-use std::collections::HashMap;
+use enginekit_shared::os_release::OsRelease;
 
 use super::facts::{Distribution, PackageFamily};
 
 /// Parses os-release text. `None` when there is no non-empty `ID`.
 pub fn parse_os_release(text: &str) -> Option<Distribution> {
-    let vars = parse_assignments(text);
-    let get = |key: &str| vars.get(key).filter(|v| !v.is_empty()).cloned();
+    let vars = OsRelease::parse(text);
+    let get = |key: &str| vars.non_empty(key).map(str::to_owned);
     let id = get("ID")?.to_ascii_lowercase();
     let version_id = get("VERSION_ID")
         .or_else(|| get("BUILD_ID"))
@@ -43,31 +43,6 @@ fn family_of_one(id: &str) -> Option<PackageFamily> {
         "arch" | "manjaro" | "endeavouros" => Some(PackageFamily::Pacman),
         _ => None,
     }
-}
-
-/// `KEY=value` lines (`^[A-Z_]+=`), values trimmed with one layer of matching quotes removed.
-fn parse_assignments(text: &str) -> HashMap<String, String> {
-    let mut vars = HashMap::new();
-    for line in text.lines() {
-        let line = line.trim();
-        let Some((key, value)) = line.split_once('=') else {
-            continue;
-        };
-        if key.is_empty() || !key.bytes().all(|b| b.is_ascii_uppercase() || b == b'_') {
-            continue;
-        }
-        vars.insert(key.to_owned(), unquote(value.trim()).to_owned());
-    }
-    vars
-}
-
-fn unquote(value: &str) -> &str {
-    for quote in ['"', '\''] {
-        if value.len() >= 2 && value.starts_with(quote) && value.ends_with(quote) {
-            return &value[1..value.len() - 1];
-        }
-    }
-    value
 }
 
 #[cfg(test)]

@@ -5,6 +5,8 @@ use std::fs;
 use std::io::Read;
 use std::path::Path;
 
+use enginekit_shared::os_release::OsRelease;
+
 const OS_RELEASE_PATHS: [&str; 2] = ["/etc/os-release", "/usr/lib/os-release"];
 const MAX_OS_RELEASE_BYTES: u64 = 64 * 1024;
 
@@ -44,12 +46,12 @@ impl MachineFacts {
 
     /// Builds the facts from os-release text and an architecture name.
     pub fn from_parts(os_release: &str, arch: String) -> MachineFacts {
-        let id = os_release_value(os_release, "ID").unwrap_or_default();
-        let like = os_release_value(os_release, "ID_LIKE").unwrap_or_default();
+        let os = OsRelease::parse(os_release);
+        let id = os.get("ID").unwrap_or_default().to_owned();
         MachineFacts {
             arch,
-            family: family_of(&id, &like),
-            version_id: os_release_value(os_release, "VERSION_ID").unwrap_or_default(),
+            family: family_of(&id, os.get("ID_LIKE").unwrap_or_default()),
+            version_id: os.get("VERSION_ID").unwrap_or_default().to_owned(),
             distro_id: id,
         }
     }
@@ -72,23 +74,6 @@ fn read_bounded(path: &Path) -> std::io::Result<String> {
         .take(MAX_OS_RELEASE_BYTES)
         .read_to_string(&mut text)?;
     Ok(text)
-}
-
-/// The value of `key` in os-release syntax (shell-like assignments, optional quotes).
-pub fn os_release_value(text: &str, key: &str) -> Option<String> {
-    text.lines().find_map(|line| {
-        let (k, v) = line.trim().split_once('=')?;
-        if k != key {
-            return None;
-        }
-        let v = v.trim();
-        let unquoted = v
-            .strip_prefix('"')
-            .and_then(|s| s.strip_suffix('"'))
-            .or_else(|| v.strip_prefix('\'').and_then(|s| s.strip_suffix('\'')))
-            .unwrap_or(v);
-        Some(unquoted.replace("\\\"", "\"").replace("\\\\", "\\"))
-    })
 }
 
 fn family_of(id: &str, like: &str) -> Option<&'static str> {
@@ -131,13 +116,12 @@ mod tests {
     }
 
     #[test]
-    fn a_key_is_matched_whole() {
+    fn the_facts_come_from_the_shared_parser() {
+        let facts = MachineFacts::from_parts("VERSION_ID=1\nID='x'\nNAME=ID\n", "x86_64".into());
         assert_eq!(
-            os_release_value("VERSION_ID=1\nID=x\n", "ID").as_deref(),
-            Some("x")
+            (facts.distro_id.as_str(), facts.version_id.as_str()),
+            ("x", "1")
         );
-        assert_eq!(os_release_value("ID='y'\n", "ID").as_deref(), Some("y"));
-        assert_eq!(os_release_value("NAME=x\n", "ID"), None);
     }
 
     #[test]
