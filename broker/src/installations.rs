@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use enginekit_shared::error::{CodedError, ErrorCode};
 use serde::{Deserialize, Serialize};
 
-use crate::operations::atomic::{ensure_private_dir, write_atomic};
+use crate::durable::{ensure_private_dir, write_atomic};
 use crate::operations::record::{DigestText, EngineId};
 
 pub const SCHEMA_VERSION: u32 = 1;

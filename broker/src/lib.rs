@@ -5,6 +5,7 @@ pub mod cli;
 pub mod dbus;
 pub mod docker;
 pub mod documents;
+pub mod durable;
 pub mod elevate;
 pub mod installations;
 pub mod journal;

@@ -12,7 +12,6 @@
 //! - Anything refused leaves the embedded document in charge, with a note that says why.
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use enginekit_shared::error::{CodedError, ErrorCode};
@@ -124,29 +123,11 @@ fn read_marks(state_dir: Option<&Path>) -> BTreeMap<String, HighWater> {
         .unwrap_or_default()
 }
 
-/// Writes the marks atomically: temp file, fsync, rename, fsync the folder.
+/// Writes the marks durably (see [`crate::durable`]).
 fn write_marks(state_dir: &Path, marks: &BTreeMap<String, HighWater>) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(state_dir)?;
-    let target = state_dir.join(HIGH_WATER_FILE);
-    let temp = state_dir.join(format!("{HIGH_WATER_FILE}.{}.tmp", std::process::id()));
+    crate::durable::ensure_private_dir(state_dir)?;
     let bytes = serde_json::to_vec_pretty(marks).map_err(std::io::Error::other)?;
-    // A temp file left by a crashed run of the same pid would block `create_new`.
-    let _ = std::fs::remove_file(&temp);
-    {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&temp)?;
-        file.write_all(&bytes)?;
-        file.sync_all()?;
-    }
-    std::fs::rename(&temp, &target)?;
-    std::fs::File::open(state_dir)?.sync_all()
+    crate::durable::write_atomic(&state_dir.join(HIGH_WATER_FILE), &bytes, false)
 }
 
 fn list_documents(dir: &Path) -> Vec<PathBuf> {

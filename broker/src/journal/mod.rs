@@ -6,7 +6,6 @@
 //! remove) and `containers/instances/<instance>.lock` (held by each live broker instance).
 //! The journal is the only authority for "this container is ours"; labels only help discovery.
 
-pub mod atomic;
 pub mod lock;
 pub mod reconcile;
 pub mod record;
@@ -159,7 +158,7 @@ impl Journal {
         })?;
         bytes.push(b'\n');
         let path = self.path_of(&record.name);
-        atomic::write_durably(&path, &bytes).map_err(io_err("write", &path))
+        crate::durable::write_atomic(&path, &bytes, false).map_err(io_err("write", &path))
     }
 
     /// Reads one record; `None` when there is none.
@@ -181,7 +180,7 @@ impl Journal {
     /// stop and remove of the container.
     pub fn remove(&self, name: &ContainerName) -> Result<(), JournalError> {
         let path = self.path_of(name);
-        atomic::remove_durably(&path).map_err(io_err("remove", &path))
+        crate::durable::remove_durable(&path).map_err(io_err("remove", &path))
     }
 
     /// Every record on disk, ours and other instances'; unreadable files are listed apart.

@@ -1,7 +1,6 @@
 //! Setup and removal as persisted operations: reducer, store, recovery, and the runner that
 //! performs the reducer's effects.
 
-pub mod atomic;
 pub mod boundary;
 pub mod context;
 pub mod machine;

@@ -15,8 +15,8 @@ use enginekit_shared::error::{CodedError, ErrorCode};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
-use super::atomic::{backup_path, ensure_private_dir, write_atomic};
 use super::record::{EngineId, Operation, OperationId, SCHEMA_VERSION};
+use crate::durable::{backup_path, ensure_private_dir, write_atomic};
 
 const LOCK_WAIT: Duration = Duration::from_secs(2);
 pub const UNREADABLE: &str =

@@ -1,5 +1,7 @@
-//! Durable file writes: temp file, fsync, rename over the target, fsync the directory.
-//! A crash leaves either the old file or the new one, never a torn one under the real name.
+//! Durable small-file writes for every store of the broker (operations, installations, the
+//! container journal, document high-water marks): temp file in the same directory, fsync, rename
+//! over the target, fsync the directory. A crash leaves either the old file or the new one, never
+//! a torn one under the real name.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -100,5 +102,20 @@ mod tests {
         remove_durable(&path).unwrap();
         remove_durable(&path).unwrap();
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn a_failed_write_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        // The target is a directory: the rename fails, the temp file is cleaned up.
+        let target = dir.path().join("taken");
+        fs::create_dir(&target).unwrap();
+        fs::write(target.join("x"), b"x").unwrap();
+        assert!(write_atomic(&target, b"data", false).is_err());
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("taken")]);
     }
 }
