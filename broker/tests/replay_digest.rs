@@ -52,6 +52,7 @@ fn plan_with(
         engine: EngineId::Vllm,
         descriptor: &descriptor,
         manifest: Some(&manifest),
+        recipe: &enginekit_broker::plan::recipe::builtin().expect("recipe"),
         facts: host,
         installed_descriptor_id: None,
         image_present: false,

@@ -615,3 +615,130 @@ fn a_signed_manifest_qualifies_a_new_release_for_the_same_descriptor() {
         json!(2)
     );
 }
+
+/// The built-in recipe's payload with a higher serial (and `edit` applied).
+fn newer_recipe(serial: u64, edit: impl FnOnce(&mut Value)) -> Value {
+    let mut payload = enginekit_shared::recipe::builtin()
+        .expect("builtin recipe")
+        .payload()
+        .clone();
+    payload["serial"] = json!(serial);
+    edit(&mut payload);
+    payload
+}
+
+#[test]
+fn a_newer_signed_recipe_travels_inline_in_the_host_step_and_an_older_or_invalid_one_is_refused() {
+    let facts = || replay_facts("ubuntu2404-rtx4070-clean.json", |_| {});
+    let home = Home::new();
+    let key = SigningKey::from_seed(&[21; 32]);
+    home.trust(&key);
+    let builtin = enginekit_shared::recipe::builtin().expect("builtin");
+    let before = plan_for(EngineId::Vllm, facts(), &home.sources()).expect("plan");
+    let step = before
+        .plan
+        .host_step
+        .as_ref()
+        .expect("a clean host needs a step");
+    assert!(step.recipe().is_none(), "the built-in recipe is not sent");
+    assert_eq!(step.recipe_digest(), builtin.digest());
+
+    let payload = newer_recipe(7, |_| {});
+    let digest = enginekit_shared::digest::digest_of(&payload).expect("digest");
+    let signed = sign(payload, DocumentKind::Recipe, &key);
+    home.put("recipe.json", &signed);
+    let after = plan_for(EngineId::Vllm, facts(), &home.sources()).expect("plan");
+    assert!(
+        after.document_notes.is_empty(),
+        "{:?}",
+        after.document_notes
+    );
+    assert_eq!(after.plan.recipe_digest, digest);
+    let step = after.plan.host_step.as_ref().expect("step");
+    assert_eq!(step.recipe_digest(), &digest);
+    assert_eq!(
+        step.recipe(),
+        Some(&signed.to_value()),
+        "the envelope as signed"
+    );
+    assert_ne!(
+        after.plan.plan_digest, before.plan.plan_digest,
+        "consent covers the recipe digest"
+    );
+    assert_eq!(home.marks()["recipe/linux"]["serial"], json!(7));
+
+    // An older serial after it: rollback; the built-in one is not silently back in charge
+    // without a note.
+    std::fs::remove_file(home.documents().join("recipe.json")).expect("rm");
+    home.put(
+        "recipe.json",
+        &sign(newer_recipe(5, |_| {}), DocumentKind::Recipe, &key),
+    );
+    let rolled = plan_for(EngineId::Vllm, facts(), &home.sources()).expect("plan");
+    assert_eq!(rolled.plan.recipe_digest, *builtin.digest());
+    let notes = rolled.document_notes.join("\n");
+    assert!(notes.contains("recipe.json was refused"), "{notes}");
+    assert!(notes.contains("A newer recipe (serial 7)"), "{notes}");
+
+    // Refused outright, each with a note naming the file: not newer than the built-in, a
+    // script smuggled in as an action, an unknown recipe id, an untrusted key.
+    let home = Home::new();
+    home.trust(&key);
+    let stranger = SigningKey::from_seed(&[22; 32]);
+    let cases: Vec<(&str, SignedDocument)> = vec![
+        (
+            "not newer than the built-in",
+            sign(
+                newer_recipe(builtin.serial(), |_| {}),
+                DocumentKind::Recipe,
+                &key,
+            ),
+        ),
+        (
+            "does not match the recipe schema",
+            sign(
+                newer_recipe(9, |p| {
+                    p["apt"]["actions"][0] =
+                        json!({"action": "run-script", "id": "x", "script": "curl | sh"})
+                }),
+                DocumentKind::Recipe,
+                &key,
+            ),
+        ),
+        (
+            "unknown recipe",
+            sign(
+                newer_recipe(9, |p| p["id"] = json!("linux.other")),
+                DocumentKind::Recipe,
+                &key,
+            ),
+        ),
+        (
+            "key",
+            sign(newer_recipe(9, |_| {}), DocumentKind::Recipe, &stranger),
+        ),
+        ("signature", {
+            let mut tampered = sign(newer_recipe(9, |_| {}), DocumentKind::Recipe, &key).to_value();
+            tampered["payload"]["serial"] = json!(10);
+            SignedDocument::from_value(tampered).expect("envelope")
+        }),
+    ];
+    for (why, doc) in cases {
+        home.put("recipe.json", &doc);
+        let plan = plan_for(EngineId::Vllm, facts(), &home.sources()).expect("plan");
+        assert_eq!(plan.plan.recipe_digest, *builtin.digest(), "{why}");
+        assert!(
+            plan.plan
+                .host_step
+                .as_ref()
+                .expect("step")
+                .recipe()
+                .is_none(),
+            "{why}"
+        );
+        let notes = plan.document_notes.join("\n");
+        assert!(notes.contains("recipe.json was refused"), "{why}: {notes}");
+        assert!(notes.to_lowercase().contains(why), "{why}: {notes}");
+        std::fs::remove_file(home.documents().join("recipe.json")).expect("rm");
+    }
+}

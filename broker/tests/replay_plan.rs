@@ -1201,10 +1201,12 @@ fn provisioner_blockers_and_missing_documents() {
     let vllm = embedded_descriptor(EngineId::Vllm).expect("descriptor");
     let trt = embedded_descriptor(EngineId::TensorrtLlm).expect("descriptor");
     let manifest = embedded_manifest().expect("manifest");
+    let builtin = enginekit_broker::plan::recipe::builtin().expect("recipe");
     let request = |facts, descriptor, manifest| PlanRequest {
         engine: EngineId::Vllm,
         descriptor,
         manifest,
+        recipe: &builtin,
         facts,
         installed_descriptor_id: None,
         image_present: false,

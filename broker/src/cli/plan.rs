@@ -108,10 +108,12 @@ pub fn plan_for(
     }
     match documents.descriptor(engine) {
         Ok(descriptor) => {
+            let recipe = crate::plan::recipe::in_charge(&documents)?;
             let planned = plan_setup(&PlanRequest {
                 engine,
                 descriptor,
                 manifest,
+                recipe: &recipe,
                 facts: &facts,
                 installed_descriptor_id: None,
                 image_present: false,

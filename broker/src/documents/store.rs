@@ -1,6 +1,11 @@
 //! Newer signed documents from `$XDG_CONFIG_HOME/enginekit/documents/`, verified against keys in
 //! `$XDG_CONFIG_HOME/enginekit/keys/`, with anti-rollback marks under
-//! `$XDG_STATE_HOME/enginekit/`.
+//! `$XDG_STATE_HOME/enginekit/`: engine descriptors, the environment manifest and the host-step
+//! recipe.
+//!
+//! A newer recipe accepted here only changes what the broker *plans* and *sends*: the signed
+//! envelope travels inline in the host step, and the root helper runs it only if it verifies
+//! against the helper's own root-owned keys. A key in the user's folder never elevates anything.
 //!
 //! Rules:
 //! - Each `*.json` file there is a signed envelope (`{payload, signatures}`); its signature must
@@ -15,6 +20,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use enginekit_shared::error::{CodedError, ErrorCode};
+use enginekit_shared::recipe::Recipe;
 use enginekit_shared::signed::{
     verify, DocumentKind, HighWater, SignedDocument, TrustStore, MAX_DOCUMENT_BYTES,
 };
@@ -91,8 +97,19 @@ pub struct DocumentSet {
     descriptors: BTreeMap<EngineId, Result<(Descriptor, Origin), CodedError>>,
     pub manifest: Result<Manifest, CodedError>,
     pub manifest_origin: Origin,
+    /// A newer signed recipe, when one was accepted; `None` leaves the built-in one in charge.
+    pub recipe: Option<SignedRecipe>,
     /// Human-readable notes: refused files, a missing newer document, a failed mark write.
     pub notes: Vec<String>,
+}
+
+/// A recipe accepted from a signed file, with the envelope the host step carries inline.
+#[derive(Debug, Clone)]
+pub struct SignedRecipe {
+    pub recipe: Recipe,
+    /// The signed document exactly as read (`{payload, signatures}`).
+    pub envelope: Value,
+    pub origin: Origin,
 }
 
 /// One accepted candidate from disk.
@@ -108,6 +125,7 @@ fn slot_of_descriptor(engine: EngineId) -> String {
 }
 
 const MANIFEST_SLOT: &str = "environment-manifest/linux";
+const RECIPE_SLOT: &str = "recipe/linux";
 
 fn file_name(path: &Path) -> String {
     path.file_name()
@@ -155,6 +173,7 @@ fn read_bounded(path: &Path) -> Result<Vec<u8>, String> {
 enum Parsed {
     Descriptor(Box<Descriptor>),
     Manifest(Manifest),
+    Recipe(Box<(Recipe, Value)>),
 }
 
 impl DocumentSet {
@@ -172,6 +191,7 @@ impl DocumentSet {
                 .collect(),
             manifest: super::embedded_manifest(),
             manifest_origin: Origin::Embedded,
+            recipe: None,
             notes: Vec::new(),
         };
         let Some(dir) = sources.documents_dir.as_deref() else {
@@ -188,6 +208,7 @@ impl DocumentSet {
         let mut marks = read_marks(sources.state_dir.as_deref());
         let mut best_descriptors: BTreeMap<EngineId, Candidate<Descriptor>> = BTreeMap::new();
         let mut best_manifest: Option<Candidate<Manifest>> = None;
+        let mut best_recipe: Option<Candidate<(Recipe, Value)>> = None;
 
         for path in files {
             match set.accept_file(&path, &trust, &marks, sources.now) {
@@ -212,6 +233,18 @@ impl DocumentSet {
                         .is_none_or(|c| mark.serial > c.mark.serial)
                     {
                         best_manifest = Some(Candidate { doc: m, path, mark });
+                    }
+                }
+                Ok((Parsed::Recipe(r), mark)) => {
+                    if best_recipe
+                        .as_ref()
+                        .is_none_or(|c| mark.serial > c.mark.serial)
+                    {
+                        best_recipe = Some(Candidate {
+                            doc: *r,
+                            path,
+                            mark,
+                        });
                     }
                 }
                 Err(note) => set.notes.push(note),
@@ -247,6 +280,21 @@ impl DocumentSet {
             };
             set.manifest = Ok(candidate.doc);
         }
+        if let Some(candidate) = best_recipe {
+            if marks.get(RECIPE_SLOT) != Some(&candidate.mark) {
+                marks.insert(RECIPE_SLOT.to_owned(), candidate.mark.clone());
+                marks_changed = true;
+            }
+            let (recipe, envelope) = candidate.doc;
+            set.recipe = Some(SignedRecipe {
+                recipe,
+                envelope,
+                origin: Origin::Signed {
+                    path: candidate.path,
+                    serial: candidate.mark.serial,
+                },
+            });
+        }
         set.note_missing_newer(&marks);
         if marks_changed {
             if let Some(state) = sources.state_dir.as_deref() {
@@ -278,9 +326,11 @@ impl DocumentSet {
         let kind = match doc.payload().get("kind").and_then(Value::as_str) {
             Some("engine-descriptor") => DocumentKind::EngineDescriptor,
             Some("environment-manifest") => DocumentKind::EnvironmentManifest,
+            Some("recipe") => DocumentKind::Recipe,
             _ => {
                 return Err(refused(
-                    "it is neither an engine descriptor nor an environment manifest".to_owned(),
+                    "it is not an engine descriptor, an environment manifest or a recipe"
+                        .to_owned(),
                 ))
             }
         };
@@ -294,6 +344,7 @@ impl DocumentSet {
                 .and_then(|e| e.parse::<EngineId>().ok())
                 .map(slot_of_descriptor)
                 .ok_or_else(|| refused("it names no known engine".to_owned()))?,
+            DocumentKind::Recipe => RECIPE_SLOT.to_owned(),
             _ => MANIFEST_SLOT.to_owned(),
         };
         let verified = verify(&doc, kind, trust, now, marks.get(&slot))
@@ -307,19 +358,32 @@ impl DocumentSet {
                     .get(&d.engine_id)
                     .and_then(|r| r.as_ref().ok())
                     .map_or(0, |(e, _)| e.serial);
-                let minimum = d.minimum_broker_version.clone();
+                let minimum = Some(d.minimum_broker_version.clone());
                 let serial = d.serial;
                 (Parsed::Descriptor(Box::new(d)), minimum, serial, embedded)
+            }
+            DocumentKind::Recipe => {
+                let recipe = Recipe::from_payload(payload).map_err(|e| refused(e.to_string()))?;
+                let embedded = enginekit_shared::recipe::builtin().map_or(0, Recipe::serial);
+                let serial = recipe.serial();
+                // A recipe names no broker version: its strict schema is the contract.
+                let minimum = None;
+                (
+                    Parsed::Recipe(Box::new((recipe, doc.to_value()))),
+                    minimum,
+                    serial,
+                    embedded,
+                )
             }
             _ => {
                 let m = Manifest::parse(&payload).map_err(|e| refused(e.message))?;
                 let embedded = self.manifest.as_ref().map_or(0, |e| e.serial);
-                let minimum = m.minimum_broker_version.clone();
+                let minimum = Some(m.minimum_broker_version.clone());
                 let serial = m.serial;
                 (Parsed::Manifest(m), minimum, serial, embedded)
             }
         };
-        if !strict::build_satisfies(&minimum) {
+        if let Some(minimum) = minimum.filter(|m| !strict::build_satisfies(m)) {
             return Err(refused(format!(
                 "it needs enginekit {minimum} or newer; this is {}",
                 env!("CARGO_PKG_VERSION")
@@ -350,6 +414,18 @@ impl DocumentSet {
                         d.serial
                     ));
                 }
+            }
+        }
+        let recipe_serial = match &self.recipe {
+            Some(r) => Some(r.recipe.serial()),
+            None => enginekit_shared::recipe::builtin().ok().map(Recipe::serial),
+        };
+        if let (Some(mark), Some(serial)) = (marks.get(RECIPE_SLOT), recipe_serial) {
+            if mark.serial > serial {
+                self.notes.push(format!(
+                    "A newer recipe (serial {}) was accepted before but is no longer usable; using serial {serial}.",
+                    mark.serial
+                ));
             }
         }
         if let (Some(mark), Ok(m)) = (marks.get(MANIFEST_SLOT), &self.manifest) {

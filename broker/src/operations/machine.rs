@@ -187,6 +187,7 @@ impl LinuxMachine {
         };
         let docs = DocumentSet::load(&DocumentSources::from_env());
         let manifest = docs.manifest.as_ref().ok();
+        let recipe = crate::plan::recipe::in_charge(&docs)?;
         let image_present = match Self::platform(&facts) {
             Ok(p) => self.image_present(descriptor.image_for(p)).await,
             Err(_) => false,
@@ -200,6 +201,7 @@ impl LinuxMachine {
             engine: Self::known_engine(&op.engine)?,
             descriptor: &descriptor,
             manifest,
+            recipe: &recipe,
             facts: &facts,
             installed_descriptor_id: installed_id,
             image_present,

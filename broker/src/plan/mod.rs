@@ -23,6 +23,8 @@ pub struct PlanRequest<'a> {
     pub descriptor: &'a Descriptor,
     /// `None` when no manifest could be had (blocks any install).
     pub manifest: Option<&'a Manifest>,
+    /// The recipe a host step would run ([`recipe::in_charge`]).
+    pub recipe: &'a recipe::RecipeRef,
     pub facts: &'a HostFacts,
     /// The descriptor an existing installation of this engine is pinned to, if any.
     pub installed_descriptor_id: Option<&'a str>,
@@ -39,7 +41,7 @@ pub struct PlannedSetup {
 
 /// Builds the setup plan for one engine.
 pub fn plan_setup(request: &PlanRequest<'_>) -> Result<PlannedSetup, CodedError> {
-    let recipe = recipe::builtin()?;
+    let recipe = request.recipe;
     let descriptor = request.descriptor;
     let view = LinuxView::from_facts(request.facts);
     // REFERENCE §7.5 `stillNeeded`: no disk check when the image is already there, or when a
@@ -83,7 +85,7 @@ pub fn plan_setup(request: &PlanRequest<'_>) -> Result<PlannedSetup, CodedError>
             let validated = parameters::from_plan(&plan.system_changes, &view, &recipe.id)
                 .and_then(|p| p.validate());
             match validated {
-                Ok(params) => host_step = Some(recipe::issue_step(&recipe, params)?),
+                Ok(params) => host_step = Some(recipe::issue_step(recipe, params)?),
                 Err(refusal) => blockers.push(blockers::recipe_refused_plan(refusal)),
             }
         }
