@@ -12,3 +12,4 @@ pub mod journal;
 pub mod operations;
 pub mod plan;
 pub mod probe;
+pub mod test_hooks;

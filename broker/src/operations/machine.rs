@@ -24,8 +24,6 @@ use crate::plan::{plan_setup, plan_without_descriptor, PlanRequest};
 use crate::probe::{probe, HostFacts, ProbeOptions};
 
 const STOP_GRACE: Duration = Duration::from_secs(10);
-/// Test benches only: a folder of stand-in vendor binaries searched before the system ones.
-pub const STANDIN_DIR_ENV: &str = "ENGINEKIT_TEST_STANDIN_DIR";
 
 /// What this machine is, as the runner sees it.
 #[derive(Debug, Clone)]
@@ -81,13 +79,7 @@ impl LinuxMachine {
         {
             probe_options.docker_socket = socket;
         }
-        // Test benches only: a folder of STAND-IN vendor binaries (nvidia-smi, nvidia-ctk, the
-        // hook) looked up before the system directories, to simulate a GPU host.
-        if let Some(dir) = std::env::var_os(STANDIN_DIR_ENV)
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-        {
-            tracing::warn!(dir = %dir.display(), "using STAND-IN vendor binaries ({STANDIN_DIR_ENV})");
+        if let Some(dir) = crate::test_hooks::standin_dir() {
             probe_options.bin_dirs.insert(0, dir);
         }
         let docker_socket = probe_options.docker_socket.clone();

@@ -23,9 +23,6 @@ use super::store::Store;
 
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
 const RECEIPT_POLL: Duration = Duration::from_millis(500);
-/// Environment variable of the crash test hook: a comma list of phases (or `host-step-running`)
-/// at which the process kills itself with SIGKILL right after the record reached that point.
-pub const KILL_HOOK_ENV: &str = "ENGINEKIT_TEST_KILL_AT";
 
 /// What the runner announces.
 #[derive(Debug, Clone, Serialize)]
@@ -39,16 +36,6 @@ pub enum RunnerEvent {
         phase: Phase,
         tick: ProgressTick,
     },
-}
-
-/// The test hook: SIGKILL this process if `point` is listed in `ENGINEKIT_TEST_KILL_AT`.
-pub fn test_kill_point(point: &str) {
-    if let Some(list) = std::env::var_os(KILL_HOOK_ENV) {
-        if list.to_string_lossy().split(',').any(|p| p.trim() == point) {
-            eprintln!("enginekit: test hook {KILL_HOOK_ENV} kills the broker at {point}");
-            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
-        }
-    }
 }
 
 /// The step as sent: its JSON carries the revision the consent stamped (not digested).
@@ -340,7 +327,7 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
         }
         self.announce(&next);
         if next.phase != op.phase {
-            test_kill_point(next.phase.as_str());
+            crate::test_hooks::kill_point(next.phase.as_str());
         }
         Ok(Some(next))
     }
@@ -441,7 +428,7 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
                 return Ok(Performed::Moved);
             }
             self.announce(&started);
-            test_kill_point("host-step-started");
+            crate::test_hooks::kill_point("host-step-started");
             let store = self.store.clone();
             let id = op.operation_id.clone();
             let nonce = step.nonce.clone();
@@ -449,7 +436,7 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
                 if let Err(e) = store.note_host_job(&id, &nonce, job) {
                     tracing::warn!(code = %e.code, "the helper's job could not be noted");
                 }
-                test_kill_point("host-step-running");
+                crate::test_hooks::kill_point("host-step-running");
             });
             let stamped = match stamp_revision(&step) {
                 Ok(stamped) => stamped,
