@@ -15,6 +15,7 @@ use crate::assess::view::LinuxView;
 use crate::assess::Assessment;
 use crate::documents::descriptor::{Descriptor, EngineId};
 use crate::documents::store::{DocumentSet, DocumentSources};
+use crate::operations::record;
 use crate::plan::{plan_setup, plan_without_descriptor, PlanRequest};
 use crate::probe::facts::{DaemonState, HostFacts};
 
@@ -34,8 +35,12 @@ pub struct PlanArgs {
     pub facts: Option<PathBuf>,
 }
 
+/// `--engine`: the same parse as `setup` and `remove` ([`record::EngineId::parse`]), then an
+/// engine this build knows ([`record::EngineId::known`]); a refusal is a usage error (exit 2).
 fn parse_engine(text: &str) -> Result<EngineId, String> {
-    text.parse()
+    record::EngineId::parse(text)
+        .and_then(|id| id.known())
+        .map_err(|e| e.details.unwrap_or(e.message))
 }
 
 /// Reads a facts file strictly: size-bounded, schema-checked, unknown fields refused.

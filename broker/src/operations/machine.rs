@@ -10,11 +10,11 @@ use enginekit_shared::image::ImageRef;
 use enginekit_shared::wire::host_step::HostStep;
 
 use super::boundary::{Claims, HostCheck, ProgressSink, ProgressTick, Provisioner};
-use super::record::{DigestText, EngineId, HostStepTicket, Operation, OperationKind};
+use super::record::{DigestText, HostStepTicket, Operation, OperationKind};
 use super::reducer::{ProbedPlan, Reconciliation};
 use crate::dbus::api::Probing;
 use crate::docker::{CancellationToken, Docker, DockerError, GpuUuid, PullOptions, ToolkitFacts};
-use crate::documents::descriptor::{Descriptor, EngineId as KnownEngine, Platform};
+use crate::documents::descriptor::{Descriptor, Platform};
 use crate::documents::store::{DocumentSet, DocumentSources};
 use crate::installations::{
     now_rfc3339, Installation, InstallationStatus, Installations, PinnedImage,
@@ -116,20 +116,10 @@ impl LinuxMachine {
             .map_err(coded_docker)
     }
 
-    fn known_engine(engine: &EngineId) -> Result<KnownEngine, CodedError> {
-        KnownEngine::from_str(engine.as_str()).map_err(|e| {
-            CodedError::new(
-                ErrorCode::InvalidArgument,
-                "This build does not know that engine.",
-            )
-            .with_details(e)
-        })
-    }
-
     /// The descriptor in charge; once consented, only the consented one.
     fn descriptor(&self, op: &Operation) -> Result<Descriptor, CodedError> {
         let docs = DocumentSet::load(&DocumentSources::from_env());
-        let known = Self::known_engine(&op.engine)?;
+        let known = op.engine.known()?;
         let descriptor = docs.descriptor(known).map_err(|e| e.clone())?.clone();
         if let Some(pinned) = op.consented.as_ref().and_then(|c| c.descriptor_id.as_ref()) {
             if pinned != &descriptor.descriptor_id {
@@ -169,7 +159,7 @@ impl LinuxMachine {
         let descriptor = match self.descriptor(op) {
             Ok(d) => d,
             Err(e) => {
-                let plan = plan_without_descriptor(Self::known_engine(&op.engine)?, &e)?;
+                let plan = plan_without_descriptor(op.engine.known()?, &e)?;
                 return Ok(Planned {
                     plan,
                     facts,
@@ -190,7 +180,7 @@ impl LinuxMachine {
             .filter(|i| i.status == InstallationStatus::Ready)
             .map(|i| i.descriptor_id.as_str());
         let request = PlanRequest {
-            engine: Self::known_engine(&op.engine)?,
+            engine: op.engine.known()?,
             descriptor: &descriptor,
             manifest,
             recipe: &recipe,

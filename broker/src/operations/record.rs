@@ -8,6 +8,8 @@ use std::fmt;
 use enginekit_shared::error::{CodedError, ErrorCode};
 use serde::{Deserialize, Serialize};
 
+use crate::documents::descriptor::EngineId as KnownEngine;
+
 /// Record format version; a record with another version is not ours to interpret.
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -57,7 +59,13 @@ impl fmt::Display for DigestText {
     }
 }
 
-/// An engine id as a descriptor names it (`vllm`, `tensorrt-llm`): safe as a file name.
+/// An engine id as records, installations and callers carry it (`vllm`, `tensorrt-llm`): safe as
+/// a file name, serialized as the plain string.
+///
+/// [`EngineId::parse`] is the one parser of an engine named by a user or a caller (the command
+/// line, the bus) and of the ids read back from disk; it checks the shape only, so a record of an
+/// engine this build no longer knows still loads and can be removed. Whether this build knows
+/// the engine is [`EngineId::known`], the one conversion to [`KnownEngine`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct EngineId(String);
@@ -83,8 +91,25 @@ impl EngineId {
         }
     }
 
+    /// The engine this build knows by this id; `INVALID_ARGUMENT` for any other.
+    pub fn known(&self) -> Result<KnownEngine, CodedError> {
+        self.0.parse::<KnownEngine>().map_err(|e| {
+            CodedError::new(
+                ErrorCode::InvalidArgument,
+                "This build does not know that engine.",
+            )
+            .with_details(e)
+        })
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+impl From<KnownEngine> for EngineId {
+    fn from(value: KnownEngine) -> Self {
+        EngineId(value.as_str().to_owned())
     }
 }
 
@@ -415,10 +440,40 @@ mod tests {
         for bad in ["", "../x", "VLLM", "-x", "a b", &"a".repeat(65)] {
             assert!(EngineId::parse(bad).is_err(), "{bad}");
         }
+        assert!(
+            EngineId::parse("llama.cpp").is_ok(),
+            "a well-formed id another build may know"
+        );
         let id = OperationId::fresh().unwrap();
         assert_eq!(OperationId::parse(id.as_str()).unwrap(), id);
         assert!(OperationId::parse("op-../../etc").is_err());
         assert!(!id.path_element().contains('-'));
+    }
+
+    #[test]
+    fn known_engines_convert_both_ways_and_an_unknown_one_is_an_invalid_argument() {
+        for known in KnownEngine::ALL {
+            let id = EngineId::from(known);
+            assert_eq!(EngineId::parse(known.as_str()).unwrap(), id);
+            assert_eq!(id.known().unwrap(), known);
+        }
+        let unknown = EngineId::parse("llama.cpp").unwrap().known().unwrap_err();
+        assert_eq!(unknown.code, ErrorCode::InvalidArgument);
+        assert_eq!(unknown.message, "This build does not know that engine.");
+        assert_eq!(
+            unknown.details.as_deref(),
+            Some("unknown engine (known: vllm, tensorrt-llm)")
+        );
+    }
+
+    #[test]
+    fn an_engine_id_is_stored_as_its_plain_string_known_or_not() {
+        for text in ["vllm", "tensorrt-llm", "retired-engine"] {
+            let json = format!("\"{text}\"");
+            let id: EngineId = serde_json::from_str(&json).unwrap();
+            assert_eq!(serde_json::to_string(&id).unwrap(), json);
+        }
+        assert!(serde_json::from_str::<EngineId>("\"../etc\"").is_err());
     }
 
     #[test]
