@@ -39,16 +39,43 @@ pub enum Service {
     TestUser,
     /// The local signed apt repository with the stand-in NVIDIA toolkit packages.
     AptRepo,
-    /// The systemd-booted container image `enginekit-bench/systemd:bookworm`
-    /// (`tests/bench/systemd-image`; see [`SYSTEMD_IMAGE`]).
+    /// The systemd-booted container image (`tests/bench/systemd-image`; see [`systemd_image`]).
     SystemdImage,
 }
 
-/// A Debian bookworm image that boots systemd (with logind, dbus and polkitd) under the bench's
-/// dockerd; run flags in `tests/bench/systemd-image`.
-pub const SYSTEMD_IMAGE: &str = "enginekit-bench/systemd:bookworm";
+/// The Debian bookworm image that boots systemd (with logind, dbus and polkitd) under the bench's
+/// dockerd. Its tag is a digest of `tests/bench/systemd-image`, which is asked for it, so a
+/// changed script never meets an old image.
+pub fn systemd_image() -> String {
+    static NAME: OnceLock<String> = OnceLock::new();
+    NAME.get_or_init(|| image_name_from_script("--print-name"))
+        .clone()
+}
 
-/// `docker run` flags that boot [`SYSTEMD_IMAGE`] here (`--privileged` is refused on this kind of
+/// [`systemd_image`] plus Debian's docker.io (off at boot, confined to a private network
+/// namespace; see `tests/bench/systemd-image` and [`crate::systemd::INNER_DOCKER_FLAGS`]).
+pub fn systemd_docker_image() -> String {
+    static NAME: OnceLock<String> = OnceLock::new();
+    NAME.get_or_init(|| image_name_from_script("--print-docker-name"))
+        .clone()
+}
+
+fn image_name_from_script(flag: &str) -> String {
+    let script = workspace_root().join("tests/bench/systemd-image");
+    let out = Command::new(&script)
+        .arg(flag)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+    assert!(
+        out.status.success(),
+        "{} {flag}: {}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// `docker run` flags that boot [`systemd_image`] here (`--privileged` is refused on this kind of
 /// machine); append `--name`, the image and `/sbin/init`.
 pub const SYSTEMD_RUN_FLAGS: &[&str] = &[
     "--cap-add",
@@ -439,16 +466,17 @@ fn check(env: &BenchEnv, service: Service) -> Result<(), String> {
             command_ok("gpgv of the repository's InRelease", &out)
         }
         Service::SystemdImage => {
-            let out = Command::new("docker")
-                .args(["image", "inspect", "--format", "{{.Id}}", SYSTEMD_IMAGE])
-                .output()
-                .map_err(|e| format!("could not run docker: {e}"))?;
-            command_ok(
-                &format!(
-                    "docker image inspect {SYSTEMD_IMAGE} (tests/bench/systemd-image builds it)"
-                ),
-                &out,
-            )
+            for image in [systemd_image(), systemd_docker_image()] {
+                let out = Command::new("docker")
+                    .args(["image", "inspect", "--format", "{{.Id}}", &image])
+                    .output()
+                    .map_err(|e| format!("could not run docker: {e}"))?;
+                command_ok(
+                    &format!("docker image inspect {image} (tests/bench/systemd-image builds it)"),
+                    &out,
+                )?;
+            }
+            Ok(())
         }
     }
 }

@@ -1,13 +1,21 @@
 //! A systemd-booted Debian container on the shared dockerd, for the tests that need systemd as
-//! PID 1 (service state, `SystemdService=` activation, logind sessions). The image is built by the
-//! caller's script; this module only boots it with [`crate::bench::SYSTEMD_RUN_FLAGS`], waits for
-//! systemd, runs commands inside and removes the container on drop.
+//! PID 1 (service state, `SystemdService=` activation, logind sessions), and optionally a Docker
+//! inside it that its systemd manages (the end-to-end setup tests). The image is
+//! `tests/bench/systemd-image`'s ([`crate::bench::systemd_image`]); this module boots it with
+//! [`crate::bench::SYSTEMD_RUN_FLAGS`], waits for systemd, installs the helper's shipped files,
+//! starts the inner Docker, runs commands inside and removes the container on drop.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use crate::bench::{unique_name, SYSTEMD_RUN_FLAGS};
+use crate::bench::{bin, unique_name, workspace_root, SYSTEMD_RUN_FLAGS};
+
+/// Extra `docker run` flags for a container whose own dockerd runs containers and pulls from the
+/// bench registry: the host's network namespace (the image keeps that dockerd in a private one
+/// and forwards 127.0.0.1:5000 into it; see tests/bench/systemd-image) and NET_ADMIN, without
+/// which runc cannot bring up `lo` in an inner container.
+pub const INNER_DOCKER_FLAGS: &[&str] = &["--network", "host", "--cap-add", "NET_ADMIN"];
 
 /// How long systemd may take to reach `running` (or `degraded`) inside the container.
 const BOOT_DEADLINE: Duration = Duration::from_secs(60);
@@ -20,15 +28,53 @@ pub fn docker(args: &[&str]) -> Output {
         .unwrap_or_else(|e| panic!("cannot run docker: {e}"))
 }
 
-/// A booted container; removed (with `docker rm -f`) on drop.
+/// A booted container; removed (with `docker rm -f`) on drop, its inner Docker stopped first.
 #[derive(Debug)]
 pub struct BootedSystemd {
     name: String,
+    /// The host folder bind-mounted at /var/lib/docker, when the inner Docker is wanted.
+    docker_root: Option<PathBuf>,
 }
 
 impl BootedSystemd {
     /// Boots `image` as a container named after `prefix` and waits until systemd is up.
     pub fn boot(image: &str, prefix: &str) -> BootedSystemd {
+        Self::boot_with(image, prefix, &[])
+    }
+
+    /// Boots the bench image with its Docker started: on the host's network namespace with
+    /// [`INNER_DOCKER_FLAGS`], /var/lib/docker on a host folder (overlay2 cannot stack on the
+    /// container's own overlay), then containerd, the registry forwarder and docker.service.
+    pub fn boot_with_docker(prefix: &str) -> BootedSystemd {
+        let root = tempfile_dir(prefix);
+        let volume = format!("{}:/var/lib/docker", root.display());
+        let mut flags: Vec<&str> = INNER_DOCKER_FLAGS.to_vec();
+        flags.extend_from_slice(&["-v", &volume]);
+        let mut booted = Self::boot_with(&crate::bench::systemd_docker_image(), prefix, &flags);
+        booted.docker_root = Some(root);
+        let started = booted.sh(
+            "systemctl start containerd.service && systemctl start registry-proxy.socket && \
+             systemctl start docker.service && echo started",
+        );
+        assert!(started.contains("started"), "inner docker: {started}");
+        let deadline = Instant::now() + BOOT_DEADLINE;
+        while !booted
+            .sh("docker info --format '{{.ServerVersion}}' 2>&1")
+            .trim()
+            .starts_with(|c: char| c.is_ascii_digit())
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the inner dockerd does not answer: {}",
+                booted.sh("journalctl -u docker --no-pager | tail -n 30")
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        booted
+    }
+
+    /// Boots `image` with `extra` flags before the image name and waits until systemd is up.
+    pub fn boot_with(image: &str, prefix: &str, extra: &[&str]) -> BootedSystemd {
         let inspect = docker(&["image", "inspect", image]);
         assert!(
             inspect.status.success(),
@@ -37,6 +83,7 @@ impl BootedSystemd {
         let name = unique_name(prefix);
         let mut args = vec!["run", "-d", "--name", &name];
         args.extend_from_slice(SYSTEMD_RUN_FLAGS);
+        args.extend_from_slice(extra);
         args.extend_from_slice(&[image, "/sbin/init"]);
         let out = docker(&args);
         assert!(
@@ -44,7 +91,10 @@ impl BootedSystemd {
             "docker run {image}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let booted = BootedSystemd { name };
+        let booted = BootedSystemd {
+            name,
+            docker_root: None,
+        };
         let deadline = Instant::now() + BOOT_DEADLINE;
         loop {
             let state = booted.sh("systemctl is-system-running 2>/dev/null || true");
@@ -74,6 +124,62 @@ impl BootedSystemd {
         )
     }
 
+    /// Runs `script` with sh inside as `user` in a fresh login session (`su -`, through PAM and
+    /// pam_systemd): the groups are read anew from /etc/group, as after signing in again.
+    pub fn sh_as(&self, user: &str, script: &str) -> Output {
+        let quoted = script.replace('\'', "'\\''");
+        docker(&["exec", &self.name, "su", "-", user, "-c", &quoted])
+    }
+
+    /// Installs the helper as a distribution package would: the binary, the D-Bus activation
+    /// file (`SystemdService=`), the bus policy, the systemd unit and the polkit action, with a
+    /// short idle exit; reloads systemd and the bus. The helper is not started.
+    pub fn install_helper(&self) {
+        let root = workspace_root();
+        self.copy(&bin("enginekit-helper"), "/usr/libexec/enginekit-helper");
+        self.copy(
+            &root.join("dbus/org.enginekit.Helper1.service"),
+            "/usr/share/dbus-1/system-services/",
+        );
+        self.copy(
+            &root.join("dbus/org.enginekit.Helper1.conf"),
+            "/usr/share/dbus-1/system.d/",
+        );
+        self.copy(
+            &root.join("dbus/enginekit-helper.service"),
+            "/usr/lib/systemd/system/",
+        );
+        self.copy(
+            &root.join("polkit/org.enginekit.helper.policy"),
+            "/usr/share/polkit-1/actions/",
+        );
+        let setup = self.sh(
+            "set -e; mkdir -p /etc/enginekit; printf 'idle_exit_seconds = 3\\n' > /etc/enginekit/helper.conf; \
+             chown -R root:root /usr/libexec/enginekit-helper /etc/enginekit /usr/share/dbus-1 /usr/lib/systemd/system/enginekit-helper.service; \
+             chmod 644 /etc/enginekit/helper.conf; systemctl daemon-reload; \
+             busctl call org.freedesktop.DBus /org/freedesktop/DBus org.freedesktop.DBus ReloadConfig; echo ok",
+        );
+        assert!(setup.trim_end().ends_with("ok"), "helper install: {setup}");
+    }
+
+    /// Writes `contents` to `path` inside, with `mode`, owned by `owner` (`user:group`).
+    pub fn write(&self, path: &str, contents: &[u8], mode: u32, owner: &str) {
+        let dir = tempfile_dir("ekt-copy");
+        let local = dir.join("file");
+        std::fs::write(&local, contents).unwrap_or_else(|e| panic!("{}: {e}", local.display()));
+        let parent = Path::new(path)
+            .parent()
+            .map_or_else(|| "/".to_owned(), |p| p.display().to_string());
+        let mkdir = self.sh(&format!("mkdir -p '{parent}' && echo ok"));
+        assert!(mkdir.contains("ok"), "mkdir {parent}: {mkdir}");
+        self.copy(&local, path);
+        let _ = std::fs::remove_dir_all(&dir);
+        let fix = self.sh(&format!(
+            "chown {owner} '{path}' && chmod {mode:o} '{path}' && echo ok"
+        ));
+        assert!(fix.contains("ok"), "chown/chmod {path}: {fix}");
+    }
+
     /// Copies a host file into the container at `to`.
     pub fn copy(&self, from: &Path, to: &str) {
         let out = docker(&[
@@ -92,6 +198,21 @@ impl BootedSystemd {
 
 impl Drop for BootedSystemd {
     fn drop(&mut self) {
-        let _ = docker(&["rm", "-f", &self.name]);
+        if let Some(root) = self.docker_root.take() {
+            // Stopped from inside first: the cgroups of inner containers live on the host's
+            // hierarchy, and a container killed from outside would leave them behind.
+            let _ = self.sh("systemctl stop docker.service docker.socket containerd.service");
+            let _ = docker(&["rm", "-f", &self.name]);
+            let _ = std::fs::remove_dir_all(root);
+        } else {
+            let _ = docker(&["rm", "-f", &self.name]);
+        }
     }
+}
+
+/// A fresh folder under /var/tmp (on the host's ext4, where overlay2 works).
+fn tempfile_dir(prefix: &str) -> PathBuf {
+    let dir = Path::new("/var/tmp").join(unique_name(prefix));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    dir
 }

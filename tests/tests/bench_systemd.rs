@@ -5,7 +5,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use enginekit_integration::bench::{
-    require, unique_name, Service, SYSTEMD_IMAGE, SYSTEMD_RUN_FLAGS,
+    require, systemd_image, unique_name, Service, SYSTEMD_RUN_FLAGS,
 };
 
 /// Removes the container when the test ends, however it ends.
@@ -40,7 +40,7 @@ fn the_systemd_image_boots_to_running_with_logind_and_a_system_bus() {
     let out = Command::new("docker")
         .args(["run", "-d", "--name", &name, "--network", "none"])
         .args(SYSTEMD_RUN_FLAGS)
-        .args([SYSTEMD_IMAGE, "/sbin/init"])
+        .args([systemd_image().as_str(), "/sbin/init"])
         .output()
         .unwrap_or_else(|e| panic!("docker run: {e}"));
     let container = Container(name);

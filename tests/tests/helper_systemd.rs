@@ -17,55 +17,12 @@ use std::time::{Duration, Instant};
 use enginekit_integration::bench::{self, Service};
 use enginekit_integration::systemd::{docker, BootedSystemd};
 
-/// The systemd-booted image (debootstrap minbase + systemd, dbus, polkitd), built once by
-/// `helper/tests-support/build-systemd-image`.
-const SYSTEMD_IMAGE: &str = "enginekit-helper-test/systemd:bookworm";
-
-/// Builds the helper's systemd image (once per machine; the script is idempotent) and boots it.
-fn boot_image() -> BootedSystemd {
-    let script = bench::workspace_root().join("helper/tests-support/build-systemd-image");
-    let built = Command::new(&script)
-        .arg(SYSTEMD_IMAGE)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
-    assert!(
-        built.status.success(),
-        "building {SYSTEMD_IMAGE} failed: {}",
-        String::from_utf8_lossy(&built.stderr)
-    );
-    BootedSystemd::boot(SYSTEMD_IMAGE, "ekt-helper-systemd")
-}
-
-/// A booted container with the helper's shipped files installed (the helper not running).
+/// A booted container of the bench's systemd image with the helper's shipped files installed
+/// (the helper not running).
 fn boot_with_helper() -> BootedSystemd {
-    bench::require(&[Service::Docker]);
-    let root = bench::workspace_root();
-    let helper = bench::bin("enginekit-helper");
-    let booted = boot_image();
-    booted.copy(&helper, "/usr/libexec/enginekit-helper");
-    booted.copy(
-        &root.join("dbus/org.enginekit.Helper1.service"),
-        "/usr/share/dbus-1/system-services/",
-    );
-    booted.copy(
-        &root.join("dbus/org.enginekit.Helper1.conf"),
-        "/usr/share/dbus-1/system.d/",
-    );
-    booted.copy(
-        &root.join("dbus/enginekit-helper.service"),
-        "/usr/lib/systemd/system/",
-    );
-    booted.copy(
-        &root.join("polkit/org.enginekit.helper.policy"),
-        "/usr/share/polkit-1/actions/",
-    );
-    let setup = booted.sh(
-        "set -e; mkdir -p /etc/enginekit; printf 'idle_exit_seconds = 3\\n' > /etc/enginekit/helper.conf; \
-         chown -R root:root /usr/libexec/enginekit-helper /etc/enginekit /usr/share/dbus-1 /usr/lib/systemd/system/enginekit-helper.service; \
-         chmod 644 /etc/enginekit/helper.conf; systemctl daemon-reload; \
-         busctl call org.freedesktop.DBus /org/freedesktop/DBus org.freedesktop.DBus ReloadConfig; echo ok",
-    );
-    assert!(setup.trim_end().ends_with("ok"), "setup: {setup}");
+    bench::require(&[Service::Docker, Service::SystemdImage]);
+    let booted = BootedSystemd::boot(&bench::systemd_image(), "ekt-helper-systemd");
+    booted.install_helper();
     booted
 }
 

@@ -1,0 +1,471 @@
+//! `enginekit setup` end to end with the real privileged path, on a SIMULATED GPU HOST that runs
+//! systemd: a container of the bench's systemd image with Debian's docker.io managed by its
+//! systemd (tests/bench/systemd-image; the inner dockerd lives in a private network namespace and
+//! pulls from the bench registry through a forwarder). Inside it, as a distribution would ship
+//! them: the broker at /usr/bin/enginekit, the helper activated on the system bus through
+//! `SystemdService=`, polkitd with a test rule, and logind sessions made by `su -`.
+//!
+//! STAND-INs, for hardware and vendor binaries only: `nvidia-smi` at /usr/bin (answering from
+//! the committed GPU fixture), and the NVIDIA Container Toolkit debs in the bench's signed local
+//! apt repository, which the helper really installs with apt (their hook is a no-op, their
+//! `nvidia-ctk` edits daemon.json like the real one).
+//!
+//! The engine descriptor (engine image: the bench's busybox; GPU-check image: busybox with the
+//! stand-in nvidia-smi) and the recipe (the built-in one with the NVIDIA repository replaced by
+//! the bench's) are signed with a key made here. The broker trusts it from the user's folder;
+//! the helper trusts it only because the test installs it root-owned in /etc/enginekit/keys.d.
+//!
+//! Nothing here restarts the shared dockerd: the helper's `systemctl restart docker` restarts
+//! the container's own.
+
+// bench: test-threads=1
+
+// Test scaffolding: a failed setup step should stop the test with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "apt_support/mod.rs"]
+mod apt_support;
+
+use std::process::Output;
+
+use enginekit_integration::bench::{self, BenchEnv, Service};
+use enginekit_integration::systemd::BootedSystemd;
+use enginekit_shared::signed::{DocumentKind, SignedDocument, SigningKey};
+use serde_json::{json, Value};
+
+const USER: &str = "ekuser";
+const KEY_NAME: &str = "ekt-setup-systemd";
+const STATE: &str = "/home/ekuser/.local/state/enginekit";
+const LEDGER: &str = "/var/lib/enginekit-helper";
+/// Where the bench's apt repository is copied inside (not under /tmp or /var/tmp: the helper's
+/// unit has PrivateTmp=, so apt run by it would not see it there).
+const REPO_INSIDE: &str = "/srv/enginekit-bench-aptrepo";
+
+/// What the test's polkit rule answers for the helper's action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Polkit {
+    Allow,
+    Deny,
+}
+
+/// The simulated GPU host under systemd, with the broker's user and documents in place.
+struct SystemdGpuHost {
+    booted: BootedSystemd,
+    env: BenchEnv,
+}
+
+fn describe(out: &Output) -> String {
+    format!(
+        "status {}\nstdout {}\nstderr {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// JSON lines of a `--json` run.
+fn events(out: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l}: {e}")))
+        .collect()
+}
+
+fn result_of(out: &Output) -> Value {
+    events(out)
+        .into_iter()
+        .rev()
+        .find(|e| e["event"] == "result" || e["event"] == "error")
+        .unwrap_or_else(|| panic!("no result event: {}", describe(out)))
+}
+
+fn split_ref(reference: &str) -> (String, String) {
+    let (repo, digest) = reference
+        .split_once('@')
+        .unwrap_or_else(|| panic!("not by digest: {reference}"));
+    (repo.to_owned(), digest.to_owned())
+}
+
+/// The built-in recipe with the NVIDIA repository replaced by the bench's (key, fingerprint,
+/// base URL, as copied to [`REPO_INSIDE`]) and the four toolkit packages pinned to the bench's
+/// version; every other action is the production one (configure the runtime, generate CDI,
+/// restart Docker, the docker group).
+fn bench_recipe(env: &BenchEnv) -> Value {
+    let repo = &env.apt_repo;
+    let key = std::fs::read_to_string(&repo.key_asc).expect("the bench's armored key");
+    let mut payload = enginekit_shared::recipe::builtin()
+        .unwrap()
+        .payload()
+        .clone();
+    payload["serial"] = json!(1000);
+    payload["expires_at"] = json!("2099-01-01T00:00:00Z");
+    let actions = payload["apt"]["actions"].as_array_mut().expect("actions");
+    for action in actions.iter_mut() {
+        match action["id"].as_str().unwrap_or_default() {
+            "nvidia-key" => {
+                *action = json!({"action": "install-key", "id": "nvidia-key",
+                    "component": "nvidia-container-toolkit", "path": apt_support::KEYRING,
+                    "encoding": "binary", "key": key, "fingerprints": [repo.key_fingerprint]});
+            }
+            "nvidia-source" => {
+                *action = json!({"action": "write-source", "id": "nvidia-source",
+                    "component": "nvidia-container-toolkit", "path": apt_support::SOURCE,
+                    "template": format!("deb [signed-by={}] file://{}/stable/deb/$(ARCH) /\n",
+                        apt_support::KEYRING, REPO_INSIDE)});
+            }
+            "packages" => {
+                let packages = action["packages"].as_array_mut().expect("packages");
+                packages.retain(|p| p["component"] != "nvidia-container-toolkit");
+                packages.extend(apt_support::PACKAGES.iter().map(|p| {
+                    json!({"component": "nvidia-container-toolkit", "name": p,
+                        "version": repo.toolkit_version})
+                }));
+            }
+            _ => {}
+        }
+    }
+    payload
+}
+
+impl SystemdGpuHost {
+    fn start(polkit: Polkit) -> SystemdGpuHost {
+        let env = bench::require(&[
+            Service::Docker,
+            Service::Registry,
+            Service::AptRepo,
+            Service::SystemdImage,
+        ]);
+        let booted = BootedSystemd::boot_with_docker("ekt-setup-systemd");
+        booted.install_helper();
+        let host = SystemdGpuHost { booted, env };
+        host.install_broker_and_standins();
+        host.add_user();
+        host.install_documents();
+        host.install_polkit_rule(polkit);
+        host
+    }
+
+    fn sh(&self, script: &str) -> String {
+        self.booted.sh(script)
+    }
+
+    fn install_broker_and_standins(&self) {
+        self.booted
+            .copy(&bench::bin("enginekit"), "/usr/bin/enginekit");
+        // STAND-IN for the NVIDIA driver's nvidia-smi (no GPU here), with the committed fixture.
+        let standins = &self.env.standins_dir;
+        self.booted
+            .copy(&standins.join("nvidia-smi"), "/usr/bin/nvidia-smi");
+        let gpus = std::fs::read(standins.join("gpus/default.csv")).expect("fixture");
+        self.booted
+            .write("/etc/enginekit-standin/gpus.csv", &gpus, 0o644, "root:root");
+        // The bench's signed apt repository (its public part).
+        self.booted.copy(&self.env.apt_repo.base, REPO_INSIDE);
+        let fixed = self.sh(&format!(
+            "chown -R root:root /usr/bin/enginekit /usr/bin/nvidia-smi {REPO_INSIDE} && \
+             chmod 755 /usr/bin/enginekit /usr/bin/nvidia-smi && chmod -R a+rX {REPO_INSIDE} && echo ok"
+        ));
+        assert!(fixed.contains("ok"), "{fixed}");
+    }
+
+    fn add_user(&self) {
+        let out = self.sh(&format!("useradd -m -s /bin/sh {USER} && echo ok"));
+        assert!(out.contains("ok"), "useradd: {out}");
+    }
+
+    /// The signed descriptor and recipe in the user's folder, the key trusted by the user and,
+    /// root-owned, by the helper.
+    fn install_documents(&self) {
+        let key = SigningKey::generate().expect("key");
+        let public = key.public_key().to_text();
+        let home = format!("/home/{USER}/.config/enginekit");
+        let owner = format!("{USER}:{USER}");
+        self.booted.write(
+            &format!("{home}/keys/{KEY_NAME}.pub"),
+            public.as_bytes(),
+            0o644,
+            &owner,
+        );
+        self.booted.write(
+            &format!("/etc/enginekit/keys.d/{KEY_NAME}.pub"),
+            public.as_bytes(),
+            0o644,
+            "root:root",
+        );
+        let (repo, digest) = split_ref(&self.env.busybox_ref);
+        let (probe_repo, probe_digest) = split_ref(&self.env.gpu_check_ref);
+        let per_platform = |r: &str, d: &str| {
+            json!({"linux/amd64": {"repository": r, "digest": d},
+                   "linux/arm64": {"repository": r, "digest": d}})
+        };
+        let descriptor = json!({
+            "schema_version": 1,
+            "kind": "engine-descriptor",
+            "id": "vllm-bench-systemd",
+            "serial": 1_000_000,
+            "expires_at": "2030-01-01T00:00:00Z",
+            "minimum_broker_version": "0.1.0",
+            "engine_id": "vllm",
+            "display_name": "vLLM (bench test descriptor: busybox as the engine image)",
+            "image": per_platform(&repo, &digest),
+            "probe_image": per_platform(&probe_repo, &probe_digest),
+            "minimum_driver_version": "580.0",
+            "minimum_compute_capability": "7.5",
+            "download_bytes": 2_000_000,
+            "required_disk_bytes": 10_000_000,
+            "source": "enginekit test bench",
+            "notes": [],
+        });
+        for (name, payload, kind) in [
+            ("vllm.json", descriptor, DocumentKind::EngineDescriptor),
+            ("recipe.json", bench_recipe(&self.env), DocumentKind::Recipe),
+        ] {
+            let doc = SignedDocument::sign(payload, kind, &key).expect("sign");
+            let text = serde_json::to_vec_pretty(&doc.to_value()).expect("json");
+            self.booted
+                .write(&format!("{home}/documents/{name}"), &text, 0o644, &owner);
+        }
+        let fix = self.sh(&format!("chown -R {owner} /home/{USER}/.config && echo ok"));
+        assert!(fix.contains("ok"), "{fix}");
+    }
+
+    fn install_polkit_rule(&self, answer: Polkit) {
+        let result = match answer {
+            Polkit::Allow => "YES",
+            Polkit::Deny => "NO",
+        };
+        let rule = format!(
+            "// enginekit test: the helper's action for {USER}\n\
+             polkit.addRule(function(action, subject) {{\n\
+             \x20   if (action.id == \"org.enginekit.helper.install-container-runtime\" && subject.user == \"{USER}\") return polkit.Result.{result};\n\
+             }});\n"
+        );
+        self.booted.write(
+            "/etc/polkit-1/rules.d/10-ekt-setup.rules",
+            rule.as_bytes(),
+            0o644,
+            "root:root",
+        );
+        // polkitd reloads on inotify; a restart makes the rule certain before the first call.
+        let out = self.sh("systemctl restart polkit && echo ok");
+        assert!(out.contains("ok"), "polkit restart: {out}");
+    }
+
+    /// `enginekit ARGS` as the user, in a fresh login session.
+    fn enginekit(&self, args: &str) -> Output {
+        self.booted
+            .sh_as(USER, &format!("RUST_LOG=warn enginekit {args} </dev/null"))
+    }
+
+    fn installed_version(&self, package: &str) -> Option<String> {
+        let out = self.sh(&format!(
+            "dpkg-query --show --showformat='${{Status}} ${{Version}}' {package} 2>/dev/null"
+        ));
+        out.trim()
+            .strip_prefix("install ok installed ")
+            .map(str::to_owned)
+    }
+
+    fn groups(&self) -> Vec<String> {
+        self.sh(&format!("id -nG {USER}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn image_present(&self, reference: &str) -> bool {
+        self.sh(&format!(
+            "docker image inspect '{reference}' >/dev/null 2>&1 && echo yes || echo no"
+        ))
+        .trim()
+            == "yes"
+    }
+
+    fn daemon_json(&self) -> Value {
+        serde_json::from_str(&self.sh("cat /etc/docker/daemon.json")).expect("daemon.json")
+    }
+
+    /// Nonces the helper burnt (its durable ledger).
+    fn burnt_nonces(&self) -> Vec<String> {
+        self.sh(&format!("ls {LEDGER}/nonces 2>/dev/null"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// How often systemd started docker.service.
+    fn docker_starts(&self) -> usize {
+        self.sh("journalctl --no-pager -o cat -u docker.service")
+            .lines()
+            .filter(|l| l.starts_with("Started docker.service") || l.starts_with("Started Docker"))
+            .count()
+    }
+
+    fn journal(&self) -> String {
+        self.sh("journalctl --no-pager -o cat -u enginekit-helper.service | tail -n 60")
+    }
+}
+
+#[test]
+fn setup_installs_the_toolkit_through_polkit_and_the_helper_waits_for_relogin_then_pulls_verifies_records_and_remove_takes_it_back(
+) {
+    let host = SystemdGpuHost::start(Polkit::Allow);
+    assert_eq!(host.installed_version("nvidia-container-toolkit"), None);
+    assert!(!host.groups().iter().any(|g| g == "docker"));
+    let daemon_before = host.daemon_json();
+    let starts_before = host.docker_starts();
+
+    // The plan, as the user sees it: the toolkit, the runtime, CDI, a Docker restart and the
+    // docker group, one host step carrying the bench recipe inline.
+    let plan = host.enginekit("plan --engine vllm --json");
+    let plan_doc: Value = serde_json::from_slice(&plan.stdout)
+        .unwrap_or_else(|e| panic!("plan json: {e}: {}", describe(&plan)));
+    let codes: Vec<&str> = plan_doc["system_changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .filter_map(|c| c["code"].as_str())
+        .collect();
+    for code in [
+        "add-repository",
+        "install-packages",
+        "configure-nvidia-runtime",
+        "generate-cdi-spec",
+        "add-user-to-docker-group",
+        "restart-docker",
+    ] {
+        assert!(codes.contains(&code), "{code} missing: {plan_doc}");
+    }
+    assert!(plan_doc["host_step"]["recipe"].is_object(), "{plan_doc}");
+
+    // First run: the helper installs; the group is not effective in this session yet.
+    let first = host.enginekit("setup --engine vllm --yes --json");
+    let result = result_of(&first);
+    assert_eq!(
+        result["error"]["code"],
+        "MANAGED_RELOGIN_REQUIRED",
+        "{}\nhelper journal:\n{}",
+        describe(&first),
+        host.journal()
+    );
+    assert_eq!(first.status.code(), Some(3), "{}", describe(&first));
+    // The machine says so, not the receipt.
+    for p in apt_support::PACKAGES {
+        assert_eq!(
+            host.installed_version(p).as_deref(),
+            Some(host.env.apt_repo.toolkit_version.as_str()),
+            "{p}"
+        );
+    }
+    let daemon = host.daemon_json();
+    assert_eq!(
+        daemon["runtimes"]["nvidia"]["path"],
+        json!("nvidia-container-runtime"),
+        "{daemon}"
+    );
+    assert_eq!(
+        daemon["bridge"], daemon_before["bridge"],
+        "other keys are kept"
+    );
+    assert!(host.groups().iter().any(|g| g == "docker"));
+    assert!(
+        host.docker_starts() > starts_before,
+        "the helper restarted docker.service"
+    );
+    assert!(
+        host.sh("test -s /var/run/cdi/nvidia.yaml && echo yes")
+            .contains("yes"),
+        "the CDI spec was generated"
+    );
+    assert_eq!(host.burnt_nonces().len(), 1, "{}", host.journal());
+    let waiting = host.sh(&format!("cat {STATE}/operations/*.json"));
+    assert!(waiting.contains("relogin"), "{waiting}");
+
+    // A new session has the group: the same command resumes the waiting operation.
+    let second = host.enginekit("setup --engine vllm --yes --json");
+    let result = result_of(&second);
+    assert_eq!(result["phase"], "ready", "{}", describe(&second));
+    assert!(second.status.success());
+    let phases: Vec<String> = events(&second)
+        .iter()
+        .filter(|e| e["event"] == "changed")
+        .filter_map(|e| e["operation"]["phase"].as_str().map(str::to_owned))
+        .collect();
+    for phase in [
+        "preparing-environment",
+        "pulling-image",
+        "verifying",
+        "ready",
+    ] {
+        assert!(
+            phases.iter().any(|p| p == phase),
+            "{phase} missing: {phases:?}"
+        );
+    }
+    assert_eq!(
+        host.burnt_nonces().len(),
+        1,
+        "the helper is never asked twice: {}",
+        host.journal()
+    );
+    assert!(host.image_present(&host.env.busybox_ref));
+    assert!(host.image_present(&host.env.gpu_check_ref));
+
+    let status = host.enginekit("status --json");
+    let status: Value = serde_json::from_slice(&status.stdout).expect("status json");
+    assert_eq!(status["installations"][0]["status"], "ready", "{status}");
+
+    // Removal takes back what setup added to Docker and the user's state, never the toolkit,
+    // the group or the repository.
+    let remove = host.enginekit("remove --engine vllm --yes --json");
+    assert_eq!(
+        result_of(&remove)["phase"],
+        "removed",
+        "{}",
+        describe(&remove)
+    );
+    assert!(!host.image_present(&host.env.busybox_ref));
+    assert!(!host.image_present(&host.env.gpu_check_ref));
+    assert!(host.installed_version("nvidia-container-toolkit").is_some());
+    assert!(host.groups().iter().any(|g| g == "docker"));
+    let status = host.enginekit("status --json");
+    let status: Value = serde_json::from_slice(&status.stdout).expect("status json");
+    assert_eq!(status["installations"], json!([]), "{status}");
+}
+
+#[test]
+fn a_polkit_refusal_is_elevation_declined_and_changes_nothing() {
+    let host = SystemdGpuHost::start(Polkit::Deny);
+    let daemon_before = host.sh("cat /etc/docker/daemon.json");
+    let setup = host.enginekit("setup --engine vllm --yes --json");
+    let result = result_of(&setup);
+    assert_eq!(
+        result["error"]["code"],
+        "MANAGED_ELEVATION_DECLINED",
+        "{}\nhelper journal:\n{}",
+        describe(&setup),
+        host.journal()
+    );
+    assert!(!setup.status.success());
+    for p in apt_support::PACKAGES {
+        assert_eq!(host.installed_version(p), None, "{p}");
+    }
+    assert_eq!(host.sh("cat /etc/docker/daemon.json"), daemon_before);
+    assert!(!host.groups().iter().any(|g| g == "docker"));
+    assert!(
+        host.burnt_nonces().is_empty(),
+        "a refused step burns nothing"
+    );
+    assert!(
+        host.sh(&format!("test -e {} && echo yes", apt_support::SOURCE))
+            .trim()
+            .is_empty(),
+        "no repository was added"
+    );
+    // No image moved and nothing was recorded.
+    assert!(!host.image_present(&host.env.gpu_check_ref));
+    let status = host.enginekit("status --json");
+    let status: Value = serde_json::from_slice(&status.stdout).expect("status json");
+    assert_eq!(status["installations"], json!([]), "{status}");
+}
