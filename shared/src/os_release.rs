@@ -1,9 +1,14 @@
 //! os-release(5) syntax: `KEY=value` lines, comments, one layer of quotes. The broker (which
 //! mints a host step's `distro_id` and `version_id`) and the helper (which checks them against the
 //! machine) read the file through this one parser, so the two can never disagree about what it
-//! says.
+//! says. The package family of a distribution ([`OsRelease::package_family`]) is decided here
+//! too, from one table, for the same reason.
 
 use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::wire::host_step::Family;
 
 /// The assignments of an os-release file.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -39,6 +44,63 @@ impl OsRelease {
     /// The value of `key` when it is assigned and not empty.
     pub fn non_empty(&self, key: &str) -> Option<&str> {
         self.get(key).filter(|v| !v.is_empty())
+    }
+
+    /// The package family, decided by `ID`, then by each `ID_LIKE` word in order (ASCII case
+    /// ignored); [`PackageFamily::Other`] when none of them is in the table.
+    pub fn package_family(&self) -> PackageFamily {
+        let id = self.get("ID").unwrap_or_default();
+        let like = self.get("ID_LIKE").unwrap_or_default();
+        std::iter::once(id)
+            .chain(like.split_whitespace())
+            .find_map(|name| family_of_name(&name.to_ascii_lowercase()))
+            .unwrap_or(PackageFamily::Other)
+    }
+}
+
+/// Package family (REFERENCE §6.3 row 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PackageFamily {
+    /// debian, ubuntu and derivatives.
+    Apt,
+    /// fedora, rhel, centos, rocky, almalinux and derivatives.
+    Dnf,
+    /// arch, manjaro, endeavouros.
+    Pacman,
+    /// Anything else.
+    Other,
+}
+
+impl PackageFamily {
+    /// Wire spelling (`apt`, `dnf`, `pacman`, `other`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PackageFamily::Apt => "apt",
+            PackageFamily::Dnf => "dnf",
+            PackageFamily::Pacman => "pacman",
+            PackageFamily::Other => "other",
+        }
+    }
+
+    /// The family a host step names for this one; `None` where the recipe has no package
+    /// manager (pacman, other).
+    pub fn host_family(self) -> Option<Family> {
+        match self {
+            PackageFamily::Apt => Some(Family::Apt),
+            PackageFamily::Dnf => Some(Family::Dnf),
+            PackageFamily::Pacman | PackageFamily::Other => None,
+        }
+    }
+}
+
+/// The table: one lowercase os-release `ID` (or `ID_LIKE` word) → its family.
+fn family_of_name(name: &str) -> Option<PackageFamily> {
+    match name {
+        "debian" | "ubuntu" => Some(PackageFamily::Apt),
+        "fedora" | "rhel" | "centos" | "rocky" | "almalinux" => Some(PackageFamily::Dnf),
+        "arch" | "manjaro" | "endeavouros" => Some(PackageFamily::Pacman),
+        _ => None,
     }
 }
 
@@ -80,6 +142,103 @@ mod tests {
         assert_eq!(os.get("NAME"), Some("A \"B\" \\ C"));
         assert_eq!(os.get("id"), None);
         assert_eq!(os.get("X-Y"), None);
+    }
+
+    fn family(text: &str) -> PackageFamily {
+        OsRelease::parse(text).package_family()
+    }
+
+    #[test]
+    fn the_family_table_maps_ids_the_broker_and_the_helper_both_use() {
+        let cases = [
+            ("ID=ubuntu\nID_LIKE=debian\n", PackageFamily::Apt),
+            ("ID=debian\n", PackageFamily::Apt),
+            ("ID=fedora\n", PackageFamily::Dnf),
+            ("ID=\"rhel\"\nID_LIKE=\"fedora\"\n", PackageFamily::Dnf),
+            (
+                "ID=\"centos\"\nID_LIKE=\"rhel fedora\"\n",
+                PackageFamily::Dnf,
+            ),
+            (
+                "ID=\"rocky\"\nID_LIKE=\"rhel centos fedora\"\n",
+                PackageFamily::Dnf,
+            ),
+            (
+                "ID=\"almalinux\"\nID_LIKE=\"rhel centos fedora\"\n",
+                PackageFamily::Dnf,
+            ),
+            ("ID=rocky\n", PackageFamily::Dnf),
+            ("ID=almalinux\n", PackageFamily::Dnf),
+            ("ID=arch\n", PackageFamily::Pacman),
+            ("ID=endeavouros\nID_LIKE=arch\n", PackageFamily::Pacman),
+            (
+                "ID=opensuse-tumbleweed\nID_LIKE=\"opensuse suse\"\n",
+                PackageFamily::Other,
+            ),
+            ("ID=nixos\n", PackageFamily::Other),
+            ("", PackageFamily::Other),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(family(text), expected, "{text:?}");
+        }
+        let host = |text: &str| family(text).host_family();
+        for dnf in ["fedora", "rhel", "centos", "rocky", "almalinux"] {
+            assert_eq!(host(&format!("ID={dnf}\n")), Some(Family::Dnf), "{dnf}");
+        }
+        for apt in ["ubuntu", "debian"] {
+            assert_eq!(host(&format!("ID={apt}\n")), Some(Family::Apt), "{apt}");
+        }
+        for none in ["arch", "manjaro", "opensuse-tumbleweed", "gentoo"] {
+            assert_eq!(host(&format!("ID={none}\n")), None, "{none}");
+        }
+    }
+
+    #[test]
+    fn id_decides_before_id_like_and_id_like_goes_in_order_ignoring_case() {
+        assert_eq!(
+            family("ID=linuxmint\nID_LIKE=\"ubuntu debian\"\n"),
+            PackageFamily::Apt
+        );
+        assert_eq!(family("ID=ubuntu\nID_LIKE=fedora\n"), PackageFamily::Apt);
+        assert_eq!(
+            family("ID=x\nID_LIKE=\"suse arch fedora\"\n"),
+            PackageFamily::Pacman
+        );
+        assert_eq!(family("ID=Rocky\n"), PackageFamily::Dnf);
+        assert_eq!(family("ID=\nID_LIKE=debian\n"), PackageFamily::Apt);
+    }
+
+    #[test]
+    fn every_distribution_the_recipe_table_serves_has_the_same_family_here() {
+        let table = crate::wire::host_step::DistroTable::built_in();
+        let mut served = 0;
+        for distro in [
+            "ubuntu", "debian", "fedora", "rhel", "rocky", "arch", "nixos",
+        ] {
+            if let Some(recipe) = table.family_of(distro) {
+                served += 1;
+                assert_eq!(
+                    family(&format!("ID={distro}\n")).host_family(),
+                    Some(recipe),
+                    "{distro}"
+                );
+            }
+        }
+        assert!(served >= 3, "ubuntu, debian and fedora are served");
+    }
+
+    #[test]
+    fn families_serialise_as_their_wire_spelling() {
+        for f in [
+            PackageFamily::Apt,
+            PackageFamily::Dnf,
+            PackageFamily::Pacman,
+            PackageFamily::Other,
+        ] {
+            let json = serde_json::to_string(&f).unwrap();
+            assert_eq!(json, format!("\"{}\"", f.as_str()));
+            assert_eq!(serde_json::from_str::<PackageFamily>(&json).unwrap(), f);
+        }
     }
 
     #[test]

@@ -6,7 +6,6 @@ use enginekit_shared::wire::plan::{SystemChange, SystemChangeCode};
 
 use crate::assess::install_plan::{DOCKER_PACKAGES, TOOLKIT_PACKAGE};
 use crate::assess::view::LinuxView;
-use crate::probe::facts::PackageFamily;
 
 /// The recipe's components, in recipe order (the order parameters are normalised into).
 pub const COMPONENT_ORDER: [&str; 7] = [
@@ -49,10 +48,8 @@ pub fn from_plan(
     view: &LinuxView,
     _recipe_id: &str,
 ) -> Result<StepParameters, String> {
-    let family = match view.family() {
-        PackageFamily::Apt => "apt",
-        PackageFamily::Dnf => "dnf",
-        _ => return Err("The recipe has no package manager for this system.".to_owned()),
+    let Some(family) = view.family().host_family() else {
+        return Err("The recipe has no package manager for this system.".to_owned());
     };
     let (Some(distro), Some(arch)) = (&view.distribution, &view.architecture) else {
         return Err("The recipe has no package manager for this system.".to_owned());
@@ -117,7 +114,7 @@ pub fn from_plan(
     Ok(StepParameters {
         user,
         arch: arch.clone(),
-        family: family.to_owned(),
+        family: family.as_str().to_owned(),
         distro_id: distro.id.clone(),
         version_id: distro.version_id.clone(),
         components,

@@ -325,31 +325,8 @@ pub struct Distribution {
     pub family: PackageFamily,
 }
 
-/// Package family (REFERENCE §6.3 row 0).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PackageFamily {
-    /// debian, ubuntu and derivatives.
-    Apt,
-    /// fedora, rhel, centos, rocky, almalinux and derivatives.
-    Dnf,
-    /// arch, manjaro, endeavouros.
-    Pacman,
-    /// Anything else.
-    Other,
-}
-
-impl PackageFamily {
-    /// Wire spelling (`apt`, `dnf`, `pacman`, `other`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PackageFamily::Apt => "apt",
-            PackageFamily::Dnf => "dnf",
-            PackageFamily::Pacman => "pacman",
-            PackageFamily::Other => "other",
-        }
-    }
-}
+/// Package family (REFERENCE §6.3 row 0): the one table the helper's machine check uses too.
+pub use enginekit_shared::os_release::PackageFamily;
 
 /// What runs as PID 1.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

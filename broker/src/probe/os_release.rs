@@ -2,7 +2,7 @@
 
 use enginekit_shared::os_release::OsRelease;
 
-use super::facts::{Distribution, PackageFamily};
+use super::facts::Distribution;
 
 /// Parses os-release text. `None` when there is no non-empty `ID`.
 pub fn parse_os_release(text: &str) -> Option<Distribution> {
@@ -16,7 +16,6 @@ pub fn parse_os_release(text: &str) -> Option<Distribution> {
         .get("ID_LIKE")
         .map(|v| v.split_whitespace().map(str::to_ascii_lowercase).collect())
         .unwrap_or_default();
-    let family = family_of(&id, &id_like);
     Some(Distribution {
         id,
         version_id,
@@ -24,30 +23,14 @@ pub fn parse_os_release(text: &str) -> Option<Distribution> {
         variant_id: get("VARIANT_ID"),
         codename: get("UBUNTU_CODENAME").or_else(|| get("VERSION_CODENAME")),
         pretty_name: get("PRETTY_NAME"),
-        family,
+        family: vars.package_family(),
     })
-}
-
-/// Package family by `ID`, then by `ID_LIKE` in order.
-pub fn family_of(id: &str, id_like: &[String]) -> PackageFamily {
-    std::iter::once(id)
-        .chain(id_like.iter().map(String::as_str))
-        .find_map(family_of_one)
-        .unwrap_or(PackageFamily::Other)
-}
-
-fn family_of_one(id: &str) -> Option<PackageFamily> {
-    match id {
-        "debian" | "ubuntu" => Some(PackageFamily::Apt),
-        "fedora" | "rhel" | "centos" | "rocky" | "almalinux" => Some(PackageFamily::Dnf),
-        "arch" | "manjaro" | "endeavouros" => Some(PackageFamily::Pacman),
-        _ => None,
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::probe::facts::PackageFamily;
 
     #[test]
     fn mint_is_apt_through_id_like_with_quotes() {

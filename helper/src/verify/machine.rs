@@ -6,6 +6,7 @@ use std::io::Read;
 use std::path::Path;
 
 use enginekit_shared::os_release::OsRelease;
+use enginekit_shared::wire::host_step::Family;
 
 const OS_RELEASE_PATHS: [&str; 2] = ["/etc/os-release", "/usr/lib/os-release"];
 const MAX_OS_RELEASE_BYTES: u64 = 64 * 1024;
@@ -15,7 +16,8 @@ const MAX_OS_RELEASE_BYTES: u64 = 64 * 1024;
 pub struct MachineFacts {
     /// `uname -m`: `x86_64`, `aarch64`, …
     pub arch: String,
-    /// `apt` or `dnf`, from the distribution; `None` for a distribution neither serves.
+    /// `apt` or `dnf`, from the distribution by the table the broker uses too
+    /// ([`OsRelease::package_family`]); `None` for a distribution neither serves.
     pub family: Option<&'static str>,
     /// os-release `ID`.
     pub distro_id: String,
@@ -50,7 +52,7 @@ impl MachineFacts {
         let id = os.get("ID").unwrap_or_default().to_owned();
         MachineFacts {
             arch,
-            family: family_of(&id, os.get("ID_LIKE").unwrap_or_default()),
+            family: os.package_family().host_family().map(Family::as_str),
             version_id: os.get("VERSION_ID").unwrap_or_default().to_owned(),
             distro_id: id,
         }
@@ -76,24 +78,12 @@ fn read_bounded(path: &Path) -> std::io::Result<String> {
     Ok(text)
 }
 
-fn family_of(id: &str, like: &str) -> Option<&'static str> {
-    let names = std::iter::once(id).chain(like.split_whitespace());
-    for name in names {
-        match name {
-            "debian" | "ubuntu" => return Some("apt"),
-            "fedora" | "rhel" => return Some("dnf"),
-            _ => {}
-        }
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn debian_and_ubuntu_are_apt_fedora_is_dnf() {
+    fn debian_and_ubuntu_are_apt_fedora_and_rocky_are_dnf() {
         let debian = MachineFacts::from_parts(
             "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nID=debian\nVERSION_ID=\"12\"\n",
             "x86_64".into(),
@@ -111,6 +101,11 @@ mod tests {
         );
         let fedora = MachineFacts::from_parts("ID=fedora\nVERSION_ID=41\n", "x86_64".into());
         assert_eq!(fedora.family, Some("dnf"));
+        let rocky = MachineFacts::from_parts(
+            "ID=\"rocky\"\nID_LIKE=\"rhel centos fedora\"\nVERSION_ID=\"9.4\"\n",
+            "x86_64".into(),
+        );
+        assert_eq!(rocky.family, Some("dnf"));
         let arch = MachineFacts::from_parts("ID=arch\n", "x86_64".into());
         assert_eq!(arch.family, None);
     }
