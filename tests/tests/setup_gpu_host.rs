@@ -4,8 +4,9 @@
 //! NVIDIA hook only.
 //!
 //! Not covered here (the bench runs without systemd, so the assessment refuses any install plan
-//! with `init-not-systemd`): the host step itself. That path is covered against the real helper
-//! and polkitd in setup_helper.rs.
+//! with `init-not-systemd`): the host step itself. setup_systemd_host.rs runs the whole setup,
+//! host step included, inside a systemd-booted container; setup_helper.rs drives the runner
+//! against the real helper and polkitd on the bench itself.
 
 #[path = "setup_support/mod.rs"]
 mod setup_support;
