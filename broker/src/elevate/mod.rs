@@ -183,13 +183,7 @@ pub fn summarise(text: &str, step_id: &str, nonce: &str) -> Result<ReceiptSummar
         )
         .with_details(e.to_string())
     })?;
-    let tail: String = receipt
-        .actions
-        .iter()
-        .filter(|a| a.exit_status != Some(0))
-        .map(|a| format!("{} exited with {:?}\n{}", a.code, a.exit_status, a.log_tail))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let tail = failed_actions(&receipt.actions);
     Ok(ReceiptSummary {
         step_id: receipt.step_id.as_str().to_owned(),
         nonce: receipt.nonce.as_str().to_owned(),
@@ -253,5 +247,56 @@ impl Elevator for SystemHelper {
             }
             Err(e) => Err(bus_error(e)),
         }
+    }
+}
+
+/// What the user is shown of a failed job: the actions the helper marked as failed (a query
+/// that answered non-zero, or an action that ran no command, is not a failure), each with its
+/// exit status and log tail.
+fn failed_actions(actions: &[enginekit_shared::wire::receipt::ActionRecord]) -> String {
+    actions
+        .iter()
+        .filter(|a| a.log_tail.starts_with("failed"))
+        .map(|a| {
+            let status = match a.exit_status {
+                Some(code) => format!("exit status {code}"),
+                None => "no exit status: killed, or no command".to_owned(),
+            };
+            format!("{} ({status}):\n{}", a.code, a.log_tail)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::failed_actions;
+    use enginekit_shared::wire::receipt::ActionRecord;
+
+    fn action(code: &str, exit_status: Option<i32>, log_tail: &str) -> ActionRecord {
+        ActionRecord {
+            code: code.into(),
+            argv: Vec::new(),
+            exit_status,
+            duration_ms: 1,
+            log_tail: log_tail.into(),
+        }
+    }
+
+    #[test]
+    fn only_the_actions_the_helper_marked_failed_are_shown_with_a_readable_status() {
+        let shown = failed_actions(&[
+            action("nvidia-source", None, "applied: wrote the list"),
+            action("conflicts", Some(1), "satisfied: no conflicting package"),
+            action("refresh", Some(100), "failed: /usr/bin/apt-get exited with 100"),
+            action("packages", None, "not-run: an earlier action failed"),
+        ]);
+        assert_eq!(
+            shown,
+            "refresh (exit status 100):\nfailed: /usr/bin/apt-get exited with 100"
+        );
+        assert!(!shown.contains("Some("), "{shown}");
+        let killed = failed_actions(&[action("packages", None, "failed: killed by SIGTERM")]);
+        assert!(killed.starts_with("packages (no exit status"), "{killed}");
     }
 }
