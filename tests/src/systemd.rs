@@ -196,8 +196,16 @@ impl BootedSystemd {
     }
 }
 
+/// Set (to anything) to keep every booted container for a look afterwards; each is named on
+/// stderr and must then be removed by hand (`docker rm -f`, after stopping its Docker).
+pub const KEEP_ENV: &str = "EK_KEEP_SYSTEMD_CONTAINERS";
+
 impl Drop for BootedSystemd {
     fn drop(&mut self) {
+        if std::env::var_os(KEEP_ENV).is_some() {
+            eprintln!("{KEEP_ENV}: kept container {}", self.name);
+            return;
+        }
         if let Some(root) = self.docker_root.take() {
             // Stopped from inside first: the cgroups of inner containers live on the host's
             // hierarchy, and a container killed from outside would leave them behind.

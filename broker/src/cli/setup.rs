@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use enginekit_shared::error::{CodedError, ErrorCode};
-use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{json, Value};
 
 use super::{EXIT_BLOCKED, EXIT_FAILURE, EXIT_USAGE};
@@ -148,6 +148,9 @@ struct View {
     json: bool,
     bars: MultiProgress,
     current: Option<(Phase, ProgressBar)>,
+    /// The bars are hidden while polkit may be prompting on this terminal (pkttyagent), so a
+    /// spinner never redraws over the password prompt.
+    hidden_for_prompt: bool,
 }
 
 fn phase_text(phase: Phase) -> &'static str {
@@ -176,6 +179,15 @@ impl View {
             json,
             bars: MultiProgress::new(),
             current: None,
+            hidden_for_prompt: false,
+        }
+    }
+
+    /// Shows the bars again after the authorization prompt.
+    fn show(&mut self) {
+        if self.hidden_for_prompt {
+            self.hidden_for_prompt = false;
+            self.bars.set_draw_target(ProgressDrawTarget::stderr());
         }
     }
 
@@ -194,6 +206,7 @@ impl View {
         if self.current.as_ref().is_some_and(|(p, _)| *p == op.phase) {
             return;
         }
+        self.show();
         self.finish_current(!matches!(op.phase, Phase::Failed | Phase::Cancelled));
         if op.phase.is_terminal() || op.phase.is_waiting() {
             return;
@@ -213,6 +226,22 @@ impl View {
             self.json,
             json!({"event": "progress", "phase": phase, "progress": tick}),
         );
+        if self.current.is_none() {
+            return;
+        }
+        if tick.label == crate::elevate::AWAITING_AUTHORIZATION {
+            if !self.hidden_for_prompt {
+                let _ = self.bars.println(format!(
+                    "  {}: {} (answer the prompt, if one appears)",
+                    phase_text(phase),
+                    tick.label
+                ));
+                self.bars.set_draw_target(ProgressDrawTarget::hidden());
+                self.hidden_for_prompt = true;
+            }
+            return;
+        }
+        self.show();
         let Some((_, bar)) = &self.current else {
             return;
         };
@@ -291,6 +320,7 @@ pub(super) async fn drive_with_view(
     let outcome = result.map_err(|e| {
         CodedError::new(ErrorCode::IoError, "The setup task stopped.").with_details(e.to_string())
     })?;
+    view.show();
     if let Ok(op) = &outcome {
         view.finish_current(op.phase == Phase::Ready || op.phase == Phase::Removed);
     } else {
@@ -329,7 +359,10 @@ pub(super) fn conclude(op: &Operation, json: bool) -> ExitCode {
             }
             Phase::ReloginRequired => {
                 println!("Almost there: sign out and back in so the docker group takes effect.");
-                println!("  The setup continues by itself afterwards (or run `enginekit setup --engine {}` again).", op.engine);
+                println!(
+                    "  Then run `enginekit setup --engine {}` again to finish (a desktop client of the enginekit session service resumes it by itself).",
+                    op.engine
+                );
             }
             Phase::AwaitingConsent => {
                 if let Some(err) = &op.error {

@@ -118,6 +118,9 @@ impl SystemHelper {
     }
 }
 
+/// The progress label while polkit decides (and an agent may be prompting on the terminal).
+pub const AWAITING_AUTHORIZATION: &str = "Waiting for authorization";
+
 fn tick(phase: &str, percent: i32) -> ProgressTick {
     ProgressTick {
         label: phase.to_owned(),
@@ -206,7 +209,7 @@ impl Elevator for SystemHelper {
         on_job: JobNote,
     ) -> Result<HostRun, CodedError> {
         let helper = Helper1Proxy::new(&self.conn).await.map_err(bus_error)?;
-        progress(tick("Waiting for authorization", -1));
+        progress(tick(AWAITING_AUTHORIZATION, -1));
         let path = match helper.start(&step.step_json).await {
             Ok(path) => path,
             Err(e) if is_declined(&e) => {
@@ -288,7 +291,11 @@ mod tests {
         let shown = failed_actions(&[
             action("nvidia-source", None, "applied: wrote the list"),
             action("conflicts", Some(1), "satisfied: no conflicting package"),
-            action("refresh", Some(100), "failed: /usr/bin/apt-get exited with 100"),
+            action(
+                "refresh",
+                Some(100),
+                "failed: /usr/bin/apt-get exited with 100",
+            ),
             action("packages", None, "not-run: an earlier action failed"),
         ]);
         assert_eq!(
