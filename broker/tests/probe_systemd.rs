@@ -8,7 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use enginekit_broker::probe::facts::{Fact, HostFacts, InitSystem};
-use enginekit_integration::bench::SYSTEMD_IMAGE;
+use enginekit_integration::bench::systemd_image;
 use enginekit_integration::systemd::{docker, BootedSystemd};
 
 /// The booted container, with the probe run inside it.
@@ -16,7 +16,7 @@ struct Booted(BootedSystemd);
 
 impl Booted {
     fn start() -> Booted {
-        Booted(BootedSystemd::boot(SYSTEMD_IMAGE, "ekt-probe-systemd"))
+        Booted(BootedSystemd::boot(&systemd_image(), "ekt-probe-systemd"))
     }
 
     fn sh(&self, script: &str) -> String {
