@@ -643,7 +643,14 @@ fn a_newer_signed_recipe_travels_inline_in_the_host_step_and_an_older_or_invalid
     assert!(step.recipe().is_none(), "the built-in recipe is not sent");
     assert_eq!(step.recipe_digest(), builtin.digest());
 
-    let payload = newer_recipe(7, |_| {});
+    // A mirror of NVIDIA's repository, so the plan's text must name it.
+    let payload = newer_recipe(7, |p| {
+        for action in p["apt"]["actions"].as_array_mut().expect("actions") {
+            if action["id"] == "nvidia-source" {
+                action["template"] = json!("deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] https://mirror.example.org/libnvidia-container/stable/deb/$(ARCH) /\n");
+            }
+        }
+    });
     let digest = enginekit_shared::digest::digest_of(&payload).expect("digest");
     let signed = sign(payload, DocumentKind::Recipe, &key);
     home.put("recipe.json", &signed);
@@ -666,6 +673,26 @@ fn a_newer_signed_recipe_travels_inline_in_the_host_step_and_an_older_or_invalid
         "consent covers the recipe digest"
     );
     assert_eq!(home.marks()["recipe/linux"]["serial"], json!(7));
+    let texts: Vec<&str> = after
+        .plan
+        .system_changes
+        .iter()
+        .filter(|c| c.code.as_str() == "add-repository")
+        .map(|c| c.text.as_str())
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "Add the Docker apt repository and signing key named by the signed recipe (serial 7): https://download.docker.com.",
+            "Add the NVIDIA Container Toolkit apt repository and signing key named by the signed recipe (serial 7): https://mirror.example.org."
+        ],
+        "consent names the repository that will really be added"
+    );
+    assert!(before
+        .plan
+        .system_changes
+        .iter()
+        .any(|c| c.text.contains("(nvidia.github.io/libnvidia-container)")));
 
     // An older serial after it: rollback; the built-in one is not silently back in charge
     // without a note.

@@ -392,6 +392,19 @@ fn setup_installs_the_toolkit_through_polkit_and_the_helper_waits_for_relogin_th
         assert!(codes.contains(&code), "{code} missing: {plan_doc}");
     }
     assert!(plan_doc["host_step"]["recipe"].is_object(), "{plan_doc}");
+    // What the user consents to names the repository the signed recipe really adds.
+    let repository = plan_doc["system_changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .find(|c| c["code"] == "add-repository" && c["params"]["vendor"] == "nvidia")
+        .expect("the NVIDIA repository change");
+    assert!(
+        repository["text"]
+            .as_str()
+            .is_some_and(|t| t.contains(&format!("file://{REPO_INSIDE}"))),
+        "{repository}"
+    );
 
     // First run: the helper installs; the group is not effective in this session yet.
     let first = host.enginekit("setup --engine vllm --yes --json");

@@ -105,7 +105,7 @@ pub fn plan_setup(request: &PlanRequest<'_>) -> Result<PlannedSetup, CodedError>
     };
 
     // A blocked host has no plan to consent to: nothing changes, nothing is elevated.
-    let (system_changes, requires_elevation, may_require_relogin) =
+    let (mut system_changes, requires_elevation, may_require_relogin) =
         match install_plan.as_ref().filter(|_| blockers.is_empty()) {
             Some(p) => (
                 p.system_changes.clone(),
@@ -114,6 +114,7 @@ pub fn plan_setup(request: &PlanRequest<'_>) -> Result<PlannedSetup, CodedError>
             ),
             None => (Vec::new(), false, false),
         };
+    recipe::name_signed_sources(recipe, &mut system_changes);
 
     let target = PlanTarget::Runtime {
         engine_id: request.engine.as_str().to_owned(),

@@ -1,9 +1,13 @@
 //! The one place the plan learns which recipe a host step would run: the built-in one, or a
 //! newer signed one from the document folder, which then travels inline in the step.
 
+use std::collections::BTreeMap;
+
 use enginekit_shared::digest::Digest;
 use enginekit_shared::error::{CodedError, ErrorCode};
+use enginekit_shared::recipe::{ActionSpec, Component, Recipe};
 use enginekit_shared::wire::host_step::{HostParameters, HostStep, RecipeId, RecipeIdParseError};
+use enginekit_shared::wire::plan::{SystemChange, SystemChangeCode};
 use enginekit_shared::wire::Timestamp;
 use serde_json::Value;
 
@@ -17,6 +21,54 @@ pub struct RecipeRef {
     pub digest: Digest,
     /// `{payload, signatures}`; `None` for the built-in recipe.
     pub inline: Option<Value>,
+    /// For a recipe that is not the built-in one: its serial and where each of its repositories
+    /// points, by `(family, vendor)` (`apt`/`dnf`, `docker`/`nvidia`), so that the plan a person
+    /// consents to names the repository that will really be added.
+    pub signed_sources: Option<(u64, BTreeMap<(String, String), String>)>,
+}
+
+/// Who serves the repository a source template points at: of its first URL (`deb [...] URL
+/// suite` for apt, `baseurl=URL` for dnf), the scheme and host for a network URL, or the
+/// path up to the first substitution for a local one.
+fn template_location(template: &str) -> Option<String> {
+    let url = template
+        .split_whitespace()
+        .map(|word| word.rsplit_once('=').map_or(word, |(_, v)| v))
+        .find(|word| word.contains("://"))?;
+    let (scheme, rest) = url.split_once("://")?;
+    let location = if scheme == "file" {
+        let path = rest.split('$').next().unwrap_or_default();
+        format!("file://{}", path.trim_end_matches('/'))
+    } else {
+        format!("{scheme}://{}", rest.split('/').next().unwrap_or_default())
+    };
+    Some(location)
+}
+
+/// `(family, vendor) → location` of every write-source action of `recipe`.
+fn sources_of(recipe: &Recipe) -> BTreeMap<(String, String), String> {
+    let body = recipe.body();
+    let mut sources = BTreeMap::new();
+    for (family, actions) in [("apt", &body.apt.actions), ("dnf", &body.dnf.actions)] {
+        for action in actions {
+            if let ActionSpec::WriteSource {
+                component,
+                template,
+                ..
+            } = action
+            {
+                let vendor = match component {
+                    Component::DockerEngine => "docker",
+                    Component::NvidiaContainerToolkit => "nvidia",
+                    _ => continue,
+                };
+                if let Some(location) = template_location(template) {
+                    sources.insert((family.to_owned(), vendor.to_owned()), location);
+                }
+            }
+        }
+    }
+    sources
 }
 
 /// The compiled-in recipe of this build.
@@ -27,6 +79,7 @@ pub fn builtin() -> Result<RecipeRef, CodedError> {
         id: recipe.id().to_owned(),
         digest: recipe.digest().clone(),
         inline: None,
+        signed_sources: None,
     })
 }
 
@@ -37,6 +90,7 @@ pub fn in_charge(documents: &DocumentSet) -> Result<RecipeRef, CodedError> {
             id: signed.recipe.id().to_owned(),
             digest: signed.recipe.digest().clone(),
             inline: Some(signed.envelope.clone()),
+            signed_sources: Some((signed.recipe.serial(), sources_of(&signed.recipe))),
         }),
         None => builtin(),
     }
@@ -58,4 +112,61 @@ pub fn issue_step(recipe: &RecipeRef, parameters: HostParameters) -> Result<Host
         0,
     )
     .map_err(|e| CodedError::new(e.code(), e.to_string()))
+}
+
+/// With a recipe that is not the built-in one, each "add repository" change says where that
+/// recipe's repository really is (the built-in texts name NVIDIA's and Docker's own sites).
+pub fn name_signed_sources(recipe: &RecipeRef, changes: &mut [SystemChange]) {
+    let Some((serial, sources)) = &recipe.signed_sources else {
+        return;
+    };
+    for change in changes
+        .iter_mut()
+        .filter(|c| c.code == SystemChangeCode::AddRepository)
+    {
+        let (Some(family), Some(vendor)) = (change.param("family"), change.param("vendor")) else {
+            continue;
+        };
+        let Some(location) = sources.get(&(family.to_owned(), vendor.to_owned())) else {
+            continue;
+        };
+        let what = match vendor {
+            "docker" => "Docker",
+            _ => "NVIDIA Container Toolkit",
+        };
+        change.text = format!(
+            "Add the {what} {family} repository and signing key named by the signed recipe (serial {serial}): {location}."
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::template_location;
+
+    #[test]
+    fn a_template_location_is_who_serves_it() {
+        let cases = [
+            (
+                "deb [signed-by=/usr/share/keyrings/k.gpg] https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /\n",
+                Some("https://nvidia.github.io"),
+            ),
+            (
+                "[x]\nname=x\nbaseurl=https://mirror.example.org/rpm/$basearch\nenabled=1\n",
+                Some("https://mirror.example.org"),
+            ),
+            (
+                "deb [arch=${deb_arch}] https://download.docker.com/linux/${distro_id} ${version_codename} stable",
+                Some("https://download.docker.com"),
+            ),
+            (
+                "deb file:///srv/repo/stable/deb/$(ARCH) /",
+                Some("file:///srv/repo/stable/deb"),
+            ),
+            ("no url here", None),
+        ];
+        for (template, want) in cases {
+            assert_eq!(template_location(template).as_deref(), want, "{template}");
+        }
+    }
 }
