@@ -39,7 +39,7 @@ pub const PROGRAM_DIRS: &[&str] = &[
 ];
 
 impl Program {
-    /// The name as argv[0] shows it and as it is looked up.
+    /// The name as `argv[0]` shows it and as it is looked up.
     pub fn name(self) -> &'static str {
         match self {
             Program::AptGet => "apt-get",

@@ -1,6 +1,6 @@
 //! Who holds the package manager's lock: `/proc/locks` matched against the lock files' device
 //! and inode, and `/proc/<pid>/comm` for the name. Used only to report "waiting for another
-//! package manager: <name> (pid N)" while apt or dnf waits (`DPkg::Lock::Timeout`); never to
+//! package manager: NAME (pid N)" while apt or dnf waits (`DPkg::Lock::Timeout`); never to
 //! break a lock.
 
 use std::os::unix::fs::MetadataExt;
