@@ -24,7 +24,15 @@ pub struct RecipeRef {
     /// For a recipe that is not the built-in one: its serial and where each of its repositories
     /// points, by `(family, vendor)` (`apt`/`dnf`, `docker`/`nvidia`), so that the plan a person
     /// consents to names the repository that will really be added.
-    pub signed_sources: Option<(u64, BTreeMap<(String, String), String>)>,
+    pub signed_sources: Option<SignedSources>,
+}
+
+/// Where a signed recipe's repositories are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignedSources {
+    pub serial: u64,
+    /// `(family, vendor)` → who serves that repository.
+    pub locations: BTreeMap<(String, String), String>,
 }
 
 /// Who serves the repository a source template points at: of its first URL (`deb [...] URL
@@ -90,7 +98,10 @@ pub fn in_charge(documents: &DocumentSet) -> Result<RecipeRef, CodedError> {
             id: signed.recipe.id().to_owned(),
             digest: signed.recipe.digest().clone(),
             inline: Some(signed.envelope.clone()),
-            signed_sources: Some((signed.recipe.serial(), sources_of(&signed.recipe))),
+            signed_sources: Some(SignedSources {
+                serial: signed.recipe.serial(),
+                locations: sources_of(&signed.recipe),
+            }),
         }),
         None => builtin(),
     }
@@ -117,7 +128,7 @@ pub fn issue_step(recipe: &RecipeRef, parameters: HostParameters) -> Result<Host
 /// With a recipe that is not the built-in one, each "add repository" change says where that
 /// recipe's repository really is (the built-in texts name NVIDIA's and Docker's own sites).
 pub fn name_signed_sources(recipe: &RecipeRef, changes: &mut [SystemChange]) {
-    let Some((serial, sources)) = &recipe.signed_sources else {
+    let Some(SignedSources { serial, locations }) = &recipe.signed_sources else {
         return;
     };
     for change in changes
@@ -127,7 +138,7 @@ pub fn name_signed_sources(recipe: &RecipeRef, changes: &mut [SystemChange]) {
         let (Some(family), Some(vendor)) = (change.param("family"), change.param("vendor")) else {
             continue;
         };
-        let Some(location) = sources.get(&(family.to_owned(), vendor.to_owned())) else {
+        let Some(location) = locations.get(&(family.to_owned(), vendor.to_owned())) else {
             continue;
         };
         let what = match vendor {
