@@ -8,4 +8,6 @@
 
 pub mod bench;
 pub mod dockerd;
+pub mod documents;
+pub mod output;
 pub mod systemd;

@@ -30,6 +30,8 @@ use std::process::Output;
 use std::time::Duration;
 
 use enginekit_integration::bench::{self, BenchEnv, Service};
+use enginekit_integration::documents::{newer_builtin_recipe, vllm_descriptor};
+use enginekit_integration::output::{describe, events, result_of};
 use enginekit_integration::systemd::BootedSystemd;
 use enginekit_shared::signed::{DocumentKind, SignedDocument, SigningKey};
 use serde_json::{json, Value};
@@ -59,39 +61,6 @@ struct SystemdGpuHost {
     env: BenchEnv,
 }
 
-fn describe(out: &Output) -> String {
-    format!(
-        "status {}\nstdout {}\nstderr {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// JSON lines of a `--json` run.
-fn events(out: &Output) -> Vec<Value> {
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l}: {e}")))
-        .collect()
-}
-
-fn result_of(out: &Output) -> Value {
-    events(out)
-        .into_iter()
-        .rev()
-        .find(|e| e["event"] == "result" || e["event"] == "error")
-        .unwrap_or_else(|| panic!("no result event: {}", describe(out)))
-}
-
-fn split_ref(reference: &str) -> (String, String) {
-    let (repo, digest) = reference
-        .split_once('@')
-        .unwrap_or_else(|| panic!("not by digest: {reference}"));
-    (repo.to_owned(), digest.to_owned())
-}
-
 /// The built-in recipe with the NVIDIA repository replaced by the bench's (key, fingerprint,
 /// base URL, as copied to [`REPO_INSIDE`]) and the four toolkit packages pinned to the bench's
 /// version; every other action is the production one (configure the runtime, generate CDI,
@@ -99,12 +68,7 @@ fn split_ref(reference: &str) -> (String, String) {
 fn bench_recipe(env: &BenchEnv) -> Value {
     let repo = &env.apt_repo;
     let key = std::fs::read_to_string(&repo.key_asc).expect("the bench's armored key");
-    let mut payload = enginekit_shared::recipe::builtin()
-        .unwrap()
-        .payload()
-        .clone();
-    payload["serial"] = json!(1000);
-    payload["expires_at"] = json!("2099-01-01T00:00:00Z");
+    let mut payload = newer_builtin_recipe(1000);
     let actions = payload["apt"]["actions"].as_array_mut().expect("actions");
     for action in actions.iter_mut() {
         match action["id"].as_str().unwrap_or_default() {
@@ -207,30 +171,12 @@ impl SystemdGpuHost {
             0o644,
             "root:root",
         );
-        let (repo, digest) = split_ref(&self.env.busybox_ref);
-        let (probe_repo, probe_digest) = split_ref(&self.env.gpu_check_ref);
-        let per_platform = |r: &str, d: &str| {
-            json!({"linux/amd64": {"repository": r, "digest": d},
-                   "linux/arm64": {"repository": r, "digest": d}})
-        };
-        let descriptor = json!({
-            "schema_version": 1,
-            "kind": "engine-descriptor",
-            "id": "vllm-bench-systemd",
-            "serial": 1_000_000,
-            "expires_at": "2030-01-01T00:00:00Z",
-            "minimum_broker_version": "0.1.0",
-            "engine_id": "vllm",
-            "display_name": "vLLM (bench test descriptor: busybox as the engine image)",
-            "image": per_platform(&repo, &digest),
-            "probe_image": per_platform(&probe_repo, &probe_digest),
-            "minimum_driver_version": "580.0",
-            "minimum_compute_capability": "7.5",
-            "download_bytes": 2_000_000,
-            "required_disk_bytes": 10_000_000,
-            "source": "enginekit test bench",
-            "notes": [],
-        });
+        let descriptor = vllm_descriptor(
+            "vllm-bench-systemd",
+            1_000_000,
+            &self.env.busybox_ref,
+            &self.env.gpu_check_ref,
+        );
         for (name, payload, kind) in [
             ("vllm.json", descriptor, DocumentKind::EngineDescriptor),
             ("recipe.json", bench_recipe(&self.env), DocumentKind::Recipe),

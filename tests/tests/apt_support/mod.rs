@@ -57,12 +57,7 @@ pub fn groups_of(user: &str) -> Vec<String> {
 pub fn test_recipe_payload(env: &BenchEnv) -> Value {
     let repo = &env.apt_repo;
     let key = std::fs::read_to_string(&repo.key_asc).expect("the bench's armored key");
-    let mut payload = enginekit_shared::recipe::builtin()
-        .unwrap()
-        .payload()
-        .clone();
-    payload["serial"] = json!(1000);
-    payload["expires_at"] = json!("2099-01-01T00:00:00Z");
+    let mut payload = enginekit_integration::documents::newer_builtin_recipe(1000);
     let pinned: Vec<Value> = PACKAGES
         .iter()
         .map(|p| json!({"component": "nvidia-container-toolkit", "name": p, "version": repo.toolkit_version}))

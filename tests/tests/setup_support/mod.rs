@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use enginekit_integration::bench::{self, BenchEnv, Service};
 use enginekit_integration::dockerd::PrivateDockerd;
 use enginekit_shared::signed::{DocumentKind, SignedDocument, SigningKey};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// The card of the default stand-in GPU fixture.
 pub const STANDIN_GPU: &str = "GPU-5f0c9c6e-8d1a-4b4e-9a57-2f4d8e1b7c30";
@@ -126,13 +126,6 @@ pub struct SimulatedGpuHost {
     pub probe_ref: String,
 }
 
-fn split_ref(reference: &str) -> (String, String) {
-    let (repo, digest) = reference
-        .split_once('@')
-        .unwrap_or_else(|| panic!("not by digest: {reference}"));
-    (repo.to_owned(), digest.to_owned())
-}
-
 impl SimulatedGpuHost {
     pub fn start() -> SimulatedGpuHost {
         let env = bench::require(&[Service::Docker, Service::Registry]);
@@ -204,27 +197,12 @@ impl SimulatedGpuHost {
             key.public_key().to_text(),
         )
         .expect("key file");
-        let (repo, digest) = split_ref(&engine_ref);
-        let (probe_repo, probe_digest) = split_ref(&self.probe_ref);
-        let per_platform = |r: &str, d: &str| json!({"linux/amd64": {"repository": r, "digest": d}, "linux/arm64": {"repository": r, "digest": d}});
-        let payload = json!({
-            "schema_version": 1,
-            "kind": "engine-descriptor",
-            "id": self.descriptor_id,
-            "serial": serial,
-            "expires_at": "2030-01-01T00:00:00Z",
-            "minimum_broker_version": "0.1.0",
-            "engine_id": "vllm",
-            "display_name": "vLLM (bench test descriptor: busybox as the engine image)",
-            "image": per_platform(&repo, &digest),
-            "probe_image": per_platform(&probe_repo, &probe_digest),
-            "minimum_driver_version": "580.0",
-            "minimum_compute_capability": "7.5",
-            "download_bytes": 2_000_000,
-            "required_disk_bytes": 10_000_000,
-            "source": "enginekit test bench",
-            "notes": [],
-        });
+        let payload = enginekit_integration::documents::vllm_descriptor(
+            &self.descriptor_id,
+            serial,
+            &engine_ref,
+            &self.probe_ref,
+        );
         let doc =
             SignedDocument::sign(payload, DocumentKind::EngineDescriptor, &key).expect("sign");
         let text = serde_json::to_string_pretty(&doc.to_value()).expect("json");
@@ -312,37 +290,9 @@ impl Drop for SimulatedGpuHost {
     }
 }
 
-/// JSON lines of a `--json` run.
-pub fn events(out: &Output) -> Vec<Value> {
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l}: {e}")))
-        .collect()
-}
-
-pub fn result_of(out: &Output) -> Value {
-    events(out)
-        .into_iter()
-        .rev()
-        .find(|e| e["event"] == "result" || e["event"] == "error")
-        .unwrap_or_else(|| {
-            panic!(
-                "no result event; stdout {} stderr {}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )
-        })
-}
-
-pub fn describe(out: &Output) -> String {
-    format!(
-        "status {}\nstdout {}\nstderr {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
+// Each test file that includes this module uses some of these.
+#[allow(unused_imports)]
+pub use enginekit_integration::output::{describe, events, result_of};
 
 /// Waits until `f` holds, or panics after `secs`.
 pub fn wait_until(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
