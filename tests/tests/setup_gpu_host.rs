@@ -195,3 +195,58 @@ fn a_removal_without_consent_on_a_pipe_changes_nothing() {
     assert_eq!(bad.status.code(), Some(2), "{}", describe(&bad));
     assert_eq!(result_of(&bad)["error"]["code"], "INVALID_ARGUMENT");
 }
+
+#[test]
+fn remove_keeps_downloaded_models_unless_asked_and_always_clears_the_engine_cache() {
+    let host = SimulatedGpuHost::start();
+    let data = host.home.path().join("data/enginekit");
+    let put = |relative: &str| {
+        let path = data.join(relative);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, b"bytes").unwrap();
+        path
+    };
+    let setup = || {
+        let out = host.run(&["setup", "--engine", "vllm", "--yes", "--json"]);
+        assert_eq!(result_of(&out)["phase"], "ready", "{}", describe(&out));
+    };
+
+    setup();
+    let model = put("models/vllm/org/model/weights.safetensors");
+    let cache = put("caches/vllm/compile/kernel.bin");
+    let other_engine = put("models/tensorrt-llm/engine.plan");
+    let remove = host.run(&["remove", "--engine", "vllm", "--yes", "--json"]);
+    let result = result_of(&remove);
+    assert_eq!(result["phase"], "removed", "{}", describe(&remove));
+    assert!(model.exists(), "models are kept unless asked");
+    assert!(!cache.exists(), "the engine cache goes with the engine");
+    assert!(other_engine.exists());
+    assert!(
+        result["notes"].to_string().contains("engine cache"),
+        "{result}"
+    );
+
+    setup();
+    let remove = host.run(&[
+        "remove",
+        "--engine",
+        "vllm",
+        "--delete-models",
+        "--yes",
+        "--json",
+    ]);
+    let result = result_of(&remove);
+    assert_eq!(result["phase"], "removed", "{}", describe(&remove));
+    assert!(
+        !model.exists(),
+        "--delete-models deletes this engine's models"
+    );
+    assert!(
+        other_engine.exists(),
+        "another engine's models are not touched"
+    );
+    assert!(
+        result["notes"].to_string().contains("downloaded models"),
+        "{result}"
+    );
+}
