@@ -46,6 +46,22 @@ impl OsRelease {
         self.get(key).filter(|v| !v.is_empty())
     }
 
+    /// The distribution id as a host step carries it: `ID`, lowercased (os-release(5) allows only
+    /// lowercase, but a file that breaks the rule must not make the two sides disagree); `None`
+    /// when it is missing or empty.
+    pub fn distro_id(&self) -> Option<String> {
+        self.non_empty("ID").map(str::to_ascii_lowercase)
+    }
+
+    /// The version as a host step carries it: `VERSION_ID`, else `BUILD_ID` (rolling
+    /// distributions), else empty.
+    pub fn version_id(&self) -> String {
+        self.non_empty("VERSION_ID")
+            .or_else(|| self.non_empty("BUILD_ID"))
+            .unwrap_or_default()
+            .to_owned()
+    }
+
     /// The package family, decided by `ID`, then by each `ID_LIKE` word in order (ASCII case
     /// ignored); [`PackageFamily::Other`] when none of them is in the table.
     pub fn package_family(&self) -> PackageFamily {
@@ -130,6 +146,18 @@ fn unquote(value: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_host_step_identity_is_read_the_same_way_on_both_sides() {
+        let os = super::OsRelease::parse("ID=Ubuntu\nVERSION_ID=\"24.04\"\n");
+        assert_eq!(os.distro_id().as_deref(), Some("ubuntu"));
+        assert_eq!(os.version_id(), "24.04");
+        let rolling = super::OsRelease::parse("ID=arch\nBUILD_ID=rolling\n");
+        assert_eq!(rolling.version_id(), "rolling");
+        let empty = super::OsRelease::parse("ID=\nVERSION_ID=\n");
+        assert_eq!(empty.distro_id(), None);
+        assert_eq!(empty.version_id(), "");
+    }
+
     use super::*;
 
     #[test]

@@ -8,10 +8,8 @@ use super::facts::Distribution;
 pub fn parse_os_release(text: &str) -> Option<Distribution> {
     let vars = OsRelease::parse(text);
     let get = |key: &str| vars.non_empty(key).map(str::to_owned);
-    let id = get("ID")?.to_ascii_lowercase();
-    let version_id = get("VERSION_ID")
-        .or_else(|| get("BUILD_ID"))
-        .unwrap_or_default();
+    let id = vars.distro_id()?;
+    let version_id = vars.version_id();
     let id_like: Vec<String> = vars
         .get("ID_LIKE")
         .map(|v| v.split_whitespace().map(str::to_ascii_lowercase).collect())

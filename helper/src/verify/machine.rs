@@ -49,12 +49,11 @@ impl MachineFacts {
     /// Builds the facts from os-release text and an architecture name.
     pub fn from_parts(os_release: &str, arch: String) -> MachineFacts {
         let os = OsRelease::parse(os_release);
-        let id = os.get("ID").unwrap_or_default().to_owned();
         MachineFacts {
             arch,
             family: os.package_family().host_family().map(Family::as_str),
-            version_id: os.get("VERSION_ID").unwrap_or_default().to_owned(),
-            distro_id: id,
+            version_id: os.version_id(),
+            distro_id: os.distro_id().unwrap_or_default(),
         }
     }
 }
