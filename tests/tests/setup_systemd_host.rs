@@ -754,3 +754,52 @@ fn over_the_session_bus_a_refusal_is_declined_and_an_allowed_setup_waits_for_a_n
     assert_eq!(host.steps_accepted(), 1);
     assert!(host.image_present(&host.env.busybox_ref));
 }
+
+#[test]
+fn with_docker_installed_but_stopped_and_disabled_the_helper_enables_it_and_setup_finishes() {
+    let host = SystemdGpuHost::start(Polkit::Allow);
+    let stopped = host.sh(
+        "systemctl disable --now docker.service docker.socket >/dev/null 2>&1; \
+         systemctl is-active docker.service; systemctl is-enabled docker.service",
+    );
+    assert!(
+        stopped.contains("inactive") && stopped.contains("disabled"),
+        "{stopped}"
+    );
+    let plan = host.enginekit("plan --engine vllm --json");
+    let plan_doc: Value = serde_json::from_slice(&plan.stdout)
+        .unwrap_or_else(|e| panic!("plan json: {e}: {}", describe(&plan)));
+    let codes: Vec<&str> = plan_doc["system_changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .filter_map(|c| c["code"].as_str())
+        .collect();
+    assert!(codes.contains(&"enable-docker-service"), "{plan_doc}");
+    assert!(
+        !codes.contains(&"restart-docker"),
+        "a stopped Docker is started, not restarted: {codes:?}"
+    );
+
+    let first = host.enginekit("setup --engine vllm --yes --json");
+    assert_eq!(
+        result_of(&first)["error"]["code"],
+        "MANAGED_RELOGIN_REQUIRED",
+        "{}\nhelper journal:\n{}",
+        describe(&first),
+        host.journal()
+    );
+    let state = host.sh("systemctl is-active docker.service; systemctl is-enabled docker.service");
+    assert!(
+        state.lines().next() == Some("active") && state.contains("enabled"),
+        "the helper enabled and started docker.service: {state}"
+    );
+    let second = host.enginekit("setup --engine vllm --yes --json");
+    assert_eq!(
+        result_of(&second)["phase"],
+        "ready",
+        "{}",
+        describe(&second)
+    );
+    assert_eq!(host.burnt_nonces().len(), 1);
+}
