@@ -671,7 +671,18 @@ async fn client(mode: &str) -> Watched {
         "resume" => {
             let paths: Vec<zbus::OwnedObjectPath> =
                 broker.call("Operations", &()).await.expect("Operations");
-            let path = paths.first().expect("an unfinished operation").to_string();
+            let Some(path) = paths.first().map(ToString::to_string) else {
+                // The service's own recovery finished it before the call was answered.
+                let installations: String = broker
+                    .call("Installations", &())
+                    .await
+                    .expect("Installations");
+                return Watched {
+                    phase: "ready (finished by the service's recovery)".into(),
+                    installations: serde_json::from_str(&installations).expect("json"),
+                    ..Watched::default()
+                };
+            };
             let mut watched = follow(&conn, &mut stream, &path).await;
             if watched.phase == "relogin-required" {
                 let op = operation_proxy(&conn, &path).await;
@@ -748,7 +759,12 @@ fn over_the_session_bus_a_refusal_is_declined_and_an_allowed_setup_waits_for_a_n
     assert_eq!(host.burnt_nonces().len(), 1);
     // The next session (and so a new service instance) carries it through.
     let seen = host.bus_client("resume");
-    assert_eq!(seen["phase"], "ready", "{seen}");
+    assert!(
+        seen["phase"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("ready")),
+        "{seen}"
+    );
     assert_eq!(seen["installations"][0]["status"], "ready", "{seen}");
     assert_eq!(host.burnt_nonces().len(), 1, "the helper ran once");
     assert_eq!(host.steps_accepted(), 1);
