@@ -819,3 +819,84 @@ fn with_docker_installed_but_stopped_and_disabled_the_helper_enables_it_and_setu
     );
     assert_eq!(host.burnt_nonces().len(), 1);
 }
+
+/// The user's answer to the CLI's consent question goes through a pty (`script`): the feeder
+/// waits for the question, says so, waits for the test's go, answers `y`, then waits for the
+/// CLI to end (its last line) so that the terminal stays open until then.
+const CONSENT_ON_A_TTY: &str = r#"
+rm -f /tmp/ekt-ts /tmp/ekt-asked /tmp/ekt-go
+feeder() {
+    until grep -q 'Set up with this plan?' /tmp/ekt-ts 2>/dev/null; do sleep 0.1; done
+    touch /tmp/ekt-asked
+    until [ -e /tmp/ekt-go ]; do sleep 0.1; done
+    echo y
+    n=0
+    until grep -Eq 'again to approve it|is ready|sign out and back in|^enginekit:' /tmp/ekt-ts || [ $n -ge 600 ]; do
+        sleep 0.1; n=$((n+1))
+    done
+}
+feeder | script -qfec 'enginekit setup --engine vllm' /tmp/ekt-ts >/dev/null
+"#;
+
+#[test]
+fn consent_on_the_terminal_is_bound_to_the_plan_shown_and_a_host_change_before_the_yes_asks_again()
+{
+    let host = SystemdGpuHost::start(Polkit::Allow);
+    let mut cli = std::process::Command::new("docker")
+        .args([
+            "exec",
+            host.booted.name(),
+            "su",
+            "-",
+            USER,
+            "-c",
+            CONSENT_ON_A_TTY,
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("docker exec");
+    // The user reads the plan; meanwhile Docker is stopped and disabled, so the plan that
+    // would run is another one (enable Docker instead of restarting it).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !host
+        .sh("test -e /tmp/ekt-asked && echo asked")
+        .contains("asked")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the CLI never asked: {}",
+            host.sh("cat /tmp/ekt-ts")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let shown = host.sh("cat /tmp/ekt-ts");
+    assert!(shown.contains("Restart Docker"), "{shown}");
+    host.sh("systemctl disable --now docker.service docker.socket >/dev/null 2>&1");
+    host.sh("touch /tmp/ekt-go");
+    let status = cli.wait().expect("wait for the CLI");
+    let screen = host.sh("cat /tmp/ekt-ts");
+    assert!(status.success() || !screen.is_empty(), "{screen}");
+    assert!(screen.contains("MANAGED_PLAN_CHANGED"), "{screen}");
+    assert!(
+        screen.contains("The new plan:") && screen.contains("Enable and start docker.service"),
+        "the new plan is shown: {screen}"
+    );
+    assert!(screen.contains("again to approve it"), "{screen}");
+    assert!(
+        host.burnt_nonces().is_empty(),
+        "nothing was elevated on the old consent"
+    );
+    assert_eq!(host.installed_version("nvidia-container-toolkit"), None);
+
+    // Approving the new plan (here with --yes) runs it.
+    let again = host.enginekit("setup --engine vllm --yes --json");
+    assert_eq!(
+        result_of(&again)["error"]["code"],
+        "MANAGED_RELOGIN_REQUIRED",
+        "{}",
+        describe(&again)
+    );
+    assert!(host.installed_version("nvidia-container-toolkit").is_some());
+    assert_eq!(host.burnt_nonces().len(), 1);
+}
