@@ -305,6 +305,7 @@ impl Home {
         DocumentSources {
             documents_dir: Some(self.root.join("config/enginekit/documents")),
             keys_dir: Some(self.root.join("config/enginekit/keys")),
+            recipe_keys_dirs: vec![self.root.join("helper-keys")],
             state_dir: Some(self.root.join("state/enginekit")),
             now: OffsetDateTime::now_utc(),
         }
@@ -313,6 +314,17 @@ impl Home {
         std::fs::write(
             self.root
                 .join(format!("config/enginekit/keys/{}.pub", key.id().as_str())),
+            key.public_key().to_text(),
+        )
+        .expect("key");
+    }
+    /// Trusts `key` the way the helper does: a root-owned file in its key folder (the tests run
+    /// as root, so the files they write are root's).
+    fn trust_for_helper(&self, key: &SigningKey) {
+        let dir = self.root.join("helper-keys");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::write(
+            dir.join(format!("{}.pub", key.id().as_str())),
             key.public_key().to_text(),
         )
         .expect("key");
@@ -632,7 +644,7 @@ fn a_newer_signed_recipe_travels_inline_in_the_host_step_and_an_older_or_invalid
     let facts = || replay_facts("ubuntu2404-rtx4070-clean.json", |_| {});
     let home = Home::new();
     let key = SigningKey::from_seed(&[21; 32]);
-    home.trust(&key);
+    home.trust_for_helper(&key);
     let builtin = enginekit_shared::recipe::builtin().expect("builtin");
     let before = plan_for(EngineId::Vllm, facts(), &home.sources()).expect("plan");
     let step = before
@@ -708,10 +720,13 @@ fn a_newer_signed_recipe_travels_inline_in_the_host_step_and_an_older_or_invalid
     assert!(notes.contains("A newer recipe (serial 7)"), "{notes}");
 
     // Refused outright, each with a note naming the file: not newer than the built-in, a
-    // script smuggled in as an action, an unknown recipe id, an untrusted key.
+    // script smuggled in as an action, an unknown recipe id, an untrusted key, a key only the
+    // user trusts (the helper would refuse it after a polkit prompt), a tampered payload.
     let home = Home::new();
-    home.trust(&key);
+    home.trust_for_helper(&key);
     let stranger = SigningKey::from_seed(&[22; 32]);
+    let users_own = SigningKey::from_seed(&[23; 32]);
+    home.trust(&users_own);
     let cases: Vec<(&str, SignedDocument)> = vec![
         (
             "not newer than the built-in",
@@ -744,6 +759,10 @@ fn a_newer_signed_recipe_travels_inline_in_the_host_step_and_an_older_or_invalid
             "key",
             sign(newer_recipe(9, |_| {}), DocumentKind::Recipe, &stranger),
         ),
+        (
+            "the helper's root-owned keys",
+            sign(newer_recipe(9, |_| {}), DocumentKind::Recipe, &users_own),
+        ),
         ("signature", {
             let mut tampered = sign(newer_recipe(9, |_| {}), DocumentKind::Recipe, &key).to_value();
             tampered["payload"]["serial"] = json!(10);
@@ -768,4 +787,12 @@ fn a_newer_signed_recipe_travels_inline_in_the_host_step_and_an_older_or_invalid
         assert!(notes.to_lowercase().contains(why), "{why}: {notes}");
         std::fs::remove_file(home.documents().join("recipe.json")).expect("rm");
     }
+    assert!(
+        !home
+            .root
+            .join("state/enginekit")
+            .join(HIGH_WATER_FILE)
+            .exists(),
+        "no refused recipe raised a mark"
+    );
 }

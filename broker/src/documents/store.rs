@@ -3,15 +3,17 @@
 //! `$XDG_STATE_HOME/enginekit/`: engine descriptors, the environment manifest and the host-step
 //! recipe.
 //!
-//! A newer recipe accepted here only changes what the broker *plans* and *sends*: the signed
-//! envelope travels inline in the host step, and the root helper runs it only if it verifies
-//! against the helper's own root-owned keys. A key in the user's folder never elevates anything.
+//! A recipe is different: it is accepted only when it verifies against the keys the *helper*
+//! trusts (root-owned files in `/usr/share/enginekit/keys` and `/etc/enginekit/keys.d`, which
+//! anyone may read), never against the user's folder. So the broker never plans with, asks polkit
+//! for, or raises its mark for a recipe the helper would refuse; the envelope then travels inline
+//! in the host step and the helper checks it again itself.
 //!
 //! Rules:
 //! - Each `*.json` file there is a signed envelope (`{payload, signatures}`); its signature must
 //!   verify with a pinned key, for the kind its payload names, and it must not be expired.
-//! - Anti-rollback is per slot (one per engine's descriptor, one for the Linux manifest), not per
-//!   document id: a descriptor for another engine version has another id but the same slot. A
+//! - Anti-rollback is per slot (one per engine's descriptor, one for the Linux manifest, one for
+//!   the recipe), not per document id: a descriptor for another engine version has another id but the same slot. A
 //!   document is accepted only when its serial is above the slot's high-water mark (or equal with
 //!   the same payload) and above the embedded document's serial; the mark is then raised.
 //! - Anything refused leaves the embedded document in charge, with a note that says why.
@@ -22,7 +24,8 @@ use std::path::{Path, PathBuf};
 use enginekit_shared::error::{CodedError, ErrorCode};
 use enginekit_shared::recipe::Recipe;
 use enginekit_shared::signed::{
-    verify, DocumentKind, HighWater, SignedDocument, TrustStore, MAX_DOCUMENT_BYTES,
+    verify, DocumentKind, HighWater, SignedDocument, TrustStore, HELPER_KEY_DIRS,
+    MAX_DOCUMENT_BYTES,
 };
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -41,6 +44,8 @@ pub const HIGH_WATER_FILE: &str = "document-high-water.json";
 pub struct DocumentSources {
     pub documents_dir: Option<PathBuf>,
     pub keys_dir: Option<PathBuf>,
+    /// Where the keys a recipe must verify against are: the helper's root-owned folders.
+    pub recipe_keys_dirs: Vec<PathBuf>,
     pub state_dir: Option<PathBuf>,
     pub now: OffsetDateTime,
 }
@@ -66,6 +71,7 @@ impl DocumentSources {
         DocumentSources {
             documents_dir: config.as_ref().map(|c| c.join("documents")),
             keys_dir: config.map(|c| c.join("keys")),
+            recipe_keys_dirs: HELPER_KEY_DIRS.iter().map(PathBuf::from).collect(),
             state_dir: state,
             now: OffsetDateTime::now_utc(),
         }
@@ -76,6 +82,7 @@ impl DocumentSources {
         DocumentSources {
             documents_dir: None,
             keys_dir: None,
+            recipe_keys_dirs: Vec::new(),
             state_dir: None,
             now: OffsetDateTime::now_utc(),
         }
@@ -110,6 +117,13 @@ pub struct SignedRecipe {
     /// The signed document exactly as read (`{payload, signatures}`).
     pub envelope: Value,
     pub origin: Origin,
+}
+
+/// The keys documents are verified against: the user's for descriptors and manifests, the
+/// helper's root-owned ones for recipes.
+struct Trust {
+    documents: TrustStore,
+    recipes: TrustStore,
 }
 
 /// One accepted candidate from disk.
@@ -201,9 +215,12 @@ impl DocumentSet {
         if files.is_empty() {
             return set;
         }
-        let trust = match sources.keys_dir.as_deref() {
-            Some(keys) => TrustStore::load_permissive(&[keys]),
-            None => TrustStore::new(),
+        let trust = Trust {
+            documents: match sources.keys_dir.as_deref() {
+                Some(keys) => TrustStore::load_permissive(&[keys]),
+                None => TrustStore::new(),
+            },
+            recipes: TrustStore::load_root_owned(&sources.recipe_keys_dirs),
         };
         let mut marks = read_marks(sources.state_dir.as_deref());
         let mut best_descriptors: BTreeMap<EngineId, Candidate<Descriptor>> = BTreeMap::new();
@@ -313,7 +330,7 @@ impl DocumentSet {
     fn accept_file(
         &self,
         path: &Path,
-        trust: &TrustStore,
+        trust: &Trust,
         marks: &BTreeMap<String, HighWater>,
         now: OffsetDateTime,
     ) -> Result<(Parsed, HighWater), String> {
@@ -347,8 +364,18 @@ impl DocumentSet {
             DocumentKind::Recipe => RECIPE_SLOT.to_owned(),
             _ => MANIFEST_SLOT.to_owned(),
         };
-        let verified = verify(&doc, kind, trust, now, marks.get(&slot))
-            .map_err(|e| refused(format!("{}: {e}", e.reason())))?;
+        let verified = match kind {
+            DocumentKind::Recipe => verify(&doc, kind, &trust.recipes, now, marks.get(&slot))
+                .map_err(|e| {
+                    refused(format!(
+                        "{}: {e}; a recipe must verify against the helper's root-owned keys in {}",
+                        e.reason(),
+                        HELPER_KEY_DIRS.join(", ")
+                    ))
+                })?,
+            _ => verify(&doc, kind, &trust.documents, now, marks.get(&slot))
+                .map_err(|e| refused(format!("{}: {e}", e.reason())))?,
+        };
         let payload = verified.payload_value();
         let (parsed, minimum, serial, embedded_serial) = match kind {
             DocumentKind::EngineDescriptor => {
