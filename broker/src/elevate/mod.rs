@@ -219,6 +219,8 @@ impl Elevator for SystemHelper {
             Err(e) => return Err(bus_error(e)),
         };
         on_job(path.as_str());
+        // Authorized: whatever the job reports next, the prompt (if any) is over.
+        progress(tick("Authorized; the helper is working", -1));
         let text = self.follow(path.as_str(), &progress).await?;
         Ok(HostRun::Finished(summarise(
             &text,
@@ -255,18 +257,31 @@ impl Elevator for SystemHelper {
 
 /// What the user is shown of a failed job: the actions the helper marked as failed (a query
 /// that answered non-zero, or an action that ran no command, is not a failure), each with its
-/// exit status and log tail.
+/// exit status and log tail. A log tail is bounded from its end, so a long one may have lost its
+/// leading mark: then every action that was neither applied, satisfied nor skipped and did not
+/// exit 0 is shown, rather than nothing.
 fn failed_actions(actions: &[enginekit_shared::wire::receipt::ActionRecord]) -> String {
-    actions
+    let show = |a: &enginekit_shared::wire::receipt::ActionRecord| {
+        let status = match a.exit_status {
+            Some(code) => format!("exit status {code}"),
+            None => "no exit status: killed, or no command".to_owned(),
+        };
+        format!("{} ({status}):\n{}", a.code, a.log_tail)
+    };
+    let marked: Vec<String> = actions
         .iter()
         .filter(|a| a.log_tail.starts_with("failed"))
-        .map(|a| {
-            let status = match a.exit_status {
-                Some(code) => format!("exit status {code}"),
-                None => "no exit status: killed, or no command".to_owned(),
-            };
-            format!("{} ({status}):\n{}", a.code, a.log_tail)
-        })
+        .map(show)
+        .collect();
+    if !marked.is_empty() {
+        return marked.join("\n");
+    }
+    const SETTLED: [&str; 3] = ["applied", "satisfied", "not-run"];
+    actions
+        .iter()
+        .filter(|a| a.exit_status != Some(0))
+        .filter(|a| !SETTLED.iter().any(|m| a.log_tail.starts_with(m)))
+        .map(show)
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -305,5 +320,15 @@ mod tests {
         assert!(!shown.contains("Some("), "{shown}");
         let killed = failed_actions(&[action("packages", None, "failed: killed by SIGTERM")]);
         assert!(killed.starts_with("packages (no exit status"), "{killed}");
+        // A tail cut from its end lost its "failed:" mark: still shown, never nothing.
+        let cut = failed_actions(&[
+            action("conflicts", Some(1), "satisfied: no conflicting package"),
+            action("packages", Some(100), "...E: Unable to locate package x"),
+            action("nvidia-runtime", None, "not-run: an earlier action failed"),
+        ]);
+        assert_eq!(
+            cut,
+            "packages (exit status 100):\n...E: Unable to locate package x"
+        );
     }
 }
