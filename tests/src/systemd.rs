@@ -46,17 +46,18 @@ impl BootedSystemd {
     /// [`INNER_DOCKER_FLAGS`], /var/lib/docker on a host folder (overlay2 cannot stack on the
     /// container's own overlay), then containerd, the registry forwarder and docker.service.
     pub fn boot_with_docker(prefix: &str) -> BootedSystemd {
-        let root = tempfile_dir(prefix);
-        let volume = format!("{}:/var/lib/docker", root.display());
+        let root = RemovedOnDrop(Some(tempfile_dir(prefix)));
+        let volume = format!("{}:/var/lib/docker", root.path().display());
         let mut flags: Vec<&str> = INNER_DOCKER_FLAGS.to_vec();
         flags.extend_from_slice(&["-v", &volume]);
         let mut booted = Self::boot_with(&crate::bench::systemd_docker_image(), prefix, &flags);
-        booted.docker_root = Some(root);
+        booted.docker_root = root.keep();
         let started = booted.sh(
             "systemctl start containerd.service && systemctl start registry-proxy.socket && \
              systemctl start docker.service && echo started",
         );
         assert!(started.contains("started"), "inner docker: {started}");
+        booted.assert_docker_confined();
         let deadline = Instant::now() + BOOT_DEADLINE;
         while !booted
             .sh("docker info --format '{{.ServerVersion}}' 2>&1")
@@ -73,6 +74,21 @@ impl BootedSystemd {
         booted
     }
 
+    /// Fails the test unless containerd and dockerd run in a network namespace of their own,
+    /// not the host's one the container shares (see tests/bench/systemd-image). Call it again
+    /// after anything restarted them.
+    pub fn assert_docker_confined(&self) {
+        let out = self.sh("host=$(readlink /proc/1/ns/net); \
+             for p in $(pidof containerd) $(pidof dockerd); do \
+               ns=$(readlink /proc/$p/ns/net); \
+               if [ \"$ns\" = \"$host\" ]; then echo \"SHARED $p\"; else echo \"confined $p\"; fi; \
+             done");
+        assert!(
+            out.contains("confined") && !out.contains("SHARED"),
+            "the inner Docker is not in a private network namespace: {out}"
+        );
+    }
+
     /// Boots `image` with `extra` flags before the image name and waits until systemd is up.
     pub fn boot_with(image: &str, prefix: &str, extra: &[&str]) -> BootedSystemd {
         let inspect = docker(&["image", "inspect", image]);
@@ -81,7 +97,15 @@ impl BootedSystemd {
             "the systemd image {image} is missing: build it first (tests/bench/systemd-image)"
         );
         let name = unique_name(prefix);
-        let mut args = vec!["run", "-d", "--name", &name];
+        // Labelled, so that `tests/bench/down` can sweep what a killed run left behind.
+        let mut args = vec![
+            "run",
+            "-d",
+            "--name",
+            &name,
+            "--label",
+            "enginekit-bench.systemd=1",
+        ];
         args.extend_from_slice(SYSTEMD_RUN_FLAGS);
         args.extend_from_slice(extra);
         args.extend_from_slice(&[image, "/sbin/init"]);
@@ -127,8 +151,8 @@ impl BootedSystemd {
     /// Runs `script` with sh inside as `user` in a fresh login session (`su -`, through PAM and
     /// pam_systemd): the groups are read anew from /etc/group, as after signing in again.
     pub fn sh_as(&self, user: &str, script: &str) -> Output {
-        let quoted = script.replace('\'', "'\\''");
-        docker(&["exec", &self.name, "su", "-", user, "-c", &quoted])
+        // docker exec passes argv as is, and su hands the string to the user's shell.
+        docker(&["exec", &self.name, "su", "-", user, "-c", script])
     }
 
     /// Installs the helper as a distribution package would: the binary, the D-Bus activation
@@ -211,9 +235,31 @@ impl Drop for BootedSystemd {
             // hierarchy, and a container killed from outside would leave them behind.
             let _ = self.sh("systemctl stop docker.service docker.socket containerd.service");
             let _ = docker(&["rm", "-f", &self.name]);
-            let _ = std::fs::remove_dir_all(root);
+            if let Err(e) = std::fs::remove_dir_all(&root) {
+                eprintln!("could not remove {}: {e}", root.display());
+            }
         } else {
             let _ = docker(&["rm", "-f", &self.name]);
+        }
+    }
+}
+
+/// A folder removed on drop unless kept.
+struct RemovedOnDrop(Option<PathBuf>);
+
+impl RemovedOnDrop {
+    fn path(&self) -> &Path {
+        self.0.as_deref().unwrap_or(Path::new("/nonexistent"))
+    }
+    fn keep(mut self) -> Option<PathBuf> {
+        self.0.take()
+    }
+}
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.take() {
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
 }
