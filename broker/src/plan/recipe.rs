@@ -1,7 +1,7 @@
 //! The one place the plan learns which recipe a host step would run: the built-in one, or a
 //! newer signed one from the document folder, which then travels inline in the step.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use enginekit_shared::digest::Digest;
 use enginekit_shared::error::{CodedError, ErrorCode};
@@ -31,32 +31,34 @@ pub struct RecipeRef {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SignedSources {
     pub serial: u64,
-    /// `(family, vendor)` → who serves that repository.
-    pub locations: BTreeMap<(String, String), String>,
+    /// `(family, vendor)` → every place its source files point at (usually one).
+    pub locations: BTreeMap<(String, String), BTreeSet<String>>,
 }
 
-/// Who serves the repository a source template points at: of its first URL (`deb [...] URL
-/// suite` for apt, `baseurl=URL` for dnf), the scheme and host for a network URL, or the
-/// path up to the first substitution for a local one.
-fn template_location(template: &str) -> Option<String> {
-    let url = template
+/// Who serves the repositories a source template points at: for each URL in it (`deb [...] URL
+/// suite` for apt; `baseurl=`, `gpgkey=` ... for dnf), the scheme and authority for a network
+/// URL (user info included, so nothing is hidden), or the path up to the first substitution for
+/// a local one.
+fn template_locations(template: &str) -> BTreeSet<String> {
+    template
         .split_whitespace()
         .map(|word| word.rsplit_once('=').map_or(word, |(_, v)| v))
-        .find(|word| word.contains("://"))?;
-    let (scheme, rest) = url.split_once("://")?;
-    let location = if scheme == "file" {
-        let path = rest.split('$').next().unwrap_or_default();
-        format!("file://{}", path.trim_end_matches('/'))
-    } else {
-        format!("{scheme}://{}", rest.split('/').next().unwrap_or_default())
-    };
-    Some(location)
+        .filter_map(|url| url.split_once("://"))
+        .map(|(scheme, rest)| {
+            if scheme == "file" {
+                let path = rest.split('$').next().unwrap_or_default();
+                format!("file://{}", path.trim_end_matches('/'))
+            } else {
+                format!("{scheme}://{}", rest.split('/').next().unwrap_or_default())
+            }
+        })
+        .collect()
 }
 
-/// `(family, vendor) → location` of every write-source action of `recipe`.
-fn sources_of(recipe: &Recipe) -> BTreeMap<(String, String), String> {
+/// `(family, vendor) → locations` of every write-source action of `recipe`.
+fn sources_of(recipe: &Recipe) -> BTreeMap<(String, String), BTreeSet<String>> {
     let body = recipe.body();
-    let mut sources = BTreeMap::new();
+    let mut sources: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
     for (family, actions) in [("apt", &body.apt.actions), ("dnf", &body.dnf.actions)] {
         for action in actions {
             if let ActionSpec::WriteSource {
@@ -70,9 +72,10 @@ fn sources_of(recipe: &Recipe) -> BTreeMap<(String, String), String> {
                     Component::NvidiaContainerToolkit => "nvidia",
                     _ => continue,
                 };
-                if let Some(location) = template_location(template) {
-                    sources.insert((family.to_owned(), vendor.to_owned()), location);
-                }
+                sources
+                    .entry((family.to_owned(), vendor.to_owned()))
+                    .or_default()
+                    .extend(template_locations(template));
             }
         }
     }
@@ -138,46 +141,58 @@ pub fn name_signed_sources(recipe: &RecipeRef, changes: &mut [SystemChange]) {
         let (Some(family), Some(vendor)) = (change.param("family"), change.param("vendor")) else {
             continue;
         };
-        let Some(location) = locations.get(&(family.to_owned(), vendor.to_owned())) else {
-            continue;
-        };
         let what = match vendor {
             "docker" => "Docker",
             _ => "NVIDIA Container Toolkit",
         };
-        change.text = format!(
-            "Add the {what} {family} repository and signing key named by the signed recipe (serial {serial}): {location}."
-        );
+        let named = locations
+            .get(&(family.to_owned(), vendor.to_owned()))
+            .filter(|l| !l.is_empty())
+            .map(|l| l.iter().cloned().collect::<Vec<_>>().join(", "));
+        change.text = match named {
+            Some(places) => format!(
+                "Add the {what} {family} repository and signing key named by the signed recipe (serial {serial}): {places}."
+            ),
+            // Never the built-in text, which names another site.
+            None => format!(
+                "Add the {what} {family} repository and signing key as named by the signed recipe (serial {serial})."
+            ),
+        };
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::template_location;
+    use super::template_locations;
 
     #[test]
-    fn a_template_location_is_who_serves_it() {
-        let cases = [
+    fn template_locations_name_who_serves_each_url() {
+        let cases: [(&str, &[&str]); 6] = [
             (
                 "deb [signed-by=/usr/share/keyrings/k.gpg] https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /\n",
-                Some("https://nvidia.github.io"),
+                &["https://nvidia.github.io"],
             ),
             (
-                "[x]\nname=x\nbaseurl=https://mirror.example.org/rpm/$basearch\nenabled=1\n",
-                Some("https://mirror.example.org"),
+                "[x]\nname=x\ngpgkey=https://keys.example.com/k.asc\nbaseurl=https://mirror.example.org/rpm/$basearch\nenabled=1\n",
+                &["https://keys.example.com", "https://mirror.example.org"],
             ),
             (
                 "deb [arch=${deb_arch}] https://download.docker.com/linux/${distro_id} ${version_codename} stable",
-                Some("https://download.docker.com"),
+                &["https://download.docker.com"],
+            ),
+            (
+                "deb https://download.docker.com@evil.example/linux stable",
+                &["https://download.docker.com@evil.example"],
             ),
             (
                 "deb file:///srv/repo/stable/deb/$(ARCH) /",
-                Some("file:///srv/repo/stable/deb"),
+                &["file:///srv/repo/stable/deb"],
             ),
-            ("no url here", None),
+            ("no url here", &[]),
         ];
         for (template, want) in cases {
-            assert_eq!(template_location(template).as_deref(), want, "{template}");
+            let got: Vec<String> = template_locations(template).into_iter().collect();
+            assert_eq!(got, want, "{template}");
         }
     }
 }
