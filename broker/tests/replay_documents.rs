@@ -335,6 +335,12 @@ impl Home {
     fn documents(&self) -> PathBuf {
         self.root.join("config/enginekit/documents")
     }
+    fn has_marks(&self) -> bool {
+        self.root
+            .join("state/enginekit")
+            .join(HIGH_WATER_FILE)
+            .exists()
+    }
     fn marks(&self) -> Value {
         let bytes =
             std::fs::read(self.root.join("state/enginekit").join(HIGH_WATER_FILE)).expect("marks");
@@ -551,14 +557,7 @@ fn refused_documents_leave_the_embedded_one_in_charge_with_a_note() {
             "{why}: {:?}",
             set.notes
         );
-        assert!(
-            !home
-                .root
-                .join("state/enginekit")
-                .join(HIGH_WATER_FILE)
-                .exists(),
-            "{why}: no mark"
-        );
+        assert!(!home.has_marks(), "{why}: no mark");
     }
 }
 
@@ -787,12 +786,5 @@ fn a_newer_signed_recipe_travels_inline_in_the_host_step_and_an_older_or_invalid
         assert!(notes.to_lowercase().contains(why), "{why}: {notes}");
         std::fs::remove_file(home.documents().join("recipe.json")).expect("rm");
     }
-    assert!(
-        !home
-            .root
-            .join("state/enginekit")
-            .join(HIGH_WATER_FILE)
-            .exists(),
-        "no refused recipe raised a mark"
-    );
+    assert!(!home.has_marks(), "no refused recipe raised a mark");
 }

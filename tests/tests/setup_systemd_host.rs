@@ -218,6 +218,20 @@ impl SystemdGpuHost {
             .sh_as(USER, &format!("RUST_LOG=warn enginekit {args} </dev/null"))
     }
 
+    /// `enginekit plan --json` as the user: the plan and its system-change codes.
+    fn plan(&self) -> (Value, Vec<String>) {
+        let plan = self.enginekit("plan --engine vllm --json");
+        let doc: Value = serde_json::from_slice(&plan.stdout)
+            .unwrap_or_else(|e| panic!("plan json: {e}: {}", describe(&plan)));
+        let codes = doc["system_changes"]
+            .as_array()
+            .expect("changes")
+            .iter()
+            .filter_map(|c| c["code"].as_str().map(str::to_owned))
+            .collect();
+        (doc, codes)
+    }
+
     /// `enginekit ARGS` with the broker's crash hook armed at `point` (a debug build's hook).
     fn enginekit_killed_at(&self, point: &str, args: &str) -> Output {
         self.booted.sh_as(
@@ -318,15 +332,8 @@ fn setup_installs_the_toolkit_through_polkit_and_the_helper_waits_for_relogin_th
 
     // The plan, as the user sees it: the toolkit, the runtime, CDI, a Docker restart and the
     // docker group, one host step carrying the bench recipe inline.
-    let plan = host.enginekit("plan --engine vllm --json");
-    let plan_doc: Value = serde_json::from_slice(&plan.stdout)
-        .unwrap_or_else(|e| panic!("plan json: {e}: {}", describe(&plan)));
-    let codes: Vec<&str> = plan_doc["system_changes"]
-        .as_array()
-        .expect("changes")
-        .iter()
-        .filter_map(|c| c["code"].as_str())
-        .collect();
+    let (plan_doc, codes) = host.plan();
+    let codes: Vec<&str> = codes.iter().map(String::as_str).collect();
     for code in [
         "add-repository",
         "install-packages",
@@ -796,15 +803,8 @@ fn with_docker_installed_but_stopped_and_disabled_the_helper_enables_it_and_setu
         stopped.contains("inactive") && stopped.contains("disabled"),
         "{stopped}"
     );
-    let plan = host.enginekit("plan --engine vllm --json");
-    let plan_doc: Value = serde_json::from_slice(&plan.stdout)
-        .unwrap_or_else(|e| panic!("plan json: {e}: {}", describe(&plan)));
-    let codes: Vec<&str> = plan_doc["system_changes"]
-        .as_array()
-        .expect("changes")
-        .iter()
-        .filter_map(|c| c["code"].as_str())
-        .collect();
+    let (plan_doc, codes) = host.plan();
+    let codes: Vec<&str> = codes.iter().map(String::as_str).collect();
     assert!(codes.contains(&"enable-docker-service"), "{plan_doc}");
     assert!(
         !codes.contains(&"restart-docker"),
