@@ -345,6 +345,12 @@ fn setup_installs_the_toolkit_through_polkit_and_the_helper_waits_for_relogin_th
         assert!(codes.contains(&code), "{code} missing: {plan_doc}");
     }
     assert!(plan_doc["host_step"]["recipe"].is_object(), "{plan_doc}");
+    let report = host.enginekit("plan --engine vllm");
+    let report = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.contains("with the signed recipe, sent with the step,"),
+        "the report says which recipe the prompt is for: {report}"
+    );
     // What the user consents to names the repository the signed recipe really adds.
     let repository = plan_doc["system_changes"]
         .as_array()

@@ -391,9 +391,16 @@ pub fn human_report(outcome: &PlanOutcome) -> String {
         );
     }
     if let Some(step) = &plan.host_step {
+        // Which recipe the administrator's prompt would be for: compiled into the helper, or a
+        // newer signed one (verified against the helper's own keys) sent with the step.
+        let origin = if step.recipe().is_some() {
+            "signed recipe, sent with the step,"
+        } else {
+            "built-in recipe"
+        };
         let _ = writeln!(
             out,
-            "Host step: {} with recipe {} ({})",
+            "Host step: {} with the {origin} {} ({})",
             step.step_id(),
             step.recipe_id(),
             step.recipe_digest()
