@@ -660,6 +660,13 @@ fn a_newer_signed_recipe_travels_inline_in_the_host_step_and_an_older_or_invalid
             if action["id"] == "nvidia-source" {
                 action["template"] = json!("deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] https://mirror.example.org/libnvidia-container/stable/deb/$(ARCH) /\n");
             }
+            if action["id"] == "packages" {
+                for package in action["packages"].as_array_mut().expect("packages") {
+                    if package["name"] == "nvidia-container-toolkit" {
+                        package["version"] = json!("1.18.0-1");
+                    }
+                }
+            }
         }
     });
     let digest = enginekit_shared::digest::digest_of(&payload).expect("digest");
@@ -704,6 +711,17 @@ fn a_newer_signed_recipe_travels_inline_in_the_host_step_and_an_older_or_invalid
         .system_changes
         .iter()
         .any(|c| c.text.contains("(nvidia.github.io/libnvidia-container)")));
+    let install = after
+        .plan
+        .system_changes
+        .iter()
+        .find(|c| c.code.as_str() == "install-packages")
+        .expect("install-packages");
+    assert_eq!(
+        install.text,
+        "Install the missing packages as the signed recipe (serial 7) names them: docker-ce, docker-ce-cli, containerd.io, nvidia-container-toolkit 1.18.0-1.",
+        "consent lists what the recipe really installs, pinned versions included"
+    );
 
     // An older serial after it: rollback; the built-in one is not silently back in charge
     // without a note.

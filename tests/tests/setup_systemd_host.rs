@@ -351,6 +351,21 @@ fn setup_installs_the_toolkit_through_polkit_and_the_helper_waits_for_relogin_th
         report.contains("with the signed recipe, sent with the step,"),
         "the report says which recipe the prompt is for: {report}"
     );
+    let packages = plan_doc["system_changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .find(|c| c["code"] == "install-packages")
+        .expect("install-packages");
+    for p in apt_support::PACKAGES {
+        let pinned = format!("{p} {}", host.env.apt_repo.toolkit_version);
+        assert!(
+            packages["text"]
+                .as_str()
+                .is_some_and(|t| t.contains(&pinned)),
+            "{pinned} named: {packages}"
+        );
+    }
     // What the user consents to names the repository the signed recipe really adds.
     let repository = plan_doc["system_changes"]
         .as_array()

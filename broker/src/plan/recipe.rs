@@ -33,6 +33,47 @@ pub struct SignedSources {
     pub serial: u64,
     /// `(family, vendor)` → every place its source files point at (usually one).
     pub locations: BTreeMap<(String, String), BTreeSet<String>>,
+    /// `(family, vendor)` → the packages it installs for that vendor's component, as
+    /// `name` or `name version` when pinned.
+    pub packages: BTreeMap<(String, String), Vec<String>>,
+}
+
+/// The vendor of a component's repository and packages (the plan's `vendor` param).
+fn vendor_of(component: &Component) -> Option<&'static str> {
+    match component {
+        Component::DockerEngine => Some("docker"),
+        Component::NvidiaContainerToolkit => Some("nvidia"),
+        _ => None,
+    }
+}
+
+/// `(family, vendor) → packages` of every install-packages action of `recipe`.
+fn packages_of(recipe: &Recipe) -> BTreeMap<(String, String), Vec<String>> {
+    let body = recipe.body();
+    let mut packages: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for (family, actions) in [("apt", &body.apt.actions), ("dnf", &body.dnf.actions)] {
+        for action in actions {
+            if let ActionSpec::InstallPackages {
+                packages: specs, ..
+            } = action
+            {
+                for spec in specs {
+                    let Some(vendor) = vendor_of(&spec.component) else {
+                        continue;
+                    };
+                    let shown = match &spec.version {
+                        Some(version) => format!("{} {version}", spec.name),
+                        None => spec.name.clone(),
+                    };
+                    packages
+                        .entry((family.to_owned(), vendor.to_owned()))
+                        .or_default()
+                        .push(shown);
+                }
+            }
+        }
+    }
+    packages
 }
 
 /// Who serves the repositories a source template points at: for each URL in it (`deb [...] URL
@@ -67,10 +108,8 @@ fn sources_of(recipe: &Recipe) -> BTreeMap<(String, String), BTreeSet<String>> {
                 ..
             } = action
             {
-                let vendor = match component {
-                    Component::DockerEngine => "docker",
-                    Component::NvidiaContainerToolkit => "nvidia",
-                    _ => continue,
+                let Some(vendor) = vendor_of(component) else {
+                    continue;
                 };
                 sources
                     .entry((family.to_owned(), vendor.to_owned()))
@@ -104,6 +143,7 @@ pub fn in_charge(documents: &DocumentSet) -> Result<RecipeRef, CodedError> {
             signed_sources: Some(SignedSources {
                 serial: signed.recipe.serial(),
                 locations: sources_of(&signed.recipe),
+                packages: packages_of(&signed.recipe),
             }),
         }),
         None => builtin(),
@@ -131,9 +171,15 @@ pub fn issue_step(recipe: &RecipeRef, parameters: HostParameters) -> Result<Host
 /// With a recipe that is not the built-in one, each "add repository" change says where that
 /// recipe's repository really is (the built-in texts name NVIDIA's and Docker's own sites).
 pub fn name_signed_sources(recipe: &RecipeRef, changes: &mut [SystemChange]) {
-    let Some(SignedSources { serial, locations }) = &recipe.signed_sources else {
+    let Some(SignedSources {
+        serial,
+        locations,
+        packages,
+    }) = &recipe.signed_sources
+    else {
         return;
     };
+    name_signed_packages(*serial, packages, changes);
     for change in changes
         .iter_mut()
         .filter(|c| c.code == SystemChangeCode::AddRepository)
@@ -158,6 +204,49 @@ pub fn name_signed_sources(recipe: &RecipeRef, changes: &mut [SystemChange]) {
                 "Add the {what} {family} repository and signing key as named by the signed recipe (serial {serial})."
             ),
         };
+    }
+}
+
+/// With a signed recipe, "install the missing packages" lists what that recipe really installs
+/// for the vendors the plan needs (every package, with its pinned version), not only the
+/// reference's package names.
+fn name_signed_packages(
+    serial: u64,
+    packages: &BTreeMap<(String, String), Vec<String>>,
+    changes: &mut [SystemChange],
+) {
+    // The family and the vendors come from the plan's add-repository changes.
+    let mut family = None;
+    let mut vendors = Vec::new();
+    for change in changes
+        .iter()
+        .filter(|c| c.code == SystemChangeCode::AddRepository)
+    {
+        if let (Some(f), Some(v)) = (change.param("family"), change.param("vendor")) {
+            family = Some(f.to_owned());
+            vendors.push(v.to_owned());
+        }
+    }
+    let Some(family) = family else {
+        return;
+    };
+    let listed: Vec<String> = vendors
+        .iter()
+        .filter_map(|v| packages.get(&(family.clone(), v.clone())))
+        .flatten()
+        .cloned()
+        .collect();
+    if listed.is_empty() {
+        return;
+    }
+    for change in changes
+        .iter_mut()
+        .filter(|c| c.code == SystemChangeCode::InstallPackages)
+    {
+        change.text = format!(
+            "Install the missing packages as the signed recipe (serial {serial}) names them: {}.",
+            listed.join(", ")
+        );
     }
 }
 
