@@ -47,30 +47,36 @@ fn vendor_of(component: &Component) -> Option<&'static str> {
     }
 }
 
+/// Every action of `recipe` with its family (`apt`, `dnf`).
+fn actions_by_family(recipe: &Recipe) -> impl Iterator<Item = (&'static str, &ActionSpec)> {
+    let body = recipe.body();
+    let apt = body.apt.actions.iter().map(|a| ("apt", a));
+    let dnf = body.dnf.actions.iter().map(|a| ("dnf", a));
+    apt.chain(dnf)
+}
+
 /// `(family, vendor) → packages` of every install-packages action of `recipe`.
 fn packages_of(recipe: &Recipe) -> BTreeMap<(String, String), Vec<String>> {
-    let body = recipe.body();
     let mut packages: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
-    for (family, actions) in [("apt", &body.apt.actions), ("dnf", &body.dnf.actions)] {
-        for action in actions {
-            if let ActionSpec::InstallPackages {
-                packages: specs, ..
-            } = action
-            {
-                for spec in specs {
-                    let Some(vendor) = vendor_of(&spec.component) else {
-                        continue;
-                    };
-                    let shown = match &spec.version {
-                        Some(version) => format!("{} {version}", spec.name),
-                        None => spec.name.clone(),
-                    };
-                    packages
-                        .entry((family.to_owned(), vendor.to_owned()))
-                        .or_default()
-                        .push(shown);
-                }
-            }
+    for (family, action) in actions_by_family(recipe) {
+        let ActionSpec::InstallPackages {
+            packages: specs, ..
+        } = action
+        else {
+            continue;
+        };
+        for spec in specs {
+            let Some(vendor) = vendor_of(&spec.component) else {
+                continue;
+            };
+            let shown = match &spec.version {
+                Some(version) => format!("{} {version}", spec.name),
+                None => spec.name.clone(),
+            };
+            packages
+                .entry((family.to_owned(), vendor.to_owned()))
+                .or_default()
+                .push(shown);
         }
     }
     packages
@@ -98,25 +104,23 @@ fn template_locations(template: &str) -> BTreeSet<String> {
 
 /// `(family, vendor) → locations` of every write-source action of `recipe`.
 fn sources_of(recipe: &Recipe) -> BTreeMap<(String, String), BTreeSet<String>> {
-    let body = recipe.body();
     let mut sources: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
-    for (family, actions) in [("apt", &body.apt.actions), ("dnf", &body.dnf.actions)] {
-        for action in actions {
-            if let ActionSpec::WriteSource {
-                component,
-                template,
-                ..
-            } = action
-            {
-                let Some(vendor) = vendor_of(component) else {
-                    continue;
-                };
-                sources
-                    .entry((family.to_owned(), vendor.to_owned()))
-                    .or_default()
-                    .extend(template_locations(template));
-            }
-        }
+    for (family, action) in actions_by_family(recipe) {
+        let ActionSpec::WriteSource {
+            component,
+            template,
+            ..
+        } = action
+        else {
+            continue;
+        };
+        let Some(vendor) = vendor_of(component) else {
+            continue;
+        };
+        sources
+            .entry((family.to_owned(), vendor.to_owned()))
+            .or_default()
+            .extend(template_locations(template));
     }
     sources
 }
