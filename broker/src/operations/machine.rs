@@ -118,7 +118,11 @@ impl LinuxMachine {
 
     /// The descriptor in charge; once consented, only the consented one.
     fn descriptor(&self, op: &Operation) -> Result<Descriptor, CodedError> {
-        let docs = DocumentSet::load(&DocumentSources::from_env());
+        Self::descriptor_in(&DocumentSet::load(&DocumentSources::from_env()), op)
+    }
+
+    /// [`Self::descriptor`] from documents already loaded.
+    fn descriptor_in(docs: &DocumentSet, op: &Operation) -> Result<Descriptor, CodedError> {
         let known = op.engine.known()?;
         let descriptor = docs.descriptor(known).map_err(|e| e.clone())?.clone();
         if let Some(pinned) = op.consented.as_ref().and_then(|c| c.descriptor_id.as_ref()) {
@@ -156,7 +160,9 @@ impl LinuxMachine {
 
     async fn planned(&self, op: &Operation) -> Result<Planned, CodedError> {
         let facts = probe(self.probe_options.clone()).await;
-        let descriptor = match self.descriptor(op) {
+        // One load: the descriptor, the manifest and the recipe come from the same documents.
+        let docs = DocumentSet::load(&DocumentSources::from_env());
+        let descriptor = match Self::descriptor_in(&docs, op) {
             Ok(d) => d,
             Err(e) => {
                 let plan = plan_without_descriptor(op.engine.known()?, &e)?;
@@ -167,7 +173,6 @@ impl LinuxMachine {
                 });
             }
         };
-        let docs = DocumentSet::load(&DocumentSources::from_env());
         let manifest = docs.manifest.as_ref().ok();
         let recipe = crate::plan::recipe::in_charge(&docs)?;
         let image_present = match Self::platform(&facts) {
