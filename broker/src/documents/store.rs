@@ -13,9 +13,10 @@
 //! - Each `*.json` file there is a signed envelope (`{payload, signatures}`); its signature must
 //!   verify with a pinned key, for the kind its payload names, and it must not be expired.
 //! - Anti-rollback is per slot (one per engine's descriptor, one for the Linux manifest, one for
-//!   the recipe), not per document id: a descriptor for another engine version has another id but the same slot. A
-//!   document is accepted only when its serial is above the slot's high-water mark (or equal with
-//!   the same payload) and above the embedded document's serial; the mark is then raised.
+//!   the recipe), not per document id: a descriptor for another engine version has another id
+//!   but the same slot. A document is accepted only when its serial is above the slot's
+//!   high-water mark (or equal with the same payload) and above the embedded document's serial;
+//!   the mark is then raised.
 //! - Anything refused leaves the embedded document in charge, with a note that says why.
 
 use std::collections::BTreeMap;
