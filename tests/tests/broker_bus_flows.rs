@@ -6,20 +6,19 @@
 // Test scaffolding: a failed setup step should stop the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "broker_bus_support/mod.rs"]
+mod broker_bus_support;
 #[path = "setup_support/mod.rs"]
 mod setup_support;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use broker_bus_support::{broker, op_proxy, signals, NAME, OP_IFACE, PATH};
 use futures_util::StreamExt;
 use serde_json::Value;
 use setup_support::*;
-use zbus::{Connection, MatchRule, MessageStream, Proxy};
-
-const NAME: &str = "org.enginekit.Broker1";
-const PATH: &str = "/org/enginekit/Broker1";
-const OP_IFACE: &str = "org.enginekit.Broker1.Operation";
+use zbus::{Connection, MessageStream};
 
 /// A private session bus that activates `enginekit serve` for `host`; killed on drop.
 struct SessionBus {
@@ -118,23 +117,6 @@ impl Drop for SessionBus {
     }
 }
 
-async fn broker(conn: &Connection) -> Proxy<'static> {
-    Proxy::new(conn, NAME, PATH, NAME)
-        .await
-        .expect("broker proxy")
-}
-
-async fn op_proxy(conn: &Connection, path: &str) -> Proxy<'static> {
-    zbus::proxy::Builder::new(conn)
-        .destination(NAME)
-        .path(path.to_owned())
-        .interface(OP_IFACE)
-        .cache_properties(zbus::proxy::CacheProperties::No)
-        .build()
-        .await
-        .expect("operation proxy")
-}
-
 async fn plan(conn: &Connection) -> Value {
     let text: String = broker(conn)
         .await
@@ -142,18 +124,6 @@ async fn plan(conn: &Connection) -> Value {
         .await
         .expect("Plan");
     serde_json::from_str(&text).expect("plan JSON")
-}
-
-/// Every signal of the broker's interfaces, from before the call that causes them.
-async fn signals(conn: &Connection) -> MessageStream {
-    let rule = MatchRule::builder()
-        .msg_type(zbus::message::Type::Signal)
-        .sender(NAME)
-        .build()
-        .expect("match rule");
-    MessageStream::for_match_rule(rule, conn, std::num::NonZeroUsize::new(256))
-        .await
-        .expect("match rule")
 }
 
 #[derive(Debug, Default)]

@@ -25,6 +25,8 @@
 
 #[path = "apt_support/mod.rs"]
 mod apt_support;
+#[path = "broker_bus_support/mod.rs"]
+mod broker_bus_support;
 
 use std::process::Output;
 use std::time::Duration;
@@ -595,9 +597,6 @@ fn a_broker_killed_at_each_privileged_checkpoint_resumes_and_the_helper_runs_onc
 
 // ---- the session bus: a zbus client inside the container --------------------------------------
 
-const BROKER: &str = "org.enginekit.Broker1";
-const BROKER_PATH: &str = "/org/enginekit/Broker1";
-const OPERATION: &str = "org.enginekit.Broker1.Operation";
 const SETTLED: [&str; 5] = [
     "ready",
     "failed",
@@ -618,21 +617,10 @@ struct Watched {
     installations: Value,
 }
 
-async fn operation_proxy(conn: &zbus::Connection, path: &str) -> zbus::Proxy<'static> {
-    zbus::proxy::Builder::new(conn)
-        .destination(BROKER)
-        .path(path.to_owned())
-        .interface(OPERATION)
-        .cache_properties(zbus::proxy::CacheProperties::No)
-        .build()
-        .await
-        .expect("operation proxy")
-}
-
 /// Follows the operation at `path` through its signals until it settles; reads it back.
 async fn follow(conn: &zbus::Connection, stream: &mut zbus::MessageStream, path: &str) -> Watched {
     use futures_util::StreamExt;
-    let op = operation_proxy(conn, path).await;
+    let op = broker_bus_support::op_proxy(conn, path).await;
     let mut watched = Watched {
         operation: path.to_owned(),
         ..Watched::default()
@@ -669,9 +657,7 @@ async fn follow(conn: &zbus::Connection, stream: &mut zbus::MessageStream, path:
     }
     let error: String = op.get_property("Error").await.expect("Error");
     watched.error = serde_json::from_str(&error).unwrap_or(Value::String(error));
-    let broker = zbus::Proxy::new(conn, BROKER, BROKER_PATH, BROKER)
-        .await
-        .expect("broker proxy");
+    let broker = broker_bus_support::broker(conn).await;
     let installations: String = broker
         .call("Installations", &())
         .await
@@ -682,17 +668,8 @@ async fn follow(conn: &zbus::Connection, stream: &mut zbus::MessageStream, path:
 
 async fn client(mode: &str) -> Watched {
     let conn = zbus::Connection::session().await.expect("session bus");
-    let rule = zbus::MatchRule::builder()
-        .msg_type(zbus::message::Type::Signal)
-        .sender(BROKER)
-        .build()
-        .expect("match rule");
-    let mut stream = zbus::MessageStream::for_match_rule(rule, &conn, None)
-        .await
-        .expect("match rule");
-    let broker = zbus::Proxy::new(&conn, BROKER, BROKER_PATH, BROKER)
-        .await
-        .expect("broker proxy");
+    let mut stream = broker_bus_support::signals(&conn).await;
+    let broker = broker_bus_support::broker(&conn).await;
     match mode {
         // Plan, consent with the digest shown, follow the operation.
         "setup" => {
@@ -724,7 +701,7 @@ async fn client(mode: &str) -> Watched {
             };
             let mut watched = follow(&conn, &mut stream, &path).await;
             if watched.phase == "relogin-required" {
-                let op = operation_proxy(&conn, &path).await;
+                let op = broker_bus_support::op_proxy(&conn, &path).await;
                 // A conflict means the service's own recovery got there first: follow it.
                 if let Err(e) = op.call::<_, _, ()>("Resume", &()).await {
                     assert!(
