@@ -266,6 +266,20 @@ impl SystemdGpuHost {
             })
     }
 
+    /// `enginekit setup --engine vllm --yes --json` as the user; fails the test, with the
+    /// helper's journal, unless it ends with the error `code`.
+    fn setup_expecting_error(&self, code: &str) -> Output {
+        let out = self.enginekit("setup --engine vllm --yes --json");
+        assert_eq!(
+            result_of(&out)["error"]["code"],
+            code,
+            "{}\nhelper journal:\n{}",
+            describe(&out),
+            self.journal()
+        );
+        out
+    }
+
     /// How many steps the helper accepted (its journal).
     fn steps_accepted(&self) -> usize {
         self.sh("journalctl --no-pager -o cat -u enginekit-helper.service")
@@ -383,15 +397,7 @@ fn setup_installs_the_toolkit_through_polkit_and_the_helper_waits_for_relogin_th
     );
 
     // First run: the helper installs; the group is not effective in this session yet.
-    let first = host.enginekit("setup --engine vllm --yes --json");
-    let result = result_of(&first);
-    assert_eq!(
-        result["error"]["code"],
-        "MANAGED_RELOGIN_REQUIRED",
-        "{}\nhelper journal:\n{}",
-        describe(&first),
-        host.journal()
-    );
+    let first = host.setup_expecting_error("MANAGED_RELOGIN_REQUIRED");
     assert_eq!(first.status.code(), Some(3), "{}", describe(&first));
     // The machine says so, not the receipt.
     for p in apt_support::PACKAGES {
@@ -489,15 +495,7 @@ fn setup_installs_the_toolkit_through_polkit_and_the_helper_waits_for_relogin_th
 fn a_polkit_refusal_is_elevation_declined_and_changes_nothing() {
     let host = SystemdGpuHost::start(Polkit::Deny);
     let daemon_before = host.sh("cat /etc/docker/daemon.json");
-    let setup = host.enginekit("setup --engine vllm --yes --json");
-    let result = result_of(&setup);
-    assert_eq!(
-        result["error"]["code"],
-        "MANAGED_ELEVATION_DECLINED",
-        "{}\nhelper journal:\n{}",
-        describe(&setup),
-        host.journal()
-    );
+    let setup = host.setup_expecting_error("MANAGED_ELEVATION_DECLINED");
     assert!(!setup.status.success());
     for p in apt_support::PACKAGES {
         assert_eq!(host.installed_version(p), None, "{p}");
@@ -809,14 +807,7 @@ fn with_docker_installed_but_stopped_and_disabled_the_helper_enables_it_and_setu
         "a stopped Docker is started, not restarted: {codes:?}"
     );
 
-    let first = host.enginekit("setup --engine vllm --yes --json");
-    assert_eq!(
-        result_of(&first)["error"]["code"],
-        "MANAGED_RELOGIN_REQUIRED",
-        "{}\nhelper journal:\n{}",
-        describe(&first),
-        host.journal()
-    );
+    host.setup_expecting_error("MANAGED_RELOGIN_REQUIRED");
     let state = host.sh("systemctl is-active docker.service; systemctl is-enabled docker.service");
     assert!(
         state.lines().next() == Some("active") && state.contains("enabled"),
@@ -903,13 +894,7 @@ fn consent_on_the_terminal_is_bound_to_the_plan_shown_and_a_host_change_before_t
     assert_eq!(host.installed_version("nvidia-container-toolkit"), None);
 
     // Approving the new plan (here with --yes) runs it.
-    let again = host.enginekit("setup --engine vllm --yes --json");
-    assert_eq!(
-        result_of(&again)["error"]["code"],
-        "MANAGED_RELOGIN_REQUIRED",
-        "{}",
-        describe(&again)
-    );
+    host.setup_expecting_error("MANAGED_RELOGIN_REQUIRED");
     assert!(host.installed_version("nvidia-container-toolkit").is_some());
     assert_eq!(host.burnt_nonces().len(), 1);
 }
