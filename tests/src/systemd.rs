@@ -188,8 +188,8 @@ impl BootedSystemd {
 
     /// Writes `contents` to `path` inside, with `mode`, owned by `owner` (`user:group`).
     pub fn write(&self, path: &str, contents: &[u8], mode: u32, owner: &str) {
-        let dir = tempfile_dir("ekt-copy");
-        let local = dir.join("file");
+        let dir = RemovedOnDrop(Some(tempfile_dir("ekt-copy")));
+        let local = dir.path().join("file");
         std::fs::write(&local, contents).unwrap_or_else(|e| panic!("{}: {e}", local.display()));
         let parent = Path::new(path)
             .parent()
@@ -197,7 +197,7 @@ impl BootedSystemd {
         let mkdir = self.sh(&format!("mkdir -p '{parent}' && echo ok"));
         assert!(mkdir.contains("ok"), "mkdir {parent}: {mkdir}");
         self.copy(&local, path);
-        let _ = std::fs::remove_dir_all(&dir);
+        drop(dir);
         let fix = self.sh(&format!(
             "chown {owner} '{path}' && chmod {mode:o} '{path}' && echo ok"
         ));
@@ -230,16 +230,17 @@ impl Drop for BootedSystemd {
             eprintln!("{KEEP_ENV}: kept container {}", self.name);
             return;
         }
-        if let Some(root) = self.docker_root.take() {
+        let root = self.docker_root.take();
+        if root.is_some() {
             // Stopped from inside first: the cgroups of inner containers live on the host's
             // hierarchy, and a container killed from outside would leave them behind.
             let _ = self.sh("systemctl stop docker.service docker.socket containerd.service");
-            let _ = docker(&["rm", "-f", &self.name]);
+        }
+        let _ = docker(&["rm", "-f", &self.name]);
+        if let Some(root) = root {
             if let Err(e) = std::fs::remove_dir_all(&root) {
                 eprintln!("could not remove {}: {e}", root.display());
             }
-        } else {
-            let _ = docker(&["rm", "-f", &self.name]);
         }
     }
 }
