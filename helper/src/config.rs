@@ -38,6 +38,8 @@ pub struct Config {
     pub polkit_timeout: Duration,
     /// Also append the decision log to this file (the test bench has no journald).
     pub log_file: Option<PathBuf>,
+    /// Calls served at once, in total and per uid (see `bus::admission`).
+    pub admission: crate::bus::admission::Limits,
 }
 
 impl Default for Config {
@@ -50,6 +52,7 @@ impl Default for Config {
             clock_skew: Duration::from_secs(120),
             polkit_timeout: Duration::from_secs(300),
             log_file: None,
+            admission: crate::bus::admission::Limits::default(),
         }
     }
 }
@@ -133,6 +136,8 @@ impl Config {
                 "clock_skew_seconds" => config.clock_skew = seconds(value, line_no)?,
                 "polkit_timeout_seconds" => config.polkit_timeout = seconds(value, line_no)?,
                 "log_file" => config.log_file = Some(absolute_path(value, line_no)?),
+                "max_calls_in_flight" => config.admission.total = count(value, line_no)?,
+                "max_calls_per_uid" => config.admission.per_uid = count(value, line_no)?,
                 other => return Err((line_no, format!("unknown setting {other:?}"))),
             }
         }
@@ -158,6 +163,14 @@ fn absolute_path(value: &str, line: usize) -> Result<PathBuf, (usize, String)> {
             line,
             format!("{value:?} is not an absolute path without . or .."),
         ))
+    }
+}
+
+/// A bound between 1 and 1024.
+fn count(value: &str, line: usize) -> Result<usize, (usize, String)> {
+    match value.parse::<usize>() {
+        Ok(n) if (1..=1024).contains(&n) => Ok(n),
+        _ => Err((line, format!("{value:?} is not a count from 1 to 1024"))),
     }
 }
 

@@ -8,11 +8,11 @@ use enginekit_shared::wire::receipt::{Outcome, Receipt, ReceiptId};
 use enginekit_shared::wire::Timestamp;
 
 use crate::runner::ExecutionReport;
-use crate::verify::AuthorisedStep;
+use crate::verify::VerifiedStep;
 
 /// The canonical JSON of the receipt for `step` as `report` describes it.
 pub fn build(
-    step: &AuthorisedStep,
+    step: &VerifiedStep,
     started: SystemTime,
     finished: SystemTime,
     report: &ExecutionReport,
@@ -44,7 +44,7 @@ pub fn build(
 }
 
 /// A receipt for a job that never ran an action (the caller left after the nonce was burnt).
-pub fn not_run(step: &AuthorisedStep, outcome: Outcome, code: ErrorCode, why: &str) -> String {
+pub fn not_run(step: &VerifiedStep, outcome: Outcome, code: ErrorCode, why: &str) -> String {
     let now = SystemTime::now();
     let report = ExecutionReport {
         outcome,

@@ -40,16 +40,17 @@ pub struct ExecutionReport {
     pub error: Option<CodedError>,
 }
 
-/// Runs the authorised job with the recipe executor ([`crate::recipe::run`]) as the calling
-/// uid. The recipe and parameters are the ones the chain verified, frozen in `job`.
+/// Runs the authorised job with the recipe executor as the calling uid: exactly the plan polkit
+/// was asked about (the verified recipe's actions for these parameters), frozen in `job`.
 pub fn execute(
-    job: &crate::verify::AuthorisedStep,
+    job: &crate::verify::VerifiedStep,
     caller_uid: u32,
     sink: &mut dyn ProgressSink,
     cancel: &CancelToken,
 ) -> ExecutionReport {
     let ctx = crate::recipe::ExecContext::new(caller_uid);
-    let outcome = crate::recipe::run(&job.recipe, job.parameters(), &ctx, sink, cancel);
+    let outcome =
+        crate::recipe::run_plan(&job.recipe, job.parameters(), &job.plan, &ctx, sink, cancel);
     ExecutionReport {
         outcome: outcome.outcome,
         actions: outcome.records(),

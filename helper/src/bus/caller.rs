@@ -56,3 +56,52 @@ impl Caller {
         }
     }
 }
+
+impl Caller {
+    /// The systemd unit (service or scope) the caller's process runs in, for the journal;
+    /// `None` when it cannot be told. Read after the bus vouched for the pid, and only logged.
+    pub fn unit(&self) -> Option<String> {
+        let pid = self.pid?;
+        let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+        unit_of_cgroup(&text)
+    }
+}
+
+/// The innermost `.service` or `.scope` of a cgroup v2 (`0::/…`) or systemd v1 path.
+fn unit_of_cgroup(text: &str) -> Option<String> {
+    let path = text
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .or_else(|| {
+            text.lines()
+                .find_map(|l| l.split_once(":name=systemd:").map(|(_, p)| p))
+        })?;
+    path.rsplit('/')
+        .find(|part| part.ends_with(".service") || part.ends_with(".scope"))
+        .map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unit_of_cgroup;
+
+    #[test]
+    fn the_unit_is_the_innermost_service_or_scope() {
+        assert_eq!(
+            unit_of_cgroup("0::/user.slice/user-1000.slice/session-3.scope\n").as_deref(),
+            Some("session-3.scope")
+        );
+        assert_eq!(
+            unit_of_cgroup(
+                "0::/user.slice/user-1000.slice/user@1000.service/app.slice/enginekit-broker.service\n"
+            )
+            .as_deref(),
+            Some("enginekit-broker.service")
+        );
+        assert_eq!(unit_of_cgroup("0::/\n"), None);
+        assert_eq!(
+            unit_of_cgroup("12:name=systemd:/system.slice/cron.service\n").as_deref(),
+            Some("cron.service")
+        );
+    }
+}

@@ -52,7 +52,9 @@ pub enum HelperError {
     ReceiptConflict(String),
     /// The nonce was burnt by this step, whose job did not leave a receipt.
     ReceiptMissing(String),
-    /// Another job is running.
+    /// The recipe plans no action for these parameters: nothing to authorise.
+    NothingToDo(String),
+    /// Another job is running, or the caller (or everyone) has too many calls in flight.
     Busy(String),
     /// Cancel refused: the package manager has started, or the job is over.
     NotCancellable(String),
@@ -81,6 +83,7 @@ impl HelperError {
             | HelperError::ParametersInvalid(_)
             | HelperError::WrongMachine(_)
             | HelperError::StepExpired(_)
+            | HelperError::NothingToDo(_)
             | HelperError::ReceiptMissing(_) => ErrorCode::HostStepInvalid,
             HelperError::SignatureInvalid(_)
             | HelperError::RecipeRollback(_)
@@ -116,6 +119,7 @@ impl HelperError {
             HelperError::StepExpired(_) => "step-expired",
             HelperError::ReceiptConflict(_) => "receipt-conflict",
             HelperError::ReceiptMissing(_) => "receipt-missing",
+            HelperError::NothingToDo(_) => "nothing-to-do",
             HelperError::Busy(_) => "busy",
             HelperError::NotCancellable(_) => "not-cancellable",
             HelperError::NotOwner(_) => "not-owner",
@@ -146,6 +150,7 @@ impl HelperError {
             HelperError::StepExpired(_) => "StepExpired",
             HelperError::ReceiptConflict(_) => "ReceiptConflict",
             HelperError::ReceiptMissing(_) => "ReceiptMissing",
+            HelperError::NothingToDo(_) => "NothingToDo",
             HelperError::Busy(_) => "Busy",
             HelperError::NotCancellable(_) => "NotCancellable",
             HelperError::NotOwner(_) => "NotOwner",
@@ -178,6 +183,7 @@ impl HelperError {
             | HelperError::StepExpired(m)
             | HelperError::ReceiptConflict(m)
             | HelperError::ReceiptMissing(m)
+            | HelperError::NothingToDo(m)
             | HelperError::Busy(m)
             | HelperError::NotCancellable(m)
             | HelperError::NotOwner(m)

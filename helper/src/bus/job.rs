@@ -3,19 +3,37 @@
 //! A job is created only after the whole chain passed; its step is frozen and there is no
 //! method that changes what it runs. `Cancel` only sets the job's cancel token, and only while
 //! `AllowCancel` is true (before the package manager starts); the owner alone may call it.
+//!
+//! A job is private to the uid that started it (and root): its properties answer nobody else,
+//! and its signals (`Progress`, `Finished`, `PropertiesChanged`) are sent to the owner's unique
+//! bus name only, never broadcast. Job objects are removed once their owner has read the receipt,
+//! or after [`RETENTION`], and a uid keeps at most [`LIVE_PER_UID`] of them; the receipt stays in
+//! the ledger for `GetReceipt`.
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
+use tokio::sync::Notify;
 use zbus::message::Header;
-use zbus::object_server::SignalEmitter;
-use zbus::Connection;
+use zbus::names::{BusName, OwnedUniqueName};
+use zbus::object_server::{ObjectServer, SignalEmitter};
+use zbus::{Connection, OwnedObjectPath};
 
+use super::admission::Admission;
 use super::caller::Caller;
 use super::error::{refuse, HelperError};
 use crate::runner::CancelToken;
 
 /// Object path prefix of job objects.
 pub const JOB_PATH_PREFIX: &str = "/org/enginekit/Helper1/job/";
+/// How long a finished job stays on the bus when nobody reads its receipt.
+pub const RETENTION: Duration = Duration::from_secs(300);
+/// How long a finished job stays once its owner has read the receipt (a late `Finished`
+/// subscriber of the same owner still finds it).
+pub const GRACE_AFTER_FETCH: Duration = Duration::from_secs(10);
+/// Job objects one uid may have on the bus at once; older finished ones are removed first.
+pub const LIVE_PER_UID: usize = 8;
 
 /// Where a job is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,22 +76,33 @@ pub struct JobStatus {
     pub receipt: String,
 }
 
+/// Who started a job: the only uid (besides root) that may see it, and the bus name its signals
+/// go to.
+#[derive(Debug, Clone)]
+pub struct Owner {
+    pub uid: u32,
+    pub name: OwnedUniqueName,
+}
+
 /// State shared by the job object and the task running the job.
 #[derive(Debug)]
 pub struct JobShared {
-    pub owner_uid: u32,
+    pub owner: Owner,
     pub nonce: String,
     pub cancel: CancelToken,
     status: Mutex<JobStatus>,
+    /// Signalled when the owner has read the finished job's receipt.
+    pub fetched: Notify,
 }
 
 impl JobShared {
-    pub fn new(owner_uid: u32, nonce: String, cancel: CancelToken, status: JobStatus) -> Self {
+    pub fn new(owner: Owner, nonce: String, cancel: CancelToken, status: JobStatus) -> Self {
         JobShared {
-            owner_uid,
+            owner,
             nonce,
             cancel,
             status: Mutex::new(status),
+            fetched: Notify::new(),
         }
     }
 
@@ -83,45 +112,123 @@ impl JobShared {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+
+    /// An emitter whose signals reach the owner's connection only.
+    pub fn owner_emitter(
+        &self,
+        conn: &Connection,
+        path: &OwnedObjectPath,
+    ) -> zbus::Result<SignalEmitter<'static>> {
+        Ok(SignalEmitter::new(conn, path.clone())?
+            .set_destination(BusName::Unique(self.owner.name.clone().into_inner())))
+    }
 }
 
 /// The D-Bus face of a job.
 #[derive(Debug)]
 pub struct Job {
     pub shared: Arc<JobShared>,
+    pub admission: Arc<Admission>,
+}
+
+impl Job {
+    /// Lets the owner's connection, another connection of the owner's uid, or root read the job;
+    /// everyone else gets `AccessDenied`. `None` is the object server itself (change signals).
+    async fn may_read(
+        &self,
+        conn: &Connection,
+        header: Option<&Header<'_>>,
+    ) -> zbus::fdo::Result<()> {
+        let Some(header) = header else {
+            return Ok(());
+        };
+        if header
+            .sender()
+            .is_some_and(|s| s.as_str() == self.shared.owner.name.as_str())
+        {
+            return Ok(());
+        }
+        let denied = || zbus::fdo::Error::AccessDenied("this job belongs to another user".into());
+        let Ok(mut ticket) = self.admission.enter() else {
+            return Err(zbus::fdo::Error::LimitsExceeded(
+                "the helper is busy".into(),
+            ));
+        };
+        let caller = Caller::identify(conn, header).await.map_err(|_| denied())?;
+        if ticket.bind(caller.uid).is_err() {
+            return Err(zbus::fdo::Error::LimitsExceeded(
+                "the helper is busy".into(),
+            ));
+        }
+        if caller.uid == self.shared.owner.uid || caller.uid == 0 {
+            Ok(())
+        } else {
+            tracing::warn!(uid = caller.uid, pid = caller.pid, nonce = %self.shared.nonce, "a job's properties were asked for by another user");
+            Err(denied())
+        }
+    }
 }
 
 #[zbus::interface(name = "org.enginekit.Helper1.Job")]
 impl Job {
     /// `running`, `succeeded`, `failed` or `cancelled`.
     #[zbus(property)]
-    fn state(&self) -> String {
-        self.shared.status().state.as_str().to_owned()
+    async fn state(
+        &self,
+        #[zbus(header)] header: Option<Header<'_>>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> zbus::fdo::Result<String> {
+        self.may_read(conn, header.as_ref()).await?;
+        Ok(self.shared.status().state.as_str().to_owned())
     }
 
     /// What the job is doing now, in words.
     #[zbus(property)]
-    fn phase(&self) -> String {
-        self.shared.status().phase.clone()
+    async fn phase(
+        &self,
+        #[zbus(header)] header: Option<Header<'_>>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> zbus::fdo::Result<String> {
+        self.may_read(conn, header.as_ref()).await?;
+        Ok(self.shared.status().phase.clone())
     }
 
     /// Progress within the phase, 0..=100, or −1 when unknown.
     #[zbus(property)]
-    fn percent(&self) -> i32 {
-        self.shared.status().percent
+    async fn percent(
+        &self,
+        #[zbus(header)] header: Option<Header<'_>>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> zbus::fdo::Result<i32> {
+        self.may_read(conn, header.as_ref()).await?;
+        Ok(self.shared.status().percent)
     }
 
     /// Whether Cancel would still be honoured (false once the package manager has started).
     #[zbus(property)]
-    fn allow_cancel(&self) -> bool {
-        self.shared.status().allow_cancel
+    async fn allow_cancel(
+        &self,
+        #[zbus(header)] header: Option<Header<'_>>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> zbus::fdo::Result<bool> {
+        self.may_read(conn, header.as_ref()).await?;
+        Ok(self.shared.status().allow_cancel)
     }
 
     /// The receipt once the job has finished (so a client that subscribed late loses nothing);
     /// empty while it runs.
     #[zbus(property)]
-    fn receipt(&self) -> String {
-        self.shared.status().receipt.clone()
+    async fn receipt(
+        &self,
+        #[zbus(header)] header: Option<Header<'_>>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> zbus::fdo::Result<String> {
+        self.may_read(conn, header.as_ref()).await?;
+        let receipt = self.shared.status().receipt.clone();
+        if header.is_some() && !receipt.is_empty() {
+            self.shared.fetched.notify_one();
+        }
+        Ok(receipt)
     }
 
     /// Asks the job to stop before the package manager starts.
@@ -130,8 +237,20 @@ impl Job {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), HelperError> {
+        let Ok(mut ticket) = self.admission.enter() else {
+            return Err(refuse!(
+                Busy,
+                "the helper is serving too many calls; try again"
+            ));
+        };
         let caller = Caller::identify(conn, &header).await?;
-        if caller.uid != self.shared.owner_uid {
+        if ticket.bind(caller.uid).is_err() {
+            return Err(refuse!(
+                Busy,
+                "too many calls of yours are in flight; try again"
+            ));
+        }
+        if caller.uid != self.shared.owner.uid {
             tracing::warn!(uid = caller.uid, action = "cancel", nonce = %self.shared.nonce, outcome = "not-owner", "cancel refused");
             return Err(refuse!(
                 NotOwner,
@@ -154,7 +273,7 @@ impl Job {
         Ok(())
     }
 
-    /// The phase or percentage changed.
+    /// The phase or percentage changed (sent to the owner only).
     #[zbus(signal)]
     pub async fn progress(
         emitter: &SignalEmitter<'_>,
@@ -162,7 +281,101 @@ impl Job {
         percent: i32,
     ) -> zbus::Result<()>;
 
-    /// The job is over; `receipt` is the same text as the `Receipt` property and `GetReceipt`.
+    /// The job is over; `receipt` is the same text as the `Receipt` property and `GetReceipt`
+    /// (sent to the owner only).
     #[zbus(signal)]
     pub async fn finished(emitter: &SignalEmitter<'_>, receipt: &str) -> zbus::Result<()>;
+}
+
+/// The job objects on the bus, per uid, oldest first: removes what nobody needs any more.
+#[derive(Debug, Default)]
+pub struct JobTable {
+    live: Mutex<HashMap<u32, VecDeque<(OwnedObjectPath, Arc<JobShared>)>>>,
+}
+
+impl JobTable {
+    fn live(&self) -> MutexGuard<'_, HashMap<u32, VecDeque<(OwnedObjectPath, Arc<JobShared>)>>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Exports `shared` at `path`, first removing the owner's oldest finished jobs beyond
+    /// [`LIVE_PER_UID`].
+    pub async fn export(
+        &self,
+        server: &ObjectServer,
+        path: &OwnedObjectPath,
+        shared: Arc<JobShared>,
+        admission: &Arc<Admission>,
+    ) -> zbus::Result<()> {
+        let evicted = {
+            let mut live = self.live();
+            let mine = live.entry(shared.owner.uid).or_default();
+            let mut evicted = Vec::new();
+            while mine.len() >= LIVE_PER_UID {
+                let Some(at) = mine
+                    .iter()
+                    .position(|(_, s)| s.status().state != JobState::Running)
+                else {
+                    break;
+                };
+                if let Some((old, _)) = mine.remove(at) {
+                    evicted.push(old);
+                }
+            }
+            mine.push_back((path.clone(), Arc::clone(&shared)));
+            evicted
+        };
+        for old in evicted {
+            let _ = server.remove::<Job, _>(&old).await;
+        }
+        server
+            .at(
+                path.clone(),
+                Job {
+                    shared,
+                    admission: Arc::clone(admission),
+                },
+            )
+            .await
+            .map(|_| ())
+    }
+
+    /// Removes a finished job once its owner has read the receipt (after a grace) or after the
+    /// retention period, whichever comes first.
+    pub async fn retire(
+        &self,
+        server: &ObjectServer,
+        path: OwnedObjectPath,
+        shared: Arc<JobShared>,
+    ) {
+        tokio::select! {
+            () = async {
+                shared.fetched.notified().await;
+                tokio::time::sleep(GRACE_AFTER_FETCH).await;
+            } => {}
+            () = tokio::time::sleep(RETENTION) => {}
+        }
+        let _ = server.remove::<Job, _>(&path).await;
+        let mut live = self.live();
+        if let Some(mine) = live.get_mut(&shared.owner.uid) {
+            mine.retain(|(p, _)| p != &path);
+            if mine.is_empty() {
+                live.remove(&shared.owner.uid);
+            }
+        }
+    }
+
+    /// Tells the job of `nonce`, if it is still on the bus, that its owner read the receipt.
+    pub fn receipt_fetched(&self, uid: u32, nonce: &str) {
+        if let Some(mine) = self.live().get(&uid) {
+            for (_, shared) in mine.iter().filter(|(_, s)| s.nonce == nonce) {
+                shared.fetched.notify_one();
+            }
+        }
+    }
+
+    /// Job objects on the bus now.
+    pub fn count(&self) -> usize {
+        self.live().values().map(VecDeque::len).sum()
+    }
 }

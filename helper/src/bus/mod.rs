@@ -1,6 +1,7 @@
 //! The system-bus service: serving `org.enginekit.Helper1`, running jobs, exiting when idle.
 
 pub mod activity;
+pub mod admission;
 pub mod caller;
 pub mod error;
 pub mod job;
@@ -16,17 +17,21 @@ use zbus::OwnedObjectPath;
 use crate::config::Config;
 use crate::ledger::Ledger;
 use crate::runner::{self, ProgressSink};
-use crate::verify::AuthorisedStep;
+use crate::verify::VerifiedStep;
 use activity::{Activity, JobSlot};
-use job::{Job, JobShared, JobSignals, JobState};
+use admission::Admission;
+use job::{Job, JobShared, JobState, JobTable};
 use service::Helper;
 
 /// The well-known name.
 pub const BUS_NAME: &str = "org.enginekit.Helper1";
 /// The helper object's path.
 pub const HELPER_PATH: &str = "/org/enginekit/Helper1";
-/// How long calls already routed to us get to finish after the name is released.
-const DRAIN: Duration = Duration::from_secs(5);
+/// How long calls already routed to us may take to finish after the name is released, beyond
+/// the polkit timeout: an authorised `Start` is never dropped by an idle exit.
+const DRAIN_MARGIN: Duration = Duration::from_secs(30);
+/// How often the ledger is pruned while the helper runs.
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
 /// Why the service could not run.
 #[derive(Debug, thiserror::Error)]
@@ -42,32 +47,64 @@ pub enum ServeError {
 pub async fn serve(config: Config) -> Result<(), ServeError> {
     let ledger = Arc::new(Ledger::open(&config.state_dir)?);
     let keep = config.step_window + config.clock_skew;
-    match ledger.prune(keep.as_secs()) {
-        Ok(0) => {}
-        Ok(n) => tracing::info!(removed = n, "pruned ledger entries past their window"),
-        Err(e) => tracing::warn!(error = %e, "could not prune the ledger"),
-    }
+    prune(&ledger, keep);
     let activity = Activity::new();
+    let admission = Admission::new(config.admission);
     let config = Arc::new(config);
-    let helper = Helper::new(Arc::clone(&config), ledger, Arc::clone(&activity));
+    let helper = Helper::new(
+        Arc::clone(&config),
+        Arc::clone(&ledger),
+        Arc::clone(&activity),
+        admission,
+    );
     let conn = zbus::connection::Builder::system()
         .serve_at(HELPER_PATH, helper)
         .name(BUS_NAME)
         .build()
         .await?;
     tracing::info!(name = BUS_NAME, idle_exit_s = config.idle_exit.as_secs(), state_dir = %config.state_dir.display(), "serving");
+    // A helper kept busy for days still forgets nonces whose window has closed.
+    let pruner = tokio::spawn(async move {
+        let mut every = tokio::time::interval(PRUNE_EVERY);
+        every.tick().await;
+        loop {
+            every.tick().await;
+            prune(&ledger, keep);
+        }
+    });
     wait_until_idle(&conn, &activity, config.idle_exit).await;
+    pruner.abort();
     notify_stopping();
     if let Err(e) = conn.release_name(BUS_NAME).await {
         tracing::warn!(error = %e, "could not release the bus name");
     }
-    let deadline = tokio::time::Instant::now() + DRAIN;
-    while !activity.is_idle() && tokio::time::Instant::now() < deadline {
+    // Calls routed to our unique name before the release are served to their end: one may be
+    // waiting for polkit (up to its timeout) or starting a job, which then runs to completion.
+    let deadline = tokio::time::Instant::now() + config.polkit_timeout + DRAIN_MARGIN;
+    loop {
         let changed = activity.changed();
-        let _ = tokio::time::timeout_at(deadline, changed).await;
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        if activity.is_idle() {
+            break;
+        }
+        if activity.running_job().is_some() {
+            changed.await;
+        } else if tokio::time::timeout_at(deadline, changed).await.is_err() {
+            tracing::warn!("calls still in flight after the drain period; exiting");
+            break;
+        }
     }
     tracing::info!("idle: exiting");
     Ok(())
+}
+
+fn prune(ledger: &Ledger, keep: Duration) {
+    match ledger.prune(keep.as_secs()) {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(removed = n, "pruned ledger entries past their window"),
+        Err(e) => tracing::warn!(error = %e, "could not prune the ledger"),
+    }
 }
 
 async fn wait_until_idle(conn: &Connection, activity: &Activity, idle: Duration) {
@@ -144,22 +181,25 @@ impl ProgressSink for ChannelSink {
 }
 
 /// Runs one authorised job to its end: executor on a blocking thread, progress mirrored on the
-/// job object, receipt stored before `Finished` is sent and before the slot is freed.
+/// job object and sent to its owner, receipt stored before `Finished` is sent and before the slot
+/// is freed; the job object is then retired.
 pub(crate) async fn run_job(
     conn: Connection,
     path: OwnedObjectPath,
     shared: Arc<JobShared>,
-    step: AuthorisedStep,
+    step: VerifiedStep,
     ledger: Arc<Ledger>,
+    jobs: Arc<JobTable>,
     slot: JobSlot,
 ) {
     let iface = conn.object_server().interface::<_, Job>(&path).await.ok();
+    let emitter = shared.owner_emitter(&conn, &path).ok();
     let started = SystemTime::now();
     let (tx, mut rx) = mpsc::unbounded_channel();
     let cancel = shared.cancel.clone();
     let step = Arc::new(step);
     let exec_step = Arc::clone(&step);
-    let caller_uid = shared.owner_uid;
+    let caller_uid = shared.owner.uid;
     let mut executor = tokio::task::spawn_blocking(move || {
         let mut sink = ChannelSink(tx);
         runner::execute(&exec_step, caller_uid, &mut sink, &cancel)
@@ -173,14 +213,13 @@ pub(crate) async fn run_job(
                     status.percent = percent;
                     status.allow_cancel = allow_cancel;
                 }
-                if let Some(iface) = &iface {
-                    let emitter = iface.signal_emitter();
+                if let (Some(iface), Some(emitter)) = (&iface, &emitter) {
                     let job = iface.get().await;
                     let _ = job.phase_changed(emitter).await;
                     let _ = job.percent_changed(emitter).await;
                     let _ = job.allow_cancel_changed(emitter).await;
                     drop(job);
-                    let _ = iface.progress(&phase, percent).await;
+                    let _ = Job::progress(emitter, &phase, percent).await;
                 }
             }
             joined = &mut executor => {
@@ -201,7 +240,7 @@ pub(crate) async fn run_job(
     let receipt = crate::receipt::build(&step, started, SystemTime::now(), &report);
     if let Err(e) = ledger.store_receipt(
         step.nonce(),
-        shared.owner_uid,
+        shared.owner.uid,
         step.issued_at_unix(),
         &receipt,
     ) {
@@ -216,7 +255,7 @@ pub(crate) async fn run_job(
         status.receipt = receipt.clone();
     }
     tracing::info!(
-        uid = shared.owner_uid,
+        uid = shared.owner.uid,
         action = crate::authz::ACTION_ID,
         nonce = step.nonce(),
         recipe_digest = step.recipe_digest(),
@@ -225,14 +264,14 @@ pub(crate) async fn run_job(
         actions = report.actions.len(),
         "job finished"
     );
-    if let Some(iface) = &iface {
-        let emitter = iface.signal_emitter();
+    if let (Some(iface), Some(emitter)) = (&iface, &emitter) {
         let job = iface.get().await;
         let _ = job.state_changed(emitter).await;
         let _ = job.receipt_changed(emitter).await;
         let _ = job.allow_cancel_changed(emitter).await;
         drop(job);
-        let _ = iface.finished(&receipt).await;
+        let _ = Job::finished(emitter, &receipt).await;
     }
     drop(slot);
+    jobs.retire(conn.object_server(), path, shared).await;
 }

@@ -2,14 +2,15 @@
 //!
 //! `Start` runs the chain, in this order, on the exact bytes received, and refuses at the first
 //! failure without writing anything:
-//! 1. size limit; 2. strict parse (duplicate keys, unknown fields refused);
-//! 3. the caller's unique name and uid from the bus daemon;
-//! 4. polkit for the caller's bus name, with the step's recipe id, digests and summary;
-//! 5. the recipe (built in, or inline and signed by a pinned key), its digest, its serial;
-//! 6. the parameters (validated, digest recomputed); `user` is the caller; the machine facts;
-//! 7. `issued_at` within the window; 8. the job slot (one job at a time);
-//! 9. the nonce burnt durably (a replay by the same step gets the first receipt);
-//! 10. the caller still on the bus; then the job starts.
+//! 1. a slot among the calls in flight, before any bus call is made for the caller;
+//! 2. size limit, strict parse and schema (unknown members refused), parameters digest;
+//! 3. the caller's unique name, uid and pid from the bus daemon; a slot of that uid's share;
+//! 4. everything that needs no authorisation ([`verify::check_step`]): `user` is the caller,
+//!    the machine, the `issued_at` window, the recipe (signature, digest, expiry, rollback), and
+//!    that the recipe plans at least one action; then, no other job running;
+//! 5. polkit for the caller's bus name, told what the job will do ([`verify::prompt`]);
+//! 6. the job slot; the nonce burnt durably (a replay by the same step gets the first receipt);
+//! 7. the caller still on the bus; then the job starts.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -20,15 +21,16 @@ use zbus::Connection;
 use zbus::OwnedObjectPath;
 
 use super::activity::Activity;
+use super::admission::Admission;
 use super::caller::Caller;
 use super::error::{interaction_required, refuse, HelperError};
-use super::job::{Job, JobShared, JobState, JobStatus, JOB_PATH_PREFIX};
+use super::job::{JobShared, JobState, JobStatus, JobTable, Owner, JOB_PATH_PREFIX};
 use super::run_job;
 use crate::authz::{self, Decision};
 use crate::config::Config;
 use crate::ledger::{Burn, Ledger};
 use crate::runner::CancelToken;
-use crate::verify::{self, Checks, MachineFacts, ReceivedStep};
+use crate::verify::{self, Checks, MachineFacts, ReceivedStep, VerifiedStep};
 
 /// The helper object.
 #[derive(Debug)]
@@ -36,85 +38,44 @@ pub struct Helper {
     pub config: Arc<Config>,
     pub ledger: Arc<Ledger>,
     pub activity: Arc<Activity>,
+    pub admission: Arc<Admission>,
+    pub jobs: Arc<JobTable>,
     next_job: AtomicU64,
 }
 
+fn busy_everyone() -> HelperError {
+    refuse!(
+        Busy,
+        "the helper is serving too many calls; try again shortly"
+    )
+}
+
+fn busy_this_uid() -> HelperError {
+    refuse!(
+        Busy,
+        "too many calls of this user are in flight; wait for them to finish"
+    )
+}
+
 impl Helper {
-    pub fn new(config: Arc<Config>, ledger: Arc<Ledger>, activity: Arc<Activity>) -> Helper {
+    pub fn new(
+        config: Arc<Config>,
+        ledger: Arc<Ledger>,
+        activity: Arc<Activity>,
+        admission: Arc<Admission>,
+    ) -> Helper {
         Helper {
             config,
             ledger,
             activity,
+            admission,
+            jobs: Arc::new(JobTable::default()),
             next_job: AtomicU64::new(1),
         }
     }
 
-    async fn start_chain(
-        &self,
-        bytes: &[u8],
-        header: &Header<'_>,
-        conn: &Connection,
-        server: &ObjectServer,
-        log: &mut DecisionLog,
-    ) -> Result<OwnedObjectPath, HelperError> {
-        // 1-2: size and strict parse, before anything else is looked at.
-        let received = verify::receive(bytes)?;
-        log.received(&received);
-        // 3: who is calling, from the bus daemon.
-        let caller = Caller::identify(conn, header).await?;
-        log.uid = Some(caller.uid);
-        // Asking for a password for a step that cannot run now would only annoy the user.
-        if let Some(running) = self.activity.running_job() {
-            return Err(refuse!(Busy, "another job is running (nonce {running})"));
-        }
-        // 4: polkit.
-        let details = received.polkit_details();
-        let question = authz::Question {
-            header,
-            details: details.iter().map(|(k, v)| (*k, v.as_str())).collect(),
-            interactive: header
-                .primary()
-                .flags()
-                .contains(Flags::ALLOW_INTERACTIVE_AUTH),
-            timeout: self.config.polkit_timeout,
-        };
-        let decision = authz::check(conn, &question).await;
-        log.authz = Some(decision.as_str());
-        match decision {
-            Decision::Authorized => {}
-            Decision::InteractionRequired => return Err(interaction_required()),
-            Decision::Dismissed => {
-                return Err(refuse!(
-                    NotAuthorizedDismissed,
-                    "the authentication dialog was dismissed"
-                ))
-            }
-            Decision::NotAuthorized => {
-                return Err(refuse!(
-                    NotAuthorized,
-                    "polkit denied {} to uid {}",
-                    authz::ACTION_ID,
-                    caller.uid
-                ))
-            }
-            Decision::CallerLeft => {
-                return Err(refuse!(
-                    NotAuthorized,
-                    "the caller left the bus before authorisation finished"
-                ))
-            }
-            Decision::TimedOut => {
-                return Err(refuse!(
-                    NotAuthorized,
-                    "polkit did not answer within {:?}",
-                    self.config.polkit_timeout
-                ))
-            }
-            Decision::Unavailable(why) => {
-                return Err(refuse!(NotAuthorized, "polkit could not be asked: {why}"))
-            }
-        }
-        // 5-7: the content.
+    /// Step 4: everything about the step that needs no authorisation.
+    fn verify(&self, received: ReceivedStep, caller: &Caller) -> Result<VerifiedStep, HelperError> {
         let machine = MachineFacts::read()
             .map_err(|e| refuse!(Internal, "cannot read this machine's facts: {e}"))?;
         let user_name = caller.user_name()?;
@@ -131,27 +92,116 @@ impl Helper {
             window: self.config.step_window,
             skew: self.config.clock_skew,
         };
-        let authorised = verify::check_content(received, &checks)?;
-        // 8: the job slot.
-        let nonce = authorised.nonce().to_owned();
-        let Some(slot) = self.activity.reserve_job(&nonce) else {
-            return Err(refuse!(Busy, "another job is running"));
+        verify::check_step(received, &checks)
+    }
+
+    /// Step 5: polkit, asked about the caller's bus name with what the job will do.
+    async fn authorise(
+        &self,
+        conn: &Connection,
+        header: &Header<'_>,
+        caller: &Caller,
+        verified: &VerifiedStep,
+        log: &mut DecisionLog,
+    ) -> Result<(), HelperError> {
+        let details = verify::prompt::details(verified);
+        let question = authz::Question {
+            header,
+            details: details.iter().map(|(k, v)| (*k, v.as_str())).collect(),
+            interactive: header
+                .primary()
+                .flags()
+                .contains(Flags::ALLOW_INTERACTIVE_AUTH),
+            timeout: self.config.polkit_timeout,
         };
-        // 9: the nonce.
+        let decision = authz::check(conn, &question).await;
+        log.authz = Some(decision.as_str());
+        match decision {
+            Decision::Authorized => Ok(()),
+            Decision::InteractionRequired => Err(interaction_required()),
+            Decision::Dismissed => Err(refuse!(
+                NotAuthorizedDismissed,
+                "the authentication dialog was dismissed"
+            )),
+            Decision::NotAuthorized => Err(refuse!(
+                NotAuthorized,
+                "polkit denied {} to uid {}",
+                authz::ACTION_ID,
+                caller.uid
+            )),
+            Decision::CallerLeft => Err(refuse!(
+                NotAuthorized,
+                "the caller left the bus before authorisation finished"
+            )),
+            Decision::TimedOut => Err(refuse!(
+                NotAuthorized,
+                "polkit did not answer within {:?}",
+                self.config.polkit_timeout
+            )),
+            Decision::Unavailable(why) => {
+                Err(refuse!(NotAuthorized, "polkit could not be asked: {why}"))
+            }
+        }
+    }
+
+    async fn start_chain(
+        &self,
+        bytes: &[u8],
+        header: &Header<'_>,
+        conn: &Connection,
+        server: &ObjectServer,
+        log: &mut DecisionLog,
+    ) -> Result<OwnedObjectPath, HelperError> {
+        // 1: a bounded number of calls in flight, before any bus call is made for this one.
+        let mut ticket = self.admission.enter().map_err(|_| busy_everyone())?;
+        // 2: size, strict parse and schema, before anything else is looked at.
+        let received = verify::parse_step(bytes)?;
+        log.received(&received);
+        // 3: who is calling, from the bus daemon; that uid's share of the calls in flight.
+        let caller = Caller::identify(conn, header).await?;
+        log.caller(&caller);
+        ticket.bind(caller.uid).map_err(|_| busy_this_uid())?;
+        // 4: every check that needs no authorisation: a step that would be refused, or that
+        // would change nothing, never raises a dialog.
+        let verified = self.verify(received, &caller)?;
+        if self.activity.running_job().is_some() {
+            return Err(refuse!(
+                Busy,
+                "another job is running; try again when it has finished"
+            ));
+        }
+        // 5: polkit.
+        self.authorise(conn, header, &caller, &verified, log)
+            .await?;
+        // 6: the job slot, then the nonce.
+        let nonce = verified.nonce().to_owned();
+        let Some(slot) = self.activity.reserve_job(&nonce) else {
+            return Err(refuse!(
+                Busy,
+                "another job is running; try again when it has finished"
+            ));
+        };
         let burn = self
             .ledger
             .burn(
                 &nonce,
-                authorised.step_digest(),
+                verified.step_digest(),
                 caller.uid,
-                authorised.issued_at_unix(),
+                verified.issued_at_unix(),
             )
             .map_err(|e| refuse!(Internal, "{e}"))?;
         let path = self.job_path();
+        let owner = Owner {
+            uid: caller.uid,
+            name: caller.unique_name.clone(),
+        };
         match burn {
             Burn::Fresh => {}
             Burn::Conflict => {
-                return Err(refuse!(ReceiptConflict, "nonce {nonce} was already used by a different step"))
+                return Err(refuse!(
+                    ReceiptConflict,
+                    "nonce {nonce} was already used by a different step"
+                ))
             }
             Burn::Replay { receipt: None } => {
                 return Err(refuse!(
@@ -159,13 +209,16 @@ impl Helper {
                     "nonce {nonce} was already used by this step, whose job left no receipt; probe the machine and issue a new step"
                 ))
             }
-            Burn::Replay { receipt: Some(receipt) } => {
+            Burn::Replay {
+                receipt: Some(receipt),
+            } => {
                 log.replay = true;
+                drop(slot);
                 let state = verify::receipt_outcome(&receipt)
                     .map(|o| JobState::from_outcome(&o))
                     .unwrap_or(JobState::Failed);
                 let shared = Arc::new(JobShared::new(
-                    caller.uid,
+                    owner,
                     nonce,
                     CancelToken::new(),
                     JobStatus {
@@ -176,45 +229,48 @@ impl Helper {
                         receipt,
                     },
                 ));
-                server
-                    .at(path.clone(), Job { shared })
+                self.jobs
+                    .export(server, &path, Arc::clone(&shared), &self.admission)
                     .await
                     .map_err(|e| refuse!(Internal, "cannot export the job: {e}"))?;
+                let jobs = Arc::clone(&self.jobs);
+                let retired_path = path.clone();
+                let server_conn = conn.clone();
+                tokio::spawn(async move {
+                    jobs.retire(server_conn.object_server(), retired_path, shared)
+                        .await;
+                });
                 return Ok(path);
             }
         }
-        if let Some(mark) = authorised.high_water() {
+        if let Some(mark) = verified.high_water() {
             self.ledger
-                .raise_high_water(authorised.recipe_id(), &mark)
+                .raise_high_water(verified.recipe_id(), &mark)
                 .map_err(|e| refuse!(Internal, "{e}"))?;
         }
-        // 10: the caller must still be there for the job to start.
+        // 7: the caller must still be there for the job to start.
         let bus = zbus::fdo::DBusProxy::new(conn)
             .await
             .map_err(|e| refuse!(Internal, "{e}"))?;
         if !authz::caller_present(&bus, &caller.unique_name.as_ref()).await {
             let receipt = crate::receipt::not_run(
-                &authorised,
+                &verified,
                 enginekit_shared::wire::receipt::Outcome::Cancelled,
                 enginekit_shared::error::ErrorCode::ElevationDeclined,
                 "the caller left the bus before the job started",
             );
-            let _ = self.ledger.store_receipt(
-                &nonce,
-                caller.uid,
-                authorised.issued_at_unix(),
-                &receipt,
-            );
+            let _ =
+                self.ledger
+                    .store_receipt(&nonce, caller.uid, verified.issued_at_unix(), &receipt);
             return Err(refuse!(
                 NotAuthorized,
                 "the caller left the bus before the job started"
             ));
         }
-        let cancel = CancelToken::new();
         let shared = Arc::new(JobShared::new(
-            caller.uid,
+            owner,
             nonce,
-            cancel,
+            CancelToken::new(),
             JobStatus {
                 state: JobState::Running,
                 phase: "starting".to_owned(),
@@ -223,20 +279,16 @@ impl Helper {
                 receipt: String::new(),
             },
         ));
-        server
-            .at(
-                path.clone(),
-                Job {
-                    shared: Arc::clone(&shared),
-                },
-            )
+        self.jobs
+            .export(server, &path, Arc::clone(&shared), &self.admission)
             .await
             .map_err(|e| refuse!(Internal, "cannot export the job: {e}"))?;
         let job_conn = conn.clone();
         let ledger = Arc::clone(&self.ledger);
+        let jobs = Arc::clone(&self.jobs);
         let job_path = path.clone();
         tokio::spawn(async move {
-            run_job(job_conn, job_path, shared, authorised, ledger, slot).await;
+            run_job(job_conn, job_path, shared, verified, ledger, jobs, slot).await;
         });
         Ok(path)
     }
@@ -281,7 +333,9 @@ impl Helper {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<String, HelperError> {
         let _call = self.activity.call_started();
+        let mut ticket = self.admission.enter().map_err(|_| busy_everyone())?;
         let caller = Caller::identify(conn, &header).await?;
+        ticket.bind(caller.uid).map_err(|_| busy_this_uid())?;
         let parsed: enginekit_shared::nonce::Nonce = nonce
             .parse()
             .map_err(|_| refuse!(InvalidArgument, "a nonce is 32 lowercase hex digits"))?;
@@ -289,8 +343,12 @@ impl Helper {
             .ledger
             .receipt_for(parsed.as_str(), caller.uid)
             .map_err(|e| refuse!(Internal, "{e}"))?;
+        if found.is_some() {
+            self.jobs.receipt_fetched(caller.uid, parsed.as_str());
+        }
         tracing::info!(
             uid = caller.uid,
+            pid = caller.pid,
             action = "get-receipt",
             nonce = parsed.as_str(),
             outcome = if found.is_some() { "found" } else { "none" },
@@ -310,6 +368,8 @@ impl Helper {
 #[derive(Debug, Default)]
 struct DecisionLog {
     uid: Option<u32>,
+    pid: Option<u32>,
+    unit: Option<String>,
     nonce: Option<String>,
     recipe_id: Option<String>,
     recipe_digest: Option<String>,
@@ -319,15 +379,24 @@ struct DecisionLog {
 }
 
 impl DecisionLog {
-    fn received(&mut self, step: &ReceivedStep) {
-        self.nonce = Some(step.nonce().to_owned());
-        self.recipe_id = Some(step.recipe_id().to_owned());
-        self.recipe_digest = Some(step.recipe_digest().to_owned());
-        self.parameters_digest = Some(step.parameters_digest().to_owned());
+    fn received(&mut self, received: &ReceivedStep) {
+        let step = received.step();
+        self.nonce = Some(step.nonce().as_str().to_owned());
+        self.recipe_id = Some(step.recipe_id().as_str().to_owned());
+        self.recipe_digest = Some(step.recipe_digest().to_string());
+        self.parameters_digest = Some(step.parameters_digest().to_string());
+    }
+
+    fn caller(&mut self, caller: &Caller) {
+        self.uid = Some(caller.uid);
+        self.pid = caller.pid;
+        self.unit = caller.unit();
     }
 
     fn emit(&self, sender: &str, result: &Result<OwnedObjectPath, HelperError>) {
         let uid = self.uid.map(i64::from).unwrap_or(-1);
+        let pid = self.pid.map(i64::from).unwrap_or(-1);
+        let unit = self.unit.as_deref().unwrap_or("");
         let nonce = self.nonce.as_deref().unwrap_or("");
         let recipe_id = self.recipe_id.as_deref().unwrap_or("");
         let recipe_digest = self.recipe_digest.as_deref().unwrap_or("");
@@ -337,6 +406,8 @@ impl DecisionLog {
             Ok(job) => tracing::info!(
                 sender,
                 uid,
+                pid,
+                unit,
                 action = authz::ACTION_ID,
                 nonce,
                 recipe_id,
@@ -348,7 +419,7 @@ impl DecisionLog {
                 "step accepted"
             ),
             Err(e) => tracing::warn!(
-                sender, uid, action = authz::ACTION_ID, nonce, recipe_id, recipe_digest,
+                sender, uid, pid, unit, action = authz::ACTION_ID, nonce, recipe_id, recipe_digest,
                 parameters_digest, authz, outcome = e.kind(), error = %zbus::DBusError::description(e).unwrap_or(""),
                 "step refused"
             ),

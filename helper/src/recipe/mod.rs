@@ -251,7 +251,9 @@ pub fn run(
     run_plan(recipe, params, &plan, ctx, sink, cancel)
 }
 
-fn run_plan(
+/// Runs an already planned list of actions (the one the prompt listed). See the module
+/// documentation.
+pub fn run_plan(
     recipe: &Recipe,
     params: &HostParameters,
     plan: &[PlannedAction],

@@ -1,15 +1,20 @@
-//! Verification of a host step, in two halves around polkit.
+//! Verification of a host step. All of it runs before polkit is asked, so a step the helper would
+//! refuse never raises an authentication dialog (PackageKit#908: "password asked with nothing to
+//! do"); only the nonce burn and the caller's presence are checked after authorisation.
 //!
-//! [`receive`] runs before polkit on the exact bytes received: size limit, strict parse
-//! (invalid UTF-8 and duplicate keys refused), and the few strings polkit's details need, each
-//! checked against its pattern. It touches nothing on the machine.
+//! [`parse_step`] takes the exact bytes received: size limit, strict parse (invalid UTF-8,
+//! duplicate keys and unknown members refused), the typed step with its parameters validated and
+//! their digest recomputed. It touches nothing on the machine.
 //!
-//! [`check_content`] runs after polkit said yes: the recipe (built in, or inline and signed by a
-//! pinned root-owned key, with the anti-rollback mark), its digest against the step's, the
-//! parameters (validated by `shared`, digest recomputed), `user` against the caller, the
-//! machine facts, and the `issued_at` window. Each refusal has its own error.
+//! [`check_step`] then checks it against the caller, this machine and the trusted recipes: `user`
+//! is the caller, `arch`/`family`/`distro_id`/`version_id` are this machine's, `issued_at` is
+//! inside the window, the recipe (built in, or inline and signed by a pinned root-owned key) has
+//! the step's id and digest, is not expired and does not roll back below the highest serial
+//! accepted, supports this distribution, and plans at least one action for these parameters.
+//! Each refusal has its own error.
 
 pub mod machine;
+pub mod prompt;
 
 pub use machine::MachineFacts;
 
@@ -17,36 +22,28 @@ use std::time::Duration;
 
 use enginekit_shared::canonical;
 use enginekit_shared::digest::Digest;
-use enginekit_shared::nonce::Nonce;
-use enginekit_shared::recipe::{self, Recipe};
+use enginekit_shared::recipe::{self, PlannedAction, Recipe};
 use enginekit_shared::signed::{
     self, DocumentKind, HighWater, SignedDocument, TrustStore, VerifyError,
 };
-use enginekit_shared::wire::host_step::{
-    Component, HostParameters, HostStep, HostStepError, MAX_STEP_BYTES,
-};
+use enginekit_shared::wire::host_step::{HostParameters, HostStep, HostStepError, MAX_STEP_BYTES};
 use serde_json::Value;
 use time::OffsetDateTime;
 
 use crate::bus::error::{refuse, HelperError};
 use crate::ledger::Ledger;
 
-/// A step that passed the size limit and the strict parse.
+/// A step that passed the size limit, the strict parse and the typed schema.
 #[derive(Debug, Clone)]
 pub struct ReceivedStep {
-    value: Value,
+    step: HostStep,
+    /// Digest of the canonical form of the whole step: what "the same step" means for a reused
+    /// nonce, whatever the spelling it arrived in.
     step_digest: Digest,
-    nonce: Nonce,
-    recipe_id: String,
-    recipe_digest: Digest,
-    parameters_digest: Digest,
-    summary: String,
-    user: String,
-    components: String,
 }
 
-/// Size limit and strict parse of the exact bytes received.
-pub fn receive(bytes: &[u8]) -> Result<ReceivedStep, HelperError> {
+/// Size limit, strict parse and schema of the exact bytes received: one parse, one typed value.
+pub fn parse_step(bytes: &[u8]) -> Result<ReceivedStep, HelperError> {
     if bytes.len() > MAX_STEP_BYTES {
         return Err(refuse!(
             StepTooLarge,
@@ -58,124 +55,23 @@ pub fn receive(bytes: &[u8]) -> Result<ReceivedStep, HelperError> {
         .map_err(|e| refuse!(StepMalformed, "the host step is not strict JSON: {e}"))?;
     let canonical_bytes = canonical::to_canonical_bytes(&value)
         .map_err(|e| refuse!(StepMalformed, "the host step cannot be canonicalised: {e}"))?;
-    let Value::Object(map) = &value else {
-        return Err(refuse!(StepMalformed, "a host step must be an object"));
-    };
-    let text = |key: &str| map.get(key).and_then(Value::as_str);
-    let nonce: Nonce = text("nonce")
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| refuse!(StepMalformed, "nonce must be 32 lowercase hex digits"))?;
-    let recipe_id = text("recipe_id")
-        .filter(|s| {
-            s.parse::<enginekit_shared::wire::host_step::RecipeId>()
-                .is_ok()
-        })
-        .ok_or_else(|| refuse!(StepMalformed, "recipe_id must be 1 to 64 of [a-z0-9.-]"))?
-        .to_owned();
-    let digest = |key: &str| -> Result<Digest, HelperError> {
-        text(key).and_then(|s| s.parse().ok()).ok_or_else(|| {
-            refuse!(
-                StepMalformed,
-                "{key} must be sha256: and 64 lowercase hex digits"
-            )
-        })
-    };
-    let recipe_digest = digest("recipe_digest")?;
-    let parameters_digest = digest("parameters_digest")?;
-    let (summary, user, components) = summarise(map.get("parameters"));
+    let step = HostStep::from_value(value).map_err(step_error)?;
     Ok(ReceivedStep {
+        step,
         step_digest: Digest::of_bytes(&canonical_bytes),
-        value,
-        nonce,
-        recipe_id,
-        recipe_digest,
-        parameters_digest,
-        summary,
-        user,
-        components,
     })
 }
 
-/// A human summary of what the parameters ask for, built only from values that pass their
-/// patterns (anything else is shown as "?"), for the authentication dialog and site rules.
-fn summarise(parameters: Option<&Value>) -> (String, String, String) {
-    let field = |key: &str| parameters.and_then(|p| p.get(key)).and_then(Value::as_str);
-    let user = field("user")
-        .filter(|u| enginekit_shared::safe::UserName::new(*u).is_ok())
-        .unwrap_or("?")
-        .to_owned();
-    let mut components: Vec<Component> = parameters
-        .and_then(|p| p.get("components"))
-        .and_then(Value::as_array)
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|c| c.as_str().and_then(|s| s.parse::<Component>().ok()))
-                .collect()
-        })
-        .unwrap_or_default();
-    components.sort();
-    components.dedup();
-    let mut changes = Vec::new();
-    for component in &components {
-        changes.push(match component {
-            Component::DockerEngine => "install Docker Engine".to_owned(),
-            Component::NvidiaContainerToolkit => "install the NVIDIA Container Toolkit".to_owned(),
-            Component::NvidiaRuntime => "register the NVIDIA runtime with Docker".to_owned(),
-            Component::NvidiaCdi => "generate the NVIDIA CDI specification".to_owned(),
-            Component::DockerRestart => "restart Docker".to_owned(),
-            Component::DockerService => "enable and start the Docker service".to_owned(),
-            Component::DockerGroup => format!("add {user} to the docker group"),
-        });
-    }
-    let summary = if changes.is_empty() {
-        "no recognised change".to_owned()
-    } else {
-        changes.join(", ")
-    };
-    let names: Vec<&str> = components.iter().map(|c| c.as_str()).collect();
-    (summary, user, names.join(","))
-}
-
 impl ReceivedStep {
-    pub fn nonce(&self) -> &str {
-        self.nonce.as_str()
+    pub fn step(&self) -> &HostStep {
+        &self.step
     }
-    pub fn recipe_id(&self) -> &str {
-        &self.recipe_id
-    }
-    pub fn recipe_digest(&self) -> &str {
-        self.recipe_digest.as_str()
-    }
-    pub fn parameters_digest(&self) -> &str {
-        self.parameters_digest.as_str()
-    }
-    /// Digest of the canonical form of the whole step: what "the same step" means for a
-    /// reused nonce.
     pub fn step_digest(&self) -> &str {
         self.step_digest.as_str()
     }
-
-    /// The details polkit gets: usable in site rules (`action.lookup("recipe_digest")`) and
-    /// shown by authentication agents.
-    pub fn polkit_details(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("recipe_id", self.recipe_id.clone()),
-            ("recipe_digest", self.recipe_digest.to_string()),
-            ("parameters_digest", self.parameters_digest.to_string()),
-            ("user", self.user.clone()),
-            ("components", self.components.clone()),
-            ("summary", self.summary.clone()),
-            (
-                "polkit.message",
-                "Authentication is required to change this computer's container runtime: $(summary)"
-                    .to_owned(),
-            ),
-        ]
-    }
 }
 
-/// What [`check_content`] checks against.
+/// What [`check_step`] checks against.
 #[derive(Debug)]
 pub struct Checks<'a> {
     pub trust: &'a TrustStore,
@@ -188,22 +84,24 @@ pub struct Checks<'a> {
     pub skew: Duration,
 }
 
-/// A step whose every check passed: what the job runs, frozen.
+/// A step whose every check passed: what polkit is asked about and what the job runs, frozen.
 #[derive(Debug, Clone)]
-pub struct AuthorisedStep {
+pub struct VerifiedStep {
     pub step: HostStep,
     pub recipe: Recipe,
-    received: ReceivedStep,
+    /// The actions the recipe plans for these parameters: what the prompt lists and the job runs.
+    pub plan: Vec<PlannedAction>,
+    step_digest: Digest,
     /// The anti-rollback mark to record once the nonce is burnt (inline recipes only).
     high_water: Option<HighWater>,
 }
 
-impl AuthorisedStep {
+impl VerifiedStep {
     pub fn nonce(&self) -> &str {
-        self.received.nonce()
+        self.step.nonce().as_str()
     }
     pub fn step_digest(&self) -> &str {
-        self.received.step_digest()
+        self.step_digest.as_str()
     }
     pub fn issued_at_unix(&self) -> u64 {
         u64::try_from(self.step.issued_at().unix_seconds()).unwrap_or(0)
@@ -212,26 +110,25 @@ impl AuthorisedStep {
         self.high_water.clone()
     }
     pub fn recipe_id(&self) -> &str {
-        self.received.recipe_id()
+        self.step.recipe_id().as_str()
     }
     pub fn recipe_digest(&self) -> &str {
-        self.received.recipe_digest()
+        self.step.recipe_digest().as_str()
     }
     pub fn parameters_digest(&self) -> &str {
-        self.received.parameters_digest()
+        self.step.parameters_digest().as_str()
     }
     pub fn parameters(&self) -> &HostParameters {
         self.step.parameters()
     }
 }
 
-/// Everything after polkit, in order: recipe, parameters, user, machine, window.
-pub fn check_content(
+/// Everything that needs no authorisation, in order: caller, machine, window, recipe, plan.
+pub fn check_step(
     received: ReceivedStep,
     checks: &Checks<'_>,
-) -> Result<AuthorisedStep, HelperError> {
-    let (recipe, high_water) = resolve_recipe(&received, checks)?;
-    let step = HostStep::from_value(received.value.clone()).map_err(step_error)?;
+) -> Result<VerifiedStep, HelperError> {
+    let ReceivedStep { step, step_digest } = received;
     let parameters = step.parameters();
     if parameters.user().as_str() != checks.caller_name {
         return Err(refuse!(
@@ -242,6 +139,8 @@ pub fn check_content(
         ));
     }
     check_machine(parameters, checks.machine)?;
+    check_window(step.issued_at().as_offset_date_time(), checks)?;
+    let (recipe, high_water) = resolve_recipe(&step, checks)?;
     if !recipe.supports(
         parameters.family(),
         parameters.distro_id(),
@@ -256,11 +155,27 @@ pub fn check_content(
             parameters.version_id()
         ));
     }
-    check_window(step.issued_at().as_offset_date_time(), checks)?;
-    Ok(AuthorisedStep {
+    let plan = recipe
+        .steps_for(parameters)
+        .map_err(|e| refuse!(ParametersInvalid, "{e}"))?;
+    if plan.is_empty() {
+        return Err(refuse!(
+            NothingToDo,
+            "recipe {} plans no action for the components {}",
+            recipe.id(),
+            parameters
+                .components()
+                .iter()
+                .map(|c| c.as_str())
+                .collect::<Vec<_>>()
+                .join(",")
+        ));
+    }
+    Ok(VerifiedStep {
         step,
         recipe,
-        received,
+        plan,
+        step_digest,
         high_water,
     })
 }
@@ -275,29 +190,47 @@ fn step_error(e: HostStepError) -> HelperError {
     }
 }
 
+/// The anti-rollback mark for `recipe_id`: the highest of what the ledger recorded and the
+/// serial compiled into this helper (a signed recipe never goes below the built-in either).
+fn rollback_mark(
+    recipe_id: &str,
+    builtin: &Recipe,
+    ledger: &Ledger,
+) -> Result<Option<HighWater>, HelperError> {
+    let stored = ledger
+        .high_water(recipe_id)
+        .map_err(|e| refuse!(Internal, "{e}"))?;
+    let builtin_mark = (recipe_id == builtin.id()).then(|| HighWater {
+        serial: builtin.serial(),
+        digest: builtin.digest().clone(),
+    });
+    Ok(match (stored, builtin_mark) {
+        (Some(a), Some(b)) => Some(if a.serial >= b.serial { a } else { b }),
+        (a, b) => a.or(b),
+    })
+}
+
 /// The built-in recipe when the step carries none; otherwise the inline signed recipe, which
-/// must verify against the pinned keys, not roll back, and have the step's id and digest.
+/// must verify against the pinned keys. Either way it must have the step's id and digest, be
+/// unexpired and not roll back below the highest serial accepted.
 fn resolve_recipe(
-    received: &ReceivedStep,
+    step: &HostStep,
     checks: &Checks<'_>,
 ) -> Result<(Recipe, Option<HighWater>), HelperError> {
     let builtin = recipe::builtin()
         .map_err(|e| refuse!(Internal, "the built-in recipe does not load: {e}"))?;
-    let inline = match &received.value {
-        Value::Object(map) => map.get("recipe"),
-        _ => None,
-    };
-    let Some(document) = inline else {
-        if received.recipe_id != builtin.id() || &received.recipe_digest != builtin.digest() {
+    let Some(document) = step.recipe() else {
+        if step.recipe_id().as_str() != builtin.id() || step.recipe_digest() != builtin.digest() {
             return Err(refuse!(
                 UnknownRecipe,
                 "no built-in recipe {} with digest {}; this helper has {} {}",
-                received.recipe_id,
-                received.recipe_digest,
+                step.recipe_id().as_str(),
+                step.recipe_digest(),
                 builtin.id(),
                 builtin.digest()
             ));
         }
+        check_builtin_is_current(builtin, checks)?;
         return Ok((builtin.clone(), None));
     };
     let document = SignedDocument::from_value(document.clone()).map_err(|e| {
@@ -312,19 +245,7 @@ fn resolve_recipe(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
-    let stored = checks
-        .ledger
-        .high_water(&claimed_id)
-        .map_err(|e| refuse!(Internal, "{e}"))?;
-    // A signed recipe never goes below the serial compiled into this helper either.
-    let builtin_mark = (claimed_id == builtin.id()).then(|| HighWater {
-        serial: builtin.serial(),
-        digest: builtin.digest().clone(),
-    });
-    let mark = match (stored, builtin_mark) {
-        (Some(a), Some(b)) => Some(if a.serial >= b.serial { a } else { b }),
-        (a, b) => a.or(b),
-    };
+    let mark = rollback_mark(&claimed_id, builtin, checks.ledger)?;
     let verified = signed::verify(
         &document,
         DocumentKind::Recipe,
@@ -340,19 +261,19 @@ fn resolve_recipe(
         }
         other => refuse!(SignatureInvalid, "the inline recipe: {other}"),
     })?;
-    if verified.id != received.recipe_id {
+    if verified.id != step.recipe_id().as_str() {
         return Err(refuse!(
             UnknownRecipe,
             "the inline recipe is {}, the step names {}",
             verified.id,
-            received.recipe_id
+            step.recipe_id().as_str()
         ));
     }
-    if verified.digest != received.recipe_digest {
+    if &verified.digest != step.recipe_digest() {
         return Err(refuse!(
             DigestMismatch,
             "recipe_digest {} is not the inline recipe's digest {}",
-            received.recipe_digest,
+            step.recipe_digest(),
             verified.digest
         ));
     }
@@ -360,6 +281,40 @@ fn resolve_recipe(
         .map_err(|e| refuse!(RecipeInvalid, "the inline recipe: {e}"))?;
     let high_water = verified.high_water();
     Ok((recipe, Some(high_water)))
+}
+
+/// The built-in recipe obeys the same rules as a signed one: once a newer signed recipe has been
+/// accepted, the compiled-in one is a rollback, and past its `expires_at` it is refused.
+fn check_builtin_is_current(builtin: &Recipe, checks: &Checks<'_>) -> Result<(), HelperError> {
+    let stored = checks
+        .ledger
+        .high_water(builtin.id())
+        .map_err(|e| refuse!(Internal, "{e}"))?;
+    if let Some(mark) = stored {
+        let newer = mark.serial > builtin.serial();
+        let other_at_same_serial =
+            mark.serial == builtin.serial() && &mark.digest != builtin.digest();
+        if newer || other_at_same_serial {
+            return Err(refuse!(
+                RecipeRollback,
+                "the built-in recipe (serial {}) is older than recipe serial {} ({}) already accepted on this machine; send that recipe or a newer one",
+                builtin.serial(),
+                mark.serial,
+                mark.digest
+            ));
+        }
+    }
+    match builtin.expires_at() {
+        Some(expires) if expires > checks.now => Ok(()),
+        Some(expires) => Err(refuse!(
+            RecipeExpired,
+            "the built-in recipe expired at {expires}; a newer signed recipe is needed"
+        )),
+        None => Err(refuse!(
+            RecipeInvalid,
+            "the built-in recipe has no readable expires_at"
+        )),
+    }
 }
 
 fn check_machine(parameters: &HostParameters, machine: &MachineFacts) -> Result<(), HelperError> {

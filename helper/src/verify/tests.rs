@@ -78,8 +78,8 @@ impl Fixture {
         }
     }
 
-    fn check(&self, bytes: &[u8]) -> Result<AuthorisedStep, HelperError> {
-        let received = receive(bytes)?;
+    fn check(&self, bytes: &[u8]) -> Result<VerifiedStep, HelperError> {
+        let received = parse_step(bytes)?;
         let checks = Checks {
             trust: &self.trust,
             ledger: &self.ledger,
@@ -89,7 +89,7 @@ impl Fixture {
             window: Duration::from_secs(900),
             skew: Duration::from_secs(120),
         };
-        check_content(received, &checks)
+        check_step(received, &checks)
     }
 
     /// The built-in payload with another serial, signed by `key`.
@@ -111,7 +111,7 @@ fn variant(e: &HelperError) -> String {
         .to_owned()
 }
 
-fn refused(result: Result<AuthorisedStep, HelperError>) -> String {
+fn refused(result: Result<VerifiedStep, HelperError>) -> String {
     variant(&result.unwrap_err())
 }
 
@@ -136,8 +136,8 @@ fn a_step_for_the_builtin_recipe_passes() {
 #[test]
 fn the_same_step_has_the_same_digest_whatever_its_spelling() {
     let value = good_step();
-    let compact = receive(&bytes(&value)).unwrap();
-    let pretty = receive(serde_json::to_string_pretty(&value).unwrap().as_bytes()).unwrap();
+    let compact = parse_step(&bytes(&value)).unwrap();
+    let pretty = parse_step(serde_json::to_string_pretty(&value).unwrap().as_bytes()).unwrap();
     assert_eq!(compact.step_digest(), pretty.step_digest());
 }
 
@@ -305,15 +305,100 @@ fn a_step_outside_its_window_is_refused() {
 }
 
 #[test]
-fn polkit_details_name_the_digests_and_a_safe_summary() {
-    let received = receive(&bytes(&good_step())).unwrap();
-    let details: std::collections::HashMap<_, _> = received.polkit_details().into_iter().collect();
+fn the_builtin_recipe_is_refused_below_an_accepted_serial_and_after_it_expires() {
+    let fx = Fixture::new();
+    assert!(fx.check(&bytes(&good_step())).is_ok());
+    fx.ledger
+        .raise_high_water(
+            builtin().id(),
+            &HighWater {
+                serial: builtin().serial() + 1,
+                digest: Digest::of_bytes(b"newer"),
+            },
+        )
+        .unwrap();
+    assert_eq!(refused(fx.check(&bytes(&good_step()))), "RecipeRollback");
+
+    let fx = Fixture::new();
+    let received = parse_step(&bytes(&good_step())).unwrap();
+    let checks = Checks {
+        trust: &fx.trust,
+        ledger: &fx.ledger,
+        machine: &fx.machine,
+        caller_name: USER,
+        now: builtin().expires_at().unwrap() + Duration::from_secs(1),
+        window: Duration::from_secs(u64::MAX / 4),
+        skew: Duration::from_secs(120),
+    };
+    assert_eq!(refused(check_step(received, &checks)), "RecipeExpired");
+}
+
+#[test]
+fn a_step_whose_recipe_plans_no_action_is_nothing_to_do() {
+    let fx = Fixture::new();
+    // docker-restart alone only changes how configure-runtime behaves: no action of its own.
+    let step = step_value(
+        parameters(USER, &["docker-restart"]),
+        None,
+        builtin().digest(),
+        Timestamp::now(),
+    );
+    assert_eq!(refused(fx.check(&bytes(&step))), "NothingToDo");
+}
+
+#[test]
+fn an_unknown_member_is_refused_by_the_schema() {
+    let fx = Fixture::new();
+    let mut step = good_step();
+    step["interactive"] = json!(true);
+    assert_eq!(refused(fx.check(&bytes(&step))), "StepMalformed");
+}
+
+#[test]
+fn polkit_details_list_what_the_job_will_do() {
+    let fx = Fixture::new();
+    let step = step_value(
+        parameters(
+            USER,
+            &[
+                "docker-engine",
+                "nvidia-container-toolkit",
+                "nvidia-runtime",
+                "docker-group",
+            ],
+        ),
+        None,
+        builtin().digest(),
+        Timestamp::now(),
+    );
+    let verified = fx.check(&bytes(&step)).unwrap();
+    let details: std::collections::HashMap<_, _> = prompt::details(&verified).into_iter().collect();
     assert_eq!(details["recipe_digest"], builtin().digest().to_string());
-    assert_eq!(details["summary"], "add ekuser to the docker group");
-    assert_eq!(details["components"], "docker-group");
-    let mut hostile = good_step();
-    hostile["parameters"]["user"] = json!("$(rm -rf /)");
-    let received = receive(&bytes(&hostile)).unwrap();
-    let details: std::collections::HashMap<_, _> = received.polkit_details().into_iter().collect();
-    assert_eq!(details["user"], "?");
+    assert_eq!(details["user"], USER);
+    assert!(
+        details["repositories"].contains("https://download.docker.com/linux/debian bookworm"),
+        "{}",
+        details["repositories"]
+    );
+    assert!(details["keys"].contains("9DC858229FC7DD38854AE2D88D81803C0EBFCD88"));
+    assert!(details["keys"].contains("C95B321B61E88C1809C4F759DDCAE044F796ECB0"));
+    assert_eq!(
+        details["install"],
+        "docker-ce; docker-ce-cli; containerd.io; nvidia-container-toolkit"
+    );
+    assert!(details["files"].contains("/etc/docker/daemon.json"));
+    assert!(details["files"].contains("/etc/apt/sources.list.d/docker.list"));
+    // No restart was approved, but the packages may start Docker: the implicit restart shows.
+    assert!(details["services"].contains("restart docker.service if it was not running"));
+    assert!(details["docker_group"].contains("can gain root"));
+    assert!(!details.contains_key("remove"));
+    assert!(
+        !details.contains_key("polkit.message"),
+        "the policy's message is kept"
+    );
+    assert!(
+        details["actions"].lines().count() >= 6,
+        "{}",
+        details["actions"]
+    );
 }

@@ -1,0 +1,219 @@
+//! What polkit is told about a step: the digests site rules can pin, and the list of what the
+//! job will really do on this machine, built from the planned actions (never from what the
+//! caller says it wants). The policy's own message is kept; agents show these details under it
+//! and rules read them with `action.lookup(key)`.
+
+use enginekit_shared::recipe::{PlannedAction, PlannedPackage};
+
+use super::VerifiedStep;
+use crate::recipe::commands::{CDI_REFRESH_UNIT, CDI_SPEC, DAEMON_JSON};
+
+/// The keys and values handed to polkit as the check's details. Keys that name a kind of change
+/// the step does not make are left out.
+pub fn details(step: &VerifiedStep) -> Vec<(&'static str, String)> {
+    let changes = Changes::of(&step.plan);
+    let parameters = step.parameters();
+    let mut out = vec![
+        ("recipe_id", step.recipe_id().to_owned()),
+        ("recipe_digest", step.recipe_digest().to_owned()),
+        ("parameters_digest", step.parameters_digest().to_owned()),
+        ("user", parameters.user().as_str().to_owned()),
+        (
+            "components",
+            parameters
+                .components()
+                .iter()
+                .map(|c| c.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+    ];
+    let lists = [
+        ("repositories", &changes.repositories),
+        ("keys", &changes.keys),
+        ("install", &changes.install),
+        ("remove", &changes.remove),
+        ("files", &changes.files),
+        ("services", &changes.services),
+        ("docker_group", &changes.docker_group),
+    ];
+    for (key, values) in lists {
+        if !values.is_empty() {
+            out.push((key, values.join("; ")));
+        }
+    }
+    out.push(("actions", changes.summary()));
+    out
+}
+
+/// Everything the plan changes, by kind, in plan order.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Changes {
+    repositories: Vec<String>,
+    keys: Vec<String>,
+    install: Vec<String>,
+    remove: Vec<String>,
+    files: Vec<String>,
+    services: Vec<String>,
+    docker_group: Vec<String>,
+}
+
+impl Changes {
+    fn of(plan: &[PlannedAction]) -> Changes {
+        let mut c = Changes::default();
+        let installs_packages = plan
+            .iter()
+            .any(|a| matches!(a, PlannedAction::InstallPackages { .. }));
+        for action in plan {
+            match action {
+                PlannedAction::InstallKey {
+                    path, fingerprints, ..
+                } => {
+                    let pins: Vec<&str> = fingerprints.iter().map(|f| f.as_str()).collect();
+                    c.keys.push(format!("{path} ({})", pins.join(", ")));
+                    c.files.push(path.clone());
+                }
+                PlannedAction::WriteSource { path, body, .. } => {
+                    c.repositories.extend(repository_locations(body));
+                    c.files.push(path.clone());
+                }
+                PlannedAction::CheckConflicts {
+                    conflicts, remove, ..
+                } if *remove && !conflicts.is_empty() => {
+                    let names: Vec<&str> = conflicts.iter().map(|p| p.name.as_str()).collect();
+                    c.remove
+                        .push(format!("{} (those installed)", names.join(", ")));
+                }
+                PlannedAction::InstallPackages { packages, .. } => {
+                    c.install.extend(packages.iter().map(package_text));
+                }
+                PlannedAction::ConfigureRuntime {
+                    restart_approved, ..
+                } => {
+                    c.files.push(DAEMON_JSON.to_owned());
+                    if *restart_approved {
+                        c.services
+                            .push("restart docker.service (to load the NVIDIA runtime)".into());
+                    } else if installs_packages {
+                        // The executor restarts a daemon that this job's packages started, since
+                        // nothing of the user's ran on it yet (actions::configure_runtime).
+                        c.services.push(
+                            "restart docker.service if it was not running before this job (to load the NVIDIA runtime)"
+                                .into(),
+                        );
+                    }
+                }
+                PlannedAction::GenerateCdi { .. } => {
+                    c.files.push(CDI_SPEC.to_owned());
+                    c.services.push(format!(
+                        "enable {CDI_REFRESH_UNIT} where the toolkit ships it"
+                    ));
+                }
+                PlannedAction::EnableService { .. } => {
+                    c.services.push("enable and start docker.service".into());
+                }
+                PlannedAction::AddToDockerGroup { user, .. } => {
+                    c.docker_group.push(format!(
+                        "add {user} to the docker group; members of docker can gain root on this computer"
+                    ));
+                }
+                PlannedAction::CheckConflicts { .. } | PlannedAction::RefreshMetadata { .. } => {}
+            }
+        }
+        c
+    }
+
+    /// One line per change, for agents that show a single text.
+    fn summary(&self) -> String {
+        let mut lines = Vec::new();
+        for r in &self.repositories {
+            lines.push(format!("add the repository {r}"));
+        }
+        for k in &self.keys {
+            lines.push(format!("trust the key {k}"));
+        }
+        if !self.install.is_empty() {
+            lines.push(format!("install {}", self.install.join(", ")));
+        }
+        for r in &self.remove {
+            lines.push(format!("remove {r}"));
+        }
+        if !self.files.is_empty() {
+            lines.push(format!("write {}", self.files.join(", ")));
+        }
+        lines.extend(self.services.iter().cloned());
+        lines.extend(self.docker_group.iter().cloned());
+        lines.join("\n")
+    }
+}
+
+fn package_text(p: &PlannedPackage) -> String {
+    match &p.version {
+        Some(v) => format!("{} {v}", p.name),
+        None => p.name.clone(),
+    }
+}
+
+/// The repositories a rendered source file points at: an apt line's URI and suite, a deb822
+/// stanza's `URIs`, a dnf section's `baseurl`.
+fn repository_locations(body: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in body.lines().map(str::trim) {
+        if let Some(rest) = line.strip_prefix("deb ") {
+            let words = after_options(rest);
+            if let Some(uri) = words.first() {
+                let suite = words.get(1).copied().unwrap_or_default();
+                out.push(format!("{uri} {suite}").trim_end().to_owned());
+            }
+        } else if let Some(urls) = line
+            .strip_prefix("baseurl=")
+            .or_else(|| line.strip_prefix("URIs:"))
+        {
+            out.extend(
+                urls.split([' ', ','])
+                    .filter(|u| !u.is_empty())
+                    .map(str::to_owned),
+            );
+        }
+    }
+    out
+}
+
+/// The words of an apt line after its `[options]`, if any.
+fn after_options(rest: &str) -> Vec<&str> {
+    let rest = rest.trim_start();
+    let rest = match rest.strip_prefix('[') {
+        Some(inner) => inner.split_once(']').map_or("", |(_, after)| after),
+        None => rest,
+    };
+    rest.split_whitespace().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_are_read_from_each_source_format() {
+        assert_eq!(
+            repository_locations(
+                "deb [arch=amd64 signed-by=/etc/apt/keyrings/docker.asc] https://download.docker.com/linux/debian bookworm stable\n"
+            ),
+            vec!["https://download.docker.com/linux/debian bookworm"]
+        );
+        assert_eq!(
+            repository_locations("deb https://example.org/x /\n"),
+            vec!["https://example.org/x /"]
+        );
+        assert_eq!(
+            repository_locations(
+                "[a]\nname=a\nbaseurl=https://a.example/rpm https://b.example/rpm\ngpgcheck=1\n"
+            ),
+            vec!["https://a.example/rpm", "https://b.example/rpm"]
+        );
+        assert_eq!(
+            repository_locations("Types: deb\nURIs: https://c.example/deb\nSuites: x\n"),
+            vec!["https://c.example/deb"]
+        );
+    }
+}
