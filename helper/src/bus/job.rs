@@ -287,14 +287,17 @@ impl Job {
     pub async fn finished(emitter: &SignalEmitter<'_>, receipt: &str) -> zbus::Result<()>;
 }
 
+/// One uid's job objects on the bus, oldest first.
+type LiveJobs = VecDeque<(OwnedObjectPath, Arc<JobShared>)>;
+
 /// The job objects on the bus, per uid, oldest first: removes what nobody needs any more.
 #[derive(Debug, Default)]
 pub struct JobTable {
-    live: Mutex<HashMap<u32, VecDeque<(OwnedObjectPath, Arc<JobShared>)>>>,
+    live: Mutex<HashMap<u32, LiveJobs>>,
 }
 
 impl JobTable {
-    fn live(&self) -> MutexGuard<'_, HashMap<u32, VecDeque<(OwnedObjectPath, Arc<JobShared>)>>> {
+    fn live(&self) -> MutexGuard<'_, HashMap<u32, LiveJobs>> {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 
