@@ -3,7 +3,9 @@
 //! Layout (directories 0700, files 0600, all owned by root):
 //! - `nonces/<nonce>`: one small JSON record per burnt nonce (step digest, caller uid, issued_at).
 //!   A lookup or a burn touches one file, so both are O(1) in the size of the ledger.
-//! - `receipts/<nonce>`: the receipt of the job that nonce started, with the caller's uid.
+//! - `receipts/<uid>-<nonce>`: the receipt of the job that nonce started, for that uid only; at
+//!   most [`RECEIPTS_PER_UID`] per uid, the oldest removed first (a receipt is a convenience for
+//!   a broker that lost its job; the nonce record is what stops a replay, and it stays).
 //! - `serials/<hex of recipe id>`: the highest recipe serial accepted so far, with its digest.
 //!
 //! A burn writes the record to a temporary file, fsyncs it, then hard-links it to its final name:
@@ -23,6 +25,8 @@ use serde::{Deserialize, Serialize};
 const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
 /// How long a receipt stays readable with `GetReceipt` after its step was issued.
 pub const RECEIPT_RETENTION_SECS: u64 = 7 * 24 * 3600;
+/// Receipts kept per uid, so one user's jobs cannot fill the state directory.
+pub const RECEIPTS_PER_UID: usize = 64;
 
 /// A failure of the ledger itself; every one of them refuses the step (fail closed).
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +40,8 @@ pub enum LedgerError {
     Damaged { path: PathBuf, reason: String },
     #[error("{0:?} is not a nonce the ledger can store")]
     BadKey(String),
+    #[error("ledger directory {path} is {found}; it must be a directory of this user with mode 0700")]
+    NotPrivate { path: PathBuf, found: String },
 }
 
 /// What burning a nonce found.
@@ -88,6 +94,7 @@ impl Ledger {
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
                 Err(source) => return Err(LedgerError::Io { path: dir, source }),
             }
+            check_private_dir(&dir)?;
         }
         Ok(Ledger {
             root: root.to_owned(),
@@ -126,7 +133,7 @@ impl Ledger {
         if earlier.step_digest != step_digest || earlier.uid != uid {
             return Ok(Burn::Conflict);
         }
-        let receipt = self.read_receipt_record(nonce)?.map(|r| r.receipt);
+        let receipt = self.read_receipt_record(nonce, uid)?.map(|r| r.receipt);
         Ok(Burn::Replay { receipt })
     }
 
@@ -148,7 +155,7 @@ impl Ledger {
         issued_at: u64,
         receipt: &str,
     ) -> Result<(), LedgerError> {
-        let path = self.receipt_path(nonce)?;
+        let path = self.receipt_path(nonce, uid)?;
         let record = ReceiptRecord {
             uid,
             issued_at,
@@ -158,14 +165,41 @@ impl Ledger {
             path: path.clone(),
             reason: e.to_string(),
         })?;
-        write_atomically(&path, &bytes)
+        write_atomically(&path, &bytes)?;
+        self.trim_receipts(uid)
+    }
+
+    /// Keeps the newest [`RECEIPTS_PER_UID`] receipts of `uid`.
+    fn trim_receipts(&self, uid: u32) -> Result<(), LedgerError> {
+        let dir = self.root.join("receipts");
+        let prefix = format!("{uid}-");
+        let mut mine = Vec::new();
+        for entry in fs::read_dir(&dir).map_err(io_error(&dir))? {
+            let entry = entry.map_err(io_error(&dir))?;
+            if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                let modified = entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .unwrap_or(UNIX_EPOCH);
+                mine.push((modified, entry.path()));
+            }
+        }
+        if mine.len() <= RECEIPTS_PER_UID {
+            return Ok(());
+        }
+        mine.sort();
+        let excess = mine.len() - RECEIPTS_PER_UID;
+        for (_, path) in mine.into_iter().take(excess) {
+            fs::remove_file(&path).map_err(io_error(&path))?;
+        }
+        sync_parent(&dir.join("x"))
     }
 
     /// The receipt for `nonce` if it exists and belongs to `uid`. Another uid's receipt and a
     /// missing one look the same to the caller.
     pub fn receipt_for(&self, nonce: &str, uid: u32) -> Result<Option<String>, LedgerError> {
         Ok(self
-            .read_receipt_record(nonce)?
+            .read_receipt_record(nonce, uid)?
             .filter(|r| r.uid == uid)
             .map(|r| r.receipt))
     }
@@ -214,21 +248,34 @@ impl Ledger {
         Ok(removed)
     }
 
-    fn read_receipt_record(&self, nonce: &str) -> Result<Option<ReceiptRecord>, LedgerError> {
-        let path = self.receipt_path(nonce)?;
-        match read_json(&path) {
-            Ok(record) => Ok(Some(record)),
-            Err(LedgerError::Io { source, .. }) if source.kind() == ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
+    fn read_receipt_record(
+        &self,
+        nonce: &str,
+        uid: u32,
+    ) -> Result<Option<ReceiptRecord>, LedgerError> {
+        // Receipts of an earlier layout were named by the nonce alone.
+        for path in [
+            self.receipt_path(nonce, uid)?,
+            self.root.join("receipts").join(checked_key(nonce)?),
+        ] {
+            match read_json(&path) {
+                Ok(record) => return Ok(Some(record)),
+                Err(LedgerError::Io { source, .. }) if source.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
         }
+        Ok(None)
     }
 
     fn nonce_path(&self, nonce: &str) -> Result<PathBuf, LedgerError> {
         Ok(self.root.join("nonces").join(checked_key(nonce)?))
     }
 
-    fn receipt_path(&self, nonce: &str) -> Result<PathBuf, LedgerError> {
-        Ok(self.root.join("receipts").join(checked_key(nonce)?))
+    fn receipt_path(&self, nonce: &str, uid: u32) -> Result<PathBuf, LedgerError> {
+        Ok(self
+            .root
+            .join("receipts")
+            .join(format!("{uid}-{}", checked_key(nonce)?)))
     }
 
     fn serial_path(&self, recipe_id: &str) -> PathBuf {
@@ -249,6 +296,31 @@ fn checked_key(nonce: &str) -> Result<&str, LedgerError> {
     } else {
         Err(LedgerError::BadKey(nonce.chars().take(80).collect()))
     }
+}
+
+/// A directory that already existed is trusted only if nobody else could have put a record in
+/// it: a real directory (not a link) of this process's user, with no access for anyone else.
+fn check_private_dir(dir: &Path) -> Result<(), LedgerError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = fs::symlink_metadata(dir).map_err(|source| LedgerError::Io {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let found = if meta.file_type().is_symlink() {
+        "a symbolic link".to_owned()
+    } else if !meta.is_dir() {
+        "not a directory".to_owned()
+    } else if meta.uid() != nix::unistd::geteuid().as_raw() {
+        format!("owned by uid {}", meta.uid())
+    } else if meta.mode() & 0o077 != 0 {
+        format!("mode {:o}", meta.mode() & 0o7777)
+    } else {
+        return Ok(());
+    };
+    Err(LedgerError::NotPrivate {
+        path: dir.to_owned(),
+        found,
+    })
 }
 
 fn now_secs() -> u64 {
@@ -387,6 +459,49 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ledger = Ledger::open(&dir.path().join("state")).unwrap();
         (dir, ledger)
+    }
+
+    #[test]
+    fn receipts_stay_bounded_per_uid_and_the_newest_are_kept() {
+        let (_dir, ledger) = ledger();
+        let nonce = |i: usize| format!("{i:032x}");
+        for i in 0..RECEIPTS_PER_UID + 5 {
+            ledger.store_receipt(&nonce(i), 1000, 1, "{}").unwrap();
+        }
+        ledger.store_receipt(&nonce(999), 1001, 1, "{}").unwrap();
+        let count = std::fs::read_dir(ledger.root().join("receipts")).unwrap().count();
+        assert_eq!(count, RECEIPTS_PER_UID + 1);
+        assert!(ledger
+            .receipt_for(&nonce(RECEIPTS_PER_UID + 4), 1000)
+            .unwrap()
+            .is_some());
+        assert!(ledger.receipt_for(&nonce(999), 1001).unwrap().is_some());
+        assert!(ledger.receipt_for(&nonce(999), 1000).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_directory_others_could_write_is_refused_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("state");
+        Ledger::open(&root).unwrap();
+        std::fs::set_permissions(root.join("nonces"), std::fs::Permissions::from_mode(0o733))
+            .unwrap();
+        assert!(matches!(
+            Ledger::open(&root),
+            Err(LedgerError::NotPrivate { .. })
+        ));
+        std::fs::set_permissions(root.join("nonces"), std::fs::Permissions::from_mode(0o700))
+            .unwrap();
+        Ledger::open(&root).unwrap();
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let linked = dir.path().join("linked");
+        std::os::unix::fs::symlink(&elsewhere, &linked).unwrap();
+        assert!(matches!(
+            Ledger::open(&linked),
+            Err(LedgerError::NotPrivate { .. })
+        ));
     }
 
     #[test]

@@ -799,8 +799,26 @@ fn the_shipped_policy_unit_and_activation_files_say_what_the_design_says() {
         "BusName=org.enginekit.Helper1",
         "StateDirectory=enginekit-helper",
         "StateDirectoryMode=0700",
+        "MemoryMax=1G",
+        "TasksMax=256",
     ] {
         assert!(unit.lines().any(|l| l == line), "{line} missing");
+    }
+    // No shipped example rule lets anyone in without a password: the job makes its caller a
+    // member of docker, which is root.
+    for entry in std::fs::read_dir(root.join("polkit/examples")).unwrap() {
+        let path = entry.unwrap().path();
+        let rule = std::fs::read_to_string(&path).unwrap();
+        let code: String = rule
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect();
+        assert!(
+            !code.contains("polkit.Result.YES"),
+            "{} returns YES",
+            path.display()
+        );
+        assert!(code.contains("polkit.Result.AUTH_SELF"), "{}", path.display());
     }
     let dir = helper.root.join("unit");
     std::fs::create_dir_all(&dir).unwrap();

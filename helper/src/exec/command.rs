@@ -20,23 +20,15 @@ pub enum Program {
     Docker,
     Usermod,
     Journalctl,
-    Stat,
-    Chmod,
     /// Test only: `sleep`, to exercise timeouts.
     #[cfg(test)]
     Sleep,
 }
 
-/// Directories searched for a program, system directories first. Each must be root-owned and
-/// not group- or world-writable, and so must the program.
-pub const PROGRAM_DIRS: &[&str] = &[
-    "/usr/sbin",
-    "/usr/bin",
-    "/sbin",
-    "/bin",
-    "/usr/local/sbin",
-    "/usr/local/bin",
-];
+/// Directories searched for a program: the system's, where packages put their programs, never
+/// `/usr/local` (whatever an administrator or a script dropped there is not the recipe's). Each
+/// must be root-owned and not group- or world-writable, and so must the program.
+pub const PROGRAM_DIRS: &[&str] = &["/usr/sbin", "/usr/bin", "/sbin", "/bin"];
 
 impl Program {
     /// The name as `argv[0]` shows it and as it is looked up.
@@ -53,8 +45,6 @@ impl Program {
             Program::Docker => "docker",
             Program::Usermod => "usermod",
             Program::Journalctl => "journalctl",
-            Program::Stat => "stat",
-            Program::Chmod => "chmod",
             #[cfg(test)]
             Program::Sleep => "sleep",
         }

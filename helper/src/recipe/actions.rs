@@ -66,7 +66,8 @@ pub(super) fn install_key(
         KeyEncoding::Armored => armored.as_bytes().to_vec(),
         KeyEncoding::Binary => binary,
     };
-    files::write_atomic(&target, &bytes, 0o644).map_err(|e| Failure(e.to_string()))?;
+    files::write_atomic(&r.ctx.file_root, &target, &bytes, 0o644)
+        .map_err(|e| Failure(e.to_string()))?;
     applied(format!("wrote {path} ({pinned_list})"))
 }
 
@@ -82,7 +83,8 @@ pub(super) fn write_source(r: &mut Runner<'_>, path: &str, body: &str) -> Done {
             ))
         };
     }
-    files::write_atomic(&target, body.as_bytes(), 0o644).map_err(|e| Failure(e.to_string()))?;
+    files::write_atomic(&r.ctx.file_root, &target, body.as_bytes(), 0o644)
+        .map_err(|e| Failure(e.to_string()))?;
     applied(format!("wrote {path}"))
 }
 
@@ -417,24 +419,18 @@ pub(super) fn generate_cdi(r: &mut Runner<'_>) -> Done {
         }
         notes.push(format!("generated {}", cmd::CDI_SPEC));
     }
-    if std::path::Path::new(cmd::CDI_SPEC).exists() {
-        let out = r.must(&cmd::cdi_spec_mode()?, false)?;
-        let mode = out.stdout.text().trim().to_string();
-        let valid =
-            (3..=4).contains(&mode.len()) && mode.bytes().all(|b| (b'0'..=b'7').contains(&b));
-        let bits = if valid {
-            u32::from_str_radix(&mode, 8).ok()
-        } else {
-            None
-        };
-        match bits {
-            None => return fail(format!("could not read the mode of {}", cmd::CDI_SPEC)),
-            Some(bits) if bits & 0o004 == 0 => {
-                r.must(&cmd::cdi_make_readable()?, true)?;
-                changed = true;
-                notes.push(format!("made {} readable", cmd::CDI_SPEC));
-            }
-            Some(_) => {}
+    // Containers run as the user read the spec; fixed on the open file, never through a path
+    // a link could redirect between a look and a change.
+    match files::make_readable(std::path::Path::new(cmd::CDI_SPEC)) {
+        Ok(files::Readable::Already) | Ok(files::Readable::Missing) => {}
+        Ok(files::Readable::Made) => {
+            changed = true;
+            notes.push(format!("made {} readable", cmd::CDI_SPEC));
+        }
+        Err(e) => {
+            return fail(format!(
+                "could not make the CDI specification readable: {e}"
+            ))
         }
     }
     // The refresh unit never fails the step.

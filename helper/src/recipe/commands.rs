@@ -199,20 +199,6 @@ pub fn cdi_generate() -> Built {
         .build()
 }
 
-pub fn cdi_spec_mode() -> Built {
-    CommandBuilder::new(Program::Stat)
-        .flag("--format=%a")
-        .arg(CDI_SPEC)
-        .build()
-}
-
-pub fn cdi_make_readable() -> Built {
-    CommandBuilder::new(Program::Chmod)
-        .arg("0644")
-        .arg(CDI_SPEC)
-        .build()
-}
-
 pub fn cdi_refresh_present() -> Built {
     words(
         Program::Systemctl,
@@ -259,7 +245,7 @@ pub fn add_to_docker_group(user: &UserName) -> Built {
 }
 
 /// Every fixed argv (no names in it): what the allowlist compares `nvidia-ctk`, `systemctl`,
-/// `docker`, `journalctl`, `stat` and `chmod` commands against, element by element.
+/// `docker` and `journalctl` commands against, element by element.
 pub fn fixed_commands() -> Vec<Command> {
     [
         runtime_configure(),
@@ -270,8 +256,6 @@ pub fn fixed_commands() -> Vec<Command> {
         docker_journal(),
         cdi_list(),
         cdi_generate(),
-        cdi_spec_mode(),
-        cdi_make_readable(),
         cdi_refresh_present(),
         cdi_refresh_enabled(),
         cdi_refresh_enable(),
@@ -367,8 +351,6 @@ pub fn possible_commands(
         A::GenerateCdi { .. } => out.extend([
             cdi_list()?,
             cdi_generate()?,
-            cdi_spec_mode()?,
-            cdi_make_readable()?,
             cdi_refresh_present()?,
             cdi_refresh_enabled()?,
             cdi_refresh_enable()?,

@@ -71,23 +71,74 @@ fn random_suffix() -> String {
     hex::encode(raw)
 }
 
-fn ensure_parent(parent: &Path, owner: u32) -> Result<(), FileError> {
+/// Whether a directory is trusted: a real directory (not a link) of `owner`, not writable by
+/// group or others.
+fn is_trusted_dir(meta: &std::fs::Metadata, owner: u32) -> bool {
+    meta.is_dir() && meta.uid() == owner && meta.mode() & 0o022 == 0
+}
+
+/// Creates `parent` (0755) if needed, then requires it and every directory above it up to
+/// `root` (`/` in production) to be trusted: a writable ancestor could swap a whole subtree under
+/// the helper between its check and its write.
+fn ensure_parent(root: &Path, parent: &Path, owner: u32) -> Result<(), FileError> {
     DirBuilder::new()
         .recursive(true)
         .mode(0o755)
         .create(parent)
         .map_err(|e| FileError::Io(parent.to_path_buf(), e))?;
-    let meta =
-        std::fs::symlink_metadata(parent).map_err(|e| FileError::Io(parent.to_path_buf(), e))?;
-    if !meta.is_dir() || meta.uid() != owner || meta.mode() & 0o022 != 0 {
-        return Err(FileError::UntrustedDir(parent.to_path_buf(), owner));
+    for dir in parent.ancestors().take_while(|d| d.starts_with(root)) {
+        let meta =
+            std::fs::symlink_metadata(dir).map_err(|e| FileError::Io(dir.to_path_buf(), e))?;
+        if !is_trusted_dir(&meta, owner) {
+            return Err(FileError::UntrustedDir(dir.to_path_buf(), owner));
+        }
     }
     Ok(())
 }
 
-/// Writes `bytes` to `path` with `mode`, atomically. The parent must belong to this process's
-/// effective uid (root in production).
-pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), FileError> {
+/// What [`make_readable`] found or did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readable {
+    Missing,
+    Already,
+    Made,
+}
+
+/// Adds read permission for everyone to a root-owned regular file, on the open descriptor
+/// (`O_NOFOLLOW`, `fstat`, `fchmod`), so a symlink or a swapped file is never changed.
+pub fn make_readable(path: &Path) -> Result<Readable, FileError> {
+    let io = |e| FileError::Io(path.to_path_buf(), e);
+    let file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Readable::Missing),
+        Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
+            return Err(FileError::Symlink(path.to_path_buf()))
+        }
+        Err(e) => return Err(io(e)),
+    };
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(FileError::NotRegular(path.to_path_buf()));
+    }
+    if meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(FileError::UntrustedDir(path.to_path_buf(), meta.uid()));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o444 == 0o444 {
+        return Ok(Readable::Already);
+    }
+    file.set_permissions(std::fs::Permissions::from_mode(mode | 0o444))
+        .map_err(io)?;
+    Ok(Readable::Made)
+}
+
+/// Writes `bytes` to `path` with `mode`, atomically. The parent and every directory above it up
+/// to `root` must belong to this process's effective uid (root in production).
+pub fn write_atomic(root: &Path, path: &Path, bytes: &[u8], mode: u32) -> Result<(), FileError> {
     let io = |e| FileError::Io(path.to_path_buf(), e);
     let parent = path
         .parent()
@@ -96,7 +147,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), FileErro
         .file_name()
         .and_then(|n| n.to_str())
         .ok_or_else(|| io(std::io::Error::other("no file name")))?;
-    ensure_parent(parent, nix::unistd::geteuid().as_raw())?;
+    ensure_parent(root, parent, nix::unistd::geteuid().as_raw())?;
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if meta.file_type().is_symlink() {
             return Err(FileError::Symlink(path.to_path_buf()));
@@ -132,7 +183,7 @@ mod tests {
     fn writes_atomically_with_the_mode_and_reads_back() {
         let dir = tempfile::tempdir().unwrap();
         let target = under_root(dir.path(), "/etc/apt/sources.list.d/x.list");
-        write_atomic(&target, b"deb x\n", 0o644).unwrap();
+        write_atomic(dir.path(), &target, b"deb x\n", 0o644).unwrap();
         assert_eq!(read_existing(&target).unwrap().unwrap(), b"deb x\n");
         assert_eq!(std::fs::metadata(&target).unwrap().mode() & 0o777, 0o644);
         let leftovers: Vec<_> = std::fs::read_dir(target.parent().unwrap())
@@ -150,10 +201,46 @@ mod tests {
         std::os::unix::fs::symlink(&victim, &link).unwrap();
         assert!(matches!(read_existing(&link), Err(FileError::Symlink(_))));
         assert!(matches!(
-            write_atomic(&link, b"x", 0o644),
+            write_atomic(dir.path(), &link, b"x", 0o644),
             Err(FileError::Symlink(_))
         ));
         assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+    }
+
+    #[test]
+    fn refuses_a_writable_ancestor_not_only_the_parent() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        // The parent is created 0755 and trusted; its parent is world-writable.
+        let target = open.join("keyrings").join("k.gpg");
+        match write_atomic(dir.path(), &target, b"x", 0o644) {
+            Err(FileError::UntrustedDir(d, _)) => assert_eq!(d, open),
+            other => panic!("expected UntrustedDir, got {other:?}"),
+        }
+        assert!(!target.exists());
+    }
+
+    #[test]
+    fn make_readable_works_on_the_file_and_never_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = dir.path().join("nvidia.yaml");
+        assert_eq!(make_readable(&spec).unwrap(), Readable::Missing);
+        std::fs::write(&spec, b"x").unwrap();
+        std::fs::set_permissions(&spec, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(make_readable(&spec).unwrap(), Readable::Made);
+        let mode = std::fs::metadata(&spec).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o644);
+        assert_eq!(make_readable(&spec).unwrap(), Readable::Already);
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, b"s").unwrap();
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let link = dir.path().join("link.yaml");
+        std::os::unix::fs::symlink(&secret, &link).unwrap();
+        assert!(matches!(make_readable(&link), Err(FileError::Symlink(_))));
+        let mode = std::fs::metadata(&secret).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the link's target was changed");
     }
 
     #[test]
@@ -163,7 +250,7 @@ mod tests {
         std::fs::create_dir(&open).unwrap();
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
         assert!(matches!(
-            write_atomic(&open.join("f"), b"x", 0o644),
+            write_atomic(dir.path(), &open.join("f"), b"x", 0o644),
             Err(FileError::UntrustedDir(..))
         ));
     }

@@ -193,6 +193,26 @@ impl ExecutionOutcome {
     }
 }
 
+/// The environment of every command: the recipe's, with `PATH` kept to the system directories
+/// ([`crate::exec::command::PROGRAM_DIRS`]). A maintainer script that runs a bare name must find
+/// the distribution's program, never one dropped in `/usr/local`.
+pub fn child_environment(recipe: &Recipe) -> Vec<(String, String)> {
+    use crate::exec::command::PROGRAM_DIRS;
+    recipe
+        .environment()
+        .map(|(k, v)| {
+            if k != "PATH" {
+                return (k.to_string(), v.to_string());
+            }
+            let mut dirs: Vec<&str> = v.split(':').filter(|d| PROGRAM_DIRS.contains(d)).collect();
+            if dirs.is_empty() {
+                dirs = PROGRAM_DIRS.to_vec();
+            }
+            (k.to_string(), dirs.join(":"))
+        })
+        .collect()
+}
+
 fn phase_of(action: &PlannedAction) -> String {
     match action {
         PlannedAction::InstallKey { path, .. } => format!("adding the repository key {path}"),
@@ -261,11 +281,7 @@ pub fn run_plan(
     sink: &mut dyn ProgressSink,
     cancel: &CancelToken,
 ) -> ExecutionOutcome {
-    let env: Vec<(String, String)> = recipe
-        .environment()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    let mut r = Runner::new(ctx, params.family(), env, sink);
+    let mut r = Runner::new(ctx, params.family(), child_environment(recipe), sink);
     let total = plan.len().max(1);
     let mut reports = Vec::with_capacity(plan.len());
     let mut outcome = Outcome::Succeeded;
@@ -393,3 +409,21 @@ pub fn run_plan(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod environment_tests {
+    #[test]
+    fn children_get_only_the_system_directories_on_path() {
+        let recipe = enginekit_shared::recipe::builtin().unwrap();
+        assert!(recipe
+            .environment()
+            .any(|(k, v)| k == "PATH" && v.starts_with("/usr/local")));
+        let env = super::child_environment(recipe);
+        let path = env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.as_str());
+        assert_eq!(path, Some("/usr/sbin:/usr/bin:/sbin:/bin"));
+        assert!(env.iter().any(|(k, v)| k == "LC_ALL" && v == "C"));
+    }
+}

@@ -105,17 +105,9 @@ fn reference_argv(family: &str) -> BTreeSet<Vec<String>> {
     for (_, v) in r["group"].as_object().unwrap() {
         out.insert(fill(&argv_of(v), "user", "alice"));
     }
-    // The newest revision's CDI spec mode check and fix (§8.5, "Revisions").
-    out.insert(
-        ["stat", "--format=%a", "/var/run/cdi/nvidia.yaml"]
-            .map(String::from)
-            .to_vec(),
-    );
-    out.insert(
-        ["chmod", "0644", "/var/run/cdi/nvidia.yaml"]
-            .map(String::from)
-            .to_vec(),
-    );
+    // The newest revision's CDI spec mode check and fix (§8.5, "Revisions") is `stat` then
+    // `chmod` there; here it is done in-process on the open file (files::make_readable), so
+    // neither command is run.
     out
 }
 
