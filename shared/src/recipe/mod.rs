@@ -10,8 +10,10 @@
 //! script, and nothing in it comes from a caller: parameters only select components.
 //!
 //! - [`Recipe::from_payload`] / [`Recipe::from_json_bytes`] validate everything once (paths,
-//!   package names, templates, that every key's primary fingerprints are pinned) and refuse a
-//!   payload with more than one spelling, so [`Recipe::digest`] is the digest of what was signed.
+//!   package names, templates, that every key's primary fingerprints are pinned, that every
+//!   source file names only https repositories signed by a key the recipe installs for that
+//!   vendor) and refuse a payload with more than one spelling, so [`Recipe::digest`] is the
+//!   digest of what was signed.
 //! - [`builtin`] is the compiled-in production recipe (`builtin.json`).
 //! - [`Recipe::steps_for`] builds the ordered [`PlannedAction`]s for one host (REFERENCE.md §8.7).
 //!   The helper turns those into commands; argv shapes live in code, not in data.
@@ -19,6 +21,7 @@
 pub mod model;
 pub mod openpgp;
 mod plan;
+mod source_policy;
 pub mod template;
 mod validate;
 

@@ -4,6 +4,7 @@ use std::collections::BTreeSet;
 
 use super::model::{ActionSpec, AptSection, DnfSection, RecipeBody};
 use super::openpgp::{self, Fingerprint};
+use super::source_policy::{self, InstalledKeys};
 use super::{template, Component, RecipeError};
 
 /// The only recipe id this build runs.
@@ -192,7 +193,9 @@ fn vendor(component: Component) -> bool {
 fn check_actions(actions: &[ActionSpec], apt: bool) -> Result<(), RecipeError> {
     let mut ids = BTreeSet::new();
     let mut singletons = BTreeSet::new();
-    let mut key_paths = BTreeSet::new();
+    // Sources may trust only keys of their own family's install-key actions, wherever those
+    // stand in the list.
+    let keys = InstalledKeys::of(actions)?;
     for action in actions {
         let id = action.id();
         if !is_word(id, 40, b"-") || !ids.insert(id.to_string()) {
@@ -215,7 +218,6 @@ fn check_actions(actions: &[ActionSpec], apt: bool) -> Result<(), RecipeError> {
                         return Err(bad(format!("dnf key path {path:?} is not RPM-GPG-KEY-*")));
                     }
                 }
-                key_paths.insert(path.clone());
                 check_key(id, key, fingerprints)?;
                 "install-key"
             }
@@ -238,6 +240,7 @@ fn check_actions(actions: &[ActionSpec], apt: bool) -> Result<(), RecipeError> {
                 }
                 check_text(template, "a source template")?;
                 template::check(template, apt).map_err(|e| bad(format!("{id}: {e}")))?;
+                source_policy::check_source(id, *component, path, template, &keys)?;
                 "write-source"
             }
             ActionSpec::CheckConflicts {
