@@ -8,7 +8,14 @@
 //! helper-call cancel JOB_PATH
 //! helper-call introspect OBJECT_PATH
 //! helper-call serve-trivial BUS_NAME
+//! helper-call get JOB_PATH PROPERTY
+//! helper-call watch SECONDS
+//! helper-call flood STEP_FILE CALLS CONNECTIONS
 //! ```
+//! `get` reads one job property. `watch` counts every signal the helper sends that reaches this
+//! connection (with a match rule on the helper's name, as any client would subscribe) for
+//! SECONDS. `flood` sends CALLS concurrent `Start`s of the same step over CONNECTIONS
+//! connections and counts the outcomes by error name.
 //! `serve-trivial` owns BUS_NAME on the system bus and serves nothing but the standard
 //! interfaces: the peer the activation benchmark compares the helper's cold start with.
 //! `--leave-after-ms N` sends `Start` and disconnects N ms later without waiting for the reply
@@ -36,6 +43,9 @@ async fn main() -> std::process::ExitCode {
         Some("cancel") if args.len() == 2 => cancel(&args[1]).await,
         Some("introspect") if args.len() == 2 => introspect(&args[1]).await,
         Some("serve-trivial") if args.len() == 2 => serve_trivial(&args[1]).await,
+        Some("get") if args.len() == 3 => get(&args[1], &args[2]).await,
+        Some("watch") if args.len() == 2 => watch(&args[1]).await,
+        Some("flood") if args.len() == 4 => flood(&args[1], &args[2], &args[3]).await,
         _ => {
             eprintln!("usage: helper-call start STEP_FILE [--interactive] [--wait] [--leave-after-ms N] | receipt NONCE | cancel JOB | introspect PATH");
             return std::process::ExitCode::from(2);
@@ -103,6 +113,21 @@ async fn start(file: &str, flags: &[String]) -> Result<Value, Value> {
             Ok(Err(e)) => Err(error_json(e)),
         };
     }
+    // Subscribed before Start, so no signal of the job can be missed however fast it runs.
+    let mut signals = if wait {
+        let rule = zbus::MatchRule::builder()
+            .msg_type(zbus::message::Type::Signal)
+            .sender(NAME)
+            .build()
+            .map_err(error_json)?;
+        Some(
+            zbus::MessageStream::for_match_rule(rule, &conn, None)
+                .await
+                .map_err(error_json)?,
+        )
+    } else {
+        None
+    };
     let job: zbus::OwnedObjectPath = proxy
         .call_with_flags("Start", method_flags, &(step.as_str(),))
         .await
@@ -112,18 +137,35 @@ async fn start(file: &str, flags: &[String]) -> Result<Value, Value> {
         .await
         .map_err(error_json)?;
     let mut receipt = String::new();
-    if wait {
-        let mut finished = job_proxy
-            .receive_signal("Finished")
-            .await
-            .map_err(error_json)?;
+    let mut progress_signals = 0u32;
+    let mut finished_signal = false;
+    if let Some(stream) = signals.as_mut() {
+        // A replayed step's job is finished already and sends nothing more.
         receipt = job_proxy
             .get_property("Receipt")
             .await
             .map_err(error_json)?;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
-        while receipt.is_empty() && tokio::time::Instant::now() < deadline {
-            let _ = tokio::time::timeout(Duration::from_secs(1), finished.next()).await;
+        loop {
+            let wait = if receipt.is_empty() && !finished_signal {
+                deadline
+            } else {
+                tokio::time::Instant::now() + Duration::from_millis(300)
+            };
+            let Ok(Some(Ok(message))) = tokio::time::timeout_at(wait, stream.next()).await else {
+                break;
+            };
+            let header = message.header();
+            if header.path().map(|p| p.as_str()) != Some(job.as_str()) {
+                continue;
+            }
+            match header.member().map(|m| m.as_str()) {
+                Some("Progress") => progress_signals += 1,
+                Some("Finished") => finished_signal = true,
+                _ => {}
+            }
+        }
+        if receipt.is_empty() {
             receipt = job_proxy
                 .get_property("Receipt")
                 .await
@@ -131,7 +173,10 @@ async fn start(file: &str, flags: &[String]) -> Result<Value, Value> {
         }
     }
     let state: String = job_proxy.get_property("State").await.map_err(error_json)?;
-    Ok(json!({"job": job.as_str(), "state": state, "receipt": receipt}))
+    Ok(
+        json!({"job": job.as_str(), "state": state, "receipt": receipt,
+              "progress_signals": progress_signals, "finished_signal": finished_signal}),
+    )
 }
 
 async fn receipt(nonce: &str) -> Result<Value, Value> {
@@ -162,6 +207,90 @@ async fn introspect(path: &str) -> Result<Value, Value> {
         .map_err(error_json)?;
     let xml: String = proxy.call("Introspect", &()).await.map_err(error_json)?;
     Ok(json!({"xml": xml}))
+}
+
+async fn get(job: &str, property: &str) -> Result<Value, Value> {
+    let conn = connect().await?;
+    let proxy = zbus::fdo::PropertiesProxy::builder(&conn)
+        .destination(NAME)
+        .path(job.to_owned())
+        .build()
+        .await
+        .map_err(error_json)?;
+    let iface = zbus::names::InterfaceName::from_static_str_unchecked(JOB_IFACE);
+    let value = proxy
+        .get(iface, property)
+        .await
+        .map_err(|e| error_json(e.into()))?;
+    Ok(json!({"value": format!("{value:?}")}))
+}
+
+async fn watch(seconds: &str) -> Result<Value, Value> {
+    let seconds: u64 = seconds
+        .parse()
+        .map_err(|_| json!({"error": "client", "message": "SECONDS must be a number"}))?;
+    let conn = connect().await?;
+    let rule = zbus::MatchRule::builder()
+        .msg_type(zbus::message::Type::Signal)
+        .sender(NAME)
+        .build()
+        .map_err(error_json)?;
+    let mut stream = zbus::MessageStream::for_match_rule(rule, &conn, None)
+        .await
+        .map_err(error_json)?;
+    println!("{}", json!({"watching": true}));
+    let mut members = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
+    while let Ok(Some(message)) = tokio::time::timeout_at(deadline, stream.next()).await {
+        if let Ok(message) = message {
+            let header = message.header();
+            members.push(format!(
+                "{}.{}",
+                header.interface().map(|i| i.as_str()).unwrap_or("?"),
+                header.member().map(|m| m.as_str()).unwrap_or("?")
+            ));
+        }
+    }
+    Ok(json!({"signals": members.len(), "members": members}))
+}
+
+async fn flood(file: &str, calls: &str, connections: &str) -> Result<Value, Value> {
+    let step = std::fs::read_to_string(file)
+        .map_err(|e| json!({"error": "client", "message": format!("cannot read {file}: {e}")}))?;
+    let (Ok(calls), Ok(connections)) = (calls.parse::<usize>(), connections.parse::<usize>())
+    else {
+        return Err(json!({"error": "client", "message": "CALLS and CONNECTIONS are numbers"}));
+    };
+    let mut proxies = Vec::new();
+    for _ in 0..connections.max(1) {
+        let conn = connect().await?;
+        proxies.push(
+            Proxy::new(&conn, NAME, PATH, IFACE)
+                .await
+                .map_err(error_json)?,
+        );
+    }
+    let sent = (0..calls).map(|i| {
+        let proxy = &proxies[i % proxies.len()];
+        let step = step.as_str();
+        async move {
+            let reply: zbus::Result<Option<zbus::OwnedObjectPath>> = proxy
+                .call_with_flags("Start", MethodFlags::empty(), &(step,))
+                .await;
+            match reply {
+                Ok(_) => "ok".to_owned(),
+                Err(zbus::Error::MethodError(name, _, _)) => name.as_str().to_owned(),
+                Err(other) => format!("client: {other}"),
+            }
+        }
+    });
+    let outcomes = futures_util::future::join_all(sent).await;
+    let mut counts = serde_json::Map::new();
+    for outcome in outcomes {
+        let n = counts.get(&outcome).and_then(Value::as_u64).unwrap_or(0);
+        counts.insert(outcome, json!(n + 1));
+    }
+    Ok(Value::Object(counts))
 }
 
 async fn serve_trivial(name: &str) -> Result<Value, Value> {

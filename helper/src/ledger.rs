@@ -40,7 +40,9 @@ pub enum LedgerError {
     Damaged { path: PathBuf, reason: String },
     #[error("{0:?} is not a nonce the ledger can store")]
     BadKey(String),
-    #[error("ledger directory {path} is {found}; it must be a directory of this user with mode 0700")]
+    #[error(
+        "ledger directory {path} is {found}; it must be a directory of this user with mode 0700"
+    )]
     NotPrivate { path: PathBuf, found: String },
 }
 
@@ -469,7 +471,9 @@ mod tests {
             ledger.store_receipt(&nonce(i), 1000, 1, "{}").unwrap();
         }
         ledger.store_receipt(&nonce(999), 1001, 1, "{}").unwrap();
-        let count = std::fs::read_dir(ledger.root().join("receipts")).unwrap().count();
+        let count = std::fs::read_dir(ledger.root().join("receipts"))
+            .unwrap()
+            .count();
         assert_eq!(count, RECEIPTS_PER_UID + 1);
         assert!(ledger
             .receipt_for(&nonce(RECEIPTS_PER_UID + 4), 1000)

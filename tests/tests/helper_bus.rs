@@ -140,7 +140,13 @@ fn each_bad_step_is_refused_with_its_own_error_and_changes_nothing() {
     let helper = InstalledHelper::install("refuse", "");
     let user = helper.user().name.clone();
     let other = helper.other().name.clone();
-    let _rule = bench::install_polkit_rule("helper-refuse", &allow_test_user_rule(&user));
+    // Every polkit check of the action leaves a file here (polkitd runs the rule as its own
+    // user); the test user is then allowed.
+    let checks = PolkitCheckLog::new(&helper);
+    let _rule = bench::install_polkit_rule(
+        "helper-refuse",
+        &format!("{}\n{}", checks.rule(), allow_test_user_rule(&user)),
+    );
     let trusted = SigningKey::generate().unwrap();
     helper.trust(&trusted, "test-recipes");
     let untrusted = SigningKey::generate().unwrap();
@@ -151,7 +157,8 @@ fn each_bad_step_is_refused_with_its_own_error_and_changes_nothing() {
         .bytes()
         .map(|b| format!("{b:02x}"))
         .collect();
-    std::fs::create_dir_all(helper.state_dir.join("serials")).unwrap();
+    private_dir(&helper.state_dir);
+    private_dir(&helper.state_dir.join("serials"));
     std::fs::write(
         helper.state_dir.join("serials").join(id_hex),
         json!({"serial": builtin_serial + 10, "digest": Digest::of_bytes(b"newer").to_string()})
@@ -295,6 +302,43 @@ fn each_bad_step_is_refused_with_its_own_error_and_changes_nothing() {
         "StepMalformed",
         HOST_STEP_INVALID,
     ));
+    let mut member = good_step(&user);
+    member["allow_interaction"] = json!(true);
+    cases.push((
+        "an unknown member",
+        to_bytes(&member),
+        "StepMalformed",
+        HOST_STEP_INVALID,
+    ));
+    // The serial mark above is higher than the compiled-in recipe's: it is a rollback now.
+    cases.push((
+        "the built-in recipe below the accepted serial",
+        to_bytes(&good_step(&user)),
+        "RecipeRollback",
+        METADATA_INVALID,
+    ));
+    let (doc, d) = signed_builtin(builtin_serial + 11, &trusted);
+    let restart_only = mint(&parameters(&user, &["docker-restart"]), Some(doc), &d, 0);
+    cases.push((
+        "a step whose recipe plans no action",
+        to_bytes(&restart_only),
+        "NothingToDo",
+        HOST_STEP_INVALID,
+    ));
+    for (what, family, id, from, to) in forbidden_sources() {
+        let (doc, d) = signed_with_source(builtin_serial + 12, &trusted, family, id, from, to);
+        cases.push((
+            what,
+            to_bytes(&mint(
+                &parameters(&user, &["docker-service"]),
+                Some(doc),
+                &d,
+                0,
+            )),
+            "RecipeInvalid",
+            METADATA_INVALID,
+        ));
+    }
 
     for (what, bytes, name, code) in &cases {
         let result = helper.start(bytes, &[]);
@@ -318,6 +362,342 @@ fn each_bad_step_is_refused_with_its_own_error_and_changes_nothing() {
     let result = helper.start(&raw, &[]);
     assert!(!result.ok && result.error() == "client", "{}", result.json);
     assert_eq!(helper.ledger_files(), before);
+    // None of them raised a prompt: polkit was never asked.
+    assert_eq!(checks.count(), 0, "polkit was asked about a refused step");
+    // The control: a step that passes every check is the one polkit is asked about.
+    let (doc, d) = signed_builtin(builtin_serial + 13, &trusted);
+    let fine = mint(&parameters(&user, &["docker-service"]), Some(doc), &d, 0);
+    let result = helper.start(&to_bytes(&fine), &["--wait"]);
+    assert!(result.ok, "{}", result.json);
+    assert_eq!(checks.count(), 1);
+}
+
+/// Records every polkit check of the helper's action as a file in a directory polkitd's user
+/// can write: an observation of polkit itself, not of the helper's log.
+struct PolkitCheckLog {
+    dir: std::path::PathBuf,
+}
+
+impl PolkitCheckLog {
+    fn new(helper: &InstalledHelper) -> PolkitCheckLog {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = helper.root.join("polkit-checks");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        PolkitCheckLog { dir }
+    }
+
+    /// A rule that records the check (and each detail named in `keys`) and decides nothing.
+    fn rule_keeping(&self, keys: &[&str]) -> String {
+        let dir = self.dir.display();
+        let keys: Vec<String> = keys.iter().map(|k| format!("\"{k}\"")).collect();
+        format!(
+            "polkit.addRule(function(action, subject) {{\n\
+             \x20   if (action.id != \"{ACTION_ID}\") return;\n\
+             \x20   polkit.spawn([\"/usr/bin/mktemp\", \"-p\", \"{dir}\", \"check.XXXXXXXX\"]);\n\
+             \x20   var keys = [{}];\n\
+             \x20   for (var i = 0; i < keys.length; i++) {{\n\
+             \x20       var v = action.lookup(keys[i]);\n\
+             \x20       polkit.spawn([\"/bin/sh\", \"-c\", \"printf '%s' \\\"$1\\\" > \\\"$2\\\"\", \"sh\",\n\
+             \x20           v === undefined ? \"(absent)\" : String(v), \"{dir}/detail-\" + keys[i]]);\n\
+             \x20   }}\n\
+             }});",
+            keys.join(", ")
+        )
+    }
+
+    fn rule(&self) -> String {
+        self.rule_keeping(&[])
+    }
+
+    fn count(&self) -> usize {
+        std::fs::read_dir(&self.dir)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.file_name().to_string_lossy().starts_with("check."))
+            })
+            .count()
+    }
+
+    fn detail(&self, key: &str) -> String {
+        std::fs::read_to_string(self.dir.join(format!("detail-{key}"))).unwrap_or_default()
+    }
+}
+
+/// A directory as the helper's ledger must find it: root's, mode 0700.
+fn private_dir(path: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(path).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).unwrap();
+}
+
+/// Source files a signed recipe may not write: (what, family, action id, text replaced, by).
+fn forbidden_sources() -> Vec<(
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+)> {
+    vec![
+        (
+            "an apt source with trusted=yes",
+            "apt",
+            "docker-source",
+            "[arch=",
+            "[trusted=yes arch=",
+        ),
+        (
+            "an apt source over plain http",
+            "apt",
+            "docker-source",
+            "https://",
+            "http://",
+        ),
+        (
+            "an apt source without signed-by",
+            "apt",
+            "docker-source",
+            " signed-by=/etc/apt/keyrings/docker.asc",
+            "",
+        ),
+        (
+            "an apt source signed by another vendor's key",
+            "apt",
+            "docker-source",
+            "signed-by=/etc/apt/keyrings/docker.asc",
+            "signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg",
+        ),
+        (
+            "a dnf repository with gpgcheck=0",
+            "dnf",
+            "docker-source",
+            "gpgcheck=1",
+            "gpgcheck=0",
+        ),
+    ]
+}
+
+/// The built-in payload with `serial` and one source template edited, signed by `key`.
+fn signed_with_source(
+    serial: u64,
+    key: &SigningKey,
+    family: &str,
+    id: &str,
+    from: &str,
+    to: &str,
+) -> (Value, Digest) {
+    let mut payload = enginekit_shared::recipe::builtin()
+        .unwrap()
+        .payload()
+        .clone();
+    payload["serial"] = json!(serial);
+    let actions = payload[family]["actions"].as_array_mut().unwrap();
+    let action = actions.iter_mut().find(|a| a["id"] == json!(id)).unwrap();
+    let template = action["template"].as_str().unwrap().to_owned();
+    assert!(template.contains(from), "{id}: {template:?} lacks {from:?}");
+    action["template"] = json!(template.replacen(from, to, 1));
+    let digest = enginekit_shared::digest::digest_of(&payload).unwrap();
+    let doc = enginekit_shared::signed::SignedDocument::sign(
+        payload,
+        enginekit_shared::signed::DocumentKind::Recipe,
+        key,
+    )
+    .unwrap();
+    (doc.to_value(), digest)
+}
+
+#[test]
+fn polkit_is_told_what_the_job_will_do_and_the_policy_message_is_kept() {
+    let _serial = serial();
+    let helper = InstalledHelper::install("details", "");
+    let user = helper.user().name.clone();
+    let checks = PolkitCheckLog::new(&helper);
+    let keys = [
+        "repositories",
+        "keys",
+        "install",
+        "files",
+        "services",
+        "docker_group",
+        "actions",
+        "recipe_digest",
+        "polkit.message",
+    ];
+    // Records the details, then says no: nothing of this step may run on the bench.
+    let rule = format!(
+        "{}\npolkit.addRule(function(action, subject) {{\n\
+         \x20   if (action.id == \"{ACTION_ID}\") return polkit.Result.NO;\n\
+         }});",
+        checks.rule_keeping(&keys)
+    );
+    let _rule = bench::install_polkit_rule("helper-details", &rule);
+    let step = mint(
+        &parameters(
+            &user,
+            &[
+                "docker-engine",
+                "nvidia-container-toolkit",
+                "nvidia-runtime",
+                "docker-group",
+            ],
+        ),
+        None,
+        &builtin_digest(),
+        0,
+    );
+    let result = helper.start(&to_bytes(&step), &[]);
+    result.assert_refused("NotAuthorized", "MANAGED_ELEVATION_DECLINED");
+    assert_eq!(checks.count(), 1);
+    let (_, _, distro, _) = this_machine();
+    let repositories = checks.detail("repositories");
+    assert!(
+        repositories.contains(&format!("https://download.docker.com/linux/{distro}"))
+            && repositories.contains("https://nvidia.github.io/libnvidia-container"),
+        "{repositories}"
+    );
+    let keys = checks.detail("keys");
+    assert!(
+        keys.contains("/etc/apt/keyrings/docker.asc (9DC858229FC7DD38854AE2D88D81803C0EBFCD88)"),
+        "{keys}"
+    );
+    assert_eq!(
+        checks.detail("install"),
+        "docker-ce; docker-ce-cli; containerd.io; nvidia-container-toolkit"
+    );
+    assert!(checks.detail("files").contains("/etc/docker/daemon.json"));
+    assert!(
+        checks.detail("services").contains("restart docker.service"),
+        "{}",
+        checks.detail("services")
+    );
+    let group = checks.detail("docker_group");
+    assert!(
+        group.contains(&format!("add {user} to the docker group")) && group.contains("root"),
+        "{group}"
+    );
+    assert!(checks.detail("actions").lines().count() >= 6);
+    assert_eq!(checks.detail("recipe_digest"), builtin_digest().to_string());
+    // The dialog's message is the policy's own, not one the helper made up.
+    assert_eq!(checks.detail("polkit.message"), "(absent)");
+    assert!(!helper.nonce_burnt(step["nonce"].as_str().unwrap()));
+}
+
+#[test]
+fn another_user_reads_nothing_of_a_job_and_receives_none_of_its_signals() {
+    let _serial = serial();
+    let helper = InstalledHelper::install("private", "");
+    let user = helper.user().name.clone();
+    let _rule = bench::install_polkit_rule("helper-private", &allow_test_user_rule(&user));
+    // The other user listens to everything the helper sends while the test user's job runs.
+    let mut watcher = bench::run_as(helper.other(), &helper.client_bin)
+        .args(["watch", "8"])
+        .env("DBUS_SYSTEM_BUS_ADDRESS", &helper.env.system_bus_address)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines =
+        std::io::BufRead::lines(std::io::BufReader::new(watcher.stdout.take().unwrap()));
+    assert!(lines.next().unwrap().unwrap().contains("watching"));
+    let step = good_step(&user);
+    let nonce = step["nonce"].as_str().unwrap().to_owned();
+    let owner = helper.start(&to_bytes(&step), &["--wait"]);
+    assert!(owner.ok, "{}", owner.json);
+    // The owner got its signals (so the check below can fail).
+    assert_eq!(owner.json["finished_signal"], json!(true), "{}", owner.json);
+    assert!(
+        owner.json["progress_signals"].as_u64().unwrap() > 0,
+        "{}",
+        owner.json
+    );
+    let job = owner.json["job"].as_str().unwrap().to_owned();
+    let watched: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    let _ = watcher.wait();
+    assert_eq!(
+        watched["signals"],
+        json!(0),
+        "the other user heard: {watched}"
+    );
+    // The other user can read no property of the job, and no receipt.
+    for property in ["State", "Phase", "Percent", "AllowCancel", "Receipt"] {
+        let read = helper.call_as(helper.other(), &["get", &job, property]);
+        assert!(!read.ok, "{property}: {}", read.json);
+        assert_eq!(
+            read.error(),
+            "org.freedesktop.DBus.Error.AccessDenied",
+            "{property}: {}",
+            read.json
+        );
+    }
+    let receipt = helper.call_as(helper.other(), &["receipt", &nonce]);
+    receipt.assert_refused("NoReceipt", "MANAGED_OPERATION_NOT_FOUND");
+    // Another connection of the owner's uid may (a broker that restarted).
+    let own = helper.call_as(helper.user(), &["get", &job, "State"]);
+    assert!(own.ok, "{}", own.json);
+    // A Busy answer never names another caller's step.
+    let log = helper.log();
+    assert!(!log.contains(&format!("running (nonce {nonce})")));
+}
+
+#[test]
+fn a_flood_from_one_user_leaves_another_users_start_working_and_the_helper_bounded() {
+    let _serial = serial();
+    let helper =
+        InstalledHelper::install("flood", "max_calls_per_uid = 3\nmax_calls_in_flight = 16");
+    let user = helper.user().name.clone();
+    let other = helper.other().name.clone();
+    // polkitd answers the flooding user slowly (it runs rules one at a time), then says no.
+    let rule = format!(
+        "polkit.addRule(function(action, subject) {{\n\
+         \x20   if (action.id != \"{ACTION_ID}\") return;\n\
+         \x20   if (subject.user == \"{other}\") {{ polkit.spawn([\"/bin/sleep\", \"1\"]); return polkit.Result.NO; }}\n\
+         \x20   if (subject.user == \"{user}\") return polkit.Result.YES;\n\
+         }});"
+    );
+    let _rule = bench::install_polkit_rule("helper-flood", &rule);
+    let flood_step = helper.write_step(&to_bytes(&good_step(&other)));
+    let flood = bench::run_as(helper.other(), &helper.client_bin)
+        .args(["flood", flood_step.to_str().unwrap(), "300", "6"])
+        .env("DBUS_SYSTEM_BUS_ADDRESS", &helper.env.system_bus_address)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // While the flood is in flight, the test user's Start goes through.
+    std::thread::sleep(Duration::from_millis(1500));
+    let pid = helper_pid(&helper.env).expect("the helper runs");
+    let started = Instant::now();
+    let legit = helper.start(&to_bytes(&good_step(&user)), &[]);
+    assert!(legit.ok, "the flood starved another user: {}", legit.json);
+    let waited = started.elapsed();
+    let rss_kb = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap();
+    let out = flood.wait_with_output().unwrap();
+    let counts: Value = serde_json::from_slice(&out.stdout).unwrap();
+    println!(
+        "flood outcomes: {counts}; the other user's Start took {waited:?}; helper RSS {rss_kb} kB"
+    );
+    let busy = counts["org.enginekit.Helper1.Error.Busy"]
+        .as_u64()
+        .unwrap_or(0);
+    let denied = counts["org.enginekit.Helper1.Error.NotAuthorized"]
+        .as_u64()
+        .unwrap_or(0);
+    assert_eq!(busy + denied, 300, "{counts}");
+    assert!(busy >= 250, "the excess was not refused: {counts}");
+    assert!(
+        counts
+            .as_object()
+            .unwrap()
+            .keys()
+            .all(|k| !k.contains("LimitsExceeded")),
+        "{counts}"
+    );
+    assert!(rss_kb < 64 * 1024, "helper RSS {rss_kb} kB");
 }
 
 #[test]
@@ -818,7 +1198,11 @@ fn the_shipped_policy_unit_and_activation_files_say_what_the_design_says() {
             "{} returns YES",
             path.display()
         );
-        assert!(code.contains("polkit.Result.AUTH_SELF"), "{}", path.display());
+        assert!(
+            code.contains("polkit.Result.AUTH_SELF"),
+            "{}",
+            path.display()
+        );
     }
     let dir = helper.root.join("unit");
     std::fs::create_dir_all(&dir).unwrap();
