@@ -68,6 +68,11 @@ fn error_json(e: zbus::Error) -> Value {
         zbus::Error::MethodError(name, message, _) => {
             json!({"error": name.as_str(), "message": message.unwrap_or_default()})
         }
+        // zbus turns the standard org.freedesktop.DBus.Error.* replies into this variant.
+        zbus::Error::FDO(e) => {
+            use zbus::DBusError;
+            json!({"error": e.name().as_str(), "message": e.description().unwrap_or_default()})
+        }
         other => json!({"error": "client", "message": other.to_string()}),
     }
 }
@@ -133,7 +138,13 @@ async fn start(file: &str, flags: &[String]) -> Result<Value, Value> {
         .await
         .map_err(error_json)?
         .ok_or_else(|| json!({"error": "client", "message": "no reply"}))?;
-    let job_proxy = Proxy::new(&conn, NAME, job.as_str(), JOB_IFACE)
+    // Uncached, as the broker reads it: each property read is a call the helper sees.
+    let job_proxy: Proxy<'_> = zbus::proxy::Builder::new(&conn)
+        .destination(NAME)
+        .path(job.as_str())
+        .interface(JOB_IFACE)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
         .await
         .map_err(error_json)?;
     let mut receipt = String::new();
@@ -211,17 +222,13 @@ async fn introspect(path: &str) -> Result<Value, Value> {
 
 async fn get(job: &str, property: &str) -> Result<Value, Value> {
     let conn = connect().await?;
-    let proxy = zbus::fdo::PropertiesProxy::builder(&conn)
-        .destination(NAME)
-        .path(job.to_owned())
-        .build()
+    let proxy = Proxy::new(&conn, NAME, job, "org.freedesktop.DBus.Properties")
         .await
         .map_err(error_json)?;
-    let iface = zbus::names::InterfaceName::from_static_str_unchecked(JOB_IFACE);
-    let value = proxy
-        .get(iface, property)
+    let value: zbus::OwnedVariant = proxy
+        .call("Get", &(JOB_IFACE, property))
         .await
-        .map_err(|e| error_json(e.into()))?;
+        .map_err(error_json)?;
     Ok(json!({"value": format!("{value:?}")}))
 }
 

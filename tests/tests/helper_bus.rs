@@ -587,7 +587,8 @@ fn polkit_is_told_what_the_job_will_do_and_the_policy_message_is_kept() {
 #[test]
 fn another_user_reads_nothing_of_a_job_and_receives_none_of_its_signals() {
     let _serial = serial();
-    let helper = InstalledHelper::install("private", "");
+    // A long idle exit, so the job's retirement is seen rather than the helper's exit.
+    let helper = InstalledHelper::install("private", "idle_exit_seconds = 120");
     let user = helper.user().name.clone();
     let _rule = bench::install_polkit_rule("helper-private", &allow_test_user_rule(&user));
     // The other user listens to everything the helper sends while the test user's job runs.
@@ -612,13 +613,6 @@ fn another_user_reads_nothing_of_a_job_and_receives_none_of_its_signals() {
         owner.json
     );
     let job = owner.json["job"].as_str().unwrap().to_owned();
-    let watched: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
-    let _ = watcher.wait();
-    assert_eq!(
-        watched["signals"],
-        json!(0),
-        "the other user heard: {watched}"
-    );
     // The other user can read no property of the job, and no receipt.
     for property in ["State", "Phase", "Percent", "AllowCancel", "Receipt"] {
         let read = helper.call_as(helper.other(), &["get", &job, property]);
@@ -635,6 +629,31 @@ fn another_user_reads_nothing_of_a_job_and_receives_none_of_its_signals() {
     // Another connection of the owner's uid may (a broker that restarted).
     let own = helper.call_as(helper.user(), &["get", &job, "State"]);
     assert!(own.ok, "{}", own.json);
+    let watched: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    let _ = watcher.wait();
+    assert_eq!(
+        watched["signals"],
+        json!(0),
+        "the other user heard: {watched}"
+    );
+    // The owner read the receipt: the job object goes away after a short grace, while the
+    // same helper keeps running.
+    let pid = helper_pid(&helper.env);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let gone = loop {
+        let read = helper.call_as(helper.user(), &["get", &job, "State"]);
+        if !read.ok || Instant::now() > deadline {
+            break read;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(
+        gone.error(),
+        "org.freedesktop.DBus.Error.UnknownObject",
+        "{}",
+        gone.json
+    );
+    assert_eq!(helper_pid(&helper.env), pid, "the helper restarted");
     // A Busy answer never names another caller's step.
     let log = helper.log();
     assert!(!log.contains(&format!("running (nonce {nonce})")));
