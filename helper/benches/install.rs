@@ -76,7 +76,7 @@ fn recipe_for(env: &BTreeMap<String, String>) -> Recipe {
         {"action": "install-key", "id": "nvidia-key", "component": "nvidia-container-toolkit", "path": KEYRING,
          "encoding": "binary", "key": key, "fingerprints": [env["EK_APTREPO_KEY_FPR"]]},
         {"action": "write-source", "id": "nvidia-source", "component": "nvidia-container-toolkit", "path": SOURCE,
-         "template": format!("deb [signed-by={KEYRING}] file://{}/stable/deb/$(ARCH) /\n", env["EK_APTREPO_BASE"])},
+         "template": format!("deb [signed-by={KEYRING}] {}/stable/deb/$(ARCH) /\n", env["EK_APTREPO_URL"])},
         {"action": "check-conflicts", "id": "conflicts", "remove": false,
          "conflicts": [{"component": "nvidia-container-toolkit", "packages": []}]},
         {"action": "refresh-metadata", "id": "refresh"},

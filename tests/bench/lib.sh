@@ -11,6 +11,14 @@ EK_BENCH_LOCK=${EK_BENCH_LOCK:-/run/lock/enginekit-bench-up.lock}
 EK_BENCH_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 EK_REGISTRY_ADDR=127.0.0.1:5000
+# The apt repository is served over HTTPS here, as a vendor's is: test recipes must use https://
+# sources, never file:// (the helper refuses those). Loopback only; the certificate is issued by
+# the bench's own CA, which `up` adds to the system trust store.
+EK_APTREPO_ADDR=127.0.0.1:5443
+EK_APTREPO_URL=https://$EK_APTREPO_ADDR
+EK_BENCH_TLS=$EK_BENCH_DATA/tls
+EK_BENCH_CA=$EK_BENCH_TLS/enginekit-bench-ca.crt
+EK_BENCH_CA_TRUSTED=/usr/local/share/ca-certificates/enginekit-bench-ca.crt
 EK_DOCKER_SOCK=/var/run/docker.sock
 EK_SYSTEM_BUS_SOCK=/run/dbus/system_bus_socket
 EK_TEST_USER=ekuser
@@ -58,6 +66,15 @@ docker_answers() {
 
 registry_answers() {
     timeout 5 curl -fsS "http://$EK_REGISTRY_ADDR/v2/" >/dev/null
+}
+
+# The repository's signed index, fetched over HTTPS with the system trust store (as apt does), and
+# the very bytes on disk: a server on the port that serves something else is not ours.
+aptrepo_https_answers() {
+    local arch
+    arch=$(dpkg --print-architecture)
+    timeout 5 curl -fsS "$EK_APTREPO_URL/stable/deb/$arch/InRelease" 2>/dev/null |
+        cmp -s - "$EK_BENCH_DATA/aptrepo/www/stable/deb/$arch/InRelease"
 }
 
 # The pid of the process listening on a unix socket path or TCP port, if ss can tell.

@@ -37,7 +37,8 @@ pub enum Service {
     Registry,
     /// The non-root test users (`ekuser`, and `ekother` for "someone else").
     TestUser,
-    /// The local signed apt repository with the stand-in NVIDIA toolkit packages.
+    /// The local signed apt repository with the stand-in NVIDIA toolkit packages, served over
+    /// HTTPS on loopback under the bench CA (which the system trusts).
     AptRepo,
     /// The systemd-booted container image (`tests/bench/systemd-image`; see [`systemd_image`]).
     SystemdImage,
@@ -106,9 +107,15 @@ pub struct TestUser {
 pub struct AptRepo {
     /// The flat repository for this machine's architecture (Packages, InRelease, the debs).
     pub dir: PathBuf,
-    /// The base that replaces `https://nvidia.github.io/libnvidia-container` in a recipe.
+    /// The folder served at `url`.
     pub base: PathBuf,
-    /// `deb [signed-by=KEYRING] file://BASE/stable/deb/$(ARCH) /`
+    /// `https://127.0.0.1:5443`: the base that replaces `https://nvidia.github.io/libnvidia-container`
+    /// in a recipe (no trailing slash).
+    pub url: String,
+    /// The bench CA that issued the server's certificate (PEM); the host trusts it, and a
+    /// container that should reach `url` must trust it too.
+    pub ca_cert: PathBuf,
+    /// `deb [signed-by=KEYRING] URL/stable/deb/$(ARCH) /`
     pub source_line: String,
     /// A sources.list file holding `source_line`.
     pub list: PathBuf,
@@ -122,6 +129,15 @@ pub struct AptRepo {
     pub versions: Vec<String>,
     /// The version a test recipe pins (the oldest: an unpinned install gets a newer one).
     pub toolkit_version: String,
+}
+
+impl AptRepo {
+    /// The URL of `file` (e.g. `InRelease`) of the repository in `dir`, this machine's
+    /// architecture's.
+    pub fn url_of(&self, file: &str) -> String {
+        let arch = self.dir.file_name().unwrap_or_default().to_string_lossy();
+        format!("{}/stable/deb/{arch}/{file}", self.url)
+    }
 }
 
 /// Everything `tests/bench/up` reported, typed.
@@ -165,7 +181,8 @@ impl BenchEnv {
             Service::Polkit => "EK_POLKIT_LOG",
             Service::Docker => "EK_DOCKER_LOG",
             Service::Registry => "EK_REGISTRY_LOG",
-            Service::TestUser | Service::AptRepo | Service::SystemdImage => "EK_BENCH_RUN",
+            Service::AptRepo => "EK_APTREPO_HTTPS_LOG",
+            Service::TestUser | Service::SystemdImage => "EK_BENCH_RUN",
         };
         self.var(key).unwrap_or("(unknown)").to_string()
     }
@@ -200,6 +217,8 @@ impl BenchEnv {
             apt_repo: AptRepo {
                 dir: get("EK_APTREPO_DIR")?.into(),
                 base: get("EK_APTREPO_BASE")?.into(),
+                url: get("EK_APTREPO_URL")?,
+                ca_cert: get("EK_BENCH_CA")?.into(),
                 source_line: get("EK_APTREPO_SOURCE_LINE")?,
                 list: get("EK_APTREPO_LIST")?.into(),
                 keyring: get("EK_APTREPO_KEYRING")?.into(),
@@ -463,7 +482,31 @@ fn check(env: &BenchEnv, service: Service) -> Result<(), String> {
                 .arg(repo.dir.join("InRelease"))
                 .output()
                 .map_err(|e| format!("could not run gpgv: {e}"))?;
-            command_ok("gpgv of the repository's InRelease", &out)
+            command_ok("gpgv of the repository's InRelease", &out)?;
+            // Served as a vendor's repository is: over HTTPS, trusted through the system store.
+            let url = repo.url_of("InRelease");
+            let out = Command::new("curl")
+                .args([
+                    "--fail",
+                    "--silent",
+                    "--show-error",
+                    "--max-time",
+                    "10",
+                    &url,
+                ])
+                .output()
+                .map_err(|e| format!("could not run curl: {e}"))?;
+            command_ok(&format!("GET {url}"), &out)?;
+            let local = std::fs::read(repo.dir.join("InRelease"))
+                .map_err(|e| format!("{}: {e}", repo.dir.display()))?;
+            if out.stdout == local {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{url} serves other bytes than {}",
+                    repo.dir.join("InRelease").display()
+                ))
+            }
         }
         Service::SystemdImage => {
             for image in [systemd_image(), systemd_docker_image()] {
@@ -730,13 +773,13 @@ mod tests {
     #[test]
     fn env_lines_are_parsed_with_and_without_quotes() {
         let vars = parse_env(
-            "# comment\nA='x y'\nB=plain\n\nC='deb [signed-by=/k] file:///r/$(ARCH) /'\nbad line\n",
+            "# comment\nA='x y'\nB=plain\n\nC='deb [signed-by=/k] https://127.0.0.1:5443/r/$(ARCH) /'\nbad line\n",
         );
         assert_eq!(vars.get("A").map(String::as_str), Some("x y"));
         assert_eq!(vars.get("B").map(String::as_str), Some("plain"));
         assert_eq!(
             vars.get("C").map(String::as_str),
-            Some("deb [signed-by=/k] file:///r/$(ARCH) /")
+            Some("deb [signed-by=/k] https://127.0.0.1:5443/r/$(ARCH) /")
         );
         assert_eq!(vars.len(), 3);
     }

@@ -3,18 +3,20 @@
 //! inside it that its systemd manages (the end-to-end setup tests). The image is
 //! `tests/bench/systemd-image`'s ([`crate::bench::systemd_image`]); this module boots it with
 //! [`crate::bench::SYSTEMD_RUN_FLAGS`], waits for systemd, installs the helper's shipped files,
-//! starts the inner Docker, runs commands inside and removes the container on drop.
+//! starts the inner Docker, trusts the bench CA (so apt inside reaches the bench's HTTPS apt
+//! repository on the shared loopback), runs commands inside and removes the container on drop.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use crate::bench::{bin, unique_name, workspace_root, SYSTEMD_RUN_FLAGS};
+use crate::bench::{bin, unique_name, workspace_root, AptRepo, Service, SYSTEMD_RUN_FLAGS};
 
 /// Extra `docker run` flags for a container whose own dockerd runs containers and pulls from the
 /// bench registry: the host's network namespace (the image keeps that dockerd in a private one
-/// and forwards 127.0.0.1:5000 into it; see tests/bench/systemd-image) and NET_ADMIN, without
-/// which runc cannot bring up `lo` in an inner container.
+/// and forwards 127.0.0.1:5000 into it; see tests/bench/systemd-image; the container's own apt
+/// reaches the bench's HTTPS repository on the same loopback) and NET_ADMIN, without which runc
+/// cannot bring up `lo` in an inner container.
 pub const INNER_DOCKER_FLAGS: &[&str] = &["--network", "host", "--cap-add", "NET_ADMIN"];
 
 /// How long systemd may take to reach `running` (or `degraded`) inside the container.
@@ -27,6 +29,9 @@ pub fn docker(args: &[&str]) -> Output {
         .output()
         .unwrap_or_else(|e| panic!("cannot run docker: {e}"))
 }
+
+/// Where the bench CA goes inside, for `update-ca-certificates` (the path it has on the host).
+const CA_INSIDE: &str = "/usr/local/share/ca-certificates/enginekit-bench-ca.crt";
 
 /// A booted container; removed (with `docker rm -f`) on drop, its inner Docker stopped first.
 #[derive(Debug)]
@@ -45,6 +50,8 @@ impl BootedSystemd {
     /// Boots the bench image with its Docker started: on the host's network namespace with
     /// [`INNER_DOCKER_FLAGS`], /var/lib/docker on a host folder (overlay2 cannot stack on the
     /// container's own overlay), then containerd, the registry forwarder and docker.service.
+    /// The container trusts the bench CA ([`Self::trust_bench_ca`]), so its apt reaches the
+    /// bench's repository at [`AptRepo::url`] as a host reaches a vendor's.
     pub fn boot_with_docker(prefix: &str) -> BootedSystemd {
         let root = RemovedOnDrop(Some(tempfile_dir(prefix)));
         let volume = format!("{}:/var/lib/docker", root.path().display());
@@ -52,6 +59,7 @@ impl BootedSystemd {
         flags.extend_from_slice(&["-v", &volume]);
         let mut booted = Self::boot_with(&crate::bench::systemd_docker_image(), prefix, &flags);
         booted.docker_root = root.keep();
+        booted.trust_bench_ca(&crate::bench::require(&[Service::AptRepo]).apt_repo);
         let started = booted.sh(
             "systemctl start containerd.service && systemctl start registry-proxy.socket && \
              systemctl start docker.service && echo started",
@@ -72,6 +80,32 @@ impl BootedSystemd {
             std::thread::sleep(Duration::from_millis(200));
         }
         booted
+    }
+
+    /// Adds the bench CA to the container's trust store (`update-ca-certificates`, as on the
+    /// host), then checks with apt's own https method that the repository's InRelease comes
+    /// through. Needs the host's network namespace ([`INNER_DOCKER_FLAGS`]): the server listens
+    /// on the host's 127.0.0.1 only.
+    pub fn trust_bench_ca(&self, repo: &AptRepo) {
+        self.copy(&repo.ca_cert, CA_INSIDE);
+        // Its output only on failure: it warns on stderr even when all is well.
+        let trusted = self.sh(&format!(
+            "chown root:root {CA_INSIDE} && chmod 644 {CA_INSIDE} && \
+             if out=$(update-ca-certificates 2>&1); then echo ok; else echo \"$out\"; fi"
+        ));
+        assert!(
+            trusted.trim_end().ends_with("ok"),
+            "update-ca-certificates: {trusted}"
+        );
+        let url = repo.url_of("InRelease");
+        let fetched = self.sh(&format!(
+            "d=$(mktemp -d) && /usr/lib/apt/apt-helper download-file '{url}' \"$d/InRelease\" 2>&1 && \
+             cat \"$d/InRelease\"; rm -rf \"$d\""
+        ));
+        assert!(
+            fetched.contains("BEGIN PGP SIGNED MESSAGE"),
+            "apt in the container cannot fetch {url} over HTTPS: {fetched}"
+        );
     }
 
     /// Fails the test unless containerd and dockerd run in a network namespace of their own,

@@ -362,6 +362,18 @@ fn apt_fetches_and_resolves_the_stand_in_toolkit_from_the_signed_repo() {
         Command::new("apt-get").args(&opts).arg("update"),
     );
     assert!(!update.contains("NO_PUBKEY"), "{update}");
+    // Fetched over HTTPS from the bench's server, as from a vendor's (no file:// source).
+    assert!(
+        repo.source_line
+            .contains(&format!("] {}/stable/deb/$(ARCH) /", repo.url))
+            && repo.url.starts_with("https://"),
+        "{}",
+        repo.source_line
+    );
+    assert!(
+        update.contains(&format!("{}/stable/deb/", repo.url)),
+        "{update}"
+    );
 
     let v = &repo.toolkit_version;
     let pinned: Vec<String> = [
@@ -496,6 +508,46 @@ fn apt_refuses_the_repo_under_a_key_that_did_not_sign_it() {
     assert!(
         text.contains("NO_PUBKEY") || text.contains("signature"),
         "{text}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// apt's own https method (`apt-helper download-file`), trusting only `ca_file`; one try.
+fn apt_download(url: &str, ca_file: &Path, dir: &Path) -> Output {
+    Command::new("/usr/lib/apt/apt-helper")
+        .arg(format!("-oAcquire::https::CaInfo={}", ca_file.display()))
+        .arg("-oAcquire::Retries=0")
+        .args(["download-file", url])
+        .arg(dir.join(unique_name("download")))
+        .output()
+        .unwrap_or_else(|e| panic!("apt-helper: {e}"))
+}
+
+#[test]
+fn apt_trusts_the_https_repo_through_the_bench_ca_and_nothing_else() {
+    let env = require(&[Service::AptRepo]);
+    let repo = &env.apt_repo;
+    let dir = tempfile_dir();
+    let url = repo.url_of("InRelease");
+    // The certificate names both loopback names a source line may use.
+    for url in [url.clone(), url.replacen("127.0.0.1", "localhost", 1)] {
+        ok(
+            &format!("apt-helper download-file {url} under the bench CA"),
+            apt_download(&url, &repo.ca_cert, &dir),
+        );
+    }
+    // Under another CA (a real public root), apt refuses the server: the TLS is checked, and
+    // what vouches for it is the bench CA.
+    let other_ca = Path::new("/usr/share/ca-certificates/mozilla/ISRG_Root_X1.crt");
+    let out = apt_download(&url, other_ca, &dir);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !out.status.success() && text.contains("Certificate verification failed"),
+        "apt accepted the bench server under another CA:\n{text}"
     );
     std::fs::remove_dir_all(dir).ok();
 }

@@ -7,8 +7,9 @@
 //!
 //! STAND-INs, for hardware and vendor binaries only: `nvidia-smi` at /usr/bin (answering from
 //! the committed GPU fixture), and the NVIDIA Container Toolkit debs in the bench's signed local
-//! apt repository, which the helper really installs with apt (their hook is a no-op, their
-//! `nvidia-ctk` edits daemon.json like the real one).
+//! apt repository, which the helper really installs with apt over HTTPS (the container shares the
+//! host's network and trusts the bench CA; their hook is a no-op, their `nvidia-ctk` edits
+//! daemon.json like the real one).
 //!
 //! The engine descriptor (engine image: the bench's busybox; GPU-check image: busybox with the
 //! stand-in nvidia-smi) and the recipe (the built-in one with the NVIDIA repository replaced by
@@ -46,9 +47,6 @@ const RESULT: &str = "EKT-RESULT ";
 const KEY_NAME: &str = "ekt-setup-systemd";
 const STATE: &str = "/home/ekuser/.local/state/enginekit";
 const LEDGER: &str = "/var/lib/enginekit-helper";
-/// Where the bench's apt repository is copied inside (not under /tmp or /var/tmp: the helper's
-/// unit has PrivateTmp=, so apt run by it would not see it there).
-const REPO_INSIDE: &str = "/srv/enginekit-bench-aptrepo";
 
 /// What the test's polkit rule answers for the helper's action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,9 +62,9 @@ struct SystemdGpuHost {
 }
 
 /// The built-in recipe with the NVIDIA repository replaced by the bench's (key, fingerprint,
-/// base URL, as copied to [`REPO_INSIDE`]) and the four toolkit packages pinned to the bench's
-/// version; every other action is the production one (configure the runtime, generate CDI,
-/// restart Docker, the docker group).
+/// https base URL, which the container reaches on the host's loopback) and the four toolkit
+/// packages pinned to the bench's version; every other action is the production one (configure
+/// the runtime, generate CDI, restart Docker, the docker group).
 fn bench_recipe(env: &BenchEnv) -> Value {
     let repo = &env.apt_repo;
     let key = std::fs::read_to_string(&repo.key_asc).expect("the bench's armored key");
@@ -82,8 +80,8 @@ fn bench_recipe(env: &BenchEnv) -> Value {
             "nvidia-source" => {
                 *action = json!({"action": "write-source", "id": "nvidia-source",
                     "component": "nvidia-container-toolkit", "path": apt_support::SOURCE,
-                    "template": format!("deb [signed-by={}] file://{}/stable/deb/$(ARCH) /\n",
-                        apt_support::KEYRING, REPO_INSIDE)});
+                    "template": format!("deb [signed-by={}] {}/stable/deb/$(ARCH) /\n",
+                        apt_support::KEYRING, repo.url)});
             }
             "packages" => {
                 let packages = action["packages"].as_array_mut().expect("packages");
@@ -139,12 +137,10 @@ impl SystemdGpuHost {
         let gpus = std::fs::read(standins.join("gpus/default.csv")).expect("fixture");
         self.booted
             .write("/etc/enginekit-standin/gpus.csv", &gpus, 0o644, "root:root");
-        // The bench's signed apt repository (its public part).
-        self.booted.copy(&self.env.apt_repo.base, REPO_INSIDE);
         let fixed = self.sh(&format!(
-            "chown -R root:root /usr/bin/enginekit /usr/bin/nvidia-smi {BUS_CLIENT} {REPO_INSIDE} \
+            "chown -R root:root /usr/bin/enginekit /usr/bin/nvidia-smi {BUS_CLIENT} \
              /usr/share/dbus-1/services && chmod 755 /usr/bin/enginekit /usr/bin/nvidia-smi {BUS_CLIENT} && \
-             chmod -R a+rX {REPO_INSIDE} && echo ok"
+             echo ok"
         ));
         assert!(fixed.contains("ok"), "{fixed}");
     }
@@ -392,7 +388,7 @@ fn setup_installs_the_toolkit_through_polkit_and_the_helper_waits_for_relogin_th
     assert!(
         repository["text"]
             .as_str()
-            .is_some_and(|t| t.contains(&format!("file://{REPO_INSIDE}"))),
+            .is_some_and(|t| t.contains(&host.env.apt_repo.url)),
         "{repository}"
     );
 

@@ -53,7 +53,7 @@ pub fn groups_of(user: &str) -> Vec<String> {
 }
 
 /// The test recipe: the production recipe's shape, the NVIDIA repository replaced by the
-/// bench's (its key, its fingerprint, its base URL), the four packages pinned.
+/// bench's (its key, its fingerprint, its https base URL), the four packages pinned.
 pub fn test_recipe_payload(env: &BenchEnv) -> Value {
     let repo = &env.apt_repo;
     let key = std::fs::read_to_string(&repo.key_asc).expect("the bench's armored key");
@@ -67,7 +67,7 @@ pub fn test_recipe_payload(env: &BenchEnv) -> Value {
          "path": KEYRING, "encoding": "binary", "key": key, "fingerprints": [repo.key_fingerprint]},
         {"action": "write-source", "id": "nvidia-source", "component": "nvidia-container-toolkit",
          "path": SOURCE,
-         "template": format!("deb [signed-by={KEYRING}] file://{}/stable/deb/$(ARCH) /\n", repo.base.display())},
+         "template": format!("deb [signed-by={KEYRING}] {}/stable/deb/$(ARCH) /\n", repo.url)},
         {"action": "check-conflicts", "id": "conflicts", "remove": false, "conflicts": [
             {"component": "nvidia-container-toolkit", "packages": ["nvidia-container-runtime", "nvidia-docker2"]}]},
         {"action": "refresh-metadata", "id": "refresh"},
