@@ -7,6 +7,9 @@
 
 // bench: test-threads=1
 
+// Test helpers outside #[test] fns: a failed setup step is a test failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "helper_support/mod.rs"]
 mod helper_support;
 
@@ -58,9 +61,16 @@ fn a_caller_denied_by_policy_gets_not_authorized_and_nothing_is_written() {
             ),
             "authz=\"not-authorized\"".to_owned(),
             "outcome=\"not-authorized\"".to_owned(),
+            "unit=".to_owned(),
         ] {
             assert!(line.contains(&field), "{field} missing in {line}");
         }
+        // The caller's pid, as the bus daemon reported it.
+        let pid = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("pid="))
+            .and_then(|p| p.parse::<i64>().ok());
+        assert!(pid.is_some_and(|p| p > 1), "no caller pid in {line}");
     }
     assert_eq!(
         helper.ledger_files(),

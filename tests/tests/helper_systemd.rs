@@ -51,6 +51,11 @@ fn the_shipped_files_activate_the_helper_through_systemd_and_it_exits_when_idle(
         booted.sh("stat -c %a,%U /var/lib/enginekit-helper").trim(),
         "700,root"
     );
+    // The unit's bounds are in force for the running helper.
+    let limits = booted.sh("systemctl show -p MemoryMax,TasksMax enginekit-helper");
+    for want in ["MemoryMax=1073741824", "TasksMax=256"] {
+        assert!(limits.contains(want), "{want} missing: {limits}");
+    }
 
     // Idle: the unit stops by itself, cleanly.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -71,6 +76,7 @@ fn the_shipped_files_activate_the_helper_through_systemd_and_it_exits_when_idle(
     for want in [
         "MESSAGE=receipt lookup",
         "F_UID=0",
+        "F_PID=",
         "F_OUTCOME=none",
         "MESSAGE=idle: exiting",
     ] {
@@ -172,6 +178,12 @@ fn in_an_active_session_auth_admin_needs_interaction_and_the_example_rule_still_
             && reply.contains("MANAGED_ELEVATION_DECLINED"),
         "{reply}"
     );
+    // The journal names the caller's uid, pid and the unit it runs in (its login session).
+    let refused =
+        booted.sh("journalctl -u enginekit-helper --no-pager -o verbose MESSAGE='step refused'");
+    for want in ["F_UID=", "F_PID=", "F_UNIT=session-"] {
+        assert!(refused.contains(want), "{want} missing:\n{refused}");
+    }
     // Allowing interaction with no authentication agent running is a plain refusal.
     let busctl = as_user(
         &booted,
