@@ -46,7 +46,9 @@ pub enum ServeError {
 /// name and returns.
 pub async fn serve(config: Config) -> Result<(), ServeError> {
     let ledger = Arc::new(Ledger::open(&config.state_dir)?);
-    let keep = config.step_window + config.clock_skew;
+    // A step may be burnt up to its window plus the time polkit took to answer; its nonce
+    // record is kept at least that long, or a late replay would find it forgotten.
+    let keep = config.step_window + config.clock_skew + config.polkit_timeout;
     prune(&ledger, keep);
     let activity = Activity::new();
     let admission = Admission::new(config.admission);

@@ -74,8 +74,14 @@ impl Helper {
         }
     }
 
-    /// Step 4: everything about the step that needs no authorisation.
-    fn verify(&self, received: ReceivedStep, caller: &Caller) -> Result<VerifiedStep, HelperError> {
+    /// Step 4: everything about the step that needs no authorisation (`received`), or, after
+    /// polkit, what may have changed while it asked (`None`: [`verify::recheck`] of `verified`).
+    fn verify(
+        &self,
+        received: Option<ReceivedStep>,
+        verified: Option<&VerifiedStep>,
+        caller: &Caller,
+    ) -> Result<Option<VerifiedStep>, HelperError> {
         let machine = MachineFacts::read()
             .map_err(|e| refuse!(Internal, "cannot read this machine's facts: {e}"))?;
         let user_name = caller.user_name()?;
@@ -92,7 +98,11 @@ impl Helper {
             window: self.config.step_window,
             skew: self.config.clock_skew,
         };
-        verify::check_step(received, &checks)
+        match (received, verified) {
+            (Some(received), _) => verify::check_step(received, &checks).map(Some),
+            (None, Some(verified)) => verify::recheck(verified, &checks).map(|()| None),
+            (None, None) => Ok(None),
+        }
     }
 
     /// Step 5: polkit, asked about the caller's bus name with what the job will do.
@@ -163,7 +173,9 @@ impl Helper {
         ticket.bind(caller.uid).map_err(|_| busy_this_uid())?;
         // 4: every check that needs no authorisation: a step that would be refused, or that
         // would change nothing, never raises a dialog.
-        let verified = self.verify(received, &caller)?;
+        let verified = self
+            .verify(Some(received), None, &caller)?
+            .ok_or_else(|| refuse!(Internal, "verification returned no step"))?;
         if self.activity.running_job().is_some() {
             return Err(refuse!(
                 Busy,
@@ -181,6 +193,9 @@ impl Helper {
                 "another job is running; try again when it has finished"
             ));
         };
+        // The prompt may have stayed open for minutes: the window and the recipe's standing
+        // are judged again now, before anything is written.
+        self.verify(None, Some(&verified), &caller)?;
         let burn = self
             .ledger
             .burn(
@@ -243,15 +258,29 @@ impl Helper {
                 return Ok(path);
             }
         }
+        // From here on the nonce is burnt: every refusal leaves a receipt, so a replay gets an
+        // answer instead of ReceiptMissing.
+        let not_run = |why: String| {
+            let receipt = crate::receipt::not_run(
+                &verified,
+                enginekit_shared::wire::receipt::Outcome::Failed,
+                enginekit_shared::error::ErrorCode::IoError,
+                &why,
+            );
+            let _ = self
+                .ledger
+                .store_receipt(&nonce, caller.uid, verified.issued_at_unix(), &receipt);
+            refuse!(Internal, "{why}")
+        };
         if let Some(mark) = verified.high_water() {
             self.ledger
                 .raise_high_water(verified.recipe_id(), &mark)
-                .map_err(|e| refuse!(Internal, "{e}"))?;
+                .map_err(|e| not_run(format!("cannot record the recipe's serial: {e}")))?;
         }
         // 7: the caller must still be there for the job to start.
         let bus = zbus::fdo::DBusProxy::new(conn)
             .await
-            .map_err(|e| refuse!(Internal, "{e}"))?;
+            .map_err(|e| not_run(format!("cannot ask the bus: {e}")))?;
         if !authz::caller_present(&bus, &caller.unique_name.as_ref()).await {
             let receipt = crate::receipt::not_run(
                 &verified,
@@ -269,7 +298,7 @@ impl Helper {
         }
         let shared = Arc::new(JobShared::new(
             owner,
-            nonce,
+            nonce.clone(),
             CancelToken::new(),
             JobStatus {
                 state: JobState::Running,
@@ -282,7 +311,7 @@ impl Helper {
         self.jobs
             .export(server, &path, Arc::clone(&shared), &self.admission)
             .await
-            .map_err(|e| refuse!(Internal, "cannot export the job: {e}"))?;
+            .map_err(|e| not_run(format!("cannot export the job: {e}")))?;
         let job_conn = conn.clone();
         let ledger = Arc::clone(&self.ledger);
         let jobs = Arc::clone(&self.jobs);

@@ -180,6 +180,37 @@ pub fn check_step(
     })
 }
 
+/// What can change while polkit is asking (up to its timeout): the clock and the anti-rollback
+/// mark (another job may have accepted a newer recipe meanwhile). Checked again after
+/// authorisation, right before the nonce is burnt, against the ledger as it is then.
+pub fn recheck(verified: &VerifiedStep, checks: &Checks<'_>) -> Result<(), HelperError> {
+    check_window(verified.step.issued_at().as_offset_date_time(), checks)?;
+    let recipe = &verified.recipe;
+    if let Some(mark) = checks
+        .ledger
+        .high_water(recipe.id())
+        .map_err(|e| refuse!(Internal, "{e}"))?
+    {
+        let older = mark.serial > recipe.serial();
+        let other_at_same_serial = mark.serial == recipe.serial() && &mark.digest != recipe.digest();
+        if older || other_at_same_serial {
+            return Err(refuse!(
+                RecipeRollback,
+                "recipe serial {} was accepted while this step waited for authorisation; serial {} is now a rollback",
+                mark.serial,
+                recipe.serial()
+            ));
+        }
+    }
+    match recipe.expires_at() {
+        Some(expires) if expires > checks.now => Ok(()),
+        _ => Err(refuse!(
+            RecipeExpired,
+            "the recipe expired while this step waited for authorisation"
+        )),
+    }
+}
+
 fn step_error(e: HostStepError) -> HelperError {
     match e {
         HostStepError::TooLarge => refuse!(StepTooLarge, "{e}"),

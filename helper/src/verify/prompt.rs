@@ -154,39 +154,48 @@ fn package_text(p: &PlannedPackage) -> String {
     }
 }
 
-/// The repositories a rendered source file points at: an apt line's URI and suite, a deb822
-/// stanza's `URIs`, a dnf section's `baseurl`.
+/// The repositories a rendered source file points at: every `https://` URL in it (the source
+/// policy admits no other scheme), so no spelling the policy accepts can hide one; an apt line's
+/// URL is shown with its suite.
 fn repository_locations(body: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    for line in body.lines().map(str::trim) {
-        if let Some(rest) = line.strip_prefix("deb ") {
-            let words = after_options(rest);
-            if let Some(uri) = words.first() {
-                let suite = words.get(1).copied().unwrap_or_default();
+    let mut out: Vec<String> = Vec::new();
+    let mut seen: Vec<&str> = Vec::new();
+    for line in body.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.first() == Some(&"deb") {
+            let rest = after_options(&words[1..]);
+            if let Some(uri) = rest.first() {
+                let suite = rest.get(1).copied().unwrap_or_default();
                 out.push(format!("{uri} {suite}").trim_end().to_owned());
+                seen.push(uri);
             }
-        } else if let Some(urls) = line
-            .strip_prefix("baseurl=")
-            .or_else(|| line.strip_prefix("URIs:"))
-        {
-            out.extend(
-                urls.split([' ', ','])
-                    .filter(|u| !u.is_empty())
-                    .map(str::to_owned),
-            );
         }
+    }
+    let mut rest = body;
+    while let Some(at) = rest.find("https://") {
+        let url = &rest[at..];
+        let end = url
+            .find(|c: char| c.is_whitespace() || matches!(c, ',' | '"' | '\'' | ']' | ';'))
+            .unwrap_or(url.len());
+        let url = &url[..end];
+        if !seen.contains(&url) {
+            seen.push(url);
+            out.push(url.to_owned());
+        }
+        rest = &rest[at + end.max(1)..];
     }
     out
 }
 
-/// The words of an apt line after its `[options]`, if any.
-fn after_options(rest: &str) -> Vec<&str> {
-    let rest = rest.trim_start();
-    let rest = match rest.strip_prefix('[') {
-        Some(inner) => inner.split_once(']').map_or("", |(_, after)| after),
-        None => rest,
-    };
-    rest.split_whitespace().collect()
+/// The words of an apt line after `deb` and its `[options]`, if any.
+fn after_options<'a>(words: &[&'a str]) -> Vec<&'a str> {
+    match words.first() {
+        Some(first) if first.starts_with('[') => {
+            let close = words.iter().position(|w| w.ends_with(']')).unwrap_or(words.len());
+            words.get(close + 1..).unwrap_or_default().to_vec()
+        }
+        _ => words.to_vec(),
+    }
 }
 
 #[cfg(test)]
@@ -214,6 +223,23 @@ mod tests {
         assert_eq!(
             repository_locations("Types: deb\nURIs: https://c.example/deb\nSuites: x\n"),
             vec!["https://c.example/deb"]
+        );
+    }
+
+    #[test]
+    fn no_spelling_hides_a_repository() {
+        // A tab after deb, a lower-case field with a continuation line, spaces around `=`.
+        assert_eq!(
+            repository_locations("deb\t[signed-by=/k.gpg]\thttps://x.example/deb\tstable\n"),
+            vec!["https://x.example/deb stable"]
+        );
+        assert_eq!(
+            repository_locations("types: deb\nuris: https://a.example/deb\n https://b.example/deb\n"),
+            vec!["https://a.example/deb", "https://b.example/deb"]
+        );
+        assert_eq!(
+            repository_locations("[r]\nbaseurl = https://c.example/rpm,https://d.example/rpm\n"),
+            vec!["https://c.example/rpm", "https://d.example/rpm"]
         );
     }
 }

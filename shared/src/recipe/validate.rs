@@ -99,11 +99,15 @@ fn check_text(body: &str, what: &str) -> Result<(), RecipeError> {
             "{what} is longer than {MAX_SOURCE_BYTES} bytes"
         )));
     }
-    if body
+    // Printable ASCII only: package managers trim and split on ASCII blanks alone, so a
+    // Unicode space (U+00A0 after `gpgcheck=1`) would read one way here and another to dnf.
+    if let Some(c) = body
         .chars()
-        .any(|c| c.is_control() && c != '\n' && c != '\t')
+        .find(|&c| !(c == '\n' || c == '\t' || (' '..='~').contains(&c)))
     {
-        return Err(bad(format!("{what} contains a control character")));
+        return Err(bad(format!(
+            "{what} contains {c:?}; only printable ASCII, tabs and newlines are allowed"
+        )));
     }
     Ok(())
 }
@@ -371,6 +375,14 @@ mod tests {
         assert!(!is_version("-1"));
         assert!(!is_version("1 2"));
         assert!(!is_version(""));
+    }
+
+    #[test]
+    fn templates_are_printable_ascii_only() {
+        assert!(check_text("[r]\ngpgcheck=1\n", "t").is_ok());
+        for bad_text in ["[r]\ngpgcheck=1\u{a0}\n", "[r]\n\u{a0}gpgcheck=1\n", "a\rb", "é"] {
+            assert!(check_text(bad_text, "t").is_err(), "{bad_text:?}");
+        }
     }
 
     #[test]
