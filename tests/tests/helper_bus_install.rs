@@ -70,6 +70,57 @@ fn actions_of(receipt: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
+/// A process holding dpkg's frontend lock (an fcntl lock, as apt and dpkg take it) until dropped.
+struct DpkgLockHolder(std::process::Child);
+
+impl DpkgLockHolder {
+    fn take() -> DpkgLockHolder {
+        let child = std::process::Command::new("perl")
+            .args([
+                "-e",
+                "use Fcntl; open(my $f, '>>', '/var/lib/dpkg/lock-frontend') or die; \
+                 my $l = pack('s s x4 q q l x4', F_WRLCK, 0, 0, 0, 0); fcntl($f, F_SETLKW, $l) or die; \
+                 print \"locked\\n\"; STDOUT->flush(); sleep 600",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut holder = DpkgLockHolder(child);
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(holder.0.stdout.as_mut().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        assert_eq!(line.trim(), "locked");
+        holder
+    }
+}
+
+impl Drop for DpkgLockHolder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The job's receipt, asked for with GetReceipt as its owner until the job has finished.
+fn wait_for_receipt(helper: &InstalledHelper, nonce: &str) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
+    loop {
+        let answer = helper.call_as(helper.user(), &["receipt", nonce]);
+        if answer.ok {
+            return answer.receipt();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no receipt: {}",
+            answer.json
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
 #[test]
 fn a_signed_recipe_installs_the_stand_in_toolkit_through_the_bus_and_a_second_step_changes_nothing()
 {
@@ -105,10 +156,32 @@ fn a_signed_recipe_installs_the_stand_in_toolkit_through_the_bus_and_a_second_st
     }
 
     helper.trust(&key, "bus-install");
+    // Another package manager holds dpkg's frontend lock, so the job waits at apt: while it
+    // runs, another user's Start is Busy, and the answer names nothing of this job.
+    let lock = DpkgLockHolder::take();
     let first = mint(&params, Some(recipe.clone()), &digest, 0);
-    let result = helper.start(&to_bytes(&first), &["--wait"]);
-    assert!(result.ok, "Start was refused: {}", result.json);
-    let receipt = result.receipt();
+    let nonce = first["nonce"].as_str().unwrap().to_owned();
+    let started = helper.start(&to_bytes(&first), &[]);
+    assert!(started.ok, "Start was refused: {}", started.json);
+    let other = helper.other().clone();
+    let other_step = mint(
+        &parameters(&other.name, &COMPONENTS),
+        Some(recipe.clone()),
+        &digest,
+        0,
+    );
+    let path = helper.write_step(&to_bytes(&other_step));
+    let busy = helper.call_as(&other, &["start", path.to_str().unwrap()]);
+    busy.assert_refused("Busy", "MANAGED_OPERATION_CONFLICT");
+    for secret in [
+        nonce.as_str(),
+        digest.as_str(),
+        started.json["job"].as_str().unwrap(),
+    ] {
+        assert!(!busy.message().contains(secret), "{}", busy.json);
+    }
+    drop(lock);
+    let receipt = wait_for_receipt(&helper, &nonce);
     assert_eq!(receipt["recipe_digest"], json!(digest.as_str()));
     let actions = actions_of(&receipt);
     let codes: Vec<&str> = actions.iter().map(|(c, _)| c.as_str()).collect();

@@ -1,15 +1,32 @@
-//! How many calls the helper serves at once, checked before it makes any bus call on a caller's
-//! behalf. Every call the helper makes for a caller (its credentials, polkit, whether it is still
-//! there) waits for a reply, and dbus-daemon allows a connection only so many pending replies
-//! (`max_replies_per_connection`); an interactive polkit check can pend for minutes. Unbounded,
-//! a flood of `Start`s from one user fills that quota and every other caller's polkit check then
-//! fails with `LimitsExceeded`. So: a bound on calls in flight in total (taken before the first
-//! bus call, when the caller's uid is not known yet), and a smaller one per uid (taken as soon as
-//! the bus has said who is calling, before polkit), so that one uid never holds more than its
-//! share and the rest stays for the others.
+//! How many calls the helper serves at once. Every call the helper makes for a caller (its
+//! credentials, polkit, whether it is still there) waits for a reply, and dbus-daemon allows a
+//! connection only so many pending replies (`max_replies_per_connection`); an interactive polkit
+//! check can pend for minutes. Unbounded, a flood of `Start`s from one user fills that quota and
+//! every other caller's polkit check then fails with `LimitsExceeded`. So [`admit`]:
+//! - learns the caller's uid without a bus call when its connection was seen before (a unique
+//!   name is never reused on a bus), else through a credentials lookup among a few at a time,
+//!   queued fairly (a burst of new connections delays others briefly, never refuses them);
+//! - then charges the call to that uid's share and to the total, before any other bus call is
+//!   made for it, so that one uid never holds more than its share and the rest stays for others.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use zbus::message::Header;
+use zbus::names::OwnedUniqueName;
+use zbus::Connection;
+
+use super::caller::Caller;
+use super::error::{refuse, HelperError};
+
+/// Credential lookups in flight at once.
+const LOOKUPS: usize = 8;
+/// How long a call waits for a lookup slot before it is answered `Busy`.
+const LOOKUP_WAIT: Duration = Duration::from_secs(10);
+/// Connections remembered; past this the memory is cleared (a lookup is cheap, just bounded).
+const REMEMBERED: usize = 4096;
 
 /// The bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,11 +49,13 @@ impl Default for Limits {
     }
 }
 
-/// The shared counters.
+/// The shared counters, and who the connections seen so far are.
 #[derive(Debug)]
 pub struct Admission {
     limits: Limits,
     state: Mutex<State>,
+    lookups: Semaphore,
+    known: Mutex<HashMap<OwnedUniqueName, Caller>>,
 }
 
 #[derive(Debug, Default)]
@@ -69,14 +88,72 @@ impl Admission {
                 per_uid: limits.per_uid.max(1),
             },
             state: Mutex::new(State::default()),
+            lookups: Semaphore::new(LOOKUPS),
+            known: Mutex::new(HashMap::new()),
         })
+    }
+
+    fn known(&self) -> MutexGuard<'_, HashMap<OwnedUniqueName, Caller>> {
+        self.known.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Who is calling: remembered, or asked of the bus (a few lookups at a time).
+    async fn identify(
+        &self,
+        conn: &Connection,
+        header: &Header<'_>,
+    ) -> Result<Caller, HelperError> {
+        let Some(sender) = header.sender() else {
+            return Err(refuse!(NotAuthorized, "the call carries no sender"));
+        };
+        if let Some(caller) = self.known().get(sender.as_str()) {
+            return Ok(caller.clone());
+        }
+        let _slot = tokio::time::timeout(LOOKUP_WAIT, self.lookups.acquire())
+            .await
+            .map_err(|_| {
+                refuse!(
+                    Busy,
+                    "the helper is serving too many new callers; try again shortly"
+                )
+            })?
+            .map_err(|_| refuse!(Internal, "the helper is stopping"))?;
+        let caller = Caller::identify(conn, header).await?;
+        let mut known = self.known();
+        if known.len() >= REMEMBERED {
+            known.clear();
+        }
+        known.insert(caller.unique_name.clone(), caller.clone());
+        Ok(caller)
+    }
+
+    /// Learns who is calling and charges the call to that uid's share and to the total.
+    pub async fn admit(
+        self: &Arc<Self>,
+        conn: &Connection,
+        header: &Header<'_>,
+    ) -> Result<(Caller, Ticket), HelperError> {
+        let caller = self.identify(conn, header).await?;
+        let mut ticket = self.enter().map_err(|_| {
+            refuse!(
+                Busy,
+                "the helper is serving too many calls; try again shortly"
+            )
+        })?;
+        ticket.bind(caller.uid).map_err(|_| {
+            refuse!(
+                Busy,
+                "too many calls of this user are in flight; wait for them to finish"
+            )
+        })?;
+        Ok((caller, ticket))
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A slot of the total, before the caller is known.
+    /// A slot of the total.
     pub fn enter(self: &Arc<Self>) -> Result<Ticket, Refusal> {
         let mut state = self.state();
         if state.total >= self.limits.total {

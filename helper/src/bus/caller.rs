@@ -58,24 +58,25 @@ impl Caller {
 }
 
 impl Caller {
-    /// The systemd unit (service or scope) the caller's process runs in, for the journal;
-    /// `None` when it cannot be told. Read after the bus vouched for the pid, and only logged.
-    pub fn unit(&self) -> Option<String> {
+    /// The caller's whole cgroup path, for the journal beside the unit it names
+    /// ([`unit_of_cgroup`]); `None` when it cannot be told. Read after the bus vouched for the
+    /// pid, and only logged. The whole path (`0::/user.slice/…`): a user can name its own units, so
+    /// the journal keeps the path the unit sits in too.
+    pub fn cgroup(&self) -> Option<String> {
         let pid = self.pid?;
         let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-        unit_of_cgroup(&text)
+        text.lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .or_else(|| {
+                text.lines()
+                    .find_map(|l| l.split_once(":name=systemd:").map(|(_, p)| p))
+            })
+            .map(str::to_owned)
     }
 }
 
-/// The innermost `.service` or `.scope` of a cgroup v2 (`0::/…`) or systemd v1 path.
-fn unit_of_cgroup(text: &str) -> Option<String> {
-    let path = text
-        .lines()
-        .find_map(|l| l.strip_prefix("0::"))
-        .or_else(|| {
-            text.lines()
-                .find_map(|l| l.split_once(":name=systemd:").map(|(_, p)| p))
-        })?;
+/// The innermost `.service` or `.scope` of a cgroup path.
+pub fn unit_of_cgroup(path: &str) -> Option<String> {
     path.rsplit('/')
         .find(|part| part.ends_with(".service") || part.ends_with(".scope"))
         .map(str::to_owned)
@@ -88,20 +89,16 @@ mod tests {
     #[test]
     fn the_unit_is_the_innermost_service_or_scope() {
         assert_eq!(
-            unit_of_cgroup("0::/user.slice/user-1000.slice/session-3.scope\n").as_deref(),
+            unit_of_cgroup("/user.slice/user-1000.slice/session-3.scope").as_deref(),
             Some("session-3.scope")
         );
         assert_eq!(
             unit_of_cgroup(
-                "0::/user.slice/user-1000.slice/user@1000.service/app.slice/enginekit-broker.service\n"
+                "/user.slice/user-1000.slice/user@1000.service/app.slice/enginekit-broker.service"
             )
             .as_deref(),
             Some("enginekit-broker.service")
         );
-        assert_eq!(unit_of_cgroup("0::/\n"), None);
-        assert_eq!(
-            unit_of_cgroup("12:name=systemd:/system.slice/cron.service\n").as_deref(),
-            Some("cron.service")
-        );
+        assert_eq!(unit_of_cgroup("/"), None);
     }
 }

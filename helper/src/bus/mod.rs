@@ -27,9 +27,8 @@ use service::Helper;
 pub const BUS_NAME: &str = "org.enginekit.Helper1";
 /// The helper object's path.
 pub const HELPER_PATH: &str = "/org/enginekit/Helper1";
-/// How long calls already routed to us may take to finish after the name is released, beyond
-/// the polkit timeout: an authorised `Start` is never dropped by an idle exit.
-const DRAIN_MARGIN: Duration = Duration::from_secs(30);
+/// How long the helper must stay idle after releasing its name before it exits.
+const QUIET: Duration = Duration::from_secs(1);
 /// How often the ledger is pruned while the helper runs.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
@@ -80,20 +79,20 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     if let Err(e) = conn.release_name(BUS_NAME).await {
         tracing::warn!(error = %e, "could not release the bus name");
     }
-    // Calls routed to our unique name before the release are served to their end: one may be
-    // waiting for polkit (up to its timeout) or starting a job, which then runs to completion.
-    let deadline = tokio::time::Instant::now() + config.polkit_timeout + DRAIN_MARGIN;
+    // Calls routed to our unique name before the release are served to their end, however long
+    // their prompt stays open (each is bounded by the polkit timeout; a job that starts runs to
+    // completion): an authorised Start is never dropped. New callers of the well-known name now
+    // reach a fresh instance. A short quiet period catches a call dispatched just before the
+    // release whose handler has not yet registered itself.
     loop {
         let changed = activity.changed();
         tokio::pin!(changed);
         changed.as_mut().enable();
-        if activity.is_idle() {
-            break;
-        }
-        if activity.running_job().is_some() {
+        if !activity.is_idle() {
             changed.await;
-        } else if tokio::time::timeout_at(deadline, changed).await.is_err() {
-            tracing::warn!("calls still in flight after the drain period; exiting");
+            continue;
+        }
+        if tokio::time::timeout(QUIET, changed).await.is_err() && activity.is_idle() {
             break;
         }
     }

@@ -2,9 +2,10 @@
 //!
 //! `Start` runs the chain, in this order, on the exact bytes received, and refuses at the first
 //! failure without writing anything:
-//! 1. a slot among the calls in flight, before any bus call is made for the caller;
+//! 1. (nothing that costs a bus call before:)
 //! 2. size limit, strict parse and schema (unknown members refused), parameters digest;
-//! 3. the caller's unique name, uid and pid from the bus daemon; a slot of that uid's share;
+//! 3. the caller's unique name, uid and pid from the bus daemon (remembered per connection);
+//!    a slot of that uid's share of the calls in flight, and of the total ([`Admission`]);
 //! 4. everything that needs no authorisation ([`verify::check_step`]): `user` is the caller,
 //!    the machine, the `issued_at` window, the recipe (signature, digest, expiry, rollback), and
 //!    that the recipe plans at least one action; then, no other job running;
@@ -41,20 +42,6 @@ pub struct Helper {
     pub admission: Arc<Admission>,
     pub jobs: Arc<JobTable>,
     next_job: AtomicU64,
-}
-
-fn busy_everyone() -> HelperError {
-    refuse!(
-        Busy,
-        "the helper is serving too many calls; try again shortly"
-    )
-}
-
-fn busy_this_uid() -> HelperError {
-    refuse!(
-        Busy,
-        "too many calls of this user are in flight; wait for them to finish"
-    )
 }
 
 impl Helper {
@@ -162,15 +149,13 @@ impl Helper {
         server: &ObjectServer,
         log: &mut DecisionLog,
     ) -> Result<OwnedObjectPath, HelperError> {
-        // 1: a bounded number of calls in flight, before any bus call is made for this one.
-        let mut ticket = self.admission.enter().map_err(|_| busy_everyone())?;
-        // 2: size, strict parse and schema, before anything else is looked at.
+        // 1-2: size, strict parse and schema, before anything else is looked at.
         let received = verify::parse_step(bytes)?;
         log.received(&received);
-        // 3: who is calling, from the bus daemon; that uid's share of the calls in flight.
-        let caller = Caller::identify(conn, header).await?;
+        // 3: who is calling (the bus daemon's word), and that uid's share of the calls in
+        // flight, before any other bus call is made for this one.
+        let (caller, _ticket) = self.admission.admit(conn, header).await?;
         log.caller(&caller);
-        ticket.bind(caller.uid).map_err(|_| busy_this_uid())?;
         // 4: every check that needs no authorisation: a step that would be refused, or that
         // would change nothing, never raises a dialog.
         let verified = self
@@ -267,9 +252,9 @@ impl Helper {
                 enginekit_shared::error::ErrorCode::IoError,
                 &why,
             );
-            let _ = self
-                .ledger
-                .store_receipt(&nonce, caller.uid, verified.issued_at_unix(), &receipt);
+            let _ =
+                self.ledger
+                    .store_receipt(&nonce, caller.uid, verified.issued_at_unix(), &receipt);
             refuse!(Internal, "{why}")
         };
         if let Some(mark) = verified.high_water() {
@@ -362,9 +347,7 @@ impl Helper {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<String, HelperError> {
         let _call = self.activity.call_started();
-        let mut ticket = self.admission.enter().map_err(|_| busy_everyone())?;
-        let caller = Caller::identify(conn, &header).await?;
-        ticket.bind(caller.uid).map_err(|_| busy_this_uid())?;
+        let (caller, _ticket) = self.admission.admit(conn, &header).await?;
         let parsed: enginekit_shared::nonce::Nonce = nonce
             .parse()
             .map_err(|_| refuse!(InvalidArgument, "a nonce is 32 lowercase hex digits"))?;
@@ -399,6 +382,7 @@ struct DecisionLog {
     uid: Option<u32>,
     pid: Option<u32>,
     unit: Option<String>,
+    cgroup: Option<String>,
     nonce: Option<String>,
     recipe_id: Option<String>,
     recipe_digest: Option<String>,
@@ -419,13 +403,18 @@ impl DecisionLog {
     fn caller(&mut self, caller: &Caller) {
         self.uid = Some(caller.uid);
         self.pid = caller.pid;
-        self.unit = caller.unit();
+        self.cgroup = caller.cgroup();
+        self.unit = self
+            .cgroup
+            .as_deref()
+            .and_then(super::caller::unit_of_cgroup);
     }
 
     fn emit(&self, sender: &str, result: &Result<OwnedObjectPath, HelperError>) {
         let uid = self.uid.map(i64::from).unwrap_or(-1);
         let pid = self.pid.map(i64::from).unwrap_or(-1);
         let unit = self.unit.as_deref().unwrap_or("");
+        let cgroup = self.cgroup.as_deref().unwrap_or("");
         let nonce = self.nonce.as_deref().unwrap_or("");
         let recipe_id = self.recipe_id.as_deref().unwrap_or("");
         let recipe_digest = self.recipe_digest.as_deref().unwrap_or("");
@@ -437,6 +426,7 @@ impl DecisionLog {
                 uid,
                 pid,
                 unit,
+                cgroup,
                 action = authz::ACTION_ID,
                 nonce,
                 recipe_id,
@@ -448,7 +438,7 @@ impl DecisionLog {
                 "step accepted"
             ),
             Err(e) => tracing::warn!(
-                sender, uid, pid, unit, action = authz::ACTION_ID, nonce, recipe_id, recipe_digest,
+                sender, uid, pid, unit, cgroup, action = authz::ACTION_ID, nonce, recipe_id, recipe_digest,
                 parameters_digest, authz, outcome = e.kind(), error = %zbus::DBusError::description(e).unwrap_or(""),
                 "step refused"
             ),

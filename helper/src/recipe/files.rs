@@ -47,11 +47,20 @@ pub fn read_existing(path: &Path) -> Result<Option<Vec<u8>>, FileError> {
     if meta.len() > MAX_READ_BYTES {
         return Err(FileError::TooLarge(path.to_path_buf()));
     }
+    // O_NONBLOCK: a FIFO swapped in after the look above must not hang the job; what was
+    // opened is checked again.
     let mut file = OpenOptions::new()
         .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
         .open(path)
         .map_err(|e| FileError::Io(path.to_path_buf(), e))?;
+    if !file
+        .metadata()
+        .map_err(|e| FileError::Io(path.to_path_buf(), e))?
+        .is_file()
+    {
+        return Err(FileError::NotRegular(path.to_path_buf()));
+    }
     let mut bytes = Vec::new();
     Read::by_ref(&mut file)
         .take(MAX_READ_BYTES + 1)
@@ -81,14 +90,30 @@ fn is_trusted_dir(meta: &std::fs::Metadata, owner: u32) -> bool {
 /// `root` (`/` in production) to be trusted: a writable ancestor could swap a whole subtree under
 /// the helper between its check and its write.
 fn ensure_parent(root: &Path, parent: &Path, owner: u32) -> Result<(), FileError> {
+    // The existing chain first: `create_dir_all` must never follow a link someone planted.
+    check_ancestors(root, parent, owner, true)?;
     DirBuilder::new()
         .recursive(true)
         .mode(0o755)
         .create(parent)
         .map_err(|e| FileError::Io(parent.to_path_buf(), e))?;
+    check_ancestors(root, parent, owner, false)
+}
+
+/// Every directory from `parent` up to `root` is trusted; with `skip_missing`, those not made yet
+/// are passed over.
+fn check_ancestors(
+    root: &Path,
+    parent: &Path,
+    owner: u32,
+    skip_missing: bool,
+) -> Result<(), FileError> {
     for dir in parent.ancestors().take_while(|d| d.starts_with(root)) {
-        let meta =
-            std::fs::symlink_metadata(dir).map_err(|e| FileError::Io(dir.to_path_buf(), e))?;
+        let meta = match std::fs::symlink_metadata(dir) {
+            Ok(meta) => meta,
+            Err(e) if skip_missing && e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(FileError::Io(dir.to_path_buf(), e)),
+        };
         if !is_trusted_dir(&meta, owner) {
             return Err(FileError::UntrustedDir(dir.to_path_buf(), owner));
         }
@@ -121,7 +146,8 @@ pub fn make_readable(path: &Path) -> Result<Readable, FileError> {
         Err(e) => return Err(io(e)),
     };
     let meta = file.metadata().map_err(io)?;
-    if !meta.is_file() {
+    // A hard link elsewhere would make another name readable too.
+    if !meta.is_file() || meta.nlink() != 1 {
         return Err(FileError::NotRegular(path.to_path_buf()));
     }
     if meta.uid() != nix::unistd::geteuid().as_raw() {

@@ -192,7 +192,8 @@ pub fn recheck(verified: &VerifiedStep, checks: &Checks<'_>) -> Result<(), Helpe
         .map_err(|e| refuse!(Internal, "{e}"))?
     {
         let older = mark.serial > recipe.serial();
-        let other_at_same_serial = mark.serial == recipe.serial() && &mark.digest != recipe.digest();
+        let other_at_same_serial =
+            mark.serial == recipe.serial() && &mark.digest != recipe.digest();
         if older || other_at_same_serial {
             return Err(refuse!(
                 RecipeRollback,

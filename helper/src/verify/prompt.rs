@@ -61,9 +61,13 @@ struct Changes {
 impl Changes {
     fn of(plan: &[PlannedAction]) -> Changes {
         let mut c = Changes::default();
-        let installs_packages = plan
-            .iter()
-            .any(|a| matches!(a, PlannedAction::InstallPackages { .. }));
+        // Docker may be started by this job (its packages' scripts, or enable-service).
+        let may_start_docker = plan.iter().any(|a| {
+            matches!(
+                a,
+                PlannedAction::InstallPackages { .. } | PlannedAction::EnableService { .. }
+            )
+        });
         for action in plan {
             match action {
                 PlannedAction::InstallKey {
@@ -94,9 +98,9 @@ impl Changes {
                     if *restart_approved {
                         c.services
                             .push("restart docker.service (to load the NVIDIA runtime)".into());
-                    } else if installs_packages {
-                        // The executor restarts a daemon that this job's packages started, since
-                        // nothing of the user's ran on it yet (actions::configure_runtime).
+                    } else if may_start_docker {
+                        // The executor restarts a daemon that this job started, since nothing of
+                        // the user's ran on it yet (actions::configure_runtime).
                         c.services.push(
                             "restart docker.service if it was not running before this job (to load the NVIDIA runtime)"
                                 .into(),
@@ -191,7 +195,10 @@ fn repository_locations(body: &str) -> Vec<String> {
 fn after_options<'a>(words: &[&'a str]) -> Vec<&'a str> {
     match words.first() {
         Some(first) if first.starts_with('[') => {
-            let close = words.iter().position(|w| w.ends_with(']')).unwrap_or(words.len());
+            let close = words
+                .iter()
+                .position(|w| w.ends_with(']'))
+                .unwrap_or(words.len());
             words.get(close + 1..).unwrap_or_default().to_vec()
         }
         _ => words.to_vec(),
@@ -234,7 +241,9 @@ mod tests {
             vec!["https://x.example/deb stable"]
         );
         assert_eq!(
-            repository_locations("types: deb\nuris: https://a.example/deb\n https://b.example/deb\n"),
+            repository_locations(
+                "types: deb\nuris: https://a.example/deb\n https://b.example/deb\n"
+            ),
             vec!["https://a.example/deb", "https://b.example/deb"]
         );
         assert_eq!(

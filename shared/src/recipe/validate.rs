@@ -380,7 +380,12 @@ mod tests {
     #[test]
     fn templates_are_printable_ascii_only() {
         assert!(check_text("[r]\ngpgcheck=1\n", "t").is_ok());
-        for bad_text in ["[r]\ngpgcheck=1\u{a0}\n", "[r]\n\u{a0}gpgcheck=1\n", "a\rb", "é"] {
+        for bad_text in [
+            "[r]\ngpgcheck=1\u{a0}\n",
+            "[r]\n\u{a0}gpgcheck=1\n",
+            "a\rb",
+            "é",
+        ] {
             assert!(check_text(bad_text, "t").is_err(), "{bad_text:?}");
         }
     }
