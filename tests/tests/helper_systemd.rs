@@ -194,21 +194,55 @@ fn in_an_active_session_auth_admin_needs_interaction_and_the_example_rule_still_
     assert_eq!(burnt(), "0");
 
     // The shipped example rule (not installed by default): sudo members authenticate as
-    // themselves, and still must: the job makes them members of docker, which is root.
+    // themselves, and still must: the job makes them members of docker, which is root. Two
+    // recording rules around it show who decided: one before it (polkit was asked) and one
+    // after it (reached only when no earlier rule returned a result).
+    let record = |stage: &str| {
+        format!(
+            "polkit.addRule(function(action, subject) {{\n\
+             \x20   if (action.id == \"org.enginekit.helper.install-container-runtime\")\n\
+             \x20       polkit.spawn([\"/usr/bin/mktemp\", \"-p\", \"/run/pk-record\", subject.user + \".{stage}.XXXXXX\"]);\n\
+             }});\n"
+        )
+    };
+    booted.sh("mkdir -p /run/pk-record && chmod 777 /run/pk-record");
+    booted.write(
+        "/etc/polkit-1/rules.d/10-record-before.rules",
+        record("before").as_bytes(),
+        0o644,
+        "root:root",
+    );
+    booted.write(
+        "/etc/polkit-1/rules.d/90-record-after.rules",
+        record("after").as_bytes(),
+        0o644,
+        "root:root",
+    );
     let rules = bench::workspace_root().join("polkit/examples/49-enginekit-admins.rules");
     booted.copy(&rules, "/etc/polkit-1/rules.d/");
     booted.sh(
         "chown root:root /etc/polkit-1/rules.d/49-enginekit-admins.rules; usermod -aG sudo ekuser",
     );
-    // polkitd picks a new rule file up within about 2 s; give it more.
+    // polkitd picks new rule files up within about 2 s; give it more.
     std::thread::sleep(Duration::from_secs(6));
+    let recorded = |user: &str, stage: &str| {
+        booted
+            .sh(&format!(
+                "ls /run/pk-record | grep -c '^{user}\\.{stage}\\.' || true"
+            ))
+            .trim()
+            .to_owned()
+    };
     let reply = as_user(&booted, "ekuser", &START.replace("USER", "ekuser"));
     assert!(
         reply.contains("org.freedesktop.DBus.Error.InteractiveAuthorizationRequired"),
         "the example rule let a sudo member in without a password: {reply}"
     );
     assert_eq!(burnt(), "0");
-    // Someone outside sudo and wheel still needs a password.
+    // The example rule decided for the sudo member (the rule after it never ran): a password.
+    assert_eq!(recorded("ekuser", "before"), "1");
+    assert_eq!(recorded("ekuser", "after"), "0");
+    // Someone outside sudo and wheel is left to the action's default (auth_admin).
     put_step(&booted, "ekother");
     let other = as_user(&booted, "ekother", &START.replace("USER", "ekother"));
     assert!(
@@ -216,6 +250,7 @@ fn in_an_active_session_auth_admin_needs_interaction_and_the_example_rule_still_
         "{other}"
     );
     assert_eq!(burnt(), "0");
+    assert_eq!(recorded("ekother", "after"), "1");
 }
 
 /// The built-in recipe's docker-engine component for real inside the container, as root (so
