@@ -9,6 +9,7 @@ pub mod durable;
 pub mod elevate;
 pub mod installations;
 pub mod journal;
+pub mod logging;
 pub mod operations;
 pub mod plan;
 pub mod probe;

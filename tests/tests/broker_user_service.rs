@@ -49,7 +49,10 @@ fn a_call_on_the_users_bus_starts_the_shipped_user_unit_which_logs_to_the_users_
     ));
     assert!(setup.trim_end().ends_with("ok"), "{setup}");
     // The administrator's (or user's) way to tune a unit: a drop-in, here a short idle exit.
-    let dropin = "[Service]\nExecStart=\nExecStart=/usr/bin/enginekit serve --idle-exit 3\n";
+    // The stand-in folder makes this debug build log a real warning at startup, which must
+    // reach the user's journal (the unit's stderr is a journal stream).
+    let dropin = "[Service]\nExecStart=\nExecStart=/usr/bin/enginekit serve --idle-exit 3\n\
+                  Environment=ENGINEKIT_TEST_STANDIN_DIR=/nonexistent-standins\n";
     booted.write(
         &format!("/home/{USER}/.config/systemd/user/enginekit-broker.service.d/idle.conf"),
         dropin.as_bytes(),
@@ -115,5 +118,15 @@ journalctl --user -u enginekit-broker.service --no-pager -o cat
     assert!(
         out.contains("Started enginekit-broker.service") && out.contains("idle after"),
         "the user's journal has it, start and idle exit: {out}"
+    );
+    // The broker's warning went to the journal as a structured entry of its own (priority 4,
+    // identifier enginekit), not as text on a stream.
+    let warnings = as_user(
+        &booted,
+        "journalctl --user -t enginekit -p warning --no-pager -o cat",
+    );
+    assert!(
+        warnings.contains("using STAND-IN vendor binaries"),
+        "the broker's warning is not in the journal: {warnings}\n{out}"
     );
 }

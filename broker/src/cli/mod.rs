@@ -54,6 +54,7 @@ pub enum Command {
 }
 
 pub fn main() -> ExitCode {
+    crate::logging::init();
     let cli = Cli::parse();
     match cli.command {
         Command::Docker(args) => docker::run(args),

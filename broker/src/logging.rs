@@ -1,0 +1,57 @@
+//! Where the broker's warnings go: the journal when it runs as a systemd unit (its stderr is a
+//! journal stream: `JOURNAL_STREAM` names that very file), stderr otherwise (a terminal, a test,
+//! `enginekit serve` started by a bare bus). The level comes from `ENGINEKIT_LOG` (an
+//! `EnvFilter` spec such as `info` or `enginekit_broker=debug`), `warn` when unset. Without this,
+//! every `tracing::warn!` of the broker would be lost.
+
+use std::os::unix::fs::MetadataExt;
+
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::EnvFilter;
+
+/// The variable that sets the level.
+pub const LEVEL_ENV: &str = "ENGINEKIT_LOG";
+
+/// Installs the global subscriber once; later calls do nothing.
+pub fn init() {
+    let filter = std::env::var(LEVEL_ENV)
+        .ok()
+        .and_then(|spec| EnvFilter::try_new(spec).ok())
+        .unwrap_or_else(|| EnvFilter::new("warn"));
+    let journald = stderr_is_the_journal()
+        .then(|| {
+            tracing_journald::layer()
+                .ok()
+                .map(|l| l.with_syslog_identifier("enginekit".to_owned()))
+        })
+        .flatten();
+    // journald stamps each entry itself; a terminal reader wants no clock either.
+    let stderr = journald.is_none().then(|| {
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_target(false)
+            .without_time()
+            .with_ansi(false)
+    });
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(journald)
+        .with(stderr)
+        .try_init();
+}
+
+/// systemd sets `JOURNAL_STREAM=<dev>:<inode>` for a unit whose output goes to the journal; it
+/// is inherited by children, so it counts only when it names our own stderr.
+fn stderr_is_the_journal() -> bool {
+    let Some(value) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    let Some((dev, ino)) = value.to_str().and_then(|v| v.split_once(':')) else {
+        return false;
+    };
+    let Ok(meta) = std::fs::metadata("/proc/self/fd/2") else {
+        return false;
+    };
+    dev.parse::<u64>().ok() == Some(meta.dev()) && ino.parse::<u64>().ok() == Some(meta.ino())
+}
