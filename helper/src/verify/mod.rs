@@ -185,31 +185,7 @@ pub fn check_step(
 /// authorisation, right before the nonce is burnt, against the ledger as it is then.
 pub fn recheck(verified: &VerifiedStep, checks: &Checks<'_>) -> Result<(), HelperError> {
     check_window(verified.step.issued_at().as_offset_date_time(), checks)?;
-    let recipe = &verified.recipe;
-    if let Some(mark) = checks
-        .ledger
-        .high_water(recipe.id())
-        .map_err(|e| refuse!(Internal, "{e}"))?
-    {
-        let older = mark.serial > recipe.serial();
-        let other_at_same_serial =
-            mark.serial == recipe.serial() && &mark.digest != recipe.digest();
-        if older || other_at_same_serial {
-            return Err(refuse!(
-                RecipeRollback,
-                "recipe serial {} was accepted while this step waited for authorisation; serial {} is now a rollback",
-                mark.serial,
-                recipe.serial()
-            ));
-        }
-    }
-    match recipe.expires_at() {
-        Some(expires) if expires > checks.now => Ok(()),
-        _ => Err(refuse!(
-            RecipeExpired,
-            "the recipe expired while this step waited for authorisation"
-        )),
-    }
+    check_recipe_is_current(&verified.recipe, checks)
 }
 
 fn step_error(e: HostStepError) -> HelperError {
@@ -262,7 +238,7 @@ fn resolve_recipe(
                 builtin.digest()
             ));
         }
-        check_builtin_is_current(builtin, checks)?;
+        check_recipe_is_current(builtin, checks)?;
         return Ok((builtin.clone(), None));
     };
     let document = SignedDocument::from_value(document.clone()).map_err(|e| {
@@ -315,36 +291,39 @@ fn resolve_recipe(
     Ok((recipe, Some(high_water)))
 }
 
-/// The built-in recipe obeys the same rules as a signed one: once a newer signed recipe has been
-/// accepted, the compiled-in one is a rollback, and past its `expires_at` it is refused.
-fn check_builtin_is_current(builtin: &Recipe, checks: &Checks<'_>) -> Result<(), HelperError> {
+/// A recipe the helper runs, built in or signed, is refused once a newer one has been accepted
+/// (or another at the same serial), and past its `expires_at`. A signed recipe is held to this
+/// by `signed::verify` when it arrives; every recipe is held to it again after the prompt.
+fn check_recipe_is_current(recipe: &Recipe, checks: &Checks<'_>) -> Result<(), HelperError> {
     let stored = checks
         .ledger
-        .high_water(builtin.id())
+        .high_water(recipe.id())
         .map_err(|e| refuse!(Internal, "{e}"))?;
     if let Some(mark) = stored {
-        let newer = mark.serial > builtin.serial();
+        let newer = mark.serial > recipe.serial();
         let other_at_same_serial =
-            mark.serial == builtin.serial() && &mark.digest != builtin.digest();
+            mark.serial == recipe.serial() && &mark.digest != recipe.digest();
         if newer || other_at_same_serial {
             return Err(refuse!(
                 RecipeRollback,
-                "the built-in recipe (serial {}) is older than recipe serial {} ({}) already accepted on this machine; send that recipe or a newer one",
-                builtin.serial(),
+                "recipe serial {} ({}) is older than serial {} ({}) already accepted on this machine; send that recipe or a newer one",
+                recipe.serial(),
+                recipe.digest(),
                 mark.serial,
                 mark.digest
             ));
         }
     }
-    match builtin.expires_at() {
+    match recipe.expires_at() {
         Some(expires) if expires > checks.now => Ok(()),
         Some(expires) => Err(refuse!(
             RecipeExpired,
-            "the built-in recipe expired at {expires}; a newer signed recipe is needed"
+            "recipe serial {} expired at {expires}; a newer signed recipe is needed",
+            recipe.serial()
         )),
         None => Err(refuse!(
             RecipeInvalid,
-            "the built-in recipe has no readable expires_at"
+            "the recipe has no readable expires_at"
         )),
     }
 }

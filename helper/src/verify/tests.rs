@@ -402,3 +402,46 @@ fn polkit_details_list_what_the_job_will_do() {
         details["actions"]
     );
 }
+
+#[test]
+fn after_the_prompt_a_newer_accepted_recipe_or_a_closed_window_refuses_the_step() {
+    let fx = Fixture::new();
+    let (doc, digest) = fx.signed_recipe(builtin().serial() + 5, &fx.key);
+    let step = step_value(
+        parameters(USER, &["docker-group"]),
+        Some(doc),
+        &digest,
+        Timestamp::now(),
+    );
+    let verified = fx.check(&bytes(&step)).unwrap();
+    let checks = |now: OffsetDateTime| Checks {
+        trust: &fx.trust,
+        ledger: &fx.ledger,
+        machine: &fx.machine,
+        caller_name: USER,
+        now,
+        window: Duration::from_secs(900),
+        skew: Duration::from_secs(120),
+    };
+    assert!(recheck(&verified, &checks(OffsetDateTime::now_utc())).is_ok());
+    // The prompt stayed open past the step's window.
+    let late = OffsetDateTime::now_utc() + Duration::from_secs(901);
+    assert_eq!(
+        refused(recheck(&verified, &checks(late)).map(|()| verified.clone())),
+        "StepExpired"
+    );
+    // Meanwhile another job accepted serial + 6.
+    fx.ledger
+        .raise_high_water(
+            builtin().id(),
+            &HighWater {
+                serial: builtin().serial() + 6,
+                digest: Digest::of_bytes(b"newer"),
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        refused(recheck(&verified, &checks(OffsetDateTime::now_utc())).map(|()| verified.clone())),
+        "RecipeRollback"
+    );
+}
