@@ -9,6 +9,7 @@
 
 pub mod authz;
 pub mod bus;
+pub mod cli;
 pub mod config;
 pub mod exec;
 pub mod ledger;

@@ -1,19 +1,24 @@
 //! `enginekit-helper`: started by systemd (or dbus-daemon's launch helper) as root on demand.
 //!
-//! Usage: `enginekit-helper [--config PATH]`. The configuration file must be root-owned; see
-//! `config.rs`. Nothing is read from the environment.
+//! Usage: `enginekit-helper [--config PATH]` (see `cli.rs`). The configuration file must be
+//! root-owned; see `config.rs`. Nothing is read from the environment.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
-use enginekit_helper::config::{Config, DEFAULT_CONFIG_PATH};
+use enginekit_helper::cli::{self, Parsed};
+use enginekit_helper::config::Config;
 
 fn main() -> ExitCode {
-    let config_path = match config_path_from_args() {
-        Ok(path) => path,
-        Err(message) => {
-            eprintln!("enginekit-helper: {message}\nusage: enginekit-helper [--config PATH]");
-            return ExitCode::from(2);
+    let config_path = match cli::parse(std::env::args_os().skip(1)) {
+        Parsed::Run { config } => config,
+        Parsed::Exit { message, status } => {
+            // Usage errors to stderr; --help and --version to stdout.
+            if status == 0 {
+                print!("{message}");
+            } else {
+                eprint!("{message}");
+            }
+            return ExitCode::from(status);
         }
     };
     if !nix::unistd::geteuid().is_root() {
@@ -48,20 +53,4 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
-}
-
-/// `--config PATH` or nothing. Uses `args_os().skip(1)`, never indexes argv (an empty argv is
-/// just "no arguments").
-fn config_path_from_args() -> Result<PathBuf, String> {
-    let mut args = std::env::args_os().skip(1);
-    let mut path = PathBuf::from(DEFAULT_CONFIG_PATH);
-    while let Some(arg) = args.next() {
-        if arg == "--config" {
-            let value = args.next().ok_or("--config needs a path")?;
-            path = PathBuf::from(value);
-        } else {
-            return Err(format!("unexpected argument {:?}", arg));
-        }
-    }
-    Ok(path)
 }

@@ -10,4 +10,5 @@ pub mod bench;
 pub mod dockerd;
 pub mod documents;
 pub mod output;
+pub mod packages;
 pub mod systemd;

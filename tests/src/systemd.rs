@@ -2,7 +2,7 @@
 //! PID 1 (service state, `SystemdService=` activation, logind sessions), and optionally a Docker
 //! inside it that its systemd manages (the end-to-end setup tests). The image is
 //! `tests/bench/systemd-image`'s ([`crate::bench::systemd_image`]); this module boots it with
-//! [`crate::bench::SYSTEMD_RUN_FLAGS`], waits for systemd, installs the helper's shipped files,
+//! [`crate::bench::SYSTEMD_RUN_FLAGS`], waits for systemd, installs the enginekit package,
 //! starts the inner Docker, trusts the bench CA (so apt inside reaches the bench's HTTPS apt
 //! repository on the shared loopback), runs commands inside and removes the container on drop.
 
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use crate::bench::{bin, unique_name, workspace_root, AptRepo, Service, SYSTEMD_RUN_FLAGS};
+use crate::bench::{unique_name, AptRepo, Service, SYSTEMD_RUN_FLAGS};
 
 /// Extra `docker run` flags for a container whose own dockerd runs containers and pulls from the
 /// bench registry: the host's network namespace (the image keeps that dockerd in a private one
@@ -189,35 +189,27 @@ impl BootedSystemd {
         docker(&["exec", &self.name, "su", "-", user, "-c", script])
     }
 
-    /// Installs the helper as a distribution package would: the binary, the D-Bus activation
-    /// file (`SystemdService=`), the bus policy, the systemd unit and the polkit action, with a
-    /// short idle exit; reloads systemd and the bus. The helper is not started.
-    pub fn install_helper(&self) {
-        let root = workspace_root();
-        self.copy(&bin("enginekit-helper"), "/usr/libexec/enginekit-helper");
-        self.copy(
-            &root.join("dbus/org.enginekit.Helper1.service"),
-            "/usr/share/dbus-1/system-services/",
-        );
-        self.copy(
-            &root.join("dbus/org.enginekit.Helper1.conf"),
-            "/usr/share/dbus-1/system.d/",
-        );
-        self.copy(
-            &root.join("dbus/enginekit-helper.service"),
-            "/usr/lib/systemd/system/",
-        );
-        self.copy(
-            &root.join("polkit/org.enginekit.helper.policy"),
-            "/usr/share/polkit-1/actions/",
-        );
-        let setup = self.sh(
-            "set -e; mkdir -p /etc/enginekit; printf 'idle_exit_seconds = 3\\n' > /etc/enginekit/helper.conf; \
-             chown -R root:root /usr/libexec/enginekit-helper /etc/enginekit /usr/share/dbus-1 /usr/lib/systemd/system/enginekit-helper.service; \
-             chmod 644 /etc/enginekit/helper.conf; systemctl daemon-reload; \
-             busctl call org.freedesktop.DBus /org/freedesktop/DBus org.freedesktop.DBus ReloadConfig; echo ok",
-        );
-        assert!(setup.trim_end().ends_with("ok"), "helper install: {setup}");
+    /// Installs enginekit as an administrator does: the .deb `packaging/build` made (once per
+    /// test process, [`crate::packages::build`]) with `apt-get install ./enginekit_*.deb`, whose
+    /// maintainer scripts reload systemd and the bus; then a short idle exit for the helper. The
+    /// helper is not started. The package's broker is the release build, without the test
+    /// hooks: a test that needs them copies the debug build over `/usr/bin/enginekit`.
+    pub fn install_package(&self) {
+        let deb = &crate::packages::build().deb;
+        let name = deb
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| panic!("{} has no file name", deb.display()));
+        self.copy(deb, &format!("/tmp/{name}"));
+        // Its dependencies (dbus, polkitd, systemd) are in the image: apt needs no download.
+        let setup = self.sh(&format!(
+            "set -e; chmod 644 /tmp/{name}; \
+             if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q /tmp/{name} \
+                  >/tmp/enginekit-install.log 2>&1; then cat /tmp/enginekit-install.log; exit 1; fi; \
+             mkdir -p /etc/enginekit; printf 'idle_exit_seconds = 3\\n' > /etc/enginekit/helper.conf; \
+             chmod 644 /etc/enginekit/helper.conf; echo ok"
+        ));
+        assert!(setup.trim_end().ends_with("ok"), "package install: {setup}");
     }
 
     /// Writes `contents` to `path` inside, with `mode`, owned by `owner` (`user:group`).

@@ -18,12 +18,12 @@ use std::time::{Duration, Instant};
 use enginekit_integration::bench::{self, Service};
 use enginekit_integration::systemd::{docker, BootedSystemd};
 
-/// A booted container of the bench's systemd image with the helper's shipped files installed
-/// (the helper not running).
+/// A booted container of the bench's systemd image with the enginekit package installed (the
+/// helper not running).
 fn boot_with_helper() -> BootedSystemd {
     bench::require(&[Service::Docker, Service::SystemdImage]);
     let booted = BootedSystemd::boot(&bench::systemd_image(), "ekt-helper-systemd");
-    booted.install_helper();
+    booted.install_package();
     booted
 }
 

@@ -1,9 +1,11 @@
 //! `enginekit setup` end to end with the real privileged path, on a SIMULATED GPU HOST that runs
 //! systemd: a container of the bench's systemd image with Debian's docker.io managed by its
 //! systemd (tests/bench/systemd-image; the inner dockerd lives in a private network namespace and
-//! pulls from the bench registry through a forwarder). Inside it, as a distribution would ship
-//! them: the broker at /usr/bin/enginekit, the helper activated on the system bus through
-//! `SystemdService=`, polkitd with a test rule, and logind sessions made by `su -`.
+//! pulls from the bench registry through a forwarder). Inside it, the enginekit .deb installed
+//! with apt (`packaging/build`'s): the helper activated on the system bus through
+//! `SystemdService=`, polkitd with a test rule, and logind sessions made by `su -`; the broker at
+//! /usr/bin/enginekit is the debug build copied over the package's, for its test hooks (the
+//! stand-in GPU tools, the kill points), which a release build does not have.
 //!
 //! STAND-INs, for hardware and vendor binaries only: `nvidia-smi` at /usr/bin (answering from
 //! the committed GPU fixture), and the NVIDIA Container Toolkit debs in the bench's signed local
@@ -106,7 +108,7 @@ impl SystemdGpuHost {
             Service::SystemdImage,
         ]);
         let booted = BootedSystemd::boot_with_docker("ekt-setup-systemd");
-        booted.install_helper();
+        booted.install_package();
         let host = SystemdGpuHost { booted, env };
         host.install_broker_and_standins();
         host.add_user();

@@ -13,7 +13,7 @@ pub mod status;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// Exit status for a usage error (clap uses the same).
 pub const EXIT_USAGE: u8 = 2;
@@ -51,6 +51,12 @@ pub enum Command {
     Status(status::StatusArgs),
     /// The session-bus service org.enginekit.Broker1.
     Serve(serve::ServeArgs),
+}
+
+/// The whole command line as clap sees it: the source of the man pages and shell completions
+/// (`broker/examples/man-and-completions.rs`), so they never drift from `--help`.
+pub fn command() -> clap::Command {
+    Cli::command()
 }
 
 pub fn main() -> ExitCode {
