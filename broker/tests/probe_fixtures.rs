@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use enginekit_broker::probe::docker_info::{daemon_info_from, parse_info_json};
-use enginekit_broker::probe::facts::{Fact, InstallMethod, PackageFamily};
+use enginekit_broker::probe::facts::{Fact, ImageStore, InstallMethod, PackageFamily};
 use enginekit_broker::probe::install_method::{detect_install_method, InstallEvidence};
 use enginekit_broker::probe::nvidia_smi::{
     attach_mig_devices, parse_mig_listing, parse_query_gpu, rejects_compute_cap, reports_no_driver,
@@ -410,6 +410,16 @@ fn every_engine_info_parses_through_bollard() {
             cdi_dirs: 0,
             root_dir: "/var/lib/containers/storage",
         },
+        InfoCase {
+            file: "docker-ce-29.1.2-ubuntu24.04-containerd-store.json",
+            version: "29.1.2",
+            rootless: false,
+            desktop: false,
+            selinux: false,
+            nvidia_runtime: true,
+            cdi_dirs: 2,
+            root_dir: "/var/lib/docker",
+        },
     ];
     assert_eq!(
         cases.len(),
@@ -434,6 +444,20 @@ fn every_engine_info_parses_through_bollard() {
         assert_eq!(d.root_dir.as_deref(), Some(c.root_dir), "{}", c.file);
         assert!(d.engine_id.is_some(), "{}", c.file);
         assert!(d.cgroup_driver.is_some(), "{}", c.file);
+    }
+}
+
+#[test]
+fn only_docker_29s_fresh_install_keeps_images_in_containerd() {
+    for name in fixture_names("docker-info") {
+        let raw = parse_info_json(&fixture(&format!("docker-info/{name}"))).unwrap();
+        let store = daemon_info_from(&raw, "/var/run/docker.sock", None).image_store;
+        let expected = if name.contains("containerd-store") {
+            ImageStore::Containerd
+        } else {
+            ImageStore::Graphdriver
+        };
+        assert_eq!(store, expected, "{name}");
     }
 }
 

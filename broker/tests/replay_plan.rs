@@ -435,6 +435,37 @@ fn driver_gpu_and_disk() {
         ("10000000000", "26000000000")
     );
 
+    // Docker 29's containerd image store keeps the 8.6 GB download next to the 26 GB unpacked
+    // (docker/docs#24010): 30 GB free is enough for a graph driver and too little here.
+    let containerd_store = |f: &mut Value| {
+        f["docker"]["daemon"]["info"]["image_store"] = json!("containerd");
+        set(f, "/disk/path", json!("/var/lib/containerd"));
+        free_disk(f, 30_000_000_000);
+    };
+    let plan = check(
+        Case::new("containerd's image store needs the download and the unpacked layers")
+            .blocked(&["insufficient-disk"]),
+        READY,
+        containerd_store,
+    );
+    let b = blocker(&plan, "insufficient-disk");
+    assert_eq!(
+        (param(b, "free"), param(b, "required")),
+        ("30000000000", "34600000000")
+    );
+    assert_eq!(plan.required_disk_bytes, Some(34_600_000_000));
+    assert_eq!(
+        plan.image_store,
+        enginekit_shared::wire::plan::ImageStore::Containerd
+    );
+    assert_eq!(plan.docker_root_dir.as_deref(), Some("/var/lib/containerd"));
+    let graphdriver = check(
+        Case::new("the same free space is enough for a graph driver"),
+        READY,
+        |f| free_disk(f, 30_000_000_000),
+    );
+    assert_eq!(graphdriver.required_disk_bytes, Some(26_000_000_000));
+
     check(
         Case::new("no usable GPU behind an installed driver").blocked(&["no-gpu"]),
         CLEAN,

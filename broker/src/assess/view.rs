@@ -5,7 +5,7 @@
 //! the reference's booleans.
 
 use crate::probe::facts::{
-    ComputeCapability, HostFacts, InstallMethod, PackageFamily, Route, UnknownFact,
+    ComputeCapability, HostFacts, ImageStore, InstallMethod, PackageFamily, Route, UnknownFact,
 };
 
 /// `/etc/os-release`, as the gates need it.
@@ -63,8 +63,11 @@ pub struct LinuxView {
     pub toolkit_installed: bool,
     pub routes: Option<Vec<Route>>,
     pub free_disk_bytes: Option<u64>,
-    /// What the plan reports as the measured path (Docker's root dir or `/var/lib/docker`).
+    /// What the plan reports as the measured path (Docker's root dir or `/var/lib/docker`, or
+    /// containerd's root with containerd's image store).
     pub free_disk_path: String,
+    /// Where the daemon keeps images (a graph driver when it did not answer).
+    pub image_store: ImageStore,
     pub unknown: Vec<UnknownFact>,
     /// Login name of the probing account; `None` when it could not be read.
     pub user: Option<String>,
@@ -131,6 +134,7 @@ impl LinuxView {
             routes: facts.network.routes.value().cloned(),
             free_disk_bytes: facts.disk.free_bytes.value().copied(),
             free_disk_path: facts.disk.path.clone(),
+            image_store: info.map(|i| i.image_store).unwrap_or_default(),
             unknown: facts.unknown_facts(),
             user: facts.system.user.name.value().cloned(),
             is_root: facts.system.user.is_root,

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use enginekit_shared::error::{CodedError, ErrorCode};
-use enginekit_shared::wire::plan::{Availability, Blocker, Plan};
+use enginekit_shared::wire::plan::{Availability, Blocker, ImageStore, Plan};
 
 use super::{EXIT_BLOCKED, EXIT_FAILURE};
 use crate::assess::view::LinuxView;
@@ -383,9 +383,14 @@ pub fn human_report(outcome: &PlanOutcome) -> String {
             (Some(free), Some(path)) => format!("; {} free at {path}", gb(free)),
             _ => "; free space unknown".to_owned(),
         };
+        // containerd's store keeps the compressed download next to the unpacked layers.
+        let store = match plan.image_store {
+            ImageStore::Graphdriver => "",
+            ImageStore::Containerd => " (containerd image store: compressed and unpacked copies)",
+        };
         let _ = writeln!(
             out,
-            "Download {}, needs {} on disk{free}",
+            "Download {}, needs {} on disk{store}{free}",
             gb(download),
             gb(required)
         );

@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::probe::facts::{
-    DaemonJson, DaemonState, Fact, GpuSource, HostFacts, InitSystem, SelinuxMode,
+    DaemonJson, DaemonState, Fact, GpuSource, HostFacts, ImageStore, InitSystem, SelinuxMode,
 };
 use crate::probe::{probe, ProbeOptions};
 
@@ -257,6 +257,13 @@ fn docker_section(f: &HostFacts) -> Section {
             sec.row(
                 "root dir",
                 info.root_dir.as_deref().unwrap_or("not reported"),
+            );
+            sec.row(
+                "image store",
+                match info.image_store {
+                    ImageStore::Graphdriver => "graph driver, under the root dir",
+                    ImageStore::Containerd => "containerd's, under containerd's root",
+                },
             );
             sec.row("security options", list_or(&info.security_options, "none"));
             sec.row(

@@ -7,7 +7,9 @@ pub mod recipe;
 
 use enginekit_shared::digest::Digest;
 use enginekit_shared::error::{CodedError, ErrorCode};
-use enginekit_shared::wire::plan::{Availability, Blocker, BlockerReason, Plan, PlanTarget};
+use enginekit_shared::wire::plan::{
+    Availability, Blocker, BlockerReason, ImageStore, Plan, PlanTarget,
+};
 
 use self::digest::{DescriptorPin, HostPin, SetupFingerprint};
 use crate::assess::{self, blockers, view::LinuxView, Assessment, Options};
@@ -48,7 +50,10 @@ pub fn plan_setup(request: &PlanRequest<'_>) -> Result<PlannedSetup, CodedError>
     // ready installation cannot be asked about its image because the daemon does not answer.
     let installed_here = request.installed_descriptor_id == Some(descriptor.descriptor_id.as_str());
     let skip_disk = request.image_present || (installed_here && !view.daemon_reachable);
-    let still_needed = (!skip_disk).then_some(descriptor.required_disk_bytes);
+    let disk_need = view
+        .image_store
+        .disk_need(descriptor.download_bytes, descriptor.required_disk_bytes);
+    let still_needed = (!skip_disk).then_some(disk_need);
     let options = Options {
         recipe_id: recipe.id.clone(),
         still_needed_disk_bytes: still_needed,
@@ -161,7 +166,8 @@ pub fn plan_setup(request: &PlanRequest<'_>) -> Result<PlannedSetup, CodedError>
         adopts_existing_engine: assessment.adopts_existing_engine,
         system_changes,
         download_bytes: Some(descriptor.download_bytes),
-        required_disk_bytes: Some(descriptor.required_disk_bytes),
+        required_disk_bytes: Some(disk_need),
+        image_store: view.image_store,
         docker_root_dir: view.free_disk_bytes.map(|_| view.free_disk_path.clone()),
         free_disk_bytes: view.free_disk_bytes,
         requires_elevation,
@@ -199,6 +205,7 @@ pub fn plan_without_descriptor(engine: EngineId, error: &CodedError) -> Result<P
         system_changes: Vec::new(),
         download_bytes: None,
         required_disk_bytes: None,
+        image_store: ImageStore::default(),
         docker_root_dir: None,
         free_disk_bytes: None,
         requires_elevation: false,

@@ -3,7 +3,26 @@
 
 use bollard::models::SystemInfo;
 
+use enginekit_shared::wire::plan::ImageStore;
+
 use super::facts::{AddressPool, DaemonInfo};
+
+/// The `DriverStatus` pair by which the daemon says images live in containerd's store.
+const CONTAINERD_SNAPSHOTTER: [&str; 2] = ["driver-type", "io.containerd.snapshotter.v1"];
+
+/// containerd's image store or a graph driver, from `DriverStatus`.
+fn image_store(info: &SystemInfo) -> ImageStore {
+    let containerd = info.driver_status.iter().flatten().any(|pair| {
+        pair.len() == 2
+            && pair[0] == CONTAINERD_SNAPSHOTTER[0]
+            && pair[1] == CONTAINERD_SNAPSHOTTER[1]
+    });
+    if containerd {
+        ImageStore::Containerd
+    } else {
+        ImageStore::Graphdriver
+    }
+}
 
 /// Parses a captured `/info` body (or the server part of `docker info --format '{{json .}}'`).
 pub fn parse_info_json(text: &str) -> Result<SystemInfo, String> {
@@ -60,6 +79,7 @@ pub fn daemon_info_from(
         runtimes,
         default_runtime: non_empty(&info.default_runtime),
         root_dir: non_empty(&info.docker_root_dir),
+        image_store: image_store(info),
         security_options,
         rootless,
         selinux,

@@ -327,6 +327,7 @@ pub struct Distribution {
 
 /// Package family (REFERENCE §6.3 row 0): the one table the helper's machine check uses too.
 pub use enginekit_shared::os_release::PackageFamily;
+pub use enginekit_shared::wire::plan::ImageStore;
 
 /// What runs as PID 1.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -452,6 +453,11 @@ pub struct DaemonInfo {
     pub default_runtime: Option<String>,
     /// `DockerRootDir`; `None` when empty.
     pub root_dir: Option<String>,
+    /// Where images are kept: containerd's store when `DriverStatus` has `driver-type`
+    /// `io.containerd.snapshotter.v1`, a graph driver otherwise. Absent in facts recorded
+    /// before it was read, which then mean a graph driver.
+    #[serde(default)]
+    pub image_store: ImageStore,
     /// `SecurityOptions` as the daemon spells them (`name=seccomp,profile=builtin`, …).
     pub security_options: Vec<String>,
     /// `SecurityOptions` has `rootless` / `name=rootless`.
@@ -720,7 +726,9 @@ impl<'de> Deserialize<'de> for ComputeCapability {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DiskFacts {
-    /// Docker's root dir (from `/info`), else `/var/lib/docker`: what the plan reports.
+    /// Where the engine image would land ([`super::reads::image_store_target`]): Docker's root
+    /// dir (from `/info`, else `/var/lib/docker`), or containerd's root with containerd's image
+    /// store. What the plan reports.
     pub path: String,
     /// The nearest existing ancestor of `path` that was actually measured.
     pub measured_path: Option<String>,

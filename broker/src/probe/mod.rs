@@ -6,6 +6,7 @@
 //! looked up only in the system directories, their environment is scrubbed, and the daemon is asked
 //! through the Engine API on its socket.
 
+pub mod containerd_config;
 pub mod daemon;
 pub mod daemon_json;
 pub mod docker_info;
@@ -83,7 +84,8 @@ impl ProbeOptions {
     }
 }
 
-/// Where Docker keeps its data: the daemon's `DockerRootDir`, else `/var/lib/docker`.
+/// Where Docker keeps its data: the daemon's `DockerRootDir`, else `/var/lib/docker`. With
+/// containerd's image store the images are elsewhere: see [`reads::image_store_target`].
 pub fn docker_root_target(daemon: &DaemonState) -> String {
     match daemon {
         DaemonState::Reachable { info } => info
@@ -109,7 +111,7 @@ pub async fn probe_with(ctx: &ProbeContext) -> HostFacts {
     };
     let daemon_and_disk = async {
         let daemon = reads::daemon(ctx).await;
-        let disk = reads::disk(ctx, &docker_root_target(&daemon)).await;
+        let disk = reads::disk(ctx, &reads::image_store_target(ctx, &daemon).await).await;
         (daemon, disk)
     };
     // The daemon's answer is the slowest read by far: it is polled first.

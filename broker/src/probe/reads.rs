@@ -9,8 +9,8 @@ use super::daemon::read_daemon;
 use super::daemon_json::daemon_json_from_read;
 use super::exec::{ExecError, Runner};
 use super::facts::{
-    DaemonJson, DaemonState, DiskFacts, DockerGroupFacts, Fact, Gpu, GpuSource, InitSystem,
-    InstalledPackage, Route, SelinuxMode, UserFacts,
+    DaemonJson, DaemonState, DiskFacts, DockerGroupFacts, Fact, Gpu, GpuSource, ImageStore,
+    InitSystem, InstalledPackage, Route, SelinuxMode, UserFacts,
 };
 use super::kernel::{
     is_wsl_kernel, normalise_architecture, parse_nvidia_module_version, parse_selinux_enforce,
@@ -655,6 +655,21 @@ pub fn hook_on_path(ctx: &ProbeContext) -> bool {
 // ---------------------------------------------------------------------------------------------
 // Disk and network
 
+/// Where the engine image's bytes would land: containerd's root (its configuration's `root`,
+/// else its default) when the daemon keeps images in containerd's store, Docker's root dir
+/// otherwise. A configuration that cannot be read leaves containerd's default.
+pub async fn image_store_target(ctx: &ProbeContext, daemon: &DaemonState) -> String {
+    let containerd = matches!(daemon, DaemonState::Reachable { info } if info.image_store == ImageStore::Containerd);
+    if !containerd {
+        return super::docker_root_target(daemon);
+    }
+    let configured = match read_host_file(ctx, "/etc/containerd/config.toml").await {
+        Ok(Some(text)) => super::containerd_config::root_from_config(&text),
+        Ok(None) | Err(_) => None,
+    };
+    configured.unwrap_or_else(|| super::containerd_config::DEFAULT_CONTAINERD_ROOT.to_owned())
+}
+
 /// Free bytes at `target`, measured at its nearest existing ancestor.
 pub async fn disk(ctx: &ProbeContext, target: &str) -> DiskFacts {
     let host_target = ctx.host_path(target);
@@ -813,7 +828,7 @@ pub async fn run_read(ctx: &ProbeContext, read: Read) {
         Read::DockerCli => drop(docker_cli(ctx).await),
         Read::DaemonAndDisk => {
             let state = daemon(ctx).await;
-            drop(disk(ctx, &super::docker_root_target(&state)).await);
+            drop(disk(ctx, &image_store_target(ctx, &state).await).await);
         }
         Read::Packages => drop(packages(ctx).await),
         Read::Snap => drop(snap_docker(ctx).await),
@@ -837,5 +852,44 @@ mod tests {
         let text = "INFO[0000] Found 3 CDI devices\nnvidia.com/gpu=0\nnvidia.com/gpu=GPU-8ba1a2c1-7d3b-4f5e-9a6b-1234567890ab\nnvidia.com/gpu=all\n";
         assert_eq!(parse_cdi_list(text).len(), 3);
         assert!(parse_cdi_list("INFO[0000] Found 0 CDI devices\n").is_empty());
+    }
+
+    #[tokio::test]
+    async fn images_land_under_containerds_root_only_with_its_store() {
+        let root = tempfile::tempdir().unwrap();
+        let ctx = ProbeContext::new(super::super::ProbeOptions {
+            root: root.path().to_owned(),
+            ..Default::default()
+        });
+        let info = |store| {
+            let raw = super::super::docker_info::parse_info_json(
+                r#"{"DockerRootDir":"/data/docker","DriverStatus":[["driver-type","io.containerd.snapshotter.v1"]]}"#,
+            )
+            .unwrap();
+            let mut info = super::super::docker_info::daemon_info_from(&raw, "/s", None);
+            info.image_store = store;
+            DaemonState::Reachable {
+                info: Box::new(info),
+            }
+        };
+        assert_eq!(
+            image_store_target(&ctx, &info(ImageStore::Graphdriver)).await,
+            "/data/docker"
+        );
+        // No configuration: containerd's default root.
+        assert_eq!(
+            image_store_target(&ctx, &info(ImageStore::Containerd)).await,
+            "/var/lib/containerd"
+        );
+        std::fs::create_dir_all(root.path().join("etc/containerd")).unwrap();
+        std::fs::write(
+            root.path().join("etc/containerd/config.toml"),
+            "version = 2\nroot = \"/srv/containerd\"\n[grpc]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            image_store_target(&ctx, &info(ImageStore::Containerd)).await,
+            "/srv/containerd"
+        );
     }
 }

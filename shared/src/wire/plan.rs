@@ -441,9 +441,14 @@ pub struct Plan {
     pub system_changes: Vec<SystemChange>,
     /// Bytes the engine image downloads.
     pub download_bytes: Option<u64>,
-    /// Bytes the engine image needs on disk.
+    /// Bytes the engine image needs on disk in this daemon's image store
+    /// ([`ImageStore::disk_need`]).
     pub required_disk_bytes: Option<u64>,
-    /// The path whose free space was measured; null exactly when `free_disk_bytes` is.
+    /// Where the daemon keeps images: it decides the path measured and the bytes needed.
+    #[serde(default)]
+    pub image_store: ImageStore,
+    /// The path whose free space was measured (where the image store keeps its data); null
+    /// exactly when `free_disk_bytes` is.
     pub docker_root_dir: Option<String>,
     /// Free bytes there.
     pub free_disk_bytes: Option<u64>,
@@ -549,5 +554,28 @@ mod tests {
             serde_json::to_value(Availability::PrerequisiteBlocked).unwrap(),
             serde_json::json!("prerequisite-blocked")
         );
+    }
+}
+
+/// Where a Docker daemon keeps images, which decides where an image's bytes land and how many.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ImageStore {
+    /// A graph driver (overlay2, ...) under `DockerRootDir`: the layers are kept unpacked only.
+    #[default]
+    Graphdriver,
+    /// containerd's image store (`DriverStatus` `driver-type` `io.containerd.snapshotter.v1`;
+    /// the default of Docker 29 on fresh installs): the compressed content stays next to the
+    /// unpacked snapshots, both under containerd's root (docker/docs#24010, #23766).
+    Containerd,
+}
+
+impl ImageStore {
+    /// Bytes an image needs on disk here, from the descriptor's download and unpacked sizes.
+    pub fn disk_need(self, download_bytes: u64, required_disk_bytes: u64) -> u64 {
+        match self {
+            ImageStore::Graphdriver => required_disk_bytes,
+            ImageStore::Containerd => required_disk_bytes.saturating_add(download_bytes),
+        }
     }
 }
