@@ -10,8 +10,8 @@ use enginekit_broker::probe::docker_info::{daemon_info_from, parse_info_json};
 use enginekit_broker::probe::facts::{Fact, ImageStore, InstallMethod, PackageFamily};
 use enginekit_broker::probe::install_method::{detect_install_method, InstallEvidence};
 use enginekit_broker::probe::nvidia_smi::{
-    attach_mig_devices, parse_mig_listing, parse_query_gpu, rejects_compute_cap, reports_no_driver,
-    LEGACY_QUERY_FIELDS, QUERY_FIELDS,
+    attach_mig_devices, parse_mig_listing, parse_query_gpu, rejects_compute_cap,
+    reports_library_mismatch, reports_no_driver, LEGACY_QUERY_FIELDS, QUERY_FIELDS,
 };
 use enginekit_broker::probe::os_release::parse_os_release;
 use enginekit_broker::probe::packages::{engine_version, parse_dpkg_query};
@@ -301,6 +301,23 @@ fn driver_not_loaded_is_no_driver() {
         "the message alone suffices"
     );
     assert!(parse_query_gpu(&text, QUERY_FIELDS).is_empty());
+}
+
+#[test]
+fn a_driver_library_mismatch_is_not_no_driver() {
+    let text = fixture("nvidia-smi/driver-library-mismatch-580.95.txt");
+    assert_eq!(
+        reports_library_mismatch(&text, ""),
+        Some(Some("580.95".to_owned()))
+    );
+    // Older drivers print only the first line.
+    let first = text.lines().next().unwrap();
+    assert_eq!(reports_library_mismatch("", first), Some(None));
+    assert!(!reports_no_driver(Some(18), &text, ""));
+    assert_eq!(
+        reports_library_mismatch(&fixture("nvidia-smi/driver-not-loaded.txt"), ""),
+        None
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

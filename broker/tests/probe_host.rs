@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use enginekit_broker::probe::exec::system_dirs;
 use enginekit_broker::probe::facts::{
-    DaemonState, Fact, GpuSource, HostFacts, InitSystem, InstallMethod,
+    DaemonState, Fact, GpuSource, HostFacts, InitSystem, InstallMethod, LibraryMismatch,
+    UnknownFact,
 };
 use enginekit_broker::probe::{probe, ProbeOptions};
 
@@ -318,6 +319,28 @@ fn stand_in_driver_not_loaded_is_no_driver() {
     assert_eq!(facts.nvidia.source, GpuSource::NvidiaSmi);
     assert_eq!(facts.nvidia.driver_version, Fact::known(None));
     assert_eq!(facts.nvidia.gpus, Fact::known(Vec::new()));
+}
+
+#[test]
+fn stand_in_library_mismatch_is_its_own_fact_not_an_unknown_driver() {
+    let gpus = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/bench/standins/gpus/library-mismatch.csv"),
+    )
+    .unwrap();
+    let (_keep, dirs) = stand_in_bin_dir(&gpus);
+    let facts = probe_with_bins(dirs);
+    assert_eq!(
+        facts.nvidia.library_mismatch,
+        Some(LibraryMismatch {
+            library_version: Some("580.95".to_owned())
+        })
+    );
+    assert!(facts.nvidia.driver_version.is_unknown());
+    assert!(
+        !facts.unknown_facts().contains(&UnknownFact::NvidiaDriver),
+        "the mismatch explains the unknown driver"
+    );
 }
 
 /// Podman's docker shim is recognised from the file, without running it.

@@ -471,6 +471,40 @@ fn driver_gpu_and_disk() {
         CLEAN,
         |f| set(f, "/nvidia/gpus", known(json!([]))),
     );
+    // An unattended driver update without a restart (NVIDIA/nvidia-container-toolkit#171).
+    let plan = check(
+        Case::new("a driver/library version mismatch asks for a restart, not a driver")
+            .blocked(&["driver-library-mismatch"]),
+        READY,
+        |f| {
+            set(
+                f,
+                "/nvidia/driver_version",
+                unknown("Driver/library version mismatch"),
+            );
+            set(
+                f,
+                "/nvidia/gpus",
+                unknown("Driver/library version mismatch"),
+            );
+            set(
+                f,
+                "/nvidia/kernel_module_version",
+                known(json!("580.82.07")),
+            );
+            f["nvidia"]["library_mismatch"] = json!({"library_version": "580.95.05"});
+        },
+    );
+    let b = blocker(&plan, "driver-library-mismatch");
+    assert_eq!(
+        (
+            param(b, "module"),
+            param(b, "libraries"),
+            param(b, "remedy")
+        ),
+        ("580.82.07", "580.95.05", "reboot")
+    );
+    assert!(b.message.ends_with("Restart the computer, then try again."));
     check(
         Case::new("a missing driver is something the user installs").blocked(&["driver-missing"]),
         CLEAN,

@@ -79,6 +79,28 @@ pub fn driver_missing() -> Blocker {
     )
 }
 
+pub fn driver_library_mismatch(module: Option<&str>, libraries: Option<&str>) -> Blocker {
+    let versions = match (module, libraries) {
+        (Some(m), Some(l)) => format!(" (the running module is {m}, the installed driver {l})"),
+        (Some(m), None) => format!(" (the running module is {m})"),
+        (None, Some(l)) => format!(" (the installed driver is {l})"),
+        (None, None) => String::new(),
+    };
+    let mut blocker = Blocker::new(
+        BlockerReason::DriverLibraryMismatch,
+        format!(
+            "The NVIDIA driver was updated but the old kernel module is still running{versions}, so no program can use the GPU (\"Driver/library version mismatch\"). Restart the computer, then try again."
+        ),
+    );
+    if let Some(m) = module {
+        blocker = blocker.with_param("module", m);
+    }
+    if let Some(l) = libraries {
+        blocker = blocker.with_param("libraries", l);
+    }
+    blocker.with_param("remedy", "reboot")
+}
+
 pub fn driver_too_old(required: &str, actual: &str) -> Blocker {
     Blocker::new(
         BlockerReason::DriverTooOld,

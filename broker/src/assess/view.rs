@@ -33,6 +33,9 @@ pub struct LinuxView {
     /// `Some(true)` systemd is PID 1, `Some(false)` another init, `None` unknown.
     pub systemd: Option<bool>,
     pub driver_version: Option<String>,
+    /// The kernel module and the driver's libraries differ: `(module, libraries)` versions, each
+    /// when known.
+    pub driver_library_mismatch: Option<(Option<String>, Option<String>)>,
     pub gpus: Vec<GpuView>,
     pub cli: bool,
     pub daemon_reachable: bool,
@@ -93,6 +96,17 @@ impl LinuxView {
             immutable_os: facts.system.immutable_os.is_true(),
             systemd: facts.systemd(),
             driver_version: facts.nvidia.driver_version.value().cloned().flatten(),
+            driver_library_mismatch: facts.nvidia.library_mismatch.as_ref().map(|m| {
+                (
+                    facts
+                        .nvidia
+                        .kernel_module_version
+                        .value()
+                        .cloned()
+                        .flatten(),
+                    m.library_version.clone(),
+                )
+            }),
             gpus: facts
                 .nvidia
                 .gpus

@@ -201,7 +201,8 @@ impl HostFacts {
         if self.system.init.is_unknown() {
             out.push(UnknownFact::InitSystem);
         }
-        if self.nvidia.driver_version.is_unknown() {
+        // A version mismatch is its own blocker, with its remedy.
+        if self.nvidia.driver_version.is_unknown() && self.nvidia.library_mismatch.is_none() {
             out.push(UnknownFact::NvidiaDriver);
         }
         if self.disk.free_bytes.is_unknown() {
@@ -629,6 +630,18 @@ pub struct NvidiaFacts {
     pub cdi_nvidia_gpu_listed: Fact<bool>,
     /// Device names `nvidia-ctk cdi list` printed (e.g. `nvidia.com/gpu=0`).
     pub cdi_devices: Vec<String>,
+    /// nvidia-smi said the kernel module and the user-space driver differ (an update without a
+    /// restart); the driver version and the GPUs are then unknown. Absent in older facts.
+    #[serde(default)]
+    pub library_mismatch: Option<LibraryMismatch>,
+}
+
+/// The loaded kernel module and the user-space driver libraries are different versions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LibraryMismatch {
+    /// The libraries' version, when nvidia-smi printed it (`NVML library version: …`).
+    pub library_version: Option<String>,
 }
 
 /// Where the GPU facts came from.

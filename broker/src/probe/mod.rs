@@ -207,6 +207,7 @@ pub async fn probe_with(ctx: &ProbeContext) -> HostFacts {
             hook_on_path,
             cdi_nvidia_gpu_listed,
             cdi_devices,
+            library_mismatch: gpus.library_mismatch,
         },
         disk,
         network: NetworkFacts { routes },

@@ -62,6 +62,26 @@ pub fn reports_no_driver(code: Option<i32>, stdout: &str, stderr: &str) -> bool 
         })
 }
 
+/// `Some` when nvidia-smi says the loaded kernel module and the user-space driver differ
+/// ("Failed to initialize NVML: Driver/library version mismatch", exit 18: the driver was
+/// updated and the old module still runs), with the library version when it printed one
+/// ("NVML library version: 580.95", drivers since R535).
+pub fn reports_library_mismatch(stdout: &str, stderr: &str) -> Option<Option<String>> {
+    let text = [stdout, stderr];
+    if !text
+        .iter()
+        .any(|t| t.contains("Driver/library version mismatch"))
+    {
+        return None;
+    }
+    let version = text.iter().flat_map(|t| t.lines()).find_map(|line| {
+        let v = line.trim().strip_prefix("NVML library version:")?.trim();
+        let dotted = !v.is_empty() && v.chars().all(|c| c.is_ascii_digit() || c == '.');
+        dotted.then(|| v.to_owned())
+    });
+    Some(version)
+}
+
 /// Parses `--query-gpu=<fields> --format=csv,noheader,nounits` output (a header line or units are
 /// tolerated). Rows with too few cells, an empty uuid, or the header are skipped. A name that
 /// contains commas is put back together: every field but `name` has a fixed position.

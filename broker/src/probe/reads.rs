@@ -10,14 +10,14 @@ use super::daemon_json::daemon_json_from_read;
 use super::exec::{ExecError, Runner};
 use super::facts::{
     DaemonJson, DaemonState, DiskFacts, DockerGroupFacts, Fact, Gpu, GpuSource, ImageStore,
-    InitSystem, InstalledPackage, Route, SelinuxMode, UserFacts,
+    InitSystem, InstalledPackage, LibraryMismatch, Route, SelinuxMode, UserFacts,
 };
 use super::kernel::{
     is_wsl_kernel, normalise_architecture, parse_nvidia_module_version, parse_selinux_enforce,
 };
 use super::nvidia_smi::{
     attach_mig_devices, parse_mig_listing, parse_query_gpu, query_arg, rejected_field,
-    reports_no_driver, OPTIONAL_FIELDS, QUERY_FIELDS,
+    reports_library_mismatch, reports_no_driver, OPTIONAL_FIELDS, QUERY_FIELDS,
 };
 use super::nvml::{read_nvml, NvmlRead};
 use super::os_release::parse_os_release;
@@ -487,6 +487,8 @@ pub struct GpuRead {
     pub driver_version: Fact<Option<String>>,
     /// The GPUs.
     pub gpus: Fact<Vec<Gpu>>,
+    /// nvidia-smi's "Driver/library version mismatch".
+    pub library_mismatch: Option<LibraryMismatch>,
 }
 
 /// NVML when the library loads, else nvidia-smi.
@@ -499,6 +501,7 @@ pub async fn gpus(ctx: &ProbeContext) -> GpuRead {
             }) => {
                 return GpuRead {
                     source: GpuSource::Nvml,
+                    library_mismatch: None,
                     driver_version: Fact::known(Some(driver_version)),
                     gpus: Fact::known(gpus),
                 }
@@ -506,6 +509,7 @@ pub async fn gpus(ctx: &ProbeContext) -> GpuRead {
             Ok(NvmlRead::NoDriver) => {
                 return GpuRead {
                     source: GpuSource::Nvml,
+                    library_mismatch: None,
                     driver_version: Fact::known(None),
                     gpus: Fact::known(Vec::new()),
                 }
@@ -529,6 +533,7 @@ pub async fn nvidia_smi_gpus(ctx: &ProbeContext) -> GpuRead {
     let (query, fields) = query;
     let unknown = |reason: String| GpuRead {
         source: GpuSource::NvidiaSmi,
+        library_mismatch: None,
         driver_version: Fact::unknown(reason.clone()),
         gpus: Fact::unknown(reason),
     };
@@ -543,12 +548,22 @@ pub async fn nvidia_smi_gpus(ctx: &ProbeContext) -> GpuRead {
             let driver = gpus.last().and_then(|g| g.driver_version.clone());
             GpuRead {
                 source: GpuSource::NvidiaSmi,
+                library_mismatch: None,
                 driver_version: Fact::known(driver),
                 gpus: Fact::known(gpus),
             }
         }
+        Ok(out) if reports_library_mismatch(&out.stdout, &out.stderr).is_some() => GpuRead {
+            source: GpuSource::NvidiaSmi,
+            driver_version: Fact::unknown("Driver/library version mismatch"),
+            gpus: Fact::unknown("Driver/library version mismatch"),
+            library_mismatch: Some(LibraryMismatch {
+                library_version: reports_library_mismatch(&out.stdout, &out.stderr).flatten(),
+            }),
+        },
         Ok(out) if reports_no_driver(out.code, &out.stdout, &out.stderr) => GpuRead {
             source: GpuSource::NvidiaSmi,
+            library_mismatch: None,
             driver_version: Fact::known(None),
             gpus: Fact::known(Vec::new()),
         },
@@ -563,6 +578,7 @@ pub async fn nvidia_smi_gpus(ctx: &ProbeContext) -> GpuRead {
         )),
         Err(ExecError::NotFound(_)) => GpuRead {
             source: GpuSource::None,
+            library_mismatch: None,
             driver_version: Fact::known(None),
             gpus: Fact::known(Vec::new()),
         },

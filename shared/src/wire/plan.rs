@@ -53,6 +53,8 @@ pub enum BlockerReason {
     DriverMissing,
     /// The driver is older than the descriptor's minimum.
     DriverTooOld,
+    /// The running kernel module and the installed driver libraries differ (a reboot is due).
+    DriverLibraryMismatch,
     /// The driver lists no GPU.
     NoGpu,
     /// The best card's compute capability is below the minimum.
@@ -114,6 +116,7 @@ impl BlockerReason {
         BlockerReason::UnsupportedArchitecture,
         BlockerReason::DriverMissing,
         BlockerReason::DriverTooOld,
+        BlockerReason::DriverLibraryMismatch,
         BlockerReason::NoGpu,
         BlockerReason::ComputeCapabilityTooLow,
         BlockerReason::DockerSnap,
@@ -149,6 +152,7 @@ impl BlockerReason {
             BlockerReason::UnsupportedArchitecture => "unsupported-architecture",
             BlockerReason::DriverMissing => "driver-missing",
             BlockerReason::DriverTooOld => "driver-too-old",
+            BlockerReason::DriverLibraryMismatch => "driver-library-mismatch",
             BlockerReason::NoGpu => "no-gpu",
             BlockerReason::ComputeCapabilityTooLow => "compute-capability-too-low",
             BlockerReason::DockerSnap => "docker-snap",
