@@ -505,6 +505,60 @@ fn driver_gpu_and_disk() {
         ("580.82.07", "580.95.05", "reboot")
     );
     assert!(b.message.ends_with("Restart the computer, then try again."));
+    // Why there is no driver (recorded sysfs shapes: see src/probe/nvidia_hardware.rs).
+    let no_driver_with = |hardware: Value| {
+        move |f: &mut Value| {
+            set(f, "/nvidia/driver_version", known(Value::Null));
+            set(f, "/nvidia/gpus", known(json!([])));
+            f["nvidia"]["hardware"] = known(hardware);
+        }
+    };
+    let hardware = |devices: Value, built: bool, secure_boot: Value, pending: bool| {
+        json!({"devices": devices, "module_built": built, "module_loaded": false,
+               "nouveau_loaded": false, "secure_boot": secure_boot,
+               "mok_enrollment_pending": pending})
+    };
+    let rtx4090 = json!([{"address": "0000:01:00.0", "device_id": 0x2684, "driver": null}]);
+    let rtx5090 = json!([{"address": "0000:01:00.0", "device_id": 0x2b85, "driver": null}]);
+    let nouveau = json!([{"address": "0000:01:00.0", "device_id": 0x2684, "driver": "nouveau"}]);
+    check(
+        Case::new("no NVIDIA card on the PCI bus").blocked(&["no-nvidia-device"]),
+        CLEAN,
+        no_driver_with(hardware(json!([]), false, Value::Null, false)),
+    );
+    let plan = check(
+        Case::new("a card that nouveau drives").blocked(&["nouveau-bound"]),
+        CLEAN,
+        no_driver_with(hardware(nouveau, false, Value::Null, false)),
+    );
+    assert_eq!(
+        param(blocker(&plan, "nouveau-bound"), "device"),
+        "0000:01:00.0"
+    );
+    let plan = check(
+        Case::new("a DKMS module waiting for its Secure Boot key to be enrolled")
+            .blocked(&["secure-boot-enrollment-pending"]),
+        CLEAN,
+        no_driver_with(hardware(rtx4090.clone(), true, json!(true), true)),
+    );
+    assert!(blocker(&plan, "secure-boot-enrollment-pending")
+        .message
+        .contains("Enroll MOK"));
+    let plan = check(
+        Case::new("a Blackwell card needs the open kernel modules")
+            .blocked(&["driver-needs-open-modules"]),
+        CLEAN,
+        no_driver_with(hardware(rtx5090, false, Value::Null, false)),
+    );
+    assert_eq!(
+        param(blocker(&plan, "driver-needs-open-modules"), "device_id"),
+        "0x2b85"
+    );
+    check(
+        Case::new("an older card with no driver installed").blocked(&["driver-missing"]),
+        CLEAN,
+        no_driver_with(hardware(rtx4090, false, json!(false), false)),
+    );
     check(
         Case::new("a missing driver is something the user installs").blocked(&["driver-missing"]),
         CLEAN,

@@ -8,6 +8,7 @@
 pub mod blockers;
 pub mod install_plan;
 pub mod network;
+pub mod no_driver;
 pub mod version;
 pub mod view;
 pub mod warnings;
@@ -187,7 +188,7 @@ fn universal_blockers(
         ));
     } else {
         match &view.driver_version {
-            None if !driver_unknown => out.push(blockers::driver_missing()),
+            None if !driver_unknown => out.push(no_driver::blocker(view.nvidia_hardware.as_ref())),
             None => {}
             Some(actual) => {
                 let required = &descriptor.minimum_driver_version;

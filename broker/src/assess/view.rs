@@ -5,7 +5,8 @@
 //! the reference's booleans.
 
 use crate::probe::facts::{
-    ComputeCapability, HostFacts, ImageStore, InstallMethod, PackageFamily, Route, UnknownFact,
+    ComputeCapability, HostFacts, ImageStore, InstallMethod, NvidiaHardware, PackageFamily, Route,
+    UnknownFact,
 };
 
 /// `/etc/os-release`, as the gates need it.
@@ -36,6 +37,8 @@ pub struct LinuxView {
     /// The kernel module and the driver's libraries differ: `(module, libraries)` versions, each
     /// when known.
     pub driver_library_mismatch: Option<(Option<String>, Option<String>)>,
+    /// NVIDIA devices, module and Secure Boot, when read.
+    pub nvidia_hardware: Option<NvidiaHardware>,
     pub gpus: Vec<GpuView>,
     pub cli: bool,
     pub daemon_reachable: bool,
@@ -96,6 +99,7 @@ impl LinuxView {
             immutable_os: facts.system.immutable_os.is_true(),
             systemd: facts.systemd(),
             driver_version: facts.nvidia.driver_version.value().cloned().flatten(),
+            nvidia_hardware: facts.nvidia.hardware.value().cloned(),
             driver_library_mismatch: facts.nvidia.library_mismatch.as_ref().map(|m| {
                 (
                     facts

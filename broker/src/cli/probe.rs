@@ -393,6 +393,37 @@ fn nvidia_section(f: &HostFacts) -> Section {
         }
     }
     sec.row(
+        "PCI devices",
+        show(&n.hardware, |hw| {
+            let devices: Vec<String> = hw
+                .devices
+                .iter()
+                .map(|d| {
+                    format!(
+                        "{} ({:#06x}, driver {})",
+                        d.address,
+                        d.device_id,
+                        d.driver.as_deref().unwrap_or("none")
+                    )
+                })
+                .collect();
+            let module = match (hw.module_loaded, hw.module_built) {
+                (true, _) => "nvidia module loaded",
+                (false, true) => "nvidia module built, not loaded",
+                (false, false) => "no nvidia module for this kernel",
+            };
+            let secure_boot = match (hw.secure_boot, hw.mok_enrollment_pending) {
+                (Some(true), true) => ", Secure Boot on, a MOK enrollment pending",
+                (Some(true), false) => ", Secure Boot on",
+                _ => "",
+            };
+            format!(
+                "{}; {module}{secure_boot}",
+                list_or(&devices, "no NVIDIA card")
+            )
+        }),
+    );
+    sec.row(
         "container toolkit",
         show(&n.toolkit_installed, |t| {
             if *t {

@@ -634,7 +634,17 @@ pub struct NvidiaFacts {
     /// restart); the driver version and the GPUs are then unknown. Absent in older facts.
     #[serde(default)]
     pub library_mismatch: Option<LibraryMismatch>,
+    /// The NVIDIA devices on the PCI bus, their kernel drivers, the module and Secure Boot:
+    /// why there is no driver. Unknown in facts recorded before it was read.
+    #[serde(default = "hardware_not_read")]
+    pub hardware: Fact<NvidiaHardware>,
 }
+
+fn hardware_not_read() -> Fact<NvidiaHardware> {
+    Fact::unknown("not read by this version of the probe")
+}
+
+pub use super::nvidia_hardware::{NvidiaHardware, PciGpu};
 
 /// The loaded kernel module and the user-space driver libraries are different versions.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -14,6 +14,7 @@ pub mod exec;
 pub mod facts;
 pub mod install_method;
 pub mod kernel;
+pub mod nvidia_hardware;
 pub mod nvidia_smi;
 pub mod nvml;
 pub mod os_release;
@@ -129,6 +130,7 @@ pub async fn probe_with(ctx: &ProbeContext) -> HostFacts {
         daemon_json,
         gpus,
         kernel_module_version,
+        nvidia_hardware,
         nvidia_ctk_version,
         (cdi_nvidia_gpu_listed, cdi_devices),
         routes,
@@ -147,6 +149,7 @@ pub async fn probe_with(ctx: &ProbeContext) -> HostFacts {
         reads::daemon_json(ctx),
         reads::gpus(ctx),
         reads::kernel_module_version(ctx),
+        reads::nvidia_hardware(ctx),
         reads::nvidia_ctk_version(ctx),
         reads::cdi_list(ctx),
         reads::routes(ctx),
@@ -208,6 +211,7 @@ pub async fn probe_with(ctx: &ProbeContext) -> HostFacts {
             cdi_nvidia_gpu_listed,
             cdi_devices,
             library_mismatch: gpus.library_mismatch,
+            hardware: nvidia_hardware,
         },
         disk,
         network: NetworkFacts { routes },

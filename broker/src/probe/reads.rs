@@ -10,7 +10,7 @@ use super::daemon_json::daemon_json_from_read;
 use super::exec::{ExecError, Runner};
 use super::facts::{
     DaemonJson, DaemonState, DiskFacts, DockerGroupFacts, Fact, Gpu, GpuSource, ImageStore,
-    InitSystem, InstalledPackage, LibraryMismatch, Route, SelinuxMode, UserFacts,
+    InitSystem, InstalledPackage, LibraryMismatch, NvidiaHardware, Route, SelinuxMode, UserFacts,
 };
 use super::kernel::{
     is_wsl_kernel, normalise_architecture, parse_nvidia_module_version, parse_selinux_enforce,
@@ -628,6 +628,22 @@ pub async fn kernel_module_version(ctx: &ProbeContext) -> Fact<Option<String>> {
     }
 }
 
+/// The NVIDIA devices on the PCI bus, the module and Secure Boot ([`super::nvidia_hardware`]).
+pub async fn nvidia_hardware(ctx: &ProbeContext) -> Fact<NvidiaHardware> {
+    let release = match read_host_file(ctx, "/proc/sys/kernel/osrelease").await {
+        Ok(Some(text)) => {
+            Some(text.trim().to_owned()).filter(|r| !r.is_empty() && !r.contains('/'))
+        }
+        Ok(None) | Err(_) => None,
+    };
+    let root = ctx.options.root.clone();
+    let work = move || super::nvidia_hardware::read(&root, release.as_deref());
+    match bounded_blocking(ctx.options.read_timeout, "NVIDIA hardware", work).await {
+        Ok(Ok(hardware)) => Fact::known(hardware),
+        Ok(Err(e)) | Err(e) => Fact::unknown(e),
+    }
+}
+
 /// `nvidia-ctk --version`: `Known(None)` when absent or failing.
 pub async fn nvidia_ctk_version(ctx: &ProbeContext) -> Fact<Option<String>> {
     match ctx.runner.run("nvidia-ctk", &["--version"]).await {
@@ -766,6 +782,8 @@ pub enum Read {
     Gpus,
     /// `/proc/driver/nvidia/version`.
     KernelModule,
+    /// NVIDIA PCI devices, the module tree, Secure Boot.
+    NvidiaHardware,
     /// `nvidia-ctk --version`.
     NvidiaCtk,
     /// `nvidia-ctk cdi list`.
@@ -795,6 +813,7 @@ impl Read {
         Read::DaemonJson,
         Read::Gpus,
         Read::KernelModule,
+        Read::NvidiaHardware,
         Read::NvidiaCtk,
         Read::CdiList,
         Read::Hook,
@@ -819,6 +838,7 @@ impl Read {
             Read::DaemonJson => "daemon.json",
             Read::Gpus => "gpus",
             Read::KernelModule => "nvidia-module",
+            Read::NvidiaHardware => "nvidia-hardware",
             Read::NvidiaCtk => "nvidia-ctk",
             Read::CdiList => "cdi-list",
             Read::Hook => "hook",
@@ -851,6 +871,7 @@ pub async fn run_read(ctx: &ProbeContext, read: Read) {
         Read::DaemonJson => drop(daemon_json(ctx).await),
         Read::Gpus => drop(gpus(ctx).await),
         Read::KernelModule => drop(kernel_module_version(ctx).await),
+        Read::NvidiaHardware => drop(nvidia_hardware(ctx).await),
         Read::NvidiaCtk => drop(nvidia_ctk_version(ctx).await),
         Read::CdiList => drop(cdi_list(ctx).await),
         Read::Hook => drop(hook_on_path(ctx)),

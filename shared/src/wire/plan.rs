@@ -49,8 +49,16 @@ pub enum BlockerReason {
     UnknownFact,
     /// Not x86_64 or aarch64.
     UnsupportedArchitecture,
-    /// No NVIDIA driver.
+    /// No NVIDIA driver (and no more specific cause below).
     DriverMissing,
+    /// No NVIDIA display device on the PCI bus.
+    NoNvidiaDevice,
+    /// The card is bound to nouveau.
+    NouveauBound,
+    /// The driver's module is built but waits for a Secure Boot key enrollment (MOK).
+    SecureBootEnrollmentPending,
+    /// A Blackwell card, which needs NVIDIA's open kernel modules.
+    DriverNeedsOpenModules,
     /// The driver is older than the descriptor's minimum.
     DriverTooOld,
     /// The running kernel module and the installed driver libraries differ (a reboot is due).
@@ -115,6 +123,10 @@ impl BlockerReason {
         BlockerReason::UnknownFact,
         BlockerReason::UnsupportedArchitecture,
         BlockerReason::DriverMissing,
+        BlockerReason::NoNvidiaDevice,
+        BlockerReason::NouveauBound,
+        BlockerReason::SecureBootEnrollmentPending,
+        BlockerReason::DriverNeedsOpenModules,
         BlockerReason::DriverTooOld,
         BlockerReason::DriverLibraryMismatch,
         BlockerReason::NoGpu,
@@ -151,6 +163,10 @@ impl BlockerReason {
             BlockerReason::UnknownFact => "unknown-fact",
             BlockerReason::UnsupportedArchitecture => "unsupported-architecture",
             BlockerReason::DriverMissing => "driver-missing",
+            BlockerReason::NoNvidiaDevice => "no-nvidia-device",
+            BlockerReason::NouveauBound => "nouveau-bound",
+            BlockerReason::SecureBootEnrollmentPending => "secure-boot-enrollment-pending",
+            BlockerReason::DriverNeedsOpenModules => "driver-needs-open-modules",
             BlockerReason::DriverTooOld => "driver-too-old",
             BlockerReason::DriverLibraryMismatch => "driver-library-mismatch",
             BlockerReason::NoGpu => "no-gpu",
