@@ -4,6 +4,7 @@ pub mod assess;
 pub mod cli;
 pub mod dbus;
 pub mod docker;
+pub mod doctor;
 pub mod documents;
 pub mod durable;
 pub mod elevate;

@@ -250,6 +250,25 @@ fn setup_and_remove_over_the_session_bus_with_the_signals_observed() {
         let installations: Value = serde_json::from_str(&installations).expect("json");
         assert_eq!(installations[0]["status"], "ready");
         assert!(host.image_present(&host.engine_ref));
+        // The doctor over the bus sees the set-up engine and the (STAND-IN) driver's GPU.
+        let doctor: String = broker(&conn)
+            .await
+            .call("Doctor", &())
+            .await
+            .expect("Doctor");
+        let doctor: Value = serde_json::from_str(&doctor).expect("json");
+        let finding = |code: &str| {
+            doctor["findings"]
+                .as_array()
+                .and_then(|f| f.iter().find(|f| f["code"] == code))
+                .cloned()
+                .unwrap_or_else(|| panic!("no {code} finding: {doctor}"))
+        };
+        assert_eq!(finding("engines")["severity"], "ok", "{doctor}");
+        assert!(finding("engines")["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("vllm")));
+        assert_eq!(finding("driver")["severity"], "ok", "{doctor}");
 
         let removal: zbus::OwnedObjectPath = broker(&conn)
             .await

@@ -3,6 +3,7 @@
 //! Exit codes: 0 success (or nothing to do), 1 failure, 2 usage error, 3 plan blocked.
 
 pub mod docker;
+pub mod doctor;
 pub mod engines;
 pub mod plan;
 pub mod probe;
@@ -39,6 +40,8 @@ pub enum Command {
     Docker(docker::DockerArgs),
     /// What stands between this machine and a running engine, and what setup would change.
     Plan(plan::PlanArgs),
+    /// What is wrong after setup, each finding with its remedy (driver, Docker, GPU runtime, CDI, toolkit).
+    Doctor(doctor::DoctorArgs),
     /// The engines this build can set up: descriptor, image, sizes, minimums.
     Engines(engines::EnginesArgs),
     /// What this machine looks like: system, Docker, NVIDIA, disk, network (`--json` for the facts document).
@@ -65,6 +68,7 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Docker(args) => docker::run(args),
         Command::Plan(args) => plan::run(args),
+        Command::Doctor(args) => doctor::run(args),
         Command::Engines(args) => engines::run(args),
         Command::Probe(args) => probe::run(args),
         Command::Setup(args) => setup::run(args),

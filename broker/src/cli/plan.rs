@@ -80,7 +80,7 @@ pub fn parse_facts(bytes: &[u8]) -> Result<HostFacts, String> {
     serde_json::from_slice(bytes).map_err(|e| e.to_string())
 }
 
-fn live_facts() -> Result<HostFacts, CodedError> {
+pub(super) fn live_facts() -> Result<HostFacts, CodedError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

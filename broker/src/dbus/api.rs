@@ -31,6 +31,8 @@ pub trait BrokerApi: Send + Sync + 'static {
     fn spawn_drive(&self, id: OperationId);
     fn operations(&self) -> Result<Vec<Operation>, CodedError>;
     fn installations(&self) -> Result<serde_json::Value, CodedError>;
+    /// `enginekit doctor`'s findings over a fresh probe and the installations.
+    fn doctor(&self) -> BoxFuture<'_, Result<serde_json::Value, CodedError>>;
     fn subscribe(&self) -> broadcast::Receiver<RunnerEvent>;
     /// Whether any operation is being driven, or any call answered, by this process.
     fn busy(&self) -> bool;
@@ -144,6 +146,25 @@ impl<P: Provisioner + Probing, E: Elevator> BrokerApi for Broker<P, E> {
                 "The installations cannot be encoded.",
             )
             .with_details(e.to_string())
+        })
+    }
+
+    fn doctor(&self) -> BoxFuture<'_, Result<serde_json::Value, CodedError>> {
+        Box::pin(async move {
+            let facts = self.runner.provisioner().probe_facts().await?;
+            let facts: crate::probe::facts::HostFacts =
+                serde_json::from_value(facts).map_err(|e| {
+                    CodedError::new(
+                        enginekit_shared::error::ErrorCode::IoError,
+                        "The probe's facts cannot be read back.",
+                    )
+                    .with_details(e.to_string())
+                })?;
+            let findings = crate::doctor::diagnose(&facts, &self.installations.list());
+            Ok(serde_json::json!({
+                "verdict": crate::doctor::worst(&findings),
+                "findings": findings,
+            }))
         })
     }
 

@@ -87,6 +87,13 @@ impl BrokerObject {
         Ok(path)
     }
 
+    /// What is wrong after setup, as JSON: `{verdict, findings: [{code, severity, message,
+    /// remedy}]}` (the same as `enginekit doctor --json`).
+    async fn doctor(&self) -> Result<String, BrokerError> {
+        let _call = self.api.call_started();
+        json_text(&self.api.doctor().await?)
+    }
+
     /// The installation records as a JSON array.
     async fn installations(&self) -> Result<String, BrokerError> {
         let _call = self.api.call_started();

@@ -1,0 +1,65 @@
+//! `enginekit doctor [--json] [--facts FILE]`: what is wrong on this machine after setup, each
+//! finding with its remedy ([`crate::doctor`]). Exit 0 when nothing is an error, 3 otherwise.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use serde_json::json;
+
+use super::plan::{live_facts, read_facts_file};
+use super::setup::{emit, report_error};
+use super::EXIT_BLOCKED;
+use crate::doctor::{diagnose, worst, Severity};
+use crate::installations::Installations;
+use crate::operations::store::default_state_root;
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// One JSON document on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Diagnose recorded facts (the output of `enginekit probe --json`) instead of probing.
+    #[arg(long, value_name = "FILE")]
+    pub facts: Option<PathBuf>,
+}
+
+pub fn run(args: DoctorArgs) -> ExitCode {
+    let json = args.json;
+    let facts = match &args.facts {
+        Some(path) => read_facts_file(path),
+        None => live_facts(),
+    };
+    let facts = match facts {
+        Ok(facts) => facts,
+        Err(e) => return report_error(json, &e),
+    };
+    let installations = match default_state_root().and_then(|root| Installations::open(&root)) {
+        Ok(store) => store.list(),
+        Err(e) => return report_error(json, &e),
+    };
+    let findings = diagnose(&facts, &installations);
+    let verdict = worst(&findings);
+    emit(
+        json,
+        json!({"event": "doctor", "verdict": verdict, "findings": findings}),
+    );
+    if !json {
+        for f in &findings {
+            let mark = match f.severity {
+                Severity::Ok => "ok",
+                Severity::Warning => "!!",
+                Severity::Error => "XX",
+            };
+            println!("  {mark}  [{}] {}", f.code, f.message);
+            if !f.remedy.is_empty() {
+                println!("          fix: {}", f.remedy);
+            }
+        }
+    }
+    if verdict == Severity::Error {
+        ExitCode::from(EXIT_BLOCKED)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
