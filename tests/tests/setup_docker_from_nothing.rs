@@ -49,6 +49,8 @@ const DOCKER_PACKAGES: [&str; 3] = ["docker-ce", "docker-ce-cli", "containerd.io
 enum DockerSource {
     /// The STAND-IN repository, signed by the key the recipe pins.
     Pinned,
+    /// The same repository signed by another key.
+    Resigned,
 }
 
 /// A host with no Docker, the enginekit package, the user and a signed recipe.
@@ -82,6 +84,30 @@ impl NoDockerHost {
 
     fn sh(&self, script: &str) -> String {
         self.booted.sh(script)
+    }
+
+    /// `enginekit setup --engine vllm --yes --json` as the user; fails the test, with the
+    /// helper's journal, unless it ends with the error `code`.
+    fn setup_expecting_error(&self, code: &str) -> Output {
+        let out = self.enginekit("setup --engine vllm --yes --json");
+        assert_eq!(
+            result_of(&out)["error"]["code"],
+            code,
+            "{}\nhelper journal:\n{}",
+            describe(&out),
+            self.journal()
+        );
+        out
+    }
+
+    /// The receipt's action `id`: (status line of its log, the whole log tail).
+    fn receipt_action(receipt: &Value, id: &str) -> String {
+        receipt["actions"]
+            .as_array()
+            .and_then(|a| a.iter().find(|a| a["code"] == id))
+            .and_then(|a| a["log_tail"].as_str())
+            .unwrap_or_else(|| panic!("no action {id} in the receipt: {receipt}"))
+            .to_owned()
     }
 
     fn install_standins_and_user(&self) {
@@ -120,6 +146,7 @@ impl NoDockerHost {
         let docker = self.env.docker_repo();
         let url = match source {
             DockerSource::Pinned => &docker.url,
+            DockerSource::Resigned => &docker.resigned_url,
         };
         let descriptor = vllm_descriptor(
             "vllm-bench-docker-from-nothing",
@@ -437,4 +464,160 @@ fn from_no_docker_at_all_setup_adds_dockers_repository_installs_it_and_the_toolk
         host.sh("systemctl is-active docker.service").trim(),
         "active"
     );
+}
+
+#[test]
+fn the_key_pin_holds_for_real_a_repository_signed_by_another_key_is_refused_by_apt_and_nothing_is_half_installed(
+) {
+    let host = NoDockerHost::start(DockerSource::Resigned, false);
+    let docker = host.env.docker_repo();
+    let before = host.plan();
+    assert_plan_from_nothing(&host, &before);
+
+    let out = host.enginekit("setup --engine vllm --yes --json");
+    let result = result_of(&out);
+    assert!(
+        result["error"]["code"].is_string(),
+        "the setup must fail: {}",
+        describe(&out)
+    );
+    assert_eq!(host.burnt_nonces().len(), 1, "{}", host.journal());
+    // The helper's job failed at the refresh of Docker's repository, and says so.
+    let receipt = host.last_receipt();
+    assert_eq!(receipt["outcome"], "failed", "{receipt}");
+    let refresh = NoDockerHost::receipt_action(&receipt, "refresh");
+    assert!(refresh.starts_with("failed: "), "{refresh}");
+    let other = &docker.other_key_fingerprint[24..];
+    assert!(
+        refresh.contains(&format!("NO_PUBKEY {other}")) || refresh.contains("not signed"),
+        "apt's own refusal is in the receipt: {refresh}"
+    );
+    assert!(
+        receipt["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("refresh: ")),
+        "{receipt}"
+    );
+    // What the user is told names the failed action and carries apt's refusal.
+    assert_eq!(
+        result["error"]["code"], "MANAGED_PREREQUISITE_BLOCKED",
+        "{result}"
+    );
+    let details = result["error"]["details"].as_str().unwrap_or_default();
+    eprintln!("the user is told, under the wrong key:\n{details}");
+    assert!(
+        details.starts_with("MANAGED_PREREQUISITE_BLOCKED: refresh: "),
+        "the failed action is named: {result}"
+    );
+    assert!(details.contains(&format!("NO_PUBKEY {other}")), "{result}");
+    let packages = NoDockerHost::receipt_action(&receipt, "packages");
+    assert!(packages.starts_with("not-run: "), "{packages}");
+
+    // Nothing half-installed: no package of Docker's or the toolkit's in any state, no
+    // group, no unit, no user in a group.
+    let mut all: Vec<&str> = DOCKER_PACKAGES.to_vec();
+    all.extend(TOOLKIT_PACKAGES);
+    assert_eq!(host.dpkg_states(&all), Vec::<String>::new());
+    assert!(host.sh("getent group docker").trim().is_empty());
+    assert!(!host.exists("/lib/systemd/system/docker.service"));
+    assert!(!host.groups().iter().any(|g| g == "docker"));
+    assert!(
+        host.sh("dpkg --audit").trim().is_empty(),
+        "dpkg --audit is clean"
+    );
+
+    // The plan afterwards offers the same step.
+    let after = host.plan();
+    let codes = |plan: &Value| -> Vec<(String, String)> {
+        changes(plan)
+            .into_iter()
+            .map(|(code, text, _)| (code, text))
+            .collect()
+    };
+    assert_eq!(codes(&after), codes(&before), "{after}");
+    assert_plan_from_nothing(&host, &after);
+}
+
+#[test]
+fn a_conflicting_debian_runc_is_refused_with_the_remedy_by_the_built_in_check_and_removed_by_a_recipe_that_says_remove(
+) {
+    let host = NoDockerHost::start(DockerSource::Pinned, false);
+    // Debian's runc, from Debian's archive, with Docker absent.
+    let installed = host.sh(
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends runc \
+           >/tmp/runc-install.log 2>&1 && echo ok || cat /tmp/runc-install.log",
+    );
+    assert!(installed.trim_end().ends_with("ok"), "{installed}");
+    let runc = host.installed_version("runc").expect("Debian's runc");
+    assert!(!runc.contains("standin"), "{runc}");
+    assert!(host.dpkg_states(&DOCKER_PACKAGES).is_empty());
+
+    // The built-in conflict check (remove: false) refuses, naming the package and the remedy.
+    let refused = host.enginekit("setup --engine vllm --yes --json");
+    assert!(
+        result_of(&refused)["error"]["code"].is_string(),
+        "{}",
+        describe(&refused)
+    );
+    let receipt = host.last_receipt();
+    assert_eq!(receipt["outcome"], "failed", "{receipt}");
+    let conflicts = NoDockerHost::receipt_action(&receipt, "conflicts");
+    assert!(
+        conflicts.starts_with("failed: runc is installed, and installing docker-ce"),
+        "{conflicts}"
+    );
+    let result = result_of(&refused);
+    let details = result["error"]["details"].as_str().unwrap_or_default();
+    eprintln!("the user is told, with Debian's runc:\n{details}");
+    for needle in ["conflicts: runc is installed", "(sudo apt-get remove runc)"] {
+        assert!(
+            details.contains(needle),
+            "the user is told {needle:?}: {result}"
+        );
+    }
+    // Nothing of Docker's went in, runc is still there, no package was touched.
+    assert_eq!(
+        host.installed_version("runc").as_deref(),
+        Some(runc.as_str())
+    );
+    let mut all: Vec<&str> = DOCKER_PACKAGES.to_vec();
+    all.extend(TOOLKIT_PACKAGES);
+    assert_eq!(host.dpkg_states(&all), Vec::<String>::new());
+    for id in ["refresh", "packages"] {
+        let action = NoDockerHost::receipt_action(&receipt, id);
+        assert!(action.starts_with("not-run: "), "{id}: {action}");
+    }
+
+    // A signed recipe that says remove: true removes it for real, and the setup goes on.
+    host.install_documents(DockerSource::Pinned, true, 1001);
+    host.setup_expecting_error("MANAGED_RELOGIN_REQUIRED");
+    let receipt = host.last_receipt();
+    assert_eq!(receipt["outcome"], "succeeded", "{receipt}");
+    let conflicts = NoDockerHost::receipt_action(&receipt, "conflicts");
+    assert!(
+        conflicts.starts_with("applied: removed the listed conflicting packages: runc"),
+        "{conflicts}"
+    );
+    let state = host.sh("dpkg-query --show --showformat='${Status}' runc 2>&1");
+    assert!(!state.contains("install ok installed"), "runc: {state}");
+    for package in DOCKER_PACKAGES {
+        let version = host.installed_version(package);
+        assert!(
+            version.as_deref().is_some_and(|v| v.contains("standin")),
+            "{package}: {version:?}"
+        );
+    }
+    // containerd.io's own runc serves the daemon now.
+    assert!(host
+        .sh("dpkg -S /usr/bin/runc")
+        .starts_with("containerd.io:"));
+    assert_eq!(
+        host.sh("systemctl is-active docker.service").trim(),
+        "active"
+    );
+    host.booted.assert_docker_confined();
+    let proxy = host.sh("systemctl start registry-proxy.socket && echo ok");
+    assert!(proxy.contains("ok"), "{proxy}");
+    let ready = host.enginekit("setup --engine vllm --yes --json");
+    assert_eq!(result_of(&ready)["phase"], "ready", "{}", describe(&ready));
 }
