@@ -148,8 +148,21 @@ impl BootedSystemd {
                 .parent()
                 .map_or_else(|| "/".to_owned(), |p| p.display().to_string());
             let mkdir = self.sh(&format!("mkdir -p '{parent}' && echo ok"));
-            assert!(mkdir.contains("ok"), "mkdir {parent}: {mkdir}");
-            self.copy(&local, path);
+            if !mkdir.contains("ok") {
+                failed.push(format!("mkdir {parent}: {mkdir}"));
+                continue;
+            }
+            let copied = docker(&[
+                "cp",
+                &local.to_string_lossy(),
+                &format!("{}:{path}", self.name),
+            ]);
+            if !copied.status.success() {
+                failed.push(format!(
+                    "{path}: {}",
+                    String::from_utf8_lossy(&copied.stderr)
+                ));
+            }
         }
         let _ = docker(&["rm", "-f", &source]);
         assert!(failed.is_empty(), "the confinement files: {failed:?}");

@@ -538,24 +538,41 @@ fn the_key_pin_holds_for_real_a_repository_signed_by_another_key_is_refused_by_a
     assert_plan_from_nothing(&host, &after);
 }
 
-#[test]
-fn a_conflicting_debian_runc_is_refused_with_the_remedy_by_the_built_in_check_and_removed_by_a_recipe_that_says_remove(
-) {
+/// The built-in recipe's docker-engine conflicts, in its order.
+const BUILT_IN_CONFLICTS: [&str; 4] = ["docker.io", "podman-docker", "containerd", "runc"];
+
+/// With Debian's `debian` package installed (and what it pulls in) and Docker absent: the
+/// built-in conflict check (remove: false) refuses before any package changes, naming the
+/// package and the remedy; a signed recipe with remove: true removes them for real and the
+/// setup goes on to the end.
+fn conflict_is_refused_then_removed(debian: &str) {
     let host = NoDockerHost::start(DockerSource::Pinned, false);
-    // Debian's runc, from Debian's archive, with Docker absent.
-    let installed = host.sh(
-        "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends runc \
-           >/tmp/runc-install.log 2>&1 && echo ok || cat /tmp/runc-install.log",
-    );
+    // From Debian's archive, with Docker absent.
+    let installed = host.sh(&format!(
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends {debian} \
+           >/tmp/debian-install.log 2>&1 && echo ok || cat /tmp/debian-install.log"
+    ));
     assert!(installed.trim_end().ends_with("ok"), "{installed}");
-    let runc = host.installed_version("runc").expect("Debian's runc");
-    assert!(!runc.contains("standin"), "{runc}");
+    let found: Vec<(&str, String)> = BUILT_IN_CONFLICTS
+        .iter()
+        .filter_map(|p| host.installed_version(p).map(|v| (*p, v)))
+        .collect();
+    assert!(
+        found
+            .iter()
+            .any(|(p, v)| *p == debian && !v.contains("standin")),
+        "Debian's {debian}: {found:?}"
+    );
+    let names: Vec<&str> = found.iter().map(|(p, _)| *p).collect();
+    let first = names[0];
     assert!(host.dpkg_states(&DOCKER_PACKAGES).is_empty());
 
     // The built-in conflict check (remove: false) refuses, naming the package and the remedy.
     let refused = host.enginekit("setup --engine vllm --yes --json");
-    assert!(
-        result_of(&refused)["error"]["code"].is_string(),
+    let result = result_of(&refused);
+    assert_eq!(
+        result["error"]["code"],
+        "MANAGED_PREREQUISITE_BLOCKED",
         "{}",
         describe(&refused)
     );
@@ -563,23 +580,28 @@ fn a_conflicting_debian_runc_is_refused_with_the_remedy_by_the_built_in_check_an
     assert_eq!(receipt["outcome"], "failed", "{receipt}");
     let conflicts = NoDockerHost::receipt_action(&receipt, "conflicts");
     assert!(
-        conflicts.starts_with("failed: runc is installed, and installing docker-ce"),
+        conflicts.starts_with(&format!(
+            "failed: {first} is installed, and installing docker-ce"
+        )),
         "{conflicts}"
     );
-    let result = result_of(&refused);
     let details = result["error"]["details"].as_str().unwrap_or_default();
-    eprintln!("the user is told, with Debian's runc:\n{details}");
-    for needle in ["conflicts: runc is installed", "(sudo apt-get remove runc)"] {
+    eprintln!("the user is told, with Debian's {debian}:\n{details}");
+    let remedy = format!("(sudo apt-get remove {})", names.join(" "));
+    for needle in [format!("conflicts: {first} is installed"), remedy] {
         assert!(
-            details.contains(needle),
+            details.contains(&needle),
             "the user is told {needle:?}: {result}"
         );
     }
-    // Nothing of Docker's went in, runc is still there, no package was touched.
-    assert_eq!(
-        host.installed_version("runc").as_deref(),
-        Some(runc.as_str())
-    );
+    // Nothing of Docker's went in, Debian's packages are still there, untouched.
+    for (package, version) in &found {
+        assert_eq!(
+            host.installed_version(package).as_ref(),
+            Some(version),
+            "{package}"
+        );
+    }
     let mut all: Vec<&str> = DOCKER_PACKAGES.to_vec();
     all.extend(TOOLKIT_PACKAGES);
     assert_eq!(host.dpkg_states(&all), Vec::<String>::new());
@@ -588,18 +610,28 @@ fn a_conflicting_debian_runc_is_refused_with_the_remedy_by_the_built_in_check_an
         assert!(action.starts_with("not-run: "), "{id}: {action}");
     }
 
-    // A signed recipe that says remove: true removes it for real, and the setup goes on.
+    // A signed recipe that says remove: true removes them for real, and the setup goes on.
     host.install_documents(DockerSource::Pinned, true, 1001);
     host.setup_expecting_error("MANAGED_RELOGIN_REQUIRED");
     let receipt = host.last_receipt();
     assert_eq!(receipt["outcome"], "succeeded", "{receipt}");
     let conflicts = NoDockerHost::receipt_action(&receipt, "conflicts");
     assert!(
-        conflicts.starts_with("applied: removed the listed conflicting packages: runc"),
+        conflicts.starts_with(&format!(
+            "applied: removed the listed conflicting packages: {}",
+            names.join(" ")
+        )),
         "{conflicts}"
     );
-    let state = host.sh("dpkg-query --show --showformat='${Status}' runc 2>&1");
-    assert!(!state.contains("install ok installed"), "runc: {state}");
+    for package in &names {
+        let state = host.sh(&format!(
+            "dpkg-query --show --showformat='${{Status}}' {package} 2>&1"
+        ));
+        assert!(
+            !state.contains("install ok installed"),
+            "{package}: {state}"
+        );
+    }
     for package in DOCKER_PACKAGES {
         let version = host.installed_version(package);
         assert!(
@@ -607,17 +639,32 @@ fn a_conflicting_debian_runc_is_refused_with_the_remedy_by_the_built_in_check_an
             "{package}: {version:?}"
         );
     }
-    // containerd.io's own runc serves the daemon now.
-    assert!(host
-        .sh("dpkg -S /usr/bin/runc")
-        .starts_with("containerd.io:"));
+    // containerd.io's own containerd and runc serve the daemon now.
+    for file in ["/usr/bin/runc", "/usr/bin/containerd"] {
+        let owner = host.sh(&format!("dpkg -S {file}"));
+        assert!(owner.starts_with("containerd.io:"), "{file}: {owner}");
+    }
     assert_eq!(
-        host.sh("systemctl is-active docker.service").trim(),
-        "active"
+        host.sh("systemctl is-active containerd.service docker.service")
+            .lines()
+            .collect::<Vec<_>>(),
+        ["active", "active"]
     );
     host.booted.assert_docker_confined();
     let proxy = host.sh("systemctl start registry-proxy.socket && echo ok");
     assert!(proxy.contains("ok"), "{proxy}");
     let ready = host.enginekit("setup --engine vllm --yes --json");
     assert_eq!(result_of(&ready)["phase"], "ready", "{}", describe(&ready));
+}
+
+#[test]
+fn a_conflicting_debian_runc_is_refused_with_the_remedy_by_the_built_in_check_and_removed_by_a_recipe_that_says_remove(
+) {
+    conflict_is_refused_then_removed("runc");
+}
+
+#[test]
+fn a_conflicting_debian_containerd_and_its_runc_are_refused_with_the_remedy_and_removed_by_a_recipe_that_says_remove(
+) {
+    conflict_is_refused_then_removed("containerd");
 }
