@@ -42,6 +42,9 @@ pub enum Service {
     AptRepo,
     /// The systemd-booted container image (`tests/bench/systemd-image`; see [`systemd_image`]).
     SystemdImage,
+    /// The STAND-IN of Docker's apt repository (`tests/bench/dockerrepo/build`), laid out and
+    /// signed like download.docker.com, served by the same HTTPS server as [`Service::AptRepo`].
+    DockerRepo,
 }
 
 /// The Debian bookworm image that boots systemd (with logind, dbus and polkitd) under the bench's
@@ -140,6 +143,36 @@ impl AptRepo {
     }
 }
 
+/// The bench's STAND-IN of Docker's apt repository (tests/bench/README.md): docker-ce,
+/// docker-ce-cli and containerd.io repacked from Debian's binaries, signed with the "Docker
+/// STAND-IN" key; and the same repository signed by another key.
+#[derive(Debug, Clone)]
+pub struct DockerRepo {
+    /// `https://127.0.0.1:5443/docker`: what replaces `https://download.docker.com` in a recipe.
+    pub url: String,
+    /// The same repository's bytes, signed by [`DockerRepo::other_key_asc`]'s key instead.
+    pub resigned_url: String,
+    /// The repository for Debian (`…/linux/debian`), holding `dists/<codename>/`.
+    pub dir: PathBuf,
+    /// The resigned copy's `…/linux/debian`.
+    pub resigned_dir: PathBuf,
+    /// The suite (`bookworm`).
+    pub codename: String,
+    /// The armored public "Docker STAND-IN" key; fingerprint [`DockerRepo::key_fingerprint`].
+    pub key_asc: PathBuf,
+    pub key_fingerprint: String,
+    /// The armored public key of the other signer.
+    pub other_key_asc: PathBuf,
+    pub other_key_fingerprint: String,
+}
+
+impl DockerRepo {
+    /// The signed index of `dir` (this repository's or the resigned copy's).
+    pub fn in_release(dir: &Path, codename: &str) -> PathBuf {
+        dir.join("dists").join(codename).join("InRelease")
+    }
+}
+
 /// Everything `tests/bench/up` reported, typed.
 #[derive(Debug, Clone)]
 pub struct BenchEnv {
@@ -169,6 +202,26 @@ pub struct BenchEnv {
 }
 
 impl BenchEnv {
+    /// The STAND-IN Docker repository; a test that uses it requires [`Service::DockerRepo`].
+    pub fn docker_repo(&self) -> DockerRepo {
+        let get = |key: &str| -> String {
+            self.var(key).map(str::to_owned).unwrap_or_else(|| {
+                panic!("the bench env file has no {key}: run this checkout's tests/bench/up")
+            })
+        };
+        DockerRepo {
+            url: get("EK_DOCKERREPO_URL"),
+            resigned_url: get("EK_DOCKERREPO_RESIGNED_URL"),
+            dir: get("EK_DOCKERREPO_DIR").into(),
+            resigned_dir: get("EK_DOCKERREPO_RESIGNED_DIR").into(),
+            codename: get("EK_DOCKERREPO_CODENAME"),
+            key_asc: get("EK_DOCKERREPO_KEY_ASC").into(),
+            key_fingerprint: get("EK_DOCKERREPO_KEY_FPR"),
+            other_key_asc: get("EK_DOCKERREPO_OTHER_KEY_ASC").into(),
+            other_key_fingerprint: get("EK_DOCKERREPO_OTHER_KEY_FPR"),
+        }
+    }
+
     /// Any value of the env file by key (e.g. `EK_DOCKER_LOG`).
     pub fn var(&self, key: &str) -> Option<&str> {
         self.vars.get(key).map(String::as_str)
@@ -181,7 +234,7 @@ impl BenchEnv {
             Service::Polkit => "EK_POLKIT_LOG",
             Service::Docker => "EK_DOCKER_LOG",
             Service::Registry => "EK_REGISTRY_LOG",
-            Service::AptRepo => "EK_APTREPO_HTTPS_LOG",
+            Service::AptRepo | Service::DockerRepo => "EK_APTREPO_HTTPS_LOG",
             Service::TestUser | Service::SystemdImage => "EK_BENCH_RUN",
         };
         self.var(key).unwrap_or("(unknown)").to_string()
@@ -521,7 +574,62 @@ fn check(env: &BenchEnv, service: Service) -> Result<(), String> {
             }
             Ok(())
         }
+        Service::DockerRepo => {
+            let repo = env.docker_repo();
+            let in_release = DockerRepo::in_release(&repo.dir, &repo.codename);
+            verify_with_armored_key(&repo.key_asc, &in_release)?;
+            let url = format!(
+                "{}/linux/debian/dists/{}/InRelease",
+                repo.url, repo.codename
+            );
+            let out = Command::new("curl")
+                .args([
+                    "--fail",
+                    "--silent",
+                    "--show-error",
+                    "--max-time",
+                    "10",
+                    &url,
+                ])
+                .output()
+                .map_err(|e| format!("could not run curl: {e}"))?;
+            command_ok(&format!("GET {url}"), &out)?;
+            let local =
+                std::fs::read(&in_release).map_err(|e| format!("{}: {e}", in_release.display()))?;
+            if out.stdout == local {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{url} serves other bytes than {}",
+                    in_release.display()
+                ))
+            }
+        }
     }
+}
+
+/// `gpgv` of the clearsigned `signed` against the one armored public key in `key_asc`
+/// (dearmored into a temporary keyring, as gpgv reads only binary ones).
+pub fn verify_with_armored_key(key_asc: &Path, signed: &Path) -> Result<(), String> {
+    let keyring = std::env::temp_dir().join(format!("{}.gpg", unique_name("ekt-keyring")));
+    let out = Command::new("gpg")
+        .args(["--batch", "--yes", "--dearmor", "--output"])
+        .arg(&keyring)
+        .arg(key_asc)
+        .output()
+        .map_err(|e| format!("could not run gpg: {e}"))?;
+    command_ok(&format!("gpg --dearmor {}", key_asc.display()), &out)?;
+    let out = Command::new("gpgv")
+        .arg("--keyring")
+        .arg(&keyring)
+        .arg(signed)
+        .output();
+    let _ = std::fs::remove_file(&keyring);
+    let out = out.map_err(|e| format!("could not run gpgv: {e}"))?;
+    command_ok(
+        &format!("gpgv of {} with {}", signed.display(), key_asc.display()),
+        &out,
+    )
 }
 
 fn command_ok(what: &str, out: &std::process::Output) -> Result<(), String> {

@@ -50,3 +50,108 @@ pub fn newer_builtin_recipe(serial: u64) -> Value {
     payload["expires_at"] = json!("2099-01-01T00:00:00Z");
     payload
 }
+
+/// The NVIDIA Container Toolkit packages the bench's repository holds (all four pinned).
+pub const TOOLKIT_PACKAGES: [&str; 4] = [
+    "nvidia-container-toolkit",
+    "nvidia-container-toolkit-base",
+    "libnvidia-container-tools",
+    "libnvidia-container1",
+];
+
+/// The built-in recipe pointed at the bench instead of the vendors, for "Docker from nothing":
+/// - `docker-engine`: the built-in's key file (`/etc/apt/keyrings/docker.asc`, armored) now
+///   holds the "Docker STAND-IN" key, pinned by its fingerprint, and its source line is the
+///   built-in's with `https://download.docker.com` replaced by `docker_url` (the STAND-IN
+///   repository's [`crate::bench::DockerRepo::url`], or its resigned copy's, to see the pin
+///   hold); its packages (docker-ce, docker-ce-cli, containerd.io) stay unpinned, as built in;
+/// - `nvidia-container-toolkit`: the bench's repository and key, the four packages pinned to
+///   its version (as `setup_systemd_host` does);
+/// - the conflict check keeps the built-in's list; `remove_conflicts` sets its `remove`.
+///
+/// Every other action is the production one.
+pub fn docker_from_nothing_recipe(
+    env: &crate::bench::BenchEnv,
+    docker_url: &str,
+    remove_conflicts: bool,
+    serial: u64,
+) -> Value {
+    let docker = env.docker_repo();
+    let docker_key = std::fs::read_to_string(&docker.key_asc)
+        .unwrap_or_else(|e| panic!("{}: {e}", docker.key_asc.display()));
+    let repo = &env.apt_repo;
+    let toolkit_key = std::fs::read_to_string(&repo.key_asc)
+        .unwrap_or_else(|e| panic!("{}: {e}", repo.key_asc.display()));
+    let mut payload = newer_builtin_recipe(serial);
+    let actions = payload["apt"]["actions"]
+        .as_array_mut()
+        .unwrap_or_else(|| panic!("the built-in recipe has no apt actions"));
+    let mut seen = Vec::new();
+    for action in actions.iter_mut() {
+        let id = action["id"].as_str().unwrap_or_default().to_owned();
+        match id.as_str() {
+            "docker-key" => {
+                action["key"] = json!(docker_key);
+                action["fingerprints"] = json!([docker.key_fingerprint]);
+            }
+            "docker-source" => {
+                let template = action["template"].as_str().unwrap_or_default();
+                assert!(
+                    template.contains("https://download.docker.com/"),
+                    "the built-in docker-source changed: {template}"
+                );
+                action["template"] =
+                    json!(template.replace("https://download.docker.com", docker_url));
+            }
+            "nvidia-key" => {
+                action["key"] = json!(toolkit_key);
+                action["fingerprints"] = json!([repo.key_fingerprint]);
+            }
+            "nvidia-source" => {
+                let path = action["path"].as_str().unwrap_or_default().to_owned();
+                let keyring = action["template"]
+                    .as_str()
+                    .and_then(|t| t.split("signed-by=").nth(1))
+                    .and_then(|t| t.split(']').next())
+                    .unwrap_or_default()
+                    .to_owned();
+                assert!(
+                    !keyring.is_empty(),
+                    "the built-in nvidia-source changed: {action}"
+                );
+                action["template"] = json!(format!(
+                    "deb [signed-by={keyring}] {}/stable/deb/$(ARCH) /\n",
+                    repo.url
+                ));
+                action["path"] = json!(path);
+            }
+            "conflicts" => action["remove"] = json!(remove_conflicts),
+            "packages" => {
+                let packages = action["packages"]
+                    .as_array_mut()
+                    .unwrap_or_else(|| panic!("the built-in packages action has no packages"));
+                packages.retain(|p| p["component"] != "nvidia-container-toolkit");
+                packages.extend(TOOLKIT_PACKAGES.iter().map(|p| {
+                    json!({"component": "nvidia-container-toolkit", "name": p,
+                        "version": repo.toolkit_version})
+                }));
+            }
+            _ => continue,
+        }
+        seen.push(id);
+    }
+    for id in [
+        "docker-key",
+        "docker-source",
+        "nvidia-key",
+        "nvidia-source",
+        "conflicts",
+        "packages",
+    ] {
+        assert!(
+            seen.iter().any(|s| s == id),
+            "the built-in recipe has no {id} action"
+        );
+    }
+    payload
+}

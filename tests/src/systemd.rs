@@ -19,6 +19,16 @@ use crate::bench::{unique_name, AptRepo, Service, SYSTEMD_RUN_FLAGS};
 /// cannot bring up `lo` in an inner container.
 pub const INNER_DOCKER_FLAGS: &[&str] = &["--network", "host", "--cap-add", "NET_ADMIN"];
 
+/// What confines a Docker inside the container to a private network namespace (see
+/// tests/bench/systemd-image, which writes these into the docker variant image).
+pub const DOCKER_CONFINEMENT: &[&str] = &[
+    "/etc/docker/daemon.json",
+    "/etc/systemd/system/containerd.service.d/enginekit-bench-netns.conf",
+    "/etc/systemd/system/docker.service.d/enginekit-bench-netns.conf",
+    "/etc/systemd/system/registry-proxy.socket",
+    "/etc/systemd/system/registry-proxy.service",
+];
+
 /// How long systemd may take to reach `running` (or `degraded`) inside the container.
 const BOOT_DEADLINE: Duration = Duration::from_secs(60);
 
@@ -80,6 +90,87 @@ impl BootedSystemd {
             std::thread::sleep(Duration::from_millis(200));
         }
         booted
+    }
+
+    /// Boots the plain bench image (no Docker at all: no docker.io, containerd or runc) on the
+    /// host's network namespace with [`INNER_DOCKER_FLAGS`] and /var/lib/docker on a host
+    /// folder, for the "Docker from nothing" tests: the Docker that the helper then installs
+    /// from the bench's STAND-IN repository must never touch the host's networking, so the
+    /// docker variant image's confinement ([`DOCKER_CONFINEMENT`]: daemon.json without bridge or
+    /// iptables, containerd and dockerd in a private network namespace, the registry forwarder
+    /// units) is copied in from that image first, before any Docker exists. It is bench plumbing,
+    /// not a Docker install: no program, package or group of Docker's is there. Start
+    /// `registry-proxy.socket` after containerd runs (it joins containerd's namespace), then
+    /// call [`Self::assert_docker_confined`]. The container trusts the bench CA.
+    pub fn boot_without_docker(prefix: &str) -> BootedSystemd {
+        let root = RemovedOnDrop(Some(tempfile_dir(prefix)));
+        let volume = format!("{}:/var/lib/docker", root.path().display());
+        let mut flags: Vec<&str> = INNER_DOCKER_FLAGS.to_vec();
+        flags.extend_from_slice(&["-v", &volume]);
+        let mut booted = Self::boot_with(&crate::bench::systemd_image(), prefix, &flags);
+        booted.docker_root = root.keep();
+        booted.trust_bench_ca(&crate::bench::require(&[Service::AptRepo]).apt_repo);
+        let absent = booted.sh(
+            "for p in docker dockerd containerd runc; do command -v $p; done; \
+             dpkg-query --show --showformat='${db:Status-Abbrev} ${Package}\n' \
+               docker.io docker-ce docker-ce-cli containerd.io containerd runc 2>/dev/null | grep '^ii'; \
+             getent group docker; true",
+        );
+        assert!(
+            absent.trim().is_empty(),
+            "the plain systemd image has Docker in it: {absent}"
+        );
+        booted.copy_docker_confinement();
+        booted
+    }
+
+    /// Copies [`DOCKER_CONFINEMENT`] out of the docker variant image (its single source: the
+    /// systemd-image script) into this container, root-owned, and reloads systemd.
+    fn copy_docker_confinement(&self) {
+        let source = unique_name("ekt-confinement");
+        let image = crate::bench::systemd_docker_image();
+        let created = docker(&["create", "--name", &source, &image, "/bin/true"]);
+        assert!(
+            created.status.success(),
+            "docker create {image}: {}",
+            String::from_utf8_lossy(&created.stderr)
+        );
+        let dir = RemovedOnDrop(Some(tempfile_dir("ekt-confinement")));
+        let mut failed = Vec::new();
+        for (i, path) in DOCKER_CONFINEMENT.iter().enumerate() {
+            let local = dir.path().join(i.to_string());
+            let out = docker(&["cp", &format!("{source}:{path}"), &local.to_string_lossy()]);
+            if !out.status.success() {
+                failed.push(format!("{path}: {}", String::from_utf8_lossy(&out.stderr)));
+                continue;
+            }
+            let parent = Path::new(path)
+                .parent()
+                .map_or_else(|| "/".to_owned(), |p| p.display().to_string());
+            let mkdir = self.sh(&format!("mkdir -p '{parent}' && echo ok"));
+            if !mkdir.contains("ok") {
+                failed.push(format!("mkdir {parent}: {mkdir}"));
+                continue;
+            }
+            let copied = docker(&[
+                "cp",
+                &local.to_string_lossy(),
+                &format!("{}:{path}", self.name),
+            ]);
+            if !copied.status.success() {
+                failed.push(format!(
+                    "{path}: {}",
+                    String::from_utf8_lossy(&copied.stderr)
+                ));
+            }
+        }
+        let _ = docker(&["rm", "-f", &source]);
+        assert!(failed.is_empty(), "the confinement files: {failed:?}");
+        let fixed = self.sh(&format!(
+            "chown root:root {list} && chmod 644 {list} && systemctl daemon-reload && echo ok",
+            list = DOCKER_CONFINEMENT.join(" ")
+        ));
+        assert!(fixed.trim_end().ends_with("ok"), "{fixed}");
     }
 
     /// Adds the bench CA to the container's trust store (`update-ca-certificates`, as on the

@@ -772,3 +772,143 @@ fn stand_in_nvidia_smi_answers_from_each_fixture() {
         "{version}"
     );
 }
+
+/// The control field `field` of `package` in an apt `Packages` index.
+fn control_field(packages: &str, package: &str, field: &str) -> Option<String> {
+    packages
+        .split("\n\n")
+        .find(|stanza| stanza.lines().next() == Some(&format!("Package: {package}")))
+        .and_then(|stanza| {
+            stanza
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{field}: ")))
+                .map(str::to_owned)
+        })
+}
+
+#[test]
+fn docker_stand_in_repo_is_laid_out_and_signed_like_dockers_and_apt_resolves_it_against_the_real_conflicts(
+) {
+    let env = require(&[Service::DockerRepo]);
+    let repo = env.docker_repo();
+    let arch = arch();
+    // Docker's layout: dists/<codename>/{InRelease,Release,Release.gpg}, one component
+    // "stable", its pool under dists/<codename>/pool/stable/<arch>/.
+    let dists = repo.dir.join("dists").join(&repo.codename);
+    for f in ["InRelease", "Release", "Release.gpg"] {
+        assert!(
+            dists.join(f).is_file(),
+            "{} missing",
+            dists.join(f).display()
+        );
+    }
+    let release = std::fs::read_to_string(dists.join("Release")).unwrap();
+    assert!(release.contains("Components: stable\n"), "{release}");
+    assert!(
+        release.contains(&format!("Codename: {}\n", repo.codename)),
+        "{release}"
+    );
+    assert!(
+        release.contains(&format!(" stable/binary-{arch}/Packages\n")),
+        "{release}"
+    );
+    let index = std::fs::read_to_string(
+        dists
+            .join("stable")
+            .join(format!("binary-{arch}"))
+            .join("Packages"),
+    )
+    .unwrap();
+    for package in ["docker-ce", "docker-ce-cli", "containerd.io"] {
+        let description = control_field(&index, package, "Description")
+            .unwrap_or_else(|| panic!("{package} is not in the index:\n{index}"));
+        assert!(
+            description.starts_with("STAND-IN "),
+            "{package}: {description}"
+        );
+        let file = control_field(&index, package, "Filename").unwrap();
+        assert!(
+            file.starts_with(&format!("dists/{}/pool/stable/{arch}/", repo.codename)),
+            "{file}"
+        );
+    }
+    assert_eq!(
+        control_field(&index, "containerd.io", "Conflicts").as_deref(),
+        Some("containerd, runc")
+    );
+    assert!(control_field(&index, "docker-ce", "Conflicts")
+        .is_some_and(|c| c.split(", ").any(|p| p == "docker.io")));
+
+    // Signed by the Docker STAND-IN key, and not by the bench's archive key.
+    let in_release = dists.join("InRelease");
+    enginekit_integration::bench::verify_with_armored_key(&repo.key_asc, &in_release).unwrap();
+    assert!(
+        enginekit_integration::bench::verify_with_armored_key(&env.apt_repo.key_asc, &in_release)
+            .is_err(),
+        "the Docker STAND-IN repository verifies under the bench's archive key"
+    );
+
+    // apt, over HTTPS, with the source line the built-in recipe writes (only the base changed):
+    // the three packages resolve, and on this host (Debian's docker.io, containerd and runc
+    // installed) apt would remove those for them, as it would for Docker's real packages.
+    let dir = tempfile_dir();
+    let list = dir.join("docker.list");
+    let line = format!(
+        "deb [arch={arch} signed-by={}] {}/linux/debian {} stable\n",
+        repo.key_asc.display(),
+        repo.url,
+        repo.codename
+    );
+    std::fs::write(&list, &line).unwrap();
+    let opts = apt_isolated(&dir, &list);
+    let update = run(
+        "apt-get update",
+        Command::new("apt-get").args(&opts).arg("update"),
+    );
+    assert!(!update.contains("NO_PUBKEY"), "{update}");
+    let sim = run(
+        "apt-get install --simulate",
+        Command::new("apt-get")
+            .args(&opts)
+            .args(["install", "--simulate", "--no-install-recommends"])
+            .args(["docker-ce", "docker-ce-cli", "containerd.io"]),
+    );
+    for package in ["containerd.io", "docker-ce-cli", "docker-ce"] {
+        assert!(sim.contains(&format!("Inst {package} (")), "{sim}");
+    }
+    for debian in ["docker.io", "containerd", "runc"] {
+        if ok(
+            "dpkg-query",
+            Command::new("dpkg-query")
+                .args(["--show", "--showformat=${db:Status-Abbrev}", debian])
+                .output()
+                .unwrap(),
+        )
+        .starts_with("ii")
+        {
+            assert!(sim.contains(&format!("Remv {debian} [")), "{debian}: {sim}");
+        }
+    }
+
+    // The same bytes signed by another key: apt refuses them under the pinned key.
+    std::fs::write(&list, line.replace(&repo.url, &repo.resigned_url)).unwrap();
+    std::fs::remove_dir_all(dir.join("lists")).unwrap();
+    let opts = apt_isolated(&dir, &list);
+    let out = Command::new("apt-get")
+        .args(&opts)
+        .arg("update")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !out.status.success(),
+        "apt accepted the resigned repository:\n{text}"
+    );
+    let other = &repo.other_key_fingerprint[24..];
+    assert!(text.contains(&format!("NO_PUBKEY {other}")), "{text}");
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -221,10 +221,7 @@ pub(super) fn check_conflicts(
     }
     if !remove {
         let (name, blocked) = &found[0];
-        return fail(format!(
-            "{name} is installed, and installing {} would remove or replace it. Nothing was installed and nothing was removed.",
-            names(blocked)
-        ));
+        return fail(conflict_refusal(r.family, name, blocked, &found));
     }
     let listed: Vec<String> = found.iter().map(|(n, _)| n.clone()).collect();
     r.must(&cmd::dpkg_remove(&listed)?, true)?;
@@ -232,6 +229,26 @@ pub(super) fn check_conflicts(
         "removed the listed conflicting packages: {}",
         listed.join(" ")
     ))
+}
+
+/// Why a recipe that does not remove conflicts refuses, with the remedy: the package
+/// manager's own removal of every conflicting package found, then the setup again.
+fn conflict_refusal(
+    family: Family,
+    name: &str,
+    blocked: &[PlannedPackage],
+    found: &[(String, Vec<PlannedPackage>)],
+) -> String {
+    let all: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
+    let remove = match family {
+        Family::Apt => "apt-get remove",
+        Family::Dnf => "dnf remove",
+    };
+    format!(
+        "{name} is installed, and installing {} would remove or replace it. Nothing was installed and nothing was removed. Remove it first (sudo {remove} {}), then run the setup again.",
+        names(blocked),
+        all.join(" ")
+    )
 }
 
 /// dnf has no switch to turn Obsoletes off: ask what each missing package would replace.
@@ -517,4 +534,41 @@ pub(super) fn add_to_docker_group(r: &mut Runner<'_>, user: &UserName) -> Done {
     applied(format!(
         "added {user} to the docker group (it takes effect at the next login)"
     ))
+}
+
+#[cfg(test)]
+mod conflict_tests {
+    use enginekit_shared::recipe::{Component, Family, PlannedPackage};
+
+    fn docker(name: &str) -> PlannedPackage {
+        PlannedPackage {
+            component: Component::DockerEngine,
+            name: name.to_owned(),
+            version: None,
+        }
+    }
+
+    #[test]
+    fn a_refused_conflict_names_the_package_and_the_package_managers_removal_of_all_found() {
+        let blocked = vec![docker("docker-ce"), docker("containerd.io")];
+        let found = vec![
+            ("containerd".to_owned(), blocked.clone()),
+            ("runc".to_owned(), blocked.clone()),
+        ];
+        let apt = super::conflict_refusal(Family::Apt, "containerd", &blocked, &found);
+        assert!(
+            apt.starts_with("containerd is installed, and installing docker-ce containerd.io"),
+            "{apt}"
+        );
+        assert!(
+            apt.contains("Nothing was installed and nothing was removed."),
+            "{apt}"
+        );
+        assert!(
+            apt.contains("(sudo apt-get remove containerd runc)"),
+            "{apt}"
+        );
+        let dnf = super::conflict_refusal(Family::Dnf, "containerd", &blocked, &found);
+        assert!(dnf.contains("(sudo dnf remove containerd runc)"), "{dnf}");
+    }
 }

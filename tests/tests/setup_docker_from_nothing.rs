@@ -1,0 +1,670 @@
+//! `enginekit setup` on a SIMULATED GPU HOST that has no Docker at all: a container of the
+//! bench's plain systemd image (no docker.io, containerd or runc; tests/bench/systemd-image) with
+//! the enginekit .deb installed by apt, a user in a logind session (`su -`), polkitd with a test
+//! rule, and the helper activated on the system bus through `SystemdService=`. The helper adds
+//! Docker's repository and key and installs docker-ce, docker-ce-cli and containerd.io with apt,
+//! over HTTPS, from the bench's STAND-IN of Docker's apt repository (tests/bench/dockerrepo/build:
+//! laid out and signed like download.docker.com, the packages repacked from Debian's docker.io,
+//! containerd and runc binaries), then the toolkit from the bench's NVIDIA stand-in repository.
+//!
+//! STAND-INs, for hardware and vendor packages only: `nvidia-smi` at /usr/bin (the committed GPU
+//! fixture), the NVIDIA Container Toolkit debs, and Docker's three packages (Debian's Docker 20.10
+//! binaries under Docker's package names, relations, units and maintainer scripts).
+//!
+//! The recipe is the built-in one with only the vendors' URLs and keys replaced
+//! ([`docker_from_nothing_recipe`]), signed with a key made here that the helper trusts only
+//! because it is root-owned in /etc/enginekit/keys.d.
+//!
+//! Bench plumbing, not part of what is tested: before anything is installed, the container gets
+//! the docker variant image's confinement (daemon.json without bridge or iptables, containerd and
+//! dockerd in a private network namespace, a forwarder to the bench registry), so the Docker the
+//! helper installs never touches the host's networking ([`BootedSystemd::boot_without_docker`]).
+
+// bench: test-threads=1
+
+// Test scaffolding: a failed setup step should stop the test with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Output;
+
+use enginekit_integration::bench::{self, BenchEnv, Service};
+use enginekit_integration::documents::{
+    docker_from_nothing_recipe, vllm_descriptor, TOOLKIT_PACKAGES,
+};
+use enginekit_integration::output::{describe, result_of};
+use enginekit_integration::systemd::BootedSystemd;
+use enginekit_shared::signed::{DocumentKind, SignedDocument, SigningKey};
+use serde_json::{json, Value};
+
+const USER: &str = "ekuser";
+const KEY_NAME: &str = "ekt-docker-from-nothing";
+const LEDGER: &str = "/var/lib/enginekit-helper";
+/// Where the built-in recipe puts Docker's key and source (it writes them; the test reads them).
+const DOCKER_KEY: &str = "/etc/apt/keyrings/docker.asc";
+const DOCKER_LIST: &str = "/etc/apt/sources.list.d/docker.list";
+const DOCKER_PACKAGES: [&str; 3] = ["docker-ce", "docker-ce-cli", "containerd.io"];
+
+/// Which repository the recipe's `docker-engine` component points at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DockerSource {
+    /// The STAND-IN repository, signed by the key the recipe pins.
+    Pinned,
+    /// The same repository signed by another key.
+    Resigned,
+}
+
+/// A host with no Docker, the enginekit package, the user and a signed recipe.
+struct NoDockerHost {
+    booted: BootedSystemd,
+    env: BenchEnv,
+    key: SigningKey,
+}
+
+impl NoDockerHost {
+    fn start(source: DockerSource, remove_conflicts: bool) -> NoDockerHost {
+        let env = bench::require(&[
+            Service::Docker,
+            Service::Registry,
+            Service::AptRepo,
+            Service::DockerRepo,
+            Service::SystemdImage,
+        ]);
+        let booted = BootedSystemd::boot_without_docker("ekt-docker-nothing");
+        booted.install_package();
+        let host = NoDockerHost {
+            booted,
+            env,
+            key: SigningKey::generate().expect("key"),
+        };
+        host.install_standins_and_user();
+        host.install_documents(source, remove_conflicts, 1000);
+        host.install_polkit_rule();
+        host
+    }
+
+    fn sh(&self, script: &str) -> String {
+        self.booted.sh(script)
+    }
+
+    /// `enginekit setup --engine vllm --yes --json` as the user; fails the test, with the
+    /// helper's journal, unless it ends with the error `code`.
+    fn setup_expecting_error(&self, code: &str) -> Output {
+        let out = self.enginekit("setup --engine vllm --yes --json");
+        assert_eq!(
+            result_of(&out)["error"]["code"],
+            code,
+            "{}\nhelper journal:\n{}",
+            describe(&out),
+            self.journal()
+        );
+        out
+    }
+
+    /// The receipt's action `id`: (status line of its log, the whole log tail).
+    fn receipt_action(receipt: &Value, id: &str) -> String {
+        receipt["actions"]
+            .as_array()
+            .and_then(|a| a.iter().find(|a| a["code"] == id))
+            .and_then(|a| a["log_tail"].as_str())
+            .unwrap_or_else(|| panic!("no action {id} in the receipt: {receipt}"))
+            .to_owned()
+    }
+
+    fn install_standins_and_user(&self) {
+        // STAND-IN for the NVIDIA driver's nvidia-smi (no GPU here), with the committed fixture.
+        let standins = &self.env.standins_dir;
+        self.booted
+            .copy(&standins.join("nvidia-smi"), "/usr/bin/nvidia-smi");
+        let gpus = std::fs::read(standins.join("gpus/default.csv")).expect("fixture");
+        self.booted
+            .write("/etc/enginekit-standin/gpus.csv", &gpus, 0o644, "root:root");
+        let out = self.sh(&format!(
+            "chown root:root /usr/bin/nvidia-smi && chmod 755 /usr/bin/nvidia-smi && \
+             useradd -m -s /bin/sh {USER} && echo ok"
+        ));
+        assert!(out.trim_end().ends_with("ok"), "{out}");
+    }
+
+    /// The signed descriptor and recipe in the user's folder; the key trusted by the user and,
+    /// root-owned, by the helper.
+    fn install_documents(&self, source: DockerSource, remove_conflicts: bool, serial: u64) {
+        let public = self.key.public_key().to_text();
+        let home = format!("/home/{USER}/.config/enginekit");
+        let owner = format!("{USER}:{USER}");
+        self.booted.write(
+            &format!("{home}/keys/{KEY_NAME}.pub"),
+            public.as_bytes(),
+            0o644,
+            &owner,
+        );
+        self.booted.write(
+            &format!("/etc/enginekit/keys.d/{KEY_NAME}.pub"),
+            public.as_bytes(),
+            0o644,
+            "root:root",
+        );
+        let docker = self.env.docker_repo();
+        let url = match source {
+            DockerSource::Pinned => &docker.url,
+            DockerSource::Resigned => &docker.resigned_url,
+        };
+        let descriptor = vllm_descriptor(
+            "vllm-bench-docker-from-nothing",
+            1_000_000,
+            &self.env.busybox_ref,
+            &self.env.gpu_check_ref,
+        );
+        let recipe = docker_from_nothing_recipe(&self.env, url, remove_conflicts, serial);
+        for (name, payload, kind) in [
+            ("vllm.json", descriptor, DocumentKind::EngineDescriptor),
+            ("recipe.json", recipe, DocumentKind::Recipe),
+        ] {
+            let doc = SignedDocument::sign(payload, kind, &self.key).expect("sign");
+            let text = serde_json::to_vec_pretty(&doc.to_value()).expect("json");
+            self.booted
+                .write(&format!("{home}/documents/{name}"), &text, 0o644, &owner);
+        }
+        let fix = self.sh(&format!("chown -R {owner} /home/{USER}/.config && echo ok"));
+        assert!(fix.contains("ok"), "{fix}");
+    }
+
+    fn install_polkit_rule(&self) {
+        let rule = format!(
+            "// enginekit test: the helper's action for {USER}\n\
+             polkit.addRule(function(action, subject) {{\n\
+             \x20   if (action.id == \"org.enginekit.helper.install-container-runtime\" && subject.user == \"{USER}\") return polkit.Result.YES;\n\
+             }});\n"
+        );
+        self.booted.write(
+            "/etc/polkit-1/rules.d/10-ekt-setup.rules",
+            rule.as_bytes(),
+            0o644,
+            "root:root",
+        );
+        let out = self.sh("systemctl restart polkit && echo ok");
+        assert!(out.contains("ok"), "polkit restart: {out}");
+    }
+
+    /// `enginekit ARGS` as the user, in a fresh login session.
+    fn enginekit(&self, args: &str) -> Output {
+        self.booted
+            .sh_as(USER, &format!("RUST_LOG=warn enginekit {args} </dev/null"))
+    }
+
+    /// `enginekit plan --json` as the user.
+    fn plan(&self) -> Value {
+        let plan = self.enginekit("plan --engine vllm --json");
+        serde_json::from_slice(&plan.stdout)
+            .unwrap_or_else(|e| panic!("plan json: {e}: {}", describe(&plan)))
+    }
+
+    fn installed_version(&self, package: &str) -> Option<String> {
+        let out = self.sh(&format!(
+            "dpkg-query --show --showformat='${{Status}} ${{Version}}' {package} 2>/dev/null"
+        ));
+        out.trim()
+            .strip_prefix("install ok installed ")
+            .map(str::to_owned)
+    }
+
+    /// Every package dpkg knows in any state but "not installed": half-installed,
+    /// unpacked, config-files…, as `status name`.
+    fn dpkg_states(&self, packages: &[&str]) -> Vec<String> {
+        self.sh(&format!(
+            "dpkg-query --show --showformat='${{db:Status-Abbrev}}${{Package}}\\n' {} 2>/dev/null",
+            packages.join(" ")
+        ))
+        .lines()
+        .filter(|l| !l.starts_with("un") && !l.trim().is_empty())
+        .map(str::to_owned)
+        .collect()
+    }
+
+    fn groups(&self) -> Vec<String> {
+        self.sh(&format!("id -nG {USER}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn exists(&self, path: &str) -> bool {
+        self.sh(&format!("test -e '{path}' && echo yes")).trim() == "yes"
+    }
+
+    fn image_present(&self, reference: &str) -> bool {
+        self.sh(&format!(
+            "docker image inspect '{reference}' >/dev/null 2>&1 && echo yes || echo no"
+        ))
+        .trim()
+            == "yes"
+    }
+
+    fn burnt_nonces(&self) -> Vec<String> {
+        self.sh(&format!("ls {LEDGER}/nonces 2>/dev/null"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn journal(&self) -> String {
+        self.sh("journalctl --no-pager -o cat -u enginekit-helper.service | tail -n 80")
+    }
+
+    /// The helper's newest receipt (its ledger's record holds the receipt as a string).
+    fn last_receipt(&self) -> Value {
+        let text = self.sh(&format!(
+            "f=$(ls -t {LEDGER}/receipts/* 2>/dev/null | head -n1); [ -n \"$f\" ] && cat \"$f\""
+        ));
+        let record: Value = serde_json::from_str(&text).unwrap_or_else(|e| {
+            panic!(
+                "no readable receipt in {LEDGER}/receipts: {e}: {text}\n{}",
+                self.sh(&format!("ls -lR {LEDGER}"))
+            )
+        });
+        let receipt = record["receipt"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{record}"));
+        serde_json::from_str(receipt).unwrap_or_else(|e| panic!("receipt json: {e}: {receipt}"))
+    }
+}
+
+/// The `system_changes` of a plan: (code, text, params).
+fn changes(plan: &Value) -> Vec<(String, String, Value)> {
+    plan["system_changes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no system_changes: {plan}"))
+        .iter()
+        .map(|c| {
+            (
+                c["code"].as_str().unwrap_or_default().to_owned(),
+                c["text"].as_str().unwrap_or_default().to_owned(),
+                c["params"].clone(),
+            )
+        })
+        .collect()
+}
+
+/// The plan offers everything a host without Docker needs, from the recipe's repositories.
+fn assert_plan_from_nothing(host: &NoDockerHost, plan: &Value) {
+    let docker = host.env.docker_repo();
+    let changes = changes(plan);
+    let docker_repo = changes
+        .iter()
+        .find(|(code, _, params)| code == "add-repository" && params["vendor"] == "docker")
+        .unwrap_or_else(|| panic!("no Docker repository in the plan: {plan}"));
+    // The change names the origin the signed recipe points at (the plan shows origins).
+    let origin: String = docker.url.split('/').take(3).collect::<Vec<_>>().join("/");
+    assert!(
+        docker_repo.1.contains(&origin) && !docker_repo.1.contains("download.docker.com"),
+        "the change names where the signed recipe points ({origin}): {docker_repo:?}"
+    );
+    assert!(
+        docker_repo.1.to_lowercase().contains("key"),
+        "the Docker key: {docker_repo:?}"
+    );
+    assert!(
+        changes
+            .iter()
+            .any(|(code, _, params)| code == "add-repository" && params["vendor"] == "nvidia"),
+        "{plan}"
+    );
+    let install = changes
+        .iter()
+        .find(|(code, _, _)| code == "install-packages")
+        .unwrap_or_else(|| panic!("no install-packages: {plan}"));
+    for package in DOCKER_PACKAGES.iter().chain(&["nvidia-container-toolkit"]) {
+        assert!(install.1.contains(package), "{package}: {install:?}");
+    }
+    for code in [
+        "enable-docker-service",
+        "add-user-to-docker-group",
+        "configure-nvidia-runtime",
+    ] {
+        assert!(
+            changes.iter().any(|(c, _, _)| c == code),
+            "{code} missing: {plan}"
+        );
+    }
+    let components = &plan["host_step"]["parameters"]["components"];
+    assert!(
+        components
+            .as_array()
+            .is_some_and(|c| c.contains(&json!("docker-engine"))),
+        "the host step installs docker-engine: {plan}"
+    );
+}
+
+#[test]
+fn from_no_docker_at_all_setup_adds_dockers_repository_installs_it_and_the_toolkit_then_finishes_and_remove_leaves_them(
+) {
+    let host = NoDockerHost::start(DockerSource::Pinned, false);
+    let docker = host.env.docker_repo();
+    assert!(host.dpkg_states(&DOCKER_PACKAGES).is_empty());
+    assert!(!host.exists(DOCKER_LIST) && !host.exists(DOCKER_KEY));
+
+    // The plan, as the user sees it.
+    let plan = host.plan();
+    assert_plan_from_nothing(&host, &plan);
+    let report = host.enginekit("plan --engine vllm");
+    let report = String::from_utf8_lossy(&report.stdout).into_owned();
+    for package in DOCKER_PACKAGES {
+        assert!(report.contains(package), "{package}: {report}");
+    }
+
+    // First run: polkit allows, the helper installs everything; the group needs a new session.
+    let first = host.enginekit("setup --engine vllm --yes --json");
+    assert_eq!(
+        result_of(&first)["error"]["code"],
+        "MANAGED_RELOGIN_REQUIRED",
+        "{}\nhelper journal:\n{}",
+        describe(&first),
+        host.journal()
+    );
+    assert_eq!(host.burnt_nonces().len(), 1, "{}", host.journal());
+
+    // The machine says so, not the receipt: Docker's repository and pinned key, ...
+    let key = host.sh(&format!("stat -c '%U:%G %a' {DOCKER_KEY}"));
+    assert_eq!(key.trim(), "root:root 644", "{key}");
+    let key_text = host.sh(&format!("cat {DOCKER_KEY}"));
+    assert_eq!(
+        key_text.trim(),
+        std::fs::read_to_string(&docker.key_asc).unwrap().trim(),
+        "the key file holds the pinned STAND-IN key"
+    );
+    let list = host.sh(&format!("cat {DOCKER_LIST}"));
+    assert!(
+        list.contains(&format!(
+            "signed-by={DOCKER_KEY}] {}/linux/debian {} stable",
+            docker.url, docker.codename
+        )),
+        "{list}"
+    );
+    // ... the STAND-IN packages from that repository, the toolkit at the pinned version, ...
+    for package in DOCKER_PACKAGES {
+        let version = host
+            .installed_version(package)
+            .unwrap_or_else(|| panic!("{package} is not installed: {}", host.journal()));
+        assert!(version.contains("standin"), "{package} {version}");
+        let origin = host.sh(&format!("apt-cache policy {package}"));
+        assert!(origin.contains(&docker.url), "{package}: {origin}");
+    }
+    for package in TOOLKIT_PACKAGES {
+        assert_eq!(
+            host.installed_version(package).as_deref(),
+            Some(host.env.apt_repo.toolkit_version.as_str()),
+            "{package}"
+        );
+    }
+    // ... docker.service started by systemd and enabled, the runtime configured, the group.
+    let service = host.sh(
+        "systemctl is-active docker.service; systemctl is-enabled docker.service; \
+         systemctl is-active containerd.service",
+    );
+    assert_eq!(
+        service.lines().collect::<Vec<_>>(),
+        ["active", "enabled", "active"],
+        "{service}"
+    );
+    host.booted.assert_docker_confined();
+    let daemon: Value =
+        serde_json::from_str(&host.sh("cat /etc/docker/daemon.json")).expect("daemon.json");
+    assert_eq!(
+        daemon["runtimes"]["nvidia"]["path"],
+        json!("nvidia-container-runtime"),
+        "{daemon}"
+    );
+    let runtimes = host.sh("docker info --format '{{json .Runtimes}}'");
+    assert!(
+        runtimes.contains("nvidia"),
+        "dockerd runs with it: {runtimes}"
+    );
+    assert!(host.groups().iter().any(|g| g == "docker"));
+    let receipt = host.last_receipt();
+    assert_eq!(receipt["outcome"], "succeeded", "{receipt}");
+
+    // Bench plumbing: the registry forwarder joins the namespace of the containerd that the
+    // package started (see BootedSystemd::boot_without_docker).
+    let proxy = host.sh("systemctl start registry-proxy.socket && echo ok");
+    assert!(proxy.contains("ok"), "{proxy}");
+
+    // A new sign-in: GPU check, pull by digest, verify, record.
+    let second = host.enginekit("setup --engine vllm --yes --json");
+    assert_eq!(
+        result_of(&second)["phase"],
+        "ready",
+        "{}\nhelper journal:\n{}",
+        describe(&second),
+        host.journal()
+    );
+    assert_eq!(host.burnt_nonces().len(), 1, "the helper ran once");
+    assert!(host.image_present(&host.env.busybox_ref));
+    assert!(host.image_present(&host.env.gpu_check_ref));
+    let status: Value =
+        serde_json::from_slice(&host.enginekit("status --json").stdout).expect("status json");
+    assert_eq!(status["installations"][0]["status"], "ready", "{status}");
+
+    // Removal leaves Docker, the toolkit, the group and the repositories in place.
+    let remove = host.enginekit("remove --engine vllm --yes --json");
+    assert_eq!(
+        result_of(&remove)["phase"],
+        "removed",
+        "{}",
+        describe(&remove)
+    );
+    assert!(!host.image_present(&host.env.busybox_ref));
+    for package in DOCKER_PACKAGES.iter().chain(&TOOLKIT_PACKAGES) {
+        assert!(host.installed_version(package).is_some(), "{package} kept");
+    }
+    assert!(host.groups().iter().any(|g| g == "docker"));
+    assert!(host.exists(DOCKER_LIST) && host.exists(DOCKER_KEY));
+    assert!(host
+        .sh("ls /etc/apt/sources.list.d/")
+        .contains("nvidia-container-toolkit"));
+    assert_eq!(
+        host.sh("systemctl is-active docker.service").trim(),
+        "active"
+    );
+}
+
+#[test]
+fn the_key_pin_holds_for_real_a_repository_signed_by_another_key_is_refused_by_apt_and_nothing_is_half_installed(
+) {
+    let host = NoDockerHost::start(DockerSource::Resigned, false);
+    let docker = host.env.docker_repo();
+    let before = host.plan();
+    assert_plan_from_nothing(&host, &before);
+
+    let out = host.enginekit("setup --engine vllm --yes --json");
+    let result = result_of(&out);
+    assert!(
+        result["error"]["code"].is_string(),
+        "the setup must fail: {}",
+        describe(&out)
+    );
+    assert_eq!(host.burnt_nonces().len(), 1, "{}", host.journal());
+    // The helper's job failed at the refresh of Docker's repository, and says so.
+    let receipt = host.last_receipt();
+    assert_eq!(receipt["outcome"], "failed", "{receipt}");
+    let refresh = NoDockerHost::receipt_action(&receipt, "refresh");
+    assert!(refresh.starts_with("failed: "), "{refresh}");
+    let other = &docker.other_key_fingerprint[24..];
+    assert!(
+        refresh.contains(&format!("NO_PUBKEY {other}")) || refresh.contains("not signed"),
+        "apt's own refusal is in the receipt: {refresh}"
+    );
+    assert!(
+        receipt["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("refresh: ")),
+        "{receipt}"
+    );
+    // What the user is told names the failed action and carries apt's refusal.
+    assert_eq!(
+        result["error"]["code"], "MANAGED_PREREQUISITE_BLOCKED",
+        "{result}"
+    );
+    let details = result["error"]["details"].as_str().unwrap_or_default();
+    eprintln!("the user is told, under the wrong key:\n{details}");
+    assert!(
+        details.starts_with("MANAGED_PREREQUISITE_BLOCKED: refresh: "),
+        "the failed action is named: {result}"
+    );
+    assert!(details.contains(&format!("NO_PUBKEY {other}")), "{result}");
+    let packages = NoDockerHost::receipt_action(&receipt, "packages");
+    assert!(packages.starts_with("not-run: "), "{packages}");
+
+    // Nothing half-installed: no package of Docker's or the toolkit's in any state, no
+    // group, no unit, no user in a group.
+    let mut all: Vec<&str> = DOCKER_PACKAGES.to_vec();
+    all.extend(TOOLKIT_PACKAGES);
+    assert_eq!(host.dpkg_states(&all), Vec::<String>::new());
+    assert!(host.sh("getent group docker").trim().is_empty());
+    assert!(!host.exists("/lib/systemd/system/docker.service"));
+    assert!(!host.groups().iter().any(|g| g == "docker"));
+    assert!(
+        host.sh("dpkg --audit").trim().is_empty(),
+        "dpkg --audit is clean"
+    );
+
+    // The plan afterwards offers the same step.
+    let after = host.plan();
+    let codes = |plan: &Value| -> Vec<(String, String)> {
+        changes(plan)
+            .into_iter()
+            .map(|(code, text, _)| (code, text))
+            .collect()
+    };
+    assert_eq!(codes(&after), codes(&before), "{after}");
+    assert_plan_from_nothing(&host, &after);
+}
+
+/// The built-in recipe's docker-engine conflicts, in its order.
+const BUILT_IN_CONFLICTS: [&str; 4] = ["docker.io", "podman-docker", "containerd", "runc"];
+
+/// With Debian's `debian` package installed (and what it pulls in) and Docker absent: the
+/// built-in conflict check (remove: false) refuses before any package changes, naming the
+/// package and the remedy; a signed recipe with remove: true removes them for real and the
+/// setup goes on to the end.
+fn conflict_is_refused_then_removed(debian: &str) {
+    let host = NoDockerHost::start(DockerSource::Pinned, false);
+    // From Debian's archive, with Docker absent.
+    let installed = host.sh(&format!(
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends {debian} \
+           >/tmp/debian-install.log 2>&1 && echo ok || cat /tmp/debian-install.log"
+    ));
+    assert!(installed.trim_end().ends_with("ok"), "{installed}");
+    let found: Vec<(&str, String)> = BUILT_IN_CONFLICTS
+        .iter()
+        .filter_map(|p| host.installed_version(p).map(|v| (*p, v)))
+        .collect();
+    assert!(
+        found
+            .iter()
+            .any(|(p, v)| *p == debian && !v.contains("standin")),
+        "Debian's {debian}: {found:?}"
+    );
+    let names: Vec<&str> = found.iter().map(|(p, _)| *p).collect();
+    let first = names[0];
+    assert!(host.dpkg_states(&DOCKER_PACKAGES).is_empty());
+
+    // The built-in conflict check (remove: false) refuses, naming the package and the remedy.
+    let refused = host.enginekit("setup --engine vllm --yes --json");
+    let result = result_of(&refused);
+    assert_eq!(
+        result["error"]["code"],
+        "MANAGED_PREREQUISITE_BLOCKED",
+        "{}",
+        describe(&refused)
+    );
+    let receipt = host.last_receipt();
+    assert_eq!(receipt["outcome"], "failed", "{receipt}");
+    let conflicts = NoDockerHost::receipt_action(&receipt, "conflicts");
+    assert!(
+        conflicts.starts_with(&format!(
+            "failed: {first} is installed, and installing docker-ce"
+        )),
+        "{conflicts}"
+    );
+    let details = result["error"]["details"].as_str().unwrap_or_default();
+    eprintln!("the user is told, with Debian's {debian}:\n{details}");
+    let remedy = format!("(sudo apt-get remove {})", names.join(" "));
+    for needle in [format!("conflicts: {first} is installed"), remedy] {
+        assert!(
+            details.contains(&needle),
+            "the user is told {needle:?}: {result}"
+        );
+    }
+    // Nothing of Docker's went in, Debian's packages are still there, untouched.
+    for (package, version) in &found {
+        assert_eq!(
+            host.installed_version(package).as_ref(),
+            Some(version),
+            "{package}"
+        );
+    }
+    let mut all: Vec<&str> = DOCKER_PACKAGES.to_vec();
+    all.extend(TOOLKIT_PACKAGES);
+    assert_eq!(host.dpkg_states(&all), Vec::<String>::new());
+    for id in ["refresh", "packages"] {
+        let action = NoDockerHost::receipt_action(&receipt, id);
+        assert!(action.starts_with("not-run: "), "{id}: {action}");
+    }
+
+    // A signed recipe that says remove: true removes them for real, and the setup goes on.
+    host.install_documents(DockerSource::Pinned, true, 1001);
+    host.setup_expecting_error("MANAGED_RELOGIN_REQUIRED");
+    let receipt = host.last_receipt();
+    assert_eq!(receipt["outcome"], "succeeded", "{receipt}");
+    let conflicts = NoDockerHost::receipt_action(&receipt, "conflicts");
+    assert!(
+        conflicts.starts_with(&format!(
+            "applied: removed the listed conflicting packages: {}",
+            names.join(" ")
+        )),
+        "{conflicts}"
+    );
+    for package in &names {
+        let state = host.sh(&format!(
+            "dpkg-query --show --showformat='${{Status}}' {package} 2>&1"
+        ));
+        assert!(
+            !state.contains("install ok installed"),
+            "{package}: {state}"
+        );
+    }
+    for package in DOCKER_PACKAGES {
+        let version = host.installed_version(package);
+        assert!(
+            version.as_deref().is_some_and(|v| v.contains("standin")),
+            "{package}: {version:?}"
+        );
+    }
+    // containerd.io's own containerd and runc serve the daemon now.
+    for file in ["/usr/bin/runc", "/usr/bin/containerd"] {
+        let owner = host.sh(&format!("dpkg -S {file}"));
+        assert!(owner.starts_with("containerd.io:"), "{file}: {owner}");
+    }
+    assert_eq!(
+        host.sh("systemctl is-active containerd.service docker.service")
+            .lines()
+            .collect::<Vec<_>>(),
+        ["active", "active"]
+    );
+    host.booted.assert_docker_confined();
+    let proxy = host.sh("systemctl start registry-proxy.socket && echo ok");
+    assert!(proxy.contains("ok"), "{proxy}");
+    let ready = host.enginekit("setup --engine vllm --yes --json");
+    assert_eq!(result_of(&ready)["phase"], "ready", "{}", describe(&ready));
+}
+
+#[test]
+fn a_conflicting_debian_runc_is_refused_with_the_remedy_by_the_built_in_check_and_removed_by_a_recipe_that_says_remove(
+) {
+    conflict_is_refused_then_removed("runc");
+}
+
+#[test]
+fn a_conflicting_debian_containerd_and_its_runc_are_refused_with_the_remedy_and_removed_by_a_recipe_that_says_remove(
+) {
+    conflict_is_refused_then_removed("containerd");
+}
