@@ -7,6 +7,7 @@ pub mod docker;
 pub mod documents;
 pub mod durable;
 pub mod elevate;
+pub mod engine;
 pub mod installations;
 pub mod journal;
 pub mod logging;
