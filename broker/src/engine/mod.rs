@@ -8,14 +8,20 @@
 //! - `stages`: load stages from the engine's log markers;
 //! - `classify`: why an engine exited before it became ready, from its bounded log;
 //! - `health`: the readiness probe (`GET /health`, never following a redirect);
-//! - `watchdog`: the PID-1 script that stops the engine when the heartbeat goes stale.
+//! - `watchdog`: the PID-1 script that stops the engine when the heartbeat goes stale;
+//! - `heartbeat`: the broker's side of it, a thread rewriting the heartbeat file;
+//! - `sessions`: session records on disk, which are also the GPU reservations;
+//! - `runtime`: load, crash monitor, confirmed stop, listing and logs over the Docker layer.
 
 pub mod argv;
 pub mod classify;
 pub mod error;
 pub mod gpu;
 pub mod health;
+pub mod heartbeat;
 pub mod options;
+pub mod runtime;
+pub mod sessions;
 pub mod stages;
 pub mod watchdog;
 

@@ -17,6 +17,8 @@ pub const DEFAULT_CONTEXT: u32 = 8192;
 pub const MIN_PORT: u16 = 1024;
 /// Longest session name.
 pub const MAX_NAME: usize = 63;
+/// Longest readiness timeout a caller may ask for (seconds).
+pub const MAX_TIMEOUT_SECS: u32 = 3600;
 /// The file a model folder must contain (Hugging Face and TensorRT-LLM checkpoints both have one).
 pub const MODEL_CONFIG: &str = "config.json";
 
@@ -28,6 +30,8 @@ pub struct LoadRequest {
     pub context: Option<u32>,
     pub gpu: Option<String>,
     pub port: Option<u16>,
+    /// Readiness timeout in seconds; the engine's default when absent.
+    pub timeout_secs: Option<u32>,
 }
 
 /// A session name: `[a-z0-9][a-z0-9._-]{0,62}`, safe as a served model name, a file name and
@@ -97,6 +101,7 @@ pub struct LoadOptions {
     pub gpu: Option<GpuUuid>,
     /// A fixed host port, or `None` for a free one chosen per attempt.
     pub port: Option<u16>,
+    pub timeout_secs: Option<u32>,
 }
 
 impl LoadRequest {
@@ -114,6 +119,14 @@ impl LoadRequest {
                 return Err(EngineError::InvalidOption {
                     what: "port",
                     reason: format!("{port} is below {MIN_PORT}"),
+                });
+            }
+        }
+        if let Some(secs) = self.timeout_secs {
+            if !(1..=MAX_TIMEOUT_SECS).contains(&secs) {
+                return Err(EngineError::InvalidOption {
+                    what: "timeout",
+                    reason: format!("{secs} s is outside 1..={MAX_TIMEOUT_SECS} s"),
                 });
             }
         }
@@ -142,6 +155,7 @@ impl LoadRequest {
             context,
             gpu,
             port: self.port,
+            timeout_secs: self.timeout_secs,
         })
     }
 }

@@ -1,0 +1,538 @@
+//! `enginekit start / stop / ps / logs` end to end on a SIMULATED GPU HOST (see setup_support):
+//! the real broker binary, a real (private) dockerd, the real registry, a real `enginekit setup`
+//! of a descriptor whose engine image is the bench's STAND-IN engine (tests/bench/standin-engine:
+//! busybox and a script, NOT vLLM; it takes enginekit's vLLM argv and misbehaves on request of
+//! the model folder's config.json). Stand-ins: nvidia-smi, the NVIDIA hook, and the engine.
+//!
+//! The private dockerd lives in its own network namespace, so its 127.0.0.1 publications are
+//! reachable only there: the broker (readiness probe) and the test's HTTP requests run in that
+//! namespace through `nsenter --net`, as a user's broker runs in the daemon's namespace.
+
+// Test scaffolding: a failed step should stop the test with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "setup_support/mod.rs"]
+mod setup_support;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use enginekit_integration::bench;
+use serde_json::Value;
+use setup_support::*;
+
+/// A set-up simulated GPU host whose vllm engine is the STAND-IN engine image.
+struct EngineHost {
+    host: SimulatedGpuHost,
+    netns: String,
+}
+
+/// A running `enginekit start`, its JSON events read on a thread.
+struct Started {
+    child: Child,
+    events: mpsc::Receiver<Value>,
+    seen: Vec<Value>,
+}
+
+impl Started {
+    /// Waits for a `ready` or `error` event (or the process's end).
+    fn outcome(&mut self, secs: u64) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.events.recv_timeout(left) {
+                Ok(event) => {
+                    self.seen.push(event.clone());
+                    if event["event"] == "ready" || event["event"] == "error" {
+                        return event;
+                    }
+                }
+                Err(_) => {
+                    let _ = self.child.kill();
+                    panic!(
+                        "no ready or error event within {secs} s; saw {:?}",
+                        self.seen
+                    );
+                }
+            }
+        }
+    }
+
+    /// Waits for the process to exit; its status code and the rest of its events.
+    fn finish(&mut self, secs: u64) -> (Option<i32>, Vec<Value>) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                let rest: Vec<Value> = self.events.try_iter().collect();
+                self.seen.extend(rest.iter().cloned());
+                return (status.code(), rest);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "enginekit start did not exit within {secs} s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl EngineHost {
+    fn start() -> EngineHost {
+        let build = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/standin-engine/build");
+        let out = Command::new(&build)
+            .stdin(Stdio::null())
+            .output()
+            .expect("standin-engine/build");
+        assert!(
+            out.status.success(),
+            "standin-engine/build: {}",
+            describe(&out)
+        );
+        let standin = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert!(
+            standin.contains("/enginekit-bench/standin-engine@sha256:"),
+            "{standin}"
+        );
+        let host = SimulatedGpuHost::start();
+        host.write_descriptor(standin.clone(), 2);
+        let pid = std::fs::read_to_string(
+            host.dockerd
+                .socket
+                .parent()
+                .expect("dir")
+                .join("docker.pid"),
+        )
+        .expect("dockerd pid");
+        let netns = format!("--net=/proc/{}/ns/net", pid.trim());
+        let me = EngineHost { host, netns };
+        let setup = me.run(&["setup", "--engine", "vllm", "--yes", "--json"]);
+        assert!(
+            setup.status.success(),
+            "setup of the STAND-IN engine: {}",
+            describe(&setup)
+        );
+        assert!(
+            me.host.image_present(&standin),
+            "setup pulled the STAND-IN engine"
+        );
+        me
+    }
+
+    /// `enginekit ARGS` in the daemon's network namespace.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(&self.netns)
+            .arg(bench::bin("enginekit"))
+            .args(args)
+            .stdin(Stdio::null());
+        self.host.broker_env(&mut cmd);
+        cmd
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run enginekit")
+    }
+
+    fn model(&self, name: &str, config: &str) -> PathBuf {
+        let dir = self.host.home.path().join("models").join(name);
+        std::fs::create_dir_all(&dir).expect("model dir");
+        std::fs::write(dir.join("config.json"), config).expect("config.json");
+        std::fs::write(dir.join("model.safetensors"), b"STAND-IN weights").expect("weights");
+        dir
+    }
+
+    fn start_engine(&self, model: &Path, extra: &[&str]) -> Started {
+        let model = model.display().to_string();
+        let mut args = vec![
+            "start",
+            "--engine",
+            "vllm",
+            "--model",
+            model.as_str(),
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let mut child = self
+            .command(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn enginekit start");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    if tx.send(v).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        Started {
+            child,
+            events: rx,
+            seen: Vec::new(),
+        }
+    }
+
+    fn curl(&self, url: &str) -> Output {
+        Command::new("nsenter")
+            .args([self.netns.as_str(), "curl", "-sS", "-m", "5", url])
+            .output()
+            .expect("curl")
+    }
+
+    fn journal_records(&self) -> Vec<String> {
+        let dir = self.host.state_dir().join("containers");
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.ends_with(".json"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn session_records(&self) -> Vec<String> {
+        let dir = self.host.state_dir().join("engine/sessions");
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn engine_containers(&self) -> Vec<String> {
+        self.host
+            .containers()
+            .into_iter()
+            .filter(|c| c.contains(" enginekit-") && !c.contains("gpu-check"))
+            .collect()
+    }
+
+    /// Nothing of a session is left: no container, journal record or reservation.
+    fn assert_nothing_left(&self, what: &str) {
+        assert_eq!(
+            self.engine_containers(),
+            Vec::<String>::new(),
+            "{what}: containers left"
+        );
+        assert_eq!(
+            self.journal_records(),
+            Vec::<String>::new(),
+            "{what}: journal records left"
+        );
+        assert_eq!(
+            self.session_records(),
+            Vec::<String>::new(),
+            "{what}: reservations left"
+        );
+    }
+
+    fn inspect(&self, container: &str, format: &str) -> String {
+        let out = self.host.docker(&["inspect", "-f", format, container]);
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+}
+
+#[test]
+fn start_serves_on_loopback_as_the_user_and_stop_is_confirmed_and_leaves_nothing() {
+    let h = EngineHost::start();
+    let model = h.model("Qwen-Stand-In", r#"{"architectures":["Qwen2ForCausalLM"]}"#);
+    let mut first = h.start_engine(&model, &["--name", "qwen", "--context", "4096"]);
+    let ready = first.outcome(120);
+    assert_eq!(ready["event"], "ready", "{:?}", first.seen);
+    let base = ready["base_url"].as_str().expect("base_url").to_owned();
+    let port = ready["port"].as_u64().expect("port");
+    assert_eq!(base, format!("http://127.0.0.1:{port}/v1"));
+    let stages: Vec<&str> = first
+        .seen
+        .iter()
+        .filter_map(|e| e["stage"].as_str())
+        .collect();
+    for stage in ["loading-weights", "starting-server", "ready"] {
+        assert!(stages.contains(&stage), "{stage} missing from {stages:?}");
+    }
+
+    // The OpenAI-compatible endpoint answers through the base URL.
+    let models = h.curl(&format!("{base}/models"));
+    let body: Value = serde_json::from_slice(&models.stdout).unwrap_or_default();
+    assert_eq!(body["data"][0]["id"], "qwen", "{}", describe(&models));
+    assert_eq!(body["data"][0]["max_model_len"], 4096);
+
+    // Published on 127.0.0.1 only; run as the user, no capabilities, no new privileges.
+    let container = ready["container"].as_str().expect("container").to_owned();
+    let ports: Value =
+        serde_json::from_str(&h.inspect(&container, "{{json .NetworkSettings.Ports}}"))
+            .expect("ports");
+    let bindings = ports["8000/tcp"].as_array().expect("8000/tcp bound");
+    assert!(!bindings.is_empty());
+    for b in bindings {
+        assert_eq!(b["HostIp"], "127.0.0.1", "{ports}");
+    }
+    let uid = nix::unistd::getuid().as_raw();
+    let gid = nix::unistd::getgid().as_raw();
+    assert_eq!(
+        h.inspect(&container, "{{.Config.User}}"),
+        format!("{uid}:{gid}")
+    );
+    let logs = h.run(&["logs", "qwen"]);
+    let text = String::from_utf8_lossy(&logs.stdout).into_owned();
+    assert!(
+        text.contains(&format!(
+            "identity: uid={uid} gid={gid} CapEff: 0000000000000000 NoNewPrivs=1"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("--served-model-name qwen"), "{text}");
+    assert_eq!(h.inspect(&container, "{{.HostConfig.CapDrop}}"), "[ALL]");
+
+    let ps = h.run(&["ps", "--json"]);
+    let listed: Value = serde_json::from_slice(&ps.stdout).expect("ps json");
+    assert_eq!(listed[0]["name"], "qwen", "{}", describe(&ps));
+    assert_eq!(listed[0]["state"], "ready");
+    assert_eq!(listed[0]["container_status"], "running");
+
+    // A second model on the same (only) card stops the first with a confirmed stop.
+    let other = h.model("other", r#"{"architectures":["LlamaForCausalLM"]}"#);
+    let mut second = h.start_engine(&other, &["--name", "second"]);
+    let ready2 = second.outcome(120);
+    assert_eq!(ready2["event"], "ready", "{:?}", second.seen);
+    assert!(
+        second
+            .seen
+            .iter()
+            .any(|e| e["event"] == "evicted" && e["name"] == "qwen"),
+        "{:?}",
+        second.seen
+    );
+    let (code, rest) = first.finish(30);
+    assert_eq!(code, Some(0), "the first start ends quietly: {rest:?}");
+    assert!(rest.iter().any(|e| e["event"] == "stopped"), "{rest:?}");
+    assert_eq!(
+        h.engine_containers().len(),
+        1,
+        "{:?}",
+        h.engine_containers()
+    );
+
+    // stop is confirmed and leaves no container, journal record or reservation.
+    let stop = h.run(&["stop", "second", "--json"]);
+    assert!(stop.status.success(), "{}", describe(&stop));
+    let (code, _) = second.finish(30);
+    assert_eq!(code, Some(0));
+    h.assert_nothing_left("after stop");
+}
+
+#[test]
+fn kill_9_of_the_owner_lets_the_watchdog_end_the_engine_and_the_next_start_reconciles() {
+    let h = EngineHost::start();
+    let model = h.model("m", r#"{"architectures":["Qwen2ForCausalLM"]}"#);
+    let mut started = h.start_engine(&model, &["--name", "orphan"]);
+    let ready = started.outcome(120);
+    assert_eq!(ready["event"], "ready", "{:?}", started.seen);
+    let container = ready["container"].as_str().expect("container").to_owned();
+    let killed = Instant::now();
+    started.child.kill().expect("kill -9 enginekit start");
+    let _ = started.child.wait();
+    let mut ended = None;
+    while killed.elapsed() < Duration::from_secs(90) {
+        if h.inspect(&container, "{{.State.Running}}") == "false" {
+            ended = Some(killed.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let ended = ended.expect("the watchdog never ended the engine");
+    println!(
+        "kill -9 of the owner → container ended after {ended:?} (stale limit 30 s + one 5 s poll)"
+    );
+    assert_eq!(
+        h.inspect(&container, "{{.State.ExitCode}}"),
+        "97",
+        "the watchdog's stale exit"
+    );
+    assert!(
+        ended >= Duration::from_secs(24),
+        "ended before the stale limit: {ended:?}"
+    );
+    assert!(
+        ended <= Duration::from_secs(30 + 5 + 3),
+        "later than the stale limit + one poll: {ended:?}"
+    );
+    assert_eq!(
+        h.session_records().len(),
+        1,
+        "the dead owner's reservation is still on disk"
+    );
+
+    // The next broker start reconciles: the container is removed, the records dropped.
+    let ps = h.run(&["ps", "--json"]);
+    assert!(ps.status.success(), "{}", describe(&ps));
+    h.assert_nothing_left("after reconcile");
+}
+
+fn error_of(event: &Value) -> (String, String, String) {
+    let e = &event["error"];
+    (
+        e["code"].as_str().unwrap_or_default().to_owned(),
+        e["message"].as_str().unwrap_or_default().to_owned(),
+        e["details"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+#[test]
+fn each_failure_gives_its_code_message_and_excerpt_and_leaves_nothing() {
+    let h = EngineHost::start();
+
+    // Refused before any Docker call: options, the model folder, and an engine not set up
+    // (DOCKER_HOST points nowhere, so a Docker call would fail differently).
+    let empty = h.host.home.path().join("models/empty");
+    std::fs::create_dir_all(&empty).expect("empty dir");
+    let good = h.model("good", r#"{"architectures":["Qwen2ForCausalLM"]}"#);
+    let good_s = good.display().to_string();
+    let empty_s = empty.display().to_string();
+    for (args, code, needle) in [
+        (
+            vec!["--model", empty_s.as_str()],
+            "INVALID_ARGUMENT",
+            "config.json",
+        ),
+        (
+            vec!["--model", good_s.as_str(), "--context", "10"],
+            "INVALID_ARGUMENT",
+            "context",
+        ),
+        (
+            vec!["--model", good_s.as_str(), "--port", "80"],
+            "INVALID_ARGUMENT",
+            "port",
+        ),
+        (
+            vec!["--model", good_s.as_str(), "--engine", "tensorrt-llm"],
+            "MANAGED_ADAPTER_UNAVAILABLE",
+            "enginekit setup",
+        ),
+    ] {
+        let mut full = vec!["start", "--json"];
+        full.extend(args.iter().copied());
+        let out = h
+            .command(&full)
+            .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+            .output()
+            .expect("run");
+        assert!(!out.status.success());
+        let event: Value = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .find(|e: &Value| e["event"] == "error")
+            .unwrap_or_else(|| panic!("no error event: {}", describe(&out)));
+        let (got, message, _) = error_of(&event);
+        assert_eq!(got, code, "{args:?}: {message}");
+        assert!(message.contains(needle), "{args:?}: {message}");
+    }
+
+    // Exits before readiness, classified from the log.
+    let cases = [
+        (
+            "oom",
+            "OUT_OF_MEMORY",
+            "tried to allocate 1.96 GiB",
+            "torch.OutOfMemoryError",
+        ),
+        (
+            "unsupported",
+            "MODEL_INCOMPATIBLE",
+            "EnginekitStandInForCausalLM",
+            "are not supported for now",
+        ),
+    ];
+    for (mode, code, in_message, in_details) in cases {
+        let model = h.model(mode, &format!(r#"{{"enginekit_standin":"{mode}"}}"#));
+        let mut s = h.start_engine(&model, &[]);
+        let event = s.outcome(120);
+        let (got, message, details) = error_of(&event);
+        assert_eq!(got, code, "{mode}: {event}");
+        assert!(message.contains(in_message), "{mode}: {message}");
+        assert!(details.contains(in_details), "{mode}: {details}");
+        assert!(
+            details.contains("[…] the end of the log:"),
+            "{mode}: {details}"
+        );
+        let (exit, _) = s.finish(30);
+        assert_eq!(exit, Some(1));
+        h.assert_nothing_left(mode);
+    }
+
+    // Never ready, and a /health that redirects (never followed): timed out with the tail.
+    for mode in ["never-ready", "redirect"] {
+        let model = h.model(mode, &format!(r#"{{"enginekit_standin":"{mode}"}}"#));
+        let mut s = h.start_engine(&model, &["--timeout", "8"]);
+        let event = s.outcome(120);
+        let (got, message, details) = error_of(&event);
+        assert_eq!(got, "MODEL_LOAD_TIMED_OUT", "{mode}: {event}");
+        assert!(message.contains("within 8 s"), "{mode}: {message}");
+        assert!(
+            details.contains("Graph capturing finished"),
+            "{mode}: {details}"
+        );
+        if mode == "redirect" {
+            assert!(
+                s.seen
+                    .iter()
+                    .any(|e| e["event"] == "redirected" && e["status"] == 307),
+                "{:?}",
+                s.seen
+            );
+        }
+        let _ = s.finish(30);
+        h.assert_nothing_left(mode);
+    }
+
+    // An engine that ignores TERM is still stopped (KILL after the grace), confirmed.
+    let model = h.model("stubborn", r#"{"enginekit_standin":"ignore-term"}"#);
+    let mut s = h.start_engine(&model, &["--name", "stubborn"]);
+    assert_eq!(s.outcome(120)["event"], "ready", "{:?}", s.seen);
+    let asked = Instant::now();
+    let stop = h.run(&["stop", "--json"]);
+    assert!(stop.status.success(), "{}", describe(&stop));
+    println!(
+        "stop of an engine that ignores TERM took {:?}",
+        asked.elapsed()
+    );
+    let _ = s.finish(30);
+    h.assert_nothing_left("ignore-term");
+
+    // Cancel during the load (SIGTERM to enginekit start): what it created is removed.
+    let model = h.model("slow", r#"{"enginekit_standin":"never-ready"}"#);
+    let mut s = h.start_engine(&model, &[]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !s.seen.iter().any(|e| e["event"] == "started") {
+        assert!(Instant::now() < deadline, "{:?}", s.seen);
+        if let Ok(e) = s.events.recv_timeout(Duration::from_millis(200)) {
+            s.seen.push(e);
+        }
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(s.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+    let event = s.outcome(60);
+    assert_eq!(error_of(&event).0, "MODEL_LOAD_CANCELLED", "{event}");
+    let _ = s.finish(30);
+    h.assert_nothing_left("cancel");
+}
