@@ -335,6 +335,16 @@ fn start_serves_on_loopback_as_the_user_and_stop_is_confirmed_and_leaves_nothing
     let (code, _) = second.finish(30);
     assert_eq!(code, Some(0));
     h.assert_nothing_left("after stop");
+
+    // `remove` of the engine first stops its running model (confirmed), and its owner exits.
+    let mut third = h.start_engine(&model, &["--name", "third"]);
+    assert_eq!(third.outcome(120)["event"], "ready", "{:?}", third.seen);
+    let remove = h.run(&["remove", "--engine", "vllm", "--yes", "--json"]);
+    assert!(remove.status.success(), "{}", describe(&remove));
+    let (code, rest) = third.finish(30);
+    assert_eq!(code, Some(0), "{rest:?}");
+    h.assert_nothing_left("after remove");
+    assert!(h.host.installation().is_none());
 }
 
 #[test]
