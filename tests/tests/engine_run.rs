@@ -546,3 +546,287 @@ fn each_failure_gives_its_code_message_and_excerpt_and_leaves_nothing() {
     let _ = s.finish(30);
     h.assert_nothing_left("cancel");
 }
+
+/// A private session bus that activates `enginekit serve` in the daemon's network namespace on
+/// the simulated host; killed on drop (the serve log is printed when the test failed).
+struct SessionBus {
+    pid: u32,
+    log: PathBuf,
+    address: String,
+    _dir: tempfile::TempDir,
+}
+
+impl SessionBus {
+    fn start(h: &EngineHost) -> SessionBus {
+        let dir = tempfile::tempdir().expect("bus dir");
+        let services = dir.path().join("services");
+        std::fs::create_dir_all(&services).expect("services dir");
+        let mut exec = Command::new("/usr/bin/env");
+        h.host.broker_env(&mut exec);
+        let env: Vec<String> = exec
+            .get_envs()
+            .filter_map(|(k, v)| {
+                v.map(|v| format!("{}={}", k.to_string_lossy(), v.to_string_lossy()))
+            })
+            .collect();
+        let log = dir.path().join("serve.log");
+        std::fs::write(
+            services.join("org.enginekit.Broker1.service"),
+            format!(
+                "# Test activation file (engine_run): the built broker on a simulated GPU host\n\
+                 [D-BUS Service]\nName=org.enginekit.Broker1\nExec=/bin/sh -c \"/usr/bin/env {} nsenter {} {} serve --idle-exit 3 2>>{}\"\n",
+                env.join(" "),
+                h.netns,
+                bench::bin("enginekit").display(),
+                log.display()
+            ),
+        )
+        .expect("activation file");
+        let config = dir.path().join("session.conf");
+        std::fs::write(
+            &config,
+            format!(
+                "<!DOCTYPE busconfig PUBLIC \"-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN\"\n \
+                 \"http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd\">\n\
+                 <busconfig>\n  <include>/usr/share/dbus-1/session.conf</include>\n  \
+                 <servicedir>{}</servicedir>\n</busconfig>\n",
+                services.display()
+            ),
+        )
+        .expect("bus config");
+        let out = Command::new("dbus-daemon")
+            .arg(format!("--config-file={}", config.display()))
+            .args(["--fork", "--print-address=1", "--print-pid=1"])
+            .arg(format!(
+                "--address=unix:path={}",
+                dir.path().join("bus").display()
+            ))
+            .stdin(Stdio::null())
+            .output()
+            .expect("dbus-daemon");
+        assert!(out.status.success(), "dbus-daemon: {}", describe(&out));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut lines = text.lines();
+        let address = lines.next().expect("address").trim().to_owned();
+        let pid = lines
+            .next()
+            .expect("pid")
+            .trim()
+            .parse()
+            .expect("pid number");
+        SessionBus {
+            pid,
+            log,
+            address,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for SessionBus {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "enginekit serve log:\n{}",
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+        }
+        let _ = Command::new("kill").arg(self.pid.to_string()).status();
+    }
+}
+
+#[test]
+fn load_and_unload_over_the_session_bus_with_the_signals_observed() {
+    use futures_util::StreamExt;
+    use std::collections::HashMap;
+    use zbus::Variant as V;
+
+    let h = EngineHost::start();
+    let bus = SessionBus::start(&h);
+    let model = h.model("bus-model", r#"{"architectures":["Qwen2ForCausalLM"]}"#);
+    let failing = h.model("bus-oom", r#"{"enginekit_standin":"oom"}"#);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let conn = zbus::connection::Builder::address(bus.address.as_str())
+            .build()
+            .await
+            .expect("connect");
+        let broker = zbus::Proxy::new(
+            &conn,
+            "org.enginekit.Broker1",
+            "/org/enginekit/Broker1",
+            "org.enginekit.Broker1",
+        )
+        .await
+        .expect("proxy");
+        let rule = zbus::MatchRule::builder()
+            .msg_type(zbus::message::Type::Signal)
+            .sender("org.enginekit.Broker1")
+            .build()
+            .expect("match rule");
+        let mut stream =
+            zbus::MessageStream::for_match_rule(rule, &conn, std::num::NonZeroUsize::new(256))
+                .await
+                .expect("signals");
+
+        // Refused before any Docker call: a folder without config.json.
+        let empty = h.host.home.path().join("models/bus-empty");
+        std::fs::create_dir_all(&empty).expect("empty");
+        let refused = broker
+            .call::<_, _, zbus::OwnedObjectPath>(
+                "Load",
+                &(
+                    "vllm",
+                    empty.display().to_string(),
+                    HashMap::<&str, V>::new(),
+                ),
+            )
+            .await
+            .expect_err("no config.json");
+        assert!(
+            refused.to_string().contains("INVALID_ARGUMENT"),
+            "{refused}"
+        );
+
+        let options = HashMap::from([("name", V::from("bus")), ("context", V::U32(4096))]);
+        let session: zbus::OwnedObjectPath = broker
+            .call("Load", &("vllm", model.display().to_string(), options))
+            .await
+            .expect("Load");
+        assert_eq!(session.as_str(), "/org/enginekit/Broker1/session/bus");
+
+        // Watch Changed signals of the session until ready.
+        let mut states = Vec::new();
+        let mut stages = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        while !states
+            .iter()
+            .any(|s: &String| s == "ready" || s == "failed")
+        {
+            let Ok(Some(Ok(msg))) = tokio::time::timeout_at(deadline, stream.next()).await else {
+                panic!("no ready signal; states {states:?} stages {stages:?}");
+            };
+            let header = msg.header();
+            if header.member().map(|m| m.as_str()) == Some("Changed")
+                && header.path().map(|p| p.as_str()) == Some(session.as_str())
+            {
+                let (state, stage): (String, String) =
+                    msg.body().deserialize().expect("Changed args");
+                states.push(state);
+                stages.push(stage);
+            }
+        }
+        assert_eq!(
+            states.last().map(String::as_str),
+            Some("ready"),
+            "{states:?}"
+        );
+        assert!(stages.iter().any(|s| s == "loading-weights"), "{stages:?}");
+        let props = zbus::proxy::Builder::<zbus::Proxy>::new(&conn)
+            .destination("org.enginekit.Broker1")
+            .path(session.to_string())
+            .interface("org.enginekit.Broker1.Session")
+            .cache_properties(zbus::proxy::CacheProperties::No)
+            .build()
+            .await
+            .expect("session proxy");
+        let base: String = props.get_property("BaseUrl").await.expect("BaseUrl");
+        let gpu: String = props.get_property("Gpu").await.expect("Gpu");
+        assert_eq!(gpu, STANDIN_GPU);
+        let models = h.curl(&format!("{base}/models"));
+        let body: Value = serde_json::from_slice(&models.stdout).unwrap_or_default();
+        assert_eq!(body["data"][0]["id"], "bus", "{}", describe(&models));
+        let listed: Vec<zbus::OwnedObjectPath> =
+            broker.call("Sessions", &()).await.expect("Sessions");
+        assert_eq!(listed, vec![session.clone()]);
+        // The live session object has exactly the members of the interface XML.
+        let golden =
+            std::fs::read_to_string(bench::workspace_root().join("dbus/org.enginekit.Broker1.xml"))
+                .expect("xml");
+        let live = zbus::fdo::IntrospectableProxy::builder(&conn)
+            .destination("org.enginekit.Broker1")
+            .path(session.to_string())
+            .build()
+            .await
+            .expect("introspectable")
+            .introspect()
+            .await
+            .expect("Introspect");
+        let iface = "org.enginekit.Broker1.Session";
+        assert!(members(&golden, iface).len() >= 6);
+        assert_eq!(
+            members(&live, iface),
+            members(&golden, iface),
+            "{iface} differs from the XML"
+        );
+
+        broker
+            .call::<_, _, ()>("Unload", &(session.clone(),))
+            .await
+            .expect("Unload");
+        let state: String = props.get_property("State").await.expect("State");
+        assert_eq!(state, "stopped");
+        let listed: Vec<zbus::OwnedObjectPath> =
+            broker.call("Sessions", &()).await.expect("Sessions");
+        assert!(listed.is_empty(), "{listed:?}");
+        h.assert_nothing_left("after Unload");
+
+        // A failing load reports its code on the session object.
+        let options = HashMap::from([("name", V::from("bus-oom"))]);
+        let failed: zbus::OwnedObjectPath = broker
+            .call("Load", &("vllm", failing.display().to_string(), options))
+            .await
+            .expect("Load");
+        let fprops = zbus::proxy::Builder::<zbus::Proxy>::new(&conn)
+            .destination("org.enginekit.Broker1")
+            .path(failed.to_string())
+            .interface("org.enginekit.Broker1.Session")
+            .cache_properties(zbus::proxy::CacheProperties::No)
+            .build()
+            .await
+            .expect("session proxy");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let state: String = fprops.get_property("State").await.expect("State");
+            if state == "failed" {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the OOM load never failed ({state})"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        let error: String = fprops.get_property("Error").await.expect("Error");
+        let error: Value = serde_json::from_str(&error).expect("Error JSON");
+        assert_eq!(error["code"], "OUT_OF_MEMORY", "{error}");
+        h.assert_nothing_left("after the failed bus load");
+    });
+}
+
+/// Every member the interface XML names, as `kind name` (as in broker_bus_flows.rs).
+fn members(xml: &str, interface: &str) -> Vec<String> {
+    let start = xml
+        .find(&format!("<interface name=\"{interface}\""))
+        .unwrap_or_else(|| panic!("{interface} missing"));
+    let end = xml[start..]
+        .find("</interface>")
+        .map(|e| start + e)
+        .expect("interface end");
+    let body = &xml[start..end];
+    let mut out = Vec::new();
+    for kind in ["method", "signal", "property"] {
+        let tag = format!("<{kind} name=\"");
+        let mut rest = body;
+        while let Some(i) = rest.find(&tag) {
+            rest = &rest[i + tag.len()..];
+            let name = &rest[..rest.find('"').expect("quote")];
+            out.push(format!("{kind} {name}"));
+        }
+    }
+    out.sort();
+    out
+}
