@@ -24,6 +24,14 @@ use enginekit_integration::bench;
 use serde_json::Value;
 use setup_support::*;
 
+/// The broker binary: the debug build, or `EKT_ENGINEKIT_BIN` (e.g. a release build for the
+/// benchmark).
+fn enginekit_bin() -> PathBuf {
+    std::env::var_os("EKT_ENGINEKIT_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| bench::bin("enginekit"))
+}
+
 /// A set-up simulated GPU host whose vllm engine is the STAND-IN engine image.
 struct EngineHost {
     host: SimulatedGpuHost,
@@ -125,7 +133,7 @@ impl EngineHost {
     fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new("nsenter");
         cmd.arg(&self.netns)
-            .arg(bench::bin("enginekit"))
+            .arg(enginekit_bin())
             .args(args)
             .stdin(Stdio::null());
         self.host.broker_env(&mut cmd);
@@ -577,7 +585,7 @@ impl SessionBus {
                  [D-BUS Service]\nName=org.enginekit.Broker1\nExec=/bin/sh -c \"/usr/bin/env {} nsenter {} {} serve --idle-exit 3 2>>{}\"\n",
                 env.join(" "),
                 h.netns,
-                bench::bin("enginekit").display(),
+                enginekit_bin().display(),
                 log.display()
             ),
         )
@@ -829,4 +837,117 @@ fn members(xml: &str, interface: &str) -> Vec<String> {
     }
     out.sort();
     out
+}
+
+/// Clock ticks per second of /proc/<pid>/stat (USER_HZ; 100 on Linux for every architecture
+/// this runs on).
+const USER_HZ: f64 = 100.0;
+
+/// (utime + stime ticks, VmRSS kB, VmHWM kB) of `pid`.
+fn usage(pid: u32) -> (u64, u64, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let after = &stat[stat.rfind(')').expect("comm end") + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks =
+        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let kb = |key: &str| -> u64 {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (ticks, kb("VmRSS:"), kb("VmHWM:"))
+}
+
+/// Benchmark (prints, asserts nothing about time): `enginekit start` of the STAND-IN engine
+/// until ready, against `docker run` of the same image and argv, same user, capabilities, GPU,
+/// mount and loopback port, followed by a `/health` poll loop with the broker's 1 s period;
+/// median of 3 rounds each, as a ratio (target ≤ 1.05). Then the broker's RSS and CPU while
+/// the engine runs for `EKT_ENGINE_BENCH_SECS` (default 60; targets ≤ 20 MB, ≤ 1 % of a core).
+/// The broker is the debug build unless `EKT_ENGINEKIT_BIN` names another.
+#[test]
+fn bench_start_to_ready_against_docker_run_and_the_broker_at_rest() {
+    let h = EngineHost::start();
+    let model = h.model("bench", r#"{"architectures":["Qwen2ForCausalLM"]}"#);
+    let rounds = 3;
+    let mut ours = Vec::new();
+    for _ in 0..rounds {
+        let began = Instant::now();
+        let mut s = h.start_engine(&model, &["--name", "bench"]);
+        let ready = s.outcome(120);
+        ours.push(began.elapsed().as_secs_f64());
+        assert_eq!(ready["event"], "ready", "{:?}", s.seen);
+        let stop = h.run(&["stop", "bench"]);
+        assert!(stop.status.success(), "{}", describe(&stop));
+        let _ = s.finish(30);
+    }
+    let installation = h.host.installation().expect("installation");
+    let image = format!(
+        "{}@{}",
+        installation["image"]["repository"]
+            .as_str()
+            .expect("repository"),
+        installation["image"]["digest"].as_str().expect("digest")
+    );
+    let uid = nix::unistd::getuid().as_raw();
+    let gid = nix::unistd::getgid().as_raw();
+    let mut peer = Vec::new();
+    for round in 0..rounds {
+        let port = 18000 + round;
+        let name = format!("ekt-bench-peer-{round}");
+        let script = format!(
+            "docker -H {host} run -d --name {name} --user {uid}:{gid} --cap-drop ALL \
+             --security-opt no-new-privileges --gpus device={gpu} -p 127.0.0.1:{port}:8000 \
+             -v {model}:/enginekit/model:ro {image} vllm serve /enginekit/model \
+             --served-model-name bench --host 0.0.0.0 --port 8000 --max-model-len 8192 \
+             --max-num-seqs 1 --gpu-memory-utilization 0.90 >/dev/null && \
+             until curl -fsS -o /dev/null -m 2 http://127.0.0.1:{port}/health; do sleep 1; done",
+            host = h.host.dockerd.host,
+            gpu = STANDIN_GPU,
+            model = model.display(),
+        );
+        let began = Instant::now();
+        let out = Command::new("nsenter")
+            .args([h.netns.as_str(), "timeout", "120", "sh", "-c", &script])
+            .output()
+            .expect("docker run peer");
+        peer.push(began.elapsed().as_secs_f64());
+        assert!(out.status.success(), "{}", describe(&out));
+        let _ = h.host.docker(&["rm", "-f", &name]);
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (a, b) = (median(ours.clone()), median(peer.clone()));
+    println!(
+        "BENCH start-to-ready: enginekit start {a:.2} s {ours:?} / docker run + /health poll {b:.2} s {peer:?} = ratio {:.3} (target ≤ 1.05)",
+        a / b
+    );
+
+    let secs: u64 = std::env::var("EKT_ENGINE_BENCH_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60);
+    let mut s = h.start_engine(&model, &["--name", "bench"]);
+    assert_eq!(s.outcome(120)["event"], "ready", "{:?}", s.seen);
+    let pid = s.child.id();
+    let (t0, _, _) = usage(pid);
+    std::thread::sleep(Duration::from_secs(secs));
+    let (t1, rss, hwm) = usage(pid);
+    let cpu = (t1 - t0) as f64 / USER_HZ / secs as f64 * 100.0;
+    println!(
+        "BENCH broker at rest with a ready engine for {secs} s ({}): RSS {:.1} MB (peak {:.1} MB, target ≤ 20 MB), CPU {cpu:.2} % of a core (target ≤ 1 %)",
+        enginekit_bin().display(),
+        rss as f64 / 1024.0,
+        hwm as f64 / 1024.0,
+    );
+    assert!(t1 >= t0);
+    let stop = h.run(&["stop", "bench"]);
+    assert!(stop.status.success(), "{}", describe(&stop));
+    let _ = s.finish(30);
+    h.assert_nothing_left("after the benchmark");
 }
