@@ -520,6 +520,19 @@ fn each_failure_gives_its_code_message_and_excerpt_and_leaves_nothing() {
         h.assert_nothing_left(mode);
     }
 
+    // An engine that dies after it was ready: the crash monitor classifies the tail, cleans up.
+    let model = h.model("crash", r#"{"enginekit_standin":"crash"}"#);
+    let mut s = h.start_engine(&model, &["--name", "crash"]);
+    assert_eq!(s.outcome(120)["event"], "ready", "{:?}", s.seen);
+    let event = s.outcome(60);
+    let (code, message, details) = error_of(&event);
+    assert_eq!(code, "OUT_OF_MEMORY", "{event}");
+    assert!(message.contains("32768 tokens"), "{message}");
+    assert!(details.contains("KV cache is needed"), "{details}");
+    let (exit, _) = s.finish(30);
+    assert_eq!(exit, Some(1));
+    h.assert_nothing_left("crash after ready");
+
     // An engine that ignores TERM is still stopped (KILL after the grace), confirmed.
     let model = h.model("stubborn", r#"{"enginekit_standin":"ignore-term"}"#);
     let mut s = h.start_engine(&model, &["--name", "stubborn"]);
