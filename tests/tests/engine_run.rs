@@ -337,6 +337,69 @@ fn start_serves_on_loopback_as_the_user_and_stop_is_confirmed_and_leaves_nothing
         h.engine_containers()
     );
 
+    // A port taken between the choice and the start: another one is tried.
+    let mut taker = Command::new("nsenter")
+        .args([h.netns.as_str(), "busybox", "nc", "-l", "-p", "18765"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("a listener on the port");
+    std::thread::sleep(Duration::from_millis(300));
+    let third = h.model("third", r#"{"architectures":["LlamaForCausalLM"]}"#);
+    let mut collide = {
+        let model = third.display().to_string();
+        let mut cmd = h.command(&[
+            "start",
+            "--model",
+            model.as_str(),
+            "--name",
+            "collide",
+            "--json",
+        ]);
+        cmd.env("ENGINEKIT_TEST_ENGINE_PORT", "18765")
+            .stdout(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    let _ = tx.send(v);
+                }
+            }
+        });
+        Started {
+            child,
+            events: rx,
+            seen: Vec::new(),
+        }
+    };
+    let ready3 = collide.outcome(120);
+    let _ = taker.kill();
+    let _ = taker.wait();
+    assert_eq!(ready3["event"], "ready", "{:?}", collide.seen);
+    assert_ne!(ready3["port"], 18765);
+    assert!(
+        collide
+            .seen
+            .iter()
+            .any(|e| e["event"] == "started" && e["attempt"] == 2),
+        "{:?}",
+        collide.seen
+    );
+    let (code, _) = second.finish(30);
+    assert_eq!(
+        code,
+        Some(0),
+        "the second model was stopped for the one on the same card"
+    );
+    let stop = h.run(&["stop", "collide", "--json"]);
+    assert!(stop.status.success(), "{}", describe(&stop));
+    let _ = collide.finish(30);
+    h.assert_nothing_left("after the port collision");
+    let mut second = h.start_engine(&other, &["--name", "second"]);
+    assert_eq!(second.outcome(120)["event"], "ready", "{:?}", second.seen);
+
     // stop is confirmed and leaves no container, journal record or reservation.
     let stop = h.run(&["stop", "second", "--json"]);
     assert!(stop.status.success(), "{}", describe(&stop));

@@ -440,10 +440,7 @@ mod tests {
     fn session_paths_are_valid_object_paths() {
         for name in ["qwen", "qwen2.5-0.5b", "a_b"] {
             let path = session_path(name);
-            assert!(
-                zbus::ObjectPath::try_from(path.as_str()).is_ok(),
-                "{path}"
-            );
+            assert!(zbus::ObjectPath::try_from(path.as_str()).is_ok(), "{path}");
         }
         assert_eq!(
             session_path("a.b-c_d"),

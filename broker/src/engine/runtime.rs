@@ -589,9 +589,12 @@ impl Runtime {
         let mut attempt = 0;
         let running = loop {
             attempt += 1;
-            let host_port = match opts.port {
-                Some(p) => p,
-                None => free_port()?,
+            let forced = (attempt == 1)
+                .then(crate::test_hooks::first_engine_port)
+                .flatten();
+            let host_port = match (opts.port, forced) {
+                (Some(p), _) | (None, Some(p)) => p,
+                (None, None) => free_port()?,
             };
             spec.port = Some(PortSpec {
                 container_port: ENGINE_PORT,
