@@ -888,6 +888,38 @@ fn load_and_unload_over_the_session_bus_with_the_signals_observed() {
         let error: Value = serde_json::from_str(&error).expect("Error JSON");
         assert_eq!(error["code"], "OUT_OF_MEMORY", "{error}");
         h.assert_nothing_left("after the failed bus load");
+
+        // Unload during a load cancels it and removes what it created.
+        let slow = h.model("bus-slow", r#"{"enginekit_standin":"never-ready"}"#);
+        let options = HashMap::from([("name", V::from("bus-slow"))]);
+        let loading: zbus::OwnedObjectPath = broker
+            .call("Load", &("vllm", slow.display().to_string(), options))
+            .await
+            .expect("Load");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while h.engine_containers().is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "the slow load never created its container"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        broker
+            .call::<_, _, ()>("Unload", &(loading.clone(),))
+            .await
+            .expect("Unload of a loading session");
+        let lprops = zbus::proxy::Builder::<zbus::Proxy>::new(&conn)
+            .destination("org.enginekit.Broker1")
+            .path(loading.to_string())
+            .interface("org.enginekit.Broker1.Session")
+            .cache_properties(zbus::proxy::CacheProperties::No)
+            .build()
+            .await
+            .expect("session proxy");
+        let error: String = lprops.get_property("Error").await.expect("Error");
+        let error: Value = serde_json::from_str(&error).expect("Error JSON");
+        assert_eq!(error["code"], "MODEL_LOAD_CANCELLED", "{error}");
+        h.assert_nothing_left("after a cancelled bus load");
     });
 }
 
