@@ -8,6 +8,7 @@ pub mod doctor;
 pub mod documents;
 pub mod durable;
 pub mod elevate;
+pub mod engine;
 pub mod installations;
 pub mod journal;
 pub mod logging;

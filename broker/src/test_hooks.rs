@@ -7,11 +7,14 @@
 //!   the hook) searched before the system directories, to simulate a GPU host.
 //! - `ENGINEKIT_TEST_KILL_AT`: a comma list of checkpoints (phases, `host-step-started`,
 //!   `host-step-running`) at which the process SIGKILLs itself, for the crash-recovery tests.
+//! - `ENGINEKIT_TEST_ENGINE_PORT`: the host port the first create of an engine container tries
+//!   (instead of a free one), so a test can make it collide and see the retry.
 
 use std::path::PathBuf;
 
 pub const STANDIN_DIR_ENV: &str = "ENGINEKIT_TEST_STANDIN_DIR";
 pub const KILL_AT_ENV: &str = "ENGINEKIT_TEST_KILL_AT";
+pub const ENGINE_PORT_ENV: &str = "ENGINEKIT_TEST_ENGINE_PORT";
 
 /// Whether this build honours the hooks at all.
 pub const ENABLED: bool = cfg!(any(debug_assertions, feature = "test-hooks"));
@@ -39,4 +42,17 @@ pub fn kill_point(point: &str) {
             let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
         }
     }
+}
+
+/// The port the first engine create attempt must try, when set in a build that honours it.
+pub fn first_engine_port() -> Option<u16> {
+    if !ENABLED {
+        return None;
+    }
+    let port = std::env::var(ENGINE_PORT_ENV).ok()?.parse().ok()?;
+    tracing::warn!(
+        port,
+        "the first engine create tries a fixed port ({ENGINE_PORT_ENV})"
+    );
+    Some(port)
 }

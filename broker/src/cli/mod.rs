@@ -4,6 +4,7 @@
 
 pub mod docker;
 pub mod doctor;
+pub mod engine;
 pub mod engines;
 pub mod plan;
 pub mod probe;
@@ -54,6 +55,14 @@ pub enum Command {
     Status(status::StatusArgs),
     /// The session-bus service org.enginekit.Broker1.
     Serve(serve::ServeArgs),
+    /// Run a model on the installed engine and serve it on 127.0.0.1 until Ctrl-C.
+    Start(engine::StartArgs),
+    /// Stop a running model (confirmed stop; its GPU is freed).
+    Stop(engine::StopArgs),
+    /// The running models: state, GPU, base URL, owner.
+    Ps(engine::PsArgs),
+    /// A running model's engine log (bounded).
+    Logs(engine::LogsArgs),
 }
 
 /// The whole command line as clap sees it: the source of the man pages and shell completions
@@ -75,5 +84,9 @@ pub fn main() -> ExitCode {
         Command::Remove(args) => remove::run(args),
         Command::Status(args) => status::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Start(args) => engine::start(args),
+        Command::Stop(args) => engine::stop(args),
+        Command::Ps(args) => engine::ps(args),
+        Command::Logs(args) => engine::logs(args),
     }
 }

@@ -3,11 +3,14 @@
 //! `/org/enginekit/Broker1` answers `Probe`, `Plan`, `Setup`, `Remove`, `Installations`,
 //! `Operations`. Each operation is an object `/org/enginekit/Broker1/operation/<id>` with its
 //! state as properties, `Approve`, `Resume`, `Cancel`, and `Changed` / `Progress` signals.
-//! The service is D-Bus activatable and exits when idle with nothing to drive.
+//! `Load`, `Unload` and `Sessions` run models on the installed engine; each load is a session
+//! object (see `session`), owned by this service.
+//! The service is D-Bus activatable and exits when idle with nothing to drive and no session.
 
 pub mod api;
 pub mod error;
 pub mod operation;
+pub mod session;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +31,8 @@ pub const OBJECT_PATH: &str = "/org/enginekit/Broker1";
 /// `/org/enginekit/Broker1`.
 pub struct BrokerObject {
     api: Arc<dyn BrokerApi>,
+    /// `None` when the engine runtime could not be opened (no state or data folder).
+    engines: Option<Arc<session::Engines>>,
 }
 
 impl std::fmt::Debug for BrokerObject {
@@ -38,6 +43,17 @@ impl std::fmt::Debug for BrokerObject {
 
 fn engine(text: &str) -> Result<EngineId, BrokerError> {
     EngineId::parse(text).map_err(BrokerError::from)
+}
+
+impl BrokerObject {
+    fn engines(&self) -> Result<&Arc<session::Engines>, BrokerError> {
+        self.engines.as_ref().ok_or_else(|| {
+            BrokerError::from(CodedError::new(
+                enginekit_shared::error::ErrorCode::AdapterUnavailable,
+                "The engine runtime is not available in this service (no state or data folder).",
+            ))
+        })
+    }
 }
 
 fn json_text(value: &serde_json::Value) -> Result<String, BrokerError> {
@@ -111,6 +127,32 @@ impl BrokerObject {
             paths.push(operation::export(server, &self.api, &op).await?);
         }
         Ok(paths)
+    }
+
+    /// Load a model folder on an installed engine. `options`: `name` (s), `context` (u),
+    /// `gpu` (s), `port` (u), `timeout` (u). Refusals that need no Docker call come back as
+    /// errors; the load goes on in the returned session object.
+    async fn load(
+        &self,
+        engine_id: &str,
+        model: &str,
+        options: std::collections::HashMap<String, zbus::OwnedVariant>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<OwnedObjectPath, BrokerError> {
+        let _call = self.api.call_started();
+        self.engines()?.load(conn, engine_id, model, options).await
+    }
+
+    /// Stop a session (cancel its load, or a confirmed stop of its engine) and wait for it.
+    async fn unload(&self, session: OwnedObjectPath) -> Result<(), BrokerError> {
+        let _call = self.api.call_started();
+        self.engines()?.unload(session.as_str()).await
+    }
+
+    /// The sessions this service is loading or running.
+    async fn sessions(&self) -> Result<Vec<OwnedObjectPath>, BrokerError> {
+        let _call = self.api.call_started();
+        Ok(self.engines()?.paths())
     }
 
     /// Any operation changed phase or revision.
@@ -188,8 +230,21 @@ pub async fn serve_on(
         )
         .with_details(e.to_string())
     };
+    let engines = match session::Engines::open() {
+        Ok(e) => Some(Arc::new(e)),
+        Err(e) => {
+            tracing::warn!(error = %e, "the engine runtime is not available");
+            None
+        }
+    };
     let conn = builder
-        .serve_at(OBJECT_PATH, BrokerObject { api: api.clone() })
+        .serve_at(
+            OBJECT_PATH,
+            BrokerObject {
+                api: api.clone(),
+                engines: engines.clone(),
+            },
+        )
         .name(BUS_NAME)
         .build()
         .await
@@ -206,7 +261,8 @@ pub async fn serve_on(
         // An activated service was started for a call: it never leaves before answering one
         // (the activating message can land before the first activity listener exists).
         let answered_or_old = api.calls_seen() > 0 || started.elapsed() > idle * 4;
-        if quiet && !api.busy() && answered_or_old {
+        let sessions = engines.as_ref().is_some_and(|e| e.busy());
+        if quiet && !api.busy() && !sessions && answered_or_old {
             break;
         }
     }

@@ -57,7 +57,8 @@ fn has_control(text: &str) -> bool {
 }
 
 /// One GPU by UUID: `GPU-` or `MIG-` followed by a canonical 8-4-4-4-12 hex UUID.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(transparent)]
 pub struct GpuUuid(String);
 
 impl GpuUuid {

@@ -621,6 +621,20 @@ impl Provisioner for LinuxMachine {
                 Err(e) => return Err(coded_docker(e)),
             }
         }
+        // The engine's sessions (GPU reservations) go with their now stopped containers; an
+        // `enginekit start` that owned one sees its session gone and exits.
+        if let Ok(sessions) = crate::engine::sessions::Sessions::open(&self.state_root) {
+            for session in sessions
+                .list()
+                .into_iter()
+                .filter(|s| s.engine == op.engine.as_str())
+            {
+                if sessions.remove(&session.name).is_ok() {
+                    let _ = std::fs::remove_dir_all(&session.heartbeat_dir);
+                    removed.push(format!("forgot the session {}", session.name));
+                }
+            }
+        }
         let image = ImageRef::new(
             enginekit_shared::image::Repository::parse(&record.image.repository).map_err(|e| {
                 CodedError::new(

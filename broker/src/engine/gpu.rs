@@ -1,0 +1,180 @@
+//! Which card a load runs on (CONTAINERS.md §6.8) and the rule that a card holds one session.
+//!
+//! Selection: a requested card that is present wins; otherwise the most **free** memory, ties
+//! by the most total memory, then the driver's order. A requested card that is gone is
+//! substituted and the substitution reported, never hidden. The GPU check of setup uses the same
+//! ranking on a fresh probe, so the check and the load agree when nothing else runs.
+
+use serde::Serialize;
+
+use super::error::{EngineError, Result};
+use crate::docker::GpuUuid;
+use crate::probe::facts::{Fact, Gpu};
+
+/// One card as the selection sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Card {
+    pub uuid: GpuUuid,
+    /// The driver's index; `None` sorts after every indexed card.
+    pub index: Option<u32>,
+    pub total_bytes: Option<u64>,
+    pub free_bytes: Option<u64>,
+}
+
+impl Card {
+    /// The cards of a probe, in its order; rows whose UUID is not a valid GPU id are skipped.
+    pub fn from_probe(gpus: &[Gpu]) -> Vec<Card> {
+        let known = |f: &Fact<u64>| match f {
+            Fact::Known { value } => Some(*value),
+            Fact::Unknown { .. } => None,
+        };
+        gpus.iter()
+            .filter_map(|g| {
+                Some(Card {
+                    uuid: g.uuid.parse().ok()?,
+                    index: g.index,
+                    total_bytes: known(&g.memory_total_bytes),
+                    free_bytes: known(&g.memory_free_bytes),
+                })
+            })
+            .collect()
+    }
+}
+
+/// The chosen card.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Selection {
+    pub card: Card,
+    /// The requested card, when it was not present and another one was taken instead.
+    pub substituted_for: Option<GpuUuid>,
+}
+
+/// Chooses the card for a load.
+pub fn select(cards: &[Card], requested: Option<&GpuUuid>) -> Result<Selection> {
+    if let Some(want) = requested {
+        if let Some(card) = cards.iter().find(|c| &c.uuid == want) {
+            return Ok(Selection {
+                card: card.clone(),
+                substituted_for: None,
+            });
+        }
+    }
+    // Driver order is the position in `cards` (nvidia-smi order) when indexes tie or lack.
+    let best = cards
+        .iter()
+        .enumerate()
+        .max_by(|(ia, a), (ib, b)| {
+            a.free_bytes
+                .unwrap_or(0)
+                .cmp(&b.free_bytes.unwrap_or(0))
+                .then(a.total_bytes.unwrap_or(0).cmp(&b.total_bytes.unwrap_or(0)))
+                // Earlier in driver order wins: reverse so that max picks the earlier.
+                .then(ib.cmp(ia))
+        })
+        .map(|(_, c)| c.clone())
+        .ok_or(EngineError::NoGpu)?;
+    Ok(Selection {
+        card: best,
+        substituted_for: requested.cloned(),
+    })
+}
+
+/// A session's hold on a card, as the reservation rule sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    pub session: String,
+    pub gpu: GpuUuid,
+}
+
+/// What claiming `gpu` for `session` requires first: the sessions holding that card (at most
+/// one when the rule was kept; more are all listed so that a broken state heals). The caller
+/// unloads each with a confirmed stop before it creates anything; a session never evicts itself.
+pub fn holders_to_unload<'a>(holds: &'a [Hold], gpu: &GpuUuid, session: &str) -> Vec<&'a Hold> {
+    holds
+        .iter()
+        .filter(|h| &h.gpu == gpu && h.session != session)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn card(n: u8, index: Option<u32>, total: u64, free: u64) -> Card {
+        Card {
+            uuid: format!("GPU-0000000{n}-0000-0000-0000-000000000000")
+                .parse()
+                .unwrap(),
+            index,
+            total_bytes: Some(total << 30),
+            free_bytes: Some(free << 30),
+        }
+    }
+
+    #[test]
+    fn a_present_requested_card_wins_even_with_less_free_memory() {
+        let cards = [card(1, Some(0), 24, 20), card(2, Some(1), 80, 79)];
+        let s = select(&cards, Some(&cards[0].uuid)).unwrap();
+        assert_eq!(s.card, cards[0]);
+        assert_eq!(s.substituted_for, None);
+    }
+
+    #[test]
+    fn otherwise_most_free_then_most_total_then_driver_order() {
+        let cards = [
+            card(1, Some(0), 24, 10),
+            card(2, Some(1), 24, 20),
+            card(3, Some(2), 48, 20),
+            card(4, Some(3), 48, 20),
+        ];
+        assert_eq!(select(&cards, None).unwrap().card, cards[2]);
+        let ties = [card(1, Some(0), 24, 20), card(2, Some(1), 24, 20)];
+        assert_eq!(select(&ties, None).unwrap().card, ties[0]);
+        let unknown_free = Card {
+            free_bytes: None,
+            ..card(5, Some(0), 80, 0)
+        };
+        let cards = [unknown_free, card(6, Some(1), 8, 1)];
+        assert_eq!(select(&cards, None).unwrap().card, cards[1]);
+    }
+
+    #[test]
+    fn a_missing_requested_card_is_substituted_and_reported() {
+        let cards = [card(1, Some(0), 24, 20)];
+        let gone: GpuUuid = "GPU-99999999-0000-0000-0000-000000000000".parse().unwrap();
+        let s = select(&cards, Some(&gone)).unwrap();
+        assert_eq!(s.card, cards[0]);
+        assert_eq!(s.substituted_for, Some(gone));
+    }
+
+    #[test]
+    fn no_card_is_a_blocked_prerequisite() {
+        let err = select(&[], None).unwrap_err();
+        assert_eq!(
+            err.code(),
+            enginekit_shared::error::ErrorCode::PrerequisiteBlocked
+        );
+    }
+
+    #[test]
+    fn a_card_holds_one_session_and_a_load_unloads_the_other_holder() {
+        let a = card(1, Some(0), 24, 20).uuid;
+        let b = card(2, Some(1), 24, 20).uuid;
+        let holds = vec![
+            Hold {
+                session: "first".into(),
+                gpu: a.clone(),
+            },
+            Hold {
+                session: "other-card".into(),
+                gpu: b.clone(),
+            },
+        ];
+        let evict = holders_to_unload(&holds, &a, "second");
+        assert_eq!(evict.len(), 1);
+        assert_eq!(evict[0].session, "first");
+        assert!(holders_to_unload(&holds, &a, "first").is_empty());
+        let free: GpuUuid = "GPU-33333333-0000-0000-0000-000000000000".parse().unwrap();
+        assert!(holders_to_unload(&holds, &free, "second").is_empty());
+    }
+}

@@ -1,0 +1,28 @@
+//! The engine runtime: from a set-up machine to an OpenAI-compatible endpoint on 127.0.0.1.
+//!
+//! One job per module; everything but `runtime` is pure or touches only files it is handed:
+//!
+//! - `options`: the load's options, checked before any Docker call (stable codes);
+//! - `argv`: the launch (argv and environment) of vLLM and TensorRT-LLM;
+//! - `gpu`: which card a load runs on, and one session per card;
+//! - `stages`: load stages from the engine's log markers;
+//! - `classify`: why an engine exited before it became ready, from its bounded log;
+//! - `health`: the readiness probe (`GET /health`, never following a redirect);
+//! - `watchdog`: the PID-1 script that stops the engine when the heartbeat goes stale;
+//! - `heartbeat`: the broker's side of it, a thread rewriting the heartbeat file;
+//! - `sessions`: session records on disk, which are also the GPU reservations;
+//! - `runtime`: load, crash monitor, confirmed stop, listing and logs over the Docker layer.
+
+pub mod argv;
+pub mod classify;
+pub mod error;
+pub mod gpu;
+pub mod health;
+pub mod heartbeat;
+pub mod options;
+pub mod runtime;
+pub mod sessions;
+pub mod stages;
+pub mod watchdog;
+
+pub use error::{EngineError, Result};

@@ -1,0 +1,807 @@
+//! The engine lifecycle on top of the Docker layer: load (checks, GPU claim with confirmed
+//! eviction, heartbeat, hardened create with port retries, readiness), the crash monitor,
+//! confirmed stop, listing and logs.
+//!
+//! Who owns a running engine: the process that loaded it keeps its heartbeat. `enginekit start`
+//! owns the engines it starts (they end with it: Ctrl-C stops them, `kill -9` lets the watchdog
+//! end them within its stale limit); the session service (`enginekit serve`) would own those
+//! loaded over the bus. `enginekit stop` from any process stops any session with a confirmed
+//! stop, through the container journal, and never touches a container that is not ours.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use enginekit_shared::image::ImageRef;
+use serde::Serialize;
+use tokio::sync::OnceCell;
+use tokio_util::sync::CancellationToken;
+
+use super::argv::{
+    self, LaunchParams, CACHE_MOUNT, ENGINE_PORT, HEARTBEAT_MOUNT, MODEL_MOUNT, WATCHDOG_MOUNT,
+};
+use super::classify::{self, Classification, TAIL_LINES};
+use super::error::{EngineError, Result};
+use super::gpu::{self, Card, Selection};
+use super::health::{self, Probe};
+use super::heartbeat::{self, Ticker};
+use super::options::LoadRequest;
+use super::sessions::{Owner, SessionRecord, SessionState, Sessions};
+use super::stages::{Stage, StageTracker};
+use super::watchdog;
+use crate::docker::{
+    ContainerSpec, Docker, DockerError, EnvVar, MountSpec, PortSpec, StopOutcome,
+    DEFAULT_LOG_BYTES, SYSTEM_SOCKET,
+};
+use crate::documents::descriptor::EngineId;
+use crate::installations::{InstallationStatus, Installations};
+use crate::journal::{ContainerName, ContainerRecord, InstanceId, Journal, ReconcileLimits};
+
+/// Port attempts on a collision.
+pub const PORT_ATTEMPTS: u32 = 3;
+/// Readiness poll interval.
+pub const POLL: Duration = Duration::from_secs(1);
+/// Crash monitor interval.
+pub const MONITOR: Duration = Duration::from_secs(2);
+/// `docker stop` grace (the watchdog's kill grace is the same).
+pub const STOP_GRACE: Duration = Duration::from_secs(10);
+/// The dedicated network engines run on (inter-container traffic off).
+pub const NETWORK: &str = "enginekit-engines";
+
+/// The readiness timeout of `engine` when none is asked for: vLLM 10 min, TensorRT-LLM 15 min
+/// (placeholders until measured on real checkpoints, as in the reference).
+pub fn default_timeout(engine: EngineId) -> Duration {
+    match engine {
+        EngineId::Vllm => Duration::from_secs(600),
+        EngineId::TensorrtLlm => Duration::from_secs(900),
+    }
+}
+
+/// What a load reports as it goes.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "kebab-case")]
+pub enum LoadEvent {
+    /// The card chosen (and the requested one it replaces, if any).
+    Gpu {
+        gpu: String,
+        substituted_for: Option<String>,
+    },
+    /// Another session held the card and was stopped (confirmed) first.
+    Evicted { name: String },
+    /// The container was created and started on a port.
+    Started {
+        container: String,
+        port: u16,
+        attempt: u32,
+    },
+    /// A stage from the engine's log.
+    Stage { stage: Stage, elapsed_ms: u64 },
+    /// `/health` answered a redirect, which is never followed nor taken as ready (said once).
+    Redirected { status: u16 },
+}
+
+/// A ready engine and the heartbeat that keeps it alive.
+#[derive(Debug)]
+pub struct Loaded {
+    pub record: SessionRecord,
+    pub ticker: Ticker,
+}
+
+/// How a monitored engine ended.
+#[derive(Debug)]
+pub enum MonitorEnd {
+    /// Its session was stopped by someone else (`enginekit stop`, an eviction).
+    StoppedElsewhere,
+    /// The engine died; classified from the tail of its log; what was left is cleaned.
+    Died(Box<Classification>),
+    /// The caller asked to stop.
+    Cancelled,
+}
+
+/// One listed session with what Docker says now.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionView {
+    #[serde(flatten)]
+    pub record: SessionRecord,
+    pub owner_alive: bool,
+    /// `running`, `exited`, …, or `absent`.
+    pub container_status: String,
+}
+
+/// The engine runtime of one broker process.
+#[derive(Debug)]
+pub struct Runtime {
+    docker: OnceCell<Docker>,
+    socket: PathBuf,
+    journal: Journal,
+    sessions: Sessions,
+    installations: Installations,
+    data_dir: PathBuf,
+    owner: Owner,
+    pub watchdog: watchdog::Settings,
+}
+
+fn io_err<'a>(
+    what: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> EngineError + 'a {
+    move |e| EngineError::Io {
+        what,
+        path: path.display().to_string(),
+        detail: e.to_string(),
+    }
+}
+
+fn random_hex(bytes: usize) -> Result<String> {
+    let mut raw = vec![0u8; bytes];
+    getrandom::fill(&mut raw).map_err(|e| EngineError::Io {
+        what: "drawing random bytes",
+        path: String::new(),
+        detail: e.to_string(),
+    })?;
+    Ok(hex::encode(raw))
+}
+
+/// A port nobody listens on now (the kernel's choice on 127.0.0.1); a race is what the retry
+/// is for.
+fn free_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(io_err("finding a free port", Path::new("127.0.0.1")))?;
+    let port = listener
+        .local_addr()
+        .map_err(io_err("finding a free port", Path::new("127.0.0.1")))?
+        .port();
+    Ok(port)
+}
+
+fn is_port_collision(err: &DockerError) -> bool {
+    let text = err.to_string().to_ascii_lowercase();
+    text.contains("port is already allocated") || text.contains("address already in use")
+}
+
+impl Runtime {
+    /// Opens the stores under the user's state and data folders; connects to Docker only when
+    /// a load or a stop needs it (so refusals come before any Docker call).
+    pub fn open(owner: Owner) -> Result<Runtime> {
+        let state =
+            crate::operations::store::default_state_root().map_err(|e| EngineError::Io {
+                what: "finding the state folder",
+                path: String::new(),
+                detail: e.message,
+            })?;
+        let data =
+            crate::operations::machine::default_data_root().ok_or_else(|| EngineError::Io {
+                what: "finding the data folder",
+                path: String::new(),
+                detail: "neither XDG_DATA_HOME nor HOME is set".to_owned(),
+            })?;
+        let instance = InstanceId::generate().map_err(|e| EngineError::Io {
+            what: "drawing an instance id",
+            path: String::new(),
+            detail: e.to_string(),
+        })?;
+        let journal = Journal::open(&state, instance).map_err(DockerError::from)?;
+        let installations = Installations::open(&state).map_err(|e| EngineError::Io {
+            what: "opening the installations",
+            path: state.display().to_string(),
+            detail: e.message,
+        })?;
+        let socket = std::env::var("DOCKER_HOST")
+            .ok()
+            .and_then(|h| h.strip_prefix("unix://").map(PathBuf::from))
+            .filter(|p| p.is_absolute())
+            .unwrap_or_else(|| PathBuf::from(SYSTEM_SOCKET));
+        Ok(Runtime {
+            docker: OnceCell::new(),
+            socket,
+            journal,
+            sessions: Sessions::open(&state)?,
+            installations,
+            data_dir: data,
+            owner,
+            watchdog: watchdog::Settings::default(),
+        })
+    }
+
+    pub fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+
+    async fn docker(&self) -> Result<&Docker> {
+        self.docker
+            .get_or_try_init(|| async {
+                Docker::connect(&self.socket)
+                    .await
+                    .map_err(EngineError::from)
+            })
+            .await
+    }
+
+    /// Stops what dead broker processes left (journal reconcile) and forgets sessions whose
+    /// owner is gone and whose container is no longer recorded.
+    pub async fn reconcile(&self) -> Result<()> {
+        let docker = self.docker().await?;
+        if let Err(e) =
+            crate::journal::reconcile(docker, &self.journal, ReconcileLimits::default()).await
+        {
+            tracing::warn!(error = %e, "container reconcile failed");
+        }
+        let recorded: Vec<String> = self
+            .journal
+            .list()
+            .map_err(DockerError::from)?
+            .records
+            .into_iter()
+            .map(|r| r.name.to_string())
+            .collect();
+        for s in self.sessions.list() {
+            if !s.owner_alive() && !recorded.contains(&s.container_name) {
+                let _lock = self.sessions.lock()?;
+                self.sessions.remove(&s.name)?;
+                let _ = std::fs::remove_dir_all(&s.heartbeat_dir);
+            }
+        }
+        Ok(())
+    }
+
+    fn journal_record(&self, container_name: &str) -> Result<Option<ContainerRecord>> {
+        Ok(self
+            .journal
+            .list()
+            .map_err(DockerError::from)?
+            .records
+            .into_iter()
+            .find(|r| r.name.as_str() == container_name))
+    }
+
+    /// Confirmed stop of a session: stop and remove its recorded container, then drop the
+    /// record (the reservation) and its heartbeat folder. Unconfirmed keeps both and says so.
+    pub async fn stop_session(&self, record: &SessionRecord) -> Result<()> {
+        let docker = self.docker().await?;
+        let mut stopping = record.clone();
+        if stopping.state != SessionState::StopUnconfirmed {
+            stopping.state = SessionState::Stopping;
+            self.sessions.put(&stopping)?;
+        }
+        let outcome = match self.journal_record(&record.container_name)? {
+            // Never created, or already forgotten: nothing of ours runs under that name.
+            None => StopOutcome::Absent,
+            Some(journalled) => match docker
+                .stop_and_forget(&self.journal, &journalled, STOP_GRACE)
+                .await
+            {
+                Ok(outcome) => outcome,
+                // Not ours under that name any more: left alone, and the session is forgotten.
+                Err(DockerError::IdentityMismatch { .. }) => StopOutcome::Absent,
+                Err(e) => StopOutcome::Unconfirmed {
+                    reason: e.to_string(),
+                },
+            },
+        };
+        match outcome {
+            StopOutcome::Unconfirmed { reason } => {
+                stopping.state = SessionState::StopUnconfirmed;
+                self.sessions.put(&stopping)?;
+                Err(EngineError::StopUnconfirmed {
+                    container: record.container_name.clone(),
+                    reason,
+                })
+            }
+            StopOutcome::Exited { .. } | StopOutcome::Absent => {
+                self.sessions.remove(&record.name)?;
+                let _ = std::fs::remove_dir_all(&record.heartbeat_dir);
+                Ok(())
+            }
+        }
+    }
+
+    /// Stops the session `name` (confirmed).
+    pub async fn unload(&self, name: &str) -> Result<()> {
+        let record = self
+            .sessions
+            .get(name)
+            .ok_or_else(|| EngineError::NoSession {
+                name: name.to_owned(),
+            })?;
+        self.stop_session(&record).await
+    }
+
+    /// Every session with its owner's and its container's state.
+    pub async fn list(&self) -> Result<Vec<SessionView>> {
+        let docker = self.docker().await?;
+        let mut out = Vec::new();
+        for record in self.sessions.list() {
+            let key = record
+                .container_id
+                .clone()
+                .unwrap_or_else(|| record.container_name.clone());
+            let container_status = match docker.inspect_container(&key).await {
+                Ok(Some(f)) => f.status,
+                Ok(None) => "absent".to_owned(),
+                Err(e) => format!("unknown ({e})"),
+            };
+            out.push(SessionView {
+                owner_alive: record.owner_alive(),
+                record,
+                container_status,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The bounded log of session `name`: all of it within the budget when `tail` is `None`.
+    pub async fn logs(&self, name: &str, tail: Option<u32>) -> Result<crate::docker::BoundedLogs> {
+        let record = self
+            .sessions
+            .get(name)
+            .ok_or_else(|| EngineError::NoSession {
+                name: name.to_owned(),
+            })?;
+        let docker = self.docker().await?;
+        let key = record.container_id.unwrap_or(record.container_name);
+        Ok(docker.logs(&key, tail, DEFAULT_LOG_BYTES).await?)
+    }
+
+    /// Follows session `name`'s log from its last `tail` lines, calling `out` per chunk, until
+    /// the container ends or `cancel` fires.
+    pub async fn follow_logs(
+        &self,
+        name: &str,
+        tail: u32,
+        out: &mut dyn FnMut(&[u8]),
+        cancel: &CancellationToken,
+    ) -> Result<()> {
+        use futures_util::StreamExt;
+        let record = self
+            .sessions
+            .get(name)
+            .ok_or_else(|| EngineError::NoSession {
+                name: name.to_owned(),
+            })?;
+        let docker = self.docker().await?;
+        let key = record.container_id.unwrap_or(record.container_name);
+        let options = bollard::query_parameters::LogsOptionsBuilder::new()
+            .stdout(true)
+            .stderr(true)
+            .follow(true)
+            .tail(&tail.to_string())
+            .build();
+        let mut stream = docker.api.logs(&key, Some(options));
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return Ok(()),
+                frame = stream.next() => match frame {
+                    None => return Ok(()),
+                    Some(Ok(f)) => out(&f.into_bytes()),
+                    Some(Err(e)) => return Err(EngineError::Io {
+                        what: "following the container log",
+                        path: key,
+                        detail: e.to_string(),
+                    }),
+                },
+            }
+        }
+    }
+
+    async fn read_gpus(&self) -> Result<Vec<Card>> {
+        let mut options = crate::probe::ProbeOptions::from_env();
+        options.docker_socket = self.socket.clone();
+        if let Some(dir) = crate::test_hooks::standin_dir() {
+            options.bin_dirs.insert(0, dir);
+        }
+        let ctx = crate::probe::reads::ProbeContext::new(options);
+        let read = crate::probe::reads::gpus(&ctx).await;
+        match read.gpus {
+            crate::probe::facts::Fact::Known { value } => Ok(Card::from_probe(&value)),
+            crate::probe::facts::Fact::Unknown { .. } => Ok(Vec::new()),
+        }
+    }
+
+    /// Loads `engine` with `request`; returns once `/health` answers 200.
+    pub async fn load(
+        &self,
+        engine: EngineId,
+        request: &LoadRequest,
+        on: &mut (dyn FnMut(LoadEvent) + Send),
+        cancel: &CancellationToken,
+    ) -> Result<Loaded> {
+        // Everything that can be refused without Docker comes first.
+        let opts = request.check()?;
+        let installation = crate::operations::record::EngineId::parse(engine.as_str())
+            .ok()
+            .and_then(|id| self.installations.get(&id))
+            .filter(|i| i.status == InstallationStatus::Ready)
+            .ok_or_else(|| EngineError::NotInstalled {
+                engine: engine.to_string(),
+            })?;
+        let image =
+            ImageRef::parse(&installation.image.reference()).map_err(|e| EngineError::Io {
+                what: "reading the installation record",
+                path: installation.engine.to_string(),
+                detail: e.to_string(),
+            })?;
+        let name = opts.name.as_str().to_owned();
+        if let Some(existing) = self.sessions.get(&name) {
+            if existing.state == SessionState::StopUnconfirmed {
+                return Err(EngineError::StopUnconfirmed {
+                    container: existing.container_name.clone(),
+                    reason: "a previous stop of this model was not confirmed; stop it again first"
+                        .to_owned(),
+                });
+            }
+            if existing.owner_alive() {
+                return Err(EngineError::SessionConflict {
+                    name,
+                    state: existing.state.as_str().to_owned(),
+                });
+            }
+        }
+
+        self.reconcile().await?;
+        if let Some(leftover) = self.sessions.get(&name) {
+            self.stop_session(&leftover).await?;
+        }
+        let cards = self.read_gpus().await?;
+        let Selection {
+            card,
+            substituted_for,
+        } = gpu::select(&cards, opts.gpu.as_ref())?;
+        on(LoadEvent::Gpu {
+            gpu: card.uuid.to_string(),
+            substituted_for: substituted_for.as_ref().map(ToString::to_string),
+        });
+
+        // Claim the card: evict its holders (confirmed), then record ours, under the lock.
+        let generation = random_hex(8)?;
+        let heartbeat_dir = self.data_dir.join("heartbeats").join(&generation);
+        let container_name = format!("enginekit-{name}");
+        let mut record = {
+            let _lock = self.sessions.lock()?;
+            let holds: Vec<gpu::Hold> = self
+                .sessions
+                .list()
+                .into_iter()
+                .filter_map(|s| {
+                    Some(gpu::Hold {
+                        gpu: s.gpu.parse().ok()?,
+                        session: s.name,
+                    })
+                })
+                .collect();
+            for hold in gpu::holders_to_unload(&holds, &card.uuid, &name) {
+                if let Some(holder) = self.sessions.get(&hold.session) {
+                    self.stop_session(&holder).await?;
+                    on(LoadEvent::Evicted { name: holder.name });
+                }
+            }
+            let record = SessionRecord {
+                name: name.clone(),
+                engine: engine.to_string(),
+                descriptor_id: installation.descriptor_id.clone(),
+                image: image.to_string(),
+                gpu: card.uuid.to_string(),
+                container_name: container_name.clone(),
+                container_id: None,
+                host_port: None,
+                base_url: None,
+                model_dir: opts.model_dir.clone(),
+                context: opts.context,
+                heartbeat_dir: heartbeat_dir.clone(),
+                owner: self.owner,
+                owner_pid: std::process::id(),
+                state: SessionState::Loading,
+                created_at: crate::journal::now_rfc3339(),
+            };
+            self.sessions.put(&record)?;
+            record
+        };
+
+        let result = self
+            .start_and_wait(engine, &opts, &image, &card, &mut record, on, cancel)
+            .await;
+        match result {
+            Ok(ticker) => Ok(Loaded { record, ticker }),
+            Err(err) => {
+                // Tear down what this load created; an unconfirmed stop keeps the reservation.
+                let cleaned = self.stop_session(&record).await;
+                match (err, cleaned) {
+                    (EngineError::Cancelled { .. }, Ok(())) => {
+                        Err(EngineError::Cancelled { cleaned: true })
+                    }
+                    (EngineError::Cancelled { .. }, Err(_)) => {
+                        Err(EngineError::Cancelled { cleaned: false })
+                    }
+                    (err, _) => Err(err),
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn start_and_wait(
+        &self,
+        engine: EngineId,
+        opts: &super::options::LoadOptions,
+        image: &ImageRef,
+        card: &Card,
+        record: &mut SessionRecord,
+        on: &mut (dyn FnMut(LoadEvent) + Send),
+        cancel: &CancellationToken,
+    ) -> Result<Ticker> {
+        let started = Instant::now();
+        let docker = self.docker().await?;
+        let cache = self
+            .data_dir
+            .join("caches")
+            .join(engine.as_str())
+            .join(opts.name.as_str());
+        for sub in argv::CACHE_DIRS {
+            let dir = cache.join(sub);
+            std::fs::create_dir_all(&dir).map_err(io_err("creating the engine cache", &dir))?;
+        }
+        let watchdog_dir = self.data_dir.join("watchdog");
+        watchdog::install(&watchdog_dir)?;
+        crate::durable::ensure_private_dir(&record.heartbeat_dir).map_err(io_err(
+            "creating the heartbeat folder",
+            &record.heartbeat_dir,
+        ))?;
+        let ticker = Ticker::start(&record.heartbeat_dir, heartbeat::INTERVAL)?;
+
+        let launch = argv::launch(engine, &LaunchParams::new(opts.name.as_str(), opts.context));
+        let bad = |e: DockerError| EngineError::from(e);
+        let mut spec = ContainerSpec::new(
+            record
+                .container_name
+                .parse::<ContainerName>()
+                .map_err(|e| EngineError::InvalidOption {
+                    what: "name",
+                    reason: e.reason.to_owned(),
+                })?,
+            engine.as_str(),
+            self.journal.instance().clone(),
+            image.clone(),
+            NETWORK.parse().map_err(bad)?,
+        );
+        spec.gpu = Some(card.uuid.clone());
+        let mount =
+            |purpose: &str, source: &Path, target: &str, read_only: bool| -> Result<MountSpec> {
+                Ok(MountSpec {
+                    purpose: purpose.to_owned(),
+                    source: source.to_path_buf(),
+                    target: target.parse().map_err(bad)?,
+                    read_only,
+                })
+            };
+        spec.mounts = vec![
+            mount("model", &opts.model_dir, MODEL_MOUNT, true)?,
+            mount("engine-cache", &cache, CACHE_MOUNT, false)?,
+            mount("heartbeat", &record.heartbeat_dir, HEARTBEAT_MOUNT, true)?,
+            mount("watchdog", &watchdog_dir, WATCHDOG_MOUNT, true)?,
+        ];
+        // Later entries win in Docker: the watchdog's settings cannot be overridden.
+        for (key, value) in launch.env.iter().chain(self.watchdog.env().iter()) {
+            spec.env.push(EnvVar::new(key, value).map_err(bad)?);
+        }
+        spec.entrypoint = Some(watchdog::entrypoint());
+        spec.command = std::iter::once("--".to_owned())
+            .chain(launch.argv.iter().cloned())
+            .collect();
+
+        let mut attempt = 0;
+        let running = loop {
+            attempt += 1;
+            let forced = (attempt == 1)
+                .then(crate::test_hooks::first_engine_port)
+                .flatten();
+            let host_port = match (opts.port, forced) {
+                (Some(p), _) | (None, Some(p)) => p,
+                (None, None) => free_port()?,
+            };
+            spec.port = Some(PortSpec {
+                container_port: ENGINE_PORT,
+                host_port,
+            });
+            if cancel.is_cancelled() {
+                return Err(EngineError::Cancelled { cleaned: true });
+            }
+            match docker.run_journalled(&self.journal, &spec).await {
+                Ok(running) => break running,
+                Err(e)
+                    if is_port_collision(&e) && opts.port.is_none() && attempt < PORT_ATTEMPTS =>
+                {
+                    tracing::info!(
+                        attempt,
+                        port = host_port,
+                        "port taken meanwhile; trying another"
+                    );
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let port = running.host_port.unwrap_or(0);
+        record.container_id = Some(running.id.clone());
+        record.host_port = Some(port);
+        self.sessions.put(record)?;
+        on(LoadEvent::Started {
+            container: record.container_name.clone(),
+            port,
+            attempt,
+        });
+
+        let timeout = opts.timeout_secs.map_or_else(
+            || default_timeout(engine),
+            |s| Duration::from_secs(s.into()),
+        );
+        let deadline = started + timeout;
+        let mut stages = StageTracker::new(engine);
+        let mut warned = false;
+        loop {
+            match docker.inspect_container(&running.id).await {
+                Ok(None) => return Err(self.exited(engine, &running.id, None).await),
+                Ok(Some(f)) if matches!(f.status.as_str(), "exited" | "dead" | "removing") => {
+                    return Err(self.exited(engine, &running.id, f.exit_code).await)
+                }
+                Ok(Some(_)) => {}
+                Err(e) => tracing::warn!(error = %e, "inspect during the load failed"),
+            }
+            if let Ok(tail) = docker
+                .logs(&running.id, Some(TAIL_LINES as u32), DEFAULT_LOG_BYTES)
+                .await
+            {
+                let lines: Vec<&str> = tail.lines().map(|l| l.text.as_str()).collect();
+                if let Some(stage) = stages.observe(lines) {
+                    on(LoadEvent::Stage {
+                        stage,
+                        elapsed_ms: started.elapsed().as_millis() as u64,
+                    });
+                }
+            }
+            match health::probe(port, launch.health_path).await {
+                Probe::Status(200) => break,
+                p @ Probe::Status(status) if p.is_redirect() && !warned => {
+                    warned = true;
+                    tracing::warn!(
+                        status,
+                        "the engine's /health answered a redirect; it is never followed"
+                    );
+                    on(LoadEvent::Redirected { status });
+                }
+                _ => {}
+            }
+            if Instant::now() >= deadline {
+                let tail = match docker
+                    .logs(&running.id, Some(TAIL_LINES as u32), DEFAULT_LOG_BYTES)
+                    .await
+                {
+                    Ok(l) => l.text(),
+                    Err(_) => String::new(),
+                };
+                return Err(EngineError::TimedOut {
+                    seconds: timeout.as_secs(),
+                    tail,
+                });
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return Err(EngineError::Cancelled { cleaned: true }),
+                _ = tokio::time::sleep(POLL) => {}
+            }
+        }
+        stages.ready();
+        on(LoadEvent::Stage {
+            stage: Stage::Ready,
+            elapsed_ms: started.elapsed().as_millis() as u64,
+        });
+        record.state = SessionState::Ready;
+        record.base_url = Some(format!("http://127.0.0.1:{port}/v1"));
+        self.sessions.put(record)?;
+        Ok(ticker)
+    }
+
+    /// The classified error of an engine that exited during the load, from its whole bounded
+    /// log and its tail.
+    async fn exited(&self, engine: EngineId, id: &str, exit_code: Option<i64>) -> EngineError {
+        let Ok(docker) = self.docker().await else {
+            return EngineError::Exited {
+                classification: Box::new(classify::classify(engine, exit_code, &[], &[])),
+            };
+        };
+        let whole: Vec<String> = docker
+            .logs(id, None, DEFAULT_LOG_BYTES)
+            .await
+            .map(|l| l.lines().map(|l| l.text.clone()).collect())
+            .unwrap_or_default();
+        let tail: Vec<String> = docker
+            .logs(id, Some(TAIL_LINES as u32), DEFAULT_LOG_BYTES)
+            .await
+            .map(|l| l.lines().map(|l| l.text.clone()).collect())
+            .unwrap_or_default();
+        let whole = if whole.is_empty() {
+            tail.clone()
+        } else {
+            whole
+        };
+        EngineError::Exited {
+            classification: Box::new(classify::classify(engine, exit_code, &whole, &tail)),
+        }
+    }
+
+    /// Watches a ready engine until it ends, its session is stopped elsewhere, or `cancel`
+    /// fires. A death is classified from the log's tail, and what it left is cleaned.
+    pub async fn monitor(&self, loaded: &Loaded, cancel: &CancellationToken) -> Result<MonitorEnd> {
+        let docker = self.docker().await?;
+        let engine: EngineId =
+            loaded
+                .record
+                .engine
+                .parse()
+                .map_err(|e: String| EngineError::InvalidOption {
+                    what: "engine",
+                    reason: e,
+                })?;
+        let id = loaded
+            .record
+            .container_id
+            .clone()
+            .unwrap_or_else(|| loaded.record.container_name.clone());
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return Ok(MonitorEnd::Cancelled),
+                _ = tokio::time::sleep(MONITOR) => {}
+            }
+            match self.sessions.get(&loaded.record.name) {
+                None => return Ok(MonitorEnd::StoppedElsewhere),
+                Some(s)
+                    if s.container_name != loaded.record.container_name
+                        || s.state == SessionState::Stopping
+                        || s.state == SessionState::StopUnconfirmed =>
+                {
+                    return Ok(MonitorEnd::StoppedElsewhere)
+                }
+                Some(_) => {}
+            }
+            let exit_code = match docker.inspect_container(&id).await {
+                Ok(None) => None,
+                Ok(Some(f)) if matches!(f.status.as_str(), "exited" | "dead" | "removing") => {
+                    f.exit_code
+                }
+                // Running, or Docker cannot say: not an exit.
+                Ok(Some(_)) | Err(_) => continue,
+            };
+            let tail: Vec<String> = docker
+                .logs(&id, Some(TAIL_LINES as u32), DEFAULT_LOG_BYTES)
+                .await
+                .map(|l| l.lines().map(|l| l.text.clone()).collect())
+                .unwrap_or_default();
+            let classification = classify::classify(engine, exit_code, &tail, &tail);
+            self.stop_session(&loaded.record).await?;
+            return Ok(MonitorEnd::Died(Box::new(classification)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_collisions_are_told_from_other_failures() {
+        let collision = DockerError::Api {
+            what: "container start",
+            status: 500,
+            detail: "driver failed programming external connectivity: Bind for 127.0.0.1:8000 failed: port is already allocated".into(),
+        };
+        assert!(is_port_collision(&collision));
+        let other = DockerError::Api {
+            what: "container start",
+            status: 500,
+            detail: "no such image".into(),
+        };
+        assert!(!is_port_collision(&other));
+        assert!(free_port().unwrap() > 0);
+    }
+
+    #[test]
+    fn timeouts_per_engine() {
+        assert_eq!(default_timeout(EngineId::Vllm), Duration::from_secs(600));
+        assert!(default_timeout(EngineId::TensorrtLlm) > default_timeout(EngineId::Vllm));
+    }
+}
