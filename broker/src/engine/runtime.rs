@@ -296,12 +296,7 @@ impl Runtime {
 
     /// Stops the session `name` (confirmed).
     pub async fn unload(&self, name: &str) -> Result<()> {
-        let record = self
-            .sessions
-            .get(name)
-            .ok_or_else(|| EngineError::NoSession {
-                name: name.to_owned(),
-            })?;
+        let record = self.session(name)?;
         self.stop_session(&record).await
     }
 
@@ -328,14 +323,18 @@ impl Runtime {
         Ok(out)
     }
 
-    /// The bounded log of session `name`: all of it within the budget when `tail` is `None`.
-    pub async fn logs(&self, name: &str, tail: Option<u32>) -> Result<crate::docker::BoundedLogs> {
-        let record = self
-            .sessions
+    /// Session `name`'s record, or `NoSession`.
+    fn session(&self, name: &str) -> Result<SessionRecord> {
+        self.sessions
             .get(name)
             .ok_or_else(|| EngineError::NoSession {
                 name: name.to_owned(),
-            })?;
+            })
+    }
+
+    /// The bounded log of session `name`: all of it within the budget when `tail` is `None`.
+    pub async fn logs(&self, name: &str, tail: Option<u32>) -> Result<crate::docker::BoundedLogs> {
+        let record = self.session(name)?;
         let docker = self.docker().await?;
         let key = record.container_id.unwrap_or(record.container_name);
         Ok(docker.logs(&key, tail, DEFAULT_LOG_BYTES).await?)
@@ -351,12 +350,7 @@ impl Runtime {
         cancel: &CancellationToken,
     ) -> Result<()> {
         use futures_util::StreamExt;
-        let record = self
-            .sessions
-            .get(name)
-            .ok_or_else(|| EngineError::NoSession {
-                name: name.to_owned(),
-            })?;
+        let record = self.session(name)?;
         let docker = self.docker().await?;
         let key = record.container_id.unwrap_or(record.container_name);
         let options = bollard::query_parameters::LogsOptionsBuilder::new()
