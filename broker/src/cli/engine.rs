@@ -78,6 +78,25 @@ pub struct LogsArgs {
     pub tail: u32,
 }
 
+/// Runs `body` on a fresh async runtime with the engine runtime open as the CLI's, or reports
+/// why it cannot be opened.
+fn with_runtime<F, Fut>(json: bool, body: F) -> ExitCode
+where
+    F: FnOnce(Runtime) -> Fut,
+    Fut: std::future::Future<Output = ExitCode>,
+{
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    rt.block_on(async move {
+        match Runtime::open(Owner::Cli) {
+            Ok(runtime) => body(runtime).await,
+            Err(e) => fail(json, &e),
+        }
+    })
+}
+
 fn fail(json: bool, err: &EngineError) -> ExitCode {
     report_error(json, &err.to_coded())
 }
@@ -147,15 +166,7 @@ pub fn start(args: StartArgs) -> ExitCode {
         port: args.port,
         timeout_secs: args.timeout,
     };
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(code) => return code,
-    };
-    rt.block_on(async move {
-        let runtime = match Runtime::open(Owner::Cli) {
-            Ok(r) => r,
-            Err(e) => return fail(json, &e),
-        };
+    with_runtime(json, move |runtime| async move {
         let cancel = CancellationToken::new();
         cancel_on_signals(cancel.clone());
         let mut on = |event: LoadEvent| {
@@ -185,14 +196,23 @@ pub fn start(args: StartArgs) -> ExitCode {
                 }),
             );
         } else {
-            println!("{} is ready at {base_url} (model \"{}\")", loaded.record.name, loaded.record.name);
-            println!("Press Ctrl-C to stop it (or run `enginekit stop {}`).", loaded.record.name);
+            println!(
+                "{} is ready at {base_url} (model \"{}\")",
+                loaded.record.name, loaded.record.name
+            );
+            println!(
+                "Press Ctrl-C to stop it (or run `enginekit stop {}`).",
+                loaded.record.name
+            );
             let _ = std::io::stdout().flush();
         }
         match runtime.monitor(&loaded, &cancel).await {
             Ok(MonitorEnd::Cancelled) => match runtime.unload(&loaded.record.name).await {
                 Ok(()) => {
-                    emit(json, json!({"event": "stopped", "name": loaded.record.name}));
+                    emit(
+                        json,
+                        json!({"event": "stopped", "name": loaded.record.name}),
+                    );
                     if !json {
                         eprintln!("enginekit: {} stopped", loaded.record.name);
                     }
@@ -201,9 +221,15 @@ pub fn start(args: StartArgs) -> ExitCode {
                 Err(e) => fail(json, &e),
             },
             Ok(MonitorEnd::StoppedElsewhere) => {
-                emit(json, json!({"event": "stopped", "name": loaded.record.name, "by": "another command"}));
+                emit(
+                    json,
+                    json!({"event": "stopped", "name": loaded.record.name, "by": "another command"}),
+                );
                 if !json {
-                    eprintln!("enginekit: {} was stopped by another command", loaded.record.name);
+                    eprintln!(
+                        "enginekit: {} was stopped by another command",
+                        loaded.record.name
+                    );
                 }
                 ExitCode::SUCCESS
             }
@@ -218,15 +244,7 @@ pub fn start(args: StartArgs) -> ExitCode {
 
 pub fn stop(args: StopArgs) -> ExitCode {
     let json = args.json;
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(code) => return code,
-    };
-    rt.block_on(async move {
-        let runtime = match Runtime::open(Owner::Cli) {
-            Ok(r) => r,
-            Err(e) => return fail(json, &e),
-        };
+    with_runtime(json, move |runtime| async move {
         let name = match args.name {
             Some(n) => n,
             None => {
@@ -268,15 +286,7 @@ pub fn stop(args: StopArgs) -> ExitCode {
 }
 
 pub fn ps(args: PsArgs) -> ExitCode {
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(code) => return code,
-    };
-    rt.block_on(async move {
-        let runtime = match Runtime::open(Owner::Cli) {
-            Ok(r) => r,
-            Err(e) => return fail(args.json, &e),
-        };
+    with_runtime(args.json, move |runtime| async move {
         if let Err(e) = runtime.reconcile().await {
             return fail(args.json, &e);
         }
@@ -319,15 +329,7 @@ pub fn ps(args: PsArgs) -> ExitCode {
 
 pub fn logs(args: LogsArgs) -> ExitCode {
     let tail = args.tail.clamp(1, 10_000);
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(code) => return code,
-    };
-    rt.block_on(async move {
-        let runtime = match Runtime::open(Owner::Cli) {
-            Ok(r) => r,
-            Err(e) => return fail(false, &e),
-        };
+    with_runtime(false, move |runtime| async move {
         if args.follow {
             let cancel = CancellationToken::new();
             cancel_on_signals(cancel.clone());
