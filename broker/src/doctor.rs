@@ -9,7 +9,7 @@ use enginekit_shared::wire::plan::BlockerReason;
 use serde::Serialize;
 
 use crate::assess::view::LinuxView;
-use crate::assess::{blockers, no_driver, version};
+use crate::assess::{no_driver, version};
 use crate::installations::{Installation, InstallationStatus};
 use crate::probe::facts::HostFacts;
 
@@ -101,11 +101,8 @@ fn driver(view: &LinuxView) -> Finding {
         };
         Finding::problem(b.reason.as_str(), Severity::Error, b.message, remedy)
     };
-    if let Some((module, libraries)) = &view.driver_library_mismatch {
-        return from_blocker(blockers::driver_library_mismatch(
-            module.as_deref(),
-            libraries.as_deref(),
-        ));
+    if let Some(blocker) = no_driver::unusable_driver(view) {
+        return from_blocker(blocker);
     }
     match &view.driver_version {
         Some(v) if view.gpus.is_empty() => Finding::problem(
@@ -118,18 +115,13 @@ fn driver(view: &LinuxView) -> Finding {
             "driver",
             format!("NVIDIA driver {v} with {} GPU(s)", view.gpus.len()),
         ),
-        None if view
-            .unknown
-            .contains(&crate::probe::facts::UnknownFact::NvidiaDriver) =>
-        {
-            Finding::problem(
-                "driver",
-                Severity::Error,
-                "The NVIDIA driver could not be asked (nvidia-smi failed or timed out).",
-                "Run `nvidia-smi` and fix what it reports.",
-            )
-        }
-        None => from_blocker(no_driver::blocker(view.nvidia_hardware.as_ref())),
+        // Not unusable and no version: the driver could not be asked.
+        None => Finding::problem(
+            "driver",
+            Severity::Error,
+            "The NVIDIA driver could not be asked (nvidia-smi failed or timed out).",
+            "Run `nvidia-smi` and fix what it reports.",
+        ),
     }
 }
 

@@ -178,38 +178,26 @@ fn universal_blockers(
             out.push(blockers::unsupported_architecture(arch));
         }
     }
-    let driver_unknown = view
-        .unknown
-        .contains(&crate::probe::facts::UnknownFact::NvidiaDriver);
-    if let Some((module, libraries)) = &view.driver_library_mismatch {
-        out.push(blockers::driver_library_mismatch(
-            module.as_deref(),
-            libraries.as_deref(),
-        ));
-    } else {
-        match &view.driver_version {
-            None if !driver_unknown => out.push(no_driver::blocker(view.nvidia_hardware.as_ref())),
-            None => {}
-            Some(actual) => {
-                let required = &descriptor.minimum_driver_version;
-                if version::compare_dotted(actual, required) == Ordering::Less {
-                    out.push(blockers::driver_too_old(required, actual));
-                } else if view.gpus.is_empty() {
-                    out.push(blockers::no_gpu());
-                } else {
-                    // Memory is never asked; the best card's capability decides. A card whose
-                    // capability could not be read never qualifies (and is named "unknown" when
-                    // it is the only kind here).
-                    let best = view.gpus.iter().filter_map(|g| g.compute_capability).max();
-                    let required = &descriptor.minimum_compute_capability;
-                    let meets = best.is_some_and(|cc| {
-                        version::compare_dotted(&cc.to_string(), required) != Ordering::Less
-                    });
-                    if !meets {
-                        let actual = best.map_or_else(|| "unknown".to_owned(), |cc| cc.to_string());
-                        out.push(blockers::compute_capability_too_low(required, &actual));
-                    }
-                }
+    if let Some(blocker) = no_driver::unusable_driver(view) {
+        out.push(blocker);
+    } else if let Some(actual) = &view.driver_version {
+        let required = &descriptor.minimum_driver_version;
+        if version::compare_dotted(actual, required) == Ordering::Less {
+            out.push(blockers::driver_too_old(required, actual));
+        } else if view.gpus.is_empty() {
+            out.push(blockers::no_gpu());
+        } else {
+            // Memory is never asked; the best card's capability decides. A card whose
+            // capability could not be read never qualifies (and is named "unknown" when
+            // it is the only kind here).
+            let best = view.gpus.iter().filter_map(|g| g.compute_capability).max();
+            let required = &descriptor.minimum_compute_capability;
+            let meets = best.is_some_and(|cc| {
+                version::compare_dotted(&cc.to_string(), required) != Ordering::Less
+            });
+            if !meets {
+                let actual = best.map_or_else(|| "unknown".to_owned(), |cc| cc.to_string());
+                out.push(blockers::compute_capability_too_low(required, &actual));
             }
         }
     }

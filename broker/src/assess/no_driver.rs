@@ -5,7 +5,22 @@
 use enginekit_shared::wire::plan::{Blocker, BlockerReason};
 
 use super::blockers::driver_missing;
-use crate::probe::facts::NvidiaHardware;
+use super::view::LinuxView;
+use crate::probe::facts::{NvidiaHardware, UnknownFact};
+
+/// The blocker for a driver that cannot be used at all: its kernel module and libraries differ
+/// (a restart is due), or there is none (with its cause). `None` when a driver answers, or when
+/// it could not be asked (an unknown fact, reported as such). The plan and the doctor share it.
+pub fn unusable_driver(view: &LinuxView) -> Option<Blocker> {
+    if let Some((module, libraries)) = &view.driver_library_mismatch {
+        return Some(super::blockers::driver_library_mismatch(
+            module.as_deref(),
+            libraries.as_deref(),
+        ));
+    }
+    let asked = !view.unknown.contains(&UnknownFact::NvidiaDriver);
+    (view.driver_version.is_none() && asked).then(|| blocker(view.nvidia_hardware.as_ref()))
+}
 
 /// The blocker for a host where no driver answers. Without hardware facts nothing more can be
 /// said than "no driver".
