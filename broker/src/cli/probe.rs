@@ -417,10 +417,11 @@ fn nvidia_section(f: &HostFacts) -> Section {
                 (Some(true), false) => ", Secure Boot on",
                 _ => "",
             };
-            format!(
-                "{}; {module}{secure_boot}",
-                list_or(&devices, "no NVIDIA card")
-            )
+            if devices.is_empty() {
+                "no NVIDIA card".to_owned()
+            } else {
+                format!("{}; {module}{secure_boot}", devices.join(", "))
+            }
         }),
     );
     sec.row(

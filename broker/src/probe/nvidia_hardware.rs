@@ -29,7 +29,8 @@ const MAX_WALK_ENTRIES: usize = 50_000;
 pub struct NvidiaHardware {
     /// NVIDIA display controllers (PCI class 0x03xxxx), in bus order.
     pub devices: Vec<PciGpu>,
-    /// An `nvidia` module file exists for the running kernel.
+    /// An `nvidia` module file exists for the running kernel (looked for only when an NVIDIA
+    /// device is present).
     pub module_built: bool,
     /// `/sys/module/nvidia` exists.
     pub module_loaded: bool,
@@ -67,9 +68,12 @@ impl PciGpu {
 pub fn read(root: &Path, release: Option<&str>) -> Result<NvidiaHardware, String> {
     let devices = pci_gpus(&root.join("sys/bus/pci/devices"))?;
     let module_loaded = root.join("sys/module/nvidia").exists();
-    // A loaded module was built; the walk is only for the case that matters.
+    // A loaded module was built; the tree walk runs only where a card could use the module,
+    // so a probe of a machine without one does no walk.
     let module_built = module_loaded
-        || release.is_some_and(|release| module_built(&root.join("lib/modules").join(release)));
+        || (!devices.is_empty()
+            && release
+                .is_some_and(|release| module_built(&root.join("lib/modules").join(release))));
     Ok(NvidiaHardware {
         devices,
         module_built,

@@ -537,6 +537,12 @@ pub async fn nvidia_smi_gpus(ctx: &ProbeContext) -> GpuRead {
         driver_version: Fact::unknown(reason.clone()),
         gpus: Fact::unknown(reason),
     };
+    // Read once; only a failed query can carry it.
+    let mismatch = query
+        .as_ref()
+        .ok()
+        .filter(|out| !out.success())
+        .and_then(|out| reports_library_mismatch(&out.stdout, &out.stderr));
     match query {
         Ok(out) if out.success() => {
             let mut gpus = parse_query_gpu(&out.stdout, &fields);
@@ -553,13 +559,11 @@ pub async fn nvidia_smi_gpus(ctx: &ProbeContext) -> GpuRead {
                 gpus: Fact::known(gpus),
             }
         }
-        Ok(out) if reports_library_mismatch(&out.stdout, &out.stderr).is_some() => GpuRead {
+        Ok(_) if mismatch.is_some() => GpuRead {
             source: GpuSource::NvidiaSmi,
             driver_version: Fact::unknown("Driver/library version mismatch"),
             gpus: Fact::unknown("Driver/library version mismatch"),
-            library_mismatch: Some(LibraryMismatch {
-                library_version: reports_library_mismatch(&out.stdout, &out.stderr).flatten(),
-            }),
+            library_mismatch: mismatch.map(|library_version| LibraryMismatch { library_version }),
         },
         Ok(out) if reports_no_driver(out.code, &out.stdout, &out.stderr) => GpuRead {
             source: GpuSource::NvidiaSmi,
