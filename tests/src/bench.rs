@@ -537,29 +537,7 @@ fn check(env: &BenchEnv, service: Service) -> Result<(), String> {
                 .map_err(|e| format!("could not run gpgv: {e}"))?;
             command_ok("gpgv of the repository's InRelease", &out)?;
             // Served as a vendor's repository is: over HTTPS, trusted through the system store.
-            let url = repo.url_of("InRelease");
-            let out = Command::new("curl")
-                .args([
-                    "--fail",
-                    "--silent",
-                    "--show-error",
-                    "--max-time",
-                    "10",
-                    &url,
-                ])
-                .output()
-                .map_err(|e| format!("could not run curl: {e}"))?;
-            command_ok(&format!("GET {url}"), &out)?;
-            let local = std::fs::read(repo.dir.join("InRelease"))
-                .map_err(|e| format!("{}: {e}", repo.dir.display()))?;
-            if out.stdout == local {
-                Ok(())
-            } else {
-                Err(format!(
-                    "{url} serves other bytes than {}",
-                    repo.dir.join("InRelease").display()
-                ))
-            }
+            served_as_on_disk(&repo.url_of("InRelease"), &repo.dir.join("InRelease"))
         }
         Service::SystemdImage => {
             for image in [systemd_image(), systemd_docker_image()] {
@@ -582,29 +560,31 @@ fn check(env: &BenchEnv, service: Service) -> Result<(), String> {
                 "{}/linux/debian/dists/{}/InRelease",
                 repo.url, repo.codename
             );
-            let out = Command::new("curl")
-                .args([
-                    "--fail",
-                    "--silent",
-                    "--show-error",
-                    "--max-time",
-                    "10",
-                    &url,
-                ])
-                .output()
-                .map_err(|e| format!("could not run curl: {e}"))?;
-            command_ok(&format!("GET {url}"), &out)?;
-            let local =
-                std::fs::read(&in_release).map_err(|e| format!("{}: {e}", in_release.display()))?;
-            if out.stdout == local {
-                Ok(())
-            } else {
-                Err(format!(
-                    "{url} serves other bytes than {}",
-                    in_release.display()
-                ))
-            }
+            served_as_on_disk(&url, &in_release)
         }
+    }
+}
+
+/// GETs `url` over HTTPS (trusted through the system store, as a vendor's repository is) and
+/// checks that it serves exactly the bytes of `local`.
+fn served_as_on_disk(url: &str, local: &Path) -> Result<(), String> {
+    let out = Command::new("curl")
+        .args([
+            "--fail",
+            "--silent",
+            "--show-error",
+            "--max-time",
+            "10",
+            url,
+        ])
+        .output()
+        .map_err(|e| format!("could not run curl: {e}"))?;
+    command_ok(&format!("GET {url}"), &out)?;
+    let bytes = std::fs::read(local).map_err(|e| format!("{}: {e}", local.display()))?;
+    if out.stdout == bytes {
+        Ok(())
+    } else {
+        Err(format!("{url} serves other bytes than {}", local.display()))
     }
 }
 
