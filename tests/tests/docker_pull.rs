@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use docker_common::*;
 use enginekit_broker::docker::{
-    CancellationToken, Docker, DockerError, ProgressSnapshot, PullOptions,
+    CancellationToken, Docker, DockerError, ProgressSnapshot, PullOptions, RetryPolicy,
 };
 use enginekit_shared::image::ImageRef;
 
@@ -334,4 +334,169 @@ async fn remove_by_digest_only_when_no_container_uses_it_and_absent_is_absent() 
         docker.remove_image_by_digest(&image).await.unwrap(),
         ImageRemoval::Absent
     );
+}
+
+/// The pull of `pushed` through `proxy`, named as the daemon will record it.
+fn through(proxy: &RegistryProxy, pushed: &PushedImage) -> ImageRef {
+    let path = pushed
+        .reference
+        .strip_prefix(&format!("{REGISTRY}/"))
+        .unwrap();
+    ImageRef::parse(&format!("{}/{path}", proxy.address())).unwrap()
+}
+
+fn quick_retries(max_attempts: u32) -> PullOptions {
+    PullOptions {
+        stall_timeout: Duration::from_secs(60),
+        retry: RetryPolicy {
+            max_attempts,
+            first_delay: Duration::from_millis(200),
+            max_delay: Duration::from_secs(1),
+        },
+        ..PullOptions::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_cut_half_way_by_a_throttling_registry_is_retried_to_the_end_without_going_back() {
+    let api = require_services().await;
+    // Two small layers finish first; the large one is cut at about a third.
+    let pushed = pushed_random_image(&api, "retry", &[1 << 20, 1 << 20, 6 << 20]).await;
+    let proxy = RegistryProxy::start_faulty(
+        2 << 20,
+        ProxyFault {
+            cut_after: 4 << 20,
+            until_next_pull: true,
+        },
+    )
+    .await;
+    let image = through(&proxy, &pushed);
+    let docker = Docker::connect(SOCKET).await.unwrap();
+
+    let mut seen = Vec::new();
+    let outcome = docker
+        .pull(
+            &image,
+            &quick_retries(3),
+            &mut |p| seen.push(p),
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+
+    assert_eq!(
+        proxy.cuts.load(Ordering::SeqCst),
+        1,
+        "the registry broke down once"
+    );
+    assert!(
+        proxy.answered_busy.load(Ordering::SeqCst) >= 1,
+        "the daemon's own retries of the cut layer met the 429 and gave up, so ours took over"
+    );
+    assert_eq!(proxy.manifests_while_busy.load(Ordering::SeqCst), 1);
+    assert_eq!(outcome.attempts, 2, "{outcome:?}");
+    assert_monotonic(&seen);
+    let last = *seen.last().unwrap();
+    assert_eq!(last.current, last.total, "the bar ends at 100%");
+    assert!(last.total >= 8 << 20, "{last:?}");
+    // The classic image store (20.10 here) drops the layers of a failed pull, so the second
+    // attempt fetched all three again; the bar held still until it passed the first's bytes.
+    assert_eq!(outcome.layers.downloaded, 3, "{:?}", outcome.layers);
+    docker.verify_repo_digest(&image).await.unwrap();
+    remove_image_fully(&api, &image.to_string()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_that_stays_busy_fails_when_the_attempts_are_spent_and_leaves_nothing() {
+    let api = require_services().await;
+    let pushed = pushed_random_image(&api, "busy", &[3 << 20]).await;
+    let proxy = RegistryProxy::start_faulty(
+        2 << 20,
+        ProxyFault {
+            cut_after: 1 << 20,
+            until_next_pull: false,
+        },
+    )
+    .await;
+    let image = through(&proxy, &pushed);
+    let docker = Docker::connect(SOCKET).await.unwrap();
+
+    let mut seen = Vec::new();
+    let err = docker
+        .pull(
+            &image,
+            &quick_retries(3),
+            &mut |p| seen.push(p),
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, DockerError::RegistryBusy { .. }), "{err:?}");
+    assert_eq!(err.kind(), "docker.pull.registry_busy");
+    assert_monotonic(&seen);
+    assert_eq!(proxy.cuts.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        proxy.manifests_while_busy.load(Ordering::SeqCst),
+        2,
+        "attempts 2 and 3 were made, and no fourth"
+    );
+    assert!(
+        docker.inspect_image(&image).await.unwrap().is_none(),
+        "no partial image is left"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_during_the_pause_between_attempts_stops_at_once() {
+    let api = require_services().await;
+    let pushed = pushed_random_image(&api, "pause", &[256 << 10]).await;
+    // Busy from the start: the first attempt fails at its manifest, and a 429 is always worth
+    // another attempt, after the pause.
+    let proxy = RegistryProxy::start_faulty(
+        2 << 20,
+        ProxyFault {
+            cut_after: 0,
+            until_next_pull: false,
+        },
+    )
+    .await;
+    let image = through(&proxy, &pushed);
+    let docker = Docker::connect(SOCKET).await.unwrap();
+    let options = PullOptions {
+        retry: RetryPolicy {
+            max_attempts: 5,
+            first_delay: Duration::from_secs(60),
+            max_delay: Duration::from_secs(60),
+        },
+        ..PullOptions::default()
+    };
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    let busy = proxy.manifests_while_busy.clone();
+    // The first attempt has failed once its manifest met the 429; the pull then waits 60 s.
+    let watcher = tokio::spawn(async move {
+        while busy.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        trigger.cancel();
+        std::time::Instant::now()
+    });
+    let err = docker
+        .pull(&image, &options, &mut |_| {}, &cancel)
+        .await
+        .unwrap_err();
+    let cancelled_at = watcher.await.unwrap();
+    assert!(matches!(err, DockerError::PullCancelled { .. }), "{err:?}");
+    assert!(
+        cancelled_at.elapsed() < Duration::from_secs(5),
+        "the pause did not end with the cancel: {:?}",
+        cancelled_at.elapsed()
+    );
+    assert_eq!(
+        proxy.manifests_while_busy.load(Ordering::SeqCst),
+        1,
+        "no second attempt"
+    );
+    assert!(docker.inspect_image(&image).await.unwrap().is_none());
 }

@@ -18,7 +18,8 @@ use serde_json::json;
 
 use super::{EXIT_FAILURE, EXIT_USAGE};
 use crate::docker::{
-    CancellationToken, Docker, DockerError, ProgressSnapshot, PullOptions, SYSTEM_SOCKET,
+    CancellationToken, Docker, DockerError, ProgressSnapshot, PullOptions, RetryPolicy,
+    SYSTEM_SOCKET,
 };
 use crate::journal::{self, InstanceId, Journal, ReconcileLimits};
 
@@ -43,6 +44,10 @@ pub enum DockerCommand {
         /// Seconds without any progress line before the pull is abandoned.
         #[arg(long, default_value_t = 120)]
         stall_timeout: u64,
+        /// Attempts in all when the registry is busy or the transfer breaks (1 = no retry).
+        #[arg(long, default_value_t = RetryPolicy::default().max_attempts,
+              value_parser = clap::value_parser!(u32).range(1..=20))]
+        attempts: u32,
         /// The Docker socket.
         #[arg(long, default_value = SYSTEM_SOCKET)]
         socket: PathBuf,
@@ -79,11 +84,16 @@ pub fn run(args: DockerArgs) -> ExitCode {
             json,
             known_total,
             stall_timeout,
+            attempts,
             socket,
         } => {
             let options = PullOptions {
                 known_total_bytes: known_total,
                 stall_timeout: Duration::from_secs(stall_timeout.max(1)),
+                retry: RetryPolicy {
+                    max_attempts: attempts,
+                    ..RetryPolicy::default()
+                },
             };
             runtime.block_on(pull(&image, json, &options, socket))
         }
@@ -182,6 +192,7 @@ async fn pull(image: &str, json: bool, options: &PullOptions, socket: PathBuf) -
                     "layers_downloaded": outcome.layers.downloaded,
                     "layers_present": outcome.layers.already_present,
                     "up_to_date": outcome.up_to_date,
+                    "attempts": outcome.attempts,
                 }));
             } else {
                 println!(

@@ -50,6 +50,9 @@ pub enum DockerError {
     /// The daemon could not reach the registry.
     #[error("the registry for {image} could not be reached: {detail}")]
     RegistryUnreachable { image: String, detail: String },
+    /// The registry asked us to come back later (HTTP 429, or a 5xx it answered with).
+    #[error("the registry for {image} is busy or rate-limiting: {detail}")]
+    RegistryBusy { image: String, detail: String },
     /// The registry refused us (authentication, authorisation).
     #[error("the registry refused the pull of {image}: {detail}")]
     RegistryDenied { image: String, detail: String },
@@ -129,6 +132,7 @@ impl DockerError {
             DockerError::BadAnswer { .. } => "docker.bad_answer",
             DockerError::PullManifestUnknown { .. } => "docker.pull.manifest_unknown",
             DockerError::RegistryUnreachable { .. } => "docker.pull.registry_unreachable",
+            DockerError::RegistryBusy { .. } => "docker.pull.registry_busy",
             DockerError::RegistryDenied { .. } => "docker.pull.registry_denied",
             DockerError::PullFailed { .. } => "docker.pull.failed",
             DockerError::PullCancelled { .. } => "docker.pull.cancelled",
@@ -165,6 +169,7 @@ impl DockerError {
             | DockerError::BadAnswer { .. }
             | DockerError::PullManifestUnknown { .. }
             | DockerError::RegistryUnreachable { .. }
+            | DockerError::RegistryBusy { .. }
             | DockerError::RegistryDenied { .. }
             | DockerError::PullFailed { .. }
             | DockerError::PullStalled { .. }

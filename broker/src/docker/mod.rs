@@ -19,6 +19,7 @@ pub mod lifecycle;
 pub mod logs;
 pub mod progress;
 pub mod pull;
+pub mod retry;
 pub mod spec;
 
 pub use client::{Docker, CALL_TIMEOUT, SYSTEM_SOCKET};
@@ -30,6 +31,7 @@ pub use lifecycle::{identity_mismatch, RunningContainer};
 pub use logs::{BoundedLogs, LogLine, LogStream, DEFAULT_LOG_BYTES};
 pub use progress::{LayerCounts, ProgressSnapshot, PullProgress};
 pub use pull::{PullOptions, PullOutcome, DEFAULT_STALL_TIMEOUT};
+pub use retry::RetryPolicy;
 pub use spec::{
     ContainerSpec, EnvVar, GpuUuid, MountSpec, NetworkName, PortSpec, Selinux, UserIds,
 };

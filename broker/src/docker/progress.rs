@@ -20,6 +20,17 @@ pub struct LayerEvent<'a> {
     pub total: Option<i64>,
 }
 
+impl LayerEvent<'_> {
+    /// The line says bytes arrived (a layer downloading, or one finished).
+    pub fn moves_bytes(&self) -> bool {
+        self.id.is_some()
+            && matches!(
+                self.status,
+                Some("Downloading" | "Download complete" | "Verifying Checksum" | "Pull complete")
+            )
+    }
+}
+
 /// Progress as the user sees it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct ProgressSnapshot {

@@ -296,69 +296,104 @@ pub async fn raw_pull(api: &bollard::Docker, reference: &str) {
 }
 
 /// A TCP proxy in front of the registry that can throttle and stall the registry→daemon
-/// direction, and counts the bytes it forwarded that way.
+/// direction, and counts the bytes it forwarded that way. It can also play a registry that
+/// breaks down mid-pull ([`ProxyFault`]): once `cut_after` bytes went through it drops every
+/// open connection and answers blob requests with `429 Too Many Requests` (the registry's JSON
+/// error body, code TOOMANYREQUESTS) until, if ever, a new pull starts (a manifest request).
+/// While busy it reads the head of each new connection's first request and lets through one
+/// request per connection, so a kept-alive connection cannot slip past it.
 pub struct RegistryProxy {
     pub port: u16,
     pub forwarded: Arc<AtomicU64>,
     pub open_connections: Arc<AtomicUsize>,
     pub stalled: Arc<AtomicBool>,
+    /// Requests answered with 429.
+    pub answered_busy: Arc<AtomicUsize>,
+    /// Manifest requests seen while busy (each is a new pull attempt).
+    pub manifests_while_busy: Arc<AtomicUsize>,
+    /// Times every connection was dropped at once.
+    pub cuts: Arc<AtomicUsize>,
+}
+
+/// The breakdown [`RegistryProxy::start_faulty`] plays.
+#[derive(Debug, Clone, Copy)]
+pub struct ProxyFault {
+    /// Bytes forwarded before all connections are dropped and the registry turns busy (0: busy
+    /// from the start, with nothing to drop).
+    pub cut_after: u64,
+    /// Busy until the next pull asks for its manifest (true), or for good, manifests included.
+    pub until_next_pull: bool,
+}
+
+#[derive(Default)]
+struct ProxyState {
+    forwarded: Arc<AtomicU64>,
+    open: Arc<AtomicUsize>,
+    stalled: Arc<AtomicBool>,
+    answered_busy: Arc<AtomicUsize>,
+    manifests_while_busy: Arc<AtomicUsize>,
+    cuts: Arc<AtomicUsize>,
+    /// Bytes at which to cut (u64::MAX: never, or already done).
+    cut_at: AtomicU64,
+    busy: AtomicBool,
+    until_next_pull: bool,
+    cut_signal: tokio::sync::Notify,
+}
+
+const BUSY_BODY: &str =
+    r#"{"errors":[{"code":"TOOMANYREQUESTS","message":"bench proxy: slow down","detail":null}]}"#;
+
+/// What a busy proxy does with a new connection's first request.
+enum BusyVerdict {
+    /// Answer 429 and hang up.
+    Refuse,
+    /// Let this one request through, then close the connection.
+    PassOnce,
+    /// The registry is back: let the connection through as it is.
+    Pass,
 }
 
 impl RegistryProxy {
     /// `bytes_per_sec`: throttle of the download direction.
     pub async fn start(bytes_per_sec: u64) -> RegistryProxy {
+        Self::launch(bytes_per_sec, None).await
+    }
+
+    /// Throttled like [`RegistryProxy::start`], and breaking down as `fault` says.
+    pub async fn start_faulty(bytes_per_sec: u64, fault: ProxyFault) -> RegistryProxy {
+        Self::launch(bytes_per_sec, Some(fault)).await
+    }
+
+    async fn launch(bytes_per_sec: u64, fault: Option<ProxyFault>) -> RegistryProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let forwarded = Arc::new(AtomicU64::new(0));
-        let open = Arc::new(AtomicUsize::new(0));
-        let stalled = Arc::new(AtomicBool::new(false));
-        let (f, o, s) = (forwarded.clone(), open.clone(), stalled.clone());
+        let busy_now = fault.is_some_and(|f| f.cut_after == 0);
+        let state = Arc::new(ProxyState {
+            cut_at: AtomicU64::new(match fault {
+                Some(f) if f.cut_after > 0 => f.cut_after,
+                _ => u64::MAX,
+            }),
+            busy: AtomicBool::new(busy_now),
+            until_next_pull: fault.is_some_and(|f| f.until_next_pull),
+            ..ProxyState::default()
+        });
+        let shared = state.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((client, _)) = listener.accept().await else {
                     return;
                 };
-                let (f, o, s) = (f.clone(), o.clone(), s.clone());
-                tokio::spawn(async move {
-                    let Ok(upstream) = TcpStream::connect(REGISTRY).await else {
-                        return;
-                    };
-                    o.fetch_add(1, Ordering::SeqCst);
-                    let (mut client_read, mut client_write) = client.into_split();
-                    let (mut up_read, mut up_write) = upstream.into_split();
-                    let upload = async {
-                        let _ = tokio::io::copy(&mut client_read, &mut up_write).await;
-                        let _ = up_write.shutdown().await;
-                    };
-                    let download = async {
-                        let mut buf = vec![0u8; 16 * 1024];
-                        loop {
-                            while s.load(Ordering::SeqCst) {
-                                tokio::time::sleep(Duration::from_millis(50)).await;
-                            }
-                            let n = match up_read.read(&mut buf).await {
-                                Ok(0) | Err(_) => break,
-                                Ok(n) => n,
-                            };
-                            if client_write.write_all(&buf[..n]).await.is_err() {
-                                break;
-                            }
-                            f.fetch_add(n as u64, Ordering::SeqCst);
-                            let pause = Duration::from_secs_f64(n as f64 / bytes_per_sec as f64);
-                            tokio::time::sleep(pause).await;
-                        }
-                    };
-                    // Either direction ending (the daemon hanging up) ends the connection.
-                    tokio::select! { () = upload => {}, () = download => {} }
-                    o.fetch_sub(1, Ordering::SeqCst);
-                });
+                tokio::spawn(shared.clone().serve(client, bytes_per_sec));
             }
         });
         RegistryProxy {
             port,
-            forwarded,
-            open_connections: open,
-            stalled,
+            forwarded: state.forwarded.clone(),
+            open_connections: state.open.clone(),
+            stalled: state.stalled.clone(),
+            answered_busy: state.answered_busy.clone(),
+            manifests_while_busy: state.manifests_while_busy.clone(),
+            cuts: state.cuts.clone(),
         }
     }
 
@@ -366,6 +401,155 @@ impl RegistryProxy {
     pub fn address(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
+}
+
+impl ProxyState {
+    async fn serve(self: Arc<Self>, mut client: TcpStream, bytes_per_sec: u64) {
+        // Created now, so a cut from any connection wakes this one even mid-read.
+        let cut = self.cut_signal.notified();
+        let mut head = Vec::new();
+        let mut one_request = false;
+        if self.busy.load(Ordering::SeqCst) {
+            let Some(read) = read_head(&mut client).await else {
+                return;
+            };
+            head = read;
+            match self.judge(&head) {
+                BusyVerdict::Refuse => {
+                    answer_busy(client).await;
+                    self.answered_busy.fetch_add(1, Ordering::SeqCst);
+                    return;
+                }
+                BusyVerdict::PassOnce => {
+                    one_request = true;
+                    head = with_connection_close(&head);
+                }
+                BusyVerdict::Pass => {}
+            }
+        }
+        let Ok(upstream) = TcpStream::connect(REGISTRY).await else {
+            return;
+        };
+        self.open.fetch_add(1, Ordering::SeqCst);
+        let (mut client_read, mut client_write) = client.into_split();
+        let (mut up_read, mut up_write) = upstream.into_split();
+        let upload = async {
+            if up_write.write_all(&head).await.is_ok() && !one_request {
+                let _ = tokio::io::copy(&mut client_read, &mut up_write).await;
+            }
+            if one_request {
+                // The registry closes after its answer (Connection: close); wait for that.
+                std::future::pending::<()>().await;
+            }
+            let _ = up_write.shutdown().await;
+        };
+        let download = async {
+            let mut buf = vec![0u8; 16 * 1024];
+            loop {
+                while self.stalled.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                let n = match up_read.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                if client_write.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+                let total = self.forwarded.fetch_add(n as u64, Ordering::SeqCst) + n as u64;
+                if self.cut_due(total) {
+                    break;
+                }
+                let pause = Duration::from_secs_f64(n as f64 / bytes_per_sec as f64);
+                tokio::time::sleep(pause).await;
+            }
+        };
+        // Either direction ending (the daemon hanging up) or a cut ends the connection; a cut
+        // ends idle kept-alive ones too.
+        tokio::select! { () = upload => {}, () = download => {}, () = cut => {} }
+        self.open.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn judge(&self, head: &[u8]) -> BusyVerdict {
+        if head.first() == Some(&0x16) {
+            // A TLS hello (the daemon tries https first): the registry's plain answer makes
+            // the daemon fall back to http, as without the proxy.
+            return BusyVerdict::Pass;
+        }
+        let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
+        let line = String::from_utf8_lossy(line);
+        if line.contains("/manifests/") {
+            self.manifests_while_busy.fetch_add(1, Ordering::SeqCst);
+            if self.until_next_pull {
+                self.busy.store(false, Ordering::SeqCst);
+                return BusyVerdict::Pass;
+            }
+            return BusyVerdict::Refuse;
+        }
+        if line.contains("/blobs/") {
+            return BusyVerdict::Refuse;
+        }
+        BusyVerdict::PassOnce
+    }
+
+    /// True once, for the connection whose bytes crossed the cut: turns the proxy busy and
+    /// drops every other connection.
+    fn cut_due(&self, forwarded: u64) -> bool {
+        let at = self.cut_at.load(Ordering::SeqCst);
+        if forwarded < at {
+            return false;
+        }
+        if self
+            .cut_at
+            .compare_exchange(at, u64::MAX, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            return false;
+        }
+        self.busy.store(true, Ordering::SeqCst);
+        self.cuts.fetch_add(1, Ordering::SeqCst);
+        self.cut_signal.notify_waiters();
+        true
+    }
+}
+
+/// The first request's head (up to the blank line), or the first bytes of a TLS hello.
+async fn read_head(client: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 64 * 1024 {
+        match client.read(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+        if head.first() == Some(&0x16) {
+            break;
+        }
+    }
+    Some(head)
+}
+
+/// The request head with `Connection: close` added after its request line.
+fn with_connection_close(head: &[u8]) -> Vec<u8> {
+    let Some(end) = head.windows(2).position(|w| w == b"\r\n") else {
+        return head.to_vec();
+    };
+    let mut out = head[..end + 2].to_vec();
+    out.extend_from_slice(b"Connection: close\r\n");
+    out.extend_from_slice(&head[end + 2..]);
+    out
+}
+
+/// Answers as a rate-limiting registry does, then hangs up.
+async fn answer_busy(mut client: TcpStream) {
+    let answer = format!(
+        "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n\
+         Docker-Distribution-API-Version: registry/2.0\r\nRetry-After: 1\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{BUSY_BODY}",
+        BUSY_BODY.len()
+    );
+    let _ = client.write_all(answer.as_bytes()).await;
+    let _ = client.shutdown().await;
 }
 
 /// Labels map helper.
