@@ -739,6 +739,29 @@ fn group_and_access() {
             group(f, known(json!(true)), false);
         },
     );
+    // The session that joined the group reaches the daemon through `sg docker` (the probe reads
+    // it through the relay): ready now, with a warning for the rest of the session; the group's
+    // route is not something the user consents to, so the digest is the plain ready one.
+    let through_sg = check(
+        Case::new("group configured but not effective, daemon reached through sg: ready, warned"),
+        READY,
+        |f| group(f, known(json!(true)), false),
+    );
+    let session_only = |plan: &Plan| {
+        plan.warnings
+            .iter()
+            .find(|w| w.code.as_str() == "docker-group-this-session-only")
+            .map(|w| w.text.clone())
+    };
+    let said = session_only(&through_sg).expect("the warning");
+    assert!(said.contains("next sign-in"), "{said}");
+    let plain = check(
+        Case::new("the same host in a session with the group"),
+        READY,
+        |f| group(f, known(json!(true)), true),
+    );
+    assert_eq!(session_only(&plain), None);
+    assert_eq!(through_sg.plan_digest, plain.plan_digest);
     check(
         Case::new("Docker gone but the docker group left behind").blocked(&[
             "relogin-required",

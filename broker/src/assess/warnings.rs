@@ -38,12 +38,29 @@ fn cgroup_driver_warning(view: &LinuxView) -> Option<Warning> {
     )
 }
 
+/// The daemon answers although this session does not carry the group the account is in: the
+/// broker reached it through `sg docker` (docker::group_relay).
+fn group_this_session_only_warning(view: &LinuxView) -> Option<Warning> {
+    if view.is_root
+        || !view.daemon_reachable
+        || view.group_effective
+        || view.group_configured != Some(true)
+    {
+        return None;
+    }
+    Some(Warning::new(
+        WarningCode::DockerGroupThisSessionOnly,
+        "Your account is in the docker group, but this login session started before it joined: enginekit reaches Docker through `sg docker`, so setup finishes now. Other terminals and programs get the group at your next sign-in (or run `newgrp docker` in a terminal).",
+    ))
+}
+
 /// Every warning for this host, in a fixed order.
 pub fn warnings(view: &LinuxView) -> Vec<Warning> {
     [
         address_pool_warning(view),
         selinux_warning(view),
         cgroup_driver_warning(view),
+        group_this_session_only_warning(view),
     ]
     .into_iter()
     .flatten()

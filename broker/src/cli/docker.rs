@@ -52,6 +52,17 @@ pub enum DockerCommand {
         #[arg(long, default_value = SYSTEM_SOCKET)]
         socket: PathBuf,
     },
+    /// Forward a private socket to the daemon's (run by `sg docker` in a session that joined the
+    /// group after it began; see docker::group_relay). Not for direct use.
+    #[command(hide = true)]
+    Relay {
+        /// The socket to listen on (0600).
+        #[arg(long)]
+        listen: PathBuf,
+        /// The daemon's socket.
+        #[arg(long)]
+        target: PathBuf,
+    },
     /// Stop and remove containers recorded by broker instances that are no longer running.
     Reconcile {
         /// Print the report as JSON on stdout.
@@ -96,6 +107,15 @@ pub fn run(args: DockerArgs) -> ExitCode {
                 },
             };
             runtime.block_on(pull(&image, json, &options, socket))
+        }
+        DockerCommand::Relay { listen, target } => {
+            match runtime.block_on(crate::docker::group_relay::serve(&listen, &target)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("enginekit: relay: {err}");
+                    ExitCode::from(EXIT_FAILURE)
+                }
+            }
         }
         DockerCommand::Reconcile {
             json,

@@ -81,11 +81,8 @@ pub fn parse_facts(bytes: &[u8]) -> Result<HostFacts, String> {
 }
 
 pub(super) fn live_facts() -> Result<HostFacts, CodedError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CodedError::new(ErrorCode::IoError, format!("Cannot start the probe: {e}")))?;
-    Ok(runtime.block_on(crate::probe::probe(crate::probe::ProbeOptions::from_env())))
+    super::probe::probe_blocking(crate::probe::ProbeOptions::from_env())
+        .map_err(|e| CodedError::new(ErrorCode::IoError, format!("Cannot start the probe: {e}")))
 }
 
 /// The plan, the assessment behind it (when a descriptor was at hand), and the facts.

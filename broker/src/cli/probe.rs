@@ -3,6 +3,7 @@
 //! `--json` prints the [`HostFacts`] document (schema version 1) that `enginekit plan --facts FILE`
 //! reads back; without it, a report grouped by subject in which every unknown says why.
 
+use crate::docker::DockerRoute;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -71,7 +72,14 @@ pub fn probe_blocking(options: ProbeOptions) -> std::io::Result<HostFacts> {
         .enable_all()
         .max_blocking_threads(8)
         .build()?;
-    let facts = runtime.block_on(probe(options));
+    let facts = runtime.block_on(async {
+        // In the session that joined the docker group, the daemon is read through `sg docker`
+        // (the relay lives until this probe ends).
+        let route = DockerRoute::new(options.docker_socket.clone());
+        let mut options = options;
+        options.docker_socket = route.socket().await;
+        probe(options).await
+    });
     runtime.shutdown_background();
     Ok(facts)
 }

@@ -14,12 +14,14 @@ pub mod client;
 pub mod containers;
 pub mod error;
 pub mod gpu_check;
+pub mod group_relay;
 pub mod images;
 pub mod lifecycle;
 pub mod logs;
 pub mod progress;
 pub mod pull;
 pub mod retry;
+pub mod route;
 pub mod spec;
 
 pub use client::{Docker, CALL_TIMEOUT, SYSTEM_SOCKET};
@@ -32,6 +34,7 @@ pub use logs::{BoundedLogs, LogLine, LogStream, DEFAULT_LOG_BYTES};
 pub use progress::{LayerCounts, ProgressSnapshot, PullProgress};
 pub use pull::{PullOptions, PullOutcome, DEFAULT_STALL_TIMEOUT};
 pub use retry::RetryPolicy;
+pub use route::DockerRoute;
 pub use spec::{
     ContainerSpec, EnvVar, GpuUuid, MountSpec, NetworkName, PortSpec, Selinux, UserIds,
 };

@@ -29,8 +29,8 @@ use super::sessions::{Owner, SessionRecord, SessionState, Sessions};
 use super::stages::{Stage, StageTracker};
 use super::watchdog;
 use crate::docker::{
-    ContainerSpec, Docker, DockerError, EnvVar, MountSpec, PortSpec, StopOutcome,
-    DEFAULT_LOG_BYTES, SYSTEM_SOCKET,
+    ContainerSpec, Docker, DockerError, DockerRoute, EnvVar, MountSpec, PortSpec, StopOutcome,
+    DEFAULT_LOG_BYTES,
 };
 use crate::documents::descriptor::EngineId;
 use crate::installations::{InstallationStatus, Installations};
@@ -111,7 +111,7 @@ pub struct SessionView {
 #[derive(Debug)]
 pub struct Runtime {
     docker: OnceCell<Docker>,
-    socket: PathBuf,
+    route: DockerRoute,
     journal: Journal,
     sessions: Sessions,
     installations: Installations,
@@ -185,14 +185,9 @@ impl Runtime {
             path: state.display().to_string(),
             detail: e.message,
         })?;
-        let socket = std::env::var("DOCKER_HOST")
-            .ok()
-            .and_then(|h| h.strip_prefix("unix://").map(PathBuf::from))
-            .filter(|p| p.is_absolute())
-            .unwrap_or_else(|| PathBuf::from(SYSTEM_SOCKET));
         Ok(Runtime {
             docker: OnceCell::new(),
-            socket,
+            route: DockerRoute::from_env(),
             journal,
             sessions: Sessions::open(&state)?,
             installations,
@@ -208,11 +203,7 @@ impl Runtime {
 
     async fn docker(&self) -> Result<&Docker> {
         self.docker
-            .get_or_try_init(|| async {
-                Docker::connect(&self.socket)
-                    .await
-                    .map_err(EngineError::from)
-            })
+            .get_or_try_init(|| async { self.route.connect().await.map_err(EngineError::from) })
             .await
     }
 
@@ -378,7 +369,7 @@ impl Runtime {
 
     async fn read_gpus(&self) -> Result<Vec<Card>> {
         let mut options = crate::probe::ProbeOptions::from_env();
-        options.docker_socket = self.socket.clone();
+        options.docker_socket = self.route.socket().await;
         if let Some(dir) = crate::test_hooks::standin_dir() {
             options.bin_dirs.insert(0, dir);
         }

@@ -13,7 +13,9 @@ use super::boundary::{Claims, HostCheck, ProgressSink, ProgressTick, Provisioner
 use super::record::{DigestText, HostStepTicket, Operation, OperationKind};
 use super::reducer::{ProbedPlan, Reconciliation};
 use crate::dbus::api::Probing;
-use crate::docker::{CancellationToken, Docker, DockerError, GpuUuid, PullOptions, ToolkitFacts};
+use crate::docker::{
+    CancellationToken, Docker, DockerError, DockerRoute, GpuUuid, PullOptions, ToolkitFacts,
+};
 use crate::documents::descriptor::{Descriptor, Platform};
 use crate::documents::store::{DocumentSet, DocumentSources};
 use crate::installations::{
@@ -32,7 +34,7 @@ pub struct LinuxMachine {
     data_root: PathBuf,
     installations: Installations,
     probe_options: ProbeOptions,
-    docker_socket: PathBuf,
+    route: DockerRoute,
 }
 
 fn coded_docker(err: DockerError) -> CodedError {
@@ -71,24 +73,17 @@ struct Planned {
 impl LinuxMachine {
     pub fn new(state_root: &Path, data_root: &Path, installations: Installations) -> LinuxMachine {
         let mut probe_options = ProbeOptions::from_env();
-        // A system daemon on another socket is honoured (unix sockets only).
-        if let Some(socket) = std::env::var("DOCKER_HOST")
-            .ok()
-            .and_then(|h| h.strip_prefix("unix://").map(PathBuf::from))
-            .filter(|p| p.is_absolute())
-        {
-            probe_options.docker_socket = socket;
-        }
+        let route = DockerRoute::from_env();
+        probe_options.docker_socket = route.system_socket().to_path_buf();
         if let Some(dir) = crate::test_hooks::standin_dir() {
             probe_options.bin_dirs.insert(0, dir);
         }
-        let docker_socket = probe_options.docker_socket.clone();
         LinuxMachine {
             state_root: state_root.to_path_buf(),
             data_root: data_root.to_path_buf(),
             installations,
             probe_options,
-            docker_socket,
+            route,
         }
     }
 
@@ -111,9 +106,14 @@ impl LinuxMachine {
     }
 
     async fn docker(&self) -> Result<Docker, CodedError> {
-        Docker::connect(&self.docker_socket)
-            .await
-            .map_err(coded_docker)
+        self.route.connect().await.map_err(coded_docker)
+    }
+
+    /// The probe's options, reading the daemon through the socket this process can use now.
+    async fn probe_options(&self) -> ProbeOptions {
+        let mut options = self.probe_options.clone();
+        options.docker_socket = self.route.socket().await;
+        options
     }
 
     /// The descriptor in charge; once consented, only the consented one.
@@ -159,7 +159,7 @@ impl LinuxMachine {
     }
 
     async fn planned(&self, op: &Operation) -> Result<Planned, CodedError> {
-        let facts = probe(self.probe_options.clone()).await;
+        let facts = probe(self.probe_options().await).await;
         // One load: the descriptor, the manifest and the recipe come from the same documents.
         let docs = DocumentSet::load(&DocumentSources::from_env());
         let descriptor = match Self::descriptor_in(&docs, op) {
@@ -385,7 +385,7 @@ impl LinuxMachine {
 
 impl Probing for LinuxMachine {
     async fn probe_facts(&self) -> Result<serde_json::Value, CodedError> {
-        let facts = probe(self.probe_options.clone()).await;
+        let facts = probe(self.probe_options().await).await;
         serde_json::to_value(&facts).map_err(|e| {
             CodedError::new(ErrorCode::IoError, "The facts cannot be encoded.")
                 .with_details(e.to_string())
@@ -478,7 +478,7 @@ impl Provisioner for LinuxMachine {
         claims: &Claims,
         progress: ProgressSink,
     ) -> Result<(), CodedError> {
-        let facts = probe(self.probe_options.clone()).await;
+        let facts = probe(self.probe_options().await).await;
         let (descriptor, _image, probe_image) = self.images(op, &facts)?;
         let (gpu, name) = Self::choose_gpu(&facts, &descriptor)?;
         let docker = self.docker().await?;
@@ -519,7 +519,7 @@ impl Provisioner for LinuxMachine {
         claims: &Claims,
         progress: ProgressSink,
     ) -> Result<(), CodedError> {
-        let facts = probe(self.probe_options.clone()).await;
+        let facts = probe(self.probe_options().await).await;
         let (descriptor, image, _) = self.images(op, &facts)?;
         let docker = self.docker().await?;
         self.pull(
@@ -534,7 +534,7 @@ impl Provisioner for LinuxMachine {
     }
 
     async fn verify_image(&self, op: &Operation) -> Result<(), CodedError> {
-        let facts = probe(self.probe_options.clone()).await;
+        let facts = probe(self.probe_options().await).await;
         let (_, image, _) = self.images(op, &facts)?;
         let docker = self.docker().await?;
         docker
@@ -545,7 +545,7 @@ impl Provisioner for LinuxMachine {
     }
 
     async fn activate(&self, op: &Operation) -> Result<(), CodedError> {
-        let facts = probe(self.probe_options.clone()).await;
+        let facts = probe(self.probe_options().await).await;
         let (descriptor, image, probe_image) = self.images(op, &facts)?;
         let platform = Self::platform(&facts)?;
         let pin = |i: &ImageRef| -> Result<PinnedImage, CodedError> {

@@ -373,6 +373,9 @@ pub enum WarningCode {
     SystemdCgroupDriverGpuLoss,
     /// A newer document on disk was refused; the embedded one is used.
     DocumentRefused,
+    /// The account joined the docker group after this login session began: enginekit reaches
+    /// Docker through `sg docker`, other programs of the session only after a new sign-in.
+    DockerGroupThisSessionOnly,
 }
 
 impl WarningCode {
@@ -383,6 +386,7 @@ impl WarningCode {
             WarningCode::SelinuxEnforcing => "selinux-enforcing",
             WarningCode::SystemdCgroupDriverGpuLoss => "systemd-cgroup-driver-gpu-loss",
             WarningCode::DocumentRefused => "document-refused",
+            WarningCode::DockerGroupThisSessionOnly => "docker-group-this-session-only",
         }
     }
 }

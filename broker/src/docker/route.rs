@@ -1,0 +1,116 @@
+//! Which socket this process reaches the daemon through: the daemon's own, or — in the login
+//! session that joined the docker group after it began — a [`GroupRelay`] started with `sg`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Mutex;
+
+use super::client::{Docker, SYSTEM_SOCKET};
+use super::error::Result;
+use super::group_relay::GroupRelay;
+
+/// The group whose members the daemon's socket admits.
+const DOCKER_GROUP: &str = "docker";
+/// After a relay failed to start, how long the daemon's socket is used as it is before trying
+/// again (each try spawns sg).
+const RETRY_AFTER: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Default)]
+struct RelayState {
+    relay: Option<GroupRelay>,
+    failed_at: Option<Instant>,
+}
+
+/// The way to the daemon; clones share one relay.
+#[derive(Debug, Clone)]
+pub struct DockerRoute {
+    system: PathBuf,
+    state: Arc<Mutex<RelayState>>,
+}
+
+impl DockerRoute {
+    /// Through `system`, the daemon's socket.
+    pub fn new(system: PathBuf) -> DockerRoute {
+        DockerRoute {
+            system,
+            state: Arc::default(),
+        }
+    }
+
+    /// The daemon's socket from `DOCKER_HOST` when it names an absolute unix socket (a system
+    /// daemon elsewhere is honoured), else the standard one.
+    pub fn from_env() -> DockerRoute {
+        let system = std::env::var("DOCKER_HOST")
+            .ok()
+            .and_then(|h| h.strip_prefix("unix://").map(PathBuf::from))
+            .filter(|p| p.is_absolute())
+            .unwrap_or_else(|| PathBuf::from(SYSTEM_SOCKET));
+        DockerRoute::new(system)
+    }
+
+    /// The daemon's own socket.
+    pub fn system_socket(&self) -> &Path {
+        &self.system
+    }
+
+    /// The socket to use now. The daemon's, unless this process is refused by it while the
+    /// group database already lists the account in its group: then a relay's (started once,
+    /// restarted if it died). When no relay can be started the daemon's socket is used as it is,
+    /// and the probe reports the refusal (the plan then asks for a new sign-in).
+    pub async fn socket(&self) -> PathBuf {
+        let mut state = self.state.lock().await;
+        if let Some(relay) = state.relay.as_mut() {
+            if relay.alive() {
+                return relay.socket().to_path_buf();
+            }
+            state.relay = None;
+        }
+        if !joined_after_this_session_began(&self.system) {
+            return self.system.clone();
+        }
+        if state.failed_at.is_some_and(|t| t.elapsed() < RETRY_AFTER) {
+            return self.system.clone();
+        }
+        match GroupRelay::start(DOCKER_GROUP, &self.system).await {
+            Ok(relay) => {
+                tracing::info!(socket = %relay.socket().display(), "reaching Docker through sg docker in this session");
+                let socket = relay.socket().to_path_buf();
+                state.relay = Some(relay);
+                state.failed_at = None;
+                socket
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "no relay through sg docker; a new sign-in is needed");
+                state.failed_at = Some(Instant::now());
+                self.system.clone()
+            }
+        }
+    }
+
+    /// Connects through [`DockerRoute::socket`].
+    pub async fn connect(&self) -> Result<Docker> {
+        Docker::connect(self.socket().await).await
+    }
+}
+
+/// The daemon's socket exists and refuses this process, and the account is a member of the
+/// docker group that this process does not carry.
+fn joined_after_this_session_began(socket: &Path) -> bool {
+    use nix::unistd::{access, getegid, getgroups, getuid, AccessFlags, Group, User};
+    let uid = getuid();
+    if uid.is_root() || !socket.exists() {
+        return false;
+    }
+    if access(socket, AccessFlags::R_OK | AccessFlags::W_OK).is_ok() {
+        return false;
+    }
+    let (Ok(Some(group)), Ok(Some(user))) = (Group::from_name(DOCKER_GROUP), User::from_uid(uid))
+    else {
+        return false;
+    };
+    let member = group.mem.contains(&user.name) || user.gid == group.gid;
+    let carried = getegid() == group.gid || getgroups().is_ok_and(|list| list.contains(&group.gid));
+    member && !carried
+}
