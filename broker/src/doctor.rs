@@ -5,6 +5,7 @@
 //! the daemon and this session's access to it, the GPU runtime and a CDI spec that no longer
 //! matches the cards, a toolkit with known vulnerabilities, and the installed engines.
 
+use crate::assess::cdi::CdiSpec;
 use enginekit_shared::wire::plan::BlockerReason;
 use serde::Serialize;
 
@@ -172,35 +173,21 @@ fn gpu_runtime(view: &LinuxView) -> Finding {
 /// A CDI spec generated before a card was added, removed or swapped lists other devices than
 /// the driver does (NVIDIA/nvidia-container-toolkit#1611): it must be generated again.
 fn cdi_spec(facts: &HostFacts) -> Option<Finding> {
-    let gpus = facts.nvidia.gpus.value()?;
-    if gpus.is_empty() || facts.nvidia.cdi_devices.is_empty() {
-        return None;
-    }
-    let names: Vec<&str> = facts
-        .nvidia
-        .cdi_devices
-        .iter()
-        .filter_map(|d| d.strip_prefix("nvidia.com/gpu="))
-        .collect();
-    let by_index = names
-        .iter()
-        .filter(|n| n.chars().all(|c| c.is_ascii_digit()))
-        .count();
-    let lists_uuids = names.iter().any(|n| n.starts_with("GPU-"));
-    let missing: Vec<&str> = gpus
-        .iter()
-        .map(|g| g.uuid.as_str())
-        .filter(|uuid| lists_uuids && !names.contains(uuid))
-        .collect();
-    let stale = (by_index > 0 && by_index != gpus.len()) || !missing.is_empty();
-    Some(if stale {
-        Finding::problem(
+    match crate::assess::cdi::spec_state(facts) {
+        CdiSpec::Absent => None,
+        CdiSpec::Current => Some(Finding::ok(
+            "cdi-spec",
+            "The CDI specification lists every GPU",
+        )),
+        CdiSpec::Stale {
+            by_index,
+            gpus,
+            missing,
+        } => Some(Finding::problem(
             "cdi-spec",
             Severity::Error,
             format!(
-                "The NVIDIA CDI specification lists other GPUs than the driver does ({} listed by index, {} on the machine{}).",
-                by_index,
-                gpus.len(),
+                "The NVIDIA CDI specification lists other GPUs than the driver does ({by_index} listed by index, {gpus} on the machine{}).",
                 if missing.is_empty() {
                     String::new()
                 } else {
@@ -208,10 +195,8 @@ fn cdi_spec(facts: &HostFacts) -> Option<Finding> {
                 }
             ),
             "sudo nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml (and enable nvidia-cdi-refresh.path where the toolkit ships it, so it stays current)",
-        )
-    } else {
-        Finding::ok("cdi-spec", "The CDI specification lists every GPU")
-    })
+        )),
+    }
 }
 
 /// `nvidia-ctk --version`'s first line ends with the version (`… CLI version 1.17.8`).

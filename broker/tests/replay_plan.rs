@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use enginekit_broker::cli::plan::{plan_for, read_facts_file};
 use enginekit_broker::documents::descriptor::EngineId;
 use enginekit_broker::documents::store::DocumentSources;
-use enginekit_shared::wire::plan::{Availability, BlockerReason, Plan};
+use enginekit_shared::wire::plan::{Availability, BlockerReason, GpuAccess, Plan};
 use serde_json::{json, Value};
 
 const DEBIAN_BUILD_MACHINE: &str = "debian12-build-machine-no-driver-no-systemd.json";
@@ -1478,4 +1478,50 @@ fn zz_every_blocker_reason_is_produced() {
         .filter(|r| *r != "remove-environment" && !seen.contains(r))
         .collect();
     assert!(missing.is_empty(), "reasons never produced: {missing:?}");
+}
+
+/// How the GPU is asked for, and a stale CDI spec (NVIDIA/nvidia-container-toolkit#1611,
+/// Tdarr#1423): the ready fixture's daemon has CDI (`CDISpecDirs`) and its spec names the card.
+#[test]
+fn gpu_access_and_a_stale_cdi_spec() {
+    let ready = check(
+        Case::new("CDI enabled, the spec current: by CDI"),
+        READY,
+        |_| {},
+    );
+    assert_eq!(ready.gpu_access, GpuAccess::Cdi);
+
+    let flag = check(
+        Case::new("a daemon without CDI (Docker 20.10, or 25-27 without the feature): --gpus"),
+        READY,
+        |f| set(f, "/docker/daemon/info/cdi_spec_dirs", json!([])),
+    );
+    assert_eq!(flag.gpu_access, GpuAccess::GpusFlag);
+    assert_eq!(
+        flag.plan_digest, ready.plan_digest,
+        "the route is not consented to"
+    );
+
+    // Generated when a second card was in: two cards by index, one on the machine.
+    let stale = check(
+        Case::new("a CDI spec listing other cards than the driver: regenerated")
+            .plan(&["generate-cdi-spec"], &["nvidia-cdi"]),
+        READY,
+        |f| {
+            set(
+                f,
+                "/nvidia/cdi_devices",
+                json!(["nvidia.com/gpu=0", "nvidia.com/gpu=1", "nvidia.com/gpu=all"]),
+            )
+        },
+    );
+    assert_eq!(
+        stale.gpu_access,
+        GpuAccess::GpusFlag,
+        "not through a stale spec"
+    );
+    assert_ne!(
+        stale.plan_digest, ready.plan_digest,
+        "a regeneration is consented to"
+    );
 }

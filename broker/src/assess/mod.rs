@@ -6,6 +6,7 @@
 //! person fixing the first blocker is not surprised by the next one.
 
 pub mod blockers;
+pub mod cdi;
 pub mod install_plan;
 pub mod network;
 pub mod no_driver;

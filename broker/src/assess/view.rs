@@ -4,6 +4,8 @@
 //! and so that one place decides how a three-way probe fact (known, absent, unknown) maps onto
 //! the reference's booleans.
 
+use enginekit_shared::wire::plan::GpuAccess;
+
 use crate::probe::facts::{
     ComputeCapability, HostFacts, ImageStore, InstallMethod, NvidiaHardware, PackageFamily, Route,
     UnknownFact,
@@ -47,6 +49,8 @@ pub struct LinuxView {
     pub gpu_runtime: bool,
     /// Offline: `nvidia-ctk cdi list` lists a GPU.
     pub gpu_runtime_from_config: bool,
+    /// How the GPU check and the engine will ask for the GPU.
+    pub gpu_access: GpuAccess,
     pub nvidia_runtime: bool,
     /// `None` when daemon.json could not be read or parsed.
     pub address_pools_configured: Option<bool>,
@@ -89,6 +93,10 @@ impl LinuxView {
     /// [`HostFacts::unknown_facts`].
     pub fn from_facts(facts: &HostFacts) -> Self {
         let info = facts.daemon_info();
+        let cdi_stale = matches!(
+            super::cdi::spec_state(facts),
+            super::cdi::CdiSpec::Stale { .. }
+        );
         LinuxView {
             architecture: facts.system.architecture.value().cloned(),
             distribution: facts.system.distribution.value().map(|d| DistroView {
@@ -127,8 +135,10 @@ impl LinuxView {
             cli: facts.docker.cli.is_true(),
             daemon_reachable: facts.daemon_reachable(),
             install_method: facts.docker.install_method,
-            gpu_runtime: facts.gpu_runtime_live(),
-            gpu_runtime_from_config: facts.nvidia.cdi_nvidia_gpu_listed.is_true(),
+            // A stale CDI spec is not a working GPU runtime: the plan generates it again.
+            gpu_runtime: facts.gpu_runtime_live() && !cdi_stale,
+            gpu_runtime_from_config: facts.nvidia.cdi_nvidia_gpu_listed.is_true() && !cdi_stale,
+            gpu_access: super::cdi::gpu_access(facts, None),
             nvidia_runtime: facts.nvidia_runtime(),
             address_pools_configured: facts
                 .docker

@@ -4,6 +4,7 @@
 //! NVIDIA runtime failing, nvidia-smi failing, the card missing) and carries the reference's
 //! toolkit diagnostics: `gpu=`, `exit=`, `toolkit_installed=`, `gpu_runtime=`, `stdout=`, `stderr=`.
 
+use enginekit_shared::wire::plan::GpuAccess;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -142,12 +143,13 @@ pub fn judge(gpu: &GpuUuid, run: &GpuCheckRun, facts: &ToolkitFacts) -> Result<G
 
 impl Docker {
     /// Runs the GPU check in `image` (which must be present: pull it by digest first) for
-    /// exactly `gpu`. The check container has no network and no capabilities, and is removed
-    /// whatever happens.
+    /// exactly `gpu`, asked for as `access` says. The check container has no network and no
+    /// capabilities, and is removed whatever happens.
     pub async fn run_gpu_check(
         &self,
         image: &ImageRef,
         gpu: &GpuUuid,
+        access: GpuAccess,
         facts: &ToolkitFacts,
         timeout: Duration,
     ) -> Result<GpuCheckPass> {
@@ -172,7 +174,7 @@ impl Docker {
                 (LABEL_PURPOSE.to_owned(), "gpu-check".to_owned()),
             ])),
             host_config: Some(HostConfig {
-                device_requests: Some(vec![gpu_request(gpu)]),
+                device_requests: Some(vec![gpu_request(gpu, access)]),
                 network_mode: Some("none".to_owned()),
                 cap_drop: Some(vec!["ALL".to_owned()]),
                 security_opt: Some(vec!["no-new-privileges".to_owned()]),

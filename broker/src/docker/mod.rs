@@ -5,7 +5,7 @@
 //! ```text
 //! let docker = Docker::connect(SYSTEM_SOCKET).await?;           // negotiates API 1.41 on 20.10
 //! let out = docker.pull(&image, &PullOptions::default(), &mut |p| show(p), &cancel).await?;
-//! docker.run_gpu_check(&check_image, &gpu, &facts, DEFAULT_GPU_CHECK_TIMEOUT).await?;
+//! docker.run_gpu_check(&check_image, &gpu, access, &facts, DEFAULT_GPU_CHECK_TIMEOUT).await?;
 //! let running = docker.run_journalled(&journal, &spec).await?;   // record before start
 //! docker.stop_and_forget(&journal, &record, grace).await?;       // tri-state stop
 //! ```

@@ -6,6 +6,7 @@
 //! `no-new-privileges`, a pids limit, no restart, a dedicated network with inter-container
 //! traffic off, and a port published on 127.0.0.1 only.
 
+use enginekit_shared::wire::plan::GpuAccess;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
@@ -241,6 +242,8 @@ pub struct ContainerSpec {
     pub instance: InstanceId,
     pub image: ImageRef,
     pub gpu: Option<GpuUuid>,
+    /// How `gpu` is asked for.
+    pub gpu_access: GpuAccess,
     pub mounts: Vec<MountSpec>,
     pub selinux: Option<Selinux>,
     pub user: UserIds,
@@ -272,6 +275,7 @@ impl ContainerSpec {
             instance,
             image,
             gpu: None,
+            gpu_access: GpuAccess::default(),
             mounts: Vec::new(),
             selinux: None,
             user: UserIds::current(),
@@ -337,7 +341,10 @@ impl ContainerSpec {
             );
         }
 
-        let device_requests = self.gpu.as_ref().map(|gpu| vec![gpu_request(gpu)]);
+        let device_requests = self
+            .gpu
+            .as_ref()
+            .map(|gpu| vec![gpu_request(gpu, self.gpu_access)]);
         let (readonly_rootfs, tmpfs) = if self.read_only_root {
             (
                 Some(true),
@@ -385,14 +392,24 @@ impl ContainerSpec {
     }
 }
 
-/// `--gpus device=<uuid>`: exactly that one card.
-pub(crate) fn gpu_request(gpu: &GpuUuid) -> DeviceRequest {
-    DeviceRequest {
-        driver: Some(String::new()),
-        count: Some(0),
-        device_ids: Some(vec![gpu.as_str().to_owned()]),
-        capabilities: Some(vec![vec!["gpu".to_owned()]]),
-        options: None,
+/// Exactly that one card: `--gpus device=<uuid>`, or by CDI `--device nvidia.com/gpu=<uuid>`
+/// (what the docker CLI sends for a CDI name: the `cdi` driver with the qualified name).
+pub(crate) fn gpu_request(gpu: &GpuUuid, access: GpuAccess) -> DeviceRequest {
+    match access {
+        GpuAccess::GpusFlag => DeviceRequest {
+            driver: Some(String::new()),
+            count: Some(0),
+            device_ids: Some(vec![gpu.as_str().to_owned()]),
+            capabilities: Some(vec![vec!["gpu".to_owned()]]),
+            options: None,
+        },
+        GpuAccess::Cdi => DeviceRequest {
+            driver: Some("cdi".to_owned()),
+            count: None,
+            device_ids: Some(vec![format!("nvidia.com/gpu={gpu}")]),
+            capabilities: None,
+            options: None,
+        },
     }
 }
 
@@ -553,6 +570,25 @@ mod tests {
         ] {
             assert!(bad.parse::<GpuUuid>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_gpu_is_asked_for_by_the_gpus_flag_or_by_its_cdi_name() {
+        let uuid: GpuUuid = "GPU-0123abcd-0000-1111-2222-333344445555".parse().unwrap();
+        let flag = gpu_request(&uuid, GpuAccess::GpusFlag);
+        assert_eq!(flag.driver.as_deref(), Some(""));
+        assert_eq!(flag.device_ids, Some(vec![uuid.to_string()]));
+        assert_eq!(flag.capabilities, Some(vec![vec!["gpu".to_owned()]]));
+        let cdi = gpu_request(&uuid, GpuAccess::Cdi);
+        assert_eq!(cdi.driver.as_deref(), Some("cdi"));
+        assert_eq!(cdi.device_ids, Some(vec![format!("nvidia.com/gpu={uuid}")]));
+        assert_eq!(cdi.capabilities, None);
+        assert_eq!(cdi.count, None);
+        let mut s = spec();
+        s.gpu = Some(uuid);
+        s.gpu_access = GpuAccess::Cdi;
+        let host = s.to_create_body().unwrap().host_config.unwrap();
+        assert_eq!(host.device_requests, Some(vec![cdi]));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! substituted and the substitution reported, never hidden. The GPU check of setup uses the same
 //! ranking on a fresh probe, so the check and the load agree when nothing else runs.
 
+use enginekit_shared::wire::plan::GpuAccess;
 use serde::Serialize;
 
 use super::error::{EngineError, Result};
@@ -19,11 +20,14 @@ pub struct Card {
     pub index: Option<u32>,
     pub total_bytes: Option<u64>,
     pub free_bytes: Option<u64>,
+    /// How a container asks for it.
+    pub access: GpuAccess,
 }
 
 impl Card {
-    /// The cards of a probe, in its order; rows whose UUID is not a valid GPU id are skipped.
-    pub fn from_probe(gpus: &[Gpu]) -> Vec<Card> {
+    /// The cards of a probe, in its order, each asked for as `access` says; rows whose UUID is
+    /// not a valid GPU id are skipped.
+    pub fn from_probe(gpus: &[Gpu], access: impl Fn(&str) -> GpuAccess) -> Vec<Card> {
         let known = |f: &Fact<u64>| match f {
             Fact::Known { value } => Some(*value),
             Fact::Unknown { .. } => None,
@@ -35,6 +39,7 @@ impl Card {
                     index: g.index,
                     total_bytes: known(&g.memory_total_bytes),
                     free_bytes: known(&g.memory_free_bytes),
+                    access: access(&g.uuid),
                 })
             })
             .collect()
@@ -102,6 +107,7 @@ mod tests {
 
     fn card(n: u8, index: Option<u32>, total: u64, free: u64) -> Card {
         Card {
+            access: GpuAccess::GpusFlag,
             uuid: format!("GPU-0000000{n}-0000-0000-0000-000000000000")
                 .parse()
                 .unwrap(),
@@ -131,6 +137,7 @@ mod tests {
         let ties = [card(1, Some(0), 24, 20), card(2, Some(1), 24, 20)];
         assert_eq!(select(&ties, None).unwrap().card, ties[0]);
         let unknown_free = Card {
+            access: GpuAccess::GpusFlag,
             free_bytes: None,
             ..card(5, Some(0), 80, 0)
         };

@@ -367,6 +367,8 @@ impl Runtime {
         }
     }
 
+    /// The cards, and how each is asked for (CDI when the daemon has it and the spec is
+    /// current and names the card, else `--gpus`; assess::cdi).
     async fn read_gpus(&self) -> Result<Vec<Card>> {
         let mut options = crate::probe::ProbeOptions::from_env();
         options.docker_socket = self.route.socket().await;
@@ -374,9 +376,26 @@ impl Runtime {
             options.bin_dirs.insert(0, dir);
         }
         let ctx = crate::probe::reads::ProbeContext::new(options);
-        let read = crate::probe::reads::gpus(&ctx).await;
+        let (read, (_, cdi_devices), daemon) = tokio::join!(
+            crate::probe::reads::gpus(&ctx),
+            crate::probe::reads::cdi_list(&ctx),
+            crate::probe::reads::daemon(&ctx),
+        );
+        let daemon_cdi = matches!(
+            &daemon,
+            crate::probe::facts::DaemonState::Reachable { info } if !info.cdi_spec_dirs.is_empty()
+        );
         match read.gpus {
-            crate::probe::facts::Fact::Known { value } => Ok(Card::from_probe(&value)),
+            crate::probe::facts::Fact::Known { value } => {
+                let facts = crate::assess::cdi::CdiFacts {
+                    gpus: Some(&value),
+                    cdi_devices: &cdi_devices,
+                    daemon_cdi,
+                };
+                Ok(Card::from_probe(&value, |uuid| {
+                    crate::assess::cdi::access_of(facts, Some(uuid))
+                }))
+            }
             crate::probe::facts::Fact::Unknown { .. } => Ok(Vec::new()),
         }
     }
@@ -547,6 +566,7 @@ impl Runtime {
             NETWORK.parse().map_err(bad)?,
         );
         spec.gpu = Some(card.uuid.clone());
+        spec.gpu_access = card.access;
         let mount =
             |purpose: &str, source: &Path, target: &str, read_only: bool| -> Result<MountSpec> {
                 Ok(MountSpec {

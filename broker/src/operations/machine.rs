@@ -8,6 +8,7 @@ use std::time::Duration;
 use enginekit_shared::error::{CodedError, ErrorCode};
 use enginekit_shared::image::ImageRef;
 use enginekit_shared::wire::host_step::HostStep;
+use enginekit_shared::wire::plan::GpuAccess;
 
 use super::boundary::{Claims, HostCheck, ProgressSink, ProgressTick, Provisioner};
 use super::record::{DigestText, HostStepTicket, Operation, OperationKind};
@@ -491,8 +492,13 @@ impl Provisioner for LinuxMachine {
             &progress,
         )
         .await?;
+        let access = crate::assess::cdi::gpu_access(&facts, Some(gpu.as_str()));
+        let by = match access {
+            GpuAccess::Cdi => "through CDI",
+            GpuAccess::GpusFlag => "with --gpus",
+        };
         progress(ProgressTick {
-            label: format!("Checking {name} inside a container"),
+            label: format!("Checking {name} inside a container ({by})"),
             completed: None,
             total: None,
             unit: "unknown",
@@ -505,6 +511,7 @@ impl Provisioner for LinuxMachine {
             .run_gpu_check(
                 &probe_image,
                 &gpu,
+                access,
                 &toolkit,
                 crate::docker::DEFAULT_GPU_CHECK_TIMEOUT,
             )

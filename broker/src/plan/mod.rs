@@ -8,7 +8,7 @@ pub mod recipe;
 use enginekit_shared::digest::Digest;
 use enginekit_shared::error::{CodedError, ErrorCode};
 use enginekit_shared::wire::plan::{
-    Availability, Blocker, BlockerReason, ImageStore, Plan, PlanTarget,
+    Availability, Blocker, BlockerReason, GpuAccess, ImageStore, Plan, PlanTarget,
 };
 
 use self::digest::{DescriptorPin, HostPin, SetupFingerprint};
@@ -168,6 +168,7 @@ pub fn plan_setup(request: &PlanRequest<'_>) -> Result<PlannedSetup, CodedError>
         download_bytes: Some(descriptor.download_bytes),
         required_disk_bytes: Some(disk_need),
         image_store: view.image_store,
+        gpu_access: view.gpu_access,
         docker_root_dir: view.free_disk_bytes.map(|_| view.free_disk_path.clone()),
         free_disk_bytes: view.free_disk_bytes,
         requires_elevation,
@@ -206,6 +207,7 @@ pub fn plan_without_descriptor(engine: EngineId, error: &CodedError) -> Result<P
         download_bytes: None,
         required_disk_bytes: None,
         image_store: ImageStore::default(),
+        gpu_access: GpuAccess::default(),
         docker_root_dir: None,
         free_disk_bytes: None,
         requires_elevation: false,

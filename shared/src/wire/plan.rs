@@ -471,6 +471,9 @@ pub struct Plan {
     /// Where the daemon keeps images: it decides the path measured and the bytes needed.
     #[serde(default)]
     pub image_store: ImageStore,
+    /// How the GPU check and the engine will be given the GPU.
+    #[serde(default)]
+    pub gpu_access: GpuAccess,
     /// The path whose free space was measured (where the image store keeps its data); null
     /// exactly when `free_disk_bytes` is.
     pub docker_root_dir: Option<String>,
@@ -579,6 +582,21 @@ mod tests {
             serde_json::json!("prerequisite-blocked")
         );
     }
+}
+
+/// How a container is given its GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GpuAccess {
+    /// `--gpus device=<uuid>`: the NVIDIA runtime's legacy hook injects the card.
+    #[default]
+    GpusFlag,
+    /// `--device nvidia.com/gpu=<uuid>`: the daemon's CDI support injects what the NVIDIA CDI
+    /// spec lists. Chosen when the daemon has CDI and the spec is current and lists the card:
+    /// it survives `systemctl daemon-reload` under the systemd cgroup driver
+    /// (NVIDIA/nvidia-container-toolkit#48, #1227) and never asks for another vendor's spec
+    /// (games-on-whales/wolf#386).
+    Cdi,
 }
 
 /// Where a Docker daemon keeps images, which decides where an image's bytes land and how many.

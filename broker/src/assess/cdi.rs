@@ -1,0 +1,213 @@
+//! The NVIDIA CDI specification against the GPUs the driver reports: current, stale or absent;
+//! and, from that and the daemon, how a container is given its GPU.
+//!
+//! A spec generated before a card was added, removed or swapped, or for another driver, lists
+//! other devices than the driver does (NVIDIA/nvidia-container-toolkit#1611, Tdarr#1423,
+//! NVIDIA/NemoClaw#4733): the plan regenerates it, the doctor reports it, and the GPU is not
+//! requested through it meanwhile.
+
+use enginekit_shared::wire::plan::GpuAccess;
+
+use crate::probe::facts::Gpu;
+use crate::probe::HostFacts;
+
+const GPU_PREFIX: &str = "nvidia.com/gpu=";
+
+/// What the decision reads: the driver's GPUs, `nvidia-ctk cdi list`, and whether the daemon
+/// has CDI enabled (`CDISpecDirs` in `/info`).
+#[derive(Debug, Clone, Copy)]
+pub struct CdiFacts<'a> {
+    pub gpus: Option<&'a [Gpu]>,
+    pub cdi_devices: &'a [String],
+    pub daemon_cdi: bool,
+}
+
+impl<'a> CdiFacts<'a> {
+    pub fn of(facts: &'a HostFacts) -> CdiFacts<'a> {
+        CdiFacts {
+            gpus: facts.nvidia.gpus.value().map(Vec::as_slice),
+            cdi_devices: &facts.nvidia.cdi_devices,
+            daemon_cdi: facts
+                .daemon_info()
+                .is_some_and(|info| !info.cdi_spec_dirs.is_empty()),
+        }
+    }
+}
+
+/// The spec as the driver sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CdiSpec {
+    /// No spec lists a GPU, or no GPU is known to compare with.
+    Absent,
+    /// It lists other GPUs than the driver reports.
+    Stale {
+        /// Devices it names by index (`nvidia.com/gpu=0`, …).
+        by_index: usize,
+        /// GPUs the driver reports.
+        gpus: usize,
+        /// UUIDs the driver reports that the spec does not name (when it names UUIDs at all).
+        missing: Vec<String>,
+    },
+    /// It lists exactly the driver's GPUs.
+    Current,
+}
+
+/// Compares `nvidia-ctk cdi list` with the driver's GPUs.
+pub fn spec_state(facts: &HostFacts) -> CdiSpec {
+    state_of(CdiFacts::of(facts))
+}
+
+fn state_of(facts: CdiFacts<'_>) -> CdiSpec {
+    let Some(gpus) = facts.gpus else {
+        return CdiSpec::Absent;
+    };
+    let names = gpu_names(facts.cdi_devices);
+    if gpus.is_empty() || names.is_empty() {
+        return CdiSpec::Absent;
+    }
+    let by_index = names
+        .iter()
+        .filter(|n| n.chars().all(|c| c.is_ascii_digit()))
+        .count();
+    let lists_uuids = names.iter().any(|n| n.starts_with("GPU-"));
+    let missing: Vec<String> = gpus
+        .iter()
+        .map(|g| g.uuid.clone())
+        .filter(|uuid| lists_uuids && !names.contains(&uuid.as_str()))
+        .collect();
+    if (by_index > 0 && by_index != gpus.len()) || !missing.is_empty() {
+        CdiSpec::Stale {
+            by_index,
+            gpus: gpus.len(),
+            missing,
+        }
+    } else {
+        CdiSpec::Current
+    }
+}
+
+/// How to give a container the GPU `gpu` (or, for the plan, every GPU): through CDI when the
+/// daemon has CDI enabled (`CDISpecDirs` in `/info`), the spec is current and names the card by
+/// UUID; otherwise with `--gpus`.
+pub fn gpu_access(facts: &HostFacts, gpu: Option<&str>) -> GpuAccess {
+    access_of(CdiFacts::of(facts), gpu)
+}
+
+/// [`gpu_access`] from the few facts it reads.
+pub fn access_of(facts: CdiFacts<'_>, gpu: Option<&str>) -> GpuAccess {
+    if !facts.daemon_cdi || state_of(facts) != CdiSpec::Current {
+        return GpuAccess::GpusFlag;
+    }
+    let names = gpu_names(facts.cdi_devices);
+    let named = |uuid: &str| names.contains(&uuid);
+    let all_named = match gpu {
+        Some(uuid) => named(uuid),
+        None => facts
+            .gpus
+            .is_some_and(|gpus| gpus.iter().all(|g| named(&g.uuid))),
+    };
+    if all_named {
+        GpuAccess::Cdi
+    } else {
+        GpuAccess::GpusFlag
+    }
+}
+
+/// The GPU device names the spec lists (`0`, `GPU-…`, `all`).
+fn gpu_names(cdi_devices: &[String]) -> Vec<&str> {
+    cdi_devices
+        .iter()
+        .filter_map(|d| d.strip_prefix(GPU_PREFIX))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::facts::Fact;
+
+    const A: &str = "GPU-aaaaaaaa-0000-1111-2222-333344445555";
+    const B: &str = "GPU-bbbbbbbb-0000-1111-2222-333344445555";
+
+    fn gpu(uuid: &str, index: u32) -> Gpu {
+        Gpu {
+            uuid: uuid.to_owned(),
+            index: Some(index),
+            name: "STAND-IN".to_owned(),
+            memory_total_bytes: Fact::known(1),
+            memory_free_bytes: Fact::known(1),
+            compute_capability: Fact::unknown("not read"),
+            driver_version: None,
+            mig_enabled: Fact::unknown("not read"),
+            mig_devices: Vec::new(),
+        }
+    }
+
+    fn devices(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| format!("{GPU_PREFIX}{n}")).collect()
+    }
+
+    fn facts<'a>(gpus: &'a [Gpu], cdi: &'a [String], daemon_cdi: bool) -> CdiFacts<'a> {
+        CdiFacts {
+            gpus: Some(gpus),
+            cdi_devices: cdi,
+            daemon_cdi,
+        }
+    }
+
+    #[test]
+    fn a_spec_naming_every_card_is_current_one_naming_others_is_stale() {
+        let one = [gpu(A, 0)];
+        let current = devices(&["0", A, "all"]);
+        assert_eq!(state_of(facts(&one, &current, true)), CdiSpec::Current);
+        // Generated when a second card was in (NCT#1611), or for another card (swapped).
+        let two_by_index = devices(&["0", "1", "all"]);
+        assert!(matches!(
+            state_of(facts(&one, &two_by_index, true)),
+            CdiSpec::Stale {
+                by_index: 2,
+                gpus: 1,
+                ..
+            }
+        ));
+        let swapped = devices(&["0", B, "all"]);
+        assert_eq!(
+            state_of(facts(&one, &swapped, true)),
+            CdiSpec::Stale {
+                by_index: 1,
+                gpus: 1,
+                missing: vec![A.to_owned()]
+            }
+        );
+        assert_eq!(state_of(facts(&one, &[], true)), CdiSpec::Absent);
+        assert_eq!(state_of(facts(&[], &current, true)), CdiSpec::Absent);
+    }
+
+    #[test]
+    fn cdi_only_when_the_daemon_has_it_and_the_spec_is_current_and_names_the_card() {
+        let one = [gpu(A, 0)];
+        let current = devices(&["0", A, "all"]);
+        assert_eq!(
+            access_of(facts(&one, &current, true), Some(A)),
+            GpuAccess::Cdi
+        );
+        assert_eq!(access_of(facts(&one, &current, true), None), GpuAccess::Cdi);
+        // Docker without CDI (20.10; 25-27 without the feature): the legacy hook.
+        assert_eq!(
+            access_of(facts(&one, &current, false), Some(A)),
+            GpuAccess::GpusFlag
+        );
+        // A stale spec is regenerated first; meanwhile --gpus.
+        let stale = devices(&["0", "1", A, B, "all"]);
+        assert_eq!(
+            access_of(facts(&one, &stale, true), Some(A)),
+            GpuAccess::GpusFlag
+        );
+        // A spec naming cards by index only cannot be asked for by UUID.
+        let by_index = devices(&["0", "all"]);
+        assert_eq!(
+            access_of(facts(&one, &by_index, true), Some(A)),
+            GpuAccess::GpusFlag
+        );
+    }
+}
