@@ -1,6 +1,7 @@
 //! enginekit's unprivileged broker, as a library so that tests and benchmarks reach every part.
 
 pub mod assess;
+pub mod candidates;
 pub mod cli;
 pub mod dbus;
 pub mod docker;

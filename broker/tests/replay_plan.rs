@@ -1470,6 +1470,7 @@ fn zz_every_blocker_reason_is_produced() {
     install_methods_and_distributions();
     unreadable_daemon_json_and_systemd();
     provisioner_blockers_and_missing_documents();
+    what_dockers_repository_answers();
     let seen = SEEN.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let missing: Vec<&str> = BlockerReason::ALL
         .iter()
@@ -1524,4 +1525,54 @@ fn gpu_access_and_a_stale_cdi_spec() {
         stale.plan_digest, ready.plan_digest,
         "a regeneration is consented to"
     );
+}
+
+/// What the repository the plan would add answers (candidates::ask, against a real repository
+/// in tests/tests/repository_check.rs) and what it does to the plan: the clean fixture plans
+/// Docker's repository.
+#[test]
+fn what_dockers_repository_answers() {
+    use enginekit_broker::candidates::{apply, plan_adds_docker_repository, RepositoryAnswer};
+    let reasons = |plan: &Plan| -> Vec<&'static str> {
+        plan.blockers.iter().map(|b| b.reason.as_str()).collect()
+    };
+    let clean = replay(&base(CLEAN), EngineId::Vllm);
+    assert!(plan_adds_docker_repository(&clean));
+    assert_eq!(clean.availability, Availability::SetupRequired);
+
+    let mut served = clean.clone();
+    apply(&mut served, &RepositoryAnswer::Serves);
+    assert_eq!(served, clean, "nothing to say");
+
+    let mut lacks = clean.clone();
+    apply(
+        &mut lacks,
+        &RepositoryAnswer::Lacks {
+            what: "docker-ce, docker-ce-cli, containerd.io for arm64".to_owned(),
+        },
+    );
+    assert_eq!(lacks.availability, Availability::PrerequisiteBlocked);
+    assert_eq!(reasons(&lacks), ["package-not-in-repository"]);
+    assert!(lacks.blockers[0]
+        .message
+        .contains("containerd.io for arm64"));
+    assert_eq!(
+        lacks.plan_digest, clean.plan_digest,
+        "blockers stay out of the digest"
+    );
+
+    let mut unasked = clean.clone();
+    apply(
+        &mut unasked,
+        &RepositoryAnswer::NotChecked {
+            reason: "Could not resolve 'download.docker.com'".to_owned(),
+        },
+    );
+    assert_eq!(unasked.availability, Availability::SetupRequired);
+    assert!(unasked.warnings.iter().any(
+        |w| w.code.as_str() == "repository-not-checked" && w.text.contains("Could not resolve")
+    ));
+
+    let mut all = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    all.extend(reasons(&lacks));
 }

@@ -422,9 +422,15 @@ fn from_no_docker_at_all_setup_adds_dockers_repository_installs_it_and_the_toolk
     assert!(host.dpkg_states(&DOCKER_PACKAGES).is_empty());
     assert!(!host.exists(DOCKER_LIST) && !host.exists(DOCKER_KEY));
 
-    // The plan, as the user sees it.
+    // The plan, as the user sees it. It asked the repository it would add (without root, with
+    // the real apt) and found the three packages for bookworm amd64: no blocker, no warning.
     let plan = host.plan();
     assert_plan_from_nothing(&host, &plan);
+    assert_eq!(plan["blockers"], json!([]), "{plan}");
+    assert!(
+        !plan.to_string().contains("repository-not-checked"),
+        "the repository was asked: {plan}"
+    );
     let report = host.enginekit("plan --engine vllm");
     let report = String::from_utf8_lossy(&report.stdout).into_owned();
     for package in DOCKER_PACKAGES {
@@ -580,6 +586,14 @@ fn the_key_pin_holds_for_real_a_repository_signed_by_another_key_is_refused_by_a
     let docker = host.env.docker_repo();
     let before = host.plan();
     assert_plan_from_nothing(&host, &before);
+    // Asked beforehand, the repository's signature does not verify with the pinned key: the
+    // plan says it could not check (the helper is the one that refuses it, below).
+    assert!(
+        before["warnings"]
+            .as_array()
+            .is_some_and(|w| w.iter().any(|w| w["code"] == "repository-not-checked")),
+        "{before}"
+    );
 
     let out = host.enginekit("setup --engine vllm --yes --json");
     let result = result_of(&out);

@@ -138,6 +138,18 @@ pub fn plan_for(
     }
 }
 
+/// [`crate::candidates::check_plan`] for a live plan.
+fn ask_repository(outcome: &mut PlanOutcome) {
+    let documents = DocumentSet::load(&DocumentSources::from_env());
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return;
+    };
+    runtime.block_on(crate::candidates::check_plan(&mut outcome.plan, &documents));
+}
+
 /// The exit status of a plan: 0 when setup can proceed or nothing is needed, 3 when blocked.
 pub fn exit_status(plan: &Plan) -> u8 {
     match plan.availability {
@@ -153,6 +165,12 @@ pub fn run(args: PlanArgs) -> ExitCode {
     };
     let outcome = facts.and_then(|f| plan_for(args.engine, f, &DocumentSources::from_env()));
     let outcome = match outcome {
+        // A live plan asks the repository it would add; a replay of recorded facts does not
+        // (it answers the same every time, offline).
+        Ok(mut o) if args.facts.is_none() => {
+            ask_repository(&mut o);
+            o
+        }
         Ok(o) => o,
         Err(e) => {
             eprintln!("enginekit plan: {} ({})", e.message, e.code);

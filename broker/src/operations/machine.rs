@@ -194,7 +194,8 @@ impl LinuxMachine {
             installed_descriptor_id: installed_id,
             image_present,
         };
-        let plan = plan_setup(&request)?.plan;
+        let mut plan = plan_setup(&request)?.plan;
+        crate::candidates::check_plan(&mut plan, &docs).await;
         Ok(Planned {
             plan,
             facts,

@@ -63,6 +63,9 @@ pub enum BlockerReason {
     DriverTooOld,
     /// The running kernel module and the installed driver libraries differ (a reboot is due).
     DriverLibraryMismatch,
+    /// The vendor repository setup would add has no release or no package candidate for this
+    /// distribution release and architecture (docker/cli#6769).
+    PackageNotInRepository,
     /// The driver lists no GPU.
     NoGpu,
     /// The best card's compute capability is below the minimum.
@@ -129,6 +132,7 @@ impl BlockerReason {
         BlockerReason::DriverNeedsOpenModules,
         BlockerReason::DriverTooOld,
         BlockerReason::DriverLibraryMismatch,
+        BlockerReason::PackageNotInRepository,
         BlockerReason::NoGpu,
         BlockerReason::ComputeCapabilityTooLow,
         BlockerReason::DockerSnap,
@@ -169,6 +173,7 @@ impl BlockerReason {
             BlockerReason::DriverNeedsOpenModules => "driver-needs-open-modules",
             BlockerReason::DriverTooOld => "driver-too-old",
             BlockerReason::DriverLibraryMismatch => "driver-library-mismatch",
+            BlockerReason::PackageNotInRepository => "package-not-in-repository",
             BlockerReason::NoGpu => "no-gpu",
             BlockerReason::ComputeCapabilityTooLow => "compute-capability-too-low",
             BlockerReason::DockerSnap => "docker-snap",
@@ -376,6 +381,9 @@ pub enum WarningCode {
     /// The account joined the docker group after this login session began: enginekit reaches
     /// Docker through `sg docker`, other programs of the session only after a new sign-in.
     DockerGroupThisSessionOnly,
+    /// Whether the vendor repository serves the packages here could not be asked (offline, a
+    /// proxy, a signature that does not verify).
+    RepositoryNotChecked,
 }
 
 impl WarningCode {
@@ -387,6 +395,7 @@ impl WarningCode {
             WarningCode::SystemdCgroupDriverGpuLoss => "systemd-cgroup-driver-gpu-loss",
             WarningCode::DocumentRefused => "document-refused",
             WarningCode::DockerGroupThisSessionOnly => "docker-group-this-session-only",
+            WarningCode::RepositoryNotChecked => "repository-not-checked",
         }
     }
 }
