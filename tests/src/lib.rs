@@ -11,4 +11,5 @@ pub mod dockerd;
 pub mod documents;
 pub mod output;
 pub mod packages;
+pub mod simulated_rhel;
 pub mod systemd;
