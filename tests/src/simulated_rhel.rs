@@ -35,6 +35,8 @@ pub struct RpmRepos {
     pub other_key_fingerprint: String,
     /// `https://127.0.0.1:5443`: what replaces `https://nvidia.github.io/libnvidia-container`.
     pub toolkit_base: String,
+    /// The same packages, their metadata signed by another key: replaces the same URL.
+    pub toolkit_resigned_base: String,
     pub toolkit_key_asc: PathBuf,
     pub toolkit_key_fingerprint: String,
     /// `1.18.0-1`: `%{VERSION}-%{RELEASE}` of the four toolkit packages a recipe pins.
@@ -86,11 +88,13 @@ fn build() -> Result<SimulatedRhel, String> {
             .cloned()
             .ok_or_else(|| format!("{} has no {key}", path.display()))
     };
-    let toolkit_url = get("EK_RPMREPO_TOOLKIT_URL")?;
-    let toolkit_base = toolkit_url
-        .strip_suffix("/stable/rpm")
-        .ok_or_else(|| format!("{toolkit_url} does not end in /stable/rpm"))?
-        .to_owned();
+    // NVIDIA's layout below the base: `<base>/stable/rpm/$basearch`.
+    let base_of = |key: &str| -> Result<String, String> {
+        let url = get(key)?;
+        url.strip_suffix("/stable/rpm")
+            .map(str::to_owned)
+            .ok_or_else(|| format!("{key} {url} does not end in /stable/rpm"))
+    };
     Ok(SimulatedRhel {
         image,
         repos: RpmRepos {
@@ -101,7 +105,8 @@ fn build() -> Result<SimulatedRhel, String> {
             docker_version: get("EK_RPMREPO_DOCKER_VERSION")?,
             containerd_version: get("EK_RPMREPO_CONTAINERD_VERSION")?,
             other_key_fingerprint: get("EK_RPMREPO_OTHER_KEY_FPR")?,
-            toolkit_base,
+            toolkit_base: base_of("EK_RPMREPO_TOOLKIT_URL")?,
+            toolkit_resigned_base: base_of("EK_RPMREPO_TOOLKIT_RESIGNED_URL")?,
             toolkit_key_asc: get("EK_RPMREPO_TOOLKIT_KEY_ASC")?.into(),
             toolkit_key_fingerprint: get("EK_RPMREPO_TOOLKIT_KEY_FPR")?,
             toolkit_version: get("EK_RPMREPO_TOOLKIT_VERSION")?,
@@ -113,10 +118,16 @@ fn build() -> Result<SimulatedRhel, String> {
 /// The built-in recipe with its dnf family pointed at the bench's STAND-IN repositories:
 /// Docker's key and `.repo` (the built-in's with `https://download.docker.com` replaced by
 /// `docker_url`), NVIDIA's key and `.repo` (`https://nvidia.github.io/libnvidia-container`
-/// replaced by the bench's base), every package pinned (at the repository's versions,
+/// replaced by `toolkit_base`, [`RpmRepos::toolkit_base`] or its resigned copy's), every package pinned (at the repository's versions,
 /// the toolkit's version for its four), and the conflict check's `remove` set. Every other
 /// action is the production one.
-pub fn recipe(repos: &RpmRepos, docker_url: &str, remove_conflicts: bool, serial: u64) -> Value {
+pub fn recipe(
+    repos: &RpmRepos,
+    docker_url: &str,
+    toolkit_base: &str,
+    remove_conflicts: bool,
+    serial: u64,
+) -> Value {
     let read =
         |p: &PathBuf| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     let mut payload = newer_builtin_recipe(serial);
@@ -148,7 +159,7 @@ pub fn recipe(repos: &RpmRepos, docker_url: &str, remove_conflicts: bool, serial
             "nvidia-source" => replace(
                 action,
                 "https://nvidia.github.io/libnvidia-container",
-                &repos.toolkit_base,
+                toolkit_base,
             ),
             "conflicts" => action["remove"] = json!(remove_conflicts),
             "packages" => {

@@ -39,16 +39,26 @@ const LEDGER: &str = "/var/lib/enginekit-helper";
 const DOCKER_REPO_FILE: &str = "/etc/yum.repos.d/docker-ce.repo";
 const TOOLKIT_REPO_FILE: &str = "/etc/yum.repos.d/nvidia-container-toolkit.repo";
 
+/// Which toolkit repository the recipe's `nvidia-container-toolkit` component points at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ToolkitSource {
+    /// The STAND-IN repository, its metadata signed by the key the recipe pins.
+    Pinned,
+    /// The same packages, the metadata signed by another key.
+    Resigned,
+}
+
 /// A simulated RHEL-family host with no Docker, the enginekit .rpm, the user and a recipe.
 struct RhelHost {
     booted: BootedSystemd,
     env: BenchEnv,
     rhel: &'static SimulatedRhel,
     key: SigningKey,
+    toolkit: ToolkitSource,
 }
 
 impl RhelHost {
-    fn start(docker_url: impl Fn(&SimulatedRhel) -> String) -> RhelHost {
+    fn start(toolkit: ToolkitSource) -> RhelHost {
         let env = bench::require(&[
             Service::Docker,
             Service::Registry,
@@ -64,9 +74,10 @@ impl RhelHost {
             env,
             rhel,
             key: SigningKey::generate().expect("key"),
+            toolkit,
         };
         host.install_standins_and_user();
-        host.install_documents(&docker_url(rhel), false, 1000);
+        host.install_documents(false, 1000);
         host.install_polkit_rule();
         host
     }
@@ -89,7 +100,7 @@ impl RhelHost {
         assert!(out.trim_end().ends_with("ok"), "{out}");
     }
 
-    fn install_documents(&self, docker_url: &str, remove_conflicts: bool, serial: u64) {
+    fn install_documents(&self, remove_conflicts: bool, serial: u64) {
         let public = self.key.public_key().to_text();
         let home = format!("/home/{USER}/.config/enginekit");
         let owner = format!("{USER}:{USER}");
@@ -111,7 +122,18 @@ impl RhelHost {
             &self.env.busybox_ref,
             &self.env.gpu_check_ref,
         );
-        let recipe = simulated_rhel::recipe(&self.rhel.repos, docker_url, remove_conflicts, serial);
+        let repos = &self.rhel.repos;
+        let toolkit_base = match self.toolkit {
+            ToolkitSource::Pinned => &repos.toolkit_base,
+            ToolkitSource::Resigned => &repos.toolkit_resigned_base,
+        };
+        let recipe = simulated_rhel::recipe(
+            repos,
+            &repos.docker_url,
+            toolkit_base,
+            remove_conflicts,
+            serial,
+        );
         for (name, payload, kind) in [
             ("vllm.json", descriptor, DocumentKind::EngineDescriptor),
             ("recipe.json", recipe, DocumentKind::Recipe),
@@ -261,7 +283,7 @@ fn assert_dnf_plan(plan: &Value) {
 #[test]
 fn on_a_simulated_rocky_9_host_without_docker_setup_installs_the_pinned_rpms_with_dnf_enables_docker_and_finishes(
 ) {
-    let host = RhelHost::start(|rhel| rhel.repos.docker_url.clone());
+    let host = RhelHost::start(ToolkitSource::Pinned);
     let repos = &host.rhel.repos;
     for package in DOCKER_PACKAGES.iter().chain(&TOOLKIT_PACKAGES) {
         assert_eq!(host.rpm_version(package), None, "{package}");
@@ -376,4 +398,173 @@ fn on_a_simulated_rocky_9_host_without_docker_setup_installs_the_pinned_rpms_wit
     let status: Value =
         serde_json::from_slice(&host.enginekit("status --json").stdout).expect("status json");
     assert_eq!(status["installations"][0]["status"], "ready", "{status}");
+}
+
+impl RhelHost {
+    /// Every package of Docker's and the toolkit's the rpm database has, as
+    /// `name-version-release`.
+    fn installed(&self) -> Vec<String> {
+        let mut all: Vec<&str> = DOCKER_PACKAGES.to_vec();
+        all.extend(TOOLKIT_PACKAGES);
+        self.sh(&format!(
+            "rpm -q --queryformat '%{{NAME}}-%{{VERSION}}-%{{RELEASE}}\\n' {} 2>/dev/null | grep -v 'is not installed'",
+            all.join(" ")
+        ))
+        .lines()
+        .map(str::to_owned)
+        .collect()
+    }
+
+    /// Nothing of Docker's or the toolkit's in the rpm database, no docker group or unit, no
+    /// user in a group, and rpm's database consistent.
+    fn assert_nothing_installed(&self) {
+        assert_eq!(self.installed(), Vec::<String>::new());
+        assert!(self.sh("getent group docker").trim().is_empty());
+        assert!(self
+            .sh("test -e /usr/lib/systemd/system/docker.service && echo present")
+            .trim()
+            .is_empty());
+        assert!(!self.groups().iter().any(|g| g == "docker"));
+        let verify = self.sh("rpm --verifydb && echo consistent");
+        assert!(verify.contains("consistent"), "{verify}");
+    }
+}
+
+#[test]
+fn a_toolkit_repository_whose_metadata_another_key_signed_is_refused_by_dnf_naming_the_action_and_nothing_is_half_installed(
+) {
+    let host = RhelHost::start(ToolkitSource::Resigned);
+    let before = host.plan();
+    assert_dnf_plan(&before);
+
+    let out = host.enginekit("setup --engine vllm --yes --json");
+    let result = result_of(&out);
+    assert_eq!(
+        result["error"]["code"],
+        "MANAGED_PREREQUISITE_BLOCKED",
+        "{}\nhelper journal:\n{}",
+        describe(&out),
+        host.journal()
+    );
+    assert_eq!(host.burnt_nonces(), 1, "{}", host.journal());
+    let receipt = host.last_receipt();
+    assert_eq!(receipt["outcome"], "failed", "{receipt}");
+    // dnf reads every repository's metadata first, in the conflict check's Obsoletes query:
+    // that is where the signature is refused, before any package is installed.
+    let conflicts = RhelHost::receipt_action(&receipt, "conflicts");
+    assert!(conflicts.starts_with("failed: "), "{conflicts}");
+    assert!(
+        conflicts.to_lowercase().contains("signature") || conflicts.contains("GPG"),
+        "dnf's own refusal is in the receipt: {conflicts}"
+    );
+    let packages = RhelHost::receipt_action(&receipt, "packages");
+    assert!(packages.starts_with("not-run: "), "{packages}");
+    let details = result["error"]["details"].as_str().unwrap_or_default();
+    eprintln!("the user is told, under the wrong metadata key:\n{details}");
+    assert!(
+        details.starts_with("MANAGED_PREREQUISITE_BLOCKED: conflicts: "),
+        "the failed action is named: {result}"
+    );
+    host.assert_nothing_installed();
+    // The plan afterwards offers the same step.
+    let after = host.plan();
+    let codes = |plan: &Value| -> Vec<(String, String)> {
+        changes(plan)
+            .into_iter()
+            .map(|(code, text, _)| (code, text))
+            .collect()
+    };
+    assert_eq!(codes(&after), codes(&before), "{after}");
+}
+
+impl RhelHost {
+    /// Installs the simulated distribution's own packages (`runc`, `podman`, `moby-engine`:
+    /// STAND-INs from [`simulated_rhel::RpmRepos::host_dir`]) with dnf, from their files.
+    fn install_distribution_packages(&self, names: &[&str]) {
+        let dir = &self.rhel.repos.host_dir;
+        let mut files = Vec::new();
+        for name in names {
+            let prefix = format!("{name}-");
+            let file = std::fs::read_dir(dir)
+                .expect("host packages")
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .find(|p| {
+                    p.file_name().is_some_and(|n| {
+                        let n = n.to_string_lossy();
+                        n.starts_with(&prefix)
+                            && n[prefix.len()..].starts_with(|c: char| c.is_ascii_digit())
+                    })
+                })
+                .unwrap_or_else(|| panic!("no {prefix}*.rpm in {}", dir.display()));
+            let inside = format!("/tmp/{name}.standin.rpm");
+            self.booted.copy(&file, &inside);
+            files.push(inside);
+        }
+        let installed = self.sh(&format!(
+            "dnf install -y {} >/tmp/distribution.log 2>&1 && echo ok || cat /tmp/distribution.log",
+            files.join(" ")
+        ));
+        assert!(installed.trim_end().ends_with("ok"), "{installed}");
+    }
+}
+
+#[test]
+fn with_rhels_podman_and_runc_installed_the_built_in_conflict_check_refuses_before_anything_changes_and_names_them(
+) {
+    let host = RhelHost::start(ToolkitSource::Pinned);
+    // Fedora's moby-engine is adopted as the host's Docker, not replaced: the plan leaves
+    // docker-engine out (the broker reads the rpm database for real).
+    host.install_distribution_packages(&["runc", "moby-engine"]);
+    let adopted = host.plan();
+    let components = &adopted["host_step"]["parameters"]["components"];
+    assert!(
+        components
+            .as_array()
+            .is_some_and(|c| !c.contains(&json!("docker-engine"))),
+        "{adopted}"
+    );
+    let removed =
+        host.sh("dnf remove -y moby-engine >/tmp/moby.log 2>&1 && echo ok || cat /tmp/moby.log");
+    assert!(removed.trim_end().ends_with("ok"), "{removed}");
+
+    // RHEL's podman and its runc: the built-in recipe's conflicts for the RHEL family.
+    host.install_distribution_packages(&["podman"]);
+    let conflicting = ["runc", "podman"];
+    let versions: Vec<Option<String>> = conflicting.iter().map(|p| host.rpm_version(p)).collect();
+    assert!(versions.iter().all(Option::is_some), "{versions:?}");
+    assert_dnf_plan(&host.plan());
+
+    let refused = host.enginekit("setup --engine vllm --yes --json");
+    let result = result_of(&refused);
+    assert_eq!(
+        result["error"]["code"],
+        "MANAGED_PREREQUISITE_BLOCKED",
+        "{}",
+        describe(&refused)
+    );
+    let receipt = host.last_receipt();
+    assert_eq!(receipt["outcome"], "failed", "{receipt}");
+    let conflicts = RhelHost::receipt_action(&receipt, "conflicts");
+    assert!(
+        conflicts.starts_with("failed: runc is installed, and installing docker-ce"),
+        "{conflicts}"
+    );
+    let details = result["error"]["details"].as_str().unwrap_or_default();
+    eprintln!("the user is told, with podman and runc:\n{details}");
+    for needle in [
+        "conflicts: runc is installed",
+        "(sudo dnf remove runc podman)",
+    ] {
+        assert!(
+            details.contains(needle),
+            "the user is told {needle:?}: {result}"
+        );
+    }
+    // Nothing changed: the conflicting packages at their versions, nothing of Docker's.
+    let after: Vec<Option<String>> = conflicting.iter().map(|p| host.rpm_version(p)).collect();
+    assert_eq!(after, versions);
+    assert_eq!(host.installed(), Vec::<String>::new());
+    let packages = RhelHost::receipt_action(&receipt, "packages");
+    assert!(packages.starts_with("not-run: "), "{packages}");
 }
