@@ -11,11 +11,8 @@ use std::sync::OnceLock;
 use serde_json::{json, Value};
 
 use crate::bench::{parse_env, workspace_root};
-use crate::documents::{newer_builtin_recipe, TOOLKIT_PACKAGES};
+use crate::documents::{newer_builtin_recipe, DOCKER_PACKAGES, TOOLKIT_PACKAGES};
 use crate::systemd::BootedSystemd;
-
-/// Docker's packages, as the built-in dnf recipe installs them.
-pub const DOCKER_PACKAGES: [&str; 3] = ["docker-ce", "docker-ce-cli", "containerd.io"];
 
 /// What `tests/bench/rpmrepo/build` reported (`$EK_BENCH_RUN/rpmrepo.env`).
 #[derive(Debug, Clone)]
@@ -118,16 +115,10 @@ fn build() -> Result<SimulatedRhel, String> {
 /// The built-in recipe with its dnf family pointed at the bench's STAND-IN repositories:
 /// Docker's key and `.repo` (the built-in's with `https://download.docker.com` replaced by
 /// `docker_url`), NVIDIA's key and `.repo` (`https://nvidia.github.io/libnvidia-container`
-/// replaced by `toolkit_base`, [`RpmRepos::toolkit_base`] or its resigned copy's), every package pinned (at the repository's versions,
-/// the toolkit's version for its four), and the conflict check's `remove` set. Every other
-/// action is the production one.
-pub fn recipe(
-    repos: &RpmRepos,
-    docker_url: &str,
-    toolkit_base: &str,
-    remove_conflicts: bool,
-    serial: u64,
-) -> Value {
+/// replaced by `toolkit_base`, [`RpmRepos::toolkit_base`] or its resigned copy's), and every
+/// package pinned at the repository's versions. Every other action, the conflict check
+/// included, is the production one.
+pub fn recipe(repos: &RpmRepos, docker_url: &str, toolkit_base: &str, serial: u64) -> Value {
     let read =
         |p: &PathBuf| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     let mut payload = newer_builtin_recipe(serial);
@@ -161,7 +152,6 @@ pub fn recipe(
                 "https://nvidia.github.io/libnvidia-container",
                 toolkit_base,
             ),
-            "conflicts" => action["remove"] = json!(remove_conflicts),
             "packages" => {
                 let pinned = DOCKER_PACKAGES
                     .iter()
@@ -195,7 +185,6 @@ pub fn recipe(
             "docker-source",
             "nvidia-key",
             "nvidia-source",
-            "conflicts",
             "packages"
         ],
         "the built-in dnf actions changed"

@@ -23,19 +23,19 @@
 // Test scaffolding: a failed setup step should stop the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::Output;
+use std::ops::Deref;
 
-use enginekit_integration::bench::{self, BenchEnv, Service};
-use enginekit_integration::documents::{vllm_descriptor, TOOLKIT_PACKAGES};
+use enginekit_integration::bench::{self, Service};
+use enginekit_integration::documents::{vllm_descriptor, DOCKER_PACKAGES, TOOLKIT_PACKAGES};
 use enginekit_integration::output::{describe, result_of};
-use enginekit_integration::simulated_rhel::{self, SimulatedRhel, DOCKER_PACKAGES};
+use enginekit_integration::session_host::{
+    assert_plan_installs_docker_and_the_toolkit, changes, receipt_action, SessionHost,
+};
+use enginekit_integration::simulated_rhel::{self, SimulatedRhel};
 use enginekit_integration::systemd::BootedSystemd;
-use enginekit_shared::signed::{DocumentKind, SignedDocument, SigningKey};
 use serde_json::{json, Value};
 
-const USER: &str = "ekuser";
 const KEY_NAME: &str = "ekt-simulated-rhel";
-const LEDGER: &str = "/var/lib/enginekit-helper";
 const DOCKER_REPO_FILE: &str = "/etc/yum.repos.d/docker-ce.repo";
 const TOOLKIT_REPO_FILE: &str = "/etc/yum.repos.d/nvidia-container-toolkit.repo";
 
@@ -48,13 +48,19 @@ enum ToolkitSource {
     Resigned,
 }
 
-/// A simulated RHEL-family host with no Docker, the enginekit .rpm, the user and a recipe.
+/// A simulated RHEL-family host with no Docker, the enginekit .rpm, the user and a signed
+/// recipe whose dnf family points at the bench's STAND-IN rpm repositories.
 struct RhelHost {
-    booted: BootedSystemd,
-    env: BenchEnv,
+    host: SessionHost,
     rhel: &'static SimulatedRhel,
-    key: SigningKey,
-    toolkit: ToolkitSource,
+}
+
+impl Deref for RhelHost {
+    type Target = SessionHost;
+
+    fn deref(&self) -> &SessionHost {
+        &self.host
+    }
 }
 
 impl RhelHost {
@@ -63,117 +69,30 @@ impl RhelHost {
             Service::Docker,
             Service::Registry,
             Service::AptRepo,
-            Service::DockerRepo,
             Service::SystemdImage,
         ]);
         let rhel = simulated_rhel::prepare();
         let booted = BootedSystemd::boot_image_without_docker(&rhel.image, "ek-dnf-rhel");
         simulated_rhel::install_rpm(&booted);
         let host = RhelHost {
-            booted,
-            env,
+            host: SessionHost::new(booted, env),
             rhel,
-            key: SigningKey::generate().expect("key"),
-            toolkit,
         };
-        host.install_standins_and_user();
-        host.install_documents(false, 1000);
-        host.install_polkit_rule();
-        host
-    }
-
-    fn sh(&self, script: &str) -> String {
-        self.booted.sh(script)
-    }
-
-    fn install_standins_and_user(&self) {
-        let standins = &self.env.standins_dir;
-        self.booted
-            .copy(&standins.join("nvidia-smi"), "/usr/bin/nvidia-smi");
-        let gpus = std::fs::read(standins.join("gpus/default.csv")).expect("fixture");
-        self.booted
-            .write("/etc/enginekit-standin/gpus.csv", &gpus, 0o644, "root:root");
-        let out = self.sh(&format!(
-            "chown root:root /usr/bin/nvidia-smi && chmod 755 /usr/bin/nvidia-smi && \
-             useradd -m -s /bin/sh {USER} && echo ok"
-        ));
-        assert!(out.trim_end().ends_with("ok"), "{out}");
-    }
-
-    fn install_documents(&self, remove_conflicts: bool, serial: u64) {
-        let public = self.key.public_key().to_text();
-        let home = format!("/home/{USER}/.config/enginekit");
-        let owner = format!("{USER}:{USER}");
-        self.booted.write(
-            &format!("{home}/keys/{KEY_NAME}.pub"),
-            public.as_bytes(),
-            0o644,
-            &owner,
-        );
-        self.booted.write(
-            &format!("/etc/enginekit/keys.d/{KEY_NAME}.pub"),
-            public.as_bytes(),
-            0o644,
-            "root:root",
-        );
-        let descriptor = vllm_descriptor(
-            "vllm-bench-simulated-rhel",
-            1_000_000,
-            &self.env.busybox_ref,
-            &self.env.gpu_check_ref,
-        );
-        let repos = &self.rhel.repos;
-        let toolkit_base = match self.toolkit {
+        let repos = &rhel.repos;
+        let toolkit_base = match toolkit {
             ToolkitSource::Pinned => &repos.toolkit_base,
             ToolkitSource::Resigned => &repos.toolkit_resigned_base,
         };
-        let recipe = simulated_rhel::recipe(
-            repos,
-            &repos.docker_url,
-            toolkit_base,
-            remove_conflicts,
-            serial,
+        let descriptor = vllm_descriptor(
+            "vllm-bench-simulated-rhel",
+            1_000_000,
+            &host.env.busybox_ref,
+            &host.env.gpu_check_ref,
         );
-        for (name, payload, kind) in [
-            ("vllm.json", descriptor, DocumentKind::EngineDescriptor),
-            ("recipe.json", recipe, DocumentKind::Recipe),
-        ] {
-            let doc = SignedDocument::sign(payload, kind, &self.key).expect("sign");
-            let text = serde_json::to_vec_pretty(&doc.to_value()).expect("json");
-            self.booted
-                .write(&format!("{home}/documents/{name}"), &text, 0o644, &owner);
-        }
-        let fix = self.sh(&format!("chown -R {owner} /home/{USER}/.config && echo ok"));
-        assert!(fix.contains("ok"), "{fix}");
-    }
-
-    fn install_polkit_rule(&self) {
-        let rule = format!(
-            "// enginekit test: the helper's action for {USER}\n\
-             polkit.addRule(function(action, subject) {{\n\
-             \x20   if (action.id == \"org.enginekit.helper.install-container-runtime\" && subject.user == \"{USER}\") return polkit.Result.YES;\n\
-             }});\n"
-        );
-        self.booted.write(
-            "/etc/polkit-1/rules.d/10-ekt-setup.rules",
-            rule.as_bytes(),
-            0o644,
-            "root:root",
-        );
-        let out = self.sh("systemctl restart polkit && echo ok");
-        assert!(out.contains("ok"), "polkit restart: {out}");
-    }
-
-    /// `enginekit ARGS` as the user, in a fresh login session.
-    fn enginekit(&self, args: &str) -> Output {
-        self.booted
-            .sh_as(USER, &format!("RUST_LOG=warn enginekit {args} </dev/null"))
-    }
-
-    fn plan(&self) -> Value {
-        let plan = self.enginekit("plan --engine vllm --json");
-        serde_json::from_slice(&plan.stdout)
-            .unwrap_or_else(|e| panic!("plan json: {e}: {}", describe(&plan)))
+        let recipe = simulated_rhel::recipe(repos, &repos.docker_url, toolkit_base, 1000);
+        host.host.install_documents(KEY_NAME, descriptor, recipe);
+        host.install_polkit_rule();
+        host
     }
 
     /// `rpm -q`'s `%{VERSION}-%{RELEASE}`, or `None` when the package is not installed.
@@ -185,60 +104,6 @@ impl RhelHost {
             .strip_prefix("installed ")
             .map(|v| v.trim().to_owned())
     }
-
-    fn journal(&self) -> String {
-        self.sh("journalctl --no-pager -o cat -u enginekit-helper.service | tail -n 80")
-    }
-
-    fn burnt_nonces(&self) -> usize {
-        self.sh(&format!("ls {LEDGER}/nonces 2>/dev/null"))
-            .split_whitespace()
-            .count()
-    }
-
-    fn last_receipt(&self) -> Value {
-        let text = self.sh(&format!(
-            "f=$(ls -t {LEDGER}/receipts/* 2>/dev/null | head -n1); [ -n \"$f\" ] && cat \"$f\""
-        ));
-        let record: Value = serde_json::from_str(&text)
-            .unwrap_or_else(|e| panic!("no readable receipt in {LEDGER}/receipts: {e}: {text}"));
-        let receipt = record["receipt"]
-            .as_str()
-            .unwrap_or_else(|| panic!("{record}"));
-        serde_json::from_str(receipt).unwrap_or_else(|e| panic!("receipt json: {e}: {receipt}"))
-    }
-
-    fn receipt_action(receipt: &Value, id: &str) -> String {
-        receipt["actions"]
-            .as_array()
-            .and_then(|a| a.iter().find(|a| a["code"] == id))
-            .and_then(|a| a["log_tail"].as_str())
-            .unwrap_or_else(|| panic!("no action {id} in the receipt: {receipt}"))
-            .to_owned()
-    }
-
-    fn groups(&self) -> Vec<String> {
-        self.sh(&format!("id -nG {USER}"))
-            .split_whitespace()
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
-/// The `system_changes` of a plan: (code, text, params).
-fn changes(plan: &Value) -> Vec<(String, String, Value)> {
-    plan["system_changes"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no system_changes: {plan}"))
-        .iter()
-        .map(|c| {
-            (
-                c["code"].as_str().unwrap_or_default().to_owned(),
-                c["text"].as_str().unwrap_or_default().to_owned(),
-                c["params"].clone(),
-            )
-        })
-        .collect()
 }
 
 /// The dnf plan: both repositories, the packages, Docker's service and the group.
@@ -251,23 +116,7 @@ fn assert_dnf_plan(plan: &Value) {
             .unwrap_or_else(|| panic!("no {vendor} repository in the plan: {plan}"));
         assert_eq!(repo.2["family"], "dnf", "{repo:?}");
     }
-    let install = changes
-        .iter()
-        .find(|(code, _, _)| code == "install-packages")
-        .unwrap_or_else(|| panic!("no install-packages: {plan}"));
-    for package in DOCKER_PACKAGES.iter().chain(&["nvidia-container-toolkit"]) {
-        assert!(install.1.contains(package), "{package}: {install:?}");
-    }
-    for code in [
-        "enable-docker-service",
-        "add-user-to-docker-group",
-        "configure-nvidia-runtime",
-    ] {
-        assert!(
-            changes.iter().any(|(c, _, _)| c == code),
-            "{code} missing: {plan}"
-        );
-    }
+    assert_plan_installs_docker_and_the_toolkit(plan);
     let parameters = &plan["host_step"]["parameters"];
     assert_eq!(
         (
@@ -307,7 +156,7 @@ fn on_a_simulated_rocky_9_host_without_docker_setup_installs_the_pinned_rpms_wit
         describe(&first),
         host.journal()
     );
-    assert_eq!(host.burnt_nonces(), 1, "{}", host.journal());
+    assert_eq!(host.burnt_nonces().len(), 1, "{}", host.journal());
     let receipt = host.last_receipt();
     assert_eq!(receipt["outcome"], "succeeded", "{receipt}");
 
@@ -352,34 +201,12 @@ fn on_a_simulated_rocky_9_host_without_docker_setup_installs_the_pinned_rpms_wit
     let short = repos.docker_key_fingerprint[32..].to_ascii_lowercase();
     assert!(keys.lines().any(|k| k.trim() == short), "{short}: {keys}");
     // ... docker.service enabled and started by the helper, the runtime, the group.
-    let service = host.sh(
-        "systemctl is-active docker.service; systemctl is-enabled docker.service; \
-         systemctl is-active containerd.service",
-    );
-    assert_eq!(
-        service.lines().collect::<Vec<_>>(),
-        ["active", "enabled", "active"],
-        "{service}"
-    );
-    let service_action = RhelHost::receipt_action(&receipt, "docker-service");
+    host.assert_docker_installed_with_the_nvidia_runtime();
+    let service_action = receipt_action(&receipt, "docker-service");
     assert!(
         service_action.starts_with("applied: enabled and started docker.service"),
         "{service_action}"
     );
-    host.booted.assert_docker_confined();
-    let daemon: Value =
-        serde_json::from_str(&host.sh("cat /etc/docker/daemon.json")).expect("daemon.json");
-    assert_eq!(
-        daemon["runtimes"]["nvidia"]["path"],
-        json!("nvidia-container-runtime"),
-        "{daemon}"
-    );
-    let runtimes = host.sh("docker info --format '{{json .Runtimes}}'");
-    assert!(
-        runtimes.contains("nvidia"),
-        "dockerd runs with it: {runtimes}"
-    );
-    assert!(host.groups().iter().any(|g| g == "docker"));
 
     // Bench plumbing: the registry forwarder joins containerd's namespace.
     let proxy = host.sh("systemctl start registry-proxy.socket && echo ok");
@@ -394,7 +221,7 @@ fn on_a_simulated_rocky_9_host_without_docker_setup_installs_the_pinned_rpms_wit
         describe(&second),
         host.journal()
     );
-    assert_eq!(host.burnt_nonces(), 1, "the helper ran once");
+    assert_eq!(host.burnt_nonces().len(), 1, "the helper ran once");
     let status: Value =
         serde_json::from_slice(&host.enginekit("status --json").stdout).expect("status json");
     assert_eq!(status["installations"][0]["status"], "ready", "{status}");
@@ -446,18 +273,18 @@ fn a_toolkit_repository_whose_metadata_another_key_signed_is_refused_by_dnf_nami
         describe(&out),
         host.journal()
     );
-    assert_eq!(host.burnt_nonces(), 1, "{}", host.journal());
+    assert_eq!(host.burnt_nonces().len(), 1, "{}", host.journal());
     let receipt = host.last_receipt();
     assert_eq!(receipt["outcome"], "failed", "{receipt}");
     // dnf reads every repository's metadata first, in the conflict check's Obsoletes query:
     // that is where the signature is refused, before any package is installed.
-    let conflicts = RhelHost::receipt_action(&receipt, "conflicts");
+    let conflicts = receipt_action(&receipt, "conflicts");
     assert!(conflicts.starts_with("failed: "), "{conflicts}");
     assert!(
         conflicts.to_lowercase().contains("signature") || conflicts.contains("GPG"),
         "dnf's own refusal is in the receipt: {conflicts}"
     );
-    let packages = RhelHost::receipt_action(&receipt, "packages");
+    let packages = receipt_action(&receipt, "packages");
     assert!(packages.starts_with("not-run: "), "{packages}");
     let details = result["error"]["details"].as_str().unwrap_or_default();
     eprintln!("the user is told, under the wrong metadata key:\n{details}");
@@ -545,7 +372,7 @@ fn with_rhels_podman_and_runc_installed_the_built_in_conflict_check_refuses_befo
     );
     let receipt = host.last_receipt();
     assert_eq!(receipt["outcome"], "failed", "{receipt}");
-    let conflicts = RhelHost::receipt_action(&receipt, "conflicts");
+    let conflicts = receipt_action(&receipt, "conflicts");
     assert!(
         conflicts.starts_with("failed: runc is installed, and installing docker-ce"),
         "{conflicts}"
@@ -565,6 +392,6 @@ fn with_rhels_podman_and_runc_installed_the_built_in_conflict_check_refuses_befo
     let after: Vec<Option<String>> = conflicting.iter().map(|p| host.rpm_version(p)).collect();
     assert_eq!(after, versions);
     assert_eq!(host.installed(), Vec::<String>::new());
-    let packages = RhelHost::receipt_action(&receipt, "packages");
+    let packages = receipt_action(&receipt, "packages");
     assert!(packages.starts_with("not-run: "), "{packages}");
 }

@@ -309,17 +309,8 @@ fn conflicts_and_packages_are_filtered_to_the_selected_vendors() {
             vec![Component::NvidiaContainerToolkit],
         ))
         .unwrap();
-    let conflicts: Vec<String> = steps
-        .iter()
-        .find_map(|s| match s {
-            PlannedAction::CheckConflicts { conflicts, .. } => {
-                Some(conflicts.iter().map(|c| c.name.clone()).collect())
-            }
-            _ => None,
-        })
-        .unwrap();
     assert_eq!(
-        conflicts,
+        conflict_names(&steps),
         ["nvidia-container-runtime", "nvidia-container-runtime-hook"]
     );
     let all = recipe
@@ -607,7 +598,12 @@ fn dnf_plan(distro: &str, version: &str) -> (String, Vec<String>) {
             _ => None,
         })
         .unwrap();
-    let conflicts = steps
+    (source, conflict_names(&steps))
+}
+
+/// The package names of the plan's check-conflicts action.
+fn conflict_names(steps: &[PlannedAction]) -> Vec<String> {
+    steps
         .iter()
         .find_map(|s| match s {
             PlannedAction::CheckConflicts { conflicts, .. } => {
@@ -615,8 +611,7 @@ fn dnf_plan(distro: &str, version: &str) -> (String, Vec<String>) {
             }
             _ => None,
         })
-        .unwrap();
-    (source, conflicts)
+        .unwrap()
 }
 
 #[test]
