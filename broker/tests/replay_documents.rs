@@ -67,6 +67,13 @@ fn embedded_descriptors_name_real_images_pinned_by_digest_with_their_minimums() 
         ("debian", "13"),
         ("fedora", "43"),
         ("fedora", "44"),
+        ("rhel", "8"),
+        ("rhel", "9"),
+        ("rhel", "10"),
+        ("rocky", "9"),
+        ("rocky", "10"),
+        ("almalinux", "9"),
+        ("almalinux", "10"),
     ] {
         for arch in ["x86_64", "aarch64"] {
             assert!(

@@ -1005,6 +1005,25 @@ fn plans() {
     assert_eq!(plan.system_changes[0].param("family"), Some("dnf"));
     assert!(plan.system_changes[0].text.contains("dnf repository"));
 
+    // The RHEL family: a point release of a qualified major release gets the dnf plan, and
+    // the host step carries os-release's VERSION_ID as it is (the helper compares it).
+    for (id, version) in [("rocky", "9.4"), ("almalinux", "10.0"), ("rhel", "8.10")] {
+        let plan = check(
+            Case::new("a clean RHEL-family host gets the dnf plan").plan(FULL_APT, FULL_COMPONENTS),
+            CLEAN,
+            |f| distro(f, id, version, "dnf"),
+        );
+        assert_eq!(plan.system_changes[0].param("family"), Some("dnf"));
+        let step = plan.host_step.as_ref().expect("host step");
+        assert_eq!(
+            (
+                step.parameters().distro_id(),
+                step.parameters().version_id()
+            ),
+            (id, version)
+        );
+    }
+
     check(
         Case::new("Fedora running moby-engine without the toolkit: toolkit only, never docker-ce")
             .plan(
@@ -1277,6 +1296,16 @@ fn install_methods_and_distributions() {
         (param(b, "id"), param(b, "version_id"), param(b, "arch")),
         ("opensuse-tumbleweed", "20260101", "x86_64")
     );
+    // Rocky 8 is not qualified (NVIDIA lists Rocky 9 only), nor a release text in another
+    // scheme.
+    for (id, version) in [("rocky", "8.10"), ("almalinux", "8.9"), ("rocky", "9.x")] {
+        check(
+            Case::new("a RHEL-family release nobody has qualified")
+                .blocked(&["distribution-not-in-recipe"]),
+            CLEAN,
+            |f| distro(f, id, version, "dnf"),
+        );
+    }
 }
 
 // --- Unreadable or odd reads ------------------------------------------------------------------

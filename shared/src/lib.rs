@@ -11,6 +11,7 @@
 //! | [`error`] | the stable [`error::ErrorCode`] strings and the `{code, message, details?}` object |
 //! | [`nonce`], [`image`], [`safe`] | newtypes: nonce, digest-pinned image reference, argv-safe values |
 //! | [`recipe`] | the host-step recipe as signed data |
+//! | [`release`] | how a dnf distribution numbers its releases (Fedora `41`, the RHEL family `9.4`) |
 //!
 //! Every parser here refuses rather than repairs, and every refusal maps to a stable code.
 
@@ -21,6 +22,7 @@ pub mod image;
 pub mod nonce;
 pub mod os_release;
 pub mod recipe;
+pub mod release;
 pub mod safe;
 pub mod signed;
 pub mod wire;

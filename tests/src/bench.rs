@@ -438,7 +438,7 @@ fn load_env() -> Result<BenchEnv, String> {
 }
 
 /// `KEY='VALUE'` lines (quotes optional), `#` comments.
-fn parse_env(text: &str) -> BTreeMap<String, String> {
+pub(crate) fn parse_env(text: &str) -> BTreeMap<String, String> {
     text.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))

@@ -51,6 +51,9 @@ pub fn newer_builtin_recipe(serial: u64) -> Value {
     payload
 }
 
+/// Docker's packages, as the built-in recipe installs them (apt and dnf alike).
+pub const DOCKER_PACKAGES: [&str; 3] = ["docker-ce", "docker-ce-cli", "containerd.io"];
+
 /// The NVIDIA Container Toolkit packages the bench's repository holds (all four pinned).
 pub const TOOLKIT_PACKAGES: [&str; 4] = [
     "nvidia-container-toolkit",

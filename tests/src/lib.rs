@@ -11,4 +11,6 @@ pub mod dockerd;
 pub mod documents;
 pub mod output;
 pub mod packages;
+pub mod session_host;
+pub mod simulated_rhel;
 pub mod systemd;

@@ -103,17 +103,25 @@ impl BootedSystemd {
     /// `registry-proxy.socket` after containerd runs (it joins containerd's namespace), then
     /// call [`Self::assert_docker_confined`]. The container trusts the bench CA.
     pub fn boot_without_docker(prefix: &str) -> BootedSystemd {
+        Self::boot_image_without_docker(&crate::bench::systemd_image(), prefix)
+    }
+
+    /// [`Self::boot_without_docker`] of another image built on the plain bench image (the
+    /// simulated RHEL-family host, [`crate::simulated_rhel`]).
+    pub fn boot_image_without_docker(image: &str, prefix: &str) -> BootedSystemd {
         let root = RemovedOnDrop(Some(tempfile_dir(prefix)));
         let volume = format!("{}:/var/lib/docker", root.path().display());
         let mut flags: Vec<&str> = INNER_DOCKER_FLAGS.to_vec();
         flags.extend_from_slice(&["-v", &volume]);
-        let mut booted = Self::boot_with(&crate::bench::systemd_image(), prefix, &flags);
+        let mut booted = Self::boot_with(image, prefix, &flags);
         booted.docker_root = root.keep();
         booted.trust_bench_ca(&crate::bench::require(&[Service::AptRepo]).apt_repo);
         let absent = booted.sh(
             "for p in docker dockerd containerd runc; do command -v $p; done; \
              dpkg-query --show --showformat='${db:Status-Abbrev} ${Package}\n' \
                docker.io docker-ce docker-ce-cli containerd.io containerd runc 2>/dev/null | grep '^ii'; \
+             ! command -v rpm >/dev/null || rpm -q --queryformat='%{NAME}\n' \
+               docker-ce docker-ce-cli containerd.io containerd runc moby-engine 2>/dev/null | grep -v 'not installed'; \
              getent group docker; true",
         );
         assert!(

@@ -25,24 +25,24 @@
 // Test scaffolding: a failed setup step should stop the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::ops::Deref;
 use std::process::Output;
 
-use enginekit_integration::bench::{self, BenchEnv, Service};
+use enginekit_integration::bench::{self, Service};
 use enginekit_integration::documents::{
-    docker_from_nothing_recipe, vllm_descriptor, TOOLKIT_PACKAGES,
+    docker_from_nothing_recipe, vllm_descriptor, DOCKER_PACKAGES, TOOLKIT_PACKAGES,
 };
 use enginekit_integration::output::{describe, result_of};
+use enginekit_integration::session_host::{
+    assert_plan_installs_docker_and_the_toolkit, changes, receipt_action, SessionHost, USER,
+};
 use enginekit_integration::systemd::BootedSystemd;
-use enginekit_shared::signed::{DocumentKind, SignedDocument, SigningKey};
 use serde_json::{json, Value};
 
-const USER: &str = "ekuser";
 const KEY_NAME: &str = "ekt-docker-from-nothing";
-const LEDGER: &str = "/var/lib/enginekit-helper";
 /// Where the built-in recipe puts Docker's key and source (it writes them; the test reads them).
 const DOCKER_KEY: &str = "/etc/apt/keyrings/docker.asc";
 const DOCKER_LIST: &str = "/etc/apt/sources.list.d/docker.list";
-const DOCKER_PACKAGES: [&str; 3] = ["docker-ce", "docker-ce-cli", "containerd.io"];
 
 /// Which repository the recipe's `docker-engine` component points at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,9 +55,15 @@ enum DockerSource {
 
 /// A host with no Docker, the enginekit package, the user and a signed recipe.
 struct NoDockerHost {
-    booted: BootedSystemd,
-    env: BenchEnv,
-    key: SigningKey,
+    host: SessionHost,
+}
+
+impl Deref for NoDockerHost {
+    type Target = SessionHost;
+
+    fn deref(&self) -> &SessionHost {
+        &self.host
+    }
 }
 
 impl NoDockerHost {
@@ -72,18 +78,11 @@ impl NoDockerHost {
         let booted = BootedSystemd::boot_without_docker("ekt-docker-nothing");
         booted.install_package();
         let host = NoDockerHost {
-            booted,
-            env,
-            key: SigningKey::generate().expect("key"),
+            host: SessionHost::new(booted, env),
         };
-        host.install_standins_and_user();
         host.install_documents(source, remove_conflicts, 1000);
         host.install_polkit_rule();
         host
-    }
-
-    fn sh(&self, script: &str) -> String {
-        self.booted.sh(script)
     }
 
     /// The STAND-IN engine image (busybox and a script answering as vLLM does), by digest.
@@ -91,13 +90,6 @@ impl NoDockerHost {
         self.env
             .var("EK_STANDIN_ENGINE_REF")
             .expect("the bench env file has EK_STANDIN_ENGINE_REF: run tests/bench/up")
-    }
-
-    /// Makes `sg` unusable (newgrp without its setuid bit), so the session that joins the group
-    /// cannot reach the daemon before a new sign-in: the fallback path.
-    fn without_sg(&self) {
-        let out = self.sh("chmod u-s /usr/bin/newgrp && stat -c %A /usr/bin/newgrp");
-        assert_eq!(out.trim(), "-rwxr-xr-x", "{out}");
     }
 
     /// Bench plumbing: the registry forwarder starts with the containerd that setup installs
@@ -180,49 +172,8 @@ echo "start-exit=$?"
         out
     }
 
-    /// The receipt's action `id`: (status line of its log, the whole log tail).
-    fn receipt_action(receipt: &Value, id: &str) -> String {
-        receipt["actions"]
-            .as_array()
-            .and_then(|a| a.iter().find(|a| a["code"] == id))
-            .and_then(|a| a["log_tail"].as_str())
-            .unwrap_or_else(|| panic!("no action {id} in the receipt: {receipt}"))
-            .to_owned()
-    }
-
-    fn install_standins_and_user(&self) {
-        // STAND-IN for the NVIDIA driver's nvidia-smi (no GPU here), with the committed fixture.
-        let standins = &self.env.standins_dir;
-        self.booted
-            .copy(&standins.join("nvidia-smi"), "/usr/bin/nvidia-smi");
-        let gpus = std::fs::read(standins.join("gpus/default.csv")).expect("fixture");
-        self.booted
-            .write("/etc/enginekit-standin/gpus.csv", &gpus, 0o644, "root:root");
-        let out = self.sh(&format!(
-            "chown root:root /usr/bin/nvidia-smi && chmod 755 /usr/bin/nvidia-smi && \
-             useradd -m -s /bin/sh {USER} && echo ok"
-        ));
-        assert!(out.trim_end().ends_with("ok"), "{out}");
-    }
-
-    /// The signed descriptor and recipe in the user's folder; the key trusted by the user and,
-    /// root-owned, by the helper.
+    /// The signed descriptor and recipe (pointing at `source`) in the user's folder.
     fn install_documents(&self, source: DockerSource, remove_conflicts: bool, serial: u64) {
-        let public = self.key.public_key().to_text();
-        let home = format!("/home/{USER}/.config/enginekit");
-        let owner = format!("{USER}:{USER}");
-        self.booted.write(
-            &format!("{home}/keys/{KEY_NAME}.pub"),
-            public.as_bytes(),
-            0o644,
-            &owner,
-        );
-        self.booted.write(
-            &format!("/etc/enginekit/keys.d/{KEY_NAME}.pub"),
-            public.as_bytes(),
-            0o644,
-            "root:root",
-        );
         let docker = self.env.docker_repo();
         let url = match source {
             DockerSource::Pinned => &docker.url,
@@ -235,47 +186,7 @@ echo "start-exit=$?"
             &self.env.gpu_check_ref,
         );
         let recipe = docker_from_nothing_recipe(&self.env, url, remove_conflicts, serial);
-        for (name, payload, kind) in [
-            ("vllm.json", descriptor, DocumentKind::EngineDescriptor),
-            ("recipe.json", recipe, DocumentKind::Recipe),
-        ] {
-            let doc = SignedDocument::sign(payload, kind, &self.key).expect("sign");
-            let text = serde_json::to_vec_pretty(&doc.to_value()).expect("json");
-            self.booted
-                .write(&format!("{home}/documents/{name}"), &text, 0o644, &owner);
-        }
-        let fix = self.sh(&format!("chown -R {owner} /home/{USER}/.config && echo ok"));
-        assert!(fix.contains("ok"), "{fix}");
-    }
-
-    fn install_polkit_rule(&self) {
-        let rule = format!(
-            "// enginekit test: the helper's action for {USER}\n\
-             polkit.addRule(function(action, subject) {{\n\
-             \x20   if (action.id == \"org.enginekit.helper.install-container-runtime\" && subject.user == \"{USER}\") return polkit.Result.YES;\n\
-             }});\n"
-        );
-        self.booted.write(
-            "/etc/polkit-1/rules.d/10-ekt-setup.rules",
-            rule.as_bytes(),
-            0o644,
-            "root:root",
-        );
-        let out = self.sh("systemctl restart polkit && echo ok");
-        assert!(out.contains("ok"), "polkit restart: {out}");
-    }
-
-    /// `enginekit ARGS` as the user, in a fresh login session.
-    fn enginekit(&self, args: &str) -> Output {
-        self.booted
-            .sh_as(USER, &format!("RUST_LOG=warn enginekit {args} </dev/null"))
-    }
-
-    /// `enginekit plan --json` as the user.
-    fn plan(&self) -> Value {
-        let plan = self.enginekit("plan --engine vllm --json");
-        serde_json::from_slice(&plan.stdout)
-            .unwrap_or_else(|e| panic!("plan json: {e}: {}", describe(&plan)))
+        self.host.install_documents(KEY_NAME, descriptor, recipe);
     }
 
     fn installed_version(&self, package: &str) -> Option<String> {
@@ -299,69 +210,6 @@ echo "start-exit=$?"
         .map(str::to_owned)
         .collect()
     }
-
-    fn groups(&self) -> Vec<String> {
-        self.sh(&format!("id -nG {USER}"))
-            .split_whitespace()
-            .map(str::to_owned)
-            .collect()
-    }
-
-    fn exists(&self, path: &str) -> bool {
-        self.sh(&format!("test -e '{path}' && echo yes")).trim() == "yes"
-    }
-
-    fn image_present(&self, reference: &str) -> bool {
-        self.sh(&format!(
-            "docker image inspect '{reference}' >/dev/null 2>&1 && echo yes || echo no"
-        ))
-        .trim()
-            == "yes"
-    }
-
-    fn burnt_nonces(&self) -> Vec<String> {
-        self.sh(&format!("ls {LEDGER}/nonces 2>/dev/null"))
-            .split_whitespace()
-            .map(str::to_owned)
-            .collect()
-    }
-
-    fn journal(&self) -> String {
-        self.sh("journalctl --no-pager -o cat -u enginekit-helper.service | tail -n 80")
-    }
-
-    /// The helper's newest receipt (its ledger's record holds the receipt as a string).
-    fn last_receipt(&self) -> Value {
-        let text = self.sh(&format!(
-            "f=$(ls -t {LEDGER}/receipts/* 2>/dev/null | head -n1); [ -n \"$f\" ] && cat \"$f\""
-        ));
-        let record: Value = serde_json::from_str(&text).unwrap_or_else(|e| {
-            panic!(
-                "no readable receipt in {LEDGER}/receipts: {e}: {text}\n{}",
-                self.sh(&format!("ls -lR {LEDGER}"))
-            )
-        });
-        let receipt = record["receipt"]
-            .as_str()
-            .unwrap_or_else(|| panic!("{record}"));
-        serde_json::from_str(receipt).unwrap_or_else(|e| panic!("receipt json: {e}: {receipt}"))
-    }
-}
-
-/// The `system_changes` of a plan: (code, text, params).
-fn changes(plan: &Value) -> Vec<(String, String, Value)> {
-    plan["system_changes"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no system_changes: {plan}"))
-        .iter()
-        .map(|c| {
-            (
-                c["code"].as_str().unwrap_or_default().to_owned(),
-                c["text"].as_str().unwrap_or_default().to_owned(),
-                c["params"].clone(),
-            )
-        })
-        .collect()
 }
 
 /// The plan offers everything a host without Docker needs, from the recipe's repositories.
@@ -388,23 +236,7 @@ fn assert_plan_from_nothing(host: &NoDockerHost, plan: &Value) {
             .any(|(code, _, params)| code == "add-repository" && params["vendor"] == "nvidia"),
         "{plan}"
     );
-    let install = changes
-        .iter()
-        .find(|(code, _, _)| code == "install-packages")
-        .unwrap_or_else(|| panic!("no install-packages: {plan}"));
-    for package in DOCKER_PACKAGES.iter().chain(&["nvidia-container-toolkit"]) {
-        assert!(install.1.contains(package), "{package}: {install:?}");
-    }
-    for code in [
-        "enable-docker-service",
-        "add-user-to-docker-group",
-        "configure-nvidia-runtime",
-    ] {
-        assert!(
-            changes.iter().any(|(c, _, _)| c == code),
-            "{code} missing: {plan}"
-        );
-    }
+    assert_plan_installs_docker_and_the_toolkit(plan);
     let components = &plan["host_step"]["parameters"]["components"];
     assert!(
         components
@@ -502,29 +334,7 @@ fn from_no_docker_at_all_setup_adds_dockers_repository_installs_it_and_the_toolk
         );
     }
     // ... docker.service started by systemd and enabled, the runtime configured, the group.
-    let service = host.sh(
-        "systemctl is-active docker.service; systemctl is-enabled docker.service; \
-         systemctl is-active containerd.service",
-    );
-    assert_eq!(
-        service.lines().collect::<Vec<_>>(),
-        ["active", "enabled", "active"],
-        "{service}"
-    );
-    host.booted.assert_docker_confined();
-    let daemon: Value =
-        serde_json::from_str(&host.sh("cat /etc/docker/daemon.json")).expect("daemon.json");
-    assert_eq!(
-        daemon["runtimes"]["nvidia"]["path"],
-        json!("nvidia-container-runtime"),
-        "{daemon}"
-    );
-    let runtimes = host.sh("docker info --format '{{json .Runtimes}}'");
-    assert!(
-        runtimes.contains("nvidia"),
-        "dockerd runs with it: {runtimes}"
-    );
-    assert!(host.groups().iter().any(|g| g == "docker"));
+    host.assert_docker_installed_with_the_nvidia_runtime();
     let receipt = host.last_receipt();
     assert_eq!(receipt["outcome"], "succeeded", "{receipt}");
 
@@ -606,7 +416,7 @@ fn the_key_pin_holds_for_real_a_repository_signed_by_another_key_is_refused_by_a
     // The helper's job failed at the refresh of Docker's repository, and says so.
     let receipt = host.last_receipt();
     assert_eq!(receipt["outcome"], "failed", "{receipt}");
-    let refresh = NoDockerHost::receipt_action(&receipt, "refresh");
+    let refresh = receipt_action(&receipt, "refresh");
     assert!(refresh.starts_with("failed: "), "{refresh}");
     let other = &docker.other_key_fingerprint[24..];
     assert!(
@@ -631,7 +441,7 @@ fn the_key_pin_holds_for_real_a_repository_signed_by_another_key_is_refused_by_a
         "the failed action is named: {result}"
     );
     assert!(details.contains(&format!("NO_PUBKEY {other}")), "{result}");
-    let packages = NoDockerHost::receipt_action(&receipt, "packages");
+    let packages = receipt_action(&receipt, "packages");
     assert!(packages.starts_with("not-run: "), "{packages}");
 
     // Nothing half-installed: no package of Docker's or the toolkit's in any state, no
@@ -701,7 +511,7 @@ fn conflict_is_refused_then_removed(debian: &str) {
     );
     let receipt = host.last_receipt();
     assert_eq!(receipt["outcome"], "failed", "{receipt}");
-    let conflicts = NoDockerHost::receipt_action(&receipt, "conflicts");
+    let conflicts = receipt_action(&receipt, "conflicts");
     assert!(
         conflicts.starts_with(&format!(
             "failed: {first} is installed, and installing docker-ce"
@@ -729,7 +539,7 @@ fn conflict_is_refused_then_removed(debian: &str) {
     all.extend(TOOLKIT_PACKAGES);
     assert_eq!(host.dpkg_states(&all), Vec::<String>::new());
     for id in ["refresh", "packages"] {
-        let action = NoDockerHost::receipt_action(&receipt, id);
+        let action = receipt_action(&receipt, id);
         assert!(action.starts_with("not-run: "), "{id}: {action}");
     }
 
@@ -738,7 +548,7 @@ fn conflict_is_refused_then_removed(debian: &str) {
     host.setup_expecting_error("MANAGED_RELOGIN_REQUIRED");
     let receipt = host.last_receipt();
     assert_eq!(receipt["outcome"], "succeeded", "{receipt}");
-    let conflicts = NoDockerHost::receipt_action(&receipt, "conflicts");
+    let conflicts = receipt_action(&receipt, "conflicts");
     assert!(
         conflicts.starts_with(&format!(
             "applied: removed the listed conflicting packages: {}",

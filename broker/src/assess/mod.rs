@@ -16,6 +16,7 @@ pub mod warnings;
 
 use std::cmp::Ordering;
 
+use enginekit_shared::release::is_qualified_release;
 use enginekit_shared::wire::plan::{Availability, Blocker, BlockerReason, Warning};
 
 use self::blockers::InstallGate;
@@ -150,10 +151,12 @@ fn install_gate(view: &LinuxView, manifest: Option<&Manifest>, recipe_id: &str) 
         return InstallGate::ManifestUnavailable;
     };
     let qualified = match (&view.distribution, &view.architecture) {
-        (Some(d), Some(arch)) => manifest
-            .distributions_for(recipe_id)
-            .iter()
-            .any(|q| q.id == d.id && q.version_id == d.version_id && &q.arch == arch),
+        (Some(d), Some(arch)) => manifest.distributions_for(recipe_id).iter().any(|q| {
+            // A RHEL-family manifest entry `9` qualifies every point release (`9.4`).
+            q.id == d.id
+                && is_qualified_release(&d.id, &q.version_id, &d.version_id)
+                && &q.arch == arch
+        }),
         _ => false,
     };
     if qualified {

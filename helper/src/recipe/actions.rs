@@ -213,15 +213,17 @@ pub(super) fn check_conflicts(
             found.push((c.name.clone(), blocked));
         }
     }
+    // The listed conflicts first: their refusal names every one found and the remedy, which
+    // a replacement found by the Obsoletes check below (runc, by containerd.io) would not.
+    if !found.is_empty() && !remove {
+        let (name, blocked) = &found[0];
+        return fail(conflict_refusal(r.family, name, blocked, &found));
+    }
     if r.family == Family::Dnf {
         obsoletes(r, wanted, &missing)?;
     }
     if found.is_empty() {
         return satisfied("no conflicting package is installed");
-    }
-    if !remove {
-        let (name, blocked) = &found[0];
-        return fail(conflict_refusal(r.family, name, blocked, &found));
     }
     let listed: Vec<String> = found.iter().map(|(n, _)| n.clone()).collect();
     r.must(&cmd::dpkg_remove(&listed)?, true)?;

@@ -272,6 +272,45 @@ fn the_machine_must_be_this_one() {
     assert_eq!(refused(fx.check(&bytes(&good_step()))), "WrongMachine");
 }
 
+/// A dnf step (the simulated RHEL-family host's) for `distro` `version`.
+fn dnf_step(distro: &str, version: &str) -> Value {
+    step_value(
+        json!({"user": USER, "arch": "x86_64", "family": "dnf", "distro_id": distro,
+               "version_id": version, "components": ["docker-group"]}),
+        None,
+        builtin().digest(),
+        Timestamp::now(),
+    )
+}
+
+#[test]
+fn a_fedora_or_rocky_step_runs_only_where_os_release_says_so() {
+    // On this Debian machine, the simulated RHEL-family host's step and a Fedora one are refused.
+    let fx = Fixture::new();
+    for (distro, version) in [("rocky", "9.4"), ("fedora", "43")] {
+        assert_eq!(
+            refused(fx.check(&bytes(&dnf_step(distro, version)))),
+            "WrongMachine",
+            "{distro} {version}"
+        );
+    }
+    // On a machine whose os-release is Rocky Linux 9.4, only its own step passes.
+    let mut fx = Fixture::new();
+    fx.machine = MachineFacts::from_parts(
+        "ID=\"rocky\"\nID_LIKE=\"rhel centos fedora\"\nVERSION_ID=\"9.4\"\n",
+        "x86_64".into(),
+    );
+    assert!(fx.check(&bytes(&dnf_step("rocky", "9.4"))).is_ok());
+    for (distro, version) in [("rocky", "9.5"), ("almalinux", "9.4"), ("rocky", "9")] {
+        assert_eq!(
+            refused(fx.check(&bytes(&dnf_step(distro, version)))),
+            "WrongMachine",
+            "{distro} {version}"
+        );
+    }
+    assert_eq!(refused(fx.check(&bytes(&good_step()))), "WrongMachine");
+}
+
 #[test]
 fn bad_components_are_parameter_errors() {
     let fx = Fixture::new();

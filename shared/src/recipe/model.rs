@@ -41,17 +41,25 @@ pub struct AptSection {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DnfSection {
-    /// distro id → the release numbers it covers.
-    pub distributions: BTreeMap<String, ReleaseRange>,
+    /// distro id → the releases it covers and what differs between distributions.
+    pub distributions: BTreeMap<String, DnfDistribution>,
     pub actions: Vec<ActionSpec>,
 }
 
-/// An inclusive range of numeric releases (Fedora 10–99 is the reference's `^[1-9][0-9]$`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// One dnf distribution: an inclusive range of (major) releases (Fedora 10–99 is the
+/// reference's `^[1-9][0-9]$`; a RHEL-family `9.4` is release 9), the name the vendors'
+/// repositories give it, and the packages of its own that conflict with the recipe's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ReleaseRange {
+pub struct DnfDistribution {
     pub min: u32,
     pub max: u32,
+    /// `${repository_distro}` in templates: Docker serves Fedora at `linux/fedora` and the
+    /// RHEL family (RHEL, Rocky, AlmaLinux) at `linux/rhel` (RECIPES.md §2.1).
+    pub repository_distro: String,
+    /// Checked by the check-conflicts action after its own list (RECIPES.md §2.3: the RHEL
+    /// family's `podman`).
+    pub conflicts: Vec<ConflictSpec>,
 }
 
 /// How a key file is written.

@@ -6,6 +6,7 @@ use super::model::{ActionSpec, KeyEncoding};
 use super::openpgp::Fingerprint;
 use super::template::{self, Values};
 use super::{Component, Recipe, RecipeError};
+use crate::release::ReleaseScheme;
 use crate::safe::UserName;
 use crate::wire::host_step::{Family, HostParameters};
 
@@ -147,7 +148,7 @@ pub(super) fn steps_for(
             "root is never added to the docker group".into(),
         ));
     }
-    let (actions, values) = match target.family {
+    let (actions, values, distro_conflicts) = match target.family {
         Family::Apt => {
             let suites = body
                 .apt
@@ -171,17 +172,19 @@ pub(super) fn steps_for(
                 distro_id: &target.distro_id,
                 version_id: &target.version_id,
                 version_codename: Some(suite),
+                repository_distro: None,
             };
-            (&body.apt.actions, values)
+            (&body.apt.actions, values, &[][..])
         }
         Family::Dnf => {
-            let range = body
+            let distribution = body
                 .dnf
                 .distributions
                 .get(&target.distro_id)
                 .ok_or_else(|| unsupported(format!("{} does not use dnf", target.distro_id)))?;
-            let release =
-                parse_release(&target.version_id).filter(|r| (range.min..=range.max).contains(r));
+            let release = ReleaseScheme::of(&target.distro_id)
+                .major(&target.version_id)
+                .filter(|r| (distribution.min..=distribution.max).contains(r));
             if release.is_none() {
                 return Err(unsupported(format!(
                     "{} is not a {} release number",
@@ -200,8 +203,9 @@ pub(super) fn steps_for(
                 distro_id: &target.distro_id,
                 version_id: &target.version_id,
                 version_codename: None,
+                repository_distro: Some(&distribution.repository_distro),
             };
-            (&body.dnf.actions, values)
+            (&body.dnf.actions, values, &distribution.conflicts[..])
         }
     };
 
@@ -273,6 +277,7 @@ pub(super) fn steps_for(
             } if !wanted.is_empty() => {
                 let conflicts = conflicts
                     .iter()
+                    .chain(distro_conflicts)
                     .filter(|c| selected(&c.component))
                     .flat_map(|c| {
                         c.packages.iter().map(|n| PlannedConflict {
@@ -323,17 +328,4 @@ pub(super) fn steps_for(
         }
     }
     Ok(out)
-}
-
-/// `^[1-9][0-9]*$` as a number; anything else (`rawhide`, `041`, `4.1`) is not a release.
-fn parse_release(version: &str) -> Option<u32> {
-    let bytes = version.as_bytes();
-    if bytes.is_empty()
-        || bytes.len() > 4
-        || bytes[0] == b'0'
-        || !bytes.iter().all(u8::is_ascii_digit)
-    {
-        return None;
-    }
-    version.parse().ok()
 }

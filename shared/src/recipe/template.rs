@@ -16,6 +16,8 @@ pub enum Var {
     VersionId,
     /// The suite the recipe maps the version to (`noble`); apt only.
     VersionCodename,
+    /// The vendors' repository name of the distribution (`fedora`, `rhel`); dnf only.
+    RepositoryDistro,
 }
 
 impl Var {
@@ -26,6 +28,7 @@ impl Var {
             "distro_id" => Var::DistroId,
             "version_id" => Var::VersionId,
             "version_codename" => Var::VersionCodename,
+            "repository_distro" => Var::RepositoryDistro,
             _ => return None,
         })
     }
@@ -72,6 +75,7 @@ pub struct Values<'a> {
     pub distro_id: &'a str,
     pub version_id: &'a str,
     pub version_codename: Option<&'a str>,
+    pub repository_distro: Option<&'a str>,
 }
 
 /// Renders a template; a substitution without a value here is an error, never an empty string.
@@ -93,6 +97,11 @@ pub fn render(template: &str, values: &Values<'_>) -> Result<String, TemplateErr
                     .version_codename
                     .ok_or(TemplateError::Unavailable("version_codename"))?,
             ),
+            Piece::Var(Var::RepositoryDistro) => out.push_str(
+                values
+                    .repository_distro
+                    .ok_or(TemplateError::Unavailable("repository_distro"))?,
+            ),
         }
     }
     Ok(out)
@@ -105,6 +114,9 @@ pub fn check(template: &str, apt: bool) -> Result<(), TemplateError> {
             Piece::Var(Var::DebArch) if !apt => return Err(TemplateError::Unavailable("deb_arch")),
             Piece::Var(Var::VersionCodename) if !apt => {
                 return Err(TemplateError::Unavailable("version_codename"))
+            }
+            Piece::Var(Var::RepositoryDistro) if apt => {
+                return Err(TemplateError::Unavailable("repository_distro"))
             }
             _ => {}
         }
@@ -123,6 +135,7 @@ mod tests {
             distro_id: "ubuntu",
             version_id: "24.04",
             version_codename: Some("noble"),
+            repository_distro: None,
         }
     }
 
@@ -153,5 +166,30 @@ mod tests {
             Err(TemplateError::Unavailable("version_codename"))
         );
         assert!(check("${version_codename}", true).is_ok());
+        assert_eq!(
+            check("${repository_distro}", true),
+            Err(TemplateError::Unavailable("repository_distro"))
+        );
+        assert!(check("${repository_distro}", false).is_ok());
+    }
+
+    #[test]
+    fn the_repository_distro_is_the_vendors_name_of_the_distribution() {
+        let rocky = Values {
+            arch: "x86_64",
+            deb_arch: None,
+            distro_id: "rocky",
+            version_id: "9.4",
+            version_codename: None,
+            repository_distro: Some("rhel"),
+        };
+        assert_eq!(
+            render("linux/${repository_distro}/$releasever/$basearch", &rocky).unwrap(),
+            "linux/rhel/$releasever/$basearch"
+        );
+        assert_eq!(
+            render("${repository_distro}", &values()),
+            Err(TemplateError::Unavailable("repository_distro"))
+        );
     }
 }

@@ -7,7 +7,7 @@ use crate::safe::UserName;
 /// The digest of `builtin.json`. Changing the production recipe changes this value: update it
 /// deliberately, together with the recipe's `serial`.
 const BUILTIN_DIGEST: &str =
-    "sha256:fd70063855bb560cb9b8198699fb66da9c08062b7a253563c09c06cc20de71c4";
+    "sha256:76424295e8d1c9ce63fe8c9a6f24ef0768604955716e95bac32249c23b44c649";
 
 const REFERENCE_REV2: &str = include_str!("testdata/reference-recipe-rev2.json");
 
@@ -309,17 +309,8 @@ fn conflicts_and_packages_are_filtered_to_the_selected_vendors() {
             vec![Component::NvidiaContainerToolkit],
         ))
         .unwrap();
-    let conflicts: Vec<String> = steps
-        .iter()
-        .find_map(|s| match s {
-            PlannedAction::CheckConflicts { conflicts, .. } => {
-                Some(conflicts.iter().map(|c| c.name.clone()).collect())
-            }
-            _ => None,
-        })
-        .unwrap();
     assert_eq!(
-        conflicts,
+        conflict_names(&steps),
         ["nvidia-container-runtime", "nvidia-container-runtime-hook"]
     );
     let all = recipe
@@ -584,4 +575,126 @@ fn validated_parameters_plan_like_their_target_and_the_tables_agree() {
             "docker-group"
         ]
     );
+}
+
+/// The body of the docker-source action and the conflict names planned for one dnf host.
+fn dnf_plan(distro: &str, version: &str) -> (String, Vec<String>) {
+    let steps = builtin()
+        .unwrap()
+        .steps_for_target(&target(
+            Family::Dnf,
+            distro,
+            version,
+            "x86_64",
+            all_components(),
+        ))
+        .unwrap_or_else(|e| panic!("{distro} {version}: {e}"));
+    let source = steps
+        .iter()
+        .find_map(|s| match s {
+            PlannedAction::WriteSource { id, body, .. } if id == "docker-source" => {
+                Some(body.clone())
+            }
+            _ => None,
+        })
+        .unwrap();
+    (source, conflict_names(&steps))
+}
+
+/// The package names of the plan's check-conflicts action.
+fn conflict_names(steps: &[PlannedAction]) -> Vec<String> {
+    steps
+        .iter()
+        .find_map(|s| match s {
+            PlannedAction::CheckConflicts { conflicts, .. } => {
+                Some(conflicts.iter().map(|c| c.name.clone()).collect())
+            }
+            _ => None,
+        })
+        .unwrap()
+}
+
+#[test]
+fn the_rhel_family_uses_dockers_rhel_repository_and_its_own_conflicts() {
+    for (distro, version) in [
+        ("rocky", "9.4"),
+        ("rocky", "10.0"),
+        ("almalinux", "9"),
+        ("rhel", "8.10"),
+        ("rhel", "10.1"),
+    ] {
+        let (source, conflicts) = dnf_plan(distro, version);
+        assert!(
+            source.contains(
+                "baseurl=https://download.docker.com/linux/rhel/$releasever/$basearch/stable\n"
+            ),
+            "{distro} {version}: {source}"
+        );
+        assert_eq!(conflicts.len(), 18, "{conflicts:?}");
+        for name in ["podman", "runc", "docker", "docker-engine", "moby-engine"] {
+            assert!(conflicts.iter().any(|c| c == name), "{name}: {conflicts:?}");
+        }
+    }
+    let (fedora, conflicts) = dnf_plan("fedora", "43");
+    assert!(
+        fedora.contains("baseurl=https://download.docker.com/linux/fedora/$releasever/"),
+        "{fedora}"
+    );
+    assert!(!conflicts.iter().any(|c| c == "podman"), "{conflicts:?}");
+    // Releases the recipe does not cover, and release texts of the wrong scheme.
+    let recipe = builtin().unwrap();
+    for (distro, version) in [
+        ("rocky", "8.9"),
+        ("almalinux", "8"),
+        ("rhel", "7.9"),
+        ("rocky", "11"),
+        ("rocky", "9.04"),
+        ("fedora", "43.1"),
+    ] {
+        let err = recipe
+            .steps_for_target(&target(
+                Family::Dnf,
+                distro,
+                version,
+                "x86_64",
+                vec![Component::DockerEngine],
+            ))
+            .unwrap_err();
+        assert_eq!(
+            err.code(),
+            crate::error::ErrorCode::HostStepInvalid,
+            "{distro} {version}"
+        );
+    }
+}
+
+#[test]
+fn a_dnf_distribution_names_its_repository_and_its_conflicts_well() {
+    for (what, change) in [
+        (
+            "empty repository name",
+            json!({"min": 9, "max": 10, "repository_distro": "", "conflicts": []}),
+        ),
+        (
+            "path in the name",
+            json!({"min": 9, "max": 10, "repository_distro": "../x", "conflicts": []}),
+        ),
+        (
+            "not a package",
+            json!({"min": 9, "max": 10, "repository_distro": "rhel",
+                "conflicts": [{"component": "docker-engine", "packages": ["a b"]}]}),
+        ),
+        (
+            "not a vendor",
+            json!({"min": 9, "max": 10, "repository_distro": "rhel",
+                "conflicts": [{"component": "docker-group", "packages": ["podman"]}]}),
+        ),
+    ] {
+        let mut payload = builtin_payload();
+        payload["dnf"]["distributions"]["rocky"] = change;
+        assert!(Recipe::from_payload(payload).is_err(), "{what}");
+    }
+    let mut unknown = builtin_payload();
+    unknown["dnf"]["distributions"]["rocky"]["mirror"] = json!("x");
+    expect_invalid(unknown, "schema");
 }

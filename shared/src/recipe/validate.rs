@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use super::model::{ActionSpec, AptSection, DnfSection, RecipeBody};
+use super::model::{ActionSpec, AptSection, ConflictSpec, DnfSection, RecipeBody};
 use super::openpgp::{self, Fingerprint};
 use super::source_policy::{self, InstalledKeys};
 use super::{template, Component, RecipeError};
@@ -179,10 +179,15 @@ fn check_apt(apt: &AptSection) -> Result<(), RecipeError> {
 }
 
 fn check_dnf(dnf: &DnfSection) -> Result<(), RecipeError> {
-    for (distro, range) in &dnf.distributions {
-        if !is_word(distro, 32, b"") || range.min == 0 || range.min > range.max {
+    for (distro, d) in &dnf.distributions {
+        if !is_word(distro, 32, b"")
+            || d.min == 0
+            || d.min > d.max
+            || !is_word(&d.repository_distro, 32, b"")
+        {
             return Err(bad(format!("dnf distribution {distro:?} is malformed")));
         }
+        check_conflict_specs(&format!("dnf distribution {distro}"), &d.conflicts)?;
     }
     check_actions(&dnf.actions, false)
 }
@@ -255,12 +260,7 @@ fn check_actions(actions: &[ActionSpec], apt: bool) -> Result<(), RecipeError> {
                 if *remove && !apt {
                     return Err(bad("check-conflicts may remove packages only on apt"));
                 }
-                for c in conflicts {
-                    require(vendor(c.component), id, "vendor components")?;
-                    if let Some(name) = c.packages.iter().find(|n| !is_package_name(n)) {
-                        return Err(bad(format!("{id}: {name:?} is not a package name")));
-                    }
-                }
+                check_conflict_specs(id, conflicts)?;
                 "check-conflicts"
             }
             ActionSpec::RefreshMetadata { .. } => {
@@ -305,6 +305,17 @@ fn check_actions(actions: &[ActionSpec], apt: bool) -> Result<(), RecipeError> {
         };
         if !matches!(kind, "install-key" | "write-source") && !singletons.insert(kind) {
             return Err(bad(format!("{kind} appears twice")));
+        }
+    }
+    Ok(())
+}
+
+/// Conflicts name packages of a vendor component.
+fn check_conflict_specs(id: &str, conflicts: &[ConflictSpec]) -> Result<(), RecipeError> {
+    for c in conflicts {
+        require(vendor(c.component), id, "vendor components")?;
+        if let Some(name) = c.packages.iter().find(|n| !is_package_name(n)) {
+            return Err(bad(format!("{id}: {name:?} is not a package name")));
         }
     }
     Ok(())

@@ -19,6 +19,7 @@ use crate::canonical::{self, CanonicalError, ParseError, MAX_SAFE_INTEGER};
 use crate::digest::Digest;
 use crate::error::ErrorCode;
 use crate::nonce::{random_bytes, Nonce, RandomUnavailable};
+use crate::release::ReleaseScheme;
 use crate::safe::UserName;
 
 /// Largest host step accepted, in bytes.
@@ -109,8 +110,12 @@ string_enum! {
     }
 }
 
+/// The RHEL-family distributions the built-in recipe serves on dnf.
+const BUILT_IN_RHEL_FAMILY: [&str; 3] = ["rhel", "rocky", "almalinux"];
+
 /// Which distributions and versions the recipe knows (REFERENCE.md §8.5 `apt.suites`,
-/// `dnf.versions`). A dnf version must be a two-digit release number `^[1-9][0-9]$`.
+/// `dnf.versions`). A Fedora version must be a two-digit release number `^[1-9][0-9]$`; a RHEL-family
+/// one a major release, optionally with its point release.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DistroTable {
     apt_suites: BTreeMap<String, BTreeMap<String, String>>,
@@ -128,7 +133,8 @@ impl DistroTable {
         }
     }
 
-    /// The tables of the reference recipe, revision 2.
+    /// The tables of the built-in recipe: the reference recipe's (revision 2), and the RHEL
+    /// family on dnf.
     pub fn built_in() -> DistroTable {
         let suites = |pairs: &[(&str, &str)]| {
             pairs
@@ -149,7 +155,11 @@ impl DistroTable {
             "debian".to_owned(),
             suites(&[("12", "bookworm"), ("13", "trixie")]),
         );
-        DistroTable::new(apt, ["fedora".to_owned()].into_iter().collect())
+        let dnf = std::iter::once("fedora")
+            .chain(BUILT_IN_RHEL_FAMILY)
+            .map(str::to_owned)
+            .collect();
+        DistroTable::new(apt, dnf)
     }
 
     /// The family a distribution uses, if the recipe knows it.
@@ -171,10 +181,19 @@ impl DistroTable {
             .map(String::as_str)
     }
 
-    /// Whether `version` is a dnf release number.
-    pub fn is_dnf_release(version: &str) -> bool {
-        let b = version.as_bytes();
-        b.len() == 2 && (b'1'..=b'9').contains(&b[0]) && b[1].is_ascii_digit()
+    /// Whether `version` is a release number of the dnf distribution `distro`: Fedora's the
+    /// reference's two digits, the RHEL family's a major release with an optional point release
+    /// (`9`, `9.4`; [`crate::release`]).
+    pub fn is_dnf_release(distro: &str, version: &str) -> bool {
+        match ReleaseScheme::of(distro) {
+            ReleaseScheme::Whole => {
+                let b = version.as_bytes();
+                b.len() == 2 && (b'1'..=b'9').contains(&b[0]) && b[1].is_ascii_digit()
+            }
+            ReleaseScheme::Point => ReleaseScheme::Point
+                .major(version)
+                .is_some_and(|major| major < 100),
+        }
     }
 }
 
@@ -323,7 +342,7 @@ impl HostParameters {
             if let Some((distro, family)) = &distro {
                 let known = match family {
                     Family::Apt => table.apt_suite(distro, version).is_some(),
-                    Family::Dnf => DistroTable::is_dnf_release(version),
+                    Family::Dnf => DistroTable::is_dnf_release(distro, version),
                 };
                 if !known {
                     let d = shown(&Value::String(distro.clone()));
@@ -960,6 +979,33 @@ mod tests {
         let rawhide = json!({"user": "bob", "arch": "x86_64", "family": "dnf",
             "distro_id": "fedora", "version_id": "rawhide", "components": ["docker-engine"]});
         assert_eq!(one(&rawhide), "rawhide is not a fedora release number");
+        let rhel_family = |distro: &str, version: &str| {
+            json!({"user": "bob", "arch": "x86_64", "family": "dnf", "distro_id": distro,
+                "version_id": version, "components": ["docker-engine"]})
+        };
+        for (distro, version) in [
+            ("rocky", "9.4"),
+            ("rhel", "10.0"),
+            ("almalinux", "9"),
+            ("rhel", "8.10"),
+        ] {
+            let p = HostParameters::validate(&rhel_family(distro, version)).unwrap();
+            assert_eq!((p.distro_id(), p.version_id()), (distro, version));
+        }
+        for version in ["9.04", "9.", "9.4.1", "rawhide"] {
+            assert_eq!(
+                one(&rhel_family("rocky", version)),
+                format!("{version} is not a rocky release number")
+            );
+        }
+        assert_eq!(
+            one(&rhel_family("fedora", "41.1")),
+            "41.1 is not a fedora release number"
+        );
+        assert_eq!(
+            one(&rhel_family("rocky", "9.4").tap_family("apt")),
+            "rocky uses dnf, not apt"
+        );
         assert_eq!(
             one(&with("distro_id", json!("arch"))),
             "unknown distribution arch"
@@ -994,9 +1040,14 @@ mod tests {
     }
 
     trait TapVersion {
+        fn tap_family(self, f: &str) -> Value;
         fn tap_version(self, v: &str) -> Value;
     }
     impl TapVersion for Value {
+        fn tap_family(mut self, f: &str) -> Value {
+            self["family"] = json!(f);
+            self
+        }
         fn tap_version(mut self, v: &str) -> Value {
             self["version_id"] = json!(v);
             self
