@@ -159,10 +159,32 @@ impl LinuxMachine {
         }
     }
 
+    /// One load of the documents (the descriptor, the manifest and the recipe come from the same
+    /// set), and whether the descriptor's image for this machine is present.
+    async fn documents_and_image(&self, op: &Operation) -> (DocumentSet, bool) {
+        let docs =
+            match tokio::task::spawn_blocking(|| DocumentSet::load(&DocumentSources::from_env()))
+                .await
+            {
+                Ok(docs) => docs,
+                Err(_) => DocumentSet::load(&DocumentSources::from_env()),
+            };
+        let platform = crate::probe::reads::architecture()
+            .value()
+            .and_then(|a| Platform::of_architecture(a));
+        let present = match (Self::descriptor_in(&docs, op), platform) {
+            (Ok(descriptor), Some(p)) => self.image_present(descriptor.image_for(p)).await,
+            _ => false,
+        };
+        (docs, present)
+    }
+
     async fn planned(&self, op: &Operation) -> Result<Planned, CodedError> {
-        let facts = probe(self.probe_options().await).await;
-        // One load: the descriptor, the manifest and the recipe come from the same documents.
-        let docs = DocumentSet::load(&DocumentSources::from_env());
+        let options = self.probe_options().await;
+        // The documents, and whether the engine image is here, do not depend on the probe:
+        // they are read while it runs, so a plan costs little more than a probe.
+        let (facts, (docs, image_present)) =
+            tokio::join!(probe(options), self.documents_and_image(op));
         let descriptor = match Self::descriptor_in(&docs, op) {
             Ok(d) => d,
             Err(e) => {
@@ -176,10 +198,6 @@ impl LinuxMachine {
         };
         let manifest = docs.manifest.as_ref().ok();
         let recipe = crate::plan::recipe::in_charge(&docs)?;
-        let image_present = match Self::platform(&facts) {
-            Ok(p) => self.image_present(descriptor.image_for(p)).await,
-            Err(_) => false,
-        };
         let installed = self.installations.get(&op.engine);
         let installed_id = installed
             .as_ref()
