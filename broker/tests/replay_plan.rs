@@ -1500,6 +1500,7 @@ fn zz_every_blocker_reason_is_produced() {
     unreadable_daemon_json_and_systemd();
     provisioner_blockers_and_missing_documents();
     what_dockers_repository_answers();
+    a_toolkit_below_the_minimum_is_upgraded_not_adopted();
     let seen = SEEN.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let missing: Vec<&str> = BlockerReason::ALL
         .iter()
@@ -1604,4 +1605,62 @@ fn what_dockers_repository_answers() {
 
     let mut all = SEEN.lock().unwrap_or_else(|e| e.into_inner());
     all.extend(reasons(&lacks));
+}
+
+/// A toolkit below 1.17.8 (CVE-2025-23266, CVE-2025-23267) on a host that works otherwise: apt
+/// upgrades it through the recipe (apt-get install moves it to the repository's candidate); on
+/// dnf, whose allowlist refuses `upgrade`, the person upgrades it first.
+#[test]
+fn a_toolkit_below_the_minimum_is_upgraded_not_adopted() {
+    let with_toolkit = |version: &'static str| {
+        move |f: &mut Value| {
+            set(
+                f,
+                "/docker/packages",
+                known(json!([
+                    {"name": "docker-ce", "version": "5:28.3.0-1~ubuntu.24.04~noble", "source": "dpkg"},
+                    {"name": "nvidia-container-toolkit", "version": version, "source": "dpkg"},
+                ])),
+            )
+        }
+    };
+    let current = check(
+        Case::new("toolkit 1.18.0: adopted as it is"),
+        READY,
+        with_toolkit("1.18.0-1"),
+    );
+    assert!(current.adopts_existing_engine || current.host_step.is_none());
+    let old = check(
+        Case::new("toolkit 1.17.3 on apt: upgraded through the recipe").plan(
+            &["add-repository", "install-packages"],
+            &["nvidia-container-toolkit"],
+        ),
+        READY,
+        with_toolkit("1.17.3-1"),
+    );
+    let install = &old.system_changes[1];
+    assert_eq!(install.param("packages"), Some("nvidia-container-toolkit"));
+    assert_eq!(
+        install.param("upgrades"),
+        Some("nvidia-container-toolkit 1.17.3-1")
+    );
+    assert!(install.text.contains("CVE-2025-23266"), "{}", install.text);
+    assert_ne!(
+        old.plan_digest, current.plan_digest,
+        "an upgrade is consented to"
+    );
+
+    let dnf = check(
+        Case::new("toolkit 1.17.3 on dnf: the person upgrades it first")
+            .blocked(&["toolkit-too-old"]),
+        READY,
+        |f| {
+            with_toolkit("1.17.3-1.el9")(f);
+            distro(f, "fedora", "43", "dnf");
+        },
+    );
+    assert_eq!(
+        dnf.blockers[0].commands.as_deref(),
+        Some(&["sudo dnf upgrade nvidia-container-toolkit".to_owned()][..])
+    );
 }

@@ -362,3 +362,128 @@ fn a_caller_who_is_not_the_user_is_refused_and_a_missing_package_fails_cleanly()
     );
     assert!(!groups_of(&user.name).iter().any(|g| g == "docker"));
 }
+
+/// The recipe's packages with `nvidia-container-toolkit` unpinned and a minimum, as the built-in
+/// recipe has it; the other three follow through its dependencies.
+fn with_minimum(mut payload: Value, minimum: &str) -> Value {
+    let actions = payload["apt"]["actions"].as_array_mut().unwrap();
+    let packages = actions.iter_mut().find(|a| a["id"] == "packages").unwrap();
+    packages["packages"] = json!([{"component": "nvidia-container-toolkit",
+        "name": "nvidia-container-toolkit", "version": null, "minimum_version": minimum}]);
+    payload
+}
+
+/// A toolkit installed below the recipe's minimum (the bench repository's 1.17.3-1, standing for
+/// a toolkit before 1.17.8: CVE-2025-23266, CVE-2025-23267) is upgraded by the same apt-get
+/// install, to the repository's candidate; one at or above it is kept as it is.
+#[test]
+fn a_toolkit_below_the_recipes_minimum_is_upgraded_by_apt_for_real_and_one_above_it_is_kept() {
+    let env = bench::require(&[Service::AptRepo, Service::TestUser]);
+    let old = "1.17.3-1";
+    assert!(
+        env.apt_repo.versions.iter().any(|v| v == old),
+        "{:?}",
+        env.apt_repo.versions
+    );
+    let newest = env
+        .apt_repo
+        .versions
+        .iter()
+        .max_by(|a, b| {
+            let n = |v: &str| -> Vec<u64> {
+                v.split(|c: char| !c.is_ascii_digit())
+                    .filter_map(|p| p.parse().ok())
+                    .collect()
+            };
+            n(a).cmp(&n(b))
+        })
+        .unwrap()
+        .clone();
+    let user = env.test_user.clone();
+    let _host = HostGuard::new(&user.name);
+    let params = params(&user.name);
+    let ctx = ExecContext::new(user.uid);
+    let run = |recipe: &Recipe| {
+        let mut progress = Progress {
+            events: Vec::new(),
+            on_waiting: None,
+        };
+        recipe::run(recipe, &params, &ctx, &mut progress, &CancelToken::new())
+    };
+
+    // The old toolkit, installed pinned (as a host that set it up in 2024 has it).
+    let mut pinned_old = test_recipe_payload(&env);
+    for p in pinned_old["apt"]["actions"][4]["packages"]
+        .as_array_mut()
+        .unwrap()
+    {
+        p["version"] = json!(old);
+    }
+    let first = run(&signed_and_verified(pinned_old));
+    assert_eq!(first.outcome, Outcome::Succeeded, "{:?}", first.error);
+    assert_eq!(
+        installed_version("nvidia-container-toolkit").as_deref(),
+        Some(old)
+    );
+
+    // The recipe with the minimum upgrades it, with the same apt-get install.
+    let recipe = signed_and_verified(with_minimum(test_recipe_payload(&env), "1.17.8"));
+    let second = run(&recipe);
+    assert_eq!(second.outcome, Outcome::Succeeded, "{:?}", second.error);
+    let packages = second.actions.iter().find(|a| a.id == "packages").unwrap();
+    assert_eq!(
+        packages.status,
+        ActionStatus::Applied,
+        "{}",
+        packages.detail
+    );
+    assert_eq!(
+        packages.detail,
+        format!("upgraded nvidia-container-toolkit from {old} (below 1.17.8)")
+    );
+    let refresh = second.actions.iter().find(|a| a.id == "refresh").unwrap();
+    assert_eq!(
+        refresh.status,
+        ActionStatus::Applied,
+        "the old one needs the metadata"
+    );
+    assert_eq!(
+        installed_version("nvidia-container-toolkit").as_deref(),
+        Some(newest.as_str()),
+        "upgraded to the repository's candidate"
+    );
+    assert_eq!(
+        installed_version("nvidia-container-toolkit-base").as_deref(),
+        Some(newest.as_str()),
+        "its exact-version dependency followed"
+    );
+
+    // At or above the minimum: kept, nothing run that changes anything.
+    let third = run(&recipe);
+    let packages = third.actions.iter().find(|a| a.id == "packages").unwrap();
+    assert_eq!(
+        packages.status,
+        ActionStatus::Satisfied,
+        "{}",
+        packages.detail
+    );
+    assert!(packages.commands.iter().all(|c| !c.mutating));
+
+    // A minimum no version in the repository reaches: the job fails naming it, and the
+    // installed toolkit stays as it was.
+    let beyond = signed_and_verified(with_minimum(test_recipe_payload(&env), "9.0.0"));
+    let fourth = run(&beyond);
+    assert_eq!(fourth.outcome, Outcome::Failed);
+    let packages = fourth.actions.iter().find(|a| a.id == "packages").unwrap();
+    assert!(
+        packages.detail.contains(&format!(
+            "nvidia-container-toolkit is still {newest}, below the recipe's minimum 9.0.0"
+        )),
+        "{}",
+        packages.detail
+    );
+    assert_eq!(
+        installed_version("nvidia-container-toolkit").as_deref(),
+        Some(newest.as_str())
+    );
+}

@@ -233,6 +233,18 @@ pub fn relogin_required() -> Blocker {
     .with_commands(Vec::<String>::new())
 }
 
+/// An installed toolkit below the minimum, where the recipe cannot upgrade it.
+pub fn toolkit_too_old(version: &str, remedy: &str) -> Blocker {
+    Blocker::new(
+        BlockerReason::ToolkitTooOld,
+        format!(
+            "The NVIDIA Container Toolkit {version} is installed; versions before {} let a container take over the host (CVE-2025-23266, CVE-2025-23267). Upgrade it, then run setup again.",
+            enginekit_shared::recipe::version::TOOLKIT_MINIMUM
+        ),
+    )
+    .with_commands(vec![remedy.to_owned()])
+}
+
 pub fn init_not_systemd() -> Blocker {
     Blocker::new(
         BlockerReason::InitNotSystemd,

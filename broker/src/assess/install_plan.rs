@@ -60,7 +60,8 @@ pub fn build(view: &LinuxView) -> InstallPlan {
     if docker_packages {
         packages.extend(DOCKER_PACKAGES);
     }
-    let toolkit_package = !view.toolkit_installed;
+    let outdated = view.toolkit_outdated();
+    let toolkit_package = !view.toolkit_installed || outdated.is_some();
     if toolkit_package {
         packages.push(TOOLKIT_PACKAGE);
     }
@@ -89,13 +90,21 @@ pub fn build(view: &LinuxView) -> InstallPlan {
         );
     }
     if !packages.is_empty() {
-        changes.push(
-            SystemChange::new(
-                SystemChangeCode::InstallPackages,
-                format!("Install the missing packages: {}.", packages.join(", ")),
-            )
-            .with_param("packages", packages.join(",")),
-        );
+        let text = match outdated {
+            // apt-get install upgrades the installed package to the repository's candidate.
+            Some(version) => format!(
+                "Install {}: the NVIDIA Container Toolkit {version} installed here is upgraded, because versions before {} let a container take over the host (CVE-2025-23266, CVE-2025-23267).",
+                packages.join(", "),
+                enginekit_shared::recipe::version::TOOLKIT_MINIMUM
+            ),
+            None => format!("Install the missing packages: {}.", packages.join(", ")),
+        };
+        let mut change = SystemChange::new(SystemChangeCode::InstallPackages, text)
+            .with_param("packages", packages.join(","));
+        if let Some(version) = outdated {
+            change = change.with_param("upgrades", format!("{TOOLKIT_PACKAGE} {version}"));
+        }
+        changes.push(change);
     }
     if configure_runtime {
         changes.push(SystemChange::new(

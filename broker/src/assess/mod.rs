@@ -233,8 +233,9 @@ fn decide(
     }
 
     // 2. Adopt a Docker that already answers with a GPU runtime. The group and systemd play no
-    // part: root reaching the daemon adopts too.
-    if view.daemon_reachable && view.gpu_runtime {
+    // part: root reaching the daemon adopts too. A toolkit below the minimum is not adopted.
+    let toolkit_outdated = view.toolkit_outdated().is_some();
+    if view.daemon_reachable && view.gpu_runtime && !toolkit_outdated {
         return Verdict {
             availability: Availability::SetupRequired,
             adopts: true,
@@ -270,6 +271,7 @@ fn decide(
     // 5. Ready except this account's access.
     let ready_except_access = view.cli
         && view.toolkit_installed
+        && !toolkit_outdated
         && install_recognised(view)
         && view.effective_gpu_runtime()
         && view.service_active == Some(true)
@@ -319,7 +321,17 @@ fn decide(
         return Verdict::blocked(Gate::Init, vec![blockers::init_not_systemd()]);
     }
 
-    // 9. The install plan.
+    // 9. The install plan. dnf never upgrades (its allowlist refuses the word): an outdated
+    // toolkit there is the person's to upgrade first.
+    if let (Some(version), PackageFamily::Dnf) = (view.toolkit_outdated(), view.family()) {
+        return Verdict::blocked(
+            Gate::InstallPlan,
+            vec![blockers::toolkit_too_old(
+                version,
+                "sudo dnf upgrade nvidia-container-toolkit",
+            )],
+        );
+    }
     Verdict::plan(Gate::InstallPlan, install_plan::build(view))
 }
 

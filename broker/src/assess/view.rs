@@ -71,6 +71,8 @@ pub struct LinuxView {
     pub group_configured: Option<bool>,
     pub group_effective: bool,
     pub toolkit_installed: bool,
+    /// The installed `nvidia-container-toolkit` package's version, when the database said.
+    pub toolkit_version: Option<String>,
     pub routes: Option<Vec<Route>>,
     pub free_disk_bytes: Option<u64>,
     /// What the plan reports as the measured path (Docker's root dir or `/var/lib/docker`, or
@@ -159,6 +161,11 @@ impl LinuxView {
             group_configured: facts.system.docker_group.configured.value().copied(),
             group_effective: facts.system.docker_group.effective.is_true(),
             toolkit_installed: facts.nvidia.toolkit_installed.is_true(),
+            toolkit_version: facts.docker.packages.value().and_then(|list| {
+                list.iter()
+                    .find(|p| p.name == crate::probe::packages::TOOLKIT_PACKAGE)
+                    .and_then(|p| p.version.clone())
+            }),
             routes: facts.network.routes.value().cloned(),
             free_disk_bytes: facts.disk.free_bytes.value().copied(),
             free_disk_path: facts.disk.path.clone(),
@@ -184,6 +191,18 @@ impl LinuxView {
         self.distribution
             .as_ref()
             .map_or(PackageFamily::Other, |d| d.family)
+    }
+
+    /// The installed toolkit's version when it is below the minimum the plans accept
+    /// (`recipe::version::TOOLKIT_MINIMUM`: CVE-2025-23266, CVE-2025-23267).
+    pub fn toolkit_outdated(&self) -> Option<&str> {
+        let version = self.toolkit_version.as_deref()?;
+        (self.toolkit_installed
+            && !enginekit_shared::recipe::version::at_least(
+                version,
+                enginekit_shared::recipe::version::TOOLKIT_MINIMUM,
+            ))
+        .then_some(version)
     }
 
     /// The user's name as the messages and commands spell it.

@@ -155,16 +155,33 @@ fn installed_version(r: &mut Runner<'_>, name: &str) -> Result<String, Failure> 
     }
 }
 
-/// The recipe packages still to install. A pinned package installed at another version is a
-/// failure: the recipe never upgrades or downgrades.
+/// The recipe packages still to install, or to upgrade: one installed below the recipe's
+/// minimum counts as missing. A pinned package installed at another version is a failure: the
+/// recipe never moves a pinned package.
 pub(super) fn missing(
     r: &mut Runner<'_>,
     wanted: &[PlannedPackage],
 ) -> Result<Vec<PlannedPackage>, Failure> {
+    Ok(todo(r, wanted)?.into_iter().map(|(p, _)| p).collect())
+}
+
+/// What [`missing`] finds, each with the version installed now (`None`: not installed).
+fn todo(
+    r: &mut Runner<'_>,
+    wanted: &[PlannedPackage],
+) -> Result<Vec<(PlannedPackage, Option<String>)>, Failure> {
     let mut out = Vec::new();
     for p in wanted {
         if !is_installed(r, &p.name)? {
-            out.push(p.clone());
+            out.push((p.clone(), None));
+            continue;
+        }
+        // A pin decides alone (the recipe's validation keeps it at or above any minimum).
+        if let (None, Some(minimum)) = (&p.version, &p.minimum_version) {
+            let have = installed_version(r, &p.name)?;
+            if !enginekit_shared::recipe::version::at_least(&have, minimum) {
+                out.push((p.clone(), Some(have)));
+            }
             continue;
         }
         if let Some(pin) = &p.version {
@@ -302,29 +319,70 @@ pub(super) fn refresh(r: &mut Runner<'_>, sources: &[String], wanted: &[PlannedP
 }
 
 pub(super) fn install_packages(r: &mut Runner<'_>, packages: &[PlannedPackage]) -> Done {
-    let todo = missing(r, packages)?;
-    if todo.is_empty() {
+    let found = todo(r, packages)?;
+    if found.is_empty() {
         return satisfied(format!("{} already installed", names(packages)));
     }
-    let install = match r.family {
-        Family::Apt => cmd::apt_install(&todo)?,
-        Family::Dnf => cmd::dnf_install(&todo)?,
-    };
-    r.must(&install, true)?;
-    let still = missing(r, &todo)?;
-    if !still.is_empty() {
-        return fail(format!(
-            "the package manager finished, but {} is still not installed",
-            names(&still)
+    let (absent, outdated): (Vec<_>, Vec<_>) = found.into_iter().partition(|(_, v)| v.is_none());
+    let absent: Vec<PlannedPackage> = absent.into_iter().map(|(p, _)| p).collect();
+    let outdated_packages: Vec<PlannedPackage> = outdated.iter().map(|(p, _)| p.clone()).collect();
+    match r.family {
+        // apt-get install upgrades an installed package to its candidate.
+        Family::Apt => {
+            let all: Vec<PlannedPackage> =
+                absent.iter().chain(&outdated_packages).cloned().collect();
+            r.must(&cmd::apt_install(&all)?, true)?;
+        }
+        // dnf install leaves an installed package as it is, and `upgrade` is a word the
+        // allowlist never lets through: the person upgrades it (the plan says so first).
+        Family::Dnf => {
+            if let Some((p, have)) = outdated.first() {
+                return fail(format!(
+                    "{} {} is installed, below the recipe's minimum {}; upgrade it first (sudo dnf upgrade {}). Nothing was installed.",
+                    p.name,
+                    have.as_deref().unwrap_or("?"),
+                    p.minimum_version.as_deref().unwrap_or("?"),
+                    p.name
+                ));
+            }
+            r.must(&cmd::dnf_install(&absent)?, true)?;
+        }
+    }
+    let all: Vec<PlannedPackage> = absent.iter().chain(&outdated_packages).cloned().collect();
+    let still = todo(r, &all)?;
+    if let Some((p, have)) = still.first() {
+        return fail(match have {
+            None => format!(
+                "the package manager finished, but {} is still not installed",
+                names(&still.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>())
+            ),
+            Some(have) => format!(
+                "{} is still {have}, below the recipe's minimum {}: the repository offers nothing newer",
+                p.name,
+                p.minimum_version.as_deref().unwrap_or("?")
+            ),
+        });
+    }
+    let mut said = Vec::new();
+    if !absent.is_empty() {
+        said.push(format!(
+            "installed {}",
+            absent
+                .iter()
+                .map(|p| cmd::install_name(p, r.family == Family::Apt))
+                .collect::<Vec<_>>()
+                .join(" ")
         ));
     }
-    applied(format!(
-        "installed {}",
-        todo.iter()
-            .map(|p| cmd::install_name(p, r.family == Family::Apt))
-            .collect::<Vec<_>>()
-            .join(" ")
-    ))
+    for (p, have) in &outdated {
+        said.push(format!(
+            "upgraded {} from {} (below {})",
+            p.name,
+            have.as_deref().unwrap_or("?"),
+            p.minimum_version.as_deref().unwrap_or("?")
+        ));
+    }
+    applied(said.join("; "))
 }
 
 // --- Docker and the NVIDIA runtime --------------------------------------------------------------
@@ -547,6 +605,7 @@ mod conflict_tests {
             component: Component::DockerEngine,
             name: name.to_owned(),
             version: None,
+            minimum_version: None,
         }
     }
 

@@ -288,7 +288,7 @@ pub fn possible_commands(
         let mut out = Vec::new();
         for p in wanted {
             out.push(query(&p.name)?);
-            if p.version.is_some() {
+            if p.version.is_some() || p.minimum_version.is_some() {
                 out.push(if apt {
                     apt_version(&p.name)?
                 } else {

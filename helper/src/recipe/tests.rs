@@ -105,6 +105,14 @@ fn reference_argv(family: &str) -> BTreeSet<Vec<String>> {
     for (_, v) in r["group"].as_object().unwrap() {
         out.insert(fill(&argv_of(v), "user", "alice"));
     }
+    // Beyond the reference: the toolkit's installed version is read, so that one below the
+    // recipe's minimum (1.17.8: CVE-2025-23266, CVE-2025-23267) is upgraded, not kept.
+    let version = if family == "apt" {
+        commands::apt_version("nvidia-container-toolkit")
+    } else {
+        commands::rpm_version("nvidia-container-toolkit")
+    };
+    out.insert(version.unwrap().argv());
     // The newest revision's CDI spec mode check and fix (§8.5, "Revisions") is `stat` then
     // `chmod` there; here it is done in-process on the open file (files::make_readable), so
     // neither command is run.

@@ -24,6 +24,7 @@ mod plan;
 mod source_policy;
 pub mod template;
 mod validate;
+pub mod version;
 
 use std::sync::OnceLock;
 

@@ -80,6 +80,11 @@ pub struct PackageSpec {
     pub name: String,
     /// `null`, or the exact version (apt `name=version`, dnf `name-version`).
     pub version: Option<String>,
+    /// The lowest upstream version accepted when the package is already installed; an older
+    /// one is upgraded (the toolkit before 1.17.8: CVE-2025-23266, CVE-2025-23267). Absent: any
+    /// installed version is kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minimum_version: Option<String>,
 }
 
 /// Packages that must not be installed when a component's packages go in.

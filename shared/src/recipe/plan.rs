@@ -41,6 +41,8 @@ pub struct PlannedPackage {
     pub component: Component,
     pub name: String,
     pub version: Option<String>,
+    /// An installed version below this is upgraded (see `PackageSpec::minimum_version`).
+    pub minimum_version: Option<String>,
 }
 
 /// A conflicting package and the component whose install it blocks.
@@ -222,6 +224,7 @@ pub(super) fn steps_for(
             component: p.component,
             name: p.name.clone(),
             version: p.version.clone(),
+            minimum_version: p.minimum_version.clone(),
         })
         .collect();
     let sources: Vec<String> = actions

@@ -7,7 +7,7 @@ use crate::safe::UserName;
 /// The digest of `builtin.json`. Changing the production recipe changes this value: update it
 /// deliberately, together with the recipe's `serial`.
 const BUILTIN_DIGEST: &str =
-    "sha256:76424295e8d1c9ce63fe8c9a6f24ef0768604955716e95bac32249c23b44c649";
+    "sha256:11e201c6ba8268a49dcd29bbd726f15cf31f58cd1e5f188b869cd1112ec634cd";
 
 const REFERENCE_REV2: &str = include_str!("testdata/reference-recipe-rev2.json");
 
@@ -697,4 +697,32 @@ fn a_dnf_distribution_names_its_repository_and_its_conflicts_well() {
     let mut unknown = builtin_payload();
     unknown["dnf"]["distributions"]["rocky"]["mirror"] = json!("x");
     expect_invalid(unknown, "schema");
+}
+
+#[test]
+fn a_minimum_version_must_be_well_formed_and_not_above_the_pin() {
+    let with = |version: Value, minimum: &str| {
+        let mut payload = builtin().unwrap().payload().clone();
+        for action in payload["apt"]["actions"].as_array_mut().unwrap() {
+            let packages = action.get_mut("packages").and_then(Value::as_array_mut);
+            for p in packages.into_iter().flatten() {
+                if p["name"] == "nvidia-container-toolkit" {
+                    p["version"] = version.clone();
+                    p["minimum_version"] = Value::from(minimum);
+                }
+            }
+        }
+        Recipe::from_payload(payload)
+    };
+    let plain = with(Value::Null, "1.17.8");
+    assert!(plain.is_ok(), "{:?}", plain.err());
+    assert!(
+        with(Value::from("1.18.0-1"), "1.17.8").is_ok(),
+        "a pin above it"
+    );
+    assert!(
+        with(Value::from("1.17.3-1"), "1.17.8").is_err(),
+        "a pin below it"
+    );
+    assert!(with(Value::Null, "latest").is_err(), "not a version");
 }

@@ -283,6 +283,18 @@ fn check_actions(actions: &[ActionSpec], apt: bool) -> Result<(), RecipeError> {
                     if p.version.as_deref().is_some_and(|v| !is_version(v)) {
                         return Err(bad(format!("{id}: the version of {} is malformed", p.name)));
                     }
+                    if let Some(minimum) = &p.minimum_version {
+                        let below = p
+                            .version
+                            .as_deref()
+                            .is_some_and(|pin| !super::version::at_least(pin, minimum));
+                        if !is_version(minimum) || below {
+                            return Err(bad(format!(
+                                "{id}: the minimum version of {} is malformed or above its pinned version",
+                                p.name
+                            )));
+                        }
+                    }
                 }
                 "install-packages"
             }

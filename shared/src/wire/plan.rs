@@ -66,6 +66,9 @@ pub enum BlockerReason {
     /// The vendor repository setup would add has no release or no package candidate for this
     /// distribution release and architecture (docker/cli#6769).
     PackageNotInRepository,
+    /// An installed NVIDIA Container Toolkit below the minimum, which the recipe cannot upgrade
+    /// on this package manager.
+    ToolkitTooOld,
     /// The driver lists no GPU.
     NoGpu,
     /// The best card's compute capability is below the minimum.
@@ -133,6 +136,7 @@ impl BlockerReason {
         BlockerReason::DriverTooOld,
         BlockerReason::DriverLibraryMismatch,
         BlockerReason::PackageNotInRepository,
+        BlockerReason::ToolkitTooOld,
         BlockerReason::NoGpu,
         BlockerReason::ComputeCapabilityTooLow,
         BlockerReason::DockerSnap,
@@ -174,6 +178,7 @@ impl BlockerReason {
             BlockerReason::DriverTooOld => "driver-too-old",
             BlockerReason::DriverLibraryMismatch => "driver-library-mismatch",
             BlockerReason::PackageNotInRepository => "package-not-in-repository",
+            BlockerReason::ToolkitTooOld => "toolkit-too-old",
             BlockerReason::NoGpu => "no-gpu",
             BlockerReason::ComputeCapabilityTooLow => "compute-capability-too-low",
             BlockerReason::DockerSnap => "docker-snap",
