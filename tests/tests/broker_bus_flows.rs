@@ -371,30 +371,6 @@ fn a_plan_that_changed_before_consent_is_refused_over_the_bus_and_the_new_one_ca
     });
 }
 
-/// Every member the interface XML names, as `kind name`.
-fn members(xml: &str, interface: &str) -> Vec<String> {
-    let start = xml
-        .find(&format!("<interface name=\"{interface}\""))
-        .unwrap_or_else(|| panic!("{interface} missing"));
-    let end = xml[start..]
-        .find("</interface>")
-        .map(|e| start + e)
-        .expect("interface end");
-    let body = &xml[start..end];
-    let mut out = Vec::new();
-    for kind in ["method", "signal", "property"] {
-        let tag = format!("<{kind} name=\"");
-        let mut rest = body;
-        while let Some(i) = rest.find(&tag) {
-            rest = &rest[i + tag.len()..];
-            let name = &rest[..rest.find('"').expect("quote")];
-            out.push(format!("{kind} {name}"));
-        }
-    }
-    out.sort();
-    out
-}
-
 #[test]
 fn the_running_service_has_exactly_the_members_of_the_interface_xml() {
     let host = SimulatedGpuHost::start();
@@ -421,12 +397,12 @@ fn the_running_service_has_exactly_the_members_of_the_interface_xml() {
                 .expect("introspectable");
             let live = intro.introspect().await.expect("Introspect");
             assert!(
-                members(&golden, iface).len() >= 3,
+                enginekit_integration::interface_xml::shape_of(&golden, iface).len() >= 3,
                 "the XML names the members of {iface}"
             );
             assert_eq!(
-                members(&live, iface),
-                members(&golden, iface),
+                enginekit_integration::interface_xml::shape_of(&live, iface),
+                enginekit_integration::interface_xml::shape_of(&golden, iface),
                 "{iface} at {path} differs from dbus/org.enginekit.Broker1.xml"
             );
         }

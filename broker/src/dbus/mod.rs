@@ -11,6 +11,7 @@ pub mod api;
 pub mod error;
 pub mod operation;
 pub mod session;
+pub mod specimen;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,18 +64,21 @@ fn json_text(value: &serde_json::Value) -> Result<String, BrokerError> {
 #[zbus::interface(name = "org.enginekit.Broker1")]
 impl BrokerObject {
     /// The host facts as JSON.
+    #[zbus(out_args("facts"))]
     async fn probe(&self) -> Result<String, BrokerError> {
         let _call = self.api.call_started();
         json_text(&self.api.probe().await?)
     }
 
     /// The plan for `engine` as JSON; its `plan_digest` is what `Setup` takes as consent.
+    #[zbus(out_args("plan"))]
     async fn plan(&self, engine_id: &str) -> Result<String, BrokerError> {
         let _call = self.api.call_started();
         json_text(&self.api.plan(engine(engine_id)?).await?)
     }
 
     /// Start (or pick up) a setup under the consent of `plan_digest`.
+    #[zbus(out_args("operation"))]
     async fn setup(
         &self,
         engine_id: &str,
@@ -90,6 +94,7 @@ impl BrokerObject {
     }
 
     /// Remove an engine: what its setup added, never Docker, the toolkit, groups or repositories.
+    #[zbus(out_args("operation"))]
     async fn remove(
         &self,
         engine_id: &str,
@@ -104,19 +109,23 @@ impl BrokerObject {
     }
 
     /// What is wrong after setup, as JSON: `{verdict, findings: [{code, severity, message,
-    /// remedy}]}` (the same as `enginekit doctor --json`).
+    /// remedy}]}` (what `enginekit doctor` prints in JSON; zbus copies this text
+    /// into an XML comment of the introspection, where a double hyphen is not allowed).
+    #[zbus(out_args("findings"))]
     async fn doctor(&self) -> Result<String, BrokerError> {
         let _call = self.api.call_started();
         json_text(&self.api.doctor().await?)
     }
 
     /// The installation records as a JSON array.
+    #[zbus(out_args("installations"))]
     async fn installations(&self) -> Result<String, BrokerError> {
         let _call = self.api.call_started();
         json_text(&self.api.installations()?)
     }
 
     /// Every operation object this service knows.
+    #[zbus(out_args("operations"))]
     async fn operations(
         &self,
         #[zbus(object_server)] server: &zbus::ObjectServer,
@@ -132,6 +141,7 @@ impl BrokerObject {
     /// Load a model folder on an installed engine. `options`: `name` (s), `context` (u),
     /// `gpu` (s), `port` (u), `timeout` (u). Refusals that need no Docker call come back as
     /// errors; the load goes on in the returned session object.
+    #[zbus(out_args("session"))]
     async fn load(
         &self,
         engine_id: &str,
@@ -150,6 +160,7 @@ impl BrokerObject {
     }
 
     /// The sessions this service is loading or running.
+    #[zbus(out_args("sessions"))]
     async fn sessions(&self) -> Result<Vec<OwnedObjectPath>, BrokerError> {
         let _call = self.api.call_started();
         Ok(self.engines()?.paths())
