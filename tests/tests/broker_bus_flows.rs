@@ -14,7 +14,7 @@ mod setup_support;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use broker_bus_support::{broker, op_proxy, signals, NAME, OP_IFACE, PATH};
+use broker_bus_support::{broker, op_proxy, signals, Notifications, NAME, OP_IFACE, PATH};
 use futures_util::StreamExt;
 use serde_json::Value;
 use setup_support::*;
@@ -451,5 +451,54 @@ fn a_cancel_over_the_bus_leaves_either_a_committed_engine_or_nothing_of_it() {
         let () = op.call("Cancel", &()).await.expect("Cancel again");
         let after: u64 = op.get_property("Revision").await.expect("Revision");
         assert_eq!(rev, after, "a cancel of a finished operation is a no-op");
+    });
+}
+
+#[test]
+fn a_setup_that_finishes_after_its_app_left_sends_a_desktop_notification() {
+    let host = SimulatedGpuHost::start();
+    let bus = SessionBus::start(&host);
+    runtime().block_on(async {
+        let (notifications, _server) = Notifications::serve(Some(&bus.address)).await;
+        // A watched setup: its app is still on the bus when it is ready, so no notification.
+        let watcher = bus.connect().await;
+        let mut stream = signals(&watcher).await;
+        let shown = plan(&watcher).await;
+        let digest = shown["plan_digest"].as_str().expect("digest").to_owned();
+        let path: zbus::OwnedObjectPath = broker(&watcher)
+            .await
+            .call("Setup", &("vllm", digest.as_str()))
+            .await
+            .expect("Setup");
+        let seen = watch(&mut stream, path.as_str(), &["ready", "failed"]).await;
+        assert_eq!(seen.phases.last().map(String::as_str), Some("ready"));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(notifications.seen(), Vec::new(), "the app was watching");
+        let removal: zbus::OwnedObjectPath = broker(&watcher)
+            .await
+            .call("Remove", &("vllm", true))
+            .await
+            .expect("Remove");
+        watch(&mut stream, removal.as_str(), &["removed", "failed"]).await;
+
+        // The app asks for the setup and is closed at once; the pull goes on without it.
+        let app = bus.connect().await;
+        let shown = plan(&app).await;
+        let digest = shown["plan_digest"].as_str().expect("digest").to_owned();
+        let path: zbus::OwnedObjectPath = broker(&app)
+            .await
+            .call("Setup", &("vllm", digest.as_str()))
+            .await
+            .expect("Setup");
+        drop(app);
+        let (summary, body) = notifications
+            .wait_for("vllm is ready", 120)
+            .await
+            .unwrap_or_else(|| panic!("no notification; seen {:?}", notifications.seen()));
+        assert!(body.contains("load a model"), "{summary}: {body}");
+        let op = op_proxy(&watcher, path.as_str()).await;
+        let phase: String = op.get_property("Phase").await.expect("Phase");
+        assert_eq!(phase, "ready");
+        assert_eq!(notifications.seen().len(), 1, "{:?}", notifications.seen());
     });
 }

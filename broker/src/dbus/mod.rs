@@ -9,6 +9,7 @@
 
 pub mod api;
 pub mod error;
+pub mod notify;
 pub mod operation;
 pub mod session;
 pub mod specimen;
@@ -34,6 +35,8 @@ pub struct BrokerObject {
     api: Arc<dyn BrokerApi>,
     /// `None` when the engine runtime could not be opened (no state or data folder).
     engines: Option<Arc<session::Engines>>,
+    /// Who started which setup, for the desktop notifications.
+    watchers: Arc<notify::Watchers>,
 }
 
 impl std::fmt::Debug for BrokerObject {
@@ -84,10 +87,15 @@ impl BrokerObject {
         engine_id: &str,
         plan_digest: &str,
         #[zbus(object_server)] server: &zbus::ObjectServer,
+        #[zbus(header)] header: zbus::message::Header<'_>,
     ) -> Result<OwnedObjectPath, BrokerError> {
         let _call = self.api.call_started();
         let digest = DigestText::parse(plan_digest)?;
         let op = self.api.begin_setup(engine(engine_id)?, digest)?;
+        if let Some(sender) = header.sender() {
+            self.watchers
+                .started(&op.operation_id, sender.to_owned().into());
+        }
         let path = operation::export(server, &self.api, &op).await?;
         self.api.spawn_drive(op.operation_id.clone());
         Ok(path)
@@ -176,8 +184,9 @@ impl BrokerObject {
     ) -> zbus::Result<()>;
 }
 
-/// Forward runner events to the bus: properties, `Changed`, `Progress`, `OperationChanged`.
-async fn pump(conn: Connection, api: Arc<dyn BrokerApi>) {
+/// Forward runner events to the bus: properties, `Changed`, `Progress`, `OperationChanged`, and
+/// the desktop notifications they deserve.
+async fn pump(conn: Connection, api: Arc<dyn BrokerApi>, watchers: Arc<notify::Watchers>) {
     let mut events = api.subscribe();
     loop {
         let event = match events.recv().await {
@@ -188,6 +197,7 @@ async fn pump(conn: Connection, api: Arc<dyn BrokerApi>) {
         let server = conn.object_server();
         match event {
             RunnerEvent::Changed { operation } => {
+                notify::operation_changed(&conn, &watchers, &operation);
                 let Ok(path) = operation::export(server, &api, &operation).await else {
                     continue;
                 };
@@ -248,12 +258,14 @@ pub async fn serve_on(
             None
         }
     };
+    let watchers = Arc::new(notify::Watchers::default());
     let conn = builder
         .serve_at(
             OBJECT_PATH,
             BrokerObject {
                 api: api.clone(),
                 engines: engines.clone(),
+                watchers: watchers.clone(),
             },
         )
         .name(BUS_NAME)
@@ -263,7 +275,7 @@ pub async fn serve_on(
     for op in api.operations().unwrap_or_default() {
         let _ = operation::export(conn.object_server(), &api, &op).await;
     }
-    tokio::spawn(pump(conn.clone(), api.clone()));
+    tokio::spawn(pump(conn.clone(), api.clone(), watchers));
     let started = std::time::Instant::now();
     loop {
         let quiet = tokio::time::timeout(idle, conn.monitor_activity())

@@ -31,6 +31,7 @@ pub fn builder(builder: zbus::connection::Builder<'_>) -> zbus::connection::Buil
     let object = BrokerObject {
         api: Arc::new(Refusing::default()),
         engines: None,
+        watchers: Default::default(),
     };
     builder.serve_at(OBJECT_PATH, object)
 }
