@@ -126,6 +126,18 @@ async fn plan(conn: &Connection) -> Value {
     serde_json::from_str(&text).expect("plan JSON")
 }
 
+/// Plan, then Setup under the shown plan's digest: the digest and the operation.
+async fn plan_and_setup(conn: &Connection) -> (String, zbus::OwnedObjectPath) {
+    let shown = plan(conn).await;
+    let digest = shown["plan_digest"].as_str().expect("digest").to_owned();
+    let path = broker(conn)
+        .await
+        .call("Setup", &("vllm", digest.as_str()))
+        .await
+        .expect("Setup");
+    (digest, path)
+}
+
 #[derive(Debug, Default)]
 struct Seen {
     phases: Vec<String>,
@@ -381,13 +393,7 @@ fn the_running_service_has_exactly_the_members_of_the_interface_xml() {
     .expect("xml");
     runtime().block_on(async {
         let conn = bus.connect().await;
-        let shown = plan(&conn).await;
-        let digest = shown["plan_digest"].as_str().expect("digest").to_owned();
-        let op: zbus::OwnedObjectPath = broker(&conn)
-            .await
-            .call("Setup", &("vllm", digest.as_str()))
-            .await
-            .expect("Setup");
+        let (_, op) = plan_and_setup(&conn).await;
         for (path, iface) in [(PATH.to_owned(), NAME), (op.to_string(), OP_IFACE)] {
             let intro = zbus::fdo::IntrospectableProxy::builder(&conn)
                 .destination(NAME)
@@ -416,13 +422,7 @@ fn a_cancel_over_the_bus_leaves_either_a_committed_engine_or_nothing_of_it() {
     runtime().block_on(async {
         let conn = bus.connect().await;
         let mut stream = signals(&conn).await;
-        let shown = plan(&conn).await;
-        let digest = shown["plan_digest"].as_str().expect("digest").to_owned();
-        let path: zbus::OwnedObjectPath = broker(&conn)
-            .await
-            .call("Setup", &("vllm", digest.as_str()))
-            .await
-            .expect("Setup");
+        let (_, path) = plan_and_setup(&conn).await;
         let op = op_proxy(&conn, path.as_str()).await;
         let () = op.call("Cancel", &()).await.expect("Cancel");
         let seen = watch(
@@ -463,13 +463,7 @@ fn a_setup_that_finishes_after_its_app_left_sends_a_desktop_notification() {
         // A watched setup: its app is still on the bus when it is ready, so no notification.
         let watcher = bus.connect().await;
         let mut stream = signals(&watcher).await;
-        let shown = plan(&watcher).await;
-        let digest = shown["plan_digest"].as_str().expect("digest").to_owned();
-        let path: zbus::OwnedObjectPath = broker(&watcher)
-            .await
-            .call("Setup", &("vllm", digest.as_str()))
-            .await
-            .expect("Setup");
+        let (_, path) = plan_and_setup(&watcher).await;
         let seen = watch(&mut stream, path.as_str(), &["ready", "failed"]).await;
         assert_eq!(seen.phases.last().map(String::as_str), Some("ready"));
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -483,13 +477,7 @@ fn a_setup_that_finishes_after_its_app_left_sends_a_desktop_notification() {
 
         // The app asks for the setup and is closed at once; the pull goes on without it.
         let app = bus.connect().await;
-        let shown = plan(&app).await;
-        let digest = shown["plan_digest"].as_str().expect("digest").to_owned();
-        let path: zbus::OwnedObjectPath = broker(&app)
-            .await
-            .call("Setup", &("vllm", digest.as_str()))
-            .await
-            .expect("Setup");
+        let (_, path) = plan_and_setup(&app).await;
         drop(app);
         let (summary, body) = notifications
             .wait_for("vllm is ready", 120)

@@ -719,6 +719,23 @@ impl SessionBus {
     }
 }
 
+impl SessionBus {
+    /// A runtime for a test's bus client.
+    fn runtime(&self) -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+    }
+
+    async fn connect(&self) -> zbus::Connection {
+        zbus::connection::Builder::address(self.address.as_str())
+            .build()
+            .await
+            .expect("connect")
+    }
+}
+
 impl Drop for SessionBus {
     fn drop(&mut self) {
         if std::thread::panicking() {
@@ -741,15 +758,8 @@ fn load_and_unload_over_the_session_bus_with_the_signals_observed() {
     let bus = SessionBus::start(&h);
     let model = h.model("bus-model", r#"{"architectures":["Qwen2ForCausalLM"]}"#);
     let failing = h.model("bus-oom", r#"{"enginekit_standin":"oom"}"#);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        let conn = zbus::connection::Builder::address(bus.address.as_str())
-            .build()
-            .await
-            .expect("connect");
+    bus.runtime().block_on(async {
+        let conn = bus.connect().await;
         let broker = zbus::Proxy::new(
             &conn,
             "org.enginekit.Broker1",
@@ -1160,15 +1170,8 @@ fn the_python_gdbus_example_sets_up_and_loads_a_model_through_the_session_servic
     assert!(again.status.success(), "{}", describe(&again));
     assert!(text.contains("engines installed: vllm"), "{text}");
     assert!(text.contains("plan vllm: supported"), "{text}");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        let conn = zbus::connection::Builder::address(bus.address.as_str())
-            .build()
-            .await
-            .expect("connect");
+    bus.runtime().block_on(async {
+        let conn = bus.connect().await;
         let session =
             zbus::OwnedObjectPath::try_from("/org/enginekit/Broker1/session/py").expect("path");
         conn.call_method(

@@ -51,14 +51,6 @@ fn golden(file: &str, expected: &str) {
     );
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
 /// A served end and a client end of one socket pair; `serve` adds the objects the server end
 /// serves from the start (zbus drops a call that arrives before its object server runs).
 async fn pair(
@@ -199,9 +191,9 @@ async fn helper_live() -> BTreeMap<String, interface_xml::Interface> {
     live
 }
 
-#[test]
-fn each_service_introspects_exactly_its_interface_xml() {
-    let (broker, helper) = runtime().block_on(async { (broker_live().await, helper_live().await) });
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_service_introspects_exactly_its_interface_xml() {
+    let (broker, helper) = (broker_live().await, helper_live().await);
     for (file, live, expected_interfaces) in [(BROKER_XML, broker, 3), (HELPER_XML, helper, 2)] {
         assert_eq!(live.len(), expected_interfaces, "{file}: {:?}", live.keys());
         let doc = parse(file);
