@@ -552,6 +552,7 @@ pub fn first_difference(expected: &str, got: &str) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::expect_used)]
 mod tests {
     use super::*;
 
