@@ -9,6 +9,7 @@
 pub mod bench;
 pub mod dockerd;
 pub mod documents;
+pub mod interface_xml;
 pub mod output;
 pub mod packages;
 pub mod session_host;

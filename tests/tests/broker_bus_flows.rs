@@ -14,7 +14,7 @@ mod setup_support;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use broker_bus_support::{broker, op_proxy, signals, NAME, OP_IFACE, PATH};
+use broker_bus_support::{broker, op_proxy, signals, Notifications, NAME, OP_IFACE, PATH};
 use futures_util::StreamExt;
 use serde_json::Value;
 use setup_support::*;
@@ -124,6 +124,18 @@ async fn plan(conn: &Connection) -> Value {
         .await
         .expect("Plan");
     serde_json::from_str(&text).expect("plan JSON")
+}
+
+/// Plan, then Setup under the shown plan's digest: the digest and the operation.
+async fn plan_and_setup(conn: &Connection) -> (String, zbus::OwnedObjectPath) {
+    let shown = plan(conn).await;
+    let digest = shown["plan_digest"].as_str().expect("digest").to_owned();
+    let path = broker(conn)
+        .await
+        .call("Setup", &("vllm", digest.as_str()))
+        .await
+        .expect("Setup");
+    (digest, path)
 }
 
 #[derive(Debug, Default)]
@@ -371,30 +383,6 @@ fn a_plan_that_changed_before_consent_is_refused_over_the_bus_and_the_new_one_ca
     });
 }
 
-/// Every member the interface XML names, as `kind name`.
-fn members(xml: &str, interface: &str) -> Vec<String> {
-    let start = xml
-        .find(&format!("<interface name=\"{interface}\""))
-        .unwrap_or_else(|| panic!("{interface} missing"));
-    let end = xml[start..]
-        .find("</interface>")
-        .map(|e| start + e)
-        .expect("interface end");
-    let body = &xml[start..end];
-    let mut out = Vec::new();
-    for kind in ["method", "signal", "property"] {
-        let tag = format!("<{kind} name=\"");
-        let mut rest = body;
-        while let Some(i) = rest.find(&tag) {
-            rest = &rest[i + tag.len()..];
-            let name = &rest[..rest.find('"').expect("quote")];
-            out.push(format!("{kind} {name}"));
-        }
-    }
-    out.sort();
-    out
-}
-
 #[test]
 fn the_running_service_has_exactly_the_members_of_the_interface_xml() {
     let host = SimulatedGpuHost::start();
@@ -405,13 +393,7 @@ fn the_running_service_has_exactly_the_members_of_the_interface_xml() {
     .expect("xml");
     runtime().block_on(async {
         let conn = bus.connect().await;
-        let shown = plan(&conn).await;
-        let digest = shown["plan_digest"].as_str().expect("digest").to_owned();
-        let op: zbus::OwnedObjectPath = broker(&conn)
-            .await
-            .call("Setup", &("vllm", digest.as_str()))
-            .await
-            .expect("Setup");
+        let (_, op) = plan_and_setup(&conn).await;
         for (path, iface) in [(PATH.to_owned(), NAME), (op.to_string(), OP_IFACE)] {
             let intro = zbus::fdo::IntrospectableProxy::builder(&conn)
                 .destination(NAME)
@@ -421,12 +403,12 @@ fn the_running_service_has_exactly_the_members_of_the_interface_xml() {
                 .expect("introspectable");
             let live = intro.introspect().await.expect("Introspect");
             assert!(
-                members(&golden, iface).len() >= 3,
+                enginekit_integration::interface_xml::shape_of(&golden, iface).len() >= 3,
                 "the XML names the members of {iface}"
             );
             assert_eq!(
-                members(&live, iface),
-                members(&golden, iface),
+                enginekit_integration::interface_xml::shape_of(&live, iface),
+                enginekit_integration::interface_xml::shape_of(&golden, iface),
                 "{iface} at {path} differs from dbus/org.enginekit.Broker1.xml"
             );
         }
@@ -440,13 +422,7 @@ fn a_cancel_over_the_bus_leaves_either_a_committed_engine_or_nothing_of_it() {
     runtime().block_on(async {
         let conn = bus.connect().await;
         let mut stream = signals(&conn).await;
-        let shown = plan(&conn).await;
-        let digest = shown["plan_digest"].as_str().expect("digest").to_owned();
-        let path: zbus::OwnedObjectPath = broker(&conn)
-            .await
-            .call("Setup", &("vllm", digest.as_str()))
-            .await
-            .expect("Setup");
+        let (_, path) = plan_and_setup(&conn).await;
         let op = op_proxy(&conn, path.as_str()).await;
         let () = op.call("Cancel", &()).await.expect("Cancel");
         let seen = watch(
@@ -475,5 +451,42 @@ fn a_cancel_over_the_bus_leaves_either_a_committed_engine_or_nothing_of_it() {
         let () = op.call("Cancel", &()).await.expect("Cancel again");
         let after: u64 = op.get_property("Revision").await.expect("Revision");
         assert_eq!(rev, after, "a cancel of a finished operation is a no-op");
+    });
+}
+
+#[test]
+fn a_setup_that_finishes_after_its_app_left_sends_a_desktop_notification() {
+    let host = SimulatedGpuHost::start();
+    let bus = SessionBus::start(&host);
+    runtime().block_on(async {
+        let (notifications, _server) = Notifications::serve(Some(&bus.address)).await;
+        // A watched setup: its app is still on the bus when it is ready, so no notification.
+        let watcher = bus.connect().await;
+        let mut stream = signals(&watcher).await;
+        let (_, path) = plan_and_setup(&watcher).await;
+        let seen = watch(&mut stream, path.as_str(), &["ready", "failed"]).await;
+        assert_eq!(seen.phases.last().map(String::as_str), Some("ready"));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(notifications.seen(), Vec::new(), "the app was watching");
+        let removal: zbus::OwnedObjectPath = broker(&watcher)
+            .await
+            .call("Remove", &("vllm", true))
+            .await
+            .expect("Remove");
+        watch(&mut stream, removal.as_str(), &["removed", "failed"]).await;
+
+        // The app asks for the setup and is closed at once; the pull goes on without it.
+        let app = bus.connect().await;
+        let (_, path) = plan_and_setup(&app).await;
+        drop(app);
+        let (summary, body) = notifications
+            .wait_for("vllm is ready", 120)
+            .await
+            .unwrap_or_else(|| panic!("no notification; seen {:?}", notifications.seen()));
+        assert!(body.contains("load a model"), "{summary}: {body}");
+        let op = op_proxy(&watcher, path.as_str()).await;
+        let phase: String = op.get_property("Phase").await.expect("Phase");
+        assert_eq!(phase, "ready");
+        assert_eq!(notifications.seen().len(), 1, "{:?}", notifications.seen());
     });
 }

@@ -36,6 +36,8 @@ fn enginekit_bin() -> PathBuf {
 struct EngineHost {
     host: SimulatedGpuHost,
     netns: String,
+    /// The STAND-IN engine image, by digest.
+    standin: String,
 }
 
 /// A running `enginekit start`, its JSON events read on a thread.
@@ -88,7 +90,24 @@ impl Started {
 }
 
 impl EngineHost {
+    /// A simulated GPU host set up by `enginekit setup` for the STAND-IN engine.
     fn start() -> EngineHost {
+        let me = EngineHost::prepared();
+        let setup = me.run(&["setup", "--engine", "vllm", "--yes", "--json"]);
+        assert!(
+            setup.status.success(),
+            "setup of the STAND-IN engine: {}",
+            describe(&setup)
+        );
+        assert!(
+            me.host.image_present(&me.standin),
+            "setup pulled the STAND-IN engine"
+        );
+        me
+    }
+
+    /// The same host before setup: the descriptor names the STAND-IN engine's image.
+    fn prepared() -> EngineHost {
         let build = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/standin-engine/build");
         let out = Command::new(&build)
             .stdin(Stdio::null())
@@ -115,18 +134,11 @@ impl EngineHost {
         )
         .expect("dockerd pid");
         let netns = format!("--net=/proc/{}/ns/net", pid.trim());
-        let me = EngineHost { host, netns };
-        let setup = me.run(&["setup", "--engine", "vllm", "--yes", "--json"]);
-        assert!(
-            setup.status.success(),
-            "setup of the STAND-IN engine: {}",
-            describe(&setup)
-        );
-        assert!(
-            me.host.image_present(&standin),
-            "setup pulled the STAND-IN engine"
-        );
-        me
+        EngineHost {
+            host,
+            netns,
+            standin,
+        }
     }
 
     /// `enginekit ARGS` in the daemon's network namespace.
@@ -707,6 +719,23 @@ impl SessionBus {
     }
 }
 
+impl SessionBus {
+    /// A runtime for a test's bus client.
+    fn runtime(&self) -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+    }
+
+    async fn connect(&self) -> zbus::Connection {
+        zbus::connection::Builder::address(self.address.as_str())
+            .build()
+            .await
+            .expect("connect")
+    }
+}
+
 impl Drop for SessionBus {
     fn drop(&mut self) {
         if std::thread::panicking() {
@@ -729,15 +758,8 @@ fn load_and_unload_over_the_session_bus_with_the_signals_observed() {
     let bus = SessionBus::start(&h);
     let model = h.model("bus-model", r#"{"architectures":["Qwen2ForCausalLM"]}"#);
     let failing = h.model("bus-oom", r#"{"enginekit_standin":"oom"}"#);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        let conn = zbus::connection::Builder::address(bus.address.as_str())
-            .build()
-            .await
-            .expect("connect");
+    bus.runtime().block_on(async {
+        let conn = bus.connect().await;
         let broker = zbus::Proxy::new(
             &conn,
             "org.enginekit.Broker1",
@@ -840,10 +862,10 @@ fn load_and_unload_over_the_session_bus_with_the_signals_observed() {
             .await
             .expect("Introspect");
         let iface = "org.enginekit.Broker1.Session";
-        assert!(members(&golden, iface).len() >= 6);
+        assert!(enginekit_integration::interface_xml::shape_of(&golden, iface).len() >= 6);
         assert_eq!(
-            members(&live, iface),
-            members(&golden, iface),
+            enginekit_integration::interface_xml::shape_of(&live, iface),
+            enginekit_integration::interface_xml::shape_of(&golden, iface),
             "{iface} differs from the XML"
         );
 
@@ -921,30 +943,6 @@ fn load_and_unload_over_the_session_bus_with_the_signals_observed() {
         assert_eq!(error["code"], "MODEL_LOAD_CANCELLED", "{error}");
         h.assert_nothing_left("after a cancelled bus load");
     });
-}
-
-/// Every member the interface XML names, as `kind name` (as in broker_bus_flows.rs).
-fn members(xml: &str, interface: &str) -> Vec<String> {
-    let start = xml
-        .find(&format!("<interface name=\"{interface}\""))
-        .unwrap_or_else(|| panic!("{interface} missing"));
-    let end = xml[start..]
-        .find("</interface>")
-        .map(|e| start + e)
-        .expect("interface end");
-    let body = &xml[start..end];
-    let mut out = Vec::new();
-    for kind in ["method", "signal", "property"] {
-        let tag = format!("<{kind} name=\"");
-        let mut rest = body;
-        while let Some(i) = rest.find(&tag) {
-            rest = &rest[i + tag.len()..];
-            let name = &rest[..rest.find('"').expect("quote")];
-            out.push(format!("{kind} {name}"));
-        }
-    }
-    out.sort();
-    out
 }
 
 /// Clock ticks per second of /proc/<pid>/stat (USER_HZ; 100 on Linux for every architecture
@@ -1058,4 +1056,133 @@ fn bench_start_to_ready_against_docker_run_and_the_broker_at_rest() {
     assert!(stop.status.success(), "{}", describe(&stop));
     let _ = s.finish(30);
     h.assert_nothing_left("after the benchmark");
+}
+
+/// The example desktop client (examples/python/enginekit_client.py: Python and GLib's GDBus,
+/// no enginekit code) against the real session service: it lists the engines, shows the plan
+/// with its digest, consents, calls Setup with that digest, follows the operation's signals to
+/// ready, loads a model and prints its URL. What it printed is checked line by line, and the
+/// URL really serves the model.
+#[test]
+fn the_python_gdbus_example_sets_up_and_loads_a_model_through_the_session_service() {
+    let h = EngineHost::prepared();
+    let bus = SessionBus::start(&h);
+    let model = h.model("py-model", r#"{"architectures":["Qwen2ForCausalLM"]}"#);
+    let client = bench::workspace_root().join("examples/python/enginekit_client.py");
+    let out = Command::new("timeout")
+        .args(["300", "/usr/bin/python3"])
+        .arg(&client)
+        .args([
+            "--engine",
+            "vllm",
+            "--yes",
+            "--name",
+            "py",
+            "--timeout",
+            "120",
+        ])
+        .arg("--model")
+        .arg(&model)
+        .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
+        .stdin(Stdio::null())
+        .output()
+        .expect("python3");
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "the client failed: {}",
+        describe(&out)
+    );
+    let lines: Vec<&str> = printed.lines().collect();
+    let position = |what: &dyn Fn(&str) -> bool, name: &str| {
+        lines
+            .iter()
+            .position(|l| what(l))
+            .unwrap_or_else(|| panic!("no line {name} in:\n{printed}"))
+    };
+    let listed = position(&|l| l == "engines installed: (none)", "listing no engine");
+    let planned = position(&|l| l == "plan vllm: setup-required", "with the plan");
+    let digest = position(
+        &|l| {
+            l.strip_prefix("digest sha256:")
+                .is_some_and(|hex| hex.len() == 64)
+        },
+        "with the plan digest",
+    );
+    let operation = position(
+        &|l| l.starts_with("operation /org/enginekit/Broker1/operation/op_"),
+        "with the operation",
+    );
+    let pulling = position(
+        &|l| l.starts_with("signal Changed pulling-image "),
+        "with the pulling-image signal",
+    );
+    // The engine image's byte progress (after the GPU-check image's).
+    let bytes = position(
+        &|l| {
+            let mut words = l.split_whitespace();
+            let (Some("signal"), Some("Progress"), Some(count), Some("bytes")) =
+                (words.next(), words.next(), words.next(), words.next())
+            else {
+                return false;
+            };
+            if !l.ends_with("the engine image") {
+                return false;
+            }
+            count.split_once('/').is_some_and(|(done, total)| {
+                done == total && total.parse::<u64>().is_ok_and(|t| t > 0)
+            })
+        },
+        "with byte progress to the end",
+    );
+    let ready = position(&|l| l == "phase ready", "with the phase ready");
+    let url = position(&|l| l.starts_with("url http://127.0.0.1:"), "with the URL");
+    assert!(
+        listed < planned
+            && planned < digest
+            && digest < operation
+            && operation < pulling
+            && pulling < bytes
+            && bytes < ready
+            && ready < url,
+        "out of order:\n{printed}"
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with("signal Changed ready ")),
+        "the ready signal:\n{printed}"
+    );
+    let base = lines[url].trim_start_matches("url ");
+    let models = h.curl(&format!("{base}/models"));
+    let body: Value = serde_json::from_slice(&models.stdout).unwrap_or_default();
+    assert_eq!(body["data"][0]["id"], "py", "{}", describe(&models));
+    assert!(h.host.installation().is_some(), "the installation record");
+
+    // The service owns the session: a second run sees the engine, and Unload ends it.
+    let again = Command::new("timeout")
+        .args(["60", "/usr/bin/python3"])
+        .arg(&client)
+        .args(["--engine", "vllm"])
+        .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
+        .stdin(Stdio::null())
+        .output()
+        .expect("python3");
+    let text = String::from_utf8_lossy(&again.stdout);
+    assert!(again.status.success(), "{}", describe(&again));
+    assert!(text.contains("engines installed: vllm"), "{text}");
+    assert!(text.contains("plan vllm: supported"), "{text}");
+    bus.runtime().block_on(async {
+        let conn = bus.connect().await;
+        let session =
+            zbus::OwnedObjectPath::try_from("/org/enginekit/Broker1/session/py").expect("path");
+        conn.call_method(
+            Some("org.enginekit.Broker1"),
+            "/org/enginekit/Broker1",
+            Some("org.enginekit.Broker1"),
+            "Unload",
+            &(session,),
+        )
+        .await
+        .expect("Unload");
+    });
+    h.assert_nothing_left("after the Python client's session was unloaded");
 }

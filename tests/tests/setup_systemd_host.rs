@@ -611,6 +611,8 @@ struct Watched {
     phase: String,
     error: Value,
     installations: Value,
+    /// The desktop notifications' summaries a test notification server received.
+    notifications: Vec<String>,
 }
 
 /// Follows the operation at `path` through its signals until it settles; reads it back.
@@ -669,6 +671,8 @@ async fn client(mode: &str) -> Watched {
     match mode {
         // Plan, consent with the digest shown, follow the operation.
         "setup" => {
+            // A desktop's notification server on this session bus.
+            let (notifications, _server) = broker_bus_support::Notifications::serve(None).await;
             let plan: String = broker.call("Plan", &("vllm",)).await.expect("Plan");
             let plan: Value = serde_json::from_str(&plan).expect("plan json");
             let digest = plan["plan_digest"].as_str().expect("plan digest");
@@ -676,7 +680,14 @@ async fn client(mode: &str) -> Watched {
                 .call("Setup", &("vllm", digest))
                 .await
                 .expect("Setup");
-            follow(&conn, &mut stream, path.as_str()).await
+            let mut watched = follow(&conn, &mut stream, path.as_str()).await;
+            if watched.phase == "relogin-required" {
+                notifications.wait_for("Sign in again", 10).await;
+            } else {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            watched.notifications = notifications.seen().into_iter().map(|(s, _)| s).collect();
+            watched
         }
         // A new session: the service (activated anew, with this session's groups) picks the
         // waiting operation up by itself when it starts; if it still waits after that, Resume.
@@ -734,6 +745,7 @@ fn session_bus_client() {
         "phase": watched.phase,
         "error": watched.error,
         "installations": watched.installations,
+        "notifications": watched.notifications,
     });
     println!("{RESULT}{report}");
 }
@@ -750,6 +762,11 @@ fn over_the_session_bus_a_refusal_is_declined_and_an_allowed_setup_waits_for_a_n
         "{seen}"
     );
     assert!(seen["changed_signals"].as_u64() > Some(0), "{seen}");
+    assert_eq!(
+        seen["notifications"],
+        json!([]),
+        "a refusal is no news: {seen}"
+    );
     assert!(denied.burnt_nonces().is_empty());
     assert_eq!(denied.installed_version("nvidia-container-toolkit"), None);
     drop(denied);
@@ -770,6 +787,12 @@ fn over_the_session_bus_a_refusal_is_declined_and_an_allowed_setup_waits_for_a_n
         .filter_map(Value::as_str)
         .collect();
     assert!(phases.contains(&"preparing-host"), "{phases:?}");
+    // The desktop said so, once, even to a user whose app was not looking.
+    assert_eq!(
+        seen["notifications"],
+        json!(["Sign in again to finish setting up vllm"]),
+        "{seen}"
+    );
     assert!(host.installed_version("nvidia-container-toolkit").is_some());
     assert_eq!(host.burnt_nonces().len(), 1);
     // The next session (and so a new service instance) carries it through.

@@ -45,7 +45,7 @@ pub trait BrokerApi: Send + Sync + 'static {
 
 /// Held while a bus call runs.
 #[derive(Debug)]
-pub struct CallGuard(Arc<std::sync::atomic::AtomicUsize>);
+pub struct CallGuard(pub(super) Arc<std::sync::atomic::AtomicUsize>);
 
 impl Drop for CallGuard {
     fn drop(&mut self) {

@@ -9,8 +9,10 @@
 
 pub mod api;
 pub mod error;
+pub mod notify;
 pub mod operation;
 pub mod session;
+pub mod specimen;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +35,8 @@ pub struct BrokerObject {
     api: Arc<dyn BrokerApi>,
     /// `None` when the engine runtime could not be opened (no state or data folder).
     engines: Option<Arc<session::Engines>>,
+    /// Who started which setup, for the desktop notifications.
+    watchers: Arc<notify::Watchers>,
 }
 
 impl std::fmt::Debug for BrokerObject {
@@ -63,33 +67,42 @@ fn json_text(value: &serde_json::Value) -> Result<String, BrokerError> {
 #[zbus::interface(name = "org.enginekit.Broker1")]
 impl BrokerObject {
     /// The host facts as JSON.
+    #[zbus(out_args("facts"))]
     async fn probe(&self) -> Result<String, BrokerError> {
         let _call = self.api.call_started();
         json_text(&self.api.probe().await?)
     }
 
     /// The plan for `engine` as JSON; its `plan_digest` is what `Setup` takes as consent.
+    #[zbus(out_args("plan"))]
     async fn plan(&self, engine_id: &str) -> Result<String, BrokerError> {
         let _call = self.api.call_started();
         json_text(&self.api.plan(engine(engine_id)?).await?)
     }
 
     /// Start (or pick up) a setup under the consent of `plan_digest`.
+    #[zbus(out_args("operation"))]
     async fn setup(
         &self,
         engine_id: &str,
         plan_digest: &str,
         #[zbus(object_server)] server: &zbus::ObjectServer,
+        #[zbus(header)] header: zbus::message::Header<'_>,
     ) -> Result<OwnedObjectPath, BrokerError> {
         let _call = self.api.call_started();
         let digest = DigestText::parse(plan_digest)?;
         let op = self.api.begin_setup(engine(engine_id)?, digest)?;
+        if let Some(sender) = header.sender() {
+            self.watchers
+                .started(&op.operation_id, sender.to_owned().into());
+        }
         let path = operation::export(server, &self.api, &op).await?;
         self.api.spawn_drive(op.operation_id.clone());
         Ok(path)
     }
 
     /// Remove an engine: what its setup added, never Docker, the toolkit, groups or repositories.
+    #[zbus(out_args("operation"))]
     async fn remove(
         &self,
         engine_id: &str,
@@ -104,19 +117,23 @@ impl BrokerObject {
     }
 
     /// What is wrong after setup, as JSON: `{verdict, findings: [{code, severity, message,
-    /// remedy}]}` (the same as `enginekit doctor --json`).
+    /// remedy}]}` (what `enginekit doctor` prints in JSON; zbus copies this text
+    /// into an XML comment of the introspection, where a double hyphen is not allowed).
+    #[zbus(out_args("findings"))]
     async fn doctor(&self) -> Result<String, BrokerError> {
         let _call = self.api.call_started();
         json_text(&self.api.doctor().await?)
     }
 
     /// The installation records as a JSON array.
+    #[zbus(out_args("installations"))]
     async fn installations(&self) -> Result<String, BrokerError> {
         let _call = self.api.call_started();
         json_text(&self.api.installations()?)
     }
 
     /// Every operation object this service knows.
+    #[zbus(out_args("operations"))]
     async fn operations(
         &self,
         #[zbus(object_server)] server: &zbus::ObjectServer,
@@ -132,6 +149,7 @@ impl BrokerObject {
     /// Load a model folder on an installed engine. `options`: `name` (s), `context` (u),
     /// `gpu` (s), `port` (u), `timeout` (u). Refusals that need no Docker call come back as
     /// errors; the load goes on in the returned session object.
+    #[zbus(out_args("session"))]
     async fn load(
         &self,
         engine_id: &str,
@@ -150,6 +168,7 @@ impl BrokerObject {
     }
 
     /// The sessions this service is loading or running.
+    #[zbus(out_args("sessions"))]
     async fn sessions(&self) -> Result<Vec<OwnedObjectPath>, BrokerError> {
         let _call = self.api.call_started();
         Ok(self.engines()?.paths())
@@ -165,8 +184,9 @@ impl BrokerObject {
     ) -> zbus::Result<()>;
 }
 
-/// Forward runner events to the bus: properties, `Changed`, `Progress`, `OperationChanged`.
-async fn pump(conn: Connection, api: Arc<dyn BrokerApi>) {
+/// Forward runner events to the bus: properties, `Changed`, `Progress`, `OperationChanged`, and
+/// the desktop notifications they deserve.
+async fn pump(conn: Connection, api: Arc<dyn BrokerApi>, watchers: Arc<notify::Watchers>) {
     let mut events = api.subscribe();
     loop {
         let event = match events.recv().await {
@@ -177,6 +197,7 @@ async fn pump(conn: Connection, api: Arc<dyn BrokerApi>) {
         let server = conn.object_server();
         match event {
             RunnerEvent::Changed { operation } => {
+                notify::operation_changed(&conn, &watchers, &operation);
                 let Ok(path) = operation::export(server, &api, &operation).await else {
                     continue;
                 };
@@ -237,12 +258,14 @@ pub async fn serve_on(
             None
         }
     };
+    let watchers = Arc::new(notify::Watchers::default());
     let conn = builder
         .serve_at(
             OBJECT_PATH,
             BrokerObject {
                 api: api.clone(),
                 engines: engines.clone(),
+                watchers: watchers.clone(),
             },
         )
         .name(BUS_NAME)
@@ -252,7 +275,7 @@ pub async fn serve_on(
     for op in api.operations().unwrap_or_default() {
         let _ = operation::export(conn.object_server(), &api, &op).await;
     }
-    tokio::spawn(pump(conn.clone(), api.clone()));
+    tokio::spawn(pump(conn.clone(), api.clone(), watchers));
     let started = std::time::Instant::now();
     loop {
         let quiet = tokio::time::timeout(idle, conn.monitor_activity())
