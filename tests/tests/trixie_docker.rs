@@ -130,14 +130,23 @@ impl TrixieGpuHost {
         let standins = bench::workspace_root().join("tests/bench/standins");
         self.booted
             .copy(&standins.join("nvidia-smi"), "/usr/bin/nvidia-smi");
-        self.booted
-            .copy(&standins.join("nvidia-ctk"), "/usr/bin/nvidia-ctk");
+        // With the version the repository's build stamps into it (aptrepo/build).
+        let ctk = std::fs::read_to_string(standins.join("nvidia-ctk")).expect("nvidia-ctk");
+        let upstream = repo
+            .toolkit_version
+            .rsplit_once('-')
+            .map_or(repo.toolkit_version.as_str(), |(v, _)| v);
+        self.booted.write(
+            "/usr/bin/nvidia-ctk",
+            ctk.replace("@VERSION@", upstream).as_bytes(),
+            0o755,
+            "root:root",
+        );
         let gpus = std::fs::read(standins.join("gpus/default.csv")).expect("fixture");
         self.booted
             .write("/etc/enginekit-standin/gpus.csv", &gpus, 0o644, "root:root");
         let spec = self.sh(&format!(
-            "chown root:root /usr/bin/nvidia-smi /usr/bin/nvidia-ctk && \
-             chmod 755 /usr/bin/nvidia-smi /usr/bin/nvidia-ctk && \
+            "chown root:root /usr/bin/nvidia-smi && chmod 755 /usr/bin/nvidia-smi && \
              nvidia-ctk cdi generate --output={CDI_SPEC} 2>&1 && head -n 2 {CDI_SPEC}"
         ));
         assert!(
