@@ -630,6 +630,18 @@ pub fn verify_with_armored_key(key_asc: &Path, signed: &Path) -> Result<(), Stri
     )
 }
 
+/// `Ok` when dockerd has `image` (which `script` builds).
+fn image_present(image: &str, script: &str) -> Result<(), String> {
+    let out = Command::new("docker")
+        .args(["image", "inspect", "--format", "{{.Id}}", image])
+        .output()
+        .map_err(|e| format!("could not run docker: {e}"))?;
+    command_ok(
+        &format!("docker image inspect {image} ({script} builds it)"),
+        &out,
+    )
+}
+
 fn command_ok(what: &str, out: &std::process::Output) -> Result<(), String> {
     if out.status.success() {
         Ok(())
@@ -905,16 +917,4 @@ mod tests {
             .bytes()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-'));
     }
-}
-
-/// `Ok` when dockerd has `image` (which `script` builds).
-fn image_present(image: &str, script: &str) -> Result<(), String> {
-    let out = Command::new("docker")
-        .args(["image", "inspect", "--format", "{{.Id}}", image])
-        .output()
-        .map_err(|e| format!("could not run docker: {e}"))?;
-    command_ok(
-        &format!("docker image inspect {image} ({script} builds it)"),
-        &out,
-    )
 }
