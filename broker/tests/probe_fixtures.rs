@@ -348,6 +348,26 @@ fn every_engine_info_parses_through_bollard() {
             root_dir: "/var/lib/docker",
         },
         InfoCase {
+            file: "debian13-docker.io-26.1.5-captured.json",
+            version: "26.1.5+dfsg1",
+            rootless: false,
+            desktop: false,
+            selinux: false,
+            nvidia_runtime: false,
+            cdi_dirs: 0,
+            root_dir: "/var/lib/docker",
+        },
+        InfoCase {
+            file: "debian13-docker.io-26.1.5-containerd-store-cdi-captured.json",
+            version: "26.1.5+dfsg1",
+            rootless: false,
+            desktop: false,
+            selinux: false,
+            nvidia_runtime: false,
+            cdi_dirs: 2,
+            root_dir: "/var/lib/docker",
+        },
+        InfoCase {
             file: "docker-ce-24.0.7-ubuntu22.04.json",
             version: "24.0.7",
             rootless: false,
@@ -465,7 +485,7 @@ fn every_engine_info_parses_through_bollard() {
 }
 
 #[test]
-fn only_docker_29s_fresh_install_keeps_images_in_containerd() {
+fn only_a_daemon_with_the_containerd_snapshotter_keeps_images_in_containerd() {
     for name in fixture_names("docker-info") {
         let raw = parse_info_json(&fixture(&format!("docker-info/{name}"))).unwrap();
         let store = daemon_info_from(&raw, "/var/run/docker.sock", None).image_store;

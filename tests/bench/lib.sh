@@ -103,3 +103,131 @@ start_daemon() {
     [[ -s $pidfile ]] || die "$name did not start; see $logfile"
     cat "$pidfile"
 }
+
+# systemd_images_main SUITE PACKAGES [--quiet] [--force] [--print-name | --print-docker-name]:
+# builds (once) the bench's two systemd-booted images of Debian SUITE (Debian's archive), as
+# described at the top of tests/bench/systemd-image: enginekit-bench/systemd:SUITE-<digest> and
+# enginekit-bench/systemd-docker:SUITE-<digest>, which adds PACKAGES (space-separated: the suite's
+# Docker, python3 for the stand-in toolkit), Docker off at boot and confined to a private network
+# namespace. The tag is a digest of the suite, the packages and the text of this function and its
+# helpers, everything that goes into the images, so a change never meets an old image.
+systemd_images_main() {
+    local suite=$1 packages=$2
+    shift 2
+    local digest tag image docker_image
+    digest=$( {
+        echo "$suite $packages"
+        declare -f systemd_images_main systemd_images_build systemd_images_import
+    } | sha256sum | cut -c1-12)
+    tag=$suite-$digest
+    image=enginekit-bench/systemd:$tag
+    docker_image=enginekit-bench/systemd-docker:$tag
+
+    local quiet=0 force=0 a
+    for a in "$@"; do
+        case $a in
+        --quiet) quiet=1 ;;
+        --force) force=1 ;;
+        --print-name)
+            echo "$image"
+            return 0
+            ;;
+        --print-docker-name)
+            echo "$docker_image"
+            return 0
+            ;;
+        *) die "unknown argument $a" ;;
+        esac
+    done
+    [[ $(id -u) == 0 ]] || die "building the systemd image needs root"
+    docker_answers || die "dockerd does not answer on $EK_DOCKER_SOCK (run tests/bench/up first)"
+    mkdir -p "$EK_BENCH_DATA" "$(dirname "$EK_BENCH_LOCK")"
+    exec 8>"$EK_BENCH_LOCK.systemd-$suite"
+    flock -w 900 8 || die "could not take $EK_BENCH_LOCK.systemd-$suite"
+    if ((force == 0)) && docker image inspect "$image" >/dev/null 2>&1 &&
+        docker image inspect "$docker_image" >/dev/null 2>&1; then
+        ((quiet)) || echo "$image and $docker_image are present"
+        return 0
+    fi
+    systemd_images_build "$suite" "$packages" "$image" "$docker_image"
+    ((quiet)) || echo "built $image and $docker_image"
+}
+
+# systemd_images_build SUITE PACKAGES IMAGE DOCKER_IMAGE (called by systemd_images_main, holding
+# fd 8).
+systemd_images_build() {
+    local suite=$1 packages=$2 image=$3 docker_image=$4
+    # ca-certificates: the harness adds the bench CA with update-ca-certificates, so that apt inside
+    # reaches the bench's HTTPS apt repository as a host reaches a vendor's.
+    local include=systemd,systemd-sysv,dbus,dbus-user-session,libpam-systemd,polkitd,ca-certificates
+    local root=$EK_BENCH_DATA/systemd-rootfs-$suite unit
+    rm -rf "$root"
+    log "debootstrap $suite into $root (about two minutes)"
+    debootstrap --variant=minbase --include="$include" "$suite" "$root" http://deb.debian.org/debian \
+        >"$EK_BENCH_DATA/systemd-debootstrap-$suite.log" 2>&1 8>&- ||
+        die "debootstrap failed; see $EK_BENCH_DATA/systemd-debootstrap-$suite.log"
+    # Units that cannot work in a container only make the boot "degraded".
+    for unit in systemd-udevd.service systemd-udevd-control.socket systemd-udevd-kernel.socket \
+        getty@tty1.service console-getty.service systemd-remount-fs.service; do
+        ln -sf /dev/null "$root/etc/systemd/system/$unit"
+    done
+    echo "enginekit-bench-systemd" >"$root/etc/hostname"
+    systemd_images_import "$root" "$image" "enginekit test bench: systemd-booted Debian $suite"
+
+    # The Docker variant: PACKAGES installed in the same rootfs (no service may start in a chroot).
+    log "installing $packages into the rootfs"
+    printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
+    chmod 755 "$root/usr/sbin/policy-rc.d"
+    chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
+        sh -c 'apt-get update -q && apt-get install -y -q --no-install-recommends "$@" && apt-get clean' sh $packages \
+        >"$EK_BENCH_DATA/systemd-docker-apt-$suite.log" 2>&1 8>&- ||
+        die "installing $packages into the rootfs failed; see $EK_BENCH_DATA/systemd-docker-apt-$suite.log"
+    rm -f "$root/usr/sbin/policy-rc.d"
+    # Docker: installed, off at boot, confined to a private network namespace (see the top of
+    # tests/bench/systemd-image).
+    rm -f "$root"/etc/systemd/system/*.wants/docker.service "$root"/etc/systemd/system/*.wants/docker.socket \
+        "$root"/etc/systemd/system/*.wants/containerd.service
+    mkdir -p "$root/etc/docker" "$root/etc/systemd/system/docker.service.d" \
+        "$root/etc/systemd/system/containerd.service.d"
+    printf '{"bridge": "none", "iptables": false, "ip6tables": false}\n' >"$root/etc/docker/daemon.json"
+    # PrivateMounts=no: since systemd 254 PrivateNetwork= implies a mount namespace of each unit's
+    # own, where dockerd's mounts of a container's rootfs (the containerd snapshotter's) would be
+    # invisible to containerd and runc (trixie: 'exec: "sh": executable file not found').
+    printf '%s\n' \
+        '# enginekit bench: containerd (and runc under it) in a private network namespace.' \
+        '[Service]' \
+        'PrivateNetwork=yes' \
+        'PrivateMounts=no' >"$root/etc/systemd/system/containerd.service.d/enginekit-bench-netns.conf"
+    printf '%s\n' \
+        '# enginekit bench: dockerd in containerd'\''s private network namespace, never the host'\''s.' \
+        '[Unit]' \
+        'JoinsNamespaceOf=containerd.service' \
+        'Requires=containerd.service' \
+        'After=containerd.service' \
+        '[Service]' \
+        'PrivateNetwork=yes' \
+        'PrivateMounts=no' >"$root/etc/systemd/system/docker.service.d/enginekit-bench-netns.conf"
+    printf '%s\n' \
+        '[Unit]' \
+        'Description=enginekit bench: 127.0.0.1:5000 inside Docker'\''s namespace, forwarded to the host registry' \
+        'JoinsNamespaceOf=containerd.service' \
+        '[Socket]' \
+        'ListenStream=127.0.0.1:5000' \
+        'PrivateNetwork=yes' >"$root/etc/systemd/system/registry-proxy.socket"
+    printf '%s\n' \
+        '[Unit]' \
+        'Description=enginekit bench: forward to the host registry on 127.0.0.1:5000' \
+        'Requires=registry-proxy.socket' \
+        'After=registry-proxy.socket' \
+        '[Service]' \
+        'ExecStart=/lib/systemd/systemd-socket-proxyd 127.0.0.1:5000' >"$root/etc/systemd/system/registry-proxy.service"
+    systemd_images_import "$root" "$docker_image" "enginekit test bench: systemd-booted Debian $suite with docker.io"
+    rm -rf "$root"
+}
+
+# systemd_images_import ROOT IMAGE MESSAGE: the rootfs at ROOT as IMAGE, booting /sbin/init.
+systemd_images_import() {
+    tar --numeric-owner -C "$1" -c . |
+        docker import --change 'CMD ["/sbin/init"]' --change 'ENV container=docker' \
+            --message "$3" - "$2" >/dev/null
+}

@@ -42,6 +42,9 @@ pub enum Service {
     AptRepo,
     /// The systemd-booted container image (`tests/bench/systemd-image`; see [`systemd_image`]).
     SystemdImage,
+    /// The Debian trixie variant with trixie's docker.io, Docker 26
+    /// (`tests/bench/systemd-image-trixie`; see [`systemd_trixie_docker_image`]).
+    SystemdTrixieImage,
     /// The STAND-IN of Docker's apt repository (`tests/bench/dockerrepo/build`), laid out and
     /// signed like download.docker.com, served by the same HTTPS server as [`Service::AptRepo`].
     DockerRepo,
@@ -52,7 +55,7 @@ pub enum Service {
 /// changed script never meets an old image.
 pub fn systemd_image() -> String {
     static NAME: OnceLock<String> = OnceLock::new();
-    NAME.get_or_init(|| image_name_from_script("--print-name"))
+    NAME.get_or_init(|| image_name_from_script(BOOKWORM_SCRIPT, "--print-name"))
         .clone()
 }
 
@@ -60,12 +63,25 @@ pub fn systemd_image() -> String {
 /// namespace; see `tests/bench/systemd-image` and [`crate::systemd::INNER_DOCKER_FLAGS`]).
 pub fn systemd_docker_image() -> String {
     static NAME: OnceLock<String> = OnceLock::new();
-    NAME.get_or_init(|| image_name_from_script("--print-docker-name"))
+    NAME.get_or_init(|| image_name_from_script(BOOKWORM_SCRIPT, "--print-docker-name"))
         .clone()
 }
 
-fn image_name_from_script(flag: &str) -> String {
-    let script = workspace_root().join("tests/bench/systemd-image");
+/// The docker variant of the Debian trixie image: [`systemd_docker_image`]'s confinement with
+/// trixie's docker.io (Docker 26.1, Engine API 1.45: the containerd image store and CDI, both off
+/// until a test's daemon.json turns them on); see `tests/bench/systemd-image-trixie`.
+pub fn systemd_trixie_docker_image() -> String {
+    static NAME: OnceLock<String> = OnceLock::new();
+    NAME.get_or_init(|| image_name_from_script(TRIXIE_SCRIPT, "--print-docker-name"))
+        .clone()
+}
+
+/// The scripts that build the systemd images, relative to the workspace root.
+const BOOKWORM_SCRIPT: &str = "tests/bench/systemd-image";
+const TRIXIE_SCRIPT: &str = "tests/bench/systemd-image-trixie";
+
+fn image_name_from_script(script: &str, flag: &str) -> String {
+    let script = workspace_root().join(script);
     let out = Command::new(&script)
         .arg(flag)
         .output()
@@ -235,7 +251,9 @@ impl BenchEnv {
             Service::Docker => "EK_DOCKER_LOG",
             Service::Registry => "EK_REGISTRY_LOG",
             Service::AptRepo | Service::DockerRepo => "EK_APTREPO_HTTPS_LOG",
-            Service::TestUser | Service::SystemdImage => "EK_BENCH_RUN",
+            Service::TestUser | Service::SystemdImage | Service::SystemdTrixieImage => {
+                "EK_BENCH_RUN"
+            }
         };
         self.var(key).unwrap_or("(unknown)").to_string()
     }
@@ -365,8 +383,14 @@ pub fn require(services: &[Service]) -> BenchEnv {
     };
     if services.contains(&Service::SystemdImage) {
         static SYSTEMD: OnceLock<Result<(), String>> = OnceLock::new();
-        if let Err(e) = SYSTEMD.get_or_init(build_systemd_image) {
+        if let Err(e) = SYSTEMD.get_or_init(|| build_systemd_image(BOOKWORM_SCRIPT)) {
             panic!("the bench's systemd image could not be built: {e}");
+        }
+    }
+    if services.contains(&Service::SystemdTrixieImage) {
+        static TRIXIE: OnceLock<Result<(), String>> = OnceLock::new();
+        if let Err(e) = TRIXIE.get_or_init(|| build_systemd_image(TRIXIE_SCRIPT)) {
+            panic!("the bench's trixie systemd image could not be built: {e}");
         }
     }
     for &service in services {
@@ -403,11 +427,11 @@ fn bring_up() -> Result<(), String> {
     }
 }
 
-fn build_systemd_image() -> Result<(), String> {
+fn build_systemd_image(script: &str) -> Result<(), String> {
     if std::env::var("EK_BENCH_UP").as_deref() == Ok("1") {
         return Ok(());
     }
-    let script = workspace_root().join("tests/bench/systemd-image");
+    let script = workspace_root().join(script);
     let out = Command::new(&script)
         .arg("--quiet")
         .stdin(Stdio::null())
@@ -541,17 +565,11 @@ fn check(env: &BenchEnv, service: Service) -> Result<(), String> {
         }
         Service::SystemdImage => {
             for image in [systemd_image(), systemd_docker_image()] {
-                let out = Command::new("docker")
-                    .args(["image", "inspect", "--format", "{{.Id}}", &image])
-                    .output()
-                    .map_err(|e| format!("could not run docker: {e}"))?;
-                command_ok(
-                    &format!("docker image inspect {image} (tests/bench/systemd-image builds it)"),
-                    &out,
-                )?;
+                image_present(&image, BOOKWORM_SCRIPT)?;
             }
             Ok(())
         }
+        Service::SystemdTrixieImage => image_present(&systemd_trixie_docker_image(), TRIXIE_SCRIPT),
         Service::DockerRepo => {
             let repo = env.docker_repo();
             let in_release = DockerRepo::in_release(&repo.dir, &repo.codename);
@@ -608,6 +626,18 @@ pub fn verify_with_armored_key(key_asc: &Path, signed: &Path) -> Result<(), Stri
     let out = out.map_err(|e| format!("could not run gpgv: {e}"))?;
     command_ok(
         &format!("gpgv of {} with {}", signed.display(), key_asc.display()),
+        &out,
+    )
+}
+
+/// `Ok` when dockerd has `image` (which `script` builds).
+fn image_present(image: &str, script: &str) -> Result<(), String> {
+    let out = Command::new("docker")
+        .args(["image", "inspect", "--format", "{{.Id}}", image])
+        .output()
+        .map_err(|e| format!("could not run docker: {e}"))?;
+    command_ok(
+        &format!("docker image inspect {image} ({script} builds it)"),
         &out,
     )
 }

@@ -119,13 +119,6 @@ impl SessionHost {
         assert!(out.contains("ok"), "polkit restart: {out}");
     }
 
-    /// Makes `sg` unusable (newgrp without its setuid bit), so the session that joins the
-    /// docker group cannot reach the daemon before a new sign-in: the fallback path.
-    pub fn without_sg(&self) {
-        let out = self.sh("chmod u-s /usr/bin/newgrp && stat -c %A /usr/bin/newgrp");
-        assert_eq!(out.trim(), "-rwxr-xr-x", "{out}");
-    }
-
     /// `enginekit ARGS` as the user, in a fresh login session.
     pub fn enginekit(&self, args: &str) -> Output {
         self.booted.sh_as(

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use enginekit_shared::signed::{DocumentKind, SignedDocument, SigningKey};
+
 use crate::bench::{unique_name, AptRepo, Service, SYSTEMD_RUN_FLAGS};
 
 /// Extra `docker run` flags for a container whose own dockerd runs containers and pulls from the
@@ -63,21 +65,79 @@ impl BootedSystemd {
     /// The container trusts the bench CA ([`Self::trust_bench_ca`]), so its apt reaches the
     /// bench's repository at [`AptRepo::url`] as a host reaches a vendor's.
     pub fn boot_with_docker(prefix: &str) -> BootedSystemd {
+        Self::boot_docker_variant(&crate::bench::systemd_docker_image(), prefix, &[], &[])
+    }
+
+    /// [`Self::boot_with_docker`] for any docker variant image (such as
+    /// [`crate::bench::systemd_trixie_docker_image`]), with `extra` `docker run` flags and, before
+    /// Docker first starts, the daemon.json `features` set to `features` (the image's
+    /// confinement keys are kept; see [`Self::set_docker_features`]).
+    pub fn boot_docker_variant(
+        image: &str,
+        prefix: &str,
+        extra: &[&str],
+        features: &[(&str, bool)],
+    ) -> BootedSystemd {
         let root = RemovedOnDrop(Some(tempfile_dir(prefix)));
         let volume = format!("{}:/var/lib/docker", root.path().display());
         let mut flags: Vec<&str> = INNER_DOCKER_FLAGS.to_vec();
         flags.extend_from_slice(&["-v", &volume]);
-        let mut booted = Self::boot_with(&crate::bench::systemd_docker_image(), prefix, &flags);
+        flags.extend_from_slice(extra);
+        let mut booted = Self::boot_with(image, prefix, &flags);
         booted.docker_root = root.keep();
         booted.trust_bench_ca(&crate::bench::require(&[Service::AptRepo]).apt_repo);
+        if !features.is_empty() {
+            booted.set_docker_features(features);
+        }
         let started = booted.sh(
             "systemctl start containerd.service && systemctl start registry-proxy.socket && \
              systemctl start docker.service && echo started",
         );
         assert!(started.contains("started"), "inner docker: {started}");
-        booted.assert_docker_confined();
+        booted.wait_for_docker();
+        booted
+    }
+
+    /// Sets `features.NAME = VALUE` in the inner Docker's /etc/docker/daemon.json for each of
+    /// `features`, keeping every other key (the image's confinement: no bridge, no iptables).
+    /// Docker reads it when it (re)starts: see [`Self::restart_docker`].
+    pub fn set_docker_features(&self, features: &[(&str, bool)]) {
+        let pairs: Vec<String> = features
+            .iter()
+            .map(|(name, on)| format!("{name}={}", if *on { 1 } else { 0 }))
+            .collect();
+        let out = self.sh(&format!(
+            "python3 - {} <<'PY'\n\
+             import json, sys\n\
+             path = '/etc/docker/daemon.json'\n\
+             with open(path) as f: config = json.load(f)\n\
+             for pair in sys.argv[1:]:\n\
+             \x20   name, on = pair.split('=')\n\
+             \x20   config.setdefault('features', {{}})[name] = on == '1'\n\
+             with open(path, 'w') as f: json.dump(config, f)\n\
+             print('ok')\n\
+             PY",
+            pairs.join(" ")
+        ));
+        assert!(
+            out.trim_end().ends_with("ok"),
+            "daemon.json features: {out}"
+        );
+    }
+
+    /// Restarts the inner Docker (`systemctl restart docker`), waits until it answers and checks
+    /// that it is still confined.
+    pub fn restart_docker(&self) {
+        let out = self.sh("systemctl restart docker.service && echo restarted");
+        assert!(out.contains("restarted"), "docker restart: {out}");
+        self.wait_for_docker();
+    }
+
+    /// Waits until the inner dockerd answers, then checks its confinement.
+    fn wait_for_docker(&self) {
+        self.assert_docker_confined();
         let deadline = Instant::now() + BOOT_DEADLINE;
-        while !booted
+        while !self
             .sh("docker info --format '{{.ServerVersion}}' 2>&1")
             .trim()
             .starts_with(|c: char| c.is_ascii_digit())
@@ -85,11 +145,10 @@ impl BootedSystemd {
             assert!(
                 Instant::now() < deadline,
                 "the inner dockerd does not answer: {}",
-                booted.sh("journalctl -u docker --no-pager | tail -n 30")
+                self.sh("journalctl -u docker --no-pager | tail -n 30")
             );
             std::thread::sleep(Duration::from_millis(200));
         }
-        booted
     }
 
     /// Boots the plain bench image (no Docker at all: no docker.io, containerd or runc) on the
@@ -281,6 +340,14 @@ impl BootedSystemd {
         )
     }
 
+    /// Makes `sg` unusable (newgrp without its setuid bit), so the session that joins the
+    /// docker group cannot reach the daemon before a new sign-in: the fallback path
+    /// (docker::group_relay falls back to it when sg cannot start).
+    pub fn without_sg(&self) {
+        let out = self.sh("chmod u-s /usr/bin/newgrp && stat -c %A /usr/bin/newgrp");
+        assert_eq!(out.trim(), "-rwxr-xr-x", "{out}");
+    }
+
     /// Runs `script` with sh inside as `user` in a fresh login session (`su -`, through PAM and
     /// pam_systemd): the groups are read anew from /etc/group, as after signing in again.
     pub fn sh_as(&self, user: &str, script: &str) -> Output {
@@ -309,6 +376,46 @@ impl BootedSystemd {
              chmod 644 /etc/enginekit/helper.conf; echo ok"
         ));
         assert!(setup.trim_end().ends_with("ok"), "package install: {setup}");
+    }
+
+    /// Signs each of `documents` (file name, payload, kind) with a fresh key and installs them
+    /// where the broker run by `user` reads them: `~/.config/enginekit/documents/NAME`, the
+    /// public key as `~/.config/enginekit/keys/KEY_NAME.pub`; with `trusted_by_helper`, the key
+    /// also root-owned in /etc/enginekit/keys.d, the only place the helper trusts it from.
+    pub fn install_signed_documents(
+        &self,
+        user: &str,
+        key_name: &str,
+        documents: Vec<(&str, serde_json::Value, DocumentKind)>,
+        trusted_by_helper: bool,
+    ) {
+        let key = SigningKey::generate().unwrap_or_else(|e| panic!("signing key: {e}"));
+        let public = key.public_key().to_text();
+        let home = format!("/home/{user}/.config/enginekit");
+        let owner = format!("{user}:{user}");
+        self.write(
+            &format!("{home}/keys/{key_name}.pub"),
+            public.as_bytes(),
+            0o644,
+            &owner,
+        );
+        if trusted_by_helper {
+            self.write(
+                &format!("/etc/enginekit/keys.d/{key_name}.pub"),
+                public.as_bytes(),
+                0o644,
+                "root:root",
+            );
+        }
+        for (name, payload, kind) in documents {
+            let doc = SignedDocument::sign(payload, kind, &key)
+                .unwrap_or_else(|e| panic!("signing {name}: {e}"));
+            let text = serde_json::to_vec_pretty(&doc.to_value())
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            self.write(&format!("{home}/documents/{name}"), &text, 0o644, &owner);
+        }
+        let fix = self.sh(&format!("chown -R {owner} /home/{user}/.config && echo ok"));
+        assert!(fix.contains("ok"), "{fix}");
     }
 
     /// Writes `contents` to `path` inside, with `mode`, owned by `owner` (`user:group`).

@@ -38,7 +38,7 @@ use enginekit_integration::bench::{self, BenchEnv, Service};
 use enginekit_integration::documents::{newer_builtin_recipe, vllm_descriptor};
 use enginekit_integration::output::{describe, events, result_of};
 use enginekit_integration::systemd::BootedSystemd;
-use enginekit_shared::signed::{DocumentKind, SignedDocument, SigningKey};
+use enginekit_shared::signed::DocumentKind;
 use serde_json::{json, Value};
 
 const USER: &str = "ekuser";
@@ -109,6 +109,10 @@ impl SystemdGpuHost {
         ]);
         let booted = BootedSystemd::boot_with_docker("ekt-setup-systemd");
         booted.install_package();
+        // These tests walk the sign-in path (the relogin wait, its resume, its notification):
+        // without sg the session that joined the group waits for a new one. The one-session path
+        // through `sg docker` is setup_docker_from_nothing's and docker_group_relay's.
+        booted.without_sg();
         let host = SystemdGpuHost { booted, env };
         host.install_broker_and_standins();
         host.add_user();
@@ -155,39 +159,21 @@ impl SystemdGpuHost {
     /// The signed descriptor and recipe in the user's folder, the key trusted by the user and,
     /// root-owned, by the helper.
     fn install_documents(&self) {
-        let key = SigningKey::generate().expect("key");
-        let public = key.public_key().to_text();
-        let home = format!("/home/{USER}/.config/enginekit");
-        let owner = format!("{USER}:{USER}");
-        self.booted.write(
-            &format!("{home}/keys/{KEY_NAME}.pub"),
-            public.as_bytes(),
-            0o644,
-            &owner,
-        );
-        self.booted.write(
-            &format!("/etc/enginekit/keys.d/{KEY_NAME}.pub"),
-            public.as_bytes(),
-            0o644,
-            "root:root",
-        );
         let descriptor = vllm_descriptor(
             "vllm-bench-systemd",
             1_000_000,
             &self.env.busybox_ref,
             &self.env.gpu_check_ref,
         );
-        for (name, payload, kind) in [
-            ("vllm.json", descriptor, DocumentKind::EngineDescriptor),
-            ("recipe.json", bench_recipe(&self.env), DocumentKind::Recipe),
-        ] {
-            let doc = SignedDocument::sign(payload, kind, &key).expect("sign");
-            let text = serde_json::to_vec_pretty(&doc.to_value()).expect("json");
-            self.booted
-                .write(&format!("{home}/documents/{name}"), &text, 0o644, &owner);
-        }
-        let fix = self.sh(&format!("chown -R {owner} /home/{USER}/.config && echo ok"));
-        assert!(fix.contains("ok"), "{fix}");
+        self.booted.install_signed_documents(
+            USER,
+            KEY_NAME,
+            vec![
+                ("vllm.json", descriptor, DocumentKind::EngineDescriptor),
+                ("recipe.json", bench_recipe(&self.env), DocumentKind::Recipe),
+            ],
+            true,
+        );
     }
 
     fn install_polkit_rule(&self, answer: Polkit) {

@@ -41,6 +41,13 @@ pub struct ToolkitFacts {
 pub enum GpuCheckFailure {
     /// dockerd has no driver for GPU requests: toolkit missing or Docker not restarted.
     NoDeviceDriver,
+    /// The card was asked for through CDI, and dockerd has CDI off (Docker 25 to 27 without
+    /// `"features": {"cdi": true}`: `could not select device driver "cdi"`).
+    CdiDisabled,
+    /// dockerd has CDI on and could not apply a spec for the card: none in its CDI directories
+    /// names it (`unresolvable CDI devices …`), or the spec names device nodes that are gone
+    /// (`failed to stat CDI host device …`, a spec left from another driver or card).
+    CdiInjectionFailed,
     /// The NVIDIA runtime hook failed while creating the container.
     RuntimeFailed,
     /// nvidia-smi ran and exited non-zero.
@@ -55,6 +62,8 @@ impl GpuCheckFailure {
     pub fn as_str(self) -> &'static str {
         match self {
             GpuCheckFailure::NoDeviceDriver => "no_device_driver",
+            GpuCheckFailure::CdiDisabled => "cdi_disabled",
+            GpuCheckFailure::CdiInjectionFailed => "cdi_injection_failed",
             GpuCheckFailure::RuntimeFailed => "runtime_failed",
             GpuCheckFailure::CommandFailed => "command_failed",
             GpuCheckFailure::NotListed => "not_listed",
@@ -65,6 +74,8 @@ impl GpuCheckFailure {
     fn summary(self) -> &'static str {
         match self {
             GpuCheckFailure::NoDeviceDriver => "Docker has no GPU device driver: the NVIDIA Container Toolkit is not installed or not configured, or Docker was not restarted after configuring it",
+            GpuCheckFailure::CdiDisabled => "the GPU was asked for through CDI and Docker has CDI turned off: add \"features\": {\"cdi\": true} to /etc/docker/daemon.json and restart Docker",
+            GpuCheckFailure::CdiInjectionFailed => "Docker could not apply the CDI specification for this GPU (no spec names it, or the spec names devices that do not exist): regenerate it (sudo nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml)",
             GpuCheckFailure::RuntimeFailed => "the NVIDIA Container Toolkit did not pass it through (the container runtime failed to set up the GPU)",
             GpuCheckFailure::CommandFailed => "nvidia-smi failed inside the container",
             GpuCheckFailure::NotListed => "nvidia-smi inside the container did not list this GPU",
@@ -95,11 +106,17 @@ pub struct GpuCheckRun {
 pub fn judge(gpu: &GpuUuid, run: &GpuCheckRun, facts: &ToolkitFacts) -> Result<GpuCheckPass> {
     let failure = if let Some(error) = &run.start_error {
         let lower = error.to_ascii_lowercase();
-        Some(if lower.contains("could not select device driver") {
-            GpuCheckFailure::NoDeviceDriver
-        } else {
-            GpuCheckFailure::RuntimeFailed
-        })
+        Some(
+            if lower.contains("could not select device driver \"cdi\"") {
+                GpuCheckFailure::CdiDisabled
+            } else if lower.contains("could not select device driver") {
+                GpuCheckFailure::NoDeviceDriver
+            } else if lower.contains("cdi device injection failed") {
+                GpuCheckFailure::CdiInjectionFailed
+            } else {
+                GpuCheckFailure::RuntimeFailed
+            },
+        )
     } else if run.timed_out {
         Some(GpuCheckFailure::TimedOut)
     } else if run.exit_code != Some(0) {
@@ -323,6 +340,39 @@ mod tests {
             panic!()
         };
         assert!(details.contains("cause=runtime_failed"));
+    }
+
+    #[test]
+    fn a_cdi_request_to_a_daemon_without_cdi_or_without_the_card_says_so() {
+        // The messages recorded from trixie's docker.io 26.1.5 on the bench (tests/tests/
+        // trixie_docker.rs shows the first two live): a CDI request with CDI off; with CDI on, a
+        // name no spec lists; a spec whose device node does not exist.
+        let cause = |error: &str| {
+            let run = GpuCheckRun {
+                start_error: Some(error.to_owned()),
+                ..Default::default()
+            };
+            let err = judge(&gpu(), &run, &ToolkitFacts::default()).unwrap_err();
+            let DockerError::GpuNotVisible {
+                summary, details, ..
+            } = err
+            else {
+                panic!()
+            };
+            (summary, details)
+        };
+        let (summary, details) =
+            cause("could not select device driver \"cdi\" with capabilities: []");
+        assert!(details.contains("cause=cdi_disabled"), "{details}");
+        assert!(summary.contains("\"cdi\": true"), "{summary}");
+        for error in [
+            "CDI device injection failed: unresolvable CDI devices nvidia.com/gpu=1",
+            "CDI device injection failed: failed to inject devices: failed to stat CDI host device \"/dev/nvidiactl\": no such file or directory",
+        ] {
+            let (summary, details) = cause(error);
+            assert!(details.contains("cause=cdi_injection_failed"), "{details}");
+            assert!(summary.contains("nvidia-ctk cdi generate"), "{summary}");
+        }
     }
 
     #[test]

@@ -332,19 +332,18 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
         Ok(Some(next))
     }
 
+    /// Ticks for the operation's events, at most one per [`PROGRESS_INTERVAL`] ([`tick_due`]).
     fn progress_sink(&self, op: &Operation) -> ProgressSink {
         let events = self.events.clone();
         let id = op.operation_id.clone();
         let phase = op.phase;
-        let last = Mutex::new(None::<Instant>);
+        let last = Mutex::new(None::<(Instant, String)>);
         Arc::new(move |tick: ProgressTick| {
-            let done = tick.total.is_some() && tick.completed == tick.total;
             if let Ok(mut last) = last.lock() {
-                let due = last.is_none_or(|at| at.elapsed() >= PROGRESS_INTERVAL);
-                if !(due || done) {
+                if !tick_due(last.as_ref(), &tick) {
                     return;
                 }
-                *last = Some(Instant::now());
+                *last = Some((Instant::now(), tick.label.clone()));
             }
             let _ = events.send(RunnerEvent::Progress {
                 operation_id: id.clone(),
@@ -604,6 +603,18 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
             self.announce(&next);
         }
         Ok(true)
+    }
+}
+
+/// Whether a tick goes out after `last` (when and with which label the last one went): the
+/// first, a finished one, one that starts a new stage (a new label, such as "Checking … inside a
+/// container (through CDI)" right after the check image's download, which the user must see),
+/// or one [`PROGRESS_INTERVAL`] after the last.
+fn tick_due(last: Option<&(Instant, String)>, tick: &ProgressTick) -> bool {
+    let done = tick.total.is_some() && tick.completed == tick.total;
+    match last {
+        None => true,
+        Some((at, label)) => done || *label != tick.label || at.elapsed() >= PROGRESS_INTERVAL,
     }
 }
 

@@ -487,3 +487,26 @@ async fn a_cancel_while_waiting_for_consent_ends_cancelled() {
     assert_eq!(done.phase, Phase::Cancelled);
     assert_eq!(h.total_runs(), 0);
 }
+
+#[test]
+fn a_tick_that_starts_a_new_stage_is_never_throttled() {
+    let tick = |label: &str, completed: Option<u64>| ProgressTick {
+        label: label.into(),
+        completed,
+        total: Some(10),
+        unit: "bytes",
+    };
+    let just_now = (Instant::now(), "Downloading".to_owned());
+    assert!(tick_due(None, &tick("Downloading", Some(1))));
+    assert!(!tick_due(Some(&just_now), &tick("Downloading", Some(2))));
+    assert!(tick_due(Some(&just_now), &tick("Downloading", Some(10))));
+    assert!(tick_due(
+        Some(&just_now),
+        &tick("Checking the GPU inside a container (through CDI)", None)
+    ));
+    let earlier = (
+        Instant::now() - PROGRESS_INTERVAL - Duration::from_millis(1),
+        "Downloading".to_owned(),
+    );
+    assert!(tick_due(Some(&earlier), &tick("Downloading", Some(3))));
+}
