@@ -298,15 +298,7 @@ fn sandbox(query: &RepositoryQuery) -> std::io::Result<PathBuf> {
 }
 
 fn cache_root() -> Option<PathBuf> {
-    std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .map(PathBuf::from)
-                .filter(|p| p.is_absolute())
-                .map(|h| h.join(".cache"))
-        })
+    crate::documents::store::xdg_dir("XDG_CACHE_HOME", ".cache")
         .map(|c| c.join("enginekit/repository-check"))
 }
 

@@ -345,6 +345,42 @@ fn through(proxy: &RegistryProxy, pushed: &PushedImage) -> ImageRef {
     ImageRef::parse(&format!("{}/{path}", proxy.address())).unwrap()
 }
 
+/// An image of random `layers` pushed to the bench registry, reached through a proxy that breaks
+/// down as `fault` says.
+async fn behind_a_faulty_proxy(
+    what: &str,
+    layers: &[usize],
+    fault: ProxyFault,
+) -> (bollard::Docker, RegistryProxy, ImageRef, Docker) {
+    let api = require_services().await;
+    let pushed = pushed_random_image(&api, what, layers).await;
+    let proxy = RegistryProxy::start_faulty(2 << 20, fault).await;
+    let image = through(&proxy, &pushed);
+    let docker = Docker::connect(SOCKET).await.unwrap();
+    (api, proxy, image, docker)
+}
+
+/// Pulls, keeping every progress report.
+async fn pull_seen(
+    docker: &Docker,
+    image: &ImageRef,
+    options: &PullOptions,
+) -> (
+    Result<enginekit_broker::docker::PullOutcome, DockerError>,
+    Vec<ProgressSnapshot>,
+) {
+    let mut seen = Vec::new();
+    let result = docker
+        .pull(
+            image,
+            options,
+            &mut |p| seen.push(p),
+            &CancellationToken::new(),
+        )
+        .await;
+    (result, seen)
+}
+
 fn quick_retries(max_attempts: u32) -> PullOptions {
     PullOptions {
         stall_timeout: Duration::from_secs(60),
@@ -359,30 +395,18 @@ fn quick_retries(max_attempts: u32) -> PullOptions {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pull_cut_half_way_by_a_throttling_registry_is_retried_to_the_end_without_going_back() {
-    let api = require_services().await;
     // Two small layers finish first; the large one is cut at about a third.
-    let pushed = pushed_random_image(&api, "retry", &[1 << 20, 1 << 20, 6 << 20]).await;
-    let proxy = RegistryProxy::start_faulty(
-        2 << 20,
+    let (api, proxy, image, docker) = behind_a_faulty_proxy(
+        "retry",
+        &[1 << 20, 1 << 20, 6 << 20],
         ProxyFault {
             cut_after: 4 << 20,
             until_next_pull: true,
         },
     )
     .await;
-    let image = through(&proxy, &pushed);
-    let docker = Docker::connect(SOCKET).await.unwrap();
-
-    let mut seen = Vec::new();
-    let outcome = docker
-        .pull(
-            &image,
-            &quick_retries(3),
-            &mut |p| seen.push(p),
-            &CancellationToken::new(),
-        )
-        .await
-        .unwrap();
+    let (outcome, seen) = pull_seen(&docker, &image, &quick_retries(3)).await;
+    let outcome = outcome.unwrap();
 
     assert_eq!(
         proxy.cuts.load(Ordering::SeqCst),
@@ -408,29 +432,17 @@ async fn a_pull_cut_half_way_by_a_throttling_registry_is_retried_to_the_end_with
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_registry_that_stays_busy_fails_when_the_attempts_are_spent_and_leaves_nothing() {
-    let api = require_services().await;
-    let pushed = pushed_random_image(&api, "busy", &[3 << 20]).await;
-    let proxy = RegistryProxy::start_faulty(
-        2 << 20,
+    let (_api, proxy, image, docker) = behind_a_faulty_proxy(
+        "busy",
+        &[3 << 20],
         ProxyFault {
             cut_after: 1 << 20,
             until_next_pull: false,
         },
     )
     .await;
-    let image = through(&proxy, &pushed);
-    let docker = Docker::connect(SOCKET).await.unwrap();
-
-    let mut seen = Vec::new();
-    let err = docker
-        .pull(
-            &image,
-            &quick_retries(3),
-            &mut |p| seen.push(p),
-            &CancellationToken::new(),
-        )
-        .await
-        .unwrap_err();
+    let (result, seen) = pull_seen(&docker, &image, &quick_retries(3)).await;
+    let err = result.unwrap_err();
     assert!(matches!(err, DockerError::RegistryBusy { .. }), "{err:?}");
     assert_eq!(err.kind(), "docker.pull.registry_busy");
     assert_monotonic(&seen);
@@ -448,20 +460,17 @@ async fn a_registry_that_stays_busy_fails_when_the_attempts_are_spent_and_leaves
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_during_the_pause_between_attempts_stops_at_once() {
-    let api = require_services().await;
-    let pushed = pushed_random_image(&api, "pause", &[256 << 10]).await;
     // Busy from the start: the first attempt fails at its manifest, and a 429 is always worth
     // another attempt, after the pause.
-    let proxy = RegistryProxy::start_faulty(
-        2 << 20,
+    let (_api, proxy, image, docker) = behind_a_faulty_proxy(
+        "pause",
+        &[256 << 10],
         ProxyFault {
             cut_after: 0,
             until_next_pull: false,
         },
     )
     .await;
-    let image = through(&proxy, &pushed);
-    let docker = Docker::connect(SOCKET).await.unwrap();
     let options = PullOptions {
         retry: RetryPolicy {
             max_attempts: 5,

@@ -51,7 +51,8 @@ pub struct DocumentSources {
     pub now: OffsetDateTime,
 }
 
-fn xdg_dir(var: &str, fallback: &str) -> Option<PathBuf> {
+/// `$VAR` when it is an absolute path, else `$HOME/FALLBACK` (the XDG base directories).
+pub fn xdg_dir(var: &str, fallback: &str) -> Option<PathBuf> {
     std::env::var_os(var)
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())

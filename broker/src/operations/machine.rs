@@ -52,16 +52,7 @@ fn resource_of(image: &ImageRef) -> String {
 
 /// The data folder for caches and models: `$XDG_DATA_HOME/enginekit`, else `~/.local/share/enginekit`.
 pub fn default_data_root() -> Option<PathBuf> {
-    std::env::var_os("XDG_DATA_HOME")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .map(|p| p.join("enginekit"))
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .map(PathBuf::from)
-                .filter(|p| p.is_absolute())
-                .map(|h| h.join(".local/share/enginekit"))
-        })
+    crate::documents::store::xdg_dir("XDG_DATA_HOME", ".local/share").map(|d| d.join("enginekit"))
 }
 
 /// A plan with what was needed to make it.
