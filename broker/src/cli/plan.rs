@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use enginekit_shared::error::{CodedError, ErrorCode};
-use enginekit_shared::wire::plan::{Availability, Blocker, ImageStore, Plan};
+use enginekit_shared::wire::plan::{Availability, Blocker, GpuAccess, ImageStore, Plan};
 
 use super::{EXIT_BLOCKED, EXIT_FAILURE};
 use crate::assess::view::LinuxView;
@@ -392,6 +392,11 @@ pub fn human_report(outcome: &PlanOutcome) -> String {
 
     if let Some(image) = &plan.image {
         let _ = writeln!(out, "\nEngine image: {image}");
+        let by = match plan.gpu_access {
+            GpuAccess::Cdi => "CDI (--device nvidia.com/gpu=<uuid>)",
+            GpuAccess::GpusFlag => "the NVIDIA runtime hook (--gpus device=<uuid>)",
+        };
+        let _ = writeln!(out, "GPU given to containers through {by}");
     }
     if let (Some(download), Some(required)) = (plan.download_bytes, plan.required_disk_bytes) {
         let free = match (plan.free_disk_bytes, plan.docker_root_dir.as_deref()) {
