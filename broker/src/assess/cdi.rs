@@ -113,12 +113,16 @@ pub fn access_of(facts: CdiFacts<'_>, gpu: Option<&str>) -> GpuAccess {
     }
 }
 
-/// The GPU device names the spec lists (`0`, `GPU-…`, `all`).
+/// The GPU device names the specs list (`0`, `GPU-…`, `all`), each once: two spec files naming
+/// the same devices (`/etc/cdi` and `/var/run/cdi`) are not a mismatch.
 fn gpu_names(cdi_devices: &[String]) -> Vec<&str> {
-    cdi_devices
+    let mut names: Vec<&str> = cdi_devices
         .iter()
         .filter_map(|d| d.strip_prefix(GPU_PREFIX))
-        .collect()
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
 }
 
 #[cfg(test)]
@@ -180,6 +184,9 @@ mod tests {
             }
         );
         assert_eq!(state_of(facts(&one, &[], true)), CdiSpec::Absent);
+        // The same spec in two folders lists each device twice: still current.
+        let twice: Vec<String> = current.iter().chain(&current).cloned().collect();
+        assert_eq!(state_of(facts(&one, &twice, true)), CdiSpec::Current);
         assert_eq!(state_of(facts(&[], &current, true)), CdiSpec::Absent);
     }
 
