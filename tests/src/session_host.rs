@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::bench::BenchEnv;
 use crate::documents::DOCKER_PACKAGES;
-use crate::output::describe;
+use crate::output::{describe, result_of};
 use crate::systemd::BootedSystemd;
 
 /// The user who signs in and runs `enginekit`.
@@ -103,20 +103,24 @@ impl SessionHost {
 
     /// A polkit rule allowing the user the helper's action, and polkitd restarted to read it.
     pub fn install_polkit_rule(&self) {
-        let rule = format!(
-            "// enginekit test: the helper's action for {USER}\n\
-             polkit.addRule(function(action, subject) {{\n\
-             \x20   if (action.id == \"org.enginekit.helper.install-container-runtime\" && subject.user == \"{USER}\") return polkit.Result.YES;\n\
-             }});\n"
+        self.booted.install_helper_polkit_rule(USER, "YES");
+    }
+
+    /// A setup in a new sign-in ends ready without the helper running again, and `status`
+    /// says ready.
+    pub fn assert_setup_finishes_without_the_helper(&self) {
+        let out = self.enginekit("setup --engine vllm --yes --json");
+        assert_eq!(
+            result_of(&out)["phase"],
+            "ready",
+            "{}\nhelper journal:\n{}",
+            describe(&out),
+            self.journal()
         );
-        self.booted.write(
-            "/etc/polkit-1/rules.d/10-ekt-setup.rules",
-            rule.as_bytes(),
-            0o644,
-            "root:root",
-        );
-        let out = self.sh("systemctl restart polkit && echo ok");
-        assert!(out.contains("ok"), "polkit restart: {out}");
+        assert_eq!(self.burnt_nonces().len(), 1, "the helper ran once");
+        let status: Value = serde_json::from_slice(&self.enginekit("status --json").stdout)
+            .unwrap_or_else(|e| panic!("status json: {e}"));
+        assert_eq!(status["installations"][0]["status"], "ready", "{status}");
     }
 
     /// `enginekit ARGS` as the user, in a fresh login session.

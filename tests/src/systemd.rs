@@ -340,6 +340,26 @@ impl BootedSystemd {
         )
     }
 
+    /// A polkit rule answering `result` (`YES`, `NO`, `AUTH_ADMIN`, …) for the helper's action
+    /// when `user` asks, then polkitd restarted: it reloads on inotify, a restart makes the rule
+    /// certain before the first call.
+    pub fn install_helper_polkit_rule(&self, user: &str, result: &str) {
+        let rule = format!(
+            "// enginekit test: the helper's action for {user}\n\
+             polkit.addRule(function(action, subject) {{\n\
+             \x20   if (action.id == \"org.enginekit.helper.install-container-runtime\" && subject.user == \"{user}\") return polkit.Result.{result};\n\
+             }});\n"
+        );
+        self.write(
+            "/etc/polkit-1/rules.d/10-ekt-setup.rules",
+            rule.as_bytes(),
+            0o644,
+            "root:root",
+        );
+        let out = self.sh("systemctl restart polkit && echo ok");
+        assert!(out.contains("ok"), "polkit restart: {out}");
+    }
+
     /// Makes `sg` unusable (newgrp without its setuid bit), so the session that joins the
     /// docker group cannot reach the daemon before a new sign-in: the fallback path
     /// (docker::group_relay falls back to it when sg cannot start).

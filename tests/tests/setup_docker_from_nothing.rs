@@ -339,18 +339,7 @@ fn from_no_docker_at_all_setup_adds_dockers_repository_installs_it_and_the_toolk
     assert_eq!(receipt["outcome"], "succeeded", "{receipt}");
 
     // A new sign-in has the group: nothing left to do, ready as it is.
-    let second = host.enginekit("setup --engine vllm --yes --json");
-    assert_eq!(
-        result_of(&second)["phase"],
-        "ready",
-        "{}\nhelper journal:\n{}",
-        describe(&second),
-        host.journal()
-    );
-    assert_eq!(host.burnt_nonces().len(), 1, "the helper ran once");
-    let status: Value =
-        serde_json::from_slice(&host.enginekit("status --json").stdout).expect("status json");
-    assert_eq!(status["installations"][0]["status"], "ready", "{status}");
+    host.assert_setup_finishes_without_the_helper();
 
     // The engine that setup made ready serves a model on loopback.
     let served = host.serve_a_model();

@@ -216,18 +216,7 @@ fn on_a_simulated_rocky_9_host_without_docker_setup_installs_the_pinned_rpms_wit
     assert!(proxy.contains("ok"), "{proxy}");
 
     // A new sign-in: GPU check, pull by digest, verify, record.
-    let second = host.enginekit("setup --engine vllm --yes --json");
-    assert_eq!(
-        result_of(&second)["phase"],
-        "ready",
-        "{}\nhelper journal:\n{}",
-        describe(&second),
-        host.journal()
-    );
-    assert_eq!(host.burnt_nonces().len(), 1, "the helper ran once");
-    let status: Value =
-        serde_json::from_slice(&host.enginekit("status --json").stdout).expect("status json");
-    assert_eq!(status["installations"][0]["status"], "ready", "{status}");
+    host.assert_setup_finishes_without_the_helper();
 }
 
 impl RhelHost {

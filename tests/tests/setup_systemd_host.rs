@@ -181,21 +181,7 @@ impl SystemdGpuHost {
             Polkit::Allow => "YES",
             Polkit::Deny => "NO",
         };
-        let rule = format!(
-            "// enginekit test: the helper's action for {USER}\n\
-             polkit.addRule(function(action, subject) {{\n\
-             \x20   if (action.id == \"org.enginekit.helper.install-container-runtime\" && subject.user == \"{USER}\") return polkit.Result.{result};\n\
-             }});\n"
-        );
-        self.booted.write(
-            "/etc/polkit-1/rules.d/10-ekt-setup.rules",
-            rule.as_bytes(),
-            0o644,
-            "root:root",
-        );
-        // polkitd reloads on inotify; a restart makes the rule certain before the first call.
-        let out = self.sh("systemctl restart polkit && echo ok");
-        assert!(out.contains("ok"), "polkit restart: {out}");
+        self.booted.install_helper_polkit_rule(USER, result);
     }
 
     /// `enginekit ARGS` as the user, in a fresh login session.
