@@ -140,6 +140,10 @@ pub fn plan_for(
 
 /// [`crate::candidates::check_plan`] for a live plan.
 fn ask_repository(outcome: &mut PlanOutcome) {
+    // Most plans add no repository: the documents are read a second time only when one does.
+    if !crate::candidates::plan_adds_docker_repository(&outcome.plan) {
+        return;
+    }
     let documents = DocumentSet::load(&DocumentSources::from_env());
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -50,11 +50,6 @@ impl DockerRoute {
         DockerRoute::new(system)
     }
 
-    /// The daemon's own socket.
-    pub fn system_socket(&self) -> &Path {
-        &self.system
-    }
-
     /// The socket to use now. The daemon's, unless this process is refused by it while the
     /// group database already lists the account in its group: then a relay's (started once,
     /// restarted if it died). When no relay can be started the daemon's socket is used as it is,
