@@ -65,7 +65,7 @@ const CLEAN: &str = "ubuntu2404-rtx4070-clean.json";
 const READY: &str = "ubuntu2404-rtx4090-ready.json";
 
 #[test]
-fn a_replan_of_the_same_host_has_the_same_digest_and_a_new_nonce() {
+fn a_replan_of_the_same_host_has_the_same_digest_and_mints_no_nonce() {
     let host = facts(CLEAN, |_| {});
     let (a, b) = (plan_of(&host), plan_of(&host));
     assert_eq!(a.plan_digest, b.plan_digest);
@@ -73,7 +73,19 @@ fn a_replan_of_the_same_host_has_the_same_digest_and_a_new_nonce() {
         a.host_step.clone().expect("step"),
         b.host_step.clone().expect("step"),
     );
-    assert_ne!(sa.nonce(), sb.nonce());
+    // A plan carries what the step will ask; the nonce is minted only when it is handed over.
+    assert_eq!(sa, sb);
+    let text = serde_json::to_value(&a).expect("json");
+    for key in ["nonce", "step_id", "issued_at"] {
+        assert!(text["host_step"].get(key).is_none(), "{key}: {text}");
+    }
+    let (ia, ib) = (
+        sa.issue(enginekit_shared::wire::Timestamp::now(), 1)
+            .expect("issue"),
+        sa.issue(enginekit_shared::wire::Timestamp::now(), 1)
+            .expect("issue"),
+    );
+    assert_ne!(ia.nonce(), ib.nonce());
     // The plan document round-trips, host step included.
     let text = serde_json::to_value(&a).expect("json");
     let back: Plan = serde_json::from_value(text).expect("plan parses back");

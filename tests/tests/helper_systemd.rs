@@ -116,14 +116,14 @@ fn put_step_for(booted: &BootedSystemd, user: &str, components: &[&str], file: &
         "distro_id": distro_id, "version_id": version_id, "components": components});
     let parameters = enginekit_shared::wire::host_step::HostParameters::validate(&params).unwrap();
     let recipe = enginekit_shared::recipe::builtin().unwrap();
-    let step = enginekit_shared::wire::host_step::HostStep::issue(
+    let step = enginekit_shared::wire::host_step::HostRequest::new(
         "linux.install-container-runtime".parse().unwrap(),
         recipe.digest().clone(),
         None,
         parameters,
-        enginekit_shared::wire::Timestamp::now(),
-        1,
     )
+    .unwrap()
+    .issue(enginekit_shared::wire::Timestamp::now(), 1)
     .unwrap();
     let dir = tempfile_dir();
     let path = dir.join(format!("step-{file}.json"));

@@ -23,12 +23,13 @@ use enginekit_broker::elevate::SystemHelper;
 use enginekit_broker::operations::boundary::{
     Claims, Elevator, HostCheck, HostRun, ProgressSink, Provisioner, ReceiptLookup,
 };
-use enginekit_broker::operations::record::{DigestText, EngineId, HostStepTicket, Operation};
+use enginekit_broker::operations::record::{DigestText, EngineId, Operation};
 use enginekit_broker::operations::reducer::{ProbedPlan, Reconciliation};
 use enginekit_broker::operations::runner::Runner;
 use enginekit_broker::operations::store::Store;
 use enginekit_integration::bench;
 use enginekit_shared::error::CodedError;
+use enginekit_shared::wire::host_step::{HostRequest, HostStep};
 use helper_support::*;
 use serde_json::{json, Value};
 
@@ -40,27 +41,10 @@ const PLAN_DIGEST: &str = "sha256:5e7a5e7a5e7a5e7a5e7a5e7a5e7a5e7a5e7a5e7a5e7a5e
 
 // ---- the child: the broker side, as the test user ------------------------------------------
 
-fn ticket_from(step: &Value) -> HostStepTicket {
-    let text = |k: &str| {
-        step[k]
-            .as_str()
-            .unwrap_or_else(|| panic!("step field {k}"))
-            .to_owned()
-    };
-    HostStepTicket {
-        step_id: text("step_id"),
-        nonce: text("nonce"),
-        recipe_digest: DigestText::parse(&text("recipe_digest")).expect("digest"),
-        parameters_digest: DigestText::parse(&text("parameters_digest")).expect("digest"),
-        expected_operation_revision: 0,
-        step_json: serde_json::to_string(step).expect("json"),
-    }
-}
-
 /// Plans the one step; after it, reports the host as ready.
 #[derive(Debug)]
 struct ScriptedMachine {
-    ticket: HostStepTicket,
+    request: HostRequest,
 }
 
 impl Provisioner for ScriptedMachine {
@@ -68,7 +52,7 @@ impl Provisioner for ScriptedMachine {
         Ok(ProbedPlan {
             plan_digest: DigestText::parse(PLAN_DIGEST).expect("digest"),
             blockers: vec![],
-            host_step: Some(self.ticket.clone()),
+            host_step: Some(self.request.clone()),
             descriptor_id: Some("scripted".into()),
             image_digest: None,
             manifest_id: None,
@@ -130,12 +114,12 @@ async fn child(mode: &str) {
         &std::fs::read(std::env::var(CHILD_STEP).expect("step path")).expect("step"),
     )
     .expect("step json");
-    let ticket = ticket_from(&step);
+    let step = HostStep::from_value(step).expect("a step as the broker issues it");
     let helper = Arc::new(SystemHelper::connect().await.expect("system bus"));
     if mode == "elevator" {
         let noop: ProgressSink = Arc::new(|_| {});
         let run = helper
-            .run_step(&ticket, noop, Arc::new(|_: &str| {}))
+            .run_step(&step, noop, Arc::new(|_: &str| {}))
             .await
             .expect("run_step");
         let run = match run {
@@ -151,7 +135,7 @@ async fn child(mode: &str) {
         };
         let held = lookup(
             helper
-                .receipt(&ticket.nonce, None)
+                .receipt(step.nonce().as_str(), None)
                 .await
                 .expect("GetReceipt"),
         );
@@ -165,7 +149,13 @@ async fn child(mode: &str) {
         return;
     }
     let store = Store::open(Path::new(&std::env::var(CHILD_STATE).expect("state"))).expect("store");
-    let runner = Runner::new(store, Arc::new(ScriptedMachine { ticket }), helper);
+    let runner = Runner::new(
+        store,
+        Arc::new(ScriptedMachine {
+            request: step.request().clone(),
+        }),
+        helper,
+    );
     let engine = EngineId::parse("vllm").expect("engine");
     let op = match mode {
         "drive" => {
@@ -285,15 +275,18 @@ fn nonces_burnt(helper: &InstalledHelper) -> Vec<String> {
 fn a_step_nobody_authorised_fails_the_operation_as_declined_and_changes_nothing() {
     let _serial = serial();
     let helper = InstalledHelper::install("setup-deny", "");
-    let (step, path) = minted(&helper);
+    let (_, path) = minted(&helper);
     let state = private_dir(&helper, "broker-state");
     let child = run_child(&helper, "drive", &path, &state, None);
     let op = child.result();
     assert_eq!(op["phase"], "failed", "{op}");
     assert_eq!(op["error"]["code"], "MANAGED_ELEVATION_DECLINED", "{op}");
     assert_eq!(op["completed_step_ids"], json!([]));
+    // The runner issued the step (its own nonce) when it handed it over.
+    let spent = op["spent_nonces"].as_array().expect("spent nonces");
+    assert_eq!(spent.len(), 1, "one step issued and handed over: {op}");
     assert!(
-        !helper.nonce_burnt(step["nonce"].as_str().expect("nonce")),
+        !helper.nonce_burnt(spent[0].as_str().expect("nonce")),
         "a declined step burnt its nonce"
     );
     assert_eq!(
@@ -332,8 +325,7 @@ fn a_broker_killed_while_the_helper_runs_gets_the_receipt_on_restart_and_never_r
         "setup-crash-allow",
         &allow_test_user_rule(&helper.user().name.clone()),
     );
-    let (step, path) = minted(&helper);
-    let nonce = step["nonce"].as_str().expect("nonce").to_owned();
+    let (_, path) = minted(&helper);
     let state = private_dir(&helper, "broker-state");
     let killed = run_child(&helper, "drive", &path, &state, Some("host-step-running"));
     assert_eq!(
@@ -342,12 +334,19 @@ fn a_broker_killed_while_the_helper_runs_gets_the_receipt_on_restart_and_never_r
         "the hook did not kill the broker: {}",
         String::from_utf8_lossy(&killed.out.stderr)
     );
-    assert!(
-        helper.nonce_burnt(&nonce),
+    let burnt = nonces_burnt(&helper);
+    assert_eq!(
+        burnt.len(),
+        1,
         "the helper accepted the step before the kill"
     );
 
     let recovered = run_child(&helper, "recover", &path, &state, None).result();
+    // The nonce the killed broker issued and recorded before handing the step over.
+    let spent = recovered["spent_nonces"].as_array().expect("spent nonces");
+    assert_eq!(spent.len(), 1, "{recovered}");
+    let nonce = spent[0].as_str().expect("nonce").to_owned();
+    assert_eq!(burnt, vec![format!("nonces/{nonce}")]);
     // The receipt decides, through the (scripted) probe: on this bench the docker-service
     // command fails, so the operation ends at that clear blocker; with a succeeding job it
     // continues to ready.

@@ -429,10 +429,10 @@ pub fn human_report(outcome: &PlanOutcome) -> String {
         };
         let _ = writeln!(
             out,
-            "Host step: {} with the {origin} {} ({})",
-            step.step_id(),
+            "Host step: the {origin} {} ({}), parameters {}",
             step.recipe_id(),
-            step.recipe_digest()
+            step.recipe_digest(),
+            step.parameters_digest()
         );
     }
     let _ = writeln!(out, "Plan digest: {}", plan.plan_digest);

@@ -16,8 +16,9 @@ use zbus::OwnedObjectPath;
 use crate::operations::boundary::{
     Elevator, HostRun, JobNote, ProgressSink, ProgressTick, ReceiptLookup, ReceiptSummary,
 };
-use crate::operations::record::{DigestText, HostStepTicket};
+use crate::operations::record::DigestText;
 use crate::operations::reducer::HostOutcome;
+use enginekit_shared::wire::host_step::HostStep;
 
 pub const HELPER_NAME: &str = "org.enginekit.Helper1";
 const ERROR_PREFIX: &str = "org.enginekit.Helper1.Error.";
@@ -204,13 +205,21 @@ pub fn summarise(text: &str, step_id: &str, nonce: &str) -> Result<ReceiptSummar
 impl Elevator for SystemHelper {
     async fn run_step(
         &self,
-        step: &HostStepTicket,
+        step: &HostStep,
         progress: ProgressSink,
         on_job: JobNote,
     ) -> Result<HostRun, CodedError> {
         let helper = Helper1Proxy::new(&self.conn).await.map_err(bus_error)?;
         progress(tick(AWAITING_AUTHORIZATION, -1));
-        let path = match helper.start(&step.step_json).await {
+        let bytes = step.to_bytes().map_err(|e| {
+            CodedError::new(e.code(), "The host step cannot be encoded.")
+                .with_details(e.to_string())
+        })?;
+        let text = String::from_utf8(bytes).map_err(|e| {
+            CodedError::new(ErrorCode::HostStepInvalid, "The host step is not text.")
+                .with_details(e.to_string())
+        })?;
+        let path = match helper.start(&text).await {
             Ok(path) => path,
             Err(e) if is_declined(&e) => {
                 tracing::info!(error = %e, "the host step was not authorized");
@@ -224,8 +233,8 @@ impl Elevator for SystemHelper {
         let text = self.follow(path.as_str(), &progress).await?;
         Ok(HostRun::Finished(summarise(
             &text,
-            &step.step_id,
-            &step.nonce,
+            step.step_id().as_str(),
+            step.nonce().as_str(),
         )?))
     }
 

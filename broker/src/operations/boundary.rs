@@ -8,7 +8,9 @@ use std::sync::Arc;
 use enginekit_shared::error::CodedError;
 use serde::Serialize;
 
-use super::record::{DigestText, HostStepTicket, Operation, OperationId};
+use enginekit_shared::wire::host_step::HostStep;
+
+use super::record::{DigestText, Operation, OperationId};
 use super::reducer::{HostOutcome, ProbedPlan, Reconciliation};
 use super::store::Store;
 
@@ -121,7 +123,7 @@ pub trait Elevator: Send + Sync + 'static {
     /// Hand the step over (interactive authorisation allowed) and follow the job to its end.
     fn run_step(
         &self,
-        step: &HostStepTicket,
+        step: &HostStep,
         progress: ProgressSink,
         on_job: JobNote,
     ) -> impl Future<Output = Result<HostRun, CodedError>> + Send;

@@ -8,11 +8,11 @@ use tokio::sync::OnceCell;
 
 use super::boundary::{Elevator, HostRun, JobNote, ProgressSink, ReceiptLookup};
 use super::machine::{default_data_root, LinuxMachine};
-use super::record::HostStepTicket;
 use super::runner::Runner;
 use super::store::{default_state_root, Store};
 use crate::elevate::SystemHelper;
 use crate::installations::Installations;
+use enginekit_shared::wire::host_step::HostStep;
 
 /// The helper, connected when a host step first needs it (a ready host never touches the
 /// system bus).
@@ -30,7 +30,7 @@ impl LazyHelper {
 impl Elevator for LazyHelper {
     async fn run_step(
         &self,
-        step: &HostStepTicket,
+        step: &HostStep,
         progress: ProgressSink,
         on_job: JobNote,
     ) -> Result<HostRun, CodedError> {

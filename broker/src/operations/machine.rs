@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use enginekit_shared::error::{CodedError, ErrorCode};
 use enginekit_shared::image::ImageRef;
-use enginekit_shared::wire::host_step::HostStep;
 use enginekit_shared::wire::plan::GpuAccess;
 
 use super::boundary::{Claims, HostCheck, ProgressSink, ProgressTick, Provisioner};
-use super::record::{DigestText, HostStepTicket, Operation, OperationKind};
+use super::record::{DigestText, Operation, OperationKind};
 use super::reducer::{ProbedPlan, Reconciliation};
 use crate::dbus::api::Probing;
 use crate::docker::{
@@ -212,34 +211,9 @@ impl LinuxMachine {
         })
     }
 
-    fn ticket(step: &HostStep) -> Result<HostStepTicket, CodedError> {
-        let bytes = step.to_bytes().map_err(|e| {
-            CodedError::new(
-                ErrorCode::HostStepInvalid,
-                "The host step cannot be encoded.",
-            )
-            .with_details(e.to_string())
-        })?;
-        let step_json = String::from_utf8(bytes).map_err(|e| {
-            CodedError::new(ErrorCode::HostStepInvalid, "The host step is not text.")
-                .with_details(e.to_string())
-        })?;
-        Ok(HostStepTicket {
-            step_id: step.step_id().as_str().to_owned(),
-            nonce: step.nonce().as_str().to_owned(),
-            recipe_digest: to_digest_text(step.recipe_digest())?,
-            parameters_digest: to_digest_text(step.parameters_digest())?,
-            expected_operation_revision: 0,
-            step_json,
-        })
-    }
-
     fn probed(planned: &Planned) -> Result<ProbedPlan, CodedError> {
         let plan = &planned.plan;
-        let host_step = match &plan.host_step {
-            Some(step) if plan.blockers.is_empty() => Some(Self::ticket(step)?),
-            _ => None,
-        };
+        let host_step = plan.host_step.clone().filter(|_| plan.blockers.is_empty());
         let document = serde_json::to_value(plan).map_err(|e| {
             CodedError::new(ErrorCode::IoError, "The plan cannot be encoded.")
                 .with_details(e.to_string())

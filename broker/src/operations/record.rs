@@ -6,12 +6,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use enginekit_shared::error::{CodedError, ErrorCode};
+use enginekit_shared::wire::host_step::{HostRequest, HostStep};
 use serde::{Deserialize, Serialize};
 
 use crate::documents::descriptor::EngineId as KnownEngine;
 
 /// Record format version; a record with another version is not ours to interpret.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// A `sha256:` + 64 lowercase hex digest as text, validated when parsed.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -346,17 +347,33 @@ pub struct ConsentBasis {
     pub manifest_id: Option<String>,
 }
 
-/// The single-use host step the operation holds, as it is sent to the helper.
+/// The host step of a consented plan. Until it is handed to the helper it is only what it asks
+/// for; the step itself, with its single-use nonce, is issued once, when it is handed over.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HostStepTicket {
-    pub step_id: String,
-    pub nonce: String,
-    pub recipe_digest: DigestText,
-    pub parameters_digest: DigestText,
-    pub expected_operation_revision: u64,
-    /// The host step exactly as the helper receives it (JSON text of the shared `HostStep`).
-    pub step_json: String,
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub enum PendingHostStep {
+    /// Consented, not handed over: no nonce exists yet.
+    Consented(HostRequest),
+    /// Handed to the helper: its nonce is burnt from here on and never handed over again.
+    Sent(HostStep),
+}
+
+impl PendingHostStep {
+    /// What the step asks the helper to do.
+    pub fn request(&self) -> &HostRequest {
+        match self {
+            PendingHostStep::Consented(request) => request,
+            PendingHostStep::Sent(step) => step.request(),
+        }
+    }
+
+    /// The issued step, once handed over.
+    pub fn sent(&self) -> Option<&HostStep> {
+        match self {
+            PendingHostStep::Consented(_) => None,
+            PendingHostStep::Sent(step) => Some(step),
+        }
+    }
 }
 
 /// Everything an operation is. Written whole, atomically, on every accepted event.
@@ -379,9 +396,7 @@ pub struct Operation {
     pub carried_plan_digest: Option<DigestText>,
     pub consented: Option<ConsentBasis>,
     pub pending_effect: Option<EffectIntent>,
-    pub pending_host_step: Option<HostStepTicket>,
-    /// The host step was handed to the helper; its nonce is burnt from here on.
-    pub host_step_sent: bool,
+    pub pending_host_step: Option<PendingHostStep>,
     /// The helper's job object for the sent step, to tell a running job from an unknown nonce.
     pub host_job: Option<String>,
     pub indivisible_host_step_running: bool,
@@ -408,10 +423,14 @@ impl Operation {
 
     /// The receipt nonce this operation may still ask the helper about after a crash.
     pub fn sent_nonce(&self) -> Option<&str> {
+        self.sent_host_step().map(|step| step.nonce().as_str())
+    }
+
+    /// The host step handed to the helper, while the operation waits for its receipt.
+    pub fn sent_host_step(&self) -> Option<&HostStep> {
         self.pending_host_step
             .as_ref()
-            .filter(|_| self.host_step_sent)
-            .map(|step| step.nonce.as_str())
+            .and_then(PendingHostStep::sent)
     }
 }
 

@@ -43,7 +43,6 @@ pub fn restarted(op: &Operation, instance_id: String) -> Operation {
     next.revision += 1;
     next.instance_id = instance_id;
     next.pending_host_step = None;
-    next.host_step_sent = false;
     next.host_job = None;
     next.indivisible_host_step_running = false;
     next.error = None;
@@ -115,33 +114,24 @@ mod tests {
     #[test]
     fn asks_the_helper_about_a_host_step_it_handed_over_even_after_a_failure() {
         let mut o = op();
-        o.pending_host_step = Some(crate::operations::record::HostStepTicket {
-            step_id: "host-step-1".into(),
-            nonce: "abc".into(),
-            recipe_digest: crate::operations::record::DigestText::parse(&format!(
-                "sha256:{}",
-                "1".repeat(64)
-            ))
-            .unwrap(),
-            parameters_digest: crate::operations::record::DigestText::parse(&format!(
-                "sha256:{}",
-                "2".repeat(64)
-            ))
-            .unwrap(),
-            expected_operation_revision: 1,
-            step_json: "{}".into(),
-        });
+        use crate::operations::record::PendingHostStep;
+        let request = crate::operations::reducer::tests::ticket("ana");
+        o.pending_host_step = Some(PendingHostStep::Consented(request.clone()));
         o.phase = Phase::PreparingHost;
         assert_eq!(
             pickup(&o),
             Pickup::Restart,
             "not handed over yet: nothing to ask"
         );
-        o.host_step_sent = true;
+        let step = request
+            .issue(enginekit_shared::wire::Timestamp::now(), 1)
+            .unwrap();
+        let nonce = step.nonce().as_str().to_owned();
+        o.pending_host_step = Some(PendingHostStep::Sent(step));
         assert_eq!(
             pickup(&o),
             Pickup::AskHelper {
-                nonce: "abc".into()
+                nonce: nonce.clone()
             }
         );
         let effect = o.pending_effect.clone().unwrap();
@@ -157,12 +147,7 @@ mod tests {
             ),
         )
         .unwrap();
-        assert_eq!(
-            pickup(&failed),
-            Pickup::AskHelper {
-                nonce: "abc".into()
-            }
-        );
+        assert_eq!(pickup(&failed), Pickup::AskHelper { nonce });
         let r = restarted(&failed, "c".into());
         assert!(
             r.pending_host_step.is_none(),

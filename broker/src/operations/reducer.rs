@@ -6,9 +6,10 @@
 use enginekit_shared::error::{CodedError, ErrorCode};
 
 use super::record::{
-    coded, ConsentBasis, DigestText, EffectIntent, EffectKind, EngineId, HostStepTicket, Operation,
-    OperationId, OperationKind, Phase, SCHEMA_VERSION,
+    coded, ConsentBasis, DigestText, EffectIntent, EffectKind, EngineId, Operation, OperationId,
+    OperationKind, PendingHostStep, Phase, SCHEMA_VERSION,
 };
+use enginekit_shared::wire::host_step::{HostRequest, HostStep};
 
 /// What a probe made of the host, reduced to what the state machine decides on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,7 +17,8 @@ pub struct ProbedPlan {
     pub plan_digest: DigestText,
     /// Blockers in the plan's order; the first decides the failure.
     pub blockers: Vec<CodedError>,
-    pub host_step: Option<HostStepTicket>,
+    /// What the host step would ask, when the plan needs one (no nonce: none is minted here).
+    pub host_step: Option<HostRequest>,
     pub descriptor_id: Option<String>,
     pub image_digest: Option<DigestText>,
     pub manifest_id: Option<String>,
@@ -61,7 +63,8 @@ pub struct Reconciliation {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
     RequirementsReady(ProbedPlan),
-    HostStepStarted,
+    /// The step issued from the consented request, about to be handed to the helper.
+    HostStepStarted(HostStep),
     HostReceiptVerified(ReceiptVerdict),
     EnvironmentVerified,
     ImagePulled,
@@ -79,7 +82,7 @@ impl Answer {
     fn answers(&self) -> Option<EffectKind> {
         Some(match self {
             Answer::RequirementsReady(_) => EffectKind::Probe,
-            Answer::HostStepStarted | Answer::HostReceiptVerified(_) => EffectKind::HostStep,
+            Answer::HostStepStarted(_) | Answer::HostReceiptVerified(_) => EffectKind::HostStep,
             Answer::EnvironmentVerified => EffectKind::PrepareEnvironment,
             Answer::ImagePulled => EffectKind::PullImage,
             Answer::VerificationPassed => EffectKind::Verify,
@@ -160,7 +163,6 @@ pub fn start(
         consented: None,
         pending_effect: None,
         pending_host_step: None,
-        host_step_sent: false,
         host_job: None,
         indivisible_host_step_running: false,
         completed_step_ids: Vec::new(),
@@ -394,14 +396,21 @@ fn answer_effect(op: &Operation, answer: &Answer) -> Result<Operation, CodedErro
             in_phase(Phase::Checking)?;
             requirements_ready(op, &mut next, plan);
         }
-        Answer::HostStepStarted => {
+        Answer::HostStepStarted(step) => {
             in_phase(Phase::PreparingHost)?;
+            // Only the consented request, issued once: never a second nonce for it.
+            match &op.pending_host_step {
+                Some(PendingHostStep::Consented(request)) if request == step.request() => {}
+                _ => return Err(conflict(NOT_APPLICABLE)),
+            }
+            let step = step
+                .clone()
+                .with_expected_operation_revision(next.revision)
+                .map_err(|e| coded(ErrorCode::HostStepInvalid, &e.to_string()))?;
             keep_effect(op, &mut next);
             next.indivisible_host_step_running = true;
-            next.host_step_sent = true;
-            if let Some(step) = &op.pending_host_step {
-                next.spent_nonces.insert(step.nonce.clone());
-            }
+            next.spent_nonces.insert(step.nonce().as_str().to_owned());
+            next.pending_host_step = Some(PendingHostStep::Sent(step));
         }
         Answer::SafeBoundary => {
             if op.cancellation_requested {
@@ -463,7 +472,6 @@ fn answer_effect(op: &Operation, answer: &Answer) -> Result<Operation, CodedErro
             probed_digest(&mut next, rec.current_plan_digest.clone());
             // The spent authorisation is dropped: a fresh probe mints a fresh one if needed.
             next.pending_host_step = None;
-            next.host_step_sent = false;
             next.host_job = None;
             if op.cancellation_requested {
                 cancel_to_cleanup(&mut next);
@@ -511,7 +519,7 @@ fn requirements_ready(op: &Operation, next: &mut Operation, plan: &ProbedPlan) {
         enter(next, Phase::AwaitingConsent);
         next.plan_digest = Some(plan.plan_digest.clone());
         next.carried_plan_digest = None;
-        next.pending_host_step = plan.host_step.clone();
+        next.pending_host_step = plan.host_step.clone().map(PendingHostStep::Consented);
         next.error = op
             .approved_plan_digest
             .as_ref()
@@ -542,14 +550,11 @@ fn carried_consent<'a>(op: &'a Operation, plan: &ProbedPlan) -> Option<&'a Conse
     covers.then_some(basis)
 }
 
-fn after_consent(next: &mut Operation, host_step: Option<&HostStepTicket>) {
-    next.host_step_sent = false;
+fn after_consent(next: &mut Operation, host_step: Option<&HostRequest>) {
     next.host_job = None;
     match host_step {
-        Some(step) => {
-            let mut step = step.clone();
-            step.expected_operation_revision = next.revision;
-            next.pending_host_step = Some(step);
+        Some(request) => {
+            next.pending_host_step = Some(PendingHostStep::Consented(request.clone()));
             enter(next, Phase::PreparingHost);
             set_effect(next, EffectKind::HostStep);
         }
@@ -584,13 +589,13 @@ fn receipt_verified(
     next: &mut Operation,
     verdict: &ReceiptVerdict,
 ) -> Result<(), CodedError> {
-    let Some(pending) = &op.pending_host_step else {
+    let Some(pending) = op.sent_host_step() else {
         return Err(coded(
             ErrorCode::ReceiptConflict,
             "That result does not match the authorization this operation is waiting for.",
         ));
     };
-    if pending.nonce != verdict.nonce || pending.step_id != verdict.step_id {
+    if pending.nonce().as_str() != verdict.nonce || pending.step_id().as_str() != verdict.step_id {
         return Err(coded(
             ErrorCode::ReceiptConflict,
             "That result does not match the authorization this operation is waiting for.",
@@ -612,7 +617,6 @@ fn receipt_verified(
             .insert(verdict.nonce.clone(), digest.clone());
     }
     next.pending_host_step = None;
-    next.host_step_sent = false;
     next.host_job = None;
     match verdict.outcome {
         HostOutcome::Declined => {
@@ -664,4 +668,4 @@ fn receipt_verified(
 
 #[cfg(test)]
 #[path = "reducer_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -6,18 +6,37 @@ fn digest(c: char) -> DigestText {
     DigestText::parse(&format!("sha256:{}", c.to_string().repeat(64))).unwrap()
 }
 
-fn ticket(nonce: &str) -> HostStepTicket {
-    HostStepTicket {
-        step_id: format!("host-step-{nonce}"),
-        nonce: nonce.into(),
-        recipe_digest: digest('1'),
-        parameters_digest: digest('2'),
-        expected_operation_revision: 0,
-        step_json: "{}".into(),
-    }
+/// What a plan's host step asks for, for the user `user` (which tells two requests apart).
+pub(crate) fn ticket(user: &str) -> HostRequest {
+    let parameters =
+        enginekit_shared::wire::host_step::HostParameters::validate(&serde_json::json!({
+            "user": user, "arch": "x86_64", "family": "apt", "distro_id": "ubuntu",
+            "version_id": "24.04", "components": ["docker-engine", "docker-group"]
+        }))
+        .unwrap();
+    let recipe_id = "linux.install-container-runtime".parse().unwrap();
+    let recipe_digest = enginekit_shared::digest::Digest::of_bytes(b"recipe");
+    HostRequest::new(recipe_id, recipe_digest, None, parameters).unwrap()
 }
 
-fn plan(d: char, host_step: Option<HostStepTicket>) -> ProbedPlan {
+/// Hands the consented step over: the runner issues it from the request the operation holds.
+fn hand_over(op: &Operation) -> (Operation, HostStep) {
+    let request = match op.pending_host_step.as_ref() {
+        Some(PendingHostStep::Consented(request)) => request.clone(),
+        other => panic!("no consented host step: {other:?}"),
+    };
+    let issued = request
+        .issue(enginekit_shared::wire::Timestamp::now(), 0)
+        .unwrap();
+    let next = answer(op, EffectKind::HostStep, Answer::HostStepStarted(issued));
+    let step = next
+        .sent_host_step()
+        .cloned()
+        .expect("the issued step is recorded");
+    (next, step)
+}
+
+fn plan(d: char, host_step: Option<HostRequest>) -> ProbedPlan {
     ProbedPlan {
         plan_digest: digest(d),
         blockers: vec![],
@@ -54,10 +73,10 @@ fn answer(op: &Operation, kind: EffectKind, answer: Answer) -> Operation {
     next
 }
 
-fn verdict(step: &HostStepTicket, outcome: HostOutcome) -> ReceiptVerdict {
+fn verdict(step: &HostStep, outcome: HostOutcome) -> ReceiptVerdict {
     ReceiptVerdict {
-        step_id: step.step_id.clone(),
-        nonce: step.nonce.clone(),
+        step_id: step.step_id().as_str().to_owned(),
+        nonce: step.nonce().as_str().to_owned(),
         receipt_digest: Some(digest('7')),
         outcome,
         failure: None,
@@ -112,9 +131,16 @@ fn asks_refuses_an_outgrown_approval_then_issues_exactly_one_host_step() {
     );
     assert_eq!(op.phase, Phase::PreparingHost);
     assert_eq!(op.checkpoint, Some(Phase::PreparingHost));
-    let step = op.pending_host_step.as_ref().unwrap();
-    assert_eq!(step.nonce, "n2");
-    assert_eq!(step.expected_operation_revision, op.revision);
+    let pending = op.pending_host_step.as_ref().unwrap();
+    assert_eq!(
+        pending.request(),
+        &ticket("n2"),
+        "the request of the plan consented to"
+    );
+    assert!(pending.sent().is_none(), "consent mints no nonce");
+    let (sent, step) = hand_over(&op);
+    assert_eq!(step.expected_operation_revision(), sent.revision);
+    assert_eq!(step.request(), &ticket("n2"));
     assert_eq!(
         op.pending_effect.as_ref().unwrap().kind,
         EffectKind::HostStep
@@ -239,22 +265,33 @@ fn at_host_step() -> Operation {
 
 #[test]
 fn runs_a_setup_through_to_ready() {
-    let op = at_host_step();
-    let step = op.pending_host_step.clone().unwrap();
-    let op = answer(&op, EffectKind::HostStep, Answer::HostStepStarted);
+    let (op, step) = hand_over(&at_host_step());
+    let nonce = step.nonce().as_str();
     assert!(op.indivisible_host_step_running);
-    assert!(op.host_step_sent);
-    assert!(op.spent_nonces.contains("n1"));
-    assert_eq!(op.sent_nonce(), Some("n1"));
+    assert!(op.spent_nonces.contains(nonce));
+    assert_eq!(op.sent_nonce(), Some(nonce));
+    // The request is issued once: a second hand-over of the same effect is refused.
+    let again = step
+        .request()
+        .issue(enginekit_shared::wire::Timestamp::now(), 0)
+        .unwrap();
+    let effect = op.pending_effect.clone().unwrap();
+    assert_eq!(
+        refused(&op, &Event::answer(&effect, Answer::HostStepStarted(again))).code,
+        ErrorCode::OperationConflict
+    );
     let op = answer(
         &op,
         EffectKind::HostStep,
         Answer::HostReceiptVerified(verdict(&step, HostOutcome::Succeeded)),
     );
     assert_eq!(op.phase, Phase::PreparingEnvironment);
-    assert_eq!(op.completed_step_ids, vec![step.step_id.clone()]);
+    assert_eq!(
+        op.completed_step_ids,
+        vec![step.step_id().as_str().to_owned()]
+    );
     assert!(op.pending_host_step.is_none());
-    assert_eq!(op.accepted_receipts.get("n1"), Some(&digest('7')));
+    assert_eq!(op.accepted_receipts.get(nonce), Some(&digest('7')));
     let op = answer(
         &op,
         EffectKind::PrepareEnvironment,
@@ -277,8 +314,7 @@ fn runs_a_setup_through_to_ready() {
 
 #[test]
 fn stops_when_the_user_declines() {
-    let op = at_host_step();
-    let step = op.pending_host_step.clone().unwrap();
+    let (op, step) = hand_over(&at_host_step());
     let op = answer(
         &op,
         EffectKind::HostStep,
@@ -309,8 +345,7 @@ fn stops_when_the_user_declines() {
 
 #[test]
 fn believes_the_machine_over_a_receipt_that_claims_success() {
-    let op = at_host_step();
-    let step = op.pending_host_step.clone().unwrap();
+    let (op, step) = hand_over(&at_host_step());
     let mut v = verdict(&step, HostOutcome::Succeeded);
     v.prerequisites_met = false;
     let op = answer(&op, EffectKind::HostStep, Answer::HostReceiptVerified(v));
@@ -323,8 +358,7 @@ fn believes_the_machine_over_a_receipt_that_claims_success() {
 
 #[test]
 fn a_failed_receipt_carries_the_explained_failure() {
-    let op = at_host_step();
-    let step = op.pending_host_step.clone().unwrap();
+    let (op, step) = hand_over(&at_host_step());
     let mut v = verdict(&step, HostOutcome::Failed);
     v.failure = Some(
         CodedError::new(
@@ -341,9 +375,7 @@ fn a_failed_receipt_carries_the_explained_failure() {
 
 #[test]
 fn a_group_that_is_not_yet_effective_waits_then_continues_under_the_consent() {
-    let op = at_host_step();
-    let step = op.pending_host_step.clone().unwrap();
-    let op = answer(&op, EffectKind::HostStep, Answer::HostStepStarted);
+    let (op, step) = hand_over(&at_host_step());
     let mut v = verdict(&step, HostOutcome::Succeeded);
     v.needs_relogin = true;
     v.prerequisites_met = false;
@@ -361,7 +393,7 @@ fn a_group_that_is_not_yet_effective_waits_then_continues_under_the_consent() {
     )
     .unwrap();
     let rec = Reconciliation {
-        verified_completed_step_ids: vec![step.step_id.clone()],
+        verified_completed_step_ids: vec![step.step_id().as_str().to_owned()],
         current_plan_digest: Some(digest('c')),
         needs_relogin: false,
         needs_reboot: false,
@@ -487,11 +519,7 @@ fn continues_at_the_pull_or_the_verification_after_a_restart() {
 
 #[test]
 fn cancels_only_at_the_safe_boundary_of_a_package_transaction() {
-    let op = answer(
-        &at_host_step(),
-        EffectKind::HostStep,
-        Answer::HostStepStarted,
-    );
+    let (op, step) = hand_over(&at_host_step());
     let cancelled = reduce(&op, &Event::Cancel).unwrap();
     assert_eq!(cancelled.phase, Phase::PreparingHost);
     assert!(cancelled.cancellation_requested);
@@ -502,7 +530,6 @@ fn cancels_only_at_the_safe_boundary_of_a_package_transaction() {
     );
     // A second cancel is a no-op.
     assert_eq!(reduce(&cancelled, &Event::Cancel).unwrap(), cancelled);
-    let step = op.pending_host_step.clone().unwrap();
     let done = answer(
         &cancelled,
         EffectKind::HostStep,
@@ -520,11 +547,7 @@ fn cancels_only_at_the_safe_boundary_of_a_package_transaction() {
 
 #[test]
 fn a_safe_boundary_honours_a_recorded_cancel() {
-    let op = answer(
-        &at_host_step(),
-        EffectKind::HostStep,
-        Answer::HostStepStarted,
-    );
+    let (op, _) = hand_over(&at_host_step());
     let cancelled = reduce(&op, &Event::Cancel).unwrap();
     let at_boundary = answer(&cancelled, EffectKind::HostStep, Answer::SafeBoundary);
     assert_eq!(at_boundary.phase, Phase::Cancelling);
@@ -677,12 +700,7 @@ fn refuses_a_resume_for_a_running_phase_or_an_old_revision() {
 
 #[test]
 fn receipts_are_accepted_once_and_only_for_the_step_in_hand() {
-    let op = answer(
-        &at_host_step(),
-        EffectKind::HostStep,
-        Answer::HostStepStarted,
-    );
-    let step = op.pending_host_step.clone().unwrap();
+    let (op, step) = hand_over(&at_host_step());
     let effect = op.pending_effect.clone().unwrap();
     let mut other = verdict(&step, HostOutcome::Succeeded);
     other.nonce = "someone-else".into();
@@ -700,7 +718,7 @@ fn receipts_are_accepted_once_and_only_for_the_step_in_hand() {
     let mut replay_base = op.clone();
     replay_base
         .accepted_receipts
-        .insert(step.nonce.clone(), digest('7'));
+        .insert(step.nonce().as_str().to_owned(), digest('7'));
     let err = refused(
         &replay_base,
         &Event::answer(
@@ -712,7 +730,7 @@ fn receipts_are_accepted_once_and_only_for_the_step_in_hand() {
     assert!(err.message.contains("already used"));
     replay_base
         .accepted_receipts
-        .insert(step.nonce.clone(), digest('8'));
+        .insert(step.nonce().as_str().to_owned(), digest('8'));
     let err = refused(
         &replay_base,
         &Event::answer(
@@ -726,17 +744,13 @@ fn receipts_are_accepted_once_and_only_for_the_step_in_hand() {
 
 #[test]
 fn a_failure_keeps_the_sent_host_step_so_its_nonce_can_be_asked_about() {
-    let op = answer(
-        &at_host_step(),
-        EffectKind::HostStep,
-        Answer::HostStepStarted,
-    );
+    let (op, step) = hand_over(&at_host_step());
     let failed = answer(
         &op,
         EffectKind::HostStep,
         Answer::Failed(CodedError::new(ErrorCode::IoError, "bus gone")),
     );
-    assert_eq!(failed.sent_nonce(), Some("n1"));
+    assert_eq!(failed.sent_nonce(), Some(step.nonce().as_str()));
 }
 
 #[test]

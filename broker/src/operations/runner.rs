@@ -15,11 +15,13 @@ use super::boundary::{
     ReceiptSummary,
 };
 use super::record::{
-    DigestText, EffectIntent, EffectKind, EngineId, Operation, OperationId, OperationKind, Phase,
+    DigestText, EffectIntent, EffectKind, EngineId, Operation, OperationId, OperationKind,
+    PendingHostStep, Phase,
 };
 use super::recovery::{pickup, restarted, Pickup};
 use super::reducer::{reduce, start, Answer, Event, HostOutcome, ReceiptVerdict};
 use super::store::Store;
+use enginekit_shared::wire::Timestamp;
 
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
 const RECEIPT_POLL: Duration = Duration::from_millis(500);
@@ -36,33 +38,6 @@ pub enum RunnerEvent {
         phase: Phase,
         tick: ProgressTick,
     },
-}
-
-/// The step as sent: its JSON carries the revision the consent stamped (not digested).
-fn stamp_revision(
-    step: &super::record::HostStepTicket,
-) -> Result<super::record::HostStepTicket, CodedError> {
-    let invalid = |what: String| {
-        CodedError::new(
-            ErrorCode::HostStepInvalid,
-            "The host step cannot be stamped.",
-        )
-        .with_details(what)
-    };
-    let mut value: serde_json::Value =
-        serde_json::from_str(&step.step_json).map_err(|e| invalid(e.to_string()))?;
-    let Some(map) = value.as_object_mut() else {
-        return Err(invalid("not an object".into()));
-    };
-    map.insert(
-        "expected_operation_revision".into(),
-        step.expected_operation_revision.into(),
-    );
-    let bytes = enginekit_shared::canonical::to_canonical_bytes(&value)
-        .map_err(|e| invalid(e.to_string()))?;
-    let mut stamped = step.clone();
-    stamped.step_json = String::from_utf8(bytes).map_err(|e| invalid(e.to_string()))?;
-    Ok(stamped)
 }
 
 fn fresh_instance_id() -> String {
@@ -396,7 +371,7 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
         op: &Operation,
         effect: &EffectIntent,
     ) -> Result<Performed, CodedError> {
-        let Some(step) = op.pending_host_step.clone() else {
+        let Some(pending) = op.pending_host_step.clone() else {
             return Ok(Performed::Answer(
                 Answer::Failed(CodedError::new(
                     ErrorCode::HostStepInvalid,
@@ -405,55 +380,69 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
                 Vec::new(),
             ));
         };
-        let run = if op.host_step_sent {
-            // Handed over before: ask the helper, never hand the same nonce over again.
-            match self
-                .wait_for_receipt(&step.nonce, op.host_job.as_deref())
-                .await?
-            {
-                Some(receipt) => HostRun::Finished(receipt),
-                None => {
-                    let lost = CodedError::new(
-                        ErrorCode::HostStepInvalid,
-                        "The helper has no record of this authorization; resume to look at the machine again.",
-                    );
-                    return self.answer_host(op, Answer::Failed(lost)).await;
+        let (step, run) = match pending {
+            PendingHostStep::Sent(step) => {
+                // Handed over before: ask the helper, never hand the same nonce over again.
+                match self
+                    .wait_for_receipt(step.nonce().as_str(), op.host_job.as_deref())
+                    .await?
+                {
+                    Some(receipt) => (step, HostRun::Finished(receipt)),
+                    None => {
+                        let lost = CodedError::new(
+                            ErrorCode::HostStepInvalid,
+                            "The helper has no record of this authorization; resume to look at the machine again.",
+                        );
+                        return self.answer_host(op, Answer::Failed(lost)).await;
+                    }
                 }
             }
-        } else {
-            // Burn the nonce in our own record first, so no other process hands it over too.
-            let started = reduce(op, &Event::answer(effect, Answer::HostStepStarted))?;
-            if !self.store.compare_and_swap(op.revision, &started)? {
-                return Ok(Performed::Moved);
-            }
-            self.announce(&started);
-            crate::test_hooks::kill_point("host-step-started");
-            let store = self.store.clone();
-            let id = op.operation_id.clone();
-            let nonce = step.nonce.clone();
-            let on_job: super::boundary::JobNote = Arc::new(move |job: &str| {
-                if let Err(e) = store.note_host_job(&id, &nonce, job) {
-                    tracing::warn!(code = %e.code, "the helper's job could not be noted");
+            PendingHostStep::Consented(request) => {
+                // The one place a step is issued: its nonce is recorded (burnt in our own
+                // record) before it is handed over, so no other process hands it over too.
+                let issued = match request.issue(Timestamp::now(), op.revision + 1) {
+                    Ok(issued) => issued,
+                    Err(e) => {
+                        let error = CodedError::new(e.code(), "The host step cannot be issued.")
+                            .with_details(e.to_string());
+                        return self.answer_host(op, Answer::Failed(error)).await;
+                    }
+                };
+                let started = reduce(op, &Event::answer(effect, Answer::HostStepStarted(issued)))?;
+                if !self.store.compare_and_swap(op.revision, &started)? {
+                    return Ok(Performed::Moved);
                 }
-                crate::test_hooks::kill_point("host-step-running");
-            });
-            let stamped = match stamp_revision(&step) {
-                Ok(stamped) => stamped,
-                Err(e) => return self.answer_host(op, Answer::Failed(e)).await,
-            };
-            match self
-                .elevator
-                .run_step(&stamped, self.progress_sink(&started), on_job)
-                .await
-            {
-                Ok(run) => run,
-                Err(e) => return self.answer_host(op, Answer::Failed(e)).await,
+                self.announce(&started);
+                crate::test_hooks::kill_point("host-step-started");
+                let Some(step) = started.sent_host_step().cloned() else {
+                    return Err(CodedError::new(
+                        ErrorCode::IoError,
+                        "The issued host step was not recorded.",
+                    ));
+                };
+                let store = self.store.clone();
+                let id = op.operation_id.clone();
+                let nonce = step.nonce().as_str().to_owned();
+                let on_job: super::boundary::JobNote = Arc::new(move |job: &str| {
+                    if let Err(e) = store.note_host_job(&id, &nonce, job) {
+                        tracing::warn!(code = %e.code, "the helper's job could not be noted");
+                    }
+                    crate::test_hooks::kill_point("host-step-running");
+                });
+                match self
+                    .elevator
+                    .run_step(&step, self.progress_sink(&started), on_job)
+                    .await
+                {
+                    Ok(run) => (step, run),
+                    Err(e) => return self.answer_host(op, Answer::Failed(e)).await,
+                }
             }
         };
         let verdict = match run {
             HostRun::Declined => ReceiptVerdict {
-                step_id: step.step_id.clone(),
-                nonce: step.nonce.clone(),
+                step_id: step.step_id().as_str().to_owned(),
+                nonce: step.nonce().as_str().to_owned(),
                 receipt_digest: None,
                 outcome: HostOutcome::Declined,
                 failure: None,

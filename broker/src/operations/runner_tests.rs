@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::*;
 use crate::operations::boundary::HostCheck;
-use crate::operations::record::HostStepTicket;
 use crate::operations::reducer::{ProbedPlan, Reconciliation};
 
 fn digest(c: char) -> DigestText {
@@ -20,7 +19,6 @@ struct FakeMachine {
     image: AtomicBool,
     record: AtomicBool,
     gpu_visible: AtomicBool,
-    nonce_counter: Mutex<u32>,
 }
 
 impl FakeMachine {
@@ -37,18 +35,7 @@ impl FakeMachine {
         if !needs_step && !self.group_effective.load(Ordering::SeqCst) {
             blockers.push(CodedError::new(ErrorCode::ReloginRequired, "sign in again"));
         }
-        let host_step = needs_step.then(|| {
-            let mut n = self.nonce_counter.lock().unwrap();
-            *n += 1;
-            HostStepTicket {
-                step_id: format!("host-step-{n}"),
-                nonce: format!("nonce-{n}"),
-                recipe_digest: digest('1'),
-                parameters_digest: digest('2'),
-                expected_operation_revision: 0,
-                step_json: "{}".into(),
-            }
-        });
+        let host_step = needs_step.then(|| crate::operations::reducer::tests::ticket("ana"));
         let d = if needs_step { 'a' } else { 'b' };
         ProbedPlan {
             plan_digest: digest(d),
@@ -180,34 +167,27 @@ impl FakeHelper {
 impl Elevator for FakeHelper {
     async fn run_step(
         &self,
-        step: &HostStepTicket,
+        step: &enginekit_shared::wire::host_step::HostStep,
         _: ProgressSink,
         on_job: crate::operations::boundary::JobNote,
     ) -> Result<HostRun, CodedError> {
         if !self.allow.load(Ordering::SeqCst) {
             return Ok(HostRun::Declined);
         }
-        *self
-            .runs
-            .lock()
-            .unwrap()
-            .entry(step.nonce.clone())
-            .or_default() += 1;
+        let nonce = step.nonce().as_str().to_owned();
+        *self.runs.lock().unwrap().entry(nonce.clone()).or_default() += 1;
         on_job("/org/enginekit/Helper1/job/1");
-        assert_eq!(self.runs_of(&step.nonce), 1, "a nonce ran twice");
+        assert_eq!(self.runs_of(&nonce), 1, "a nonce ran twice");
         self.machine.toolkit.store(true, Ordering::SeqCst);
         let receipt = ReceiptSummary {
-            step_id: step.step_id.clone(),
-            nonce: step.nonce.clone(),
+            step_id: step.step_id().as_str().to_owned(),
+            nonce: nonce.clone(),
             outcome: HostOutcome::Succeeded,
             digest: digest('7'),
             error: None,
             log_tail: None,
         };
-        self.receipts
-            .lock()
-            .unwrap()
-            .insert(step.nonce.clone(), receipt.clone());
+        self.receipts.lock().unwrap().insert(nonce, receipt.clone());
         if self.hang.load(Ordering::SeqCst) {
             std::future::pending::<()>().await;
         }
@@ -370,7 +350,7 @@ async fn after_a_crash_mid_job_the_receipt_is_fetched_and_the_nonce_never_runs_a
         .unwrap()
         .unwrap();
     assert_eq!(stored.phase, Phase::PreparingHost);
-    assert!(stored.host_step_sent);
+    assert!(stored.sent_host_step().is_some());
     let r2 = runner(dir.path(), &m, &h);
     let (ids, errors) = r2.recover(None).await;
     assert!(errors.is_empty(), "{errors:?}");
@@ -402,12 +382,20 @@ async fn a_crash_before_the_helper_took_the_step_issues_a_fresh_nonce() {
         &probed,
         &Event::answer(
             probed.pending_effect.as_ref().unwrap(),
-            Answer::HostStepStarted,
+            Answer::HostStepStarted(
+                probed
+                    .pending_host_step
+                    .as_ref()
+                    .unwrap()
+                    .request()
+                    .issue(enginekit_shared::wire::Timestamp::now(), 0)
+                    .unwrap(),
+            ),
         ),
     )
     .unwrap();
     assert!(store.compare_and_swap(probed.revision, &started).unwrap());
-    let first_nonce = started.pending_host_step.clone().unwrap().nonce;
+    let first_nonce = started.sent_nonce().unwrap().to_owned();
     let r2 = runner(dir.path(), &m, &h);
     let (ids, _) = r2.recover(None).await;
     let done = r2.drive(&ids[0]).await.unwrap();

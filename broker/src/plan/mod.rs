@@ -90,7 +90,7 @@ pub fn plan_setup(request: &PlanRequest<'_>) -> Result<PlannedSetup, CodedError>
             let validated = parameters::from_plan(&plan.system_changes, &view, &recipe.id)
                 .and_then(|p| p.validate());
             match validated {
-                Ok(params) => host_step = Some(recipe::issue_step(recipe, params)?),
+                Ok(params) => host_step = Some(recipe::host_request(recipe, params)?),
                 Err(refusal) => blockers.push(blockers::recipe_refused_plan(refusal)),
             }
         }

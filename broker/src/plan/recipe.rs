@@ -6,9 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use enginekit_shared::digest::Digest;
 use enginekit_shared::error::{CodedError, ErrorCode};
 use enginekit_shared::recipe::{ActionSpec, Component, Recipe};
-use enginekit_shared::wire::host_step::{HostParameters, HostStep, RecipeId, RecipeIdParseError};
+use enginekit_shared::wire::host_step::{
+    HostParameters, HostRequest, RecipeId, RecipeIdParseError,
+};
 use enginekit_shared::wire::plan::{SystemChange, SystemChangeCode};
-use enginekit_shared::wire::Timestamp;
 use serde_json::Value;
 
 use crate::documents::store::DocumentSet;
@@ -154,20 +155,21 @@ pub fn in_charge(documents: &DocumentSet) -> Result<RecipeRef, CodedError> {
     }
 }
 
-/// Mints the host step for validated parameters: a fresh step id and nonce, the parameters
-/// digest, the recipe's id and digest (and its envelope when inline), issued now, at operation
-/// revision 0 (the operation stamps its own revision when the user consents).
-pub fn issue_step(recipe: &RecipeRef, parameters: HostParameters) -> Result<HostStep, CodedError> {
+/// What the host step will ask for validated parameters: the recipe's id and digest (and its
+/// envelope when inline). No nonce: the step is issued from this when the consented setup hands
+/// it to the helper.
+pub fn host_request(
+    recipe: &RecipeRef,
+    parameters: HostParameters,
+) -> Result<HostRequest, CodedError> {
     let recipe_id: RecipeId = recipe.id.parse().map_err(|e: RecipeIdParseError| {
         CodedError::new(ErrorCode::HostStepInvalid, e.to_string())
     })?;
-    HostStep::issue(
+    HostRequest::new(
         recipe_id,
         recipe.digest.clone(),
         recipe.inline.clone(),
         parameters,
-        Timestamp::now(),
-        0,
     )
     .map_err(|e| CodedError::new(e.code(), e.to_string()))
 }

@@ -4,7 +4,7 @@
 
 use super::*;
 use enginekit_shared::signed::SigningKey;
-use enginekit_shared::wire::host_step::RecipeId;
+use enginekit_shared::wire::host_step::{HostRequest, RecipeId};
 use enginekit_shared::wire::Timestamp;
 use serde_json::json;
 
@@ -36,16 +36,15 @@ fn step_value(
     issued_at: Timestamp,
 ) -> Value {
     let parameters = HostParameters::validate(&params).unwrap();
-    let step = HostStep::issue(
+    let step = HostRequest::new(
         "linux.install-container-runtime"
             .parse::<RecipeId>()
             .unwrap(),
         digest.clone(),
         recipe,
         parameters,
-        issued_at,
-        1,
     )
+    .and_then(|request| request.issue(issued_at, 1))
     .unwrap();
     step.to_value().unwrap()
 }

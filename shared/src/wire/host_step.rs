@@ -676,27 +676,43 @@ impl HostStepError {
     }
 }
 
-/// The fields besides `parameters`, checked by serde.
+/// The fields of a request besides `parameters`, checked by serde.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct OtherFields {
-    step_id: StepId,
+struct RequestFields {
     action: HostAction,
     recipe_id: RecipeId,
     recipe_digest: Digest,
     #[serde(default)]
     recipe: Option<Value>,
     parameters_digest: Digest,
+}
+
+/// The fields a step adds to its request when it is issued.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IssueFields {
+    step_id: StepId,
     nonce: Nonce,
     issued_at: Timestamp,
     expected_operation_revision: u64,
 }
 
-/// A verified-shape host step. Only [`HostStep::parse`] and [`HostStep::issue`] build one, so
-/// `parameters_digest` always is the digest of `parameters`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct HostStep {
-    step_id: StepId,
+/// The keys of [`IssueFields`]: what a step has and its request has not.
+const ISSUE_KEYS: [&str; 4] = [
+    "step_id",
+    "nonce",
+    "issued_at",
+    "expected_operation_revision",
+];
+
+/// What a plan asks the helper to do, before it is issued: the recipe and the validated
+/// parameters with their digest. The plan carries this; the step with its single-use nonce is
+/// minted from it once, when the consented step is handed over ([`HostRequest::issue`]).
+/// Only [`HostRequest::new`] and the parsers build one, so `parameters_digest` always is the
+/// digest of `parameters` and the action matches the recipe.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HostRequest {
     action: HostAction,
     recipe_id: RecipeId,
     recipe_digest: Digest,
@@ -704,122 +720,91 @@ pub struct HostStep {
     recipe: Option<Value>,
     parameters: HostParameters,
     parameters_digest: Digest,
-    nonce: Nonce,
-    issued_at: Timestamp,
-    expected_operation_revision: u64,
 }
 
-impl HostStep {
-    /// Mints a step for the broker: a fresh step id and nonce, and the parameters digest.
-    pub fn issue(
+impl HostRequest {
+    /// The request for validated parameters under a recipe (its envelope when it travels inline).
+    pub fn new(
         recipe_id: RecipeId,
         recipe_digest: Digest,
         recipe: Option<Value>,
         parameters: HostParameters,
+    ) -> Result<HostRequest, HostStepError> {
+        let action = HostAction::InstallContainerRuntime;
+        HostRequest::checked(
+            RequestFields {
+                action,
+                recipe_id,
+                recipe_digest,
+                recipe,
+                parameters_digest: parameters.digest(),
+            },
+            parameters,
+        )
+    }
+
+    fn checked(
+        fields: RequestFields,
+        parameters: HostParameters,
+    ) -> Result<HostRequest, HostStepError> {
+        if fields.recipe_id.as_str() != fields.action.as_str() {
+            return Err(HostStepError::ActionMismatch {
+                action: fields.action,
+                recipe_id: fields.recipe_id,
+            });
+        }
+        if fields.recipe.as_ref().is_some_and(|r| !r.is_object()) {
+            return Err(HostStepError::Shape(
+                "recipe must be a signed document object".to_owned(),
+            ));
+        }
+        let computed = parameters.digest();
+        if computed != fields.parameters_digest {
+            return Err(HostStepError::ParametersDigestMismatch {
+                claimed: fields.parameters_digest,
+                computed,
+            });
+        }
+        Ok(HostRequest {
+            action: fields.action,
+            recipe_id: fields.recipe_id,
+            recipe_digest: fields.recipe_digest,
+            recipe: fields.recipe,
+            parameters,
+            parameters_digest: fields.parameters_digest,
+        })
+    }
+
+    /// Checks an already strictly parsed object.
+    fn from_map(mut map: Map<String, Value>) -> Result<HostRequest, HostStepError> {
+        let raw_parameters = map
+            .remove("parameters")
+            .ok_or_else(|| HostStepError::Shape("missing field `parameters`".to_owned()))?;
+        let fields: RequestFields = shape(Value::Object(map))?;
+        let parameters =
+            HostParameters::validate(&raw_parameters).map_err(HostStepError::Parameters)?;
+        HostRequest::checked(fields, parameters)
+    }
+
+    /// Mints the step: a fresh step id and nonce, issued at `issued_at` for the operation
+    /// revision that records it.
+    pub fn issue(
+        &self,
         issued_at: Timestamp,
         expected_operation_revision: u64,
     ) -> Result<HostStep, HostStepError> {
         if expected_operation_revision > MAX_SAFE_INTEGER {
             return Err(HostStepError::RevisionOutOfRange);
         }
-        if recipe.as_ref().is_some_and(|r| !r.is_object()) {
-            return Err(HostStepError::Shape(
-                "recipe must be a signed document object".to_owned(),
-            ));
-        }
-        let action = HostAction::InstallContainerRuntime;
-        if recipe_id.as_str() != action.as_str() {
-            return Err(HostStepError::ActionMismatch { action, recipe_id });
-        }
         Ok(HostStep {
+            request: self.clone(),
             step_id: StepId::generate().map_err(HostStepError::Random)?,
-            action,
-            recipe_id,
-            recipe_digest,
-            recipe,
-            parameters_digest: parameters.digest(),
-            parameters,
             nonce: Nonce::generate().map_err(HostStepError::Random)?,
             issued_at,
             expected_operation_revision,
         })
     }
 
-    /// Parses and checks the exact bytes received (the helper's entry point).
-    pub fn parse(bytes: &[u8]) -> Result<HostStep, HostStepError> {
-        if bytes.len() > MAX_STEP_BYTES {
-            return Err(HostStepError::TooLarge);
-        }
-        let value = canonical::parse_strict(bytes).map_err(HostStepError::Malformed)?;
-        HostStep::from_value(value)
-    }
-
-    /// Checks an already strictly parsed value.
-    pub fn from_value(value: Value) -> Result<HostStep, HostStepError> {
-        let Value::Object(mut map) = value else {
-            return Err(HostStepError::Shape(
-                "a host step must be an object".to_owned(),
-            ));
-        };
-        let raw_parameters = map
-            .remove("parameters")
-            .ok_or_else(|| HostStepError::Shape("missing field `parameters`".to_owned()))?;
-        let other: OtherFields = serde_json::from_value(Value::Object(map)).map_err(|e| {
-            let text: String = e.to_string().chars().take(200).collect();
-            HostStepError::Shape(text)
-        })?;
-        let parameters =
-            HostParameters::validate(&raw_parameters).map_err(HostStepError::Parameters)?;
-        if other.recipe_id.as_str() != other.action.as_str() {
-            return Err(HostStepError::ActionMismatch {
-                action: other.action,
-                recipe_id: other.recipe_id,
-            });
-        }
-        if other.recipe.as_ref().is_some_and(|r| !r.is_object()) {
-            return Err(HostStepError::Shape(
-                "recipe must be a signed document object".to_owned(),
-            ));
-        }
-        if other.expected_operation_revision > MAX_SAFE_INTEGER {
-            return Err(HostStepError::RevisionOutOfRange);
-        }
-        let computed = parameters.digest();
-        if computed != other.parameters_digest {
-            return Err(HostStepError::ParametersDigestMismatch {
-                claimed: other.parameters_digest,
-                computed,
-            });
-        }
-        Ok(HostStep {
-            step_id: other.step_id,
-            action: other.action,
-            recipe_id: other.recipe_id,
-            recipe_digest: other.recipe_digest,
-            recipe: other.recipe,
-            parameters,
-            parameters_digest: other.parameters_digest,
-            nonce: other.nonce,
-            issued_at: other.issued_at,
-            expected_operation_revision: other.expected_operation_revision,
-        })
-    }
-
-    /// The same step stamped with the operation revision it is valid for (set at consent).
-    pub fn with_expected_operation_revision(
-        mut self,
-        revision: u64,
-    ) -> Result<HostStep, HostStepError> {
-        if revision > MAX_SAFE_INTEGER {
-            return Err(HostStepError::RevisionOutOfRange);
-        }
-        self.expected_operation_revision = revision;
-        Ok(self)
-    }
-
-    pub fn step_id(&self) -> &StepId {
-        &self.step_id
-    }
     pub fn action(&self) -> HostAction {
         self.action
     }
@@ -838,6 +823,117 @@ impl HostStep {
     }
     pub fn parameters_digest(&self) -> &Digest {
         &self.parameters_digest
+    }
+}
+
+/// Serde's shape check, its message bounded.
+fn shape<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, HostStepError> {
+    serde_json::from_value(value).map_err(|e| {
+        let text: String = e.to_string().chars().take(200).collect();
+        HostStepError::Shape(text)
+    })
+}
+
+fn object(value: Value) -> Result<Map<String, Value>, HostStepError> {
+    match value {
+        Value::Object(map) => Ok(map),
+        _ => Err(HostStepError::Shape(
+            "a host step must be an object".to_owned(),
+        )),
+    }
+}
+
+impl<'de> Deserialize<'de> for HostRequest {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        object(value)
+            .and_then(HostRequest::from_map)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// An issued host step: its request, a step id, a single-use nonce, when it was issued and the
+/// operation revision that recorded it. Only [`HostRequest::issue`] and the parsers build one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HostStep {
+    #[serde(flatten)]
+    request: HostRequest,
+    step_id: StepId,
+    nonce: Nonce,
+    issued_at: Timestamp,
+    expected_operation_revision: u64,
+}
+
+impl HostStep {
+    /// Parses and checks the exact bytes received (the helper's entry point).
+    pub fn parse(bytes: &[u8]) -> Result<HostStep, HostStepError> {
+        if bytes.len() > MAX_STEP_BYTES {
+            return Err(HostStepError::TooLarge);
+        }
+        let value = canonical::parse_strict(bytes).map_err(HostStepError::Malformed)?;
+        HostStep::from_value(value)
+    }
+
+    /// Checks an already strictly parsed value.
+    pub fn from_value(value: Value) -> Result<HostStep, HostStepError> {
+        let mut map = object(value)?;
+        let mut issue = Map::new();
+        for key in ISSUE_KEYS {
+            if let Some(v) = map.remove(key) {
+                issue.insert(key.to_owned(), v);
+            }
+        }
+        let issue: IssueFields = shape(Value::Object(issue))?;
+        let request = HostRequest::from_map(map)?;
+        if issue.expected_operation_revision > MAX_SAFE_INTEGER {
+            return Err(HostStepError::RevisionOutOfRange);
+        }
+        Ok(HostStep {
+            request,
+            step_id: issue.step_id,
+            nonce: issue.nonce,
+            issued_at: issue.issued_at,
+            expected_operation_revision: issue.expected_operation_revision,
+        })
+    }
+
+    /// The same step stamped with the operation revision that records it.
+    pub fn with_expected_operation_revision(
+        mut self,
+        revision: u64,
+    ) -> Result<HostStep, HostStepError> {
+        if revision > MAX_SAFE_INTEGER {
+            return Err(HostStepError::RevisionOutOfRange);
+        }
+        self.expected_operation_revision = revision;
+        Ok(self)
+    }
+
+    /// What the step asks for.
+    pub fn request(&self) -> &HostRequest {
+        &self.request
+    }
+    pub fn step_id(&self) -> &StepId {
+        &self.step_id
+    }
+    pub fn action(&self) -> HostAction {
+        self.request.action
+    }
+    pub fn recipe_id(&self) -> &RecipeId {
+        &self.request.recipe_id
+    }
+    pub fn recipe_digest(&self) -> &Digest {
+        &self.request.recipe_digest
+    }
+    /// The inline signed recipe envelope, unverified.
+    pub fn recipe(&self) -> Option<&Value> {
+        self.request.recipe.as_ref()
+    }
+    pub fn parameters(&self) -> &HostParameters {
+        &self.request.parameters
+    }
+    pub fn parameters_digest(&self) -> &Digest {
+        &self.request.parameters_digest
     }
     pub fn nonce(&self) -> &Nonce {
         &self.nonce
@@ -862,6 +958,13 @@ impl HostStep {
     /// The step's canonical bytes: what the broker sends.
     pub fn to_bytes(&self) -> Result<Vec<u8>, HostStepError> {
         canonical::to_canonical_bytes(&self.to_value()?).map_err(HostStepError::Canonical)
+    }
+}
+
+impl<'de> Deserialize<'de> for HostStep {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        HostStep::from_value(value).map_err(serde::de::Error::custom)
     }
 }
 
@@ -1197,16 +1300,41 @@ mod tests {
         );
     }
 
-    fn issued() -> HostStep {
-        HostStep::issue(
+    fn request() -> HostRequest {
+        HostRequest::new(
             "linux.install-container-runtime".parse().unwrap(),
             Digest::ZERO,
             None,
             HostParameters::validate(&base()).unwrap(),
-            "2026-12-02T16:40:00Z".parse().unwrap(),
-            3,
         )
         .unwrap()
+    }
+
+    fn issued() -> HostStep {
+        request()
+            .issue("2026-12-02T16:40:00Z".parse().unwrap(), 3)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_request_has_no_nonce_and_each_issue_mints_a_new_one() {
+        let request = request();
+        let text = serde_json::to_value(&request).unwrap();
+        for key in ISSUE_KEYS {
+            assert!(text.get(key).is_none(), "{key} in {text}");
+        }
+        let back: HostRequest = serde_json::from_value(text.clone()).unwrap();
+        assert_eq!(back, request);
+        let (a, b) = (issued(), issued());
+        assert_ne!(a.nonce(), b.nonce());
+        assert_ne!(a.step_id(), b.step_id());
+        assert_eq!(a.request(), &request);
+        // A request is not a step, and a step is not a request.
+        assert!(HostStep::from_value(text).is_err());
+        assert!(serde_json::from_value::<HostRequest>(a.to_value().unwrap()).is_err());
+        let mut bad = serde_json::to_value(&request).unwrap();
+        bad["parameters_digest"] = json!(Digest::ZERO);
+        assert!(serde_json::from_value::<HostRequest>(bad).is_err());
     }
 
     #[test]

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::digest::Digest;
 use crate::error::ErrorCode;
-use crate::wire::host_step::HostStep;
+use crate::wire::host_step::HostRequest;
 
 /// String parameters of a blocker, system change or warning (always strings, as the reference).
 pub type Params = BTreeMap<String, String>;
@@ -506,19 +506,11 @@ pub struct Plan {
     /// What a later check would raise once the blockers are fixed; outside the verdict and the
     /// digest.
     pub later_gate_notes: Vec<Blocker>,
-    /// The privileged step, when setup needs one and nothing blocks. Its nonce is fresh on every
-    /// plan and is not part of the digest.
-    #[serde(default, deserialize_with = "host_step_from_value")]
-    pub host_step: Option<HostStep>,
-}
-
-fn host_step_from_value<'de, D: serde::Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Option<HostStep>, D::Error> {
-    let value = Option::<serde_json::Value>::deserialize(deserializer)?;
-    value
-        .map(|v| HostStep::from_value(v).map_err(serde::de::Error::custom))
-        .transpose()
+    /// What the privileged step will ask the helper, when setup needs one and nothing blocks:
+    /// the recipe and the validated parameters. The step itself, with its single-use nonce, is
+    /// issued from this only when the consented setup hands it over; a plan never mints one.
+    #[serde(default)]
+    pub host_step: Option<HostRequest>,
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use enginekit_integration::bench::{self, BenchEnv, Service, TestUser};
 use enginekit_shared::digest::Digest;
 use enginekit_shared::signed::{DocumentKind, SignedDocument, SigningKey};
-use enginekit_shared::wire::host_step::{HostParameters, HostStep, RecipeId};
+use enginekit_shared::wire::host_step::{HostParameters, HostRequest, RecipeId};
 use enginekit_shared::wire::Timestamp;
 use serde_json::{json, Value};
 
@@ -456,7 +456,8 @@ pub fn mint(params: &Value, recipe: Option<Value>, recipe_digest: &Digest, age_s
     let id: RecipeId = "linux.install-container-runtime"
         .parse()
         .expect("recipe id");
-    HostStep::issue(id, recipe_digest.clone(), recipe, parameters, issued, 1)
+    HostRequest::new(id, recipe_digest.clone(), recipe, parameters)
+        .and_then(|request| request.issue(issued, 1))
         .expect("issue")
         .to_value()
         .expect("step value")
