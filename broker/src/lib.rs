@@ -1,5 +1,6 @@
 //! enginekit's unprivileged broker, as a library so that tests and benchmarks reach every part.
 
+pub mod app;
 pub mod assess;
 pub mod candidates;
 pub mod cli;

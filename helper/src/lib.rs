@@ -4,7 +4,7 @@
 //!
 //! Modules: [`bus`] (the D-Bus service, caller identity, jobs, idle exit), [`authz`] (polkit),
 //! [`verify`] (step, recipe, parameters, machine), [`ledger`] (nonces, receipts, anti-rollback),
-//! [`config`], [`logging`], [`runner`] (the one call into the executor), and the executor itself
+//! [`config`], [`logging`], [`execution`] (the one call into the executor), and the executor itself
 //! in [`recipe`] and [`exec`].
 
 pub mod authz;
@@ -12,9 +12,10 @@ pub mod bus;
 pub mod cli;
 pub mod config;
 pub mod exec;
+pub mod execution;
 pub mod ledger;
 pub mod logging;
 pub mod receipt;
 pub mod recipe;
-pub mod runner;
+pub mod refusal;
 pub mod verify;

@@ -7,7 +7,7 @@ use enginekit_shared::error::{CodedError, ErrorCode};
 use enginekit_shared::wire::receipt::{Outcome, Receipt, ReceiptId};
 use enginekit_shared::wire::Timestamp;
 
-use crate::runner::ExecutionReport;
+use crate::execution::ExecutionReport;
 use crate::verify::VerifiedStep;
 
 /// The canonical JSON of the receipt for `step` as `report` describes it.

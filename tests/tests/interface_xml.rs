@@ -177,7 +177,7 @@ async fn helper_live() -> BTreeMap<String, interface_xml::Interface> {
         shared: Arc::new(job::JobShared::new(
             owner,
             "specimen".to_owned(),
-            enginekit_helper::runner::CancelToken::new(),
+            enginekit_helper::execution::CancelToken::new(),
             status,
         )),
         admission,

@@ -9,8 +9,8 @@ use clap::Args;
 use enginekit_shared::error::{CodedError, ErrorCode};
 
 use super::setup::{report_error, runtime};
+use crate::app::Context;
 use crate::dbus::api::{Broker, BrokerApi};
-use crate::operations::context::Context;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {

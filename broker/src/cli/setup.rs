@@ -13,7 +13,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{json, Value};
 
 use super::{EXIT_BLOCKED, EXIT_FAILURE, EXIT_USAGE};
-use crate::operations::context::{Context, RealRunner};
+use crate::app::{Context, RealRunner};
 use crate::operations::record::{DigestText, EngineId, Operation, OperationId, Phase};
 use crate::operations::runner::RunnerEvent;
 

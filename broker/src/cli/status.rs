@@ -6,7 +6,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::setup::{emit, report_error};
-use crate::operations::context::Context;
+use crate::app::Context;
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {

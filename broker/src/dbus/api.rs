@@ -75,10 +75,7 @@ impl<P: Provisioner + Probing, E: Elevator> Broker<P, E> {
     }
 }
 
-/// The host facts, for `Probe`.
-pub trait Probing {
-    fn probe_facts(&self) -> impl Future<Output = Result<serde_json::Value, CodedError>> + Send;
-}
+pub use crate::operations::boundary::Probing;
 
 impl<P: Provisioner + Probing, E: Elevator> BrokerApi for Broker<P, E> {
     fn probe(&self) -> BoxFuture<'_, Result<serde_json::Value, CodedError>> {

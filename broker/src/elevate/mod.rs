@@ -7,8 +7,9 @@ pub mod agent;
 use std::time::Duration;
 
 use enginekit_shared::error::{CodedError, ErrorCode};
-use enginekit_shared::wire::receipt::{Outcome, Receipt};
+use enginekit_shared::wire::receipt::{ActionStatus, Outcome, Receipt};
 use futures_util::StreamExt;
+use tokio::sync::OnceCell;
 use zbus::proxy::CacheProperties;
 use zbus::Connection;
 use zbus::OwnedObjectPath;
@@ -202,6 +203,34 @@ pub fn summarise(text: &str, step_id: &str, nonce: &str) -> Result<ReceiptSummar
     })
 }
 
+/// The helper, connected when a host step first needs it (a ready host never touches the
+/// system bus).
+#[derive(Debug, Default)]
+pub struct LazyHelper {
+    helper: OnceCell<SystemHelper>,
+}
+
+impl LazyHelper {
+    async fn get(&self) -> Result<&SystemHelper, CodedError> {
+        self.helper.get_or_try_init(SystemHelper::connect).await
+    }
+}
+
+impl Elevator for LazyHelper {
+    async fn run_step(
+        &self,
+        step: &HostStep,
+        progress: ProgressSink,
+        on_job: JobNote,
+    ) -> Result<HostRun, CodedError> {
+        self.get().await?.run_step(step, progress, on_job).await
+    }
+
+    async fn receipt(&self, nonce: &str, job: Option<&str>) -> Result<ReceiptLookup, CodedError> {
+        self.get().await?.receipt(nonce, job).await
+    }
+}
+
 impl Elevator for SystemHelper {
     async fn run_step(
         &self,
@@ -264,11 +293,9 @@ impl Elevator for SystemHelper {
     }
 }
 
-/// What the user is shown of a failed job: the actions the helper marked as failed (a query
-/// that answered non-zero, or an action that ran no command, is not a failure), each with its
-/// exit status and log tail. A log tail is bounded from its end, so a long one may have lost its
-/// leading mark: then every action that was neither applied, satisfied nor skipped and did not
-/// exit 0 is shown, rather than nothing.
+/// What the user is shown of a failed job: the actions whose status the helper recorded as
+/// failed (a query that answered non-zero, or an action that ran no command, is not a failure),
+/// each with its exit status and log tail.
 fn failed_actions(actions: &[enginekit_shared::wire::receipt::ActionRecord]) -> String {
     let show = |a: &enginekit_shared::wire::receipt::ActionRecord| {
         let status = match a.exit_status {
@@ -277,19 +304,9 @@ fn failed_actions(actions: &[enginekit_shared::wire::receipt::ActionRecord]) -> 
         };
         format!("{} ({status}):\n{}", a.code, a.log_tail)
     };
-    let marked: Vec<String> = actions
-        .iter()
-        .filter(|a| a.log_tail.starts_with("failed"))
-        .map(show)
-        .collect();
-    if !marked.is_empty() {
-        return marked.join("\n");
-    }
-    const SETTLED: [&str; 3] = ["applied", "satisfied", "not-run"];
     actions
         .iter()
-        .filter(|a| a.exit_status != Some(0))
-        .filter(|a| !SETTLED.iter().any(|m| a.log_tail.starts_with(m)))
+        .filter(|a| a.status == ActionStatus::Failed)
         .map(show)
         .collect::<Vec<_>>()
         .join("\n")
@@ -298,11 +315,17 @@ fn failed_actions(actions: &[enginekit_shared::wire::receipt::ActionRecord]) -> 
 #[cfg(test)]
 mod tests {
     use super::failed_actions;
-    use enginekit_shared::wire::receipt::ActionRecord;
+    use enginekit_shared::wire::receipt::{ActionRecord, ActionStatus};
 
-    fn action(code: &str, exit_status: Option<i32>, log_tail: &str) -> ActionRecord {
+    fn action(
+        code: &str,
+        status: ActionStatus,
+        exit_status: Option<i32>,
+        log_tail: &str,
+    ) -> ActionRecord {
         ActionRecord {
             code: code.into(),
+            status,
             argv: Vec::new(),
             exit_status,
             duration_ms: 1,
@@ -312,28 +335,56 @@ mod tests {
 
     #[test]
     fn only_the_actions_the_helper_marked_failed_are_shown_with_a_readable_status() {
+        use ActionStatus::{Applied, Failed, NotRun, Satisfied};
         let shown = failed_actions(&[
-            action("nvidia-source", None, "applied: wrote the list"),
-            action("conflicts", Some(1), "satisfied: no conflicting package"),
+            action("nvidia-source", Applied, None, "applied: wrote the list"),
+            action(
+                "conflicts",
+                Satisfied,
+                Some(1),
+                "satisfied: no conflicting package",
+            ),
             action(
                 "refresh",
+                Failed,
                 Some(100),
                 "failed: /usr/bin/apt-get exited with 100",
             ),
-            action("packages", None, "not-run: an earlier action failed"),
+            action(
+                "packages",
+                NotRun,
+                None,
+                "not-run: an earlier action failed",
+            ),
         ]);
         assert_eq!(
             shown,
             "refresh (exit status 100):\nfailed: /usr/bin/apt-get exited with 100"
         );
         assert!(!shown.contains("Some("), "{shown}");
-        let killed = failed_actions(&[action("packages", None, "failed: killed by SIGTERM")]);
+        let killed = failed_actions(&[action(
+            "packages",
+            Failed,
+            None,
+            "failed: killed by SIGTERM",
+        )]);
         assert!(killed.starts_with("packages (no exit status"), "{killed}");
-        // A tail cut from its end lost its "failed:" mark: still shown, never nothing.
+        // A tail cut from its end lost its "failed:" mark: the recorded status still shows it,
+        // and a satisfied query that exited non-zero is still not shown.
         let cut = failed_actions(&[
-            action("conflicts", Some(1), "satisfied: no conflicting package"),
-            action("packages", Some(100), "...E: Unable to locate package x"),
-            action("nvidia-runtime", None, "not-run: an earlier action failed"),
+            action("conflicts", Satisfied, Some(1), "...no conflicting package"),
+            action(
+                "packages",
+                Failed,
+                Some(100),
+                "...E: Unable to locate package x",
+            ),
+            action(
+                "nvidia-runtime",
+                NotRun,
+                None,
+                "not-run: an earlier action failed",
+            ),
         ]);
         assert_eq!(
             cut,

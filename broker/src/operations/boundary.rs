@@ -118,6 +118,11 @@ pub enum ReceiptLookup {
     Unknown,
 }
 
+/// The host facts, for the session service's `Probe`.
+pub trait Probing {
+    fn probe_facts(&self) -> impl Future<Output = Result<serde_json::Value, CodedError>> + Send;
+}
+
 /// The root helper on the system bus.
 pub trait Elevator: Send + Sync + 'static {
     /// Hand the step over (interactive authorisation allowed) and follow the job to its end.

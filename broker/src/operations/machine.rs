@@ -9,10 +9,9 @@ use enginekit_shared::error::{CodedError, ErrorCode};
 use enginekit_shared::image::ImageRef;
 use enginekit_shared::wire::plan::GpuAccess;
 
-use super::boundary::{Claims, HostCheck, ProgressSink, ProgressTick, Provisioner};
+use super::boundary::{Claims, HostCheck, Probing, ProgressSink, ProgressTick, Provisioner};
 use super::record::{DigestText, Operation, OperationKind};
 use super::reducer::{ProbedPlan, Reconciliation};
-use crate::dbus::api::Probing;
 use crate::docker::{
     CancellationToken, Docker, DockerError, DockerRoute, GpuUuid, PullOptions, ToolkitFacts,
 };

@@ -2,7 +2,6 @@
 //! performs the reducer's effects.
 
 pub mod boundary;
-pub mod context;
 pub mod machine;
 pub mod record;
 pub mod recovery;

@@ -19,7 +19,7 @@ use zbus::names::OwnedUniqueName;
 use zbus::Connection;
 
 use super::caller::Caller;
-use super::error::{refuse, HelperError};
+use crate::refusal::{refuse, Refusal};
 
 /// Credential lookups in flight at once.
 const LOOKUPS: usize = 8;
@@ -66,7 +66,7 @@ struct State {
 
 /// Why a call was not admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub enum NoRoom {
     /// Every slot is taken.
     Full,
     /// This uid has its share in flight.
@@ -98,11 +98,7 @@ impl Admission {
     }
 
     /// Who is calling: remembered, or asked of the bus (a few lookups at a time).
-    async fn identify(
-        &self,
-        conn: &Connection,
-        header: &Header<'_>,
-    ) -> Result<Caller, HelperError> {
+    async fn identify(&self, conn: &Connection, header: &Header<'_>) -> Result<Caller, Refusal> {
         let Some(sender) = header.sender() else {
             return Err(refuse!(NotAuthorized, "the call carries no sender"));
         };
@@ -132,7 +128,7 @@ impl Admission {
         self: &Arc<Self>,
         conn: &Connection,
         header: &Header<'_>,
-    ) -> Result<(Caller, Ticket), HelperError> {
+    ) -> Result<(Caller, Ticket), Refusal> {
         let caller = self.identify(conn, header).await?;
         let mut ticket = self.enter().map_err(|_| {
             refuse!(
@@ -154,10 +150,10 @@ impl Admission {
     }
 
     /// A slot of the total.
-    pub fn enter(self: &Arc<Self>) -> Result<Ticket, Refusal> {
+    pub fn enter(self: &Arc<Self>) -> Result<Ticket, NoRoom> {
         let mut state = self.state();
         if state.total >= self.limits.total {
-            return Err(Refusal::Full);
+            return Err(NoRoom::Full);
         }
         state.total += 1;
         Ok(Ticket {
@@ -175,14 +171,14 @@ impl Admission {
 
 impl Ticket {
     /// Charges this call to `uid`; refused when that uid already has its share in flight.
-    pub fn bind(&mut self, uid: u32) -> Result<(), Refusal> {
+    pub fn bind(&mut self, uid: u32) -> Result<(), NoRoom> {
         if self.uid.is_some() {
             return Ok(());
         }
         let mut state = self.admission.state();
         let count = state.per_uid.entry(uid).or_insert(0);
         if *count >= self.admission.limits.per_uid {
-            return Err(Refusal::UidFull);
+            return Err(NoRoom::UidFull);
         }
         *count += 1;
         self.uid = Some(uid);
@@ -222,7 +218,7 @@ mod tests {
             flood.push(t);
         }
         let mut third = admission.enter().unwrap();
-        assert_eq!(third.bind(1000), Err(Refusal::UidFull));
+        assert_eq!(third.bind(1000), Err(NoRoom::UidFull));
         drop(third);
         let mut other = admission.enter().unwrap();
         assert_eq!(other.bind(1001), Ok(()));
@@ -241,7 +237,7 @@ mod tests {
         });
         let a = admission.enter().unwrap();
         let _b = admission.enter().unwrap();
-        assert_eq!(admission.enter().unwrap_err(), Refusal::Full);
+        assert_eq!(admission.enter().unwrap_err(), NoRoom::Full);
         drop(a);
         assert!(admission.enter().is_ok());
     }

@@ -7,7 +7,7 @@ use zbus::message::Header;
 use zbus::names::OwnedUniqueName;
 use zbus::Connection;
 
-use super::error::{refuse, HelperError};
+use crate::refusal::{refuse, Refusal};
 
 /// The caller of one method call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,7 +19,7 @@ pub struct Caller {
 
 impl Caller {
     /// Asks the bus daemon about the sender of `header`.
-    pub async fn identify(conn: &Connection, header: &Header<'_>) -> Result<Caller, HelperError> {
+    pub async fn identify(conn: &Connection, header: &Header<'_>) -> Result<Caller, Refusal> {
         let Some(sender) = header.sender() else {
             return Err(refuse!(NotAuthorized, "the call carries no sender"));
         };
@@ -44,7 +44,7 @@ impl Caller {
     }
 
     /// The login name of the caller's uid, from the user database.
-    pub fn user_name(&self) -> Result<String, HelperError> {
+    pub fn user_name(&self) -> Result<String, Refusal> {
         match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(self.uid)) {
             Ok(Some(user)) => Ok(user.name),
             Ok(None) => Err(refuse!(

@@ -22,8 +22,9 @@ use zbus::{Connection, OwnedObjectPath};
 
 use super::admission::Admission;
 use super::caller::Caller;
-use super::error::{refuse, HelperError};
-use crate::runner::CancelToken;
+use super::error::HelperError;
+use crate::execution::CancelToken;
+use crate::refusal::refuse;
 
 /// Object path prefix of job objects.
 pub const JOB_PATH_PREFIX: &str = "/org/enginekit/Helper1/job/";
@@ -238,24 +239,19 @@ impl Job {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), HelperError> {
         let Ok(mut ticket) = self.admission.enter() else {
-            return Err(refuse!(
-                Busy,
-                "the helper is serving too many calls; try again"
-            ));
+            return Err(refuse!(Busy, "the helper is serving too many calls; try again").into());
         };
         let caller = Caller::identify(conn, &header).await?;
         if ticket.bind(caller.uid).is_err() {
-            return Err(refuse!(
-                Busy,
-                "too many calls of yours are in flight; try again"
-            ));
+            return Err(refuse!(Busy, "too many calls of yours are in flight; try again").into());
         }
         if caller.uid != self.shared.owner.uid {
             tracing::warn!(uid = caller.uid, action = "cancel", nonce = %self.shared.nonce, outcome = "not-owner", "cancel refused");
             return Err(refuse!(
                 NotOwner,
                 "only the caller that started this job may cancel it"
-            ));
+            )
+            .into());
         }
         let status = self.shared.status();
         if status.state != JobState::Running || !status.allow_cancel {
@@ -265,7 +261,8 @@ impl Job {
                 "the job can no longer be cancelled (state {}, phase {:?})",
                 status.state.as_str(),
                 status.phase
-            ));
+            )
+            .into());
         }
         drop(status);
         self.shared.cancel.cancel();

@@ -15,8 +15,8 @@ use zbus::Connection;
 use zbus::OwnedObjectPath;
 
 use crate::config::Config;
+use crate::execution::{self, ProgressSink};
 use crate::ledger::Ledger;
-use crate::runner::{self, ProgressSink};
 use crate::verify::VerifiedStep;
 use activity::{Activity, JobSlot};
 use admission::Admission;
@@ -203,7 +203,7 @@ pub(crate) async fn run_job(
     let caller_uid = shared.owner.uid;
     let mut executor = tokio::task::spawn_blocking(move || {
         let mut sink = ChannelSink(tx);
-        runner::execute(&exec_step, caller_uid, &mut sink, &cancel)
+        execution::execute(&exec_step, caller_uid, &mut sink, &cancel)
     });
     let report = loop {
         tokio::select! {
@@ -226,8 +226,8 @@ pub(crate) async fn run_job(
             joined = &mut executor => {
                 break match joined {
                     Ok(report) => report,
-                    Err(e) => runner::ExecutionReport {
-                        outcome: runner::Outcome::Failed,
+                    Err(e) => execution::ExecutionReport {
+                        outcome: execution::Outcome::Failed,
                         actions: Vec::new(),
                         error: Some(enginekit_shared::error::CodedError::new(
                             enginekit_shared::error::ErrorCode::IoError,

@@ -24,13 +24,14 @@ use zbus::OwnedObjectPath;
 use super::activity::Activity;
 use super::admission::Admission;
 use super::caller::Caller;
-use super::error::{interaction_required, refuse, HelperError};
+use super::error::HelperError;
 use super::job::{JobShared, JobState, JobStatus, JobTable, Owner, JOB_PATH_PREFIX};
 use super::run_job;
 use crate::authz::{self, Decision};
 use crate::config::Config;
+use crate::execution::CancelToken;
 use crate::ledger::{Burn, Ledger};
-use crate::runner::CancelToken;
+use crate::refusal::{refuse, Refusal};
 use crate::verify::{self, Checks, MachineFacts, ReceivedStep, VerifiedStep};
 
 /// The helper object.
@@ -68,7 +69,7 @@ impl Helper {
         received: Option<ReceivedStep>,
         verified: Option<&VerifiedStep>,
         caller: &Caller,
-    ) -> Result<Option<VerifiedStep>, HelperError> {
+    ) -> Result<Option<VerifiedStep>, Refusal> {
         let machine = MachineFacts::read()
             .map_err(|e| refuse!(Internal, "cannot read this machine's facts: {e}"))?;
         let user_name = caller.user_name()?;
@@ -100,7 +101,7 @@ impl Helper {
         caller: &Caller,
         verified: &VerifiedStep,
         log: &mut DecisionLog,
-    ) -> Result<(), HelperError> {
+    ) -> Result<(), Refusal> {
         let details = verify::prompt::details(verified);
         let question = authz::Question {
             header,
@@ -115,7 +116,7 @@ impl Helper {
         log.authz = Some(decision.as_str());
         match decision {
             Decision::Authorized => Ok(()),
-            Decision::InteractionRequired => Err(interaction_required()),
+            Decision::InteractionRequired => Err(Refusal::interaction_required()),
             Decision::Dismissed => Err(refuse!(
                 NotAuthorizedDismissed,
                 "the authentication dialog was dismissed"
@@ -148,7 +149,7 @@ impl Helper {
         conn: &Connection,
         server: &ObjectServer,
         log: &mut DecisionLog,
-    ) -> Result<OwnedObjectPath, HelperError> {
+    ) -> Result<OwnedObjectPath, Refusal> {
         // 1-2: size, strict parse and schema, before anything else is looked at.
         let received = verify::parse_step(bytes)?;
         log.received(&received);
@@ -335,7 +336,7 @@ impl Helper {
             .start_chain(step.as_bytes(), &header, conn, server, &mut log)
             .await;
         log.emit(header.sender().map(|s| s.as_str()).unwrap_or("?"), &result);
-        result
+        result.map_err(HelperError::from)
     }
 
     /// The receipt of the job `nonce` started, for the same uid only.
@@ -372,6 +373,7 @@ impl Helper {
                 "no receipt of yours for nonce {}",
                 parsed.as_str()
             )
+            .into()
         })
     }
 }
@@ -410,7 +412,7 @@ impl DecisionLog {
             .and_then(super::caller::unit_of_cgroup);
     }
 
-    fn emit(&self, sender: &str, result: &Result<OwnedObjectPath, HelperError>) {
+    fn emit(&self, sender: &str, result: &Result<OwnedObjectPath, Refusal>) {
         let uid = self.uid.map(i64::from).unwrap_or(-1);
         let pid = self.pid.map(i64::from).unwrap_or(-1);
         let unit = self.unit.as_deref().unwrap_or("");
@@ -439,7 +441,7 @@ impl DecisionLog {
             ),
             Err(e) => tracing::warn!(
                 sender, uid, pid, unit, cgroup, action = authz::ACTION_ID, nonce, recipe_id, recipe_digest,
-                parameters_digest, authz, outcome = e.kind(), error = %zbus::DBusError::description(e).unwrap_or(""),
+                parameters_digest, authz, outcome = e.kind.kind(), error = %e.message(),
                 "step refused"
             ),
         }

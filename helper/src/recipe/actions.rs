@@ -6,8 +6,8 @@ use enginekit_shared::recipe::{Family, KeyEncoding, PlannedConflict, PlannedPack
 use enginekit_shared::safe::UserName;
 
 use super::commands as cmd;
+use super::executor::{tail_chars, Executor, Failure, STDERR_TAIL_CHARS};
 use super::files;
-use super::runner::{tail_chars, Failure, Runner, STDERR_TAIL_CHARS};
 use super::ActionStatus;
 
 /// How an action that did not fail ended, and what it says about it.
@@ -28,7 +28,7 @@ fn fail<T>(detail: impl Into<String>) -> Result<T, Failure> {
 // --- keys and sources -------------------------------------------------------------------------
 
 pub(super) fn install_key(
-    r: &mut Runner<'_>,
+    r: &mut Executor<'_>,
     path: &str,
     encoding: KeyEncoding,
     armored: &str,
@@ -71,7 +71,7 @@ pub(super) fn install_key(
     applied(format!("wrote {path} ({pinned_list})"))
 }
 
-pub(super) fn write_source(r: &mut Runner<'_>, path: &str, body: &str) -> Done {
+pub(super) fn write_source(r: &mut Executor<'_>, path: &str, body: &str) -> Done {
     let target = files::under_root(&r.ctx.file_root, path);
     if let Some(existing) = files::read_existing(&target).map_err(|e| Failure(e.to_string()))? {
         // Stricter than the reference (§12.2): a differing source is reported, never trusted.
@@ -91,7 +91,7 @@ pub(super) fn write_source(r: &mut Runner<'_>, path: &str, body: &str) -> Done {
 // --- package queries ----------------------------------------------------------------------------
 
 /// Whether a package is installed, read fail-closed in the C locale's exact wording.
-pub(super) fn is_installed(r: &mut Runner<'_>, name: &str) -> Result<bool, Failure> {
+pub(super) fn is_installed(r: &mut Executor<'_>, name: &str) -> Result<bool, Failure> {
     let unsure = || Failure(format!("could not tell whether {name} is installed"));
     match r.family {
         Family::Apt => {
@@ -141,7 +141,7 @@ pub(super) fn is_installed(r: &mut Runner<'_>, name: &str) -> Result<bool, Failu
 }
 
 /// The installed version of a pinned package.
-fn installed_version(r: &mut Runner<'_>, name: &str) -> Result<String, Failure> {
+fn installed_version(r: &mut Executor<'_>, name: &str) -> Result<String, Failure> {
     let c = match r.family {
         Family::Apt => cmd::apt_version(name)?,
         Family::Dnf => cmd::rpm_version(name)?,
@@ -159,7 +159,7 @@ fn installed_version(r: &mut Runner<'_>, name: &str) -> Result<String, Failure> 
 /// minimum counts as missing. A pinned package installed at another version is a failure: the
 /// recipe never moves a pinned package.
 pub(super) fn missing(
-    r: &mut Runner<'_>,
+    r: &mut Executor<'_>,
     wanted: &[PlannedPackage],
 ) -> Result<Vec<PlannedPackage>, Failure> {
     Ok(todo(r, wanted)?.into_iter().map(|(p, _)| p).collect())
@@ -167,7 +167,7 @@ pub(super) fn missing(
 
 /// What [`missing`] finds, each with the version installed now (`None`: not installed).
 fn todo(
-    r: &mut Runner<'_>,
+    r: &mut Executor<'_>,
     wanted: &[PlannedPackage],
 ) -> Result<Vec<(PlannedPackage, Option<String>)>, Failure> {
     let mut out = Vec::new();
@@ -206,7 +206,7 @@ fn names(packages: &[PlannedPackage]) -> String {
 }
 
 pub(super) fn check_conflicts(
-    r: &mut Runner<'_>,
+    r: &mut Executor<'_>,
     wanted: &[PlannedPackage],
     conflicts: &[PlannedConflict],
     remove: bool,
@@ -272,7 +272,7 @@ fn conflict_refusal(
 
 /// dnf has no switch to turn Obsoletes off: ask what each missing package would replace.
 fn obsoletes(
-    r: &mut Runner<'_>,
+    r: &mut Executor<'_>,
     wanted: &[PlannedPackage],
     missing: &[PlannedPackage],
 ) -> Result<(), Failure> {
@@ -307,7 +307,7 @@ fn obsoletes(
     Ok(())
 }
 
-pub(super) fn refresh(r: &mut Runner<'_>, sources: &[String], wanted: &[PlannedPackage]) -> Done {
+pub(super) fn refresh(r: &mut Executor<'_>, sources: &[String], wanted: &[PlannedPackage]) -> Done {
     if missing(r, wanted)?.is_empty() {
         return satisfied("every recipe package is installed; nothing to refresh");
     }
@@ -318,7 +318,7 @@ pub(super) fn refresh(r: &mut Runner<'_>, sources: &[String], wanted: &[PlannedP
     applied(format!("refreshed {}", sources.join(", ")))
 }
 
-pub(super) fn install_packages(r: &mut Runner<'_>, packages: &[PlannedPackage]) -> Done {
+pub(super) fn install_packages(r: &mut Executor<'_>, packages: &[PlannedPackage]) -> Done {
     let found = todo(r, packages)?;
     if found.is_empty() {
         return satisfied(format!("{} already installed", names(packages)));
@@ -387,7 +387,7 @@ pub(super) fn install_packages(r: &mut Runner<'_>, packages: &[PlannedPackage]) 
 
 // --- Docker and the NVIDIA runtime --------------------------------------------------------------
 
-fn daemon_json(r: &Runner<'_>) -> Option<Vec<u8>> {
+fn daemon_json(r: &Executor<'_>) -> Option<Vec<u8>> {
     files::read_existing(&files::under_root(&r.ctx.file_root, cmd::DAEMON_JSON))
         .ok()
         .flatten()
@@ -404,12 +404,12 @@ fn registered(bytes: Option<&[u8]>) -> bool {
         })
 }
 
-fn docker_is_active(r: &mut Runner<'_>) -> Result<bool, Failure> {
+fn docker_is_active(r: &mut Executor<'_>) -> Result<bool, Failure> {
     Ok(r.run(&cmd::docker_active()?, false)?.success())
 }
 
 /// Whether the running daemon has loaded the runtime; unparseable output is "not loaded".
-fn runtime_loaded(r: &mut Runner<'_>) -> Result<bool, Failure> {
+fn runtime_loaded(r: &mut Executor<'_>) -> Result<bool, Failure> {
     let out = r.run(&cmd::runtime_loaded()?, false)?;
     Ok(out.success()
         && serde_json::from_str::<serde_json::Value>(out.stdout.text().trim())
@@ -418,7 +418,7 @@ fn runtime_loaded(r: &mut Runner<'_>) -> Result<bool, Failure> {
 }
 
 /// Starts (or restarts) Docker; on failure the journal's tail joins the command's stderr.
-fn must_start_docker(r: &mut Runner<'_>, start: &crate::exec::Command) -> Result<(), Failure> {
+fn must_start_docker(r: &mut Executor<'_>, start: &crate::exec::Command) -> Result<(), Failure> {
     let out = r.run(start, true)?;
     if out.success() {
         return Ok(());
@@ -438,7 +438,7 @@ fn must_start_docker(r: &mut Runner<'_>, start: &crate::exec::Command) -> Result
 }
 
 pub(super) fn configure_runtime(
-    r: &mut Runner<'_>,
+    r: &mut Executor<'_>,
     restart_approved: bool,
     active_at_start: bool,
 ) -> Done {
@@ -476,8 +476,8 @@ pub(super) fn configure_runtime(
     applied("registered the NVIDIA runtime and restarted Docker")
 }
 
-pub(super) fn generate_cdi(r: &mut Runner<'_>) -> Done {
-    let lists_gpu = |r: &mut Runner<'_>| -> Result<bool, Failure> {
+pub(super) fn generate_cdi(r: &mut Executor<'_>) -> Done {
+    let lists_gpu = |r: &mut Executor<'_>| -> Result<bool, Failure> {
         let out = r.run(&cmd::cdi_list()?, false)?;
         Ok(out.success()
             && out
@@ -550,7 +550,7 @@ pub(super) fn generate_cdi(r: &mut Runner<'_>) -> Done {
     }
 }
 
-pub(super) fn enable_service(r: &mut Runner<'_>) -> Done {
+pub(super) fn enable_service(r: &mut Executor<'_>) -> Done {
     let enabled = r.run(&cmd::docker_enabled()?, false)?;
     let is_enabled = enabled.success() && enabled.stdout.text().trim() == "enabled";
     if is_enabled && docker_is_active(r)? {
@@ -561,7 +561,7 @@ pub(super) fn enable_service(r: &mut Runner<'_>) -> Done {
     applied("enabled and started docker.service")
 }
 
-pub(super) fn add_to_docker_group(r: &mut Runner<'_>, user: &UserName) -> Done {
+pub(super) fn add_to_docker_group(r: &mut Executor<'_>, user: &UserName) -> Done {
     let uid_out = r.run(&cmd::user_uid(user)?, false)?;
     if !uid_out.success() {
         return fail(format!("there is no user {user}"));

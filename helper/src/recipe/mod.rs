@@ -39,8 +39,8 @@
 pub mod actions;
 pub mod allow;
 pub mod commands;
+mod executor;
 pub mod files;
-mod runner;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -48,11 +48,12 @@ use std::time::Instant;
 use enginekit_shared::error::{CodedError, ErrorCode};
 use enginekit_shared::recipe::{PlannedAction, Recipe};
 use enginekit_shared::wire::host_step::HostParameters;
+pub use enginekit_shared::wire::receipt::ActionStatus;
 use enginekit_shared::wire::receipt::{bounded_log_tail, ActionRecord, Outcome};
 
 use crate::exec::spawn::Timeouts;
-pub use crate::runner::{CancelToken, ProgressSink};
-use runner::{Failure, Runner};
+pub use crate::execution::{CancelToken, ProgressSink};
+use executor::{Executor, Failure};
 
 /// Where and as whom the executor works.
 #[derive(Debug, Clone)]
@@ -71,29 +72,6 @@ impl ExecContext {
             caller_uid,
             file_root: PathBuf::from("/"),
             timeouts: Timeouts::default(),
-        }
-    }
-}
-
-/// How one action ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ActionStatus {
-    /// It changed the host.
-    Applied,
-    /// The host already was as the action wants it; nothing was changed.
-    Satisfied,
-    Failed,
-    /// An earlier action failed or the job was cancelled.
-    NotRun,
-}
-
-impl ActionStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ActionStatus::Applied => "applied",
-            ActionStatus::Satisfied => "satisfied",
-            ActionStatus::Failed => "failed",
-            ActionStatus::NotRun => "not-run",
         }
     }
 }
@@ -146,10 +124,10 @@ pub struct ExecutionOutcome {
 }
 
 impl ExecutionOutcome {
-    /// One receipt record per action: `code` is the action id, `argv`/`exit_status` those of
-    /// its deciding command (empty/`None` for in-process file work; `Some(0)` is never
-    /// invented), and the log tail starts with `<status>: <detail>` followed by every command
-    /// run, with its exit status and stderr tail.
+    /// One receipt record per action: `code` is the action id, `status` how it ended,
+    /// `argv`/`exit_status` those of its deciding command (empty/`None` for in-process file
+    /// work; `Some(0)` is never invented), and the log tail starts with `<status>: <detail>`
+    /// followed by every command run, with its exit status and stderr tail.
     pub fn records(&self) -> Vec<ActionRecord> {
         self.actions
             .iter()
@@ -176,6 +154,7 @@ impl ExecutionOutcome {
                 }
                 ActionRecord {
                     code: a.id.clone(),
+                    status: a.status,
                     argv: main.map(|c| c.argv.clone()).unwrap_or_default(),
                     exit_status: main.and_then(|c| c.exit_status),
                     duration_ms: a.duration_ms,
@@ -281,7 +260,7 @@ pub fn run_plan(
     sink: &mut dyn ProgressSink,
     cancel: &CancelToken,
 ) -> ExecutionOutcome {
-    let mut r = Runner::new(ctx, params.family(), child_environment(recipe), sink);
+    let mut r = Executor::new(ctx, params.family(), child_environment(recipe), sink);
     let total = plan.len().max(1);
     let mut reports = Vec::with_capacity(plan.len());
     let mut outcome = Outcome::Succeeded;

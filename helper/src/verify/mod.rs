@@ -30,8 +30,8 @@ use enginekit_shared::wire::host_step::{HostParameters, HostStep, HostStepError,
 use serde_json::Value;
 use time::OffsetDateTime;
 
-use crate::bus::error::{refuse, HelperError};
 use crate::ledger::Ledger;
+use crate::refusal::{refuse, Refusal};
 
 /// A step that passed the size limit, the strict parse and the typed schema.
 #[derive(Debug, Clone)]
@@ -43,7 +43,7 @@ pub struct ReceivedStep {
 }
 
 /// Size limit, strict parse and schema of the exact bytes received: one parse, one typed value.
-pub fn parse_step(bytes: &[u8]) -> Result<ReceivedStep, HelperError> {
+pub fn parse_step(bytes: &[u8]) -> Result<ReceivedStep, Refusal> {
     if bytes.len() > MAX_STEP_BYTES {
         return Err(refuse!(
             StepTooLarge,
@@ -124,10 +124,7 @@ impl VerifiedStep {
 }
 
 /// Everything that needs no authorisation, in order: caller, machine, window, recipe, plan.
-pub fn check_step(
-    received: ReceivedStep,
-    checks: &Checks<'_>,
-) -> Result<VerifiedStep, HelperError> {
+pub fn check_step(received: ReceivedStep, checks: &Checks<'_>) -> Result<VerifiedStep, Refusal> {
     let ReceivedStep { step, step_digest } = received;
     let parameters = step.parameters();
     if parameters.user().as_str() != checks.caller_name {
@@ -183,12 +180,12 @@ pub fn check_step(
 /// What can change while polkit is asking (up to its timeout): the clock and the anti-rollback
 /// mark (another job may have accepted a newer recipe meanwhile). Checked again after
 /// authorisation, right before the nonce is burnt, against the ledger as it is then.
-pub fn recheck(verified: &VerifiedStep, checks: &Checks<'_>) -> Result<(), HelperError> {
+pub fn recheck(verified: &VerifiedStep, checks: &Checks<'_>) -> Result<(), Refusal> {
     check_window(verified.step.issued_at().as_offset_date_time(), checks)?;
     check_recipe_is_current(&verified.recipe, checks)
 }
 
-fn step_error(e: HostStepError) -> HelperError {
+fn step_error(e: HostStepError) -> Refusal {
     match e {
         HostStepError::TooLarge => refuse!(StepTooLarge, "{e}"),
         HostStepError::Parameters(p) => refuse!(ParametersInvalid, "{p}"),
@@ -204,7 +201,7 @@ fn rollback_mark(
     recipe_id: &str,
     builtin: &Recipe,
     ledger: &Ledger,
-) -> Result<Option<HighWater>, HelperError> {
+) -> Result<Option<HighWater>, Refusal> {
     let stored = ledger
         .high_water(recipe_id)
         .map_err(|e| refuse!(Internal, "{e}"))?;
@@ -224,7 +221,7 @@ fn rollback_mark(
 fn resolve_recipe(
     step: &HostStep,
     checks: &Checks<'_>,
-) -> Result<(Recipe, Option<HighWater>), HelperError> {
+) -> Result<(Recipe, Option<HighWater>), Refusal> {
     let builtin = recipe::builtin()
         .map_err(|e| refuse!(Internal, "the built-in recipe does not load: {e}"))?;
     let Some(document) = step.recipe() else {
@@ -294,7 +291,7 @@ fn resolve_recipe(
 /// A recipe the helper runs, built in or signed, is refused once a newer one has been accepted
 /// (or another at the same serial), and past its `expires_at`. A signed recipe is held to this
 /// by `signed::verify` when it arrives; every recipe is held to it again after the prompt.
-fn check_recipe_is_current(recipe: &Recipe, checks: &Checks<'_>) -> Result<(), HelperError> {
+fn check_recipe_is_current(recipe: &Recipe, checks: &Checks<'_>) -> Result<(), Refusal> {
     let stored = checks
         .ledger
         .high_water(recipe.id())
@@ -328,7 +325,7 @@ fn check_recipe_is_current(recipe: &Recipe, checks: &Checks<'_>) -> Result<(), H
     }
 }
 
-fn check_machine(parameters: &HostParameters, machine: &MachineFacts) -> Result<(), HelperError> {
+fn check_machine(parameters: &HostParameters, machine: &MachineFacts) -> Result<(), Refusal> {
     let mut wrong = Vec::new();
     if parameters.arch().as_str() != machine.arch {
         wrong.push(format!(
@@ -369,7 +366,7 @@ fn check_machine(parameters: &HostParameters, machine: &MachineFacts) -> Result<
     }
 }
 
-fn check_window(issued_at: OffsetDateTime, checks: &Checks<'_>) -> Result<(), HelperError> {
+fn check_window(issued_at: OffsetDateTime, checks: &Checks<'_>) -> Result<(), Refusal> {
     let age = checks.now - issued_at;
     if age > checks.window {
         return Err(refuse!(

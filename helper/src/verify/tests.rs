@@ -77,7 +77,7 @@ impl Fixture {
         }
     }
 
-    fn check(&self, bytes: &[u8]) -> Result<VerifiedStep, HelperError> {
+    fn check(&self, bytes: &[u8]) -> Result<VerifiedStep, Refusal> {
         let received = parse_step(bytes)?;
         let checks = Checks {
             trust: &self.trust,
@@ -101,16 +101,11 @@ impl Fixture {
     }
 }
 
-fn variant(e: &HelperError) -> String {
-    zbus::DBusError::name(e)
-        .as_str()
-        .rsplit('.')
-        .next()
-        .unwrap()
-        .to_owned()
+fn variant(e: &Refusal) -> String {
+    e.kind.name().to_owned()
 }
 
-fn refused(result: Result<VerifiedStep, HelperError>) -> String {
+fn refused(result: Result<VerifiedStep, Refusal>) -> String {
     variant(&result.unwrap_err())
 }
 

@@ -94,12 +94,38 @@ impl<'de> Deserialize<'de> for ReceiptId {
     }
 }
 
+/// How one action of a job ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ActionStatus {
+    /// It changed the host.
+    Applied,
+    /// The host already was as the action wants it; nothing was changed.
+    Satisfied,
+    Failed,
+    /// An earlier action failed or the job was cancelled.
+    NotRun,
+}
+
+impl ActionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionStatus::Applied => "applied",
+            ActionStatus::Satisfied => "satisfied",
+            ActionStatus::Failed => "failed",
+            ActionStatus::NotRun => "not-run",
+        }
+    }
+}
+
 /// One action the helper ran.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ActionRecord {
     /// The recipe action's code, e.g. `install-packages`.
     pub code: String,
+    /// How it ended: what the broker shows as failed, whatever its log tail kept.
+    pub status: ActionStatus,
     /// The exact argv run (empty for actions done in-process, such as writing a file).
     pub argv: Vec<String>,
     /// The exit status; `None` when killed by a signal or not a process.
@@ -247,6 +273,7 @@ mod tests {
             outcome: Outcome::Succeeded,
             actions: vec![ActionRecord {
                 code: "install-packages".to_owned(),
+                status: ActionStatus::Applied,
                 argv: vec!["apt-get".to_owned(), "install".to_owned()],
                 exit_status: Some(0),
                 duration_ms: 1200,

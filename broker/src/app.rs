@@ -4,43 +4,12 @@
 use std::sync::Arc;
 
 use enginekit_shared::error::{CodedError, ErrorCode};
-use tokio::sync::OnceCell;
 
-use super::boundary::{Elevator, HostRun, JobNote, ProgressSink, ReceiptLookup};
-use super::machine::{default_data_root, LinuxMachine};
-use super::runner::Runner;
-use super::store::{default_state_root, Store};
-use crate::elevate::SystemHelper;
+use crate::elevate::LazyHelper;
 use crate::installations::Installations;
-use enginekit_shared::wire::host_step::HostStep;
-
-/// The helper, connected when a host step first needs it (a ready host never touches the
-/// system bus).
-#[derive(Debug, Default)]
-pub struct LazyHelper {
-    helper: OnceCell<SystemHelper>,
-}
-
-impl LazyHelper {
-    async fn get(&self) -> Result<&SystemHelper, CodedError> {
-        self.helper.get_or_try_init(SystemHelper::connect).await
-    }
-}
-
-impl Elevator for LazyHelper {
-    async fn run_step(
-        &self,
-        step: &HostStep,
-        progress: ProgressSink,
-        on_job: JobNote,
-    ) -> Result<HostRun, CodedError> {
-        self.get().await?.run_step(step, progress, on_job).await
-    }
-
-    async fn receipt(&self, nonce: &str, job: Option<&str>) -> Result<ReceiptLookup, CodedError> {
-        self.get().await?.receipt(nonce, job).await
-    }
-}
+use crate::operations::machine::{default_data_root, LinuxMachine};
+use crate::operations::runner::Runner;
+use crate::operations::store::{default_state_root, Store};
 
 pub type RealRunner = Runner<LinuxMachine, LazyHelper>;
 

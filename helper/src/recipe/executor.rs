@@ -48,7 +48,7 @@ pub fn tail_chars(text: &str, max: usize) -> String {
     text.chars().skip(count - max).collect()
 }
 
-pub(super) struct Runner<'a> {
+pub(super) struct Executor<'a> {
     pub ctx: &'a ExecContext,
     pub family: Family,
     env: Vec<(String, String)>,
@@ -61,14 +61,14 @@ pub(super) struct Runner<'a> {
     pub commands: Vec<CommandRecord>,
 }
 
-impl<'a> Runner<'a> {
+impl<'a> Executor<'a> {
     pub fn new(
         ctx: &'a ExecContext,
         family: Family,
         env: Vec<(String, String)>,
         sink: &'a mut dyn ProgressSink,
-    ) -> Runner<'a> {
-        Runner {
+    ) -> Executor<'a> {
+        Executor {
             ctx,
             family,
             env,
