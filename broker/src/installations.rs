@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use enginekit_shared::error::{CodedError, ErrorCode};
 use serde::{Deserialize, Serialize};
 
-use crate::durable::{ensure_private_dir, write_atomic};
 use crate::operations::record::{DigestText, EngineId};
+use enginekit_shared::durable::{ensure_private_dir, write_atomic, PRIVATE};
 
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -109,7 +109,7 @@ impl Installations {
             .with_details(e.to_string())
         })?;
         text.push('\n');
-        write_atomic(&self.path(&record.engine), text.as_bytes(), false).map_err(io)
+        write_atomic(&self.path(&record.engine), text.as_bytes(), PRIVATE).map_err(io)
     }
 
     /// Delete the record; idempotent.

@@ -8,7 +8,6 @@ pub mod dbus;
 pub mod docker;
 pub mod doctor;
 pub mod documents;
-pub mod durable;
 pub mod elevate;
 pub mod engine;
 pub mod installations;

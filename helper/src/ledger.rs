@@ -8,16 +8,18 @@
 //!   a broker that lost its job; the nonce record is what stops a replay, and it stays).
 //! - `serials/<hex of recipe id>`: the highest recipe serial accepted so far, with its digest.
 //!
-//! A burn writes the record to a temporary file, fsyncs it, then hard-links it to its final name:
-//! `link(2)` fails if the name exists, so the nonce file appears exactly once and always whole,
-//! and the directory is fsynced before the burn is reported.
+//! A burn is [`durable::create_exclusive`]: the record is written to a temporary file, fsynced,
+//! then hard-linked to its final name; `link(2)` fails if the name exists, so the nonce file
+//! appears exactly once and always whole, and the directory is fsynced before the burn is
+//! reported.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{ErrorKind, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::fs;
+use std::io::ErrorKind;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use enginekit_shared::durable;
 use enginekit_shared::signed::HighWater;
 use serde::{Deserialize, Serialize};
 
@@ -128,7 +130,7 @@ impl Ledger {
             path: path.clone(),
             reason: e.to_string(),
         })?;
-        if create_exclusive(&path, &bytes)? {
+        if durable::create_exclusive(&path, &bytes, durable::PRIVATE).map_err(io_error(&path))? {
             return Ok(Burn::Fresh);
         }
         let earlier: NonceRecord = read_json(&path)?;
@@ -167,7 +169,7 @@ impl Ledger {
             path: path.clone(),
             reason: e.to_string(),
         })?;
-        write_atomically(&path, &bytes)?;
+        durable::write_atomic(&path, &bytes, durable::PRIVATE).map_err(io_error(&path))?;
         self.trim_receipts(uid)
     }
 
@@ -194,7 +196,7 @@ impl Ledger {
         for (_, path) in mine.into_iter().take(excess) {
             fs::remove_file(&path).map_err(io_error(&path))?;
         }
-        sync_parent(&dir.join("x"))
+        durable::sync_dir(&dir).map_err(io_error(&dir))
     }
 
     /// The receipt for `nonce` if it exists and belongs to `uid`. Another uid's receipt and a
@@ -229,7 +231,7 @@ impl Ledger {
             path: path.clone(),
             reason: e.to_string(),
         })?;
-        write_atomically(&path, &bytes)
+        durable::write_atomic(&path, &bytes, durable::PRIVATE).map_err(io_error(&path))
     }
 
     /// Removes nonce records whose step's window has closed (`issued_at + keep_secs` in the
@@ -339,89 +341,13 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> LedgerError + '_ {
     }
 }
 
-fn temp_path(path: &Path) -> PathBuf {
-    let mut random = [0u8; 8];
-    // A failed getrandom still leaves a pid-unique name; the temp file is created exclusively.
-    let _ = getrandom::fill(&mut random);
-    let name = format!(".tmp-{}-{}", std::process::id(), hex::encode(random));
-    path.with_file_name(name)
-}
-
-fn write_temp(path: &Path, bytes: &[u8]) -> Result<PathBuf, LedgerError> {
-    let temp = temp_path(path);
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc_o_nofollow())
-        .open(&temp)
-        .map_err(io_error(&temp))?;
-    let written = file.write_all(bytes).and_then(|()| file.sync_all());
-    if let Err(source) = written {
-        let _ = fs::remove_file(&temp);
-        return Err(LedgerError::Io { path: temp, source });
-    }
-    Ok(temp)
-}
-
-/// Creates `path` with `bytes` unless it exists. True when this call created it.
-fn create_exclusive(path: &Path, bytes: &[u8]) -> Result<bool, LedgerError> {
-    let temp = write_temp(path, bytes)?;
-    let linked = fs::hard_link(&temp, path);
-    let _ = fs::remove_file(&temp);
-    match linked {
-        Ok(()) => {
-            sync_parent(path)?;
-            Ok(true)
-        }
-        Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(false),
-        Err(source) => Err(LedgerError::Io {
-            path: path.to_owned(),
-            source,
-        }),
-    }
-}
-
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), LedgerError> {
-    let temp = write_temp(path, bytes)?;
-    if let Err(source) = fs::rename(&temp, path) {
-        let _ = fs::remove_file(&temp);
-        return Err(LedgerError::Io {
-            path: path.to_owned(),
-            source,
-        });
-    }
-    sync_parent(path)
-}
-
-fn sync_parent(path: &Path) -> Result<(), LedgerError> {
-    let parent = path.parent().unwrap_or(Path::new("/"));
-    File::open(parent)
-        .and_then(|dir| dir.sync_all())
-        .map_err(io_error(parent))
-}
-
-fn libc_o_nofollow() -> i32 {
-    nix::fcntl::OFlag::O_NOFOLLOW.bits()
-}
-
 fn read_bounded(path: &Path) -> Result<Vec<u8>, LedgerError> {
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc_o_nofollow())
-        .open(path)
-        .map_err(io_error(path))?;
-    let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(io_error(path))?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(LedgerError::Damaged {
+    durable::read_bounded(path, MAX_FILE_BYTES)
+        .map_err(io_error(path))?
+        .ok_or_else(|| LedgerError::Damaged {
             path: path.to_owned(),
             reason: "too large".to_owned(),
-        });
-    }
-    Ok(bytes)
+        })
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, LedgerError> {
@@ -437,13 +363,15 @@ fn prune_dir(dir: &Path, expired: impl Fn(&Path) -> bool) -> Result<usize, Ledge
     for entry in fs::read_dir(dir).map_err(io_error(dir))? {
         let entry = entry.map_err(io_error(dir))?;
         let path = entry.path();
-        let is_temp = entry.file_name().to_string_lossy().starts_with(".tmp-");
+        let name = entry.file_name().to_string_lossy().into_owned();
+        // Temp files of a crash before the rename or link: never a record.
+        let is_temp = durable::is_temp_name(&name) || name.starts_with(".tmp-");
         if (is_temp || expired(&path)) && fs::remove_file(&path).is_ok() {
             removed += 1;
         }
     }
     if removed > 0 {
-        sync_parent(&dir.join("x"))?;
+        durable::sync_dir(dir).map_err(io_error(dir))?;
     }
     Ok(removed)
 }

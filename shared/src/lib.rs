@@ -6,6 +6,7 @@
 //! |---|---|
 //! | [`canonical`] | RFC 8785 output ([`canonical::to_canonical_string`]) and the strict reader for untrusted bytes ([`canonical::parse_strict`]: duplicate keys, lossy numbers, lone surrogates refused with a JSON path) |
 //! | [`digest`] | [`digest::Digest`] (`sha256:` + 64 hex) and [`digest::digest_of`] the canonical bytes |
+//! | [`durable`] | the one durable small-file write of both sides: temp file, fsync, rename or link, fsync of the directory |
 //! | [`signed`] | the signed-document envelope, per-kind context strings, ed25519 keys, the [`signed::TrustStore`], [`signed::verify`] with anti-rollback and expiry |
 //! | [`wire`] | host step and parameters (validated as REFERENCE.md §8.4), receipt, plan, [`wire::Timestamp`] |
 //! | [`error`] | the stable [`error::ErrorCode`] strings and the `{code, message, details?}` object |
@@ -17,6 +18,7 @@
 
 pub mod canonical;
 pub mod digest;
+pub mod durable;
 pub mod error;
 pub mod image;
 pub mod nonce;

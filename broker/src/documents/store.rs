@@ -159,9 +159,13 @@ fn read_marks(state_dir: Option<&Path>) -> BTreeMap<String, HighWater> {
 
 /// Writes the marks durably (see [`crate::durable`]).
 fn write_marks(state_dir: &Path, marks: &BTreeMap<String, HighWater>) -> std::io::Result<()> {
-    crate::durable::ensure_private_dir(state_dir)?;
+    enginekit_shared::durable::ensure_private_dir(state_dir)?;
     let bytes = serde_json::to_vec_pretty(marks).map_err(std::io::Error::other)?;
-    crate::durable::write_atomic(&state_dir.join(HIGH_WATER_FILE), &bytes, false)
+    enginekit_shared::durable::write_atomic(
+        &state_dir.join(HIGH_WATER_FILE),
+        &bytes,
+        enginekit_shared::durable::PRIVATE,
+    )
 }
 
 fn list_documents(dir: &Path) -> Vec<PathBuf> {

@@ -544,7 +544,7 @@ impl Runtime {
         }
         let watchdog_dir = self.data_dir.join("watchdog");
         watchdog::install(&watchdog_dir)?;
-        crate::durable::ensure_private_dir(&record.heartbeat_dir).map_err(io_err(
+        enginekit_shared::durable::ensure_private_dir(&record.heartbeat_dir).map_err(io_err(
             "creating the heartbeat folder",
             &record.heartbeat_dir,
         ))?;

@@ -99,7 +99,7 @@ impl Sessions {
     /// Opens (creating, mode 0700) `<state_dir>/engine/sessions`.
     pub fn open(state_dir: &Path) -> Result<Sessions> {
         let dir = state_dir.join("engine").join("sessions");
-        crate::durable::ensure_private_dir(&dir)
+        enginekit_shared::durable::ensure_private_dir(&dir)
             .map_err(io("creating the session folder", &dir))?;
         Ok(Sessions { dir })
     }
@@ -149,13 +149,13 @@ impl Sessions {
             detail: e.to_string(),
         })?;
         text.push(b'\n');
-        crate::durable::write_atomic(&path, &text, false)
+        enginekit_shared::durable::write_atomic(&path, &text, enginekit_shared::durable::PRIVATE)
             .map_err(io("writing the session record", &path))
     }
 
     pub fn remove(&self, name: &str) -> Result<()> {
         let path = self.path(name);
-        match crate::durable::remove_durable(&path) {
+        match enginekit_shared::durable::remove_durable(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(io("removing the session record", &path)(e)),

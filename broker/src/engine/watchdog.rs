@@ -90,7 +90,8 @@ pub fn install(dir: &Path) -> Result<PathBuf> {
             detail: e.to_string(),
         }
     };
-    crate::durable::ensure_private_dir(dir).map_err(io("creating the watchdog folder", dir))?;
+    enginekit_shared::durable::ensure_private_dir(dir)
+        .map_err(io("creating the watchdog folder", dir))?;
     // The folder is bind-mounted into the container, whose user is the same uid.
     let target = dir.join(SCRIPT_NAME);
     if let Ok(meta) = std::fs::symlink_metadata(&target) {

@@ -62,7 +62,7 @@ impl InstanceLock {
 
     /// Drops a dead instance's lock file once nothing of it is left (we hold the lock).
     pub fn retire(self) -> io::Result<()> {
-        crate::durable::remove_durable(&self.path)
+        enginekit_shared::durable::remove_durable(&self.path)
     }
 }
 

@@ -158,7 +158,8 @@ impl Journal {
         })?;
         bytes.push(b'\n');
         let path = self.path_of(&record.name);
-        crate::durable::write_atomic(&path, &bytes, false).map_err(io_err("write", &path))
+        enginekit_shared::durable::write_atomic(&path, &bytes, enginekit_shared::durable::PRIVATE)
+            .map_err(io_err("write", &path))
     }
 
     /// Reads one record; `None` when there is none.
@@ -180,7 +181,7 @@ impl Journal {
     /// stop and remove of the container.
     pub fn remove(&self, name: &ContainerName) -> Result<(), JournalError> {
         let path = self.path_of(name);
-        crate::durable::remove_durable(&path).map_err(io_err("remove", &path))
+        enginekit_shared::durable::remove_durable(&path).map_err(io_err("remove", &path))
     }
 
     /// Every record on disk, ours and other instances'; unreadable files are listed apart.

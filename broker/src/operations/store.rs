@@ -16,7 +16,9 @@ use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
 use super::record::{EngineId, Operation, OperationId, SCHEMA_VERSION};
-use crate::durable::{backup_path, ensure_private_dir, write_atomic};
+use enginekit_shared::durable::{
+    backup_path, ensure_private_dir, write_atomic_keeping_backup, PRIVATE,
+};
 
 const LOCK_WAIT: Duration = Duration::from_secs(2);
 pub const UNREADABLE: &str =
@@ -274,8 +276,12 @@ impl Store {
                 .with_details(e.to_string())
         })?;
         text.push('\n');
-        write_atomic(&self.record_path(&op.operation_id), text.as_bytes(), true)
-            .map_err(|e| io_error("The operation record cannot be written.", &e))
+        write_atomic_keeping_backup(
+            &self.record_path(&op.operation_id),
+            text.as_bytes(),
+            PRIVATE,
+        )
+        .map_err(|e| io_error("The operation record cannot be written.", &e))
     }
 }
 

@@ -1,10 +1,10 @@
 //! Root file I/O for keys and sources (REFERENCE.md §8.11): never through a symlink, parents
-//! created 0755 and required to be ours and not group/world-writable, the content written to an
-//! exclusive temp file (`O_EXCL|O_NOFOLLOW`), `fchmod`, `fsync`, renamed over the target, and
-//! the directory synced.
+//! created 0755 and required to be ours and not group/world-writable, the content written by
+//! [`enginekit_shared::durable::write_atomic`] (exclusive `O_NOFOLLOW` temp file, `fchmod`,
+//! `fsync`, renamed over the target, the directory synced).
 
-use std::fs::{DirBuilder, File, OpenOptions};
-use std::io::{Read, Write};
+use std::fs::{DirBuilder, OpenOptions};
+use std::io::Read;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -67,17 +67,6 @@ pub fn read_existing(path: &Path) -> Result<Option<Vec<u8>>, FileError> {
         .read_to_end(&mut bytes)
         .map_err(|e| FileError::Io(path.to_path_buf(), e))?;
     Ok(Some(bytes))
-}
-
-fn random_suffix() -> String {
-    let mut raw = [0u8; 6];
-    if getrandom::fill(&mut raw).is_err() {
-        // The name only has to be unlikely to exist; O_EXCL refuses a collision anyway.
-        raw = (std::process::id() as u64 ^ 0x5eed).to_le_bytes()[..6]
-            .try_into()
-            .unwrap_or([0; 6]);
-    }
-    hex::encode(raw)
 }
 
 /// Whether a directory is trusted: a real directory (not a link) of `owner`, not writable by
@@ -169,36 +158,13 @@ pub fn write_atomic(root: &Path, path: &Path, bytes: &[u8], mode: u32) -> Result
     let parent = path
         .parent()
         .ok_or_else(|| io(std::io::Error::other("no parent directory")))?;
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or_else(|| io(std::io::Error::other("no file name")))?;
     ensure_parent(root, parent, nix::unistd::geteuid().as_raw())?;
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if meta.file_type().is_symlink() {
             return Err(FileError::Symlink(path.to_path_buf()));
         }
     }
-    let temp = parent.join(format!(".{name}.{}.tmp", random_suffix()));
-    let result = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(&temp)?;
-        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        drop(file);
-        std::fs::rename(&temp, path)?;
-        File::open(parent)?.sync_all()
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&temp);
-        return Err(io(e));
-    }
-    Ok(())
+    enginekit_shared::durable::write_atomic(path, bytes, mode).map_err(io)
 }
 
 #[cfg(test)]
