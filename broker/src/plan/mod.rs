@@ -87,8 +87,13 @@ pub fn plan_setup(request: &PlanRequest<'_>) -> Result<PlannedSetup, CodedError>
     let mut host_step = None;
     if blockers.is_empty() {
         if let Some(plan) = install_plan.as_ref().filter(|p| p.requires_elevation) {
+            // The recipe in charge decides what it serves, with its own tables.
             let validated = parameters::from_plan(&plan.system_changes, &view, &recipe.id)
-                .and_then(|p| p.validate());
+                .and_then(|p| p.validate())
+                .and_then(|p| match recipe.recipe.target_for(&p) {
+                    Ok(_) => Ok(p),
+                    Err(e) => Err(e.to_string()),
+                });
             match validated {
                 Ok(params) => host_step = Some(recipe::host_request(recipe, params)?),
                 Err(refusal) => blockers.push(blockers::recipe_refused_plan(refusal)),

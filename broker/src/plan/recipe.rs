@@ -16,10 +16,12 @@ use crate::documents::store::DocumentSet;
 
 /// The recipe a plan names: its id, the digest of its payload and, for a recipe that is not
 /// compiled into the helper, the signed envelope the step carries.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct RecipeRef {
     pub id: String,
     pub digest: Digest,
+    /// The recipe itself: what it serves is asked of it ([`Recipe::target_for`]).
+    pub recipe: Recipe,
     /// `{payload, signatures}`; `None` for the built-in recipe.
     pub inline: Option<Value>,
     /// For a recipe that is not the built-in one: its serial and where each of its repositories
@@ -133,6 +135,7 @@ pub fn builtin() -> Result<RecipeRef, CodedError> {
     Ok(RecipeRef {
         id: recipe.id().to_owned(),
         digest: recipe.digest().clone(),
+        recipe: recipe.clone(),
         inline: None,
         signed_sources: None,
     })
@@ -144,6 +147,7 @@ pub fn in_charge(documents: &DocumentSet) -> Result<RecipeRef, CodedError> {
         Some(signed) => Ok(RecipeRef {
             id: signed.recipe.id().to_owned(),
             digest: signed.recipe.digest().clone(),
+            recipe: signed.recipe.clone(),
             inline: Some(signed.envelope.clone()),
             signed_sources: Some(SignedSources {
                 serial: signed.recipe.serial(),

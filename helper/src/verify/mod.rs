@@ -138,22 +138,18 @@ pub fn check_step(received: ReceivedStep, checks: &Checks<'_>) -> Result<Verifie
     check_machine(parameters, checks.machine)?;
     check_window(step.issued_at().as_offset_date_time(), checks)?;
     let (recipe, high_water) = resolve_recipe(&step, checks)?;
-    if !recipe.supports(
-        parameters.family(),
-        parameters.distro_id(),
-        parameters.version_id(),
-    ) {
-        return Err(refuse!(
+    let target = recipe.target_for(parameters).map_err(|e| {
+        refuse!(
             ParametersInvalid,
-            "recipe {} serial {} has nothing for {} {}",
+            "recipe {} serial {} has nothing for {} {}: {e}",
             recipe.id(),
             recipe.serial(),
             parameters.distro_id(),
             parameters.version_id()
-        ));
-    }
+        )
+    })?;
     let plan = recipe
-        .steps_for(parameters)
+        .steps_for_target(&target)
         .map_err(|e| refuse!(ParametersInvalid, "{e}"))?;
     if plan.is_empty() {
         return Err(refuse!(

@@ -149,17 +149,14 @@ impl Recipe {
             .map(|(k, v)| (k.as_str(), v.as_str()))
     }
 
-    /// Whether the recipe has a suite (apt) or release range (dnf) for this distribution.
-    pub fn supports(&self, family: Family, distro_id: &str, version_id: &str) -> bool {
-        match family {
-            Family::Apt => self
-                .body
-                .apt
-                .distributions
-                .get(distro_id)
-                .is_some_and(|v| v.contains_key(version_id)),
-            Family::Dnf => self.body.dnf.distributions.contains_key(distro_id),
-        }
+    /// The target this recipe serves for `params`, resolved against its own tables (the
+    /// components, the apt suite or dnf release range of the distribution, the architecture):
+    /// the one answer to "does this recipe serve this host", for the broker's plan and the
+    /// helper alike. A signed recipe answers with its tables, not the built-in one's.
+    pub fn target_for(&self, params: &HostParameters) -> Result<Target, RecipeError> {
+        let target = Target::from(params);
+        plan::resolve(self, &target)?;
+        Ok(target)
     }
 
     /// The distributions this recipe covers, for validating parameters against it.
@@ -172,7 +169,7 @@ impl Recipe {
 
     /// The ordered actions for validated parameters (REFERENCE.md §8.7).
     pub fn steps_for(&self, params: &HostParameters) -> Result<Vec<PlannedAction>, RecipeError> {
-        plan::steps_for(self, &Target::from(params))
+        plan::steps_for(self, &self.target_for(params)?)
     }
 
     /// The ordered actions for one host described directly (tests, and hosts the parameters

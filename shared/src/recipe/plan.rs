@@ -2,7 +2,7 @@
 //! (REFERENCE.md §8.7): only the selected components' actions, templates rendered, packages and
 //! conflicts filtered to the selected vendors.
 
-use super::model::{ActionSpec, KeyEncoding};
+use super::model::{ActionSpec, ConflictSpec, KeyEncoding};
 use super::openpgp::Fingerprint;
 use super::template::{self, Values};
 use super::{Component, Recipe, RecipeError};
@@ -137,10 +137,17 @@ fn unsupported(what: String) -> RecipeError {
     RecipeError::Unsupported(what)
 }
 
-pub(super) fn steps_for(
-    recipe: &Recipe,
-    target: &Target,
-) -> Result<Vec<PlannedAction>, RecipeError> {
+/// What a recipe resolves a target to: the actions of its family, the template values for this
+/// host and the distribution's own conflicts.
+type Resolved<'r> = (&'r [ActionSpec], Values<'r>, &'r [ConflictSpec]);
+
+/// Resolves `target` against the recipe's own tables: the components, the distribution and
+/// release (an apt suite, a dnf release range), the architecture. Every refusal of a target the
+/// recipe does not serve comes from here.
+pub(super) fn resolve<'r>(
+    recipe: &'r Recipe,
+    target: &'r Target,
+) -> Result<Resolved<'r>, RecipeError> {
     let body = recipe.body();
     if target.components.is_empty() {
         return Err(unsupported("components is empty: nothing to do".into()));
@@ -150,7 +157,7 @@ pub(super) fn steps_for(
             "root is never added to the docker group".into(),
         ));
     }
-    let (actions, values, distro_conflicts) = match target.family {
+    Ok(match target.family {
         Family::Apt => {
             let suites = body
                 .apt
@@ -209,8 +216,14 @@ pub(super) fn steps_for(
             };
             (&body.dnf.actions, values, &distribution.conflicts[..])
         }
-    };
+    })
+}
 
+pub(super) fn steps_for(
+    recipe: &Recipe,
+    target: &Target,
+) -> Result<Vec<PlannedAction>, RecipeError> {
+    let (actions, values, distro_conflicts) = resolve(recipe, target)?;
     let selected = |c: &Component| target.components.contains(c);
     let wanted: Vec<PlannedPackage> = actions
         .iter()

@@ -554,9 +554,16 @@ fn a_key_that_is_not_the_pinned_one_is_refused() {
 
 #[test]
 fn validated_parameters_plan_like_their_target_and_the_tables_agree() {
-    use crate::wire::host_step::{DistroTable, HostParameters};
+    use crate::wire::host_step::{DistroTable, Family, HostParameters};
     let recipe = builtin().unwrap();
-    assert_eq!(recipe.distro_table(), DistroTable::built_in());
+    // The validator's table is the built-in recipe's own.
+    let table = DistroTable::built_in();
+    assert_eq!(table.apt_suite("ubuntu", "24.04"), Some("noble"));
+    assert_eq!(table.apt_suite("debian", "13"), Some("trixie"));
+    for distro in ["fedora", "rhel", "rocky", "almalinux"] {
+        assert_eq!(table.family_of(distro), Some(Family::Dnf), "{distro}");
+    }
+    assert_eq!(table.family_of("arch"), None);
     let params = HostParameters::validate(&json!({
         "user": "alice", "arch": "x86_64", "family": "apt", "distro_id": "ubuntu", "version_id": "24.04",
         "components": ["docker-group", "docker-engine"]
@@ -725,4 +732,47 @@ fn a_minimum_version_must_be_well_formed_and_not_above_the_pin() {
         "a pin below it"
     );
     assert!(with(Value::Null, "latest").is_err(), "not a version");
+}
+
+#[test]
+fn a_recipe_resolves_the_targets_it_serves_with_its_own_tables() {
+    use crate::wire::host_step::HostParameters;
+    let params = |distro: &str, version: &str, family: &str| {
+        HostParameters::validate(&json!({
+            "user": "alice", "arch": "x86_64", "family": family, "distro_id": distro,
+            "version_id": version, "components": ["docker-engine"]
+        }))
+        .unwrap()
+    };
+    let builtin = builtin().unwrap();
+    assert!(builtin
+        .target_for(&params("ubuntu", "24.04", "apt"))
+        .is_ok());
+    assert!(builtin.target_for(&params("rocky", "9.4", "dnf")).is_ok());
+    // A release the validator's shape admits but the recipe's range does not serve.
+    let err = builtin
+        .target_for(&params("rocky", "8.10", "dnf"))
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("8.10 is not a rocky release number"),
+        "{err}"
+    );
+    // A recipe that drops a suite no longer serves it, whatever the built-in one says.
+    let mut payload = builtin.payload().clone();
+    payload["apt"]["distributions"]["ubuntu"]
+        .as_object_mut()
+        .unwrap()
+        .remove("24.04");
+    let narrower = Recipe::from_payload(payload).unwrap();
+    let err = narrower
+        .target_for(&params("ubuntu", "24.04", "apt"))
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("no apt suite for ubuntu 24.04"),
+        "{err}"
+    );
+    assert!(narrower
+        .steps_for(&params("ubuntu", "24.04", "apt"))
+        .is_err());
 }

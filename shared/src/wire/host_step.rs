@@ -110,9 +110,6 @@ string_enum! {
     }
 }
 
-/// The RHEL-family distributions the built-in recipe serves on dnf.
-const BUILT_IN_RHEL_FAMILY: [&str; 3] = ["rhel", "rocky", "almalinux"];
-
 /// Which distributions and versions the recipe knows (REFERENCE.md §8.5 `apt.suites`,
 /// `dnf.versions`). A Fedora version must be a two-digit release number `^[1-9][0-9]$`; a RHEL-family
 /// one a major release, optionally with its point release.
@@ -133,33 +130,12 @@ impl DistroTable {
         }
     }
 
-    /// The tables of the built-in recipe: the reference recipe's (revision 2), and the RHEL
-    /// family on dnf.
+    /// The tables of the built-in recipe, read from it (never a copy). A built-in recipe that
+    /// does not load knows no distribution: every parameter set is refused.
     pub fn built_in() -> DistroTable {
-        let suites = |pairs: &[(&str, &str)]| {
-            pairs
-                .iter()
-                .map(|(v, s)| ((*v).to_owned(), (*s).to_owned()))
-                .collect()
-        };
-        let mut apt = BTreeMap::new();
-        apt.insert(
-            "ubuntu".to_owned(),
-            suites(&[
-                ("22.04", "jammy"),
-                ("24.04", "noble"),
-                ("26.04", "resolute"),
-            ]),
-        );
-        apt.insert(
-            "debian".to_owned(),
-            suites(&[("12", "bookworm"), ("13", "trixie")]),
-        );
-        let dnf = std::iter::once("fedora")
-            .chain(BUILT_IN_RHEL_FAMILY)
-            .map(str::to_owned)
-            .collect();
-        DistroTable::new(apt, dnf)
+        crate::recipe::builtin()
+            .map(crate::recipe::Recipe::distro_table)
+            .unwrap_or_else(|_| DistroTable::new(BTreeMap::new(), BTreeSet::new()))
     }
 
     /// The family a distribution uses, if the recipe knows it.
