@@ -88,12 +88,13 @@ pub fn plan_setup(request: &PlanRequest<'_>) -> Result<PlannedSetup, CodedError>
     if blockers.is_empty() {
         if let Some(plan) = install_plan.as_ref().filter(|p| p.requires_elevation) {
             // The recipe in charge decides what it serves, with its own tables.
-            let validated = parameters::from_plan(&plan.system_changes, &view, &recipe.id)
-                .and_then(|p| p.validate())
-                .and_then(|p| match recipe.recipe.target_for(&p) {
-                    Ok(_) => Ok(p),
-                    Err(e) => Err(e.to_string()),
-                });
+            let validated = parameters::from_plan(&plan.system_changes, &view).and_then(|p| {
+                recipe
+                    .recipe
+                    .target_for(&p)
+                    .map(|_| p)
+                    .map_err(|e| e.to_string())
+            });
             match validated {
                 Ok(params) => host_step = Some(recipe::host_request(recipe, params)?),
                 Err(refusal) => blockers.push(blockers::recipe_refused_plan(refusal)),
