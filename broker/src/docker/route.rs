@@ -23,11 +23,15 @@ struct RelayState {
     failed_at: Option<Instant>,
 }
 
-/// The way to the daemon; clones share one relay.
+/// The way to the daemon; clones share one relay and one negotiated client.
 #[derive(Debug, Clone)]
 pub struct DockerRoute {
     system: PathBuf,
     state: Arc<Mutex<RelayState>>,
+    /// The client last connected, with its socket: a plan's image check reuses it instead of
+    /// negotiating the API version again on every call (its pool reconnects by itself after a
+    /// daemon restart).
+    client: Arc<Mutex<Option<(PathBuf, Docker)>>>,
 }
 
 impl DockerRoute {
@@ -36,6 +40,7 @@ impl DockerRoute {
         DockerRoute {
             system,
             state: Arc::default(),
+            client: Arc::default(),
         }
     }
 
@@ -84,9 +89,19 @@ impl DockerRoute {
         }
     }
 
-    /// Connects through [`DockerRoute::socket`].
+    /// Connects through [`DockerRoute::socket`]; the client of the last connection through the
+    /// same socket is reused.
     pub async fn connect(&self) -> Result<Docker> {
-        Docker::connect(self.socket().await).await
+        let socket = self.socket().await;
+        let mut cached = self.client.lock().await;
+        if let Some((path, docker)) = cached.as_ref() {
+            if *path == socket {
+                return Ok(docker.clone());
+            }
+        }
+        let docker = Docker::connect(&socket).await?;
+        *cached = Some((socket, docker.clone()));
+        Ok(docker)
     }
 }
 
