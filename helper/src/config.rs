@@ -7,7 +7,6 @@
 //! write such a file is already root.
 
 use std::fs;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -184,10 +183,7 @@ fn seconds(value: &str, line: usize) -> Result<Duration, (usize, String)> {
     }
 }
 
-/// Owned by uid 0 and not writable by group or others.
-pub fn is_root_only(meta: &fs::Metadata) -> bool {
-    meta.uid() == 0 && meta.mode() & 0o022 == 0
-}
+pub use enginekit_shared::ownership::is_root_only;
 
 fn parent_is_root_only(path: &Path) -> bool {
     let Some(parent) = path.parent() else {

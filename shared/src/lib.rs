@@ -12,6 +12,7 @@
 //! | [`error`] | the stable [`error::ErrorCode`] strings and the `{code, message, details?}` object |
 //! | [`nonce`], [`image`], [`safe`] | newtypes: nonce, digest-pinned image reference, argv-safe values |
 //! | [`recipe`] | the host-step recipe as signed data |
+//! | [`ownership`] | the one "owned by this uid and writable by no one else" check |
 //! | [`release`] | how a dnf distribution numbers its releases (Fedora `41`, the RHEL family `9.4`) |
 //!
 //! Every parser here refuses rather than repairs, and every refusal maps to a stable code.
@@ -23,6 +24,7 @@ pub mod error;
 pub mod image;
 pub mod nonce;
 pub mod os_release;
+pub mod ownership;
 pub mod recipe;
 pub mod release;
 pub mod safe;

@@ -81,7 +81,7 @@ impl Program {
 }
 
 fn trusted(meta: &std::fs::Metadata) -> bool {
-    meta.uid() == 0 && meta.mode() & 0o022 == 0
+    enginekit_shared::ownership::is_root_only(meta)
 }
 
 /// A program that cannot be run.

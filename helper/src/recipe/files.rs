@@ -72,7 +72,7 @@ pub fn read_existing(path: &Path) -> Result<Option<Vec<u8>>, FileError> {
 /// Whether a directory is trusted: a real directory (not a link) of `owner`, not writable by
 /// group or others.
 fn is_trusted_dir(meta: &std::fs::Metadata, owner: u32) -> bool {
-    meta.is_dir() && meta.uid() == owner && meta.mode() & 0o022 == 0
+    meta.is_dir() && enginekit_shared::ownership::only_writable_by(meta, owner).is_ok()
 }
 
 /// Creates `parent` (0755) if needed, then requires it and every directory above it up to

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Read as _;
-use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use super::keys::{KeyId, PublicKey};
@@ -141,13 +141,7 @@ impl TrustStore {
 }
 
 fn root_only(meta: &fs::Metadata) -> Result<(), String> {
-    if meta.uid() != 0 {
-        return Err(format!("owned by uid {}, not root", meta.uid()));
-    }
-    if meta.mode() & 0o022 != 0 {
-        return Err("group- or world-writable".to_owned());
-    }
-    Ok(())
+    crate::ownership::only_writable_by(meta, 0)
 }
 
 fn read_key_file(path: &Path, ownership: Ownership) -> Result<PublicKey, String> {
