@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::json;
 
+use super::common::{emit, report_error};
 use super::plan::{live_facts, read_facts_file};
-use super::setup::{emit, report_error};
 use super::EXIT_BLOCKED;
 use crate::doctor::{diagnose, worst, Severity};
 use crate::installations::Installations;

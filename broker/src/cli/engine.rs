@@ -14,7 +14,7 @@ use clap::Args;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::setup::{emit, report_error, runtime};
+use super::common::{emit, report_error, runtime};
 use super::{EXIT_FAILURE, EXIT_USAGE};
 use crate::documents::descriptor::EngineId;
 use crate::engine::options::LoadRequest;

@@ -2,10 +2,12 @@
 //!
 //! Exit codes: 0 success (or nothing to do), 1 failure, 2 usage error, 3 plan blocked.
 
+pub mod common;
 pub mod docker;
 pub mod doctor;
 pub mod engine;
 pub mod engines;
+pub mod follow;
 pub mod plan;
 pub mod probe;
 pub mod remove;

@@ -7,9 +7,8 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::json;
 
-use super::setup::{
-    conclude, consent, drive_with_view, emit, open_for_engine, report_error, runtime,
-};
+use super::common::{consent, emit, open_for_engine, report_error, runtime};
+use super::follow::{conclude, drive_with_view};
 
 #[derive(Debug, Args)]
 pub struct RemoveArgs {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Args;
 use enginekit_shared::error::{CodedError, ErrorCode};
 
-use super::setup::{report_error, runtime};
+use super::common::{report_error, runtime};
 use crate::app::Context;
 use crate::dbus::api::{Broker, BrokerApi};
 

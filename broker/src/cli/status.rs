@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::json;
 
-use super::setup::{emit, report_error};
+use super::common::{emit, report_error};
 use crate::app::Context;
 
 #[derive(Debug, Args)]
