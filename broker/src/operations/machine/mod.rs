@@ -1,0 +1,211 @@
+//! The real machine behind the runner: the probe, the documents, the plan, Docker through the
+//! Engine API, the container journal and the installation records.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use enginekit_shared::error::{CodedError, ErrorCode};
+use enginekit_shared::image::ImageRef;
+use enginekit_shared::wire::plan::GpuAccess;
+
+use super::boundary::{Claims, HostCheck, Probing, ProgressSink, ProgressTick, Provisioner};
+use super::record::{DigestText, Operation, OperationKind};
+use super::reducer::{ProbedPlan, Reconciliation};
+use crate::docker::{
+    CancellationToken, Docker, DockerError, DockerRoute, GpuUuid, PullOptions, ToolkitFacts,
+};
+use crate::documents::descriptor::{Descriptor, Platform};
+use crate::documents::store::{DocumentSet, DocumentSources};
+use crate::installations::{
+    now_rfc3339, Installation, InstallationStatus, Installations, PinnedImage,
+};
+use crate::journal::{InstanceId, Journal, ReconcileLimits, ReconcileReport};
+use crate::plan::{plan_setup, plan_without_descriptor, PlanRequest};
+use crate::probe::{probe, HostFacts, ProbeOptions};
+
+mod environment;
+mod image;
+mod planning;
+mod removal;
+
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// What this machine is, as the runner sees it.
+#[derive(Debug, Clone)]
+pub struct LinuxMachine {
+    state_root: PathBuf,
+    data_root: PathBuf,
+    installations: Installations,
+    probe_options: ProbeOptions,
+    route: DockerRoute,
+}
+
+fn coded_docker(err: DockerError) -> CodedError {
+    err.to_coded()
+}
+
+fn to_digest_text(d: &enginekit_shared::digest::Digest) -> Result<DigestText, CodedError> {
+    DigestText::parse(d.as_str())
+}
+
+fn resource_of(image: &ImageRef) -> String {
+    format!("image:{image}")
+}
+
+/// The data folder for caches and models: `$XDG_DATA_HOME/enginekit`, else `~/.local/share/enginekit`.
+pub fn default_data_root() -> Option<PathBuf> {
+    crate::documents::store::xdg_dir("XDG_DATA_HOME", ".local/share").map(|d| d.join("enginekit"))
+}
+
+/// A plan with what was needed to make it.
+struct Planned {
+    plan: enginekit_shared::wire::plan::Plan,
+    facts: HostFacts,
+    image_present: bool,
+}
+
+impl LinuxMachine {
+    pub fn new(state_root: &Path, data_root: &Path, installations: Installations) -> LinuxMachine {
+        // The daemon's socket is the route's, set per probe (`probe_options()`).
+        let mut probe_options = ProbeOptions::from_env();
+        let route = DockerRoute::from_env();
+        if let Some(dir) = crate::test_hooks::standin_dir() {
+            probe_options.bin_dirs.insert(0, dir);
+        }
+        LinuxMachine {
+            state_root: state_root.to_path_buf(),
+            data_root: data_root.to_path_buf(),
+            installations,
+            probe_options,
+            route,
+        }
+    }
+
+    pub fn installations(&self) -> &Installations {
+        &self.installations
+    }
+
+    /// Reconciles the container journal records that dead broker instances left behind
+    /// (bounded by [`ReconcileLimits::default`]); a container that is not ours is never touched.
+    pub async fn reconcile_containers(&self) -> Result<ReconcileReport, CodedError> {
+        let docker = self.docker().await?;
+        let instance = InstanceId::generate().map_err(|e| {
+            CodedError::new(ErrorCode::IoError, "No random source.").with_details(e.to_string())
+        })?;
+        let journal = Journal::open(&self.state_root, instance)
+            .map_err(|e| CodedError::new(e.code(), e.to_string()))?;
+        crate::journal::reconcile(&docker, &journal, ReconcileLimits::default())
+            .await
+            .map_err(|e| CodedError::new(e.code(), e.to_string()))
+    }
+
+    async fn docker(&self) -> Result<Docker, CodedError> {
+        self.route.connect().await.map_err(coded_docker)
+    }
+
+    /// The probe's options, reading the daemon through the socket this process can use now.
+    async fn probe_options(&self) -> ProbeOptions {
+        let mut options = self.probe_options.clone();
+        options.docker_socket = self.route.socket().await;
+        options
+    }
+
+    /// The descriptor in charge; once consented, only the consented one.
+    fn descriptor(&self, op: &Operation) -> Result<Descriptor, CodedError> {
+        Self::descriptor_in(&DocumentSet::load(&DocumentSources::from_env()), op)
+    }
+
+    /// [`Self::descriptor`] from documents already loaded.
+    fn descriptor_in(docs: &DocumentSet, op: &Operation) -> Result<Descriptor, CodedError> {
+        let known = op.engine.known()?;
+        let descriptor = docs.descriptor(known).map_err(|e| e.clone())?.clone();
+        if let Some(pinned) = op.consented.as_ref().and_then(|c| c.descriptor_id.as_ref()) {
+            if pinned != &descriptor.descriptor_id {
+                return Err(CodedError::new(
+                    ErrorCode::MetadataInvalid,
+                    "The descriptor this setup was consented to is no longer the one available; start the setup again.",
+                )
+                .with_details(pinned.clone()));
+            }
+        }
+        Ok(descriptor)
+    }
+
+    fn platform(facts: &HostFacts) -> Result<Platform, CodedError> {
+        facts
+            .system
+            .architecture
+            .value()
+            .and_then(|a| Platform::of_architecture(a))
+            .ok_or_else(|| {
+                CodedError::new(
+                    ErrorCode::PrerequisiteBlocked,
+                    "This machine's architecture is not supported.",
+                )
+            })
+    }
+}
+
+impl Probing for LinuxMachine {
+    async fn probe_facts(&self) -> Result<serde_json::Value, CodedError> {
+        let facts = probe(self.probe_options().await).await;
+        serde_json::to_value(&facts).map_err(|e| {
+            CodedError::new(ErrorCode::IoError, "The facts cannot be encoded.")
+                .with_details(e.to_string())
+        })
+    }
+}
+
+/// Each effect is written in its own module (planning, environment, image, removal).
+impl Provisioner for LinuxMachine {
+    async fn plan(&self, op: &Operation) -> Result<ProbedPlan, CodedError> {
+        LinuxMachine::plan(self, op).await
+    }
+
+    async fn verify_host(&self, op: &Operation) -> Result<HostCheck, CodedError> {
+        LinuxMachine::verify_host(self, op).await
+    }
+
+    async fn reconcile(&self, op: &Operation) -> Result<Reconciliation, CodedError> {
+        LinuxMachine::reconcile(self, op).await
+    }
+
+    async fn prepare_environment(
+        &self,
+        op: &Operation,
+        claims: &Claims,
+        progress: ProgressSink,
+    ) -> Result<(), CodedError> {
+        LinuxMachine::prepare_environment(self, op, claims, progress).await
+    }
+
+    async fn pull_image(
+        &self,
+        op: &Operation,
+        claims: &Claims,
+        progress: ProgressSink,
+    ) -> Result<(), CodedError> {
+        LinuxMachine::pull_image(self, op, claims, progress).await
+    }
+
+    async fn verify_image(&self, op: &Operation) -> Result<(), CodedError> {
+        LinuxMachine::verify_image(self, op).await
+    }
+
+    async fn activate(&self, op: &Operation) -> Result<(), CodedError> {
+        LinuxMachine::activate(self, op).await
+    }
+
+    async fn remove(
+        &self,
+        op: &Operation,
+        progress: ProgressSink,
+    ) -> Result<Vec<String>, CodedError> {
+        LinuxMachine::remove(self, op, progress).await
+    }
+
+    async fn cleanup(&self, op: &Operation) -> Result<(), CodedError> {
+        LinuxMachine::cleanup(self, op).await
+    }
+}

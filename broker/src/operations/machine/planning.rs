@@ -1,0 +1,176 @@
+//! Planning: the probe and the documents read side by side, the plan, the check of the host
+//! after the helper's step, and what the machine says after a restart.
+
+use super::*;
+
+impl LinuxMachine {
+    pub(super) async fn image_present(&self, image: &ImageRef) -> bool {
+        match self.docker().await {
+            Ok(docker) => matches!(docker.inspect_image(image).await, Ok(Some(_))),
+            Err(_) => false,
+        }
+    }
+
+    /// One load of the documents (the descriptor, the manifest and the recipe come from the same
+    /// set), and whether the descriptor's image for this machine is present.
+    pub(super) async fn documents_and_image(&self, op: &Operation) -> (DocumentSet, bool) {
+        let docs =
+            match tokio::task::spawn_blocking(|| DocumentSet::load(&DocumentSources::from_env()))
+                .await
+            {
+                Ok(docs) => docs,
+                Err(_) => DocumentSet::load(&DocumentSources::from_env()),
+            };
+        let platform = crate::probe::reads::architecture()
+            .value()
+            .and_then(|a| Platform::of_architecture(a));
+        let present = match (Self::descriptor_in(&docs, op), platform) {
+            (Ok(descriptor), Some(p)) => self.image_present(descriptor.image_for(p)).await,
+            _ => false,
+        };
+        (docs, present)
+    }
+
+    pub(super) async fn planned(&self, op: &Operation) -> Result<Planned, CodedError> {
+        let options = self.probe_options().await;
+        // The documents, and whether the engine image is here, do not depend on the probe:
+        // they are read while it runs, so a plan costs little more than a probe.
+        let (facts, (docs, image_present)) =
+            tokio::join!(probe(options), self.documents_and_image(op));
+        let descriptor = match Self::descriptor_in(&docs, op) {
+            Ok(d) => d,
+            Err(e) => {
+                let plan = plan_without_descriptor(op.engine.known()?, &e)?;
+                return Ok(Planned {
+                    plan,
+                    facts,
+                    image_present: false,
+                });
+            }
+        };
+        let manifest = docs.manifest.as_ref().ok();
+        let recipe = crate::plan::recipe::in_charge(&docs)?;
+        let installed = self.installations.get(&op.engine);
+        let installed_id = installed
+            .as_ref()
+            .filter(|i| i.status == InstallationStatus::Ready)
+            .map(|i| i.descriptor_id.as_str());
+        let request = PlanRequest {
+            engine: op.engine.known()?,
+            descriptor: &descriptor,
+            manifest,
+            recipe: &recipe,
+            facts: &facts,
+            installed_descriptor_id: installed_id,
+            image_present,
+        };
+        let mut plan = plan_setup(&request)?.plan;
+        crate::candidates::check_plan(&mut plan, &docs).await;
+        Ok(Planned {
+            plan,
+            facts,
+            image_present,
+        })
+    }
+
+    pub(super) fn probed(planned: &Planned) -> Result<ProbedPlan, CodedError> {
+        let plan = &planned.plan;
+        let host_step = plan.host_step.clone().filter(|_| plan.blockers.is_empty());
+        let document = serde_json::to_value(plan).map_err(|e| {
+            CodedError::new(ErrorCode::IoError, "The plan cannot be encoded.")
+                .with_details(e.to_string())
+        })?;
+        Ok(ProbedPlan {
+            plan_digest: to_digest_text(&plan.plan_digest)?,
+            blockers: plan
+                .blockers
+                .iter()
+                .map(|b| CodedError::new(b.code, b.message.clone()).with_details(b.reason.as_str()))
+                .collect(),
+            host_step,
+            descriptor_id: plan.descriptor_id.clone(),
+            image_digest: plan.image_digest.as_ref().map(to_digest_text).transpose()?,
+            manifest_id: plan.environment_manifest_id.clone(),
+            image_present: planned.image_present,
+            document,
+        })
+    }
+
+    pub(super) async fn plan(&self, op: &Operation) -> Result<ProbedPlan, CodedError> {
+        let planned = self.planned(op).await?;
+        Self::probed(&planned)
+    }
+
+    pub(super) async fn verify_host(&self, op: &Operation) -> Result<HostCheck, CodedError> {
+        let planned = self.planned(op).await?;
+        let blockers = &planned.plan.blockers;
+        if blockers.len() == 1 && blockers[0].code == ErrorCode::ReloginRequired {
+            let root = planned.facts.system.user.uid == 0;
+            return Ok(HostCheck {
+                prerequisites_met: root,
+                needs_relogin: !root,
+                error: None,
+            });
+        }
+        if let Some(first) = blockers.first() {
+            let said: Vec<_> = blockers.iter().map(|b| b.message.clone()).collect();
+            let reasons: Vec<_> = blockers.iter().map(|b| b.reason.as_str()).collect();
+            return Ok(HostCheck {
+                prerequisites_met: false,
+                needs_relogin: false,
+                error: Some(
+                    CodedError::new(
+                        first.code,
+                        format!(
+                            "The system change was reported as done, but the machine says: {}",
+                            said.join(" ")
+                        ),
+                    )
+                    .with_details(reasons.join(",")),
+                ),
+            });
+        }
+        if planned.plan.host_step.is_some() {
+            let changes = &planned.plan.system_changes;
+            let texts: Vec<_> = changes.iter().map(|c| c.text.clone()).collect();
+            let codes: Vec<_> = changes.iter().map(|c| c.code.as_str()).collect();
+            return Ok(HostCheck {
+                prerequisites_met: false,
+                needs_relogin: false,
+                error: Some(
+                    CodedError::new(
+                        ErrorCode::PrerequisiteBlocked,
+                        format!("The system change was reported as done, but the machine still needs: {}", texts.join(" ")),
+                    )
+                    .with_details(codes.join(",")),
+                ),
+            });
+        }
+        Ok(HostCheck {
+            prerequisites_met: true,
+            needs_relogin: false,
+            error: None,
+        })
+    }
+
+    pub(super) async fn reconcile(&self, op: &Operation) -> Result<Reconciliation, CodedError> {
+        let planned = self.planned(op).await?;
+        let facts = &planned.facts;
+        let installed = facts.docker.cli.is_true() && facts.nvidia.toolkit_installed.is_true();
+        let blockers = &planned.plan.blockers;
+        let relogin = op.kind != OperationKind::Remove
+            && blockers.len() == 1
+            && blockers[0].code == ErrorCode::ReloginRequired
+            && facts.system.user.uid != 0;
+        Ok(Reconciliation {
+            verified_completed_step_ids: if installed {
+                op.completed_step_ids.clone()
+            } else {
+                Vec::new()
+            },
+            current_plan_digest: Some(to_digest_text(&planned.plan.plan_digest)?),
+            needs_relogin: relogin,
+            needs_reboot: false,
+        })
+    }
+}
