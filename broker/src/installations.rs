@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use enginekit_shared::error::{CodedError, ErrorCode};
 use serde::{Deserialize, Serialize};
 
-use crate::operations::record::{DigestText, EngineId};
+use crate::ids::{DigestText, EngineId};
 use enginekit_shared::durable::{ensure_private_dir, write_atomic, PRIVATE};
 
 pub const SCHEMA_VERSION: u32 = 1;

@@ -9,129 +9,10 @@ use enginekit_shared::error::{CodedError, ErrorCode};
 use enginekit_shared::wire::host_step::{HostRequest, HostStep};
 use serde::{Deserialize, Serialize};
 
-use crate::documents::descriptor::EngineId as KnownEngine;
-
 /// Record format version; a record with another version is not ours to interpret.
 pub const SCHEMA_VERSION: u32 = 2;
 
-/// A `sha256:` + 64 lowercase hex digest as text, validated when parsed.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct DigestText(String);
-
-impl DigestText {
-    pub fn parse(text: &str) -> Result<Self, CodedError> {
-        let hex = text.strip_prefix("sha256:").unwrap_or("");
-        if hex.len() == 64
-            && hex
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        {
-            Ok(DigestText(text.to_owned()))
-        } else {
-            Err(CodedError::new(
-                ErrorCode::InvalidArgument,
-                "A digest must be sha256: followed by 64 lowercase hex digits.",
-            ))
-        }
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl TryFrom<String> for DigestText {
-    type Error = CodedError;
-    fn try_from(value: String) -> Result<Self, Self::Error> {
-        DigestText::parse(&value)
-    }
-}
-
-impl From<DigestText> for String {
-    fn from(value: DigestText) -> Self {
-        value.0
-    }
-}
-
-impl fmt::Display for DigestText {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// An engine id as records, installations and callers carry it (`vllm`, `tensorrt-llm`): safe as
-/// a file name, serialized as the plain string.
-///
-/// [`EngineId::parse`] is the one parser of an engine named by a user or a caller (the command
-/// line, the bus) and of the ids read back from disk; it checks the shape only, so a record of an
-/// engine this build no longer knows still loads and can be removed. Whether this build knows
-/// the engine is [`EngineId::known`], the one conversion to [`KnownEngine`].
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct EngineId(String);
-
-impl EngineId {
-    pub fn parse(text: &str) -> Result<Self, CodedError> {
-        let ok = !text.is_empty()
-            && text.len() <= 64
-            && text
-                .bytes()
-                .next()
-                .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-            && text
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
-        if ok {
-            Ok(EngineId(text.to_owned()))
-        } else {
-            Err(CodedError::new(
-                ErrorCode::InvalidArgument,
-                "An engine id is 1 to 64 characters of a-z, 0-9, '-' and '.', starting with a letter or digit.",
-            ))
-        }
-    }
-
-    /// The engine this build knows by this id; `INVALID_ARGUMENT` for any other.
-    pub fn known(&self) -> Result<KnownEngine, CodedError> {
-        self.0.parse::<KnownEngine>().map_err(|e| {
-            CodedError::new(
-                ErrorCode::InvalidArgument,
-                "This build does not know that engine.",
-            )
-            .with_details(e)
-        })
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl From<KnownEngine> for EngineId {
-    fn from(value: KnownEngine) -> Self {
-        EngineId(value.as_str().to_owned())
-    }
-}
-
-impl TryFrom<String> for EngineId {
-    type Error = CodedError;
-    fn try_from(value: String) -> Result<Self, Self::Error> {
-        EngineId::parse(&value)
-    }
-}
-
-impl From<EngineId> for String {
-    fn from(value: EngineId) -> Self {
-        value.0
-    }
-}
-
-impl fmt::Display for EngineId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+pub use crate::ids::{DigestText, EngineId};
 
 /// An operation id: `op-` + 32 hex digits, safe as a file name and a D-Bus path element.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -442,6 +323,7 @@ pub fn coded(code: ErrorCode, message: &str) -> CodedError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::documents::descriptor::EngineId as KnownEngine;
 
     #[test]
     fn digests_engines_and_ids_refuse_bad_text() {
