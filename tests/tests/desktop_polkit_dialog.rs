@@ -22,7 +22,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use enginekit_integration::bench::{self, Service};
@@ -35,20 +34,6 @@ const ACTION: &str = "org.enginekit.helper.install-container-runtime";
 const REFERENCE: &str = "docs/img/polkit-dialog.png";
 /// The dialog's icon and message in a 1024x768 screen (the dialog is centred; no window manager).
 const MESSAGE_AREA: &str = "640x110+195+262";
-
-fn desktop_image() -> String {
-    let script = bench::workspace_root().join("tests/bench/systemd-desktop-image");
-    let built = Command::new(&script)
-        .arg("--quiet")
-        .output()
-        .expect("image script");
-    assert!(built.status.success(), "{}", describe(&built));
-    let name = Command::new(&script)
-        .arg("--print-name")
-        .output()
-        .expect("image name");
-    String::from_utf8_lossy(&name.stdout).trim().to_owned()
-}
 
 fn artifacts() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
@@ -66,7 +51,7 @@ struct Desktop {
 impl Desktop {
     fn boot() -> Desktop {
         bench::require(&[Service::Docker, Service::SystemdImage]);
-        let booted = BootedSystemd::boot(&desktop_image(), "ek-desk-dialog");
+        let booted = BootedSystemd::boot(&bench::systemd_desktop_image(), "ek-desk-dialog");
         booted.copy(
             &bench::workspace_root().join("polkit/org.enginekit.helper.policy"),
             "/usr/share/polkit-1/actions/",
