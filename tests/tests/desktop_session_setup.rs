@@ -70,6 +70,11 @@ const KEY_NAME: &str = "ekt-desktop-session";
 const REFERENCE: &str = "docs/img/polkit-dialog.png";
 /// The dialog's icon and message in a 1024x768 screen (the dialog is centred; no window manager).
 const MESSAGE_AREA: &str = "640x110+195+262";
+/// The reviewed picture of the dialog with its "Details" open (what polkit-gnome shows there:
+/// the action's id and vendor; `EK_BLESS=1` replaces it with the new screenshot).
+const DETAILS_REFERENCE: &str = "docs/img/polkit-dialog-details.png";
+/// The rows under "Details" in that picture.
+const DETAILS_AREA: &str = "640x40+192+490";
 
 fn artifacts() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
@@ -240,6 +245,15 @@ impl DesktopGpuHost {
         }
     }
 
+    /// The height of `window` in pixels (xdotool).
+    fn dialog_height(&self, window: &str) -> u32 {
+        let text = self.x(&format!("xdotool getwindowgeometry --shell {window}"));
+        text.lines()
+            .find_map(|l| l.strip_prefix("HEIGHT="))
+            .and_then(|h| h.trim().parse().ok())
+            .unwrap_or_else(|| panic!("geometry of {window}: {text}"))
+    }
+
     /// What the app printed, once it has ended.
     fn app_output(&self, case: &str) -> String {
         let deadline = Instant::now() + Duration::from_secs(400);
@@ -277,17 +291,17 @@ impl DesktopGpuHost {
         local
     }
 
-    /// How many pixels of the message area differ between the screenshot `name` and the
-    /// README's picture (ImageMagick's compare inside the container).
-    fn message_difference(&self, name: &str) -> u64 {
+    /// How many pixels of `area` differ between the screenshot `name` and the reviewed picture
+    /// `reference` (ImageMagick's compare inside the container).
+    fn difference(&self, name: &str, reference: &str, area: &str) -> u64 {
         self.booted.copy(
-            &bench::workspace_root().join(REFERENCE),
+            &bench::workspace_root().join(reference),
             "/tmp/reference.png",
         );
         let text = self.sh(&format!(
             "cd /tmp && chmod 644 reference.png && \
-             convert {name} -crop {MESSAGE_AREA} +repage shown.png && \
-             convert reference.png -crop {MESSAGE_AREA} +repage expected.png && \
+             convert {name} -crop {area} +repage shown.png && \
+             convert reference.png -crop {area} +repage expected.png && \
              compare -metric AE shown.png expected.png null: 2>&1; true"
         ));
         text.trim()
@@ -310,7 +324,7 @@ impl DesktopGpuHost {
         self.sh(&format!(
             "dpkg-query --show --showformat='${{Package}} ${{Status}}\\n' {packages} 2>&1 | sort; \
              ls {source} {keyring} 2>&1; md5sum /etc/docker/daemon.json; id -nG {USER}; \
-             ls /var/lib/enginekit-helper/nonces 2>&1",
+             echo nonces: $(ls -A /var/lib/enginekit-helper/nonces 2>/dev/null)",
             packages = apt_support::PACKAGES.join(" "),
             source = apt_support::SOURCE,
             keyring = apt_support::KEYRING,
@@ -484,9 +498,9 @@ fn a_setup_through_the_session_service_raises_the_desktop_agents_dialog_cancel_o
 
     // Cancel: the dialog shows our action's message; Escape dismisses it.
     host.desktop_session_with_the_client("cancel");
-    host.dialog("cancel");
+    let window = host.dialog("cancel");
     let shot = host.screenshot("setup-dialog.png");
-    let differing = host.message_difference("setup-dialog.png");
+    let differing = host.difference("setup-dialog.png", REFERENCE, MESSAGE_AREA);
     assert_eq!(
         differing,
         0,
@@ -494,10 +508,30 @@ fn a_setup_through_the_session_service_raises_the_desktop_agents_dialog_cancel_o
          {differing} pixels; see {}",
         shot.display()
     );
-    // The details of what will run, where the agent shows them (its "Details" expander).
-    host.x("xdotool key Tab Tab Tab space");
+    // The details of what will run, as the agent shows them: its "Details" expander, clicked
+    // open, makes the dialog taller (the picture is kept for a reader).
+    let collapsed = host.dialog_height(&window);
+    host.x(&format!(
+        "xdotool mousemove --window {window} 44 226 click 1"
+    ));
     std::thread::sleep(Duration::from_secs(1));
-    host.screenshot("setup-dialog-details.png");
+    let details = host.screenshot("setup-dialog-details.png");
+    if std::env::var_os("EK_BLESS").is_some_and(|v| v == "1") {
+        std::fs::copy(&details, bench::workspace_root().join(DETAILS_REFERENCE)).expect("bless");
+    }
+    let expanded = host.dialog_height(&window);
+    assert!(
+        expanded > collapsed,
+        "the details are shown: {collapsed} -> {expanded} pixels high"
+    );
+    let differing = host.difference("setup-dialog-details.png", DETAILS_REFERENCE, DETAILS_AREA);
+    assert_eq!(
+        differing,
+        0,
+        "the dialog's details differ from {DETAILS_REFERENCE} in {differing} pixels; see {} \
+         (EK_BLESS=1 takes it as the new picture)",
+        details.display()
+    );
     assert!(
         host.app_still_running("cancel"),
         "the setup waits for the user"
