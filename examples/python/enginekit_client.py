@@ -49,9 +49,14 @@ class BrokerError(Exception):
 
     def __init__(self, error):
         self.name = Gio.DBusError.get_remote_error(error) or ""
-        Gio.DBusError.strip_remote_error(error)
-        self.message = error.message
-        self.code = self.message.split(":", 1)[0]
+        # GDBus puts "GDBus.Error:NAME: " before the service's message (strip_remote_error
+        # would drop it, but PyGObject hands it a copy of the error): drop it here.
+        message = error.message
+        prefix = f"GDBus.Error:{self.name}: "
+        if self.name and message.startswith(prefix):
+            message = message[len(prefix):]
+        self.message = message
+        self.code = message.split(":", 1)[0]
         super().__init__(f"{self.name} {self.message}")
 
 

@@ -10,9 +10,12 @@
 //! The password typed with xdotool is accepted; Cancel is a dismissal, and after three wrong
 //! passwords the agent gives up: not authorised.
 //!
-//! What this does not cover yet: the dialog raised by a real setup through the session service
-//! and the helper (details listed, `MANAGED_ELEVATION_DECLINED` with nothing changed on Cancel);
-//! the session-bus tests of setup_systemd_host.rs cover that path with polkit rules instead.
+//! The same dialog raised by a real setup, started by the Python client through the packaged
+//! session service and the helper (Cancel and three wrong passwords giving
+//! `MANAGED_ELEVATION_DECLINED` with nothing changed, the password letting the setup proceed,
+//! the "Details" the agent shows), is desktop_session_setup.rs's. What neither covers: the
+//! details the helper passes with the check (recipe, digests, changes) as a dialog shows them;
+//! polkit-gnome's "Details" list only the action's id and vendor.
 //!
 //! The container has no seat (no VT), so no login session in it is "active and local" for
 //! polkit, and an action with `allow_any=no` is refused without a dialog. A test rule answers for
