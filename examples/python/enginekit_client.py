@@ -11,6 +11,7 @@ JSON text, and every error a stable name (docs/dbus-api.md). What a desktop app 
   5. follow progress by signals          Operation.Changed, Operation.Progress
   6. handle "sign in again"              phase relogin-required: tell the user, exit 4;
                                          the next run finds the operation and Resumes it
+                                         (or follows it, if the service resumed it itself)
   7. load a model and print its URL      Load(engine, folder, options) -> session object,
                                          Session.Changed until ready, then BaseUrl
 
@@ -48,9 +49,14 @@ class BrokerError(Exception):
 
     def __init__(self, error):
         self.name = Gio.DBusError.get_remote_error(error) or ""
-        Gio.DBusError.strip_remote_error(error)
-        self.message = error.message
-        self.code = self.message.split(":", 1)[0]
+        # GDBus puts "GDBus.Error:NAME: " before the service's message (strip_remote_error
+        # would drop it, but PyGObject hands it a copy of the error): drop it here.
+        message = error.message
+        prefix = f"GDBus.Error:{self.name}: "
+        if self.name and message.startswith(prefix):
+            message = message[len(prefix):]
+        self.message = message
+        self.code = message.split(":", 1)[0]
         super().__init__(f"{self.name} {self.message}")
 
 
@@ -114,11 +120,23 @@ def ask(question, yes):
 def set_up(client, engine, yes):
     """Plan, consent, Setup (or the Resume of a setup waiting for a new login); the final phase."""
     for path in client.call("Operations", reply="(ao)")[0]:
-        if (client.prop(path, OP_IFACE, "Engine") == engine
-                and client.prop(path, OP_IFACE, "Kind") == "setup"
-                and client.operation_phase(path) == "relogin-required"):
+        if (client.prop(path, OP_IFACE, "Engine") != engine
+                or client.prop(path, OP_IFACE, "Kind") != "setup"):
+            continue
+        phase = client.operation_phase(path)
+        if phase == "relogin-required":
             print(f"phase relogin-required {path}: resuming after the new sign-in", flush=True)
-            client.call("Resume", path=path, iface=OP_IFACE)
+            try:
+                client.call("Resume", path=path, iface=OP_IFACE)
+            except BrokerError as error:
+                # The service resumed it on its own first (it does when it starts): follow it.
+                if error.code != "MANAGED_OPERATION_CONFLICT":
+                    raise
+            return follow_operation(client, path)
+        if phase not in STOPS:
+            # Still running: started earlier by this app or another one, or resumed by the
+            # service on its own when it started in a new sign-in. Follow it, do not start another.
+            print(f"phase {phase} {path}: already running, following it", flush=True)
             return follow_operation(client, path)
     (text,) = client.call("Plan", GLib.Variant("(s)", (engine,)), "(s)")
     plan = json.loads(text)

@@ -95,6 +95,29 @@ fn image_name_from_script(script: &str, flag: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
+/// The desktop variant of [`systemd_docker_image`] (`tests/bench/systemd-desktop-image`: Xvfb,
+/// polkit-gnome's agent, xdotool, ImageMagick, python3-gi), built first when it is missing (a
+/// few minutes, from Debian's archive); its name.
+pub fn systemd_desktop_image() -> String {
+    static NAME: OnceLock<String> = OnceLock::new();
+    NAME.get_or_init(|| {
+        let script = workspace_root().join("tests/bench/systemd-desktop-image");
+        let built = Command::new(&script)
+            .arg("--quiet")
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+        assert!(
+            built.status.success(),
+            "{}: {}{}",
+            script.display(),
+            String::from_utf8_lossy(&built.stdout),
+            String::from_utf8_lossy(&built.stderr)
+        );
+        image_name_from_script("tests/bench/systemd-desktop-image", "--print-name")
+    })
+    .clone()
+}
+
 /// `docker run` flags that boot [`systemd_image`] here (`--privileged` is refused on this kind of
 /// machine); append `--name`, the image and `/sbin/init`.
 pub const SYSTEMD_RUN_FLAGS: &[&str] = &[

@@ -30,16 +30,19 @@
 mod apt_support;
 #[path = "broker_bus_support/mod.rs"]
 mod broker_bus_support;
+#[path = "systemd_host_support/mod.rs"]
+mod systemd_host_support;
 
 use std::process::Output;
 use std::time::Duration;
 
 use enginekit_integration::bench::{self, BenchEnv, Service};
-use enginekit_integration::documents::{newer_builtin_recipe, vllm_descriptor};
+use enginekit_integration::documents::vllm_descriptor;
 use enginekit_integration::output::{describe, events, result_of};
 use enginekit_integration::systemd::BootedSystemd;
 use enginekit_shared::signed::DocumentKind;
 use serde_json::{json, Value};
+use systemd_host_support::bench_recipe;
 
 const USER: &str = "ekuser";
 /// The session-bus client: this test binary, copied into the container and run as the user.
@@ -61,42 +64,6 @@ enum Polkit {
 struct SystemdGpuHost {
     booted: BootedSystemd,
     env: BenchEnv,
-}
-
-/// The built-in recipe with the NVIDIA repository replaced by the bench's (key, fingerprint,
-/// https base URL, which the container reaches on the host's loopback) and the four toolkit
-/// packages pinned to the bench's version; every other action is the production one (configure
-/// the runtime, generate CDI, restart Docker, the docker group).
-fn bench_recipe(env: &BenchEnv) -> Value {
-    let repo = &env.apt_repo;
-    let key = std::fs::read_to_string(&repo.key_asc).expect("the bench's armored key");
-    let mut payload = newer_builtin_recipe(1000);
-    let actions = payload["apt"]["actions"].as_array_mut().expect("actions");
-    for action in actions.iter_mut() {
-        match action["id"].as_str().unwrap_or_default() {
-            "nvidia-key" => {
-                *action = json!({"action": "install-key", "id": "nvidia-key",
-                    "component": "nvidia-container-toolkit", "path": apt_support::KEYRING,
-                    "encoding": "binary", "key": key, "fingerprints": [repo.key_fingerprint]});
-            }
-            "nvidia-source" => {
-                *action = json!({"action": "write-source", "id": "nvidia-source",
-                    "component": "nvidia-container-toolkit", "path": apt_support::SOURCE,
-                    "template": format!("deb [signed-by={}] {}/stable/deb/$(ARCH) /\n",
-                        apt_support::KEYRING, repo.url)});
-            }
-            "packages" => {
-                let packages = action["packages"].as_array_mut().expect("packages");
-                packages.retain(|p| p["component"] != "nvidia-container-toolkit");
-                packages.extend(apt_support::PACKAGES.iter().map(|p| {
-                    json!({"component": "nvidia-container-toolkit", "name": p,
-                        "version": repo.toolkit_version})
-                }));
-            }
-            _ => {}
-        }
-    }
-    payload
 }
 
 impl SystemdGpuHost {
