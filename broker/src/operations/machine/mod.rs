@@ -90,13 +90,18 @@ impl LinuxMachine {
     /// (bounded by [`ReconcileLimits::default`]); a container that is not ours is never touched.
     pub async fn reconcile_containers(&self) -> Result<ReconcileReport, CodedError> {
         let docker = self.docker().await?;
+        let journal = self.open_journal()?;
+        crate::journal::reconcile(&docker, &journal, ReconcileLimits::default())
+            .await
+            .map_err(|e| CodedError::new(e.code(), e.to_string()))
+    }
+
+    /// The container journal, under a fresh instance id of this process.
+    fn open_journal(&self) -> Result<Journal, CodedError> {
         let instance = InstanceId::generate().map_err(|e| {
             CodedError::new(ErrorCode::IoError, "No random source.").with_details(e.to_string())
         })?;
-        let journal = Journal::open(&self.state_root, instance)
-            .map_err(|e| CodedError::new(e.code(), e.to_string()))?;
-        crate::journal::reconcile(&docker, &journal, ReconcileLimits::default())
-            .await
+        Journal::open(&self.state_root, instance)
             .map_err(|e| CodedError::new(e.code(), e.to_string()))
     }
 

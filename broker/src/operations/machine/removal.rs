@@ -76,11 +76,7 @@ impl LinuxMachine {
         record.status = InstallationStatus::Removing;
         self.installations.put(&record)?;
         let docker = self.docker().await?;
-        let instance = InstanceId::generate().map_err(|e| {
-            CodedError::new(ErrorCode::IoError, "No random source.").with_details(e.to_string())
-        })?;
-        let journal = Journal::open(&self.state_root, instance)
-            .map_err(|e| CodedError::new(e.code(), e.to_string()))?;
+        let journal = self.open_journal()?;
         let listing = journal
             .list()
             .map_err(|e| CodedError::new(e.code(), e.to_string()))?;
