@@ -429,7 +429,7 @@ pub fn human_report(outcome: &PlanOutcome) -> String {
         };
         let _ = writeln!(
             out,
-            "Host step: the {origin} {} ({}), parameters {}",
+            "Host step with the {origin} {} ({}), parameters {}",
             step.recipe_id(),
             step.recipe_digest(),
             step.parameters_digest()
