@@ -4,6 +4,7 @@
 use enginekit_shared::wire::plan::{Blocker, BlockerReason};
 
 use super::view::LinuxView;
+use crate::i18n::tr;
 use crate::probe::facts::{InstallMethod, UnknownFact};
 
 /// Where the install stands with respect to automatic setup (REFERENCE §7.3 gate 3).
@@ -57,7 +58,7 @@ pub fn unknown_fact(fact: UnknownFact) -> Blocker {
     let name = fact.as_str();
     Blocker::new(
         BlockerReason::UnknownFact,
-        format!("Could not determine {name} on this system."),
+        tr!("Could not determine {name} on this system.", name = name),
     )
     .with_param("fact", name)
 }
@@ -65,8 +66,9 @@ pub fn unknown_fact(fact: UnknownFact) -> Blocker {
 pub fn unsupported_architecture(arch: &str) -> Blocker {
     Blocker::new(
         BlockerReason::UnsupportedArchitecture,
-        format!(
-            "This machine's architecture ({arch}) is not supported; only x86_64 and aarch64 can run this runtime."
+        tr!(
+            "This machine's architecture ({arch}) is not supported; only x86_64 and aarch64 can run this runtime.",
+            arch = arch
         ),
     )
     .with_param("actual", arch)
@@ -75,21 +77,33 @@ pub fn unsupported_architecture(arch: &str) -> Blocker {
 pub fn driver_missing() -> Blocker {
     Blocker::new(
         BlockerReason::DriverMissing,
-        "No NVIDIA driver was found. Install the driver for your card, then try again.",
+        tr!("No NVIDIA driver was found. Install the driver for your card, then try again."),
     )
 }
 
 pub fn driver_library_mismatch(module: Option<&str>, libraries: Option<&str>) -> Blocker {
     let versions = match (module, libraries) {
-        (Some(m), Some(l)) => format!(" (the running module is {m}, the installed driver {l})"),
-        (Some(m), None) => format!(" (the running module is {m})"),
-        (None, Some(l)) => format!(" (the installed driver is {l})"),
+        (Some(m), Some(l)) => format!(
+            " {}",
+            tr!(
+                "(the running module is {module}, the installed driver {libraries})",
+                module = m,
+                libraries = l
+            )
+        ),
+        (Some(m), None) => format!(" {}", tr!("(the running module is {module})", module = m)),
+        (None, Some(l)) => format!(
+            " {}",
+            tr!("(the installed driver is {libraries})", libraries = l)
+        ),
         (None, None) => String::new(),
     };
     let mut blocker = Blocker::new(
         BlockerReason::DriverLibraryMismatch,
-        format!(
-            "The NVIDIA driver was updated but the old kernel module is still running{versions}, so no program can use the GPU (\"Driver/library version mismatch\"). Restart the computer, then try again."
+        // TRANSLATORS: {versions} is empty or one of the parentheses above, after a space.
+        tr!(
+            "The NVIDIA driver was updated but the old kernel module is still running{versions}, so no program can use the GPU (\"Driver/library version mismatch\"). Restart the computer, then try again.",
+            versions = versions
         ),
     );
     if let Some(m) = module {
@@ -104,8 +118,10 @@ pub fn driver_library_mismatch(module: Option<&str>, libraries: Option<&str>) ->
 pub fn driver_too_old(required: &str, actual: &str) -> Blocker {
     Blocker::new(
         BlockerReason::DriverTooOld,
-        format!(
-            "The NVIDIA driver is too old: this engine needs {required} or newer, this machine has {actual}."
+        tr!(
+            "The NVIDIA driver is too old: this engine needs {required} or newer, this machine has {actual}.",
+            required = required,
+            actual = actual
         ),
     )
     .with_param("required", required)
@@ -115,7 +131,7 @@ pub fn driver_too_old(required: &str, actual: &str) -> Blocker {
 pub fn no_gpu() -> Blocker {
     Blocker::new(
         BlockerReason::NoGpu,
-        "The NVIDIA driver is installed but reports no usable GPU.",
+        tr!("The NVIDIA driver is installed but reports no usable GPU."),
     )
 }
 
@@ -125,8 +141,12 @@ pub fn compute_capability_too_low(required: &str, actual: &str) -> Blocker {
     let generation = if required == "8.0" { " (Ampere+)" } else { "" };
     Blocker::new(
         BlockerReason::ComputeCapabilityTooLow,
-        format!(
-            "Needs a GPU with compute capability {required} or newer{generation}; the best card here has {actual}."
+        // TRANSLATORS: {generation} is empty or " (Ampere+)", a name.
+        tr!(
+            "Needs a GPU with compute capability {required} or newer{generation}; the best card here has {actual}.",
+            required = required,
+            generation = generation,
+            actual = actual
         ),
     )
     .with_param("required", required)
@@ -138,19 +158,19 @@ pub fn install_method(method: Option<InstallMethod>) -> Option<Blocker> {
     let (reason, message) = match method? {
         InstallMethod::Snap => (
             BlockerReason::DockerSnap,
-            "Docker was installed from the snap store, which does not support the NVIDIA Container Toolkit. Switch to the docker-ce package instead; nothing here removes the snap install.",
+            tr!("Docker was installed from the snap store, which does not support the NVIDIA Container Toolkit. Switch to the docker-ce package instead; nothing here removes the snap install."),
         ),
         InstallMethod::Rootless => (
             BlockerReason::DockerRootless,
-            "Rootless Docker is not supported for this runtime. Switch to a standard (rootful) docker-ce installation; nothing here removes the rootless install.",
+            tr!("Rootless Docker is not supported for this runtime. Switch to a standard (rootful) docker-ce installation; nothing here removes the rootless install."),
         ),
         InstallMethod::DockerDesktop => (
             BlockerReason::DockerDesktopOnly,
-            "Docker Desktop without a separate system Docker Engine cannot be configured for this runtime. Install docker-ce as the system engine; nothing here changes the Docker Desktop install.",
+            tr!("Docker Desktop without a separate system Docker Engine cannot be configured for this runtime. Install docker-ce as the system engine; nothing here changes the Docker Desktop install."),
         ),
         InstallMethod::PodmanDocker => (
             BlockerReason::PodmanDocker,
-            "The docker command here is Podman's compatibility shim, not Docker Engine; Podman is not supported by this runtime. podman-docker conflicts with docker-ce at the package level, so it must be removed first; install Docker Engine (docker-ce) afterward. Nothing here removes Podman itself or installs docker-ce over it automatically.",
+            tr!("The docker command here is Podman's compatibility shim, not Docker Engine; Podman is not supported by this runtime. podman-docker conflicts with docker-ce at the package level, so it must be removed first; install Docker Engine (docker-ce) afterward. Nothing here removes Podman itself or installs docker-ce over it automatically."),
         ),
         InstallMethod::DockerCe | InstallMethod::DockerIo | InstallMethod::MobyEngine => {
             return None
@@ -162,7 +182,7 @@ pub fn install_method(method: Option<InstallMethod>) -> Option<Blocker> {
 pub fn insufficient_disk(free: u64, required: u64) -> Blocker {
     Blocker::new(
         BlockerReason::InsufficientDisk,
-        "There is not enough free disk space for the runtime image.",
+        tr!("There is not enough free disk space for the runtime image."),
     )
     .with_param("free", free.to_string())
     .with_param("required", required.to_string())
@@ -171,21 +191,21 @@ pub fn insufficient_disk(free: u64, required: u64) -> Blocker {
 pub fn daemon_json_unreadable() -> Blocker {
     Blocker::new(
         BlockerReason::DaemonJsonUnreadable,
-        "/etc/docker/daemon.json exists but could not be read or parsed, so this integration cannot tell whether the NVIDIA runtime is already configured there. Fix the file's permissions or contents by hand, then try again — nothing here will overwrite a file it cannot read back.",
+        tr!("/etc/docker/daemon.json exists but could not be read or parsed, so this integration cannot tell whether the NVIDIA runtime is already configured there. Fix the file's permissions or contents by hand, then try again — nothing here will overwrite a file it cannot read back."),
     )
 }
 
 pub fn docker_access_unexplained_member() -> Blocker {
     Blocker::new(
         BlockerReason::DockerAccessUnexplained,
-        "The docker group already includes this account and this login session already has it, and the daemon still did not answer over the system socket. Something other than group membership is blocking access — check the socket's permissions or an AppArmor/SELinux policy — this integration cannot fix it automatically.",
+        tr!("The docker group already includes this account and this login session already has it, and the daemon still did not answer over the system socket. Something other than group membership is blocking access — check the socket's permissions or an AppArmor/SELinux policy — this integration cannot fix it automatically."),
     )
 }
 
 pub fn docker_access_unexplained_root() -> Blocker {
     Blocker::new(
         BlockerReason::DockerAccessUnexplained,
-        "Running as root, and docker.service is active, but the daemon still did not answer over the system socket. This is not a group-membership problem — root needs none — and this integration has no further diagnosis to offer automatically.",
+        tr!("Running as root, and docker.service is active, but the daemon still did not answer over the system socket. This is not a group-membership problem — root needs none — and this integration has no further diagnosis to offer automatically."),
     )
 }
 
@@ -204,7 +224,8 @@ fn backticked(commands: &[String]) -> String {
         .iter()
         .map(|c| format!("`{c}`"))
         .collect::<Vec<_>>()
-        .join(", then ")
+        // TRANSLATORS: joins two commands the user runs one after the other.
+        .join(&tr!(", then "))
 }
 
 /// `docker-group-manual`; `everything_else_ready` picks the reference's two wordings.
@@ -212,12 +233,14 @@ pub fn docker_group_manual(view: &LinuxView, everything_else_ready: bool) -> Blo
     let commands = group_only_commands(view);
     let listed = backticked(&commands);
     let message = if everything_else_ready {
-        format!(
-            "Everything else is ready — Docker, the toolkit and the NVIDIA runtime are all configured. This account just needs to join the docker group, which is not something this distribution's automatic install can add for you: run {listed}, then log out and back in."
+        tr!(
+            "Everything else is ready — Docker, the toolkit and the NVIDIA runtime are all configured. This account just needs to join the docker group, which is not something this distribution's automatic install can add for you: run {listed}, then log out and back in.",
+            listed = listed
         )
     } else {
-        format!(
-            "This account also needs to join the docker group: run {listed}, then log out and back in."
+        tr!(
+            "This account also needs to join the docker group: run {listed}, then log out and back in.",
+            listed = listed
         )
     };
     Blocker::new(BlockerReason::DockerGroupManual, message)
@@ -228,7 +251,7 @@ pub fn docker_group_manual(view: &LinuxView, everything_else_ready: bool) -> Blo
 pub fn relogin_required() -> Blocker {
     Blocker::new(
         BlockerReason::ReloginRequired,
-        "This account is already a member of the docker group, but this login session started before that took effect. Log out and back in (or restart this session) to pick it up.",
+        tr!("This account is already a member of the docker group, but this login session started before that took effect. Log out and back in (or restart this session) to pick it up."),
     )
     .with_commands(Vec::<String>::new())
 }
@@ -237,9 +260,10 @@ pub fn relogin_required() -> Blocker {
 pub fn toolkit_too_old(version: &str, remedy: &str) -> Blocker {
     Blocker::new(
         BlockerReason::ToolkitTooOld,
-        format!(
-            "The NVIDIA Container Toolkit {version} is installed; versions before {} let a container take over the host (CVE-2025-23266, CVE-2025-23267). Upgrade it, then run setup again.",
-            enginekit_shared::recipe::version::TOOLKIT_MINIMUM
+        tr!(
+            "The NVIDIA Container Toolkit {version} is installed; versions before {minimum} let a container take over the host (CVE-2025-23266, CVE-2025-23267). Upgrade it, then run setup again.",
+            version = version,
+            minimum = enginekit_shared::recipe::version::TOOLKIT_MINIMUM
         ),
     )
     .with_commands(vec![remedy.to_owned()])
@@ -248,16 +272,22 @@ pub fn toolkit_too_old(version: &str, remedy: &str) -> Blocker {
 pub fn init_not_systemd() -> Blocker {
     Blocker::new(
         BlockerReason::InitNotSystemd,
-        "This system does not run systemd, which the Docker install needs.",
+        tr!("This system does not run systemd, which the Docker install needs."),
     )
 }
 
-fn package_suffix(suffix: Suffix) -> &'static str {
+/// What follows "is not installed.", by gate.
+fn package_suffix(suffix: Suffix) -> String {
     match suffix {
-        Suffix::Recipe => " After you log back in, setup will offer to install it.",
-        Suffix::Pacman => " Install it with a full system sync (Arch does not support partial upgrades); reboot afterward if the kernel or NVIDIA driver was updated.",
-        Suffix::Other => " Automatic install is not offered on this system; install it yourself.",
+        Suffix::Recipe => tr!("After you log back in, setup will offer to install it."),
+        Suffix::Pacman => tr!("Install it with a full system sync (Arch does not support partial upgrades); reboot afterward if the kernel or NVIDIA driver was updated."),
+        Suffix::Other => tr!("Automatic install is not offered on this system; install it yourself."),
     }
+}
+
+/// Two sentences of one message.
+fn sentences(first: String, second: String) -> String {
+    format!("{first} {second}")
 }
 
 fn docker_cli_missing(suffix: Suffix) -> Blocker {
@@ -267,7 +297,10 @@ fn docker_cli_missing(suffix: Suffix) -> Blocker {
     };
     Blocker::new(
         BlockerReason::DockerCliMissing,
-        format!("Docker Engine is not installed.{}", package_suffix(suffix)),
+        sentences(
+            tr!("Docker Engine is not installed."),
+            package_suffix(suffix),
+        ),
     )
     .with_commands(commands)
 }
@@ -279,9 +312,9 @@ fn toolkit_missing(suffix: Suffix) -> Blocker {
     };
     Blocker::new(
         BlockerReason::ToolkitMissing,
-        format!(
-            "The NVIDIA Container Toolkit is not installed.{}",
-            package_suffix(suffix)
+        sentences(
+            tr!("The NVIDIA Container Toolkit is not installed."),
+            package_suffix(suffix),
         ),
     )
     .with_commands(commands)
@@ -289,21 +322,21 @@ fn toolkit_missing(suffix: Suffix) -> Blocker {
 
 fn gpu_runtime_not_configured(suffix: Suffix, nvidia_runtime: bool) -> Blocker {
     let base = if nvidia_runtime {
-        "Docker has no NVIDIA CDI specification, so it cannot pass the GPU into a container."
+        tr!("Docker has no NVIDIA CDI specification, so it cannot pass the GPU into a container.")
     } else {
-        "Docker is not configured with the NVIDIA runtime and has no NVIDIA CDI specification. Configuring it restarts Docker, which stops any running containers."
+        tr!("Docker is not configured with the NVIDIA runtime and has no NVIDIA CDI specification. Configuring it restarts Docker, which stops any running containers.")
     };
-    let (tail, commands): (&str, Vec<String>) = match suffix {
+    let (tail, commands): (String, Vec<String>) = match suffix {
         Suffix::Recipe => (
-            " After you log back in, setup will offer to configure it.",
+            tr!("After you log back in, setup will offer to configure it."),
             Vec::new(),
         ),
         _ if nvidia_runtime => (
-            " Configure it yourself with the commands below.",
+            tr!("Configure it yourself with the commands below."),
             vec![CDI_GENERATE.to_owned()],
         ),
         _ => (
-            " Configure it yourself with the commands below.",
+            tr!("Configure it yourself with the commands below."),
             vec![
                 RUNTIME_CONFIGURE.to_owned(),
                 CDI_GENERATE.to_owned(),
@@ -313,25 +346,25 @@ fn gpu_runtime_not_configured(suffix: Suffix, nvidia_runtime: bool) -> Blocker {
     };
     Blocker::new(
         BlockerReason::GpuRuntimeNotConfigured,
-        format!("{base}{tail}"),
+        sentences(base, tail),
     )
     .with_commands(commands)
 }
 
 fn docker_service_inactive(suffix: Suffix) -> Blocker {
-    let (tail, commands): (&str, Vec<String>) = match suffix {
+    let (tail, commands): (String, Vec<String>) = match suffix {
         Suffix::Recipe => (
-            " After you log back in, setup will offer to enable and start it.",
+            tr!("After you log back in, setup will offer to enable and start it."),
             Vec::new(),
         ),
         _ => (
-            " Enable and start it with the command below.",
+            tr!("Enable and start it with the command below."),
             vec![ENABLE_DOCKER.to_owned()],
         ),
     };
     Blocker::new(
         BlockerReason::DockerServiceInactive,
-        format!("docker.service is not running.{tail}"),
+        sentences(tr!("docker.service is not running."), tail),
     )
     .with_commands(commands)
 }
@@ -361,51 +394,33 @@ pub fn missing_components(view: &LinuxView, gate: InstallGate) -> Vec<Blocker> {
     out
 }
 
-/// The packages an immutable host lacks, as (param name, human name).
-fn immutable_missing(view: &LinuxView) -> Vec<(&'static str, &'static str)> {
-    let mut missing = Vec::new();
-    if !view.cli {
-        missing.push(("docker", "Docker Engine"));
-    }
-    if !view.toolkit_installed {
-        missing.push(("nvidia-container-toolkit", "the NVIDIA Container Toolkit"));
-    }
-    missing
-}
-
 fn immutable_os(view: &LinuxView) -> Blocker {
-    let base = "This system uses an immutable base (rpm-ostree — Silverblue, Kinoite, Bazzite, or similar)";
-    let missing = immutable_missing(view);
-    if missing.is_empty() {
-        return Blocker::new(
-            BlockerReason::ImmutableOs,
-            format!(
-                "{base}. Automatic setup is not offered here; finish the remaining Docker setup by hand, then try again."
-            ),
-        );
-    }
-    let names = missing
-        .iter()
-        .map(|(_, n)| *n)
-        .collect::<Vec<_>>()
-        .join(" and ");
-    let (is, it) = if missing.len() == 1 {
-        ("is", "it")
-    } else {
-        ("are", "them")
+    let message = match (view.cli, view.toolkit_installed) {
+        (true, true) => {
+            return Blocker::new(
+                BlockerReason::ImmutableOs,
+                tr!("This system uses an immutable base (rpm-ostree — Silverblue, Kinoite, Bazzite, or similar). Automatic setup is not offered here; finish the remaining Docker setup by hand, then try again."),
+            )
+        }
+        (false, false) => tr!("This system uses an immutable base (rpm-ostree — Silverblue, Kinoite, Bazzite, or similar), and Docker Engine and the NVIDIA Container Toolkit are not installed. Installing a package here means layering it and rebooting, which this integration does not do automatically. Layer them yourself, then try again."),
+        (cli, _) => {
+            let name = if cli {
+                tr!("the NVIDIA Container Toolkit")
+            } else {
+                tr!("Docker Engine")
+            };
+            tr!(
+                "This system uses an immutable base (rpm-ostree — Silverblue, Kinoite, Bazzite, or similar), and {name} is not installed. Installing a package here means layering it and rebooting, which this integration does not do automatically. Layer it yourself, then try again.",
+                name = name
+            )
+        }
     };
-    let param = missing
-        .iter()
-        .map(|(p, _)| *p)
-        .collect::<Vec<_>>()
-        .join(",");
-    Blocker::new(
-        BlockerReason::ImmutableOs,
-        format!(
-            "{base}, and {names} {is} not installed. Installing a package here means layering it and rebooting, which this integration does not do automatically. Layer {it} yourself, then try again."
-        ),
-    )
-    .with_param("missing", param)
+    let param = match (view.cli, view.toolkit_installed) {
+        (false, false) => "docker,nvidia-container-toolkit",
+        (false, true) => "docker",
+        _ => "nvidia-container-toolkit",
+    };
+    Blocker::new(BlockerReason::ImmutableOs, message).with_param("missing", param)
 }
 
 /// Whether the account still needs the docker group added by hand.
@@ -415,10 +430,10 @@ fn needs_group(view: &LinuxView) -> bool {
 
 fn arch_manual_install(view: &LinuxView) -> Blocker {
     let group = needs_group(view);
-    let ending = if group {
-        ", then log out and back in so the new docker group membership takes effect."
+    let message = if group {
+        tr!("Arch and its derivatives don't support a partial package install: adding just these two packages without a full system sync can leave the system inconsistent, so the commands below run a full `pacman -Syu` instead — which may itself update your kernel and NVIDIA driver. Reboot afterward if it does, then log out and back in so the new docker group membership takes effect. Automatic install is not offered here.")
     } else {
-        "."
+        tr!("Arch and its derivatives don't support a partial package install: adding just these two packages without a full system sync can leave the system inconsistent, so the commands below run a full `pacman -Syu` instead — which may itself update your kernel and NVIDIA driver. Reboot afterward if it does. Automatic install is not offered here.")
     };
     let mut commands = vec![
         "sudo pacman -Syu --needed docker nvidia-container-toolkit".to_owned(),
@@ -430,20 +445,15 @@ fn arch_manual_install(view: &LinuxView) -> Blocker {
     if group {
         commands.push(usermod(view.user_name()));
     }
-    Blocker::new(
-        BlockerReason::ArchManualInstall,
-        format!(
-            "Arch and its derivatives don't support a partial package install: adding just these two packages without a full system sync can leave the system inconsistent, so the commands below run a full `pacman -Syu` instead — which may itself update your kernel and NVIDIA driver. Reboot afterward if it does{ending} Automatic install is not offered here."
-        ),
-    )
-    .with_param("family", "pacman")
-    .with_commands(commands)
+    Blocker::new(BlockerReason::ArchManualInstall, message)
+        .with_param("family", "pacman")
+        .with_commands(commands)
 }
 
 fn docker_unrecognised() -> Blocker {
     Blocker::new(
         BlockerReason::DockerUnrecognised,
-        "This machine's docker command does not match any Docker install this integration recognises (not docker-ce, docker.io, moby-engine, snap, rootless, Docker Desktop, or the podman-docker shim). Nothing will be installed over it automatically.",
+        tr!("This machine's docker command does not match any Docker install this integration recognises (not docker-ce, docker.io, moby-engine, snap, rootless, Docker Desktop, or the podman-docker shim). Nothing will be installed over it automatically."),
     )
 }
 
@@ -454,7 +464,7 @@ fn distribution_not_in_recipe(view: &LinuxView) -> Blocker {
         .map_or(("unknown", ""), |d| (d.id.as_str(), d.version_id.as_str()));
     Blocker::new(
         BlockerReason::DistributionNotInRecipe,
-        "Setting the runtime up automatically is only qualified on some distributions so far.",
+        tr!("Setting the runtime up automatically is only qualified on some distributions so far."),
     )
     .with_param("id", id)
     .with_param("version_id", version_id)
@@ -466,7 +476,7 @@ fn distribution_not_in_recipe(view: &LinuxView) -> Blocker {
 pub fn environment_manifest_unavailable() -> Blocker {
     Blocker::new(
         BlockerReason::EnvironmentManifestUnavailable,
-        "No environment manifest is available, so this build cannot tell which distributions automatic setup is qualified on. Reinstall enginekit or remove the refused documents from its configuration folder, then try again.",
+        tr!("No environment manifest is available, so this build cannot tell which distributions automatic setup is qualified on. Reinstall enginekit or remove the refused documents from its configuration folder, then try again."),
     )
 }
 
@@ -504,7 +514,12 @@ pub fn engine_mismatch(
 ) -> Blocker {
     Blocker::new(
         BlockerReason::EngineMismatch,
-        format!("The descriptor {descriptor_id} is for {descriptor_engine}, not {target_engine}."),
+        tr!(
+            "The descriptor {descriptor_id} is for {descriptor_engine}, not {target_engine}.",
+            descriptor_id = descriptor_id,
+            descriptor_engine = descriptor_engine,
+            target_engine = target_engine
+        ),
     )
 }
 

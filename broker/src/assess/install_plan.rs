@@ -4,6 +4,7 @@
 use enginekit_shared::wire::plan::{SystemChange, SystemChangeCode};
 
 use super::view::LinuxView;
+use crate::i18n::{tr, trn};
 use crate::probe::facts::PackageFamily;
 
 /// What setup would change, and what that asks of the user.
@@ -19,11 +20,12 @@ pub const DOCKER_PACKAGES: [&str; 3] = ["docker-ce", "docker-ce-cli", "container
 /// The toolkit package.
 pub const TOOLKIT_PACKAGE: &str = "nvidia-container-toolkit";
 
-fn family_label(family: PackageFamily) -> &'static str {
+fn family_label(family: PackageFamily) -> String {
     match family {
-        PackageFamily::Apt => "apt",
-        PackageFamily::Dnf => "dnf",
-        _ => "package",
+        PackageFamily::Apt => "apt".to_owned(),
+        PackageFamily::Dnf => "dnf".to_owned(),
+        // TRANSLATORS: in "Add Docker's official {label} repository", for a family without a name.
+        _ => tr!("package"),
     }
 }
 
@@ -31,8 +33,9 @@ fn family_label(family: PackageFamily) -> &'static str {
 pub fn add_user_to_group(user: &str) -> SystemChange {
     SystemChange::new(
         SystemChangeCode::AddUserToDockerGroup,
-        format!(
-            "Add {user} to the docker group. This grants access equivalent to root on this machine."
+        tr!(
+            "Add {user} to the docker group. This grants access equivalent to root on this machine.",
+            user = user
         ),
     )
     .with_param("user", user)
@@ -71,7 +74,10 @@ pub fn build(view: &LinuxView) -> InstallPlan {
         changes.push(
             SystemChange::new(
                 SystemChangeCode::AddRepository,
-                format!("Add Docker's official {label} repository and signing key (download.docker.com)."),
+                tr!(
+                    "Add Docker's official {label} repository and signing key (download.docker.com).",
+                    label = label
+                ),
             )
             .with_param("vendor", "docker")
             .with_param("family", family.as_str()),
@@ -81,8 +87,9 @@ pub fn build(view: &LinuxView) -> InstallPlan {
         changes.push(
             SystemChange::new(
                 SystemChangeCode::AddRepository,
-                format!(
-                    "Add the NVIDIA Container Toolkit {label} repository and signing key (nvidia.github.io/libnvidia-container)."
+                tr!(
+                    "Add the NVIDIA Container Toolkit {label} repository and signing key (nvidia.github.io/libnvidia-container).",
+                    label = label
                 ),
             )
             .with_param("vendor", "nvidia")
@@ -92,12 +99,16 @@ pub fn build(view: &LinuxView) -> InstallPlan {
     if !packages.is_empty() {
         let text = match outdated {
             // apt-get install upgrades the installed package to the repository's candidate.
-            Some(version) => format!(
-                "Install {}: the NVIDIA Container Toolkit {version} installed here is upgraded, because versions before {} let a container take over the host (CVE-2025-23266, CVE-2025-23267).",
-                packages.join(", "),
-                enginekit_shared::recipe::version::TOOLKIT_MINIMUM
+            Some(version) => tr!(
+                "Install {packages}: the NVIDIA Container Toolkit {version} installed here is upgraded, because versions before {minimum} let a container take over the host (CVE-2025-23266, CVE-2025-23267).",
+                packages = packages.join(", "),
+                version = version,
+                minimum = enginekit_shared::recipe::version::TOOLKIT_MINIMUM
             ),
-            None => format!("Install the missing packages: {}.", packages.join(", ")),
+            None => tr!(
+                "Install the missing packages: {packages}.",
+                packages = packages.join(", ")
+            ),
         };
         let mut change = SystemChange::new(SystemChangeCode::InstallPackages, text)
             .with_param("packages", packages.join(","));
@@ -109,19 +120,19 @@ pub fn build(view: &LinuxView) -> InstallPlan {
     if configure_runtime {
         changes.push(SystemChange::new(
             SystemChangeCode::ConfigureNvidiaRuntime,
-            "Configure the NVIDIA runtime for Docker (nvidia-ctk runtime configure --runtime=docker).",
+            tr!("Configure the NVIDIA runtime for Docker (nvidia-ctk runtime configure --runtime=docker)."),
         ));
     }
     if !gpu_ready {
         changes.push(SystemChange::new(
             SystemChangeCode::GenerateCdiSpec,
-            "Generate the NVIDIA CDI specification Docker uses to pass the GPU into containers (nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml), and keep it current after driver updates and reboots with nvidia-cdi-refresh.path where the toolkit provides it.",
+            tr!("Generate the NVIDIA CDI specification Docker uses to pass the GPU into containers (nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml), and keep it current after driver updates and reboots with nvidia-cdi-refresh.path where the toolkit provides it."),
         ));
     }
     if !live_evidence && view.service_active != Some(true) {
         changes.push(SystemChange::new(
             SystemChangeCode::EnableDockerService,
-            "Enable and start docker.service.",
+            tr!("Enable and start docker.service."),
         ));
     }
     if !live_evidence && view.group_configured != Some(true) && !view.is_root {
@@ -130,16 +141,20 @@ pub fn build(view: &LinuxView) -> InstallPlan {
     if configure_runtime && (live_evidence || view.service_active == Some(true)) {
         let (text, count) = match view.containers_running {
             None => (
-                "Restart Docker to load the new runtime configuration; any running containers will stop.".to_owned(),
+                tr!("Restart Docker to load the new runtime configuration; any running containers will stop."),
                 "unknown".to_owned(),
             ),
             Some(0) => (
-                "Restart Docker to load the new runtime configuration.".to_owned(),
+                tr!("Restart Docker to load the new runtime configuration."),
                 "0".to_owned(),
             ),
             Some(n) => (
-                format!(
-                    "Restart Docker to load the new runtime configuration; {n} running container(s) will stop."
+                // TRANSLATORS: the English text is REFERENCE §7's for any count.
+                trn!(
+                    "Restart Docker to load the new runtime configuration; {n} running container(s) will stop.",
+                    "Restart Docker to load the new runtime configuration; {n} running container(s) will stop.",
+                    n,
+                    n = n
                 ),
                 n.to_string(),
             ),

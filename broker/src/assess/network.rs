@@ -4,6 +4,7 @@
 use enginekit_shared::wire::plan::{Warning, WarningCode};
 
 use super::view::LinuxView;
+use crate::i18n::trn;
 use crate::probe::facts::Route;
 
 /// An IPv4 network: address with host bits cleared, and prefix length.
@@ -123,9 +124,6 @@ pub fn routes_covering_pools(routes: &[Route]) -> Option<Vec<Route>> {
     Some(chosen.into_iter().map(|i| routes[i].clone()).collect())
 }
 
-/// What to do about it (REFERENCE §7.1 INSTRUCTION); also used to explain a failed start.
-pub const POOL_INSTRUCTION: &str = "Exclude Docker's ranges (172.17.0.0/16 to 172.31.0.0/16 and 192.168.0.0/16) from the VPN, or set \"default-address-pools\" (or \"bip\") in /etc/docker/daemon.json to a range no route uses, before continuing.";
-
 /// The warning, when Docker is not running yet, daemon.json sets no pools, and the routes cover
 /// every default pool.
 pub fn address_pool_warning(view: &LinuxView) -> Option<Warning> {
@@ -139,11 +137,6 @@ pub fn address_pool_warning(view: &LinuxView) -> Option<Warning> {
         .map(|r| format!("{} via {}", r.destination, r.device))
         .collect::<Vec<_>>()
         .join(", ");
-    let (noun, verb) = if covering.len() == 1 {
-        ("route", "covers")
-    } else {
-        ("routes", "cover")
-    };
     let mut devices: Vec<&str> = Vec::new();
     for route in &covering {
         if !devices.contains(&route.device.as_str()) {
@@ -158,8 +151,13 @@ pub fn address_pool_warning(view: &LinuxView) -> Option<Warning> {
     Some(
         Warning::new(
             WarningCode::DockerAddressPoolsOverlapRoutes,
-            format!(
-                "Docker will not be able to start: the {noun} {listed} (often a full-tunnel VPN) {verb} every address range Docker uses for its networks by default. {POOL_INSTRUCTION}"
+            // TRANSLATORS: {listed} is "<range> via <device>", comma-separated. The last
+            // sentence is REFERENCE §7.1's instruction.
+            trn!(
+                "Docker will not be able to start: the route {listed} (often a full-tunnel VPN) covers every address range Docker uses for its networks by default. Exclude Docker's ranges (172.17.0.0/16 to 172.31.0.0/16 and 192.168.0.0/16) from the VPN, or set \"default-address-pools\" (or \"bip\") in /etc/docker/daemon.json to a range no route uses, before continuing.",
+                "Docker will not be able to start: the routes {listed} (often a full-tunnel VPN) cover every address range Docker uses for its networks by default. Exclude Docker's ranges (172.17.0.0/16 to 172.31.0.0/16 and 192.168.0.0/16) from the VPN, or set \"default-address-pools\" (or \"bip\") in /etc/docker/daemon.json to a range no route uses, before continuing.",
+                covering.len(),
+                listed = listed
             ),
         )
         .with_param("routes", destinations)

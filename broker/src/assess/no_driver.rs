@@ -6,6 +6,7 @@ use enginekit_shared::wire::plan::{Blocker, BlockerReason};
 
 use super::blockers::driver_missing;
 use super::view::LinuxView;
+use crate::i18n::tr;
 use crate::probe::facts::{NvidiaHardware, UnknownFact};
 
 /// The blocker for a driver that cannot be used at all: its kernel module and libraries differ
@@ -31,7 +32,7 @@ pub fn blocker(hardware: Option<&NvidiaHardware>) -> Blocker {
     let Some(first) = hw.devices.first() else {
         return Blocker::new(
             BlockerReason::NoNvidiaDevice,
-            "No NVIDIA graphics card is on this computer's PCI bus, so there is no GPU for the engine. In a virtual machine, pass the card through to it first.",
+            tr!("No NVIDIA graphics card is on this computer's PCI bus, so there is no GPU for the engine. In a virtual machine, pass the card through to it first."),
         );
     };
     let nouveau = hw
@@ -41,7 +42,7 @@ pub fn blocker(hardware: Option<&NvidiaHardware>) -> Blocker {
     if let Some(card) = nouveau {
         return Blocker::new(
             BlockerReason::NouveauBound,
-            "The card is driven by nouveau, the open-source driver, which cannot run CUDA. Install NVIDIA's driver from your distribution (its packages switch nouveau off), then restart the computer.",
+            tr!("The card is driven by nouveau, the open-source driver, which cannot run CUDA. Install NVIDIA's driver from your distribution (its packages switch nouveau off), then restart the computer."),
         )
         .with_param("device", &card.address);
     }
@@ -52,13 +53,13 @@ pub fn blocker(hardware: Option<&NvidiaHardware>) -> Blocker {
     {
         return Blocker::new(
             BlockerReason::SecureBootEnrollmentPending,
-            "NVIDIA's driver is built but Secure Boot will not load it until its signing key is enrolled. Restart the computer and, on the blue \"Perform MOK management\" screen, choose \"Enroll MOK\" and enter the password chosen when the driver was installed.",
+            tr!("NVIDIA's driver is built but Secure Boot will not load it until its signing key is enrolled. Restart the computer and, on the blue \"Perform MOK management\" screen, choose \"Enroll MOK\" and enter the password chosen when the driver was installed."),
         );
     }
     if let Some(card) = hw.devices.iter().find(|d| d.is_blackwell()) {
         return Blocker::new(
             BlockerReason::DriverNeedsOpenModules,
-            "This card is a Blackwell GPU (GeForce RTX 50 series, RTX PRO Blackwell, B200), which NVIDIA's driver runs only with its open kernel modules. Install the driver's open flavour (for example nvidia-open, or nvidia-driver-580-open on Ubuntu) instead of the proprietary modules, then restart the computer.",
+            tr!("This card is a Blackwell GPU (GeForce RTX 50 series, RTX PRO Blackwell, B200), which NVIDIA's driver runs only with its open kernel modules. Install the driver's open flavour (for example nvidia-open, or nvidia-driver-580-open on Ubuntu) instead of the proprietary modules, then restart the computer."),
         )
         .with_param("device", &card.address)
         .with_param("device_id", format!("{:#06x}", card.device_id));

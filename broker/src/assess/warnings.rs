@@ -6,6 +6,7 @@ use enginekit_shared::wire::plan::{Warning, WarningCode};
 
 use super::network::address_pool_warning;
 use super::view::LinuxView;
+use crate::i18n::tr;
 
 fn selinux_warning(view: &LinuxView) -> Option<Warning> {
     if !view.selinux_enforcing && !view.docker_selinux {
@@ -19,7 +20,7 @@ fn selinux_warning(view: &LinuxView) -> Option<Warning> {
     Some(
         Warning::new(
             WarningCode::SelinuxEnforcing,
-            "SELinux is active and Docker labels containers, so a container can be refused the GPU (\"Failed to initialize NVML: Insufficient Permissions\"). enginekit never turns labelling off; if the GPU check fails, allow containers to use devices with `sudo setsebool -P container_use_devices 1`.",
+            tr!("SELinux is active and Docker labels containers, so a container can be refused the GPU (\"Failed to initialize NVML: Insufficient Permissions\"). enginekit never turns labelling off; if the GPU check fails, allow containers to use devices with `sudo setsebool -P container_use_devices 1`."),
         )
         .with_param("mode", mode),
     )
@@ -32,7 +33,7 @@ fn cgroup_driver_warning(view: &LinuxView) -> Option<Warning> {
     Some(
         Warning::new(
             WarningCode::SystemdCgroupDriverGpuLoss,
-            "Docker uses the systemd cgroup driver: a `systemctl daemon-reload` can make running containers lose their GPU (\"Failed to initialize NVML: Unknown Error\") when the GPU was passed in by the legacy runtime hook. Passing the GPU through CDI avoids it; otherwise restart the engine container if it happens.",
+            tr!("Docker uses the systemd cgroup driver: a `systemctl daemon-reload` can make running containers lose their GPU (\"Failed to initialize NVML: Unknown Error\") when the GPU was passed in by the legacy runtime hook. Passing the GPU through CDI avoids it; otherwise restart the engine container if it happens."),
         )
         .with_param("cgroup_driver", "systemd"),
     )
@@ -50,7 +51,7 @@ fn group_this_session_only_warning(view: &LinuxView) -> Option<Warning> {
     }
     Some(Warning::new(
         WarningCode::DockerGroupThisSessionOnly,
-        "Your account is in the docker group, but this login session started before it joined: enginekit reaches Docker through `sg docker`, so setup finishes now. Other terminals and programs get the group at your next sign-in (or run `newgrp docker` in a terminal).",
+        tr!("Your account is in the docker group, but this login session started before it joined: enginekit reaches Docker through `sg docker`, so setup finishes now. Other terminals and programs get the group at your next sign-in (or run `newgrp docker` in a terminal)."),
     ))
 }
 

@@ -75,6 +75,7 @@ pub fn command() -> clap::Command {
 
 pub fn main() -> ExitCode {
     crate::logging::init();
+    crate::i18n::init();
     let cli = Cli::parse();
     match cli.command {
         Command::Docker(args) => docker::run(args),

@@ -15,6 +15,7 @@ use crate::assess::view::LinuxView;
 use crate::assess::Assessment;
 use crate::documents::descriptor::{Descriptor, EngineId};
 use crate::documents::store::{DocumentSet, DocumentSources};
+use crate::i18n::tr;
 use crate::operations::record;
 use crate::plan::{plan_setup, plan_without_descriptor, PlanRequest};
 use crate::probe::facts::{DaemonState, HostFacts};
@@ -199,18 +200,23 @@ fn gb(bytes: u64) -> String {
     format!("{:.1} GB", bytes as f64 / 1e9)
 }
 
-fn verdict_line(plan: &Plan) -> &'static str {
+fn verdict_line(plan: &Plan) -> String {
     match plan.availability {
-        Availability::Supported => "ready: the engine is installed and nothing needs to change",
+        Availability::Supported => {
+            tr!("ready: the engine is installed and nothing needs to change")
+        }
         Availability::SetupRequired if plan.adopts_existing_engine => {
-            "ready for setup: Docker already passes the GPU into containers, nothing on the system changes"
+            tr!("ready for setup: Docker already passes the GPU into containers, nothing on the system changes")
         }
         Availability::SetupRequired if plan.system_changes.is_empty() => {
-            "ready for setup: nothing on the system needs to change"
+            tr!("ready for setup: nothing on the system needs to change")
         }
-        Availability::SetupRequired => "setup can proceed with the changes below",
-        Availability::PrerequisiteBlocked => "blocked: fix what is listed under \"What blocks\" first",
-        Availability::Unsupported => "unsupported: this build cannot run this engine",
+        Availability::SetupRequired => tr!("setup can proceed with the changes below"),
+        // TRANSLATORS: "What blocks" is the heading of that name below.
+        Availability::PrerequisiteBlocked => {
+            tr!("blocked: fix what is listed under \"What blocks\" first")
+        }
+        Availability::Unsupported => tr!("unsupported: this build cannot run this engine"),
     }
 }
 
@@ -222,57 +228,65 @@ fn fine_lines(view: &LinuxView, descriptor: &Descriptor, plan: &Plan) -> Vec<Str
         .as_deref()
         .filter(|a| matches!(*a, "x86_64" | "aarch64"))
     {
-        out.push(format!("architecture {arch} is supported"));
+        out.push(tr!("architecture {arch} is supported", arch = arch));
     }
     if let Some(d) = &view.distribution {
-        out.push(format!(
-            "distribution {} {} ({} family)",
-            d.id,
-            d.version_id,
-            d.family.as_str()
+        out.push(tr!(
+            "distribution {id} {version} ({family} family)",
+            id = d.id,
+            version = d.version_id,
+            family = d.family.as_str()
         ));
     }
     if let Some(driver) = &view.driver_version {
         if crate::assess::version::compare_dotted(driver, &descriptor.minimum_driver_version)
             != std::cmp::Ordering::Less
         {
-            out.push(format!(
-                "NVIDIA driver {driver} (needs {} or newer)",
-                descriptor.minimum_driver_version
+            out.push(tr!(
+                "NVIDIA driver {driver} (needs {minimum} or newer)",
+                driver = driver,
+                minimum = descriptor.minimum_driver_version
             ));
         }
     }
     for gpu in &view.gpus {
         if let Some(cc) = gpu.compute_capability {
-            out.push(format!("GPU {} with compute capability {cc}", gpu.uuid));
+            out.push(tr!(
+                "GPU {uuid} with compute capability {cc}",
+                uuid = gpu.uuid,
+                cc = cc
+            ));
         }
     }
     if let Some(method) = view.install_method.filter(|_| view.cli) {
-        out.push(format!("Docker installed as {}", method.as_str()));
+        out.push(tr!(
+            "Docker installed as {method}",
+            method = method.as_str()
+        ));
     }
     if view.daemon_reachable {
-        out.push("the Docker daemon answers on the system socket".to_owned());
+        out.push(tr!("the Docker daemon answers on the system socket"));
     }
     if view.toolkit_installed {
-        out.push("the NVIDIA Container Toolkit is installed".to_owned());
+        out.push(tr!("the NVIDIA Container Toolkit is installed"));
     }
     if view.effective_gpu_runtime() {
-        out.push(
-            "Docker can pass the GPU into containers (an NVIDIA CDI device is listed)".to_owned(),
-        );
+        out.push(tr!(
+            "Docker can pass the GPU into containers (an NVIDIA CDI device is listed)"
+        ));
     }
     if let (Some(free), Some(required)) = (plan.free_disk_bytes, plan.required_disk_bytes) {
         if free >= required {
-            out.push(format!(
-                "{} free at {} (the image needs {})",
-                gb(free),
-                plan.docker_root_dir.as_deref().unwrap_or("?"),
-                gb(required)
+            out.push(tr!(
+                "{free} free at {path} (the image needs {required})",
+                free = gb(free),
+                path = plan.docker_root_dir.as_deref().unwrap_or("?"),
+                required = gb(required)
             ));
         }
     }
     if view.systemd == Some(true) {
-        out.push("systemd runs this system".to_owned());
+        out.push(tr!("systemd runs this system"));
     }
     out
 }
@@ -285,7 +299,7 @@ fn write_blocker(out: &mut String, prefix: &str, blocker: &Blocker) {
         blocker.message
     );
     if let Some(commands) = blocker.commands.as_ref().filter(|c| !c.is_empty()) {
-        let _ = writeln!(out, "      to fix it, run:");
+        let _ = writeln!(out, "      {}", tr!("to fix it, run:"));
         for command in commands {
             let _ = writeln!(out, "        {command}");
         }
@@ -296,9 +310,13 @@ fn write_blocker(out: &mut String, prefix: &str, blocker: &Blocker) {
 fn note_line(note: &Blocker) -> String {
     match note.reason {
         enginekit_shared::wire::plan::BlockerReason::InitNotSystemd => {
-            "this system does not run systemd; a later check will need it (the Docker install enables docker.service)".to_owned()
+            tr!("this system does not run systemd; a later check will need it (the Docker install enables docker.service)")
         }
-        _ => format!("a later check will raise [{}]: {}", note.reason.as_str(), note.message),
+        _ => tr!(
+            "a later check will raise [{reason}]: {message}",
+            reason = note.reason.as_str(),
+            message = note.message
+        ),
     }
 }
 
@@ -311,26 +329,30 @@ pub fn human_report(outcome: &PlanOutcome) -> String {
         enginekit_shared::wire::plan::PlanTarget::Runtime { engine_id } => engine_id.as_str(),
         enginekit_shared::wire::plan::PlanTarget::Environment => "environment",
     };
+    let title = match plan.descriptor_id.as_deref() {
+        Some(descriptor) => tr!(
+            "enginekit plan for {engine} (descriptor {descriptor})",
+            engine = engine,
+            descriptor = descriptor
+        ),
+        None => tr!("enginekit plan for {engine}", engine = engine),
+    };
+    let _ = writeln!(out, "{title}");
     let _ = writeln!(
         out,
-        "enginekit plan for {engine}{}",
-        plan.descriptor_id
-            .as_deref()
-            .map(|d| format!(" (descriptor {d})"))
-            .unwrap_or_default()
-    );
-    let _ = writeln!(
-        out,
-        "Verdict: {} [{}]",
-        verdict_line(plan),
-        plan.availability.as_str()
+        "{}",
+        tr!(
+            "Verdict: {verdict} [{availability}]",
+            verdict = verdict_line(plan),
+            availability = plan.availability.as_str()
+        )
     );
 
     if let Some(descriptor) = &outcome.descriptor {
         let view = LinuxView::from_facts(&outcome.facts);
         let fine = fine_lines(&view, descriptor, plan);
         if !fine.is_empty() {
-            let _ = writeln!(out, "\nWhat is fine:");
+            let _ = writeln!(out, "\n{}", tr!("What is fine:"));
             for line in fine {
                 let _ = writeln!(out, "  ok  {line}");
             }
@@ -340,52 +362,66 @@ pub fn human_report(outcome: &PlanOutcome) -> String {
     // An unreachable daemon is not a verdict of its own (a later gate may decide), but the user
     // must see it: every daemon fact in this report is then unknown.
     if let DaemonState::Unreachable { socket, reason } = &outcome.facts.docker.daemon {
-        let _ = writeln!(out, "\nWhat could not be checked:");
+        let _ = writeln!(out, "\n{}", tr!("What could not be checked:"));
         let _ = writeln!(
             out,
-            "  ??  the Docker daemon did not answer on {socket}: {reason}"
+            "  ??  {}",
+            tr!(
+                "the Docker daemon did not answer on {socket}: {reason}",
+                socket = socket,
+                reason = reason
+            )
         );
     }
 
     if !plan.blockers.is_empty() {
-        let _ = writeln!(out, "\nWhat blocks:");
+        let _ = writeln!(out, "\n{}", tr!("What blocks:"));
         for blocker in &plan.blockers {
             write_blocker(&mut out, "--", blocker);
         }
     }
 
     if !plan.system_changes.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nWhat setup would change{}:",
-            if plan.requires_elevation {
-                " (needs administrator rights once)"
-            } else {
-                ""
-            }
-        );
+        let heading = if plan.requires_elevation {
+            tr!("What setup would change (needs administrator rights once):")
+        } else {
+            tr!("What setup would change:")
+        };
+        let _ = writeln!(out, "\n{heading}");
         for change in &plan.system_changes {
             let _ = writeln!(out, "  *  {}", change.text);
         }
         if plan.may_require_relogin {
-            let _ = writeln!(out, "  (you may need to log out and back in afterwards)");
+            let _ = writeln!(
+                out,
+                "  {}",
+                tr!("(you may need to log out and back in afterwards)")
+            );
         }
     } else if let Some(preview) = outcome.assessment.as_ref().and_then(|a| a.preview.as_ref()) {
-        let _ = writeln!(out, "\nOnce the blockers are fixed, setup would change:");
+        let _ = writeln!(
+            out,
+            "\n{}",
+            tr!("Once the blockers are fixed, setup would change:")
+        );
         for change in &preview.system_changes {
             let _ = writeln!(out, "  *  {}", change.text);
         }
     }
 
     if !plan.later_gate_notes.is_empty() {
-        let _ = writeln!(out, "\nNotes (later checks, not part of this verdict):");
+        let _ = writeln!(
+            out,
+            "\n{}",
+            tr!("Notes (later checks, not part of this verdict):")
+        );
         for note in &plan.later_gate_notes {
-            let _ = writeln!(out, "  note: {}", note_line(note));
+            let _ = writeln!(out, "  {}", tr!("note: {note}", note = note_line(note)));
         }
     }
 
     if !plan.warnings.is_empty() {
-        let _ = writeln!(out, "\nWarnings:");
+        let _ = writeln!(out, "\n{}", tr!("Warnings:"));
         for warning in &plan.warnings {
             let _ = writeln!(out, "  !  {}", warning.text);
         }
@@ -395,46 +431,65 @@ pub fn human_report(outcome: &PlanOutcome) -> String {
     }
 
     if let Some(image) = &plan.image {
-        let _ = writeln!(out, "\nEngine image: {image}");
+        let _ = writeln!(out, "\n{}", tr!("Engine image: {image}", image = image));
         let by = match plan.gpu_access {
-            GpuAccess::Cdi => "CDI (--device nvidia.com/gpu=<uuid>)",
-            GpuAccess::GpusFlag => "the NVIDIA runtime hook (--gpus device=<uuid>)",
+            GpuAccess::Cdi => {
+                tr!("GPU given to containers through CDI (--device nvidia.com/gpu=<uuid>)")
+            }
+            GpuAccess::GpusFlag => tr!(
+                "GPU given to containers through the NVIDIA runtime hook (--gpus device=<uuid>)"
+            ),
         };
-        let _ = writeln!(out, "GPU given to containers through {by}");
+        let _ = writeln!(out, "{by}");
     }
     if let (Some(download), Some(required)) = (plan.download_bytes, plan.required_disk_bytes) {
         let free = match (plan.free_disk_bytes, plan.docker_root_dir.as_deref()) {
-            (Some(free), Some(path)) => format!("; {} free at {path}", gb(free)),
-            _ => "; free space unknown".to_owned(),
+            (Some(free), Some(path)) => {
+                tr!("{free} free at {path}", free = gb(free), path = path)
+            }
+            _ => tr!("free space unknown"),
         };
         // containerd's store keeps the compressed download next to the unpacked layers.
-        let store = match plan.image_store {
-            ImageStore::Graphdriver => "",
-            ImageStore::Containerd => " (containerd image store: compressed and unpacked copies)",
+        let line = match plan.image_store {
+            ImageStore::Graphdriver => tr!(
+                "Download {download}, needs {required} on disk; {free}",
+                download = gb(download),
+                required = gb(required),
+                free = free
+            ),
+            ImageStore::Containerd => tr!(
+                "Download {download}, needs {required} on disk (containerd image store: compressed and unpacked copies); {free}",
+                download = gb(download),
+                required = gb(required),
+                free = free
+            ),
         };
-        let _ = writeln!(
-            out,
-            "Download {}, needs {} on disk{store}{free}",
-            gb(download),
-            gb(required)
-        );
+        let _ = writeln!(out, "{line}");
     }
     if let Some(step) = &plan.host_step {
         // Which recipe the administrator's prompt would be for: compiled into the helper, or a
         // newer signed one (verified against the helper's own keys) sent with the step.
-        let origin = if step.recipe().is_some() {
-            "signed recipe, sent with the step,"
+        let line = if step.recipe().is_some() {
+            tr!(
+                "Host step with the signed recipe, sent with the step, {recipe} ({digest}), parameters {parameters}",
+                recipe = step.recipe_id(),
+                digest = step.recipe_digest(),
+                parameters = step.parameters_digest()
+            )
         } else {
-            "built-in recipe"
+            tr!(
+                "Host step with the built-in recipe {recipe} ({digest}), parameters {parameters}",
+                recipe = step.recipe_id(),
+                digest = step.recipe_digest(),
+                parameters = step.parameters_digest()
+            )
         };
-        let _ = writeln!(
-            out,
-            "Host step with the {origin} {} ({}), parameters {}",
-            step.recipe_id(),
-            step.recipe_digest(),
-            step.parameters_digest()
-        );
+        let _ = writeln!(out, "{line}");
     }
-    let _ = writeln!(out, "Plan digest: {}", plan.plan_digest);
+    let _ = writeln!(
+        out,
+        "{}",
+        tr!("Plan digest: {digest}", digest = plan.plan_digest)
+    );
     out
 }

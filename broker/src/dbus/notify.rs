@@ -14,6 +14,7 @@ use std::time::Duration;
 use zbus::names::OwnedUniqueName;
 use zbus::Connection;
 
+use crate::i18n::tr;
 use crate::operations::record::{Operation, OperationId, OperationKind, Phase};
 
 /// The notification server's well-known name.
@@ -86,17 +87,18 @@ impl Watchers {
 
 fn relogin(op: &Operation) -> Notice {
     Notice {
-        summary: format!("Sign in again to finish setting up {}", op.engine.as_str()),
-        body: "Your account was added to the docker group, which takes effect in a new login \
-               session. Sign out and sign in again; the setup then continues."
-            .to_owned(),
+        summary: tr!(
+            "Sign in again to finish setting up {engine}",
+            engine = op.engine.as_str()
+        ),
+        body: tr!("Your account was added to the docker group, which takes effect in a new login session. Sign out and sign in again; the setup then continues."),
     }
 }
 
 fn ready(op: &Operation) -> Notice {
     Notice {
-        summary: format!("{} is ready", op.engine.as_str()),
-        body: "The engine image is downloaded and verified; you can load a model now.".to_owned(),
+        summary: tr!("{engine} is ready", engine = op.engine.as_str()),
+        body: tr!("The engine image is downloaded and verified; you can load a model now."),
     }
 }
 

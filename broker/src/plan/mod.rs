@@ -15,6 +15,7 @@ use self::digest::{DescriptorPin, HostPin, SetupFingerprint};
 use crate::assess::{self, blockers, view::LinuxView, Assessment, Options};
 use crate::documents::descriptor::{Descriptor, EngineId, Platform};
 use crate::documents::manifest::Manifest;
+use crate::i18n::tr;
 use crate::probe::facts::HostFacts;
 
 /// Everything a setup plan is built from.
@@ -74,9 +75,10 @@ pub fn plan_setup(request: &PlanRequest<'_>) -> Result<PlannedSetup, CodedError>
             blockers.push(
                 Blocker::new(
                     BlockerReason::InstalledWithOtherDescriptor,
-                    format!(
-                        "This engine is already installed from {installed}; remove it before setting up {}.",
-                        descriptor.descriptor_id
+                    tr!(
+                        "This engine is already installed from {installed}; remove it before setting up {descriptor}.",
+                        installed = installed,
+                        descriptor = descriptor.descriptor_id
                     ),
                 ),
             );

@@ -13,6 +13,7 @@ use enginekit_shared::wire::plan::{SystemChange, SystemChangeCode};
 use serde_json::Value;
 
 use crate::documents::store::DocumentSet;
+use crate::i18n::tr;
 
 /// The recipe a plan names: its id, the digest of its payload and, for a recipe that is not
 /// compiled into the helper, the signed envelope the step carries.
@@ -201,17 +202,26 @@ pub fn name_signed_sources(recipe: &RecipeRef, changes: &mut [SystemChange]) {
             "docker" => "Docker",
             _ => "NVIDIA Container Toolkit",
         };
+        // TRANSLATORS: {what} is Docker or NVIDIA Container Toolkit, {family} apt or dnf,
+        // {places} the repositories' hosts.
         let named = locations
             .get(&(family.to_owned(), vendor.to_owned()))
             .filter(|l| !l.is_empty())
             .map(|l| l.iter().cloned().collect::<Vec<_>>().join(", "));
         change.text = match named {
-            Some(places) => format!(
-                "Add the {what} {family} repository and signing key named by the signed recipe (serial {serial}): {places}."
+            Some(places) => tr!(
+                "Add the {what} {family} repository and signing key named by the signed recipe (serial {serial}): {places}.",
+                what = what,
+                family = family,
+                serial = serial,
+                places = places
             ),
             // Never the built-in text, which names another site.
-            None => format!(
-                "Add the {what} {family} repository and signing key as named by the signed recipe (serial {serial})."
+            None => tr!(
+                "Add the {what} {family} repository and signing key as named by the signed recipe (serial {serial}).",
+                what = what,
+                family = family,
+                serial = serial
             ),
         };
     }
@@ -253,9 +263,10 @@ fn name_signed_packages(
         .iter_mut()
         .filter(|c| c.code == SystemChangeCode::InstallPackages)
     {
-        change.text = format!(
-            "Install the missing packages as the signed recipe (serial {serial}) names them: {}.",
-            listed.join(", ")
+        change.text = tr!(
+            "Install the missing packages as the signed recipe (serial {serial}) names them: {packages}.",
+            serial = serial,
+            packages = listed.join(", ")
         );
     }
 }
