@@ -11,7 +11,7 @@ use enginekit_broker::docker::{
     ContainerSpec, Docker, DockerError, MountSpec, NetworkName, PortSpec, RemoveOutcome,
     StopOutcome, UserIds,
 };
-use enginekit_broker::journal::{ContainerName, InstanceId, Journal};
+use enginekit_broker::journal::{ContainerName, InstanceId, Journal, LifecycleError};
 use enginekit_shared::image::ImageRef;
 
 struct Fixture {
@@ -58,13 +58,9 @@ impl Fixture {
         spec
     }
 
-    /// `run_journalled`, with the container registered for cleanup.
-    async fn run(&self, spec: &ContainerSpec) -> enginekit_broker::docker::RunningContainer {
-        let running = self
-            .docker
-            .run_journalled(&self.journal, spec)
-            .await
-            .unwrap();
+    /// `Journal::run`, with the container registered for cleanup.
+    async fn run(&self, spec: &ContainerSpec) -> enginekit_broker::journal::RunningContainer {
+        let running = self.journal.run(&self.docker, spec).await.unwrap();
         self.cleanup.container(&running.id);
         running
     }
@@ -181,8 +177,8 @@ async fn create_start_stop_confirmed_remove_with_the_record_written_first_and_dr
 
     let started = Instant::now();
     let outcome = f
-        .docker
-        .stop_and_forget(&f.journal, &record, Duration::from_secs(10))
+        .journal
+        .stop_and_forget(&f.docker, &record, Duration::from_secs(10))
         .await
         .unwrap();
     assert_eq!(outcome, StopOutcome::Exited { exit_code: Some(0) });
@@ -291,8 +287,8 @@ async fn the_port_is_published_on_loopback_only_and_serves_there() {
 
     let record = f.journal.read(&spec.name).unwrap().unwrap();
     assert!(f
-        .docker
-        .stop_and_forget(&f.journal, &record, Duration::from_secs(1))
+        .journal
+        .stop_and_forget(&f.docker, &record, Duration::from_secs(1))
         .await
         .unwrap()
         .is_confirmed());
@@ -427,12 +423,11 @@ async fn bad_specs_are_refused_before_anything_is_created_or_journalled() {
         target: "/m".parse().unwrap(),
         read_only: true,
     }];
-    let err = f
-        .docker
-        .run_journalled(&f.journal, &spec)
-        .await
-        .unwrap_err();
-    assert!(matches!(err, DockerError::InvalidSpec { .. }), "{err:?}");
+    let err = f.journal.run(&f.docker, &spec).await.unwrap_err();
+    assert!(
+        matches!(err, LifecycleError::Docker(DockerError::InvalidSpec { .. })),
+        "{err:?}"
+    );
     assert!(f.journal.list().unwrap().records.is_empty());
     assert!(f
         .docker
@@ -448,13 +443,9 @@ async fn bad_specs_are_refused_before_anything_is_created_or_journalled() {
         "c".repeat(64)
     ))
     .unwrap();
-    let err = f
-        .docker
-        .run_journalled(&f.journal, &absent)
-        .await
-        .unwrap_err();
+    let err = f.journal.run(&f.docker, &absent).await.unwrap_err();
     assert!(
-        matches!(err, DockerError::ImageAbsent { .. }),
+        matches!(err, LifecycleError::Docker(DockerError::ImageAbsent { .. })),
         "create never pulls: {err:?}"
     );
     assert!(f.journal.list().unwrap().records.is_empty());

@@ -51,7 +51,7 @@ async fn child_broker_starts_a_container_then_waits() {
             .to_vec();
         spec
     };
-    let running = docker.run_journalled(&journal, &spec).await.unwrap();
+    let running = journal.run(&docker, &spec).await.unwrap();
     println!(
         "STARTED {} {} {}",
         journal.instance(),

@@ -109,9 +109,6 @@ pub enum DockerError {
     /// A recorded container is not the one the record describes; it was not touched.
     #[error("container {container} does not match its journal record: {reason}")]
     IdentityMismatch { container: String, reason: String },
-    /// The journal refused (write before start, removal after a confirmed stop).
-    #[error(transparent)]
-    Journal(#[from] crate::journal::JournalError),
 
     /// The GPU check container did not see the GPU.
     #[error("the GPU {gpu} is not visible inside a container: {summary}")]
@@ -148,7 +145,6 @@ impl DockerError {
             DockerError::ImageAbsent { .. } => "docker.image_absent",
             DockerError::GpuNotVisible { .. } => "docker.gpu_not_visible",
             DockerError::IdentityMismatch { .. } => "docker.identity_mismatch",
-            DockerError::Journal(_) => "docker.journal",
         }
     }
 
@@ -163,7 +159,6 @@ impl DockerError {
             DockerError::ForbiddenHost { .. } => ErrorCode::ForbiddenHost,
             DockerError::GpuNotVisible { .. } => ErrorCode::PrerequisiteBlocked,
             DockerError::IdentityMismatch { .. } => ErrorCode::IdentityMismatch,
-            DockerError::Journal(err) => err.code(),
             DockerError::DaemonTimeout { .. }
             | DockerError::Api { .. }
             | DockerError::BadAnswer { .. }

@@ -16,8 +16,8 @@ use serde::Serialize;
 use super::client::Docker;
 use super::error::{bounded_tail, DockerError, Failure, Result};
 use super::logs::LogStream;
+use super::names::ContainerName;
 use super::spec::{bounded_json_log, gpu_request, GpuUuid, UserIds, LABEL_OWNER, OWNER};
-use crate::journal::ContainerName;
 
 /// The command run in the check image.
 pub const GPU_CHECK_COMMAND: [&str; 3] =

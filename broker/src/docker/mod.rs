@@ -1,13 +1,14 @@
 //! Docker through the Engine API (bollard on the system socket, never CLI text): images,
-//! pulls by digest with byte progress, the GPU check, containers from a typed spec, and their
-//! journalled lifecycle.
+//! pulls by digest with byte progress, the GPU check, containers from a typed spec. The journal
+//! (crate::journal) records and reconciles the containers the broker owns on top of this layer,
+//! which knows nothing of it.
 //!
 //! ```text
 //! let docker = Docker::connect(SYSTEM_SOCKET).await?;           // negotiates API 1.41 on 20.10
 //! let out = docker.pull(&image, &PullOptions::default(), &mut |p| show(p), &cancel).await?;
 //! docker.run_gpu_check(&check_image, &gpu, access, &facts, DEFAULT_GPU_CHECK_TIMEOUT).await?;
-//! let running = docker.run_journalled(&journal, &spec).await?;   // record before start
-//! docker.stop_and_forget(&journal, &record, grace).await?;       // tri-state stop
+//! let running = journal.run(&docker, &spec).await?;              // record before start
+//! journal.stop_and_forget(&docker, &record, grace).await?;       // tri-state stop
 //! ```
 
 pub mod client;
@@ -16,8 +17,8 @@ pub mod error;
 pub mod gpu_check;
 pub mod group_relay;
 pub mod images;
-pub mod lifecycle;
 pub mod logs;
+pub mod names;
 pub mod progress;
 pub mod pull;
 pub mod retry;
@@ -29,7 +30,6 @@ pub use containers::{ContainerFacts, RemoveOutcome, StopOutcome};
 pub use error::{DockerError, Result};
 pub use gpu_check::{GpuCheckFailure, GpuCheckPass, ToolkitFacts, DEFAULT_GPU_CHECK_TIMEOUT};
 pub use images::{ImageFacts, ImageRemoval};
-pub use lifecycle::{identity_mismatch, RunningContainer};
 pub use logs::{BoundedLogs, LogLine, LogStream, DEFAULT_LOG_BYTES};
 pub use progress::{LayerCounts, ProgressSnapshot, PullProgress};
 pub use pull::{PullOptions, PullOutcome, DEFAULT_STALL_TIMEOUT};

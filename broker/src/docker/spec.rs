@@ -19,7 +19,7 @@ use bollard::models::{
 use enginekit_shared::image::ImageRef;
 
 use super::error::{DockerError, Result};
-use crate::journal::{ContainerName, InstanceId};
+use super::names::{validate_label_value, BadValue, ContainerName, InstanceId};
 
 /// Label naming the owner of every container and network the broker creates.
 pub const LABEL_OWNER: &str = "org.enginekit.owner";
@@ -111,7 +111,7 @@ impl FromStr for NetworkName {
     fn from_str(s: &str) -> Result<Self> {
         let name: ContainerName = s
             .parse()
-            .map_err(|e: crate::journal::record::BadValue| invalid("network name", e.reason))?;
+            .map_err(|e: BadValue| invalid("network name", e.reason))?;
         if matches!(s, "bridge" | "host" | "none" | "default") {
             return Err(invalid(
                 "network name",
@@ -302,7 +302,7 @@ impl ContainerSpec {
     /// Validates everything, resolves mount sources through the filesystem, and builds the
     /// create body. Nothing is sent to Docker here.
     pub fn to_create_body(&self) -> Result<ContainerCreateBody> {
-        crate::journal::record::validate_label_value("engine id", &self.engine)
+        validate_label_value("engine id", &self.engine)
             .map_err(|e| invalid("engine id", e.reason))?;
         if self.shm_bytes == 0 || self.shm_bytes > MAX_SHM_BYTES {
             return Err(invalid("shm size", "must be between 1 byte and 16 GiB"));

@@ -56,6 +56,18 @@ pub enum EngineError {
     /// The Docker layer failed.
     #[error(transparent)]
     Docker(#[from] crate::docker::DockerError),
+    /// The container journal failed.
+    #[error(transparent)]
+    Journal(#[from] crate::journal::JournalError),
+}
+
+impl From<crate::journal::LifecycleError> for EngineError {
+    fn from(err: crate::journal::LifecycleError) -> Self {
+        match err {
+            crate::journal::LifecycleError::Docker(e) => EngineError::Docker(e),
+            crate::journal::LifecycleError::Journal(e) => EngineError::Journal(e),
+        }
+    }
 }
 
 impl EngineError {
@@ -75,6 +87,7 @@ impl EngineError {
             EngineError::Heartbeat { .. } => "engine.heartbeat",
             EngineError::Io { .. } => "engine.io",
             EngineError::Docker(err) => err.kind(),
+            EngineError::Journal(_) => "engine.journal",
         }
     }
 
@@ -94,6 +107,7 @@ impl EngineError {
             EngineError::StopUnconfirmed { .. } => ErrorCode::StopUnconfirmed,
             EngineError::Heartbeat { .. } | EngineError::Io { .. } => ErrorCode::IoError,
             EngineError::Docker(err) => err.code(),
+            EngineError::Journal(err) => err.code(),
         }
     }
 

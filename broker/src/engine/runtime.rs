@@ -34,7 +34,9 @@ use crate::docker::{
 };
 use crate::documents::descriptor::EngineId;
 use crate::installations::{InstallationStatus, Installations};
-use crate::journal::{ContainerName, ContainerRecord, InstanceId, Journal, ReconcileLimits};
+use crate::journal::{
+    ContainerName, ContainerRecord, InstanceId, Journal, LifecycleError, ReconcileLimits,
+};
 
 /// Port attempts on a collision.
 pub const PORT_ATTEMPTS: u32 = 3;
@@ -179,7 +181,7 @@ impl Runtime {
             path: String::new(),
             detail: e.to_string(),
         })?;
-        let journal = Journal::open(&state, instance).map_err(DockerError::from)?;
+        let journal = Journal::open(&state, instance)?;
         let installations = Installations::open(&state).map_err(|e| EngineError::Io {
             what: "opening the installations",
             path: state.display().to_string(),
@@ -218,8 +220,7 @@ impl Runtime {
         }
         let recorded: Vec<String> = self
             .journal
-            .list()
-            .map_err(DockerError::from)?
+            .list()?
             .records
             .into_iter()
             .map(|r| r.name.to_string())
@@ -237,8 +238,7 @@ impl Runtime {
     fn journal_record(&self, container_name: &str) -> Result<Option<ContainerRecord>> {
         Ok(self
             .journal
-            .list()
-            .map_err(DockerError::from)?
+            .list()?
             .records
             .into_iter()
             .find(|r| r.name.as_str() == container_name))
@@ -256,13 +256,14 @@ impl Runtime {
         let outcome = match self.journal_record(&record.container_name)? {
             // Never created, or already forgotten: nothing of ours runs under that name.
             None => StopOutcome::Absent,
-            Some(journalled) => match docker
-                .stop_and_forget(&self.journal, &journalled, STOP_GRACE)
+            Some(journalled) => match self
+                .journal
+                .stop_and_forget(docker, &journalled, STOP_GRACE)
                 .await
             {
                 Ok(outcome) => outcome,
                 // Not ours under that name any more: left alone, and the session is forgotten.
-                Err(DockerError::IdentityMismatch { .. }) => StopOutcome::Absent,
+                Err(e) if e.is_identity_mismatch() => StopOutcome::Absent,
                 Err(e) => StopOutcome::Unconfirmed {
                     reason: e.to_string(),
                 },
@@ -608,9 +609,9 @@ impl Runtime {
             if cancel.is_cancelled() {
                 return Err(EngineError::Cancelled { cleaned: true });
             }
-            match docker.run_journalled(&self.journal, &spec).await {
+            match self.journal.run(docker, &spec).await {
                 Ok(running) => break running,
-                Err(e)
+                Err(LifecycleError::Docker(e))
                     if is_port_collision(&e) && opts.port.is_none() && attempt < PORT_ATTEMPTS =>
                 {
                     tracing::info!(

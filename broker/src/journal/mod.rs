@@ -6,6 +6,7 @@
 //! remove) and `containers/instances/<instance>.lock` (held by each live broker instance).
 //! The journal is the only authority for "this container is ours"; labels only help discovery.
 
+pub mod lifecycle;
 pub mod lock;
 pub mod reconcile;
 pub mod record;
@@ -14,6 +15,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+pub use lifecycle::{identity_mismatch, LifecycleError, RunningContainer};
 pub use lock::InstanceLock;
 pub use reconcile::{reconcile, ReconcileLimits, ReconcileReport};
 pub use record::{ContainerName, ContainerRecord, InstanceId, RECORD_VERSION};

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::lifecycle::identity_mismatch;
 use super::lock::{InstanceLock, Probe};
 use super::record::{ContainerRecord, InstanceId};
 use super::{Journal, JournalError, UnreadableRecord};
-use crate::docker::{identity_mismatch, Docker, StopOutcome};
+use crate::docker::{Docker, StopOutcome};
 
 /// Bounds of one pass.
 #[derive(Debug, Clone, Copy)]

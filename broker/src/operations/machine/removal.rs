@@ -85,7 +85,7 @@ impl LinuxMachine {
             .iter()
             .filter(|r| r.engine == op.engine.as_str())
         {
-            match docker.stop_and_forget(&journal, container, STOP_GRACE).await {
+            match journal.stop_and_forget(&docker, container, STOP_GRACE).await {
                 Ok(outcome) if outcome.is_confirmed() => removed.push(format!("stopped and removed container {}", container.name)),
                 Ok(_) => {
                     return Err(CodedError::new(
@@ -95,8 +95,8 @@ impl LinuxMachine {
                     .with_details(container.name.to_string()))
                 }
                 // Not ours any more under that name: left alone.
-                Err(DockerError::IdentityMismatch { .. }) => {}
-                Err(e) => return Err(coded_docker(e)),
+                Err(e) if e.is_identity_mismatch() => {}
+                Err(e) => return Err(e.to_coded()),
             }
         }
         // The engine's sessions (GPU reservations) go with their now stopped containers; an

@@ -2,16 +2,51 @@
 //! created and again with its id before it is started, and removed only after a confirmed stop
 //! and remove. Before stopping anything recorded, the container's identity (name, labels,
 //! image) is checked against the record: a container that is not ours is never touched.
+//!
+//! The one place where the journal drives Docker (with reconcile): the Docker layer knows
+//! nothing of the journal.
 
 use std::time::Duration;
 
+use enginekit_shared::error::CodedError;
 use serde::Serialize;
 
-use super::client::Docker;
-use super::containers::{ContainerFacts, RemoveOutcome, StopOutcome};
-use super::error::{DockerError, Result};
-use super::spec::{ContainerSpec, LABEL_ENGINE, LABEL_INSTANCE, LABEL_OWNER, OWNER};
-use crate::journal::{now_rfc3339, ContainerName, ContainerRecord, Journal, RECORD_VERSION};
+use super::{now_rfc3339, ContainerName, ContainerRecord, Journal, JournalError, RECORD_VERSION};
+use crate::docker::containers::{ContainerFacts, RemoveOutcome, StopOutcome};
+use crate::docker::spec::{ContainerSpec, LABEL_ENGINE, LABEL_INSTANCE, LABEL_OWNER, OWNER};
+use crate::docker::{Docker, DockerError};
+
+/// Why a journalled run or stop failed: Docker, or the journal around it.
+#[derive(Debug, thiserror::Error)]
+pub enum LifecycleError {
+    #[error(transparent)]
+    Docker(#[from] DockerError),
+    /// The journal refused (write before start, removal after a confirmed stop).
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+}
+
+impl LifecycleError {
+    /// Whether the container under the record's name is not ours (it was left alone).
+    pub fn is_identity_mismatch(&self) -> bool {
+        matches!(
+            self,
+            LifecycleError::Docker(DockerError::IdentityMismatch { .. })
+        )
+    }
+
+    /// The error a client sees.
+    pub fn to_coded(&self) -> CodedError {
+        match self {
+            LifecycleError::Docker(err) => err.to_coded(),
+            LifecycleError::Journal(err) => {
+                CodedError::new(err.code(), err.to_string()).with_details("kind=journal")
+            }
+        }
+    }
+}
+
+type Result<T, E = LifecycleError> = std::result::Result<T, E>;
 
 /// A started, journalled container.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -59,31 +94,29 @@ pub fn identity_mismatch(record: &ContainerRecord, facts: &ContainerFacts) -> Op
     None
 }
 
-impl Docker {
-    /// Creates and starts a container from `spec`, journalled in `journal` (whose instance must
-    /// be the spec's). On any failure after the record was written, the container is stopped
-    /// and removed and the record dropped when that is confirmed; otherwise the record stays for
-    /// the next reconcile.
-    pub async fn run_journalled(
-        &self,
-        journal: &Journal,
-        spec: &ContainerSpec,
-    ) -> Result<RunningContainer> {
-        if &spec.instance != journal.instance() {
+impl Journal {
+    /// Creates and starts a container from `spec` on `docker`, journalled here (the journal's
+    /// instance must be the spec's). On any failure after the record was written, the container
+    /// is stopped and removed and the record dropped when that is confirmed; otherwise the
+    /// record stays for the next reconcile.
+    pub async fn run(&self, docker: &Docker, spec: &ContainerSpec) -> Result<RunningContainer> {
+        if &spec.instance != self.instance() {
             return Err(DockerError::InvalidSpec {
                 what: "instance",
                 reason: "the spec's instance is not the journal's".to_owned(),
-            });
+            }
+            .into());
         }
         // Validate (and resolve mounts) before anything is written or created.
         spec.to_create_body()?;
         let image =
-            self.inspect_image(&spec.image)
+            docker
+                .inspect_image(&spec.image)
                 .await?
                 .ok_or_else(|| DockerError::ImageAbsent {
                     image: spec.image.to_string(),
                 })?;
-        self.ensure_network(&spec.network).await?;
+        docker.ensure_network(&spec.network).await?;
 
         let mut record = ContainerRecord {
             version: RECORD_VERSION,
@@ -95,24 +128,24 @@ impl Docker {
             image_id: Some(image.id.clone()).filter(|id| !id.is_empty()),
             created_at: now_rfc3339(),
         };
-        journal.write(&record)?;
+        self.write(&record)?;
 
-        let id = match self.create_container(spec).await {
+        let id = match docker.create_container(spec).await {
             Ok(id) => id,
             Err(err) => {
-                self.undo_failed_create(journal, &record).await;
-                return Err(err);
+                self.undo_failed_create(docker, &record).await;
+                return Err(err.into());
             }
         };
         record.container_id = Some(id.clone());
-        if let Err(err) = journal.write(&record) {
+        if let Err(err) = self.write(&record) {
             // Never start what is not recorded with its id: take it back down.
-            if self.remove_container(&id).await.is_ok() {
-                let _ = journal.remove(&record.name);
+            if docker.remove_container(&id).await.is_ok() {
+                let _ = self.remove(&record.name);
             }
             return Err(err.into());
         }
-        match self
+        match docker
             .start_container(&id, spec.port.map(|p| p.container_port))
             .await
         {
@@ -122,25 +155,25 @@ impl Docker {
                 host_port,
             }),
             Err(err) => {
-                let _ = self.stop_and_forget(journal, &record, Duration::ZERO).await;
-                Err(err)
+                let _ = self.stop_and_forget(docker, &record, Duration::ZERO).await;
+                Err(err.into())
             }
         }
     }
 
     /// A create failed (or timed out): if Docker created it anyway, remove it; drop the record
     /// only when nothing is left.
-    async fn undo_failed_create(&self, journal: &Journal, record: &ContainerRecord) {
-        match self.inspect_container(record.name.as_str()).await {
+    async fn undo_failed_create(&self, docker: &Docker, record: &ContainerRecord) {
+        match docker.inspect_container(record.name.as_str()).await {
             Ok(None) => {
-                let _ = journal.remove(&record.name);
+                let _ = self.remove(&record.name);
             }
             Ok(Some(facts)) if identity_mismatch(record, &facts).is_none() => {
                 if matches!(
-                    self.remove_container(&facts.id).await,
+                    docker.remove_container(&facts.id).await,
                     Ok(RemoveOutcome::Removed | RemoveOutcome::Absent)
                 ) {
-                    let _ = journal.remove(&record.name);
+                    let _ = self.remove(&record.name);
                 }
             }
             // Someone else's container under our name, or Docker cannot answer: keep the record.
@@ -153,7 +186,7 @@ impl Docker {
     /// GPU reservation). A mismatching container is left alone: `IdentityMismatch`.
     pub async fn stop_and_forget(
         &self,
-        journal: &Journal,
+        docker: &Docker,
         record: &ContainerRecord,
         grace: Duration,
     ) -> Result<StopOutcome> {
@@ -161,22 +194,23 @@ impl Docker {
             .container_id
             .clone()
             .unwrap_or_else(|| record.name.to_string());
-        let Some(facts) = self.inspect_container(&key).await? else {
-            journal.remove(&record.name)?;
+        let Some(facts) = docker.inspect_container(&key).await? else {
+            self.remove(&record.name)?;
             return Ok(StopOutcome::Absent);
         };
         if let Some(reason) = identity_mismatch(record, &facts) {
             return Err(DockerError::IdentityMismatch {
                 container: key,
                 reason,
-            });
+            }
+            .into());
         }
-        let outcome = self.stop_container(&facts.id, grace).await;
+        let outcome = docker.stop_container(&facts.id, grace).await;
         if !outcome.is_confirmed() {
             return Ok(outcome);
         }
-        self.remove_container(&facts.id).await?;
-        journal.remove(&record.name)?;
+        docker.remove_container(&facts.id).await?;
+        self.remove(&record.name)?;
         Ok(outcome)
     }
 }
