@@ -35,7 +35,9 @@ fn step_value(
     digest: &Digest,
     issued_at: Timestamp,
 ) -> Value {
-    let parameters = HostParameters::validate(&params).unwrap();
+    // Shape only: which distributions a recipe serves is the step's parse and check_step's to
+    // decide.
+    let parameters = HostParameters::validate_with(&params, None).unwrap();
     let step = HostRequest::new(
         "linux.install-container-runtime"
             .parse::<RecipeId>()
@@ -95,10 +97,15 @@ impl Fixture {
     fn signed_recipe(&self, serial: u64, key: &SigningKey) -> (Value, Digest) {
         let mut payload = builtin().payload().clone();
         payload["serial"] = json!(serial);
-        let digest = enginekit_shared::digest::digest_of(&payload).unwrap();
-        let doc = SignedDocument::sign(payload, DocumentKind::Recipe, key).unwrap();
-        (doc.to_value(), digest)
+        signed(payload, key)
     }
+}
+
+/// `payload` signed by `key`, and its digest.
+fn signed(payload: Value, key: &SigningKey) -> (Value, Digest) {
+    let digest = enginekit_shared::digest::digest_of(&payload).unwrap();
+    let doc = SignedDocument::sign(payload, DocumentKind::Recipe, key).unwrap();
+    (doc.to_value(), digest)
 }
 
 fn variant(e: &Refusal) -> String {
@@ -477,4 +484,39 @@ fn after_the_prompt_a_newer_accepted_recipe_or_a_closed_window_refuses_the_step(
         refused(recheck(&verified, &checks(OffsetDateTime::now_utc())).map(|()| verified.clone())),
         "RecipeRollback"
     );
+}
+
+#[test]
+fn a_signed_recipe_serves_a_distribution_the_builtin_does_not() {
+    let mut fx = Fixture::new();
+    fx.machine.distro_id = "pop".into();
+    fx.machine.version_id = "22.04".into();
+    let params = json!({"user": USER, "arch": "x86_64", "family": "apt", "distro_id": "pop",
+        "version_id": "22.04", "components": ["docker-group"]});
+
+    // With the built-in recipe in charge, its tables decide at the parse: before polkit.
+    let step = step_value(params.clone(), None, builtin().digest(), Timestamp::now());
+    let err = fx.check(&bytes(&step)).unwrap_err();
+    assert_eq!(variant(&err), "ParametersInvalid");
+    assert!(
+        err.to_string().contains("unknown distribution pop"),
+        "{err}"
+    );
+
+    // A signed recipe that adds the distribution: its tables decide, once it is verified.
+    let mut payload = builtin().payload().clone();
+    payload["serial"] = json!(builtin().serial() + 3);
+    payload["apt"]["distributions"]["pop"] = json!({"22.04": "jammy"});
+    let (doc, digest) = signed(payload, &fx.key);
+    let step = step_value(params.clone(), Some(doc), &digest, Timestamp::now());
+    let ok = fx.check(&bytes(&step)).unwrap();
+    assert_eq!(ok.parameters().distro_id(), "pop");
+    assert!(!ok.plan.is_empty());
+
+    // The same signed recipe without it: refused by the recipe's own tables.
+    let (doc, digest) = fx.signed_recipe(builtin().serial() + 3, &fx.key);
+    let step = step_value(params, Some(doc), &digest, Timestamp::now());
+    let err = fx.check(&bytes(&step)).unwrap_err();
+    assert_eq!(variant(&err), "ParametersInvalid");
+    assert!(err.to_string().contains("pop"), "{err}");
 }

@@ -230,16 +230,30 @@ fn shown(value: &Value) -> String {
     }
 }
 
+/// os-release's `ID` and `VERSION_ID` alphabet (os-release(5)): 0-9, a-z, '.', '_', '-'; at
+/// most 64 bytes here.
+fn is_os_release_value(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 64
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase() || b"._-".contains(&b))
+}
+
 impl HostParameters {
-    /// Validates raw parameters against the reference recipe's tables (REFERENCE.md §8.4).
+    /// Validates raw parameters against the built-in recipe's tables (REFERENCE.md §8.4): the
+    /// recipe in charge when a step carries none of its own.
     pub fn validate(raw: &Value) -> Result<HostParameters, ParameterProblems> {
-        HostParameters::validate_with(raw, &DistroTable::built_in())
+        HostParameters::validate_with(raw, Some(&DistroTable::built_in()))
     }
 
-    /// Validates raw parameters against `table`, collecting every problem.
+    /// Validates raw parameters, collecting every problem. With a `table`, the distribution
+    /// and its version must be in it; without one (a step that brings a signed recipe, whose
+    /// tables are known only once its signature is checked), they must only be os-release
+    /// values, and [`crate::recipe::Recipe::target_for`] of the verified recipe decides.
     pub fn validate_with(
         raw: &Value,
-        table: &DistroTable,
+        table: Option<&DistroTable>,
     ) -> Result<HostParameters, ParameterProblems> {
         let mut problems = Vec::new();
         let map = match raw {
@@ -295,6 +309,16 @@ impl HostParameters {
                 problems.push("distro_id must be a string".to_owned());
                 return None;
             };
+            let Some(table) = table else {
+                if !is_os_release_value(distro) {
+                    problems.push(format!(
+                        "distro_id must be an os-release ID (0-9, a-z, '.', '_', '-'), not {}",
+                        shown(v)
+                    ));
+                    return None;
+                }
+                return family.map(|f| (distro.to_owned(), f));
+            };
             match table.family_of(distro) {
                 None => {
                     problems.push(format!("unknown distribution {}", shown(v)));
@@ -314,6 +338,16 @@ impl HostParameters {
             let Some(version) = v.as_str() else {
                 problems.push("version_id must be a string".to_owned());
                 return None;
+            };
+            let Some(table) = table else {
+                if !is_os_release_value(version) {
+                    problems.push(format!(
+                        "version_id must be an os-release VERSION_ID (0-9, a-z, '.', '_', '-'), not {}",
+                        shown(v)
+                    ));
+                    return None;
+                }
+                return Some(version.to_owned());
             };
             if let Some((distro, family)) = &distro {
                 let known = match family {
@@ -382,8 +416,10 @@ impl HostParameters {
         }
     }
 
-    /// Builds parameters from typed parts, through the same validation (with the built-in
-    /// tables), so the result is normalised exactly as parsed parameters are.
+    /// Builds parameters from typed parts, through the same validation, so the result is
+    /// normalised exactly as parsed parameters are. The distribution is checked for its shape
+    /// only: whether the recipe in charge (built-in or signed) serves it is
+    /// [`crate::recipe::Recipe::target_for`]'s answer.
     pub fn new(
         user: &UserName,
         arch: Arch,
@@ -413,7 +449,7 @@ impl HostParameters {
                     .collect(),
             ),
         );
-        HostParameters::validate(&Value::Object(map))
+        HostParameters::validate_with(&Value::Object(map), None)
     }
 
     pub fn user(&self) -> &UserName {
@@ -757,8 +793,11 @@ impl HostRequest {
             .remove("parameters")
             .ok_or_else(|| HostStepError::Shape("missing field `parameters`".to_owned()))?;
         let fields: RequestFields = shape(Value::Object(map))?;
-        let parameters =
-            HostParameters::validate(&raw_parameters).map_err(HostStepError::Parameters)?;
+        // The built-in recipe's tables when it is in charge; a signed recipe's are known only
+        // once the helper has checked its signature (target_for then decides).
+        let table = fields.recipe.is_none().then(DistroTable::built_in);
+        let parameters = HostParameters::validate_with(&raw_parameters, table.as_ref())
+            .map_err(HostStepError::Parameters)?;
         HostRequest::checked(fields, parameters)
     }
 
@@ -1203,6 +1242,66 @@ mod tests {
             one(&with("arch", json!(null))),
             "arch must be x86_64 or aarch64, not null"
         );
+    }
+
+    #[test]
+    fn without_a_table_the_distribution_is_checked_for_its_shape_only() {
+        let pop = with("distro_id", json!("pop")).tap_version("22.04");
+        assert_eq!(one(&pop), "unknown distribution pop");
+        let p = HostParameters::validate_with(&pop, None).unwrap();
+        assert_eq!((p.distro_id(), p.version_id()), ("pop", "22.04"));
+        let bad = |raw: &Value| {
+            HostParameters::validate_with(raw, None)
+                .unwrap_err()
+                .problems
+        };
+        assert_eq!(
+            bad(&with("distro_id", json!("Pop!"))),
+            ["distro_id must be an os-release ID (0-9, a-z, '.', '_', '-'), not \"Pop!\""]
+        );
+        assert_eq!(
+            bad(&with("version_id", json!("22.04 LTS"))),
+            ["version_id must be an os-release VERSION_ID (0-9, a-z, '.', '_', '-'), not \"22.04 LTS\""]
+        );
+        assert_eq!(
+            bad(&with("distro_id", json!("x".repeat(65)))).len(),
+            1,
+            "bounded"
+        );
+    }
+
+    #[test]
+    fn a_step_that_brings_its_recipe_leaves_the_distribution_to_it() {
+        let alice = UserName::new("alice").unwrap();
+        let pop = HostParameters::new(
+            &alice,
+            Arch::X86_64,
+            Family::Apt,
+            "pop",
+            "22.04",
+            &[Component::DockerGroup],
+        )
+        .unwrap();
+        let step = |recipe: Option<Value>| {
+            HostRequest::new(
+                "linux.install-container-runtime".parse().unwrap(),
+                Digest::ZERO,
+                recipe,
+                pop.clone(),
+            )
+            .and_then(|r| r.issue(Timestamp::now(), 1))
+            .and_then(|s| s.to_bytes())
+            .map(|bytes| HostStep::parse(&bytes))
+            .unwrap()
+        };
+        // Unverified here; the helper checks the signature, then the recipe's own tables.
+        assert!(step(Some(json!({"payload": {}}))).is_ok());
+        match step(None) {
+            Err(HostStepError::Parameters(p)) => {
+                assert_eq!(p.problems, ["unknown distribution pop"])
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
