@@ -18,4 +18,5 @@ pub mod logging;
 pub mod operations;
 pub mod plan;
 pub mod probe;
+pub mod programs;
 pub mod test_hooks;

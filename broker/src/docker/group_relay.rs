@@ -22,8 +22,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::process::{Child, Command};
 
-/// Where `sg` may be (never `$PATH`).
-const SG_PATHS: &[&str] = &["/usr/bin/sg", "/bin/sg"];
+use crate::programs::Reader;
+
 /// The relay says this line once it listens.
 const READY: &str = "ready";
 /// How long `sg` and the relay get to say it.
@@ -34,7 +34,7 @@ const MAX_STDERR: usize = 4096;
 /// Why no relay could be started; the caller falls back to the sign-in wait.
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {
-    #[error("sg is not installed (looked in {})", SG_PATHS.join(", "))]
+    #[error("sg is not installed (looked in {})", crate::programs::SYSTEM_DIRS.join(", "))]
     NoSg,
     #[error("the relay needs the enginekit program itself, not {0}")]
     NotOurProgram(String),
@@ -59,11 +59,7 @@ impl GroupRelay {
     /// Starts `sg GROUP -c "exec enginekit docker relay …"` forwarding to `target`, and waits
     /// until it listens.
     pub async fn start(group: &str, target: &Path) -> Result<GroupRelay, RelayError> {
-        let sg = SG_PATHS
-            .iter()
-            .map(Path::new)
-            .find(|p| p.exists())
-            .ok_or(RelayError::NoSg)?;
+        let sg = crate::programs::find("sg").ok_or(RelayError::NoSg)?;
         let exe = std::env::current_exe().map_err(|e| RelayError::NotOurProgram(e.to_string()))?;
         if exe.file_name().and_then(|n| n.to_str()) != Some("enginekit") {
             return Err(RelayError::NotOurProgram(exe.display().to_string()));
@@ -76,13 +72,10 @@ impl GroupRelay {
             quoted(&socket)?,
             quoted(target)?
         );
-        let mut child = Command::new(sg)
+        let mut child = Command::from(crate::programs::command(&sg, Reader::Broker))
             .arg(group)
             .arg("-c")
             .arg(script)
-            .env_clear()
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-            .env("LANG", "C.UTF-8")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -2,7 +2,7 @@
 //! is there, `pkttyagent --process <our pid> --fallback` answers the helper's prompt.
 
 use std::io::IsTerminal;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 /// A running `pkttyagent`, stopped when dropped.
@@ -24,10 +24,10 @@ pub fn start_if_needed() -> Option<TtyAgent> {
     if !std::io::stdin().is_terminal() {
         return None;
     }
-    let binary = ["/usr/bin/pkttyagent", "/bin/pkttyagent"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())?;
-    let child = Command::new(binary)
+    let binary = crate::programs::find("pkttyagent")?;
+    // Its prompt is for the user (their language, their terminal); it stays in the terminal's
+    // foreground process group to read the password.
+    let child = crate::programs::command(&binary, crate::programs::Reader::User)
         .arg("--process")
         .arg(std::process::id().to_string())
         .arg("--fallback")

@@ -1,5 +1,6 @@
 //! Runs the probe's read-only commands: binaries from the system directories only, a scrubbed
-//! environment, no stdin, bounded output, and a hard deadline that kills the whole process group.
+//! environment (both [`crate::programs`]'), no stdin, bounded output, and a hard deadline that
+//! kills the whole process group.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -7,16 +8,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-/// Where binaries are looked up. `$PATH` is never consulted: a user-writable directory early on
-/// `$PATH` must not be able to answer for `docker` or `nvidia-smi`.
-pub const SYSTEM_DIRS: &[&str] = &[
-    "/usr/local/sbin",
-    "/usr/local/bin",
-    "/usr/sbin",
-    "/usr/bin",
-    "/sbin",
-    "/bin",
-];
+use crate::programs::{self, Reader};
 
 /// At most this much of each stream is kept (the reference keeps 1 MiB).
 pub const DEFAULT_MAX_OUTPUT: usize = 1024 * 1024;
@@ -96,15 +88,9 @@ impl Runner {
         self.timeout
     }
 
-    /// The first regular, executable file called `name` in the system directories.
+    /// The first regular, executable file called `name` in the runner's directories.
     pub fn find(&self, name: &str) -> Option<PathBuf> {
-        if name.is_empty() || name.contains('/') {
-            return None;
-        }
-        self.dirs
-            .iter()
-            .map(|dir| dir.join(name))
-            .find(|path| is_executable_file(path))
+        programs::find_in(&self.dirs, name)
     }
 
     /// Runs `name args…` and waits for it, at most the runner's timeout.
@@ -121,13 +107,9 @@ impl Runner {
         path: &Path,
         args: &[&str],
     ) -> Result<CommandOutput, ExecError> {
-        let mut command = tokio::process::Command::new(path);
+        let mut command = tokio::process::Command::from(programs::command(path, Reader::Broker));
         command
             .args(args)
-            .env_clear()
-            .env("PATH", SYSTEM_DIRS.join(":"))
-            .env("LANG", "C")
-            .env("LC_ALL", "C")
             .env("DOCKER_CONFIG", &self.docker_config)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -207,15 +189,7 @@ async fn read_bounded<R: AsyncRead + Unpin>(stream: Option<R>, max: usize) -> St
     String::from_utf8_lossy(&kept).into_owned()
 }
 
-fn is_executable_file(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
-/// The system directories as paths.
-pub fn system_dirs() -> Vec<PathBuf> {
-    SYSTEM_DIRS.iter().map(PathBuf::from).collect()
-}
+pub use crate::programs::system_dirs;
 
 #[cfg(test)]
 mod tests {
