@@ -2,16 +2,12 @@
 //! a digest as text and an engine id, validated when parsed, serialized as plain strings. A
 //! bottom-level module, so that no store has to import another's record.
 
-use std::fmt;
-
 use enginekit_shared::error::{CodedError, ErrorCode};
-use serde::{Deserialize, Serialize};
 
 use crate::documents::descriptor::EngineId as KnownEngine;
 
 /// A `sha256:` + 64 lowercase hex digest as text, validated when parsed.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DigestText(String);
 
 impl DigestText {
@@ -36,25 +32,6 @@ impl DigestText {
     }
 }
 
-impl TryFrom<String> for DigestText {
-    type Error = CodedError;
-    fn try_from(value: String) -> Result<Self, Self::Error> {
-        DigestText::parse(&value)
-    }
-}
-
-impl From<DigestText> for String {
-    fn from(value: DigestText) -> Self {
-        value.0
-    }
-}
-
-impl fmt::Display for DigestText {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
 /// An engine id as records, installations and callers carry it (`vllm`, `tensorrt-llm`): safe as
 /// a file name, serialized as the plain string.
 ///
@@ -62,8 +39,7 @@ impl fmt::Display for DigestText {
 /// line, the bus) and of the ids read back from disk; it checks the shape only, so a record of an
 /// engine this build no longer knows still loads and can be removed. Whether this build knows
 /// the engine is [`EngineId::known`], the one conversion to [`KnownEngine`].
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct EngineId(String);
 
 impl EngineId {
@@ -109,21 +85,5 @@ impl From<KnownEngine> for EngineId {
     }
 }
 
-impl TryFrom<String> for EngineId {
-    type Error = CodedError;
-    fn try_from(value: String) -> Result<Self, Self::Error> {
-        EngineId::parse(&value)
-    }
-}
-
-impl From<EngineId> for String {
-    fn from(value: EngineId) -> Self {
-        value.0
-    }
-}
-
-impl fmt::Display for EngineId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+enginekit_shared::string_newtype!(DigestText => DigestText::parse);
+enginekit_shared::string_newtype!(EngineId => EngineId::parse);

@@ -22,6 +22,7 @@ pub mod digest;
 pub mod durable;
 pub mod error;
 pub mod image;
+pub mod newtype;
 pub mod nonce;
 pub mod os_release;
 pub mod ownership;
@@ -30,3 +31,6 @@ pub mod release;
 pub mod safe;
 pub mod signed;
 pub mod wire;
+
+#[doc(hidden)]
+pub use serde as __serde;

@@ -1,11 +1,8 @@
 //! Values that are safe to place in an argv or use as a path, checked once at construction.
 
 use std::ffi::OsStr;
-use std::fmt;
 use std::path::{Component, Path};
 use std::str::FromStr;
-
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::ErrorCode;
 
@@ -86,12 +83,6 @@ impl AsRef<OsStr> for SafeArg {
     }
 }
 
-impl fmt::Display for SafeArg {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
 impl From<UserName> for SafeArg {
     fn from(user: UserName) -> SafeArg {
         // A user name never starts with '-' and has no control characters.
@@ -140,12 +131,6 @@ impl FromStr for UserName {
     type Err = UnsafeValue;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         UserName::new(s)
-    }
-}
-
-impl fmt::Display for UserName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
     }
 }
 
@@ -224,31 +209,6 @@ impl FromStr for AbsPath {
     }
 }
 
-impl fmt::Display for AbsPath {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-macro_rules! string_serde {
-    ($t:ty) => {
-        impl Serialize for $t {
-            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                serializer.serialize_str(&self.0)
-            }
-        }
-        impl<'de> Deserialize<'de> for $t {
-            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                let text = String::deserialize(deserializer)?;
-                <$t>::from_str(&text).map_err(serde::de::Error::custom)
-            }
-        }
-    };
-}
-
-string_serde!(UserName);
-string_serde!(AbsPath);
-
 impl FromStr for SafeArg {
     type Err = UnsafeValue;
     /// Parses a positional argument; flags are only built in code with [`SafeArg::flag`].
@@ -257,11 +217,7 @@ impl FromStr for SafeArg {
     }
 }
 
-impl Serialize for SafeArg {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.0)
-    }
-}
+crate::string_newtype!(SafeArg, UserName, AbsPath);
 
 #[cfg(test)]
 mod tests {

@@ -1,10 +1,7 @@
 //! The names and ids of the containers the broker creates, validated when parsed: safe as file
 //! names (the journal keys its records by them) and as Docker names and labels.
 
-use std::fmt;
 use std::str::FromStr;
-
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A malformed name, id or label value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -110,28 +107,7 @@ pub fn validate_label_value(what: &'static str, value: &str) -> Result<(), BadVa
     Ok(())
 }
 
-macro_rules! string_serde {
-    ($ty:ty) => {
-        impl fmt::Display for $ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(&self.0)
-            }
-        }
-        impl Serialize for $ty {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_str(&self.0)
-            }
-        }
-        impl<'de> Deserialize<'de> for $ty {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let text = String::deserialize(d)?;
-                text.parse().map_err(serde::de::Error::custom)
-            }
-        }
-    };
-}
-string_serde!(InstanceId);
-string_serde!(ContainerName);
+enginekit_shared::string_newtype!(InstanceId, ContainerName);
 
 #[cfg(test)]
 mod tests {

@@ -8,7 +8,6 @@
 
 use enginekit_shared::wire::plan::GpuAccess;
 use std::collections::HashMap;
-use std::fmt;
 use std::path::{Component, Path, PathBuf};
 use std::str::FromStr;
 
@@ -58,8 +57,7 @@ fn has_control(text: &str) -> bool {
 }
 
 /// One GPU by UUID: `GPU-` or `MIG-` followed by a canonical 8-4-4-4-12 hex UUID.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(transparent)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct GpuUuid(String);
 
 impl GpuUuid {
@@ -90,11 +88,7 @@ impl FromStr for GpuUuid {
     }
 }
 
-impl fmt::Display for GpuUuid {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+enginekit_shared::string_newtype!(GpuUuid);
 
 /// A Docker network the broker owns: same grammar as container names.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -36,7 +36,7 @@ pub struct LoadRequest {
 
 /// A session name: `[a-z0-9][a-z0-9._-]{0,62}`, safe as a served model name, a file name and
 /// part of a container name.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SessionName(String);
 
 impl SessionName {
@@ -85,11 +85,7 @@ impl SessionName {
     }
 }
 
-impl std::fmt::Display for SessionName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+enginekit_shared::string_newtype!(SessionName => SessionName::parse);
 
 /// Checked options.
 #[derive(Debug, Clone, PartialEq, Eq)]

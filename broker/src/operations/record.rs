@@ -15,8 +15,7 @@ pub const SCHEMA_VERSION: u32 = 2;
 pub use crate::ids::{DigestText, EngineId};
 
 /// An operation id: `op-` + 32 hex digits, safe as a file name and a D-Bus path element.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct OperationId(String);
 
 impl OperationId {
@@ -57,24 +56,7 @@ impl OperationId {
     }
 }
 
-impl TryFrom<String> for OperationId {
-    type Error = CodedError;
-    fn try_from(value: String) -> Result<Self, Self::Error> {
-        OperationId::parse(&value)
-    }
-}
-
-impl From<OperationId> for String {
-    fn from(value: OperationId) -> Self {
-        value.0
-    }
-}
-
-impl fmt::Display for OperationId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+enginekit_shared::string_newtype!(OperationId => OperationId::parse);
 
 /// Where an operation is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

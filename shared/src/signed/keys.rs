@@ -6,7 +6,6 @@ use std::str::FromStr;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use ed25519_dalek::{Signer as _, VerifyingKey};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha2::{Digest as _, Sha256};
 
 use crate::error::ErrorCode;
@@ -63,25 +62,6 @@ impl FromStr for KeyId {
         } else {
             Err(KeyError::BadKeyId)
         }
-    }
-}
-
-impl fmt::Display for KeyId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl Serialize for KeyId {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for KeyId {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        text.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -207,6 +187,8 @@ impl SigningKey {
         self.key.sign(message).to_bytes()
     }
 }
+
+crate::string_newtype!(KeyId);
 
 #[cfg(test)]
 mod tests {

@@ -593,12 +593,6 @@ impl FromStr for StepId {
     }
 }
 
-impl fmt::Display for StepId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
 /// A recipe id: `^[a-z0-9.-]{1,64}$` (REFERENCE.md §5.7).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RecipeId(String);
@@ -628,30 +622,7 @@ impl FromStr for RecipeId {
     }
 }
 
-impl fmt::Display for RecipeId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-macro_rules! string_serde {
-    ($t:ty) => {
-        impl Serialize for $t {
-            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                serializer.serialize_str(&self.0)
-            }
-        }
-        impl<'de> Deserialize<'de> for $t {
-            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                let text = std::borrow::Cow::<'de, str>::deserialize(deserializer)?;
-                text.parse().map_err(serde::de::Error::custom)
-            }
-        }
-    };
-}
-
-string_serde!(StepId);
-string_serde!(RecipeId);
+crate::string_newtype!(StepId, RecipeId);
 
 /// Why a host step was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -5,10 +5,9 @@
 //! nonce, without times, argv or log tails, so the broker can tell a repeated delivery of the same
 //! receipt from a conflicting one (`MANAGED_RECEIPT_CONFLICT`).
 
-use std::fmt;
 use std::str::FromStr;
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::host_step::{is_uuid_shaped, random_uuid, StepId};
@@ -72,25 +71,6 @@ impl FromStr for ReceiptId {
             Some(rest) if is_uuid_shaped(rest) => Ok(ReceiptId(s.to_owned())),
             _ => Err(ReceiptIdParseError),
         }
-    }
-}
-
-impl fmt::Display for ReceiptId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl Serialize for ReceiptId {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for ReceiptId {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = std::borrow::Cow::<'de, str>::deserialize(deserializer)?;
-        text.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -255,6 +235,8 @@ impl Receipt {
         canonical::to_canonical_bytes(&value).map_err(ReceiptError::Canonical)
     }
 }
+
+crate::string_newtype!(ReceiptId);
 
 #[cfg(test)]
 mod tests {
