@@ -4,7 +4,7 @@
 
 use enginekit_shared::error::{CodedError, ErrorCode};
 
-use crate::documents::descriptor::EngineId as KnownEngine;
+use crate::documents::descriptor::KnownEngine;
 
 /// A `sha256:` + 64 lowercase hex digest as text, validated when parsed.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use enginekit_broker::cli::plan::read_facts_file;
-use enginekit_broker::documents::descriptor::EngineId;
+use enginekit_broker::documents::descriptor::KnownEngine;
 use enginekit_broker::documents::{embedded_descriptor, embedded_manifest};
 use enginekit_broker::plan::digest::{
     blocked_plan_digest, removal_plan_digest, HostPin, RemovedInstallation, SetupFingerprint,
@@ -45,11 +45,11 @@ fn plan_with(
     host: &HostFacts,
     edit: impl FnOnce(&mut enginekit_broker::documents::descriptor::Descriptor),
 ) -> Plan {
-    let mut descriptor = embedded_descriptor(EngineId::Vllm).expect("descriptor");
+    let mut descriptor = embedded_descriptor(KnownEngine::Vllm).expect("descriptor");
     edit(&mut descriptor);
     let manifest = embedded_manifest().expect("manifest");
     plan_setup(&PlanRequest {
-        engine: EngineId::Vllm,
+        engine: KnownEngine::Vllm,
         descriptor: &descriptor,
         manifest: Some(&manifest),
         recipe: &enginekit_broker::plan::recipe::builtin().expect("recipe"),

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use enginekit_broker::cli::plan::{plan_for, read_facts_file};
-use enginekit_broker::documents::descriptor::{Descriptor, EngineId};
+use enginekit_broker::documents::descriptor::{Descriptor, KnownEngine};
 use enginekit_broker::documents::manifest::Manifest;
 use enginekit_broker::documents::store::{DocumentSet, DocumentSources, Origin, HIGH_WATER_FILE};
 use enginekit_broker::documents::{
@@ -25,15 +25,15 @@ type MakeBytes<'a> = Box<dyn Fn(&Home) -> Vec<u8> + 'a>;
 
 #[test]
 fn embedded_descriptors_name_real_images_pinned_by_digest_with_their_minimums() {
-    let vllm = embedded_descriptor(EngineId::Vllm).expect("vllm");
-    assert_eq!(vllm.engine_id, EngineId::Vllm);
+    let vllm = embedded_descriptor(KnownEngine::Vllm).expect("vllm");
+    assert_eq!(vllm.engine_id, KnownEngine::Vllm);
     assert_eq!(
         vllm.image.amd64.repository().as_str(),
         "docker.io/vllm/vllm-openai"
     );
     assert_eq!(vllm.minimum_driver_version, "580.0");
     assert_eq!(vllm.minimum_compute_capability, "7.5");
-    let trt = embedded_descriptor(EngineId::TensorrtLlm).expect("trt");
+    let trt = embedded_descriptor(KnownEngine::TensorrtLlm).expect("trt");
     assert_eq!(
         trt.image.arm64.repository().as_str(),
         "nvcr.io/nvidia/tensorrt-llm/release"
@@ -88,7 +88,7 @@ fn embedded_descriptors_name_real_images_pinned_by_digest_with_their_minimums() 
 }
 
 fn descriptor_value() -> Value {
-    serde_json::from_str(embedded_descriptor_text(EngineId::Vllm)).expect("json")
+    serde_json::from_str(embedded_descriptor_text(KnownEngine::Vllm)).expect("json")
 }
 
 fn manifest_value() -> Value {
@@ -368,7 +368,7 @@ fn sign(payload: Value, kind: DocumentKind, key: &SigningKey) -> SignedDocument 
 }
 
 fn origin_serial(set: &DocumentSet) -> Option<u64> {
-    match set.descriptor_origin(EngineId::Vllm) {
+    match set.descriptor_origin(KnownEngine::Vllm) {
         Some(Origin::Signed { serial, .. }) => Some(*serial),
         _ => None,
     }
@@ -389,13 +389,13 @@ fn a_newer_signed_descriptor_is_used_and_its_serial_recorded() {
     );
     let set = DocumentSet::load(&home.sources());
     assert!(set.notes.is_empty(), "{:?}", set.notes);
-    let d = set.descriptor(EngineId::Vllm).expect("descriptor");
+    let d = set.descriptor(KnownEngine::Vllm).expect("descriptor");
     assert_eq!(d.descriptor_id, "vllm-0.15.0-r1");
     assert_eq!(origin_serial(&set), Some(2));
     assert_eq!(home.marks()["engine-descriptor/vllm"]["serial"], json!(2));
     // The other engine keeps its embedded descriptor.
     assert_eq!(
-        set.descriptor_origin(EngineId::TensorrtLlm),
+        set.descriptor_origin(KnownEngine::TensorrtLlm),
         Some(&Origin::Embedded)
     );
 }
@@ -427,7 +427,7 @@ fn an_older_document_after_a_newer_one_is_a_rollback_and_the_embedded_one_is_use
     let set = DocumentSet::load(&home.sources());
     assert_eq!(origin_serial(&set), None, "the rollback is refused");
     assert_eq!(
-        set.descriptor(EngineId::Vllm)
+        set.descriptor(KnownEngine::Vllm)
             .expect("embedded")
             .descriptor_id,
         "vllm-0.14.0-r1"
@@ -550,7 +550,7 @@ fn refused_documents_leave_the_embedded_one_in_charge_with_a_note() {
         std::fs::write(home.documents().join("vllm.json"), bytes(&home)).expect("write");
         let set = DocumentSet::load(&home.sources());
         assert_eq!(
-            set.descriptor(EngineId::Vllm)
+            set.descriptor(KnownEngine::Vllm)
                 .expect("embedded")
                 .descriptor_id,
             "vllm-0.14.0-r1",
@@ -591,7 +591,7 @@ fn a_signed_manifest_qualifies_a_new_release_for_the_same_descriptor() {
     let key = SigningKey::from_seed(&[11; 32]);
     home.trust(&key);
     let before = plan_for(
-        EngineId::Vllm,
+        KnownEngine::Vllm,
         replay_facts("ubuntu2404-rtx4070-clean.json", mint),
         &home.sources(),
     )
@@ -610,7 +610,7 @@ fn a_signed_manifest_qualifies_a_new_release_for_the_same_descriptor() {
         &sign(manifest, DocumentKind::EnvironmentManifest, &key),
     );
     let after = plan_for(
-        EngineId::Vllm,
+        KnownEngine::Vllm,
         replay_facts("ubuntu2404-rtx4070-clean.json", mint),
         &home.sources(),
     )
@@ -652,7 +652,7 @@ fn a_newer_signed_recipe_travels_inline_in_the_host_step_and_an_older_or_invalid
     let key = SigningKey::from_seed(&[21; 32]);
     home.trust_for_helper(&key);
     let builtin = enginekit_shared::recipe::builtin().expect("builtin");
-    let before = plan_for(EngineId::Vllm, facts(), &home.sources()).expect("plan");
+    let before = plan_for(KnownEngine::Vllm, facts(), &home.sources()).expect("plan");
     let step = before
         .plan
         .host_step
@@ -679,7 +679,7 @@ fn a_newer_signed_recipe_travels_inline_in_the_host_step_and_an_older_or_invalid
     let digest = enginekit_shared::digest::digest_of(&payload).expect("digest");
     let signed = sign(payload, DocumentKind::Recipe, &key);
     home.put("recipe.json", &signed);
-    let after = plan_for(EngineId::Vllm, facts(), &home.sources()).expect("plan");
+    let after = plan_for(KnownEngine::Vllm, facts(), &home.sources()).expect("plan");
     assert!(
         after.document_notes.is_empty(),
         "{:?}",
@@ -737,7 +737,7 @@ fn a_newer_signed_recipe_travels_inline_in_the_host_step_and_an_older_or_invalid
         "recipe.json",
         &sign(newer_recipe(5, |_| {}), DocumentKind::Recipe, &key),
     );
-    let rolled = plan_for(EngineId::Vllm, facts(), &home.sources()).expect("plan");
+    let rolled = plan_for(KnownEngine::Vllm, facts(), &home.sources()).expect("plan");
     assert_eq!(rolled.plan.recipe_digest, *builtin.digest());
     let notes = rolled.document_notes.join("\n");
     assert!(notes.contains("recipe.json was refused"), "{notes}");
@@ -795,7 +795,7 @@ fn a_newer_signed_recipe_travels_inline_in_the_host_step_and_an_older_or_invalid
     ];
     for (why, doc) in cases {
         home.put("recipe.json", &doc);
-        let plan = plan_for(EngineId::Vllm, facts(), &home.sources()).expect("plan");
+        let plan = plan_for(KnownEngine::Vllm, facts(), &home.sources()).expect("plan");
         assert_eq!(plan.plan.recipe_digest, *builtin.digest(), "{why}");
         assert!(
             plan.plan

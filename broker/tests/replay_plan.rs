@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use enginekit_broker::cli::plan::{plan_for, read_facts_file};
-use enginekit_broker::documents::descriptor::EngineId;
+use enginekit_broker::documents::descriptor::KnownEngine;
 use enginekit_broker::documents::store::DocumentSources;
 use enginekit_shared::wire::plan::{Availability, BlockerReason, GpuAccess, Plan};
 use serde_json::{json, Value};
@@ -165,7 +165,7 @@ fn ready_but_socket_refused(f: &mut Value) {
 
 struct Case {
     title: &'static str,
-    engine: EngineId,
+    engine: KnownEngine,
     availability: Availability,
     reasons: &'static [&'static str],
     changes: &'static [&'static str],
@@ -177,7 +177,7 @@ impl Case {
     fn new(title: &'static str) -> Case {
         Case {
             title,
-            engine: EngineId::Vllm,
+            engine: KnownEngine::Vllm,
             availability: Availability::SetupRequired,
             reasons: &[],
             changes: &[],
@@ -200,14 +200,14 @@ impl Case {
         self.elevation = !changes.is_empty();
         self
     }
-    fn engine(mut self, engine: EngineId) -> Case {
+    fn engine(mut self, engine: KnownEngine) -> Case {
         self.engine = engine;
         self
     }
 }
 
 /// Writes the facts to a file, reads them back as `plan --facts` does, and plans.
-fn replay(facts: &Value, engine: EngineId) -> Plan {
+fn replay(facts: &Value, engine: KnownEngine) -> Plan {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("facts.json");
     std::fs::write(&path, serde_json::to_vec_pretty(facts).expect("json")).expect("write");
@@ -360,7 +360,7 @@ fn driver_gpu_and_disk() {
 
     let plan = check(
         Case::new("an RTX 2080 (7.5) is below TensorRT-LLM's 8.0")
-            .engine(EngineId::TensorrtLlm)
+            .engine(KnownEngine::TensorrtLlm)
             .blocked(&["compute-capability-too-low"]),
         READY,
         |f| gpu(f, "NVIDIA GeForce RTX 2080", "7.5"),
@@ -387,7 +387,7 @@ fn driver_gpu_and_disk() {
     ] {
         let plan = check(
             Case::new("a ready GB10, GH200 or RTX 5090 adopts; memory is never asked")
-                .engine(EngineId::TensorrtLlm),
+                .engine(KnownEngine::TensorrtLlm),
             READY,
             |f| {
                 gpu(f, name, cc);
@@ -1369,12 +1369,12 @@ fn provisioner_blockers_and_missing_documents() {
 
     let facts = read_facts_file(&facts_dir().join(CLEAN)).expect("facts");
     let ready = read_facts_file(&facts_dir().join(READY)).expect("facts");
-    let vllm = embedded_descriptor(EngineId::Vllm).expect("descriptor");
-    let trt = embedded_descriptor(EngineId::TensorrtLlm).expect("descriptor");
+    let vllm = embedded_descriptor(KnownEngine::Vllm).expect("descriptor");
+    let trt = embedded_descriptor(KnownEngine::TensorrtLlm).expect("descriptor");
     let manifest = embedded_manifest().expect("manifest");
     let builtin = enginekit_broker::plan::recipe::builtin().expect("recipe");
     let request = |facts, descriptor, manifest| PlanRequest {
-        engine: EngineId::Vllm,
+        engine: KnownEngine::Vllm,
         descriptor,
         manifest,
         recipe: &builtin,
@@ -1474,10 +1474,10 @@ fn provisioner_blockers_and_missing_documents() {
     assert!(plan.host_step.is_none());
     seen.extend(reasons(&plan));
 
-    let error = embedded_descriptor(EngineId::Vllm)
+    let error = embedded_descriptor(KnownEngine::Vllm)
         .and_then(|_| enginekit_broker::documents::descriptor::Descriptor::parse(&json!({})))
         .expect_err("an empty descriptor is refused");
-    let plan = plan_without_descriptor(EngineId::Vllm, &error).expect("plan");
+    let plan = plan_without_descriptor(KnownEngine::Vllm, &error).expect("plan");
     assert_eq!(plan.availability, Availability::Unsupported);
     assert_eq!(plan.recipe_id, "none");
     assert_eq!(
@@ -1566,7 +1566,7 @@ fn what_dockers_repository_answers() {
     let reasons = |plan: &Plan| -> Vec<&'static str> {
         plan.blockers.iter().map(|b| b.reason.as_str()).collect()
     };
-    let clean = replay(&base(CLEAN), EngineId::Vllm);
+    let clean = replay(&base(CLEAN), KnownEngine::Vllm);
     assert!(plan_adds_docker_repository(&clean));
     assert_eq!(clean.availability, Availability::SetupRequired);
 

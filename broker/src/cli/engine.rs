@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::common::{emit, report_error, runtime};
 use super::{EXIT_FAILURE, EXIT_USAGE};
-use crate::documents::descriptor::EngineId;
+use crate::documents::descriptor::KnownEngine;
 use crate::engine::options::LoadRequest;
 use crate::engine::runtime::{LoadEvent, MonitorEnd, Runtime};
 use crate::engine::sessions::Owner;
@@ -146,7 +146,7 @@ fn describe(event: &LoadEvent) -> String {
 
 pub fn start(args: StartArgs) -> ExitCode {
     let json = args.json;
-    let engine: EngineId = match args.engine.parse() {
+    let engine: KnownEngine = match args.engine.parse() {
         Ok(e) => e,
         Err(reason) => {
             return fail(

@@ -8,7 +8,7 @@ use clap::Args;
 use serde::Serialize;
 
 use super::EXIT_FAILURE;
-use crate::documents::descriptor::{Descriptor, EngineId, PlatformImages};
+use crate::documents::descriptor::{Descriptor, KnownEngine, PlatformImages};
 use crate::documents::store::{DocumentSet, DocumentSources, Origin};
 
 #[derive(Debug, Args)]
@@ -21,7 +21,7 @@ pub struct EnginesArgs {
 /// One engine as listed.
 #[derive(Debug, Serialize)]
 pub struct EngineEntry {
-    pub engine_id: EngineId,
+    pub engine_id: KnownEngine,
     pub display_name: String,
     pub descriptor_id: String,
     pub serial: u64,
@@ -60,7 +60,7 @@ impl EngineEntry {
 pub fn list(documents: &DocumentSet) -> (Vec<EngineEntry>, Vec<String>) {
     let mut entries = Vec::new();
     let mut errors = Vec::new();
-    for engine in EngineId::ALL {
+    for engine in KnownEngine::ALL {
         match documents.descriptor(engine) {
             Ok(d) => entries.push(EngineEntry::new(d, documents.descriptor_origin(engine))),
             Err(e) => errors.push(format!("{engine}: {}", e.message)),

@@ -13,7 +13,7 @@ use enginekit_shared::wire::plan::{Availability, Blocker, GpuAccess, ImageStore,
 use super::{EXIT_BLOCKED, EXIT_FAILURE};
 use crate::assess::view::LinuxView;
 use crate::assess::Assessment;
-use crate::documents::descriptor::{Descriptor, EngineId};
+use crate::documents::descriptor::{Descriptor, KnownEngine};
 use crate::documents::store::{DocumentSet, DocumentSources};
 use crate::i18n::tr;
 use crate::operations::record;
@@ -27,7 +27,7 @@ const MAX_FACTS_BYTES: u64 = 4 * 1024 * 1024;
 pub struct PlanArgs {
     /// The engine to plan for.
     #[arg(long, default_value = "vllm", value_parser = parse_engine)]
-    pub engine: EngineId,
+    pub engine: KnownEngine,
     /// Print the plan as JSON.
     #[arg(long)]
     pub json: bool,
@@ -38,7 +38,7 @@ pub struct PlanArgs {
 
 /// `--engine`: the same parse as `setup` and `remove` ([`record::EngineId::parse`]), then an
 /// engine this build knows ([`record::EngineId::known`]); a refusal is a usage error (exit 2).
-fn parse_engine(text: &str) -> Result<EngineId, String> {
+fn parse_engine(text: &str) -> Result<KnownEngine, String> {
     record::EngineId::parse(text)
         .and_then(|id| id.known())
         .map_err(|e| e.details.unwrap_or(e.message))
@@ -99,7 +99,7 @@ pub struct PlanOutcome {
 
 /// Plans for `engine` over `facts` with the documents from `sources`.
 pub fn plan_for(
-    engine: EngineId,
+    engine: KnownEngine,
     facts: HostFacts,
     sources: &DocumentSources,
 ) -> Result<PlanOutcome, CodedError> {

@@ -16,7 +16,7 @@ use zbus::object_server::SignalEmitter;
 use zbus::{Connection, OwnedObjectPath};
 
 use super::error::BrokerError;
-use crate::documents::descriptor::EngineId;
+use crate::documents::descriptor::KnownEngine;
 use crate::engine::options::{LoadRequest, SessionName};
 use crate::engine::runtime::{LoadEvent, MonitorEnd, Runtime};
 use crate::engine::sessions::Owner;
@@ -186,7 +186,7 @@ impl Engines {
         model: &str,
         options: HashMap<String, zbus::OwnedVariant>,
     ) -> Result<OwnedObjectPath, BrokerError> {
-        let engine: EngineId = engine.parse().map_err(|reason: String| {
+        let engine: KnownEngine = engine.parse().map_err(|reason: String| {
             BrokerError::from(
                 EngineError::InvalidOption {
                     what: "engine",

@@ -21,35 +21,35 @@ pub const DESCRIPTOR_KIND: &str = "engine-descriptor";
 /// through [`crate::operations::record::EngineId::known`]; `FromStr` is the name table both use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum EngineId {
+pub enum KnownEngine {
     /// vLLM's OpenAI-compatible server.
     Vllm,
     /// NVIDIA TensorRT-LLM.
     TensorrtLlm,
 }
 
-impl EngineId {
-    pub const ALL: [EngineId; 2] = [EngineId::Vllm, EngineId::TensorrtLlm];
+impl KnownEngine {
+    pub const ALL: [KnownEngine; 2] = [KnownEngine::Vllm, KnownEngine::TensorrtLlm];
 
     pub fn as_str(self) -> &'static str {
         match self {
-            EngineId::Vllm => "vllm",
-            EngineId::TensorrtLlm => "tensorrt-llm",
+            KnownEngine::Vllm => "vllm",
+            KnownEngine::TensorrtLlm => "tensorrt-llm",
         }
     }
 }
 
-impl fmt::Display for EngineId {
+impl fmt::Display for KnownEngine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
 }
 
-impl FromStr for EngineId {
+impl FromStr for KnownEngine {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        EngineId::ALL
+        KnownEngine::ALL
             .into_iter()
             .find(|e| e.as_str() == s)
             .ok_or_else(|| "unknown engine (known: vllm, tensorrt-llm)".to_owned())
@@ -109,7 +109,7 @@ pub struct Descriptor {
     pub serial: u64,
     pub expires_at: String,
     pub minimum_broker_version: String,
-    pub engine_id: EngineId,
+    pub engine_id: KnownEngine,
     pub display_name: String,
     pub image: PlatformImages,
     /// A small CUDA image for the GPU check before the engine image moves.
@@ -209,7 +209,7 @@ fn parse_fields(value: &Value) -> Result<Descriptor, Refusal> {
         .to_owned();
     let engine_id = f
         .string("engine_id")?
-        .parse::<EngineId>()
+        .parse::<KnownEngine>()
         .map_err(|e| Refusal::new(format!("$.engine_id: {e}")))?;
     let display_name = f.string("display_name")?.to_owned();
     let image = platform_images(&mut f, "image")?;

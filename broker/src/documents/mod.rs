@@ -13,7 +13,7 @@ pub mod strict;
 
 use enginekit_shared::error::CodedError;
 
-use self::descriptor::{Descriptor, EngineId};
+use self::descriptor::{Descriptor, KnownEngine};
 use self::manifest::Manifest;
 
 const VLLM_JSON: &str = include_str!("../../documents/vllm.json");
@@ -21,16 +21,16 @@ const TENSORRT_LLM_JSON: &str = include_str!("../../documents/tensorrt-llm.json"
 const LINUX_MANIFEST_JSON: &str = include_str!("../../documents/linux-manifest.json");
 
 /// The embedded descriptor text of an engine.
-pub fn embedded_descriptor_text(engine: EngineId) -> &'static str {
+pub fn embedded_descriptor_text(engine: KnownEngine) -> &'static str {
     match engine {
-        EngineId::Vllm => VLLM_JSON,
-        EngineId::TensorrtLlm => TENSORRT_LLM_JSON,
+        KnownEngine::Vllm => VLLM_JSON,
+        KnownEngine::TensorrtLlm => TENSORRT_LLM_JSON,
     }
 }
 
 /// The embedded descriptor of an engine. A failure here is a build defect, which the tests
 /// catch; it is still reported, never a panic.
-pub fn embedded_descriptor(engine: EngineId) -> Result<Descriptor, CodedError> {
+pub fn embedded_descriptor(engine: KnownEngine) -> Result<Descriptor, CodedError> {
     Descriptor::parse_bytes(embedded_descriptor_text(engine).as_bytes())
 }
 

@@ -31,7 +31,7 @@ use enginekit_shared::signed::{
 use serde_json::Value;
 use time::OffsetDateTime;
 
-use super::descriptor::{Descriptor, EngineId};
+use super::descriptor::{Descriptor, KnownEngine};
 use super::manifest::Manifest;
 use super::strict;
 
@@ -103,7 +103,7 @@ pub enum Origin {
 /// The documents in charge, with notes about anything refused.
 #[derive(Debug)]
 pub struct DocumentSet {
-    descriptors: BTreeMap<EngineId, Result<(Descriptor, Origin), CodedError>>,
+    descriptors: BTreeMap<KnownEngine, Result<(Descriptor, Origin), CodedError>>,
     pub manifest: Result<Manifest, CodedError>,
     pub manifest_origin: Origin,
     /// A newer signed recipe, when one was accepted; `None` leaves the built-in one in charge.
@@ -136,7 +136,7 @@ struct Candidate<T> {
     mark: HighWater,
 }
 
-fn slot_of_descriptor(engine: EngineId) -> String {
+fn slot_of_descriptor(engine: KnownEngine) -> String {
     format!("engine-descriptor/{}", engine.as_str())
 }
 
@@ -200,7 +200,7 @@ impl DocumentSet {
     /// Loads the embedded documents, then any newer signed ones.
     pub fn load(sources: &DocumentSources) -> DocumentSet {
         let mut set = DocumentSet {
-            descriptors: EngineId::ALL
+            descriptors: KnownEngine::ALL
                 .into_iter()
                 .map(|e| {
                     (
@@ -229,7 +229,7 @@ impl DocumentSet {
             recipes: TrustStore::load_root_owned(&sources.recipe_keys_dirs),
         };
         let mut marks = read_marks(sources.state_dir.as_deref());
-        let mut best_descriptors: BTreeMap<EngineId, Candidate<Descriptor>> = BTreeMap::new();
+        let mut best_descriptors: BTreeMap<KnownEngine, Candidate<Descriptor>> = BTreeMap::new();
         let mut best_manifest: Option<Candidate<Manifest>> = None;
         let mut best_recipe: Option<Candidate<(Recipe, Value)>> = None;
 
@@ -364,7 +364,7 @@ impl DocumentSet {
                 .payload()
                 .get("engine_id")
                 .and_then(Value::as_str)
-                .and_then(|e| e.parse::<EngineId>().ok())
+                .and_then(|e| e.parse::<KnownEngine>().ok())
                 .map(slot_of_descriptor)
                 .ok_or_else(|| refused("it names no known engine".to_owned()))?,
             DocumentKind::Recipe => RECIPE_SLOT.to_owned(),
@@ -433,7 +433,7 @@ impl DocumentSet {
     /// A slot whose mark is above the document now in charge: a newer document was accepted
     /// before and is gone (or now refused).
     fn note_missing_newer(&mut self, marks: &BTreeMap<String, HighWater>) {
-        for engine in EngineId::ALL {
+        for engine in KnownEngine::ALL {
             if let (Some(mark), Some(Ok((d, _)))) = (
                 marks.get(&slot_of_descriptor(engine)),
                 self.descriptors.get(&engine),
@@ -472,7 +472,7 @@ impl DocumentSet {
     }
 
     /// The descriptor in charge for an engine.
-    pub fn descriptor(&self, engine: EngineId) -> Result<&Descriptor, &CodedError> {
+    pub fn descriptor(&self, engine: KnownEngine) -> Result<&Descriptor, &CodedError> {
         match self.descriptors.get(&engine) {
             Some(Ok((d, _))) => Ok(d),
             Some(Err(e)) => Err(e),
@@ -481,7 +481,7 @@ impl DocumentSet {
     }
 
     /// Where the descriptor in charge came from.
-    pub fn descriptor_origin(&self, engine: EngineId) -> Option<&Origin> {
+    pub fn descriptor_origin(&self, engine: KnownEngine) -> Option<&Origin> {
         match self.descriptors.get(&engine) {
             Some(Ok((_, origin))) => Some(origin),
             _ => None,

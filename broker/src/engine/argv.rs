@@ -5,7 +5,7 @@
 //! `--enable-log-requests` or `--api-key`; always offline (`HF_HUB_OFFLINE`,
 //! `TRANSFORMERS_OFFLINE`) with usage statistics off, caches under the engine cache mount.
 
-use crate::documents::descriptor::EngineId;
+use crate::documents::descriptor::KnownEngine;
 
 /// Where the model folder is mounted, read-only.
 pub const MODEL_MOUNT: &str = "/enginekit/model";
@@ -61,7 +61,7 @@ fn owned(words: &[&str]) -> Vec<String> {
 }
 
 /// The launch of `engine` with `params`.
-pub fn launch(engine: EngineId, params: &LaunchParams) -> Launch {
+pub fn launch(engine: KnownEngine, params: &LaunchParams) -> Launch {
     let context = params.context.to_string();
     let sequences = params.max_sequences.max(1).to_string();
     let cache = |sub: &str| format!("{CACHE_MOUNT}/{sub}");
@@ -76,7 +76,7 @@ pub fn launch(engine: EngineId, params: &LaunchParams) -> Launch {
         ("TORCHINDUCTOR_CACHE_DIR".to_owned(), cache("inductor")),
     ];
     let argv = match engine {
-        EngineId::Vllm => {
+        KnownEngine::Vllm => {
             env.extend([
                 ("VLLM_NO_USAGE_STATS".to_owned(), "1".to_owned()),
                 ("VLLM_CACHE_ROOT".to_owned(), cache("vllm")),
@@ -94,7 +94,7 @@ pub fn launch(engine: EngineId, params: &LaunchParams) -> Launch {
             ]);
             argv
         }
-        EngineId::TensorrtLlm => {
+        KnownEngine::TensorrtLlm => {
             env.extend([
                 ("TRTLLM_NO_USAGE_STATS".to_owned(), "1".to_owned()),
                 ("CUDA_CACHE_PATH".to_owned(), cache("nvcc")),
@@ -139,7 +139,7 @@ mod tests {
 
     #[test]
     fn vllm_argv_from_the_options() {
-        let l = launch(EngineId::Vllm, &LaunchParams::new("qwen", 4096));
+        let l = launch(KnownEngine::Vllm, &LaunchParams::new("qwen", 4096));
         assert_eq!(
             l.argv.join(" "),
             "vllm serve /enginekit/model --served-model-name qwen --host 0.0.0.0 --port 8000 \
@@ -165,7 +165,7 @@ mod tests {
         let mut p = LaunchParams::new("ignored", 32768);
         p.max_sequences = 4;
         p.memory_fraction = 2.0;
-        let l = launch(EngineId::TensorrtLlm, &p);
+        let l = launch(KnownEngine::TensorrtLlm, &p);
         assert_eq!(
             l.argv.join(" "),
             "trtllm-serve serve /enginekit/model --host 0.0.0.0 --port 8000 --max_seq_len 32768 \
@@ -178,7 +178,7 @@ mod tests {
 
     #[test]
     fn never_remote_code_request_logs_or_an_api_key() {
-        for engine in EngineId::ALL {
+        for engine in KnownEngine::ALL {
             let l = launch(engine, &LaunchParams::new("m", 8192));
             for word in &l.argv {
                 for banned in [

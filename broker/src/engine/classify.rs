@@ -16,7 +16,7 @@
 use enginekit_shared::error::ErrorCode;
 use serde::Serialize;
 
-use crate::documents::descriptor::EngineId;
+use crate::documents::descriptor::KnownEngine;
 
 /// Lines of the log tail kept and shown.
 pub const TAIL_LINES: usize = 200;
@@ -153,7 +153,7 @@ fn gib(v: f64) -> String {
 
 /// Classifies an exit of `engine` from the whole bounded log (`lines`) and the tail.
 pub fn classify(
-    engine: EngineId,
+    engine: KnownEngine,
     exit_code: Option<i64>,
     lines: &[String],
     tail: &[String],
@@ -164,8 +164,8 @@ pub fn classify(
         last_lines(tail, TAIL_LINES)
     };
     let mut c = match engine {
-        EngineId::Vllm => vllm(lines),
-        EngineId::TensorrtLlm => trtllm(lines),
+        KnownEngine::Vllm => vllm(lines),
+        KnownEngine::TensorrtLlm => trtllm(lines),
     }
     .unwrap_or_else(|| Classification {
         kind: Kind::Other,
@@ -185,10 +185,10 @@ pub fn classify(
     c
 }
 
-fn program(engine: EngineId) -> &'static str {
+fn program(engine: KnownEngine) -> &'static str {
     match engine {
-        EngineId::Vllm => "vLLM",
-        EngineId::TensorrtLlm => "trtllm-serve",
+        KnownEngine::Vllm => "vLLM",
+        KnownEngine::TensorrtLlm => "trtllm-serve",
     }
 }
 
@@ -430,7 +430,7 @@ mod tests {
             .collect()
     }
 
-    fn run(engine: EngineId, name: &str) -> Classification {
+    fn run(engine: KnownEngine, name: &str) -> Classification {
         let lines = fixture(name);
         let tail = last_lines(&lines, TAIL_LINES);
         classify(engine, Some(1), &lines, &tail)
@@ -444,7 +444,7 @@ mod tests {
             !tail.iter().any(|l| l.contains("CUDA out of memory")),
             "the fixture must put the OOM line above the tail"
         );
-        let c = classify(EngineId::Vllm, Some(1), &lines, &tail);
+        let c = classify(KnownEngine::Vllm, Some(1), &lines, &tail);
         assert_eq!(c.kind, Kind::OutOfMemory);
         assert_eq!(c.kind.code(), ErrorCode::OutOfMemory);
         assert_eq!(c.requested_gib, Some(1.96));
@@ -460,13 +460,13 @@ mod tests {
         assert!(details.contains("[…] the end of the log:\n"));
         assert_eq!(c.tail.len(), TAIL_LINES);
         // Only the tail (the crash monitor's view) does not see it.
-        let late = classify(EngineId::Vllm, Some(1), &tail, &tail);
+        let late = classify(KnownEngine::Vllm, Some(1), &tail, &tail);
         assert_eq!(late.kind, Kind::Other);
     }
 
     #[test]
     fn vllm_kv_cache_too_small() {
-        let c = run(EngineId::Vllm, "vllm-kv-cache-too-small.log");
+        let c = run(KnownEngine::Vllm, "vllm-kv-cache-too-small.log");
         assert_eq!(c.kind, Kind::OutOfMemory);
         assert_eq!(c.requested_gib, Some(4.0));
         assert_eq!(c.free_gib, Some(2.31));
@@ -476,7 +476,7 @@ mod tests {
 
     #[test]
     fn vllm_free_memory_below_the_utilisation() {
-        let c = run(EngineId::Vllm, "vllm-free-memory-at-startup.log");
+        let c = run(KnownEngine::Vllm, "vllm-free-memory-at-startup.log");
         assert_eq!(c.kind, Kind::OutOfMemory);
         assert_eq!(c.requested_gib, Some(21.2));
         assert_eq!(c.free_gib, Some(5.12));
@@ -484,7 +484,7 @@ mod tests {
 
     #[test]
     fn vllm_unsupported_architecture_is_incompatible() {
-        let c = run(EngineId::Vllm, "vllm-unsupported-architecture.log");
+        let c = run(KnownEngine::Vllm, "vllm-unsupported-architecture.log");
         assert_eq!(c.kind, Kind::UnsupportedModel);
         assert_eq!(c.kind.code(), ErrorCode::ModelIncompatible);
         assert!(
@@ -501,7 +501,7 @@ mod tests {
             "INFO 12-04 10:00:00 [core.py:70] Initializing a V1 LLM engine".into(),
             "RuntimeError: CUDA error: out of memory".into(),
         ];
-        let c = classify(EngineId::Vllm, Some(1), &lines, &[]);
+        let c = classify(KnownEngine::Vllm, Some(1), &lines, &[]);
         assert_eq!(c.kind, Kind::OutOfMemory);
         assert_eq!((c.requested_gib, c.free_gib), (None, None));
         assert_eq!(
@@ -512,7 +512,7 @@ mod tests {
 
     #[test]
     fn vllm_other_failure_carries_the_exit_code() {
-        let c = run(EngineId::Vllm, "vllm-other-failure.log");
+        let c = run(KnownEngine::Vllm, "vllm-other-failure.log");
         assert_eq!(c.kind, Kind::Other);
         assert_eq!(c.kind.code(), ErrorCode::ModelLoadFailed);
         assert_eq!(c.exit_code, Some(1));
@@ -523,7 +523,7 @@ mod tests {
 
     #[test]
     fn trtllm_architecture_comes_before_memory() {
-        let c = run(EngineId::TensorrtLlm, "trtllm-unknown-architecture.log");
+        let c = run(KnownEngine::TensorrtLlm, "trtllm-unknown-architecture.log");
         assert_eq!(c.kind, Kind::UnsupportedModel);
         assert!(
             c.message.contains("EnginekitStandInForCausalLM"),
@@ -534,7 +534,7 @@ mod tests {
 
     #[test]
     fn trtllm_oom_numbers_come_from_one_line() {
-        let c = run(EngineId::TensorrtLlm, "trtllm-oom.log");
+        let c = run(KnownEngine::TensorrtLlm, "trtllm-oom.log");
         assert_eq!(c.kind, Kind::OutOfMemory);
         // The fixture has a "tried" line without "free" after the line with both.
         assert_eq!(c.requested_gib, Some(2.0));
@@ -545,10 +545,10 @@ mod tests {
     #[test]
     fn trtllm_unsupported_quant_mode() {
         let lines = vec!["ValueError: Unsupported quant_mode: W4A8_MXFP4".to_owned()];
-        let c = classify(EngineId::TensorrtLlm, Some(1), &lines, &lines);
+        let c = classify(KnownEngine::TensorrtLlm, Some(1), &lines, &lines);
         assert_eq!(c.kind, Kind::UnsupportedModel);
         let lines = vec!["something else".to_owned()];
-        let c = classify(EngineId::TensorrtLlm, Some(137), &lines, &lines);
+        let c = classify(KnownEngine::TensorrtLlm, Some(137), &lines, &lines);
         assert_eq!(c.kind, Kind::Other);
         assert!(c
             .message
@@ -566,7 +566,7 @@ mod tests {
             })
             .collect();
         lines.push(lines[19].clone());
-        let c = classify(EngineId::Vllm, None, &lines, &[]);
+        let c = classify(KnownEngine::Vllm, None, &lines, &[]);
         assert_eq!(c.excerpt.len(), EXCERPT_LINES);
         assert!(c.excerpt.iter().all(|l| l.chars().count() == EXCERPT_CHARS));
         assert!(c.message.contains("out of memory"));

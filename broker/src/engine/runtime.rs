@@ -32,7 +32,7 @@ use crate::docker::{
     ContainerSpec, Docker, DockerError, DockerRoute, EnvVar, MountSpec, PortSpec, StopOutcome,
     DEFAULT_LOG_BYTES,
 };
-use crate::documents::descriptor::EngineId;
+use crate::documents::descriptor::KnownEngine;
 use crate::installations::{InstallationStatus, Installations};
 use crate::journal::{
     ContainerName, ContainerRecord, InstanceId, Journal, LifecycleError, ReconcileLimits,
@@ -51,10 +51,10 @@ pub const NETWORK: &str = "enginekit-engines";
 
 /// The readiness timeout of `engine` when none is asked for: vLLM 10 min, TensorRT-LLM 15 min
 /// (placeholders until measured on real checkpoints, as in the reference).
-pub fn default_timeout(engine: EngineId) -> Duration {
+pub fn default_timeout(engine: KnownEngine) -> Duration {
     match engine {
-        EngineId::Vllm => Duration::from_secs(600),
-        EngineId::TensorrtLlm => Duration::from_secs(900),
+        KnownEngine::Vllm => Duration::from_secs(600),
+        KnownEngine::TensorrtLlm => Duration::from_secs(900),
     }
 }
 
@@ -404,7 +404,7 @@ impl Runtime {
     /// Loads `engine` with `request`; returns once `/health` answers 200.
     pub async fn load(
         &self,
-        engine: EngineId,
+        engine: KnownEngine,
         request: &LoadRequest,
         on: &mut (dyn FnMut(LoadEvent) + Send),
         cancel: &CancellationToken,
@@ -524,7 +524,7 @@ impl Runtime {
     #[allow(clippy::too_many_arguments)]
     async fn start_and_wait(
         &self,
-        engine: EngineId,
+        engine: KnownEngine,
         opts: &super::options::LoadOptions,
         image: &ImageRef,
         card: &Card,
@@ -704,7 +704,7 @@ impl Runtime {
 
     /// The classified error of an engine that exited during the load, from its whole bounded
     /// log and its tail.
-    async fn exited(&self, engine: EngineId, id: &str, exit_code: Option<i64>) -> EngineError {
+    async fn exited(&self, engine: KnownEngine, id: &str, exit_code: Option<i64>) -> EngineError {
         let Ok(docker) = self.docker().await else {
             return EngineError::Exited {
                 classification: Box::new(classify::classify(engine, exit_code, &[], &[])),
@@ -734,7 +734,7 @@ impl Runtime {
     /// fires. A death is classified from the log's tail, and what it left is cleaned.
     pub async fn monitor(&self, loaded: &Loaded, cancel: &CancellationToken) -> Result<MonitorEnd> {
         let docker = self.docker().await?;
-        let engine: EngineId =
+        let engine: KnownEngine =
             loaded
                 .record
                 .engine
@@ -807,7 +807,7 @@ mod tests {
 
     #[test]
     fn timeouts_per_engine() {
-        assert_eq!(default_timeout(EngineId::Vllm), Duration::from_secs(600));
-        assert!(default_timeout(EngineId::TensorrtLlm) > default_timeout(EngineId::Vllm));
+        assert_eq!(default_timeout(KnownEngine::Vllm), Duration::from_secs(600));
+        assert!(default_timeout(KnownEngine::TensorrtLlm) > default_timeout(KnownEngine::Vllm));
     }
 }

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::documents::descriptor::EngineId;
+use crate::documents::descriptor::KnownEngine;
 
 /// Where a load is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -37,9 +37,9 @@ impl Stage {
 }
 
 /// (substring, stage) pairs; the furthest stage any line reaches wins.
-fn markers(engine: EngineId) -> &'static [(&'static str, Stage)] {
+fn markers(engine: KnownEngine) -> &'static [(&'static str, Stage)] {
     match engine {
-        EngineId::Vllm => &[
+        KnownEngine::Vllm => &[
             ("Starting to load model", Stage::LoadingWeights),
             ("Loading weights took", Stage::LoadingWeights),
             (
@@ -55,7 +55,7 @@ fn markers(engine: EngineId) -> &'static [(&'static str, Stage)] {
             ("Starting vLLM API server", Stage::StartingServer),
             ("Application startup complete", Stage::StartingServer),
         ],
-        EngineId::TensorrtLlm => &[
+        KnownEngine::TensorrtLlm => &[
             ("Prefetching", Stage::LoadingWeights),
             (
                 "Loading safetensors weights in parallel",
@@ -73,12 +73,12 @@ fn markers(engine: EngineId) -> &'static [(&'static str, Stage)] {
 /// The stage a load has reached; never goes back.
 #[derive(Debug, Clone)]
 pub struct StageTracker {
-    engine: EngineId,
+    engine: KnownEngine,
     stage: Stage,
 }
 
 impl StageTracker {
-    pub fn new(engine: EngineId) -> StageTracker {
+    pub fn new(engine: KnownEngine) -> StageTracker {
         StageTracker {
             engine,
             stage: Stage::Starting,
@@ -114,7 +114,7 @@ mod tests {
 
     #[test]
     fn vllm_stages_follow_its_log_and_never_go_back() {
-        let mut t = StageTracker::new(EngineId::Vllm);
+        let mut t = StageTracker::new(KnownEngine::Vllm);
         assert_eq!(t.observe(["INFO vLLM API server version 0.9.1"]), None);
         assert_eq!(t.stage(), Stage::Starting);
         assert_eq!(
@@ -144,7 +144,7 @@ mod tests {
 
     #[test]
     fn trtllm_markers() {
-        let mut t = StageTracker::new(EngineId::TensorrtLlm);
+        let mut t = StageTracker::new(KnownEngine::TensorrtLlm);
         assert_eq!(
             t.observe(["[TRT-LLM] [I] Prefetching 14.96GB checkpoint files."]),
             Some(Stage::LoadingWeights)
@@ -154,7 +154,7 @@ mod tests {
             Some(Stage::CapturingGraphs)
         );
         // vLLM's markers mean nothing to trtllm.
-        let mut t = StageTracker::new(EngineId::TensorrtLlm);
+        let mut t = StageTracker::new(KnownEngine::TensorrtLlm);
         assert_eq!(t.observe(["Available KV cache memory: 2 GiB"]), None);
     }
 }

@@ -305,7 +305,7 @@ pub fn coded(code: ErrorCode, message: &str) -> CodedError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::documents::descriptor::EngineId as KnownEngine;
+    use crate::documents::descriptor::KnownEngine;
 
     #[test]
     fn digests_engines_and_ids_refuse_bad_text() {

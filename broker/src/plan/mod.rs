@@ -13,7 +13,7 @@ use enginekit_shared::wire::plan::{
 
 use self::digest::{DescriptorPin, HostPin, SetupFingerprint};
 use crate::assess::{self, blockers, view::LinuxView, Assessment, Options};
-use crate::documents::descriptor::{Descriptor, EngineId, Platform};
+use crate::documents::descriptor::{Descriptor, KnownEngine, Platform};
 use crate::documents::manifest::Manifest;
 use crate::i18n::tr;
 use crate::probe::facts::HostFacts;
@@ -22,7 +22,7 @@ use crate::probe::facts::HostFacts;
 #[derive(Debug, Clone, Copy)]
 pub struct PlanRequest<'a> {
     /// The engine the user asked for.
-    pub engine: EngineId,
+    pub engine: KnownEngine,
     pub descriptor: &'a Descriptor,
     /// `None` when no manifest could be had (blocks any install).
     pub manifest: Option<&'a Manifest>,
@@ -192,7 +192,10 @@ pub fn plan_setup(request: &PlanRequest<'_>) -> Result<PlannedSetup, CodedError>
 
 /// The plan answered when no descriptor can be had for the engine: unsupported, with the
 /// descriptor error as its one blocker and the blocked-plan digest.
-pub fn plan_without_descriptor(engine: EngineId, error: &CodedError) -> Result<Plan, CodedError> {
+pub fn plan_without_descriptor(
+    engine: KnownEngine,
+    error: &CodedError,
+) -> Result<Plan, CodedError> {
     let blocker = Blocker::new(BlockerReason::DescriptorUnavailable, error.message.clone());
     let plan_digest = digest::blocked_plan_digest(
         ErrorCode::MetadataInvalid,
