@@ -240,12 +240,8 @@ impl Elevator for SystemHelper {
     ) -> Result<HostRun, CodedError> {
         let helper = Helper1Proxy::new(&self.conn).await.map_err(bus_error)?;
         progress(tick(AWAITING_AUTHORIZATION, -1));
-        let bytes = step.to_bytes().map_err(|e| {
+        let text = step.to_text().map_err(|e| {
             CodedError::new(e.code(), "The host step cannot be encoded.")
-                .with_details(e.to_string())
-        })?;
-        let text = String::from_utf8(bytes).map_err(|e| {
-            CodedError::new(ErrorCode::HostStepInvalid, "The host step is not text.")
                 .with_details(e.to_string())
         })?;
         let path = match helper.start(&text).await {

@@ -941,9 +941,14 @@ impl HostStep {
         })
     }
 
-    /// The step's canonical bytes: what the broker sends.
+    /// The step's canonical JSON: what the broker sends (the bus argument is a string).
+    pub fn to_text(&self) -> Result<String, HostStepError> {
+        canonical::to_canonical_string(&self.to_value()?).map_err(HostStepError::Canonical)
+    }
+
+    /// The step's canonical bytes.
     pub fn to_bytes(&self) -> Result<Vec<u8>, HostStepError> {
-        canonical::to_canonical_bytes(&self.to_value()?).map_err(HostStepError::Canonical)
+        self.to_text().map(String::into_bytes)
     }
 }
 
