@@ -6,16 +6,10 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Where programs are looked up. A user-writable directory early on `$PATH` must not be able to
-/// answer for `docker`, `nvidia-smi` or `sg`.
-pub const SYSTEM_DIRS: &[&str] = &[
-    "/usr/local/sbin",
-    "/usr/local/bin",
-    "/usr/sbin",
-    "/usr/bin",
-    "/sbin",
-    "/bin",
-];
+/// Where programs are looked up: the root-owned system directories, the same a recipe's `PATH`
+/// may name. A user-writable directory early on `$PATH` must not be able to answer for
+/// `docker`, `nvidia-smi` or `sg`.
+pub const SYSTEM_DIRS: &[&str] = enginekit_shared::recipe::PATH_DIRS;
 
 /// The system directories as paths.
 pub fn system_dirs() -> Vec<PathBuf> {
