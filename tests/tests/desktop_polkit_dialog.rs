@@ -24,9 +24,13 @@
 // Test scaffolding: a failed step should stop the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "desktop_support/mod.rs"]
+mod desktop_support;
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use desktop_support::{Screen, MESSAGE_AREA, REFERENCE};
 use enginekit_integration::bench::{self, Service};
 use enginekit_integration::output::describe;
 use enginekit_integration::systemd::{docker, BootedSystemd};
@@ -34,18 +38,6 @@ use enginekit_integration::systemd::{docker, BootedSystemd};
 const USER: &str = "ekdesk";
 const PASSWORD: &str = "ek-desk-password";
 const ACTION: &str = "org.enginekit.helper.install-container-runtime";
-const REFERENCE: &str = "docs/img/polkit-dialog.png";
-/// The dialog's icon and message in a 1024x768 screen (the dialog is centred; no window manager).
-const MESSAGE_AREA: &str = "640x110+195+262";
-
-fn artifacts() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| bench::workspace_root().join("target"));
-    let dir = target.join("test-artifacts/desktop");
-    std::fs::create_dir_all(&dir).expect("artifacts folder");
-    dir
-}
 
 struct Desktop {
     booted: BootedSystemd,
@@ -107,32 +99,25 @@ impl Desktop {
         assert!(out.status.success(), "{}", describe(&out));
     }
 
-    /// Runs `script` with DISPLAY=:1 as the user (xdotool, import).
+    fn screen(&self) -> Screen<'_> {
+        Screen {
+            booted: &self.booted,
+            user: USER,
+        }
+    }
+
     fn x(&self, script: &str) -> String {
-        let out = self
-            .booted
-            .sh_as(USER, &format!("export DISPLAY=:1; {script}"));
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        self.screen().x(script)
     }
 
     /// The agent's dialog window, once it is shown.
     fn dialog(&self) -> String {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let found = self.x("xdotool search --onlyvisible --name '^Authenticate$' 2>/dev/null");
-            if let Some(window) = found.lines().next() {
-                // Drawn, and focused for typing.
-                std::thread::sleep(Duration::from_millis(800));
-                self.x(&format!("xdotool windowfocus --sync {window}"));
-                return window.to_owned();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no dialog; agent log: {}",
+        self.screen().dialog(Duration::from_secs(30), || {
+            format!(
+                "agent log: {}",
                 self.booted.sh("cat /tmp/agent.log /tmp/answer-* 2>&1")
-            );
-            std::thread::sleep(Duration::from_millis(300));
-        }
+            )
+        })
     }
 
     /// pkcheck's output once it has answered.
@@ -157,35 +142,13 @@ impl Desktop {
             .contains("rc=")
     }
 
-    /// A screenshot of the whole screen, kept as `name` among the artifacts; its path.
     fn screenshot(&self, name: &str) -> PathBuf {
-        self.x(&format!("import -window root /tmp/{name}"));
-        let local = artifacts().join(name);
-        let out = docker(&[
-            "cp",
-            &format!("{}:/tmp/{name}", self.booted.name()),
-            &local.display().to_string(),
-        ]);
-        assert!(out.status.success(), "{}", describe(&out));
-        local
+        self.screen().screenshot(name)
     }
 
-    /// How many pixels of the message area differ between the screenshot `name` and the
-    /// README's picture (ImageMagick's compare inside the container).
+    /// How many pixels of the message area differ from the README's picture.
     fn message_difference(&self, name: &str) -> u64 {
-        self.booted.copy(
-            &bench::workspace_root().join(REFERENCE),
-            "/tmp/reference.png",
-        );
-        let text = self.booted.sh(&format!(
-            "cd /tmp && chmod 644 reference.png && \
-             convert {name} -crop {MESSAGE_AREA} +repage shown.png && \
-             convert reference.png -crop {MESSAGE_AREA} +repage expected.png && \
-             compare -metric AE shown.png expected.png null: 2>&1; true"
-        ));
-        text.trim()
-            .parse::<f64>()
-            .unwrap_or_else(|_| panic!("compare: {text}")) as u64
+        self.screen().difference(name, REFERENCE, MESSAGE_AREA)
     }
 }
 

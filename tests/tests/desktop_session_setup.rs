@@ -52,6 +52,8 @@
 
 #[path = "apt_support/mod.rs"]
 mod apt_support;
+#[path = "desktop_support/mod.rs"]
+mod desktop_support;
 #[path = "systemd_host_support/mod.rs"]
 mod systemd_host_support;
 
@@ -59,6 +61,7 @@ use std::ops::Deref;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use desktop_support::{Screen, MESSAGE_AREA, REFERENCE};
 use enginekit_integration::bench::{self, Service};
 use enginekit_integration::documents::vllm_descriptor;
 use enginekit_integration::output::describe;
@@ -71,24 +74,11 @@ const PASSWORD: &str = "ek-desk2-password";
 /// The example client, copied in as the app.
 const CLIENT: &str = "/usr/local/bin/enginekit_client.py";
 const KEY_NAME: &str = "ekt-desktop-session";
-/// The reviewed picture of the dialog (desktop_polkit_dialog.rs takes and checks it).
-const REFERENCE: &str = "docs/img/polkit-dialog.png";
-/// The dialog's icon and message in a 1024x768 screen (the dialog is centred; no window manager).
-const MESSAGE_AREA: &str = "640x110+195+262";
 /// The reviewed picture of the dialog with its "Details" open (what polkit-gnome shows there:
 /// the action's id and vendor; `EK_BLESS=1` replaces it with the new screenshot).
 const DETAILS_REFERENCE: &str = "docs/img/polkit-dialog-details.png";
 /// The rows under "Details" in that picture.
 const DETAILS_AREA: &str = "640x40+192+490";
-
-fn artifacts() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| bench::workspace_root().join("target"));
-    let dir = target.join("test-artifacts/desktop");
-    std::fs::create_dir_all(&dir).expect("artifacts folder");
-    dir
-}
 
 /// The desktop image booted as a simulated GPU host with the enginekit package.
 struct DesktopGpuHost {
@@ -220,35 +210,29 @@ impl DesktopGpuHost {
         }
     }
 
-    /// Runs `script` with DISPLAY=:1 as the user (xdotool, import).
+    fn screen(&self) -> Screen<'_> {
+        Screen {
+            booted: &self.booted,
+            user: USER,
+        }
+    }
+
     fn x(&self, script: &str) -> String {
-        let out = self
-            .booted
-            .sh_as(USER, &format!("export DISPLAY=:1; {script}"));
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        self.screen().x(script)
     }
 
     /// The agent's dialog window, once it is shown (drawn and focused for typing).
     fn dialog(&self, case: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let found = self.x("xdotool search --onlyvisible --name '^Authenticate$' 2>/dev/null");
-            if let Some(window) = found.lines().next() {
-                std::thread::sleep(Duration::from_millis(800));
-                self.x(&format!("xdotool windowfocus --sync {window}"));
-                return window.to_owned();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no dialog ({case}); app, agent, helper:\n{}\n{}",
+        self.screen().dialog(Duration::from_secs(120), || {
+            format!(
+                "({case}); app, agent, helper:\n{}\n{}",
                 self.sh(&format!(
                     "cat /tmp/app-{case}* /tmp/agent.log 2>&1; \
                      journalctl --no-pager -o cat _SYSTEMD_USER_UNIT=enginekit-broker.service | tail -n 20"
                 )),
                 self.journal()
-            );
-            std::thread::sleep(Duration::from_millis(300));
-        }
+            )
+        })
     }
 
     /// The height of `window` in pixels (xdotool).
@@ -284,35 +268,12 @@ impl DesktopGpuHost {
             .contains("rc=")
     }
 
-    /// A screenshot of the whole screen, kept as `name` among the artifacts; its path.
     fn screenshot(&self, name: &str) -> PathBuf {
-        self.x(&format!("import -window root /tmp/{name}"));
-        let local = artifacts().join(name);
-        let out = docker(&[
-            "cp",
-            &format!("{}:/tmp/{name}", self.booted.name()),
-            &local.display().to_string(),
-        ]);
-        assert!(out.status.success(), "{}", describe(&out));
-        local
+        self.screen().screenshot(name)
     }
 
-    /// How many pixels of `area` differ between the screenshot `name` and the reviewed picture
-    /// `reference` (ImageMagick's compare inside the container).
     fn difference(&self, name: &str, reference: &str, area: &str) -> u64 {
-        self.booted.copy(
-            &bench::workspace_root().join(reference),
-            "/tmp/reference.png",
-        );
-        let text = self.sh(&format!(
-            "cd /tmp && chmod 644 reference.png && \
-             convert {name} -crop {area} +repage shown.png && \
-             convert reference.png -crop {area} +repage expected.png && \
-             compare -metric AE shown.png expected.png null: 2>&1; true"
-        ));
-        text.trim()
-            .parse::<f64>()
-            .unwrap_or_else(|_| panic!("compare: {text}")) as u64
+        self.screen().difference(name, reference, area)
     }
 
     fn installed_version(&self, package: &str) -> Option<String> {
