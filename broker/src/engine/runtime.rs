@@ -155,6 +155,29 @@ fn free_port() -> Result<u16> {
     Ok(port)
 }
 
+/// Reads the end of the container's log and reports the stage it reached, if further.
+async fn observe_stages(
+    docker: &Docker,
+    container: &str,
+    stages: &mut StageTracker,
+    started: Instant,
+    on: &mut (dyn FnMut(LoadEvent) + Send),
+) {
+    let Ok(tail) = docker
+        .logs(container, Some(TAIL_LINES as u32), DEFAULT_LOG_BYTES)
+        .await
+    else {
+        return;
+    };
+    let lines: Vec<&str> = tail.lines().map(|l| l.text.as_str()).collect();
+    if let Some(stage) = stages.observe(lines) {
+        on(LoadEvent::Stage {
+            stage,
+            elapsed_ms: started.elapsed().as_millis() as u64,
+        });
+    }
+}
+
 fn is_port_collision(err: &DockerError) -> bool {
     let text = err.to_string().to_ascii_lowercase();
     text.contains("port is already allocated") || text.contains("address already in use")
@@ -649,20 +672,15 @@ impl Runtime {
                 Ok(Some(_)) => {}
                 Err(e) => tracing::warn!(error = %e, "inspect during the load failed"),
             }
-            if let Ok(tail) = docker
-                .logs(&running.id, Some(TAIL_LINES as u32), DEFAULT_LOG_BYTES)
-                .await
-            {
-                let lines: Vec<&str> = tail.lines().map(|l| l.text.as_str()).collect();
-                if let Some(stage) = stages.observe(lines) {
-                    on(LoadEvent::Stage {
-                        stage,
-                        elapsed_ms: started.elapsed().as_millis() as u64,
-                    });
-                }
-            }
+            observe_stages(docker, &running.id, &mut stages, started, on).await;
             match health::probe(port, launch.health_path).await {
-                Probe::Status(200) => break,
+                Probe::Status(200) => {
+                    // The engine's log reaches Docker after the engine wrote it, so the lines
+                    // it printed just before it answered may not have been read yet: a last
+                    // look, so that no stage it went through is skipped before `ready`.
+                    observe_stages(docker, &running.id, &mut stages, started, on).await;
+                    break;
+                }
                 p @ Probe::Status(status) if p.is_redirect() && !warned => {
                     warned = true;
                     tracing::warn!(
