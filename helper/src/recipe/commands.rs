@@ -147,6 +147,15 @@ pub fn dnf_obsoletes(package: &str) -> Built {
         .build()
 }
 
+/// What a [`dnf_obsoletes`] output lists: each line's first word, or `None` when one is not a
+/// package name.
+pub fn obsoleted_names(stdout: &str) -> Option<Vec<&str>> {
+    let firsts = stdout.lines().filter_map(|l| l.split_whitespace().next());
+    firsts
+        .map(|w| enginekit_shared::recipe::is_package_name(w).then_some(w))
+        .collect()
+}
+
 pub fn runtime_configure() -> Built {
     words(
         Program::NvidiaCtk,
