@@ -32,6 +32,18 @@ pub const FORBIDDEN_WORDS: &[&str] = &[
     "--autoremove",
 ];
 
+/// Whatever the plan says, a command with this first argument must carry this word: the
+/// reference's own shape rules (§8.10), kept as a second lock against a builder that lost one.
+const REQUIRED: &[(Program, &str, &str)] = &[
+    (Program::AptGet, "install", "--no-remove"),
+    (Program::AptGet, "update", "Dir::Etc::sourceparts=-"),
+    (
+        Program::Dnf,
+        "repoquery",
+        "--setopt=skip_if_unavailable=False",
+    ),
+];
+
 /// A refused command and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("refusing to run {argv:?}: {why}")]
@@ -208,6 +220,13 @@ impl Allowed {
             .any(|a| FORBIDDEN_WORDS.contains(&a.as_str()))
         {
             return refuse("it carries a word that removes or upgrades packages");
+        }
+        let first = cmd.args.first().map(SafeArg::as_str);
+        for &(program, verb, word) in REQUIRED {
+            let has = cmd.args.iter().any(|a| a.as_str() == word);
+            if cmd.program == program && first == Some(verb) && !has {
+                return refuse("it lacks an option the recipe's command always has");
+            }
         }
         if self.0.iter().any(|p| p.allows(cmd)) {
             Ok(())
@@ -448,6 +467,35 @@ mod tests {
             "it carries a word that removes or upgrades packages"
         );
         assert!(err.to_string().starts_with("refusing to run [\"apt-get\""));
+    }
+
+    #[test]
+    fn a_command_that_lost_a_required_option_is_refused_even_if_the_set_has_it() {
+        let without = |program, words: &[&str], gone: &str| {
+            let words: Vec<&str> = words.iter().copied().filter(|w| *w != gone).collect();
+            cmd(program, &words)
+        };
+        let mut update = vec!["update", "-o", "Dir::Etc::sourcelist=/etc/apt/x.list"];
+        update.extend(["-o", "Dir::Etc::sourceparts=-"]);
+        let mut install = APT_INSTALL.to_vec();
+        install.push("docker-ce");
+        let mut query = DNF_OBSOLETES.to_vec();
+        query.push("docker-ce");
+        let broken = [
+            without(Program::AptGet, &install, "--no-remove"),
+            without(Program::AptGet, &update, "Dir::Etc::sourceparts=-"),
+            without(Program::Dnf, &query, "--setopt=skip_if_unavailable=False"),
+        ];
+        let forged = Allowed(broken.iter().cloned().map(Permit::exact).collect());
+        for c in &broken {
+            let err = forged.permit(c).unwrap_err();
+            assert_eq!(
+                err.why,
+                "it lacks an option the recipe's command always has"
+            );
+        }
+        let whole = Allowed(vec![Permit::exact(cmd(Program::Dnf, &query))]);
+        whole.permit(&cmd(Program::Dnf, &query)).unwrap();
     }
 
     #[test]
