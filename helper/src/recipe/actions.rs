@@ -285,14 +285,14 @@ fn obsoletes(
                 out.describe()
             ));
         }
-        for line in out.stdout.text().lines().filter(|l| !l.trim().is_empty()) {
-            let first = line.split_whitespace().next().unwrap_or("");
-            if !enginekit_shared::recipe::is_package_name(first) {
-                return fail(format!(
-                    "{} obsoletes something that is not a package name",
-                    p.name
-                ));
-            }
+        let text = out.stdout.text();
+        let Some(names) = cmd::obsoleted_names(&text) else {
+            return fail(format!(
+                "{} obsoletes something that is not a package name",
+                p.name
+            ));
+        };
+        for first in names {
             if wanted.iter().any(|w| w.name == first) {
                 continue;
             }
@@ -323,14 +323,13 @@ pub(super) fn install_packages(r: &mut Executor<'_>, packages: &[PlannedPackage]
     if found.is_empty() {
         return satisfied(format!("{} already installed", names(packages)));
     }
+    // In the plan's order, the only order the allowlist permits.
+    let all: Vec<PlannedPackage> = found.iter().map(|(p, _)| p.clone()).collect();
     let (absent, outdated): (Vec<_>, Vec<_>) = found.into_iter().partition(|(_, v)| v.is_none());
     let absent: Vec<PlannedPackage> = absent.into_iter().map(|(p, _)| p).collect();
-    let outdated_packages: Vec<PlannedPackage> = outdated.iter().map(|(p, _)| p.clone()).collect();
     match r.family {
         // apt-get install upgrades an installed package to its candidate.
         Family::Apt => {
-            let all: Vec<PlannedPackage> =
-                absent.iter().chain(&outdated_packages).cloned().collect();
             r.must(&cmd::apt_install(&all)?, true)?;
         }
         // dnf install leaves an installed package as it is, and `upgrade` is a word the
@@ -348,7 +347,6 @@ pub(super) fn install_packages(r: &mut Executor<'_>, packages: &[PlannedPackage]
             r.must(&cmd::dnf_install(&absent)?, true)?;
         }
     }
-    let all: Vec<PlannedPackage> = absent.iter().chain(&outdated_packages).cloned().collect();
     let still = todo(r, &all)?;
     if let Some((p, have)) = still.first() {
         return fail(match have {

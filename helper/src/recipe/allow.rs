@@ -1,10 +1,15 @@
-//! The allowlist every command passes just before it is spawned (REFERENCE.md §8.10). The
-//! builders in [`super::commands`] only make permitted shapes; this is the second lock on the
-//! same door, so a bug in a builder cannot become a destructive command.
+//! The allowlist every command passes just before it is spawned (REFERENCE.md §8.10): exactly the
+//! commands the verified plan may run, built from the plan's typed values (its packages, pins,
+//! conflicts, source paths and user) by the same builders the actions use. A builder bug or an
+//! injected argument cannot make a command outside that set; the forbidden words are a second,
+//! cheap lock on the same door.
 
-use enginekit_shared::recipe::is_package_name;
+use std::path::Path;
 
-use super::commands::{self, APT_INSTALL, DNF_INSTALL, DNF_OBSOLETES};
+use enginekit_shared::recipe::{Family, PlannedAction, PlannedPackage};
+use enginekit_shared::safe::{SafeArg, UnsafeValue};
+
+use super::commands::*;
 use crate::exec::command::{Command, Program};
 
 /// No argument may be one of these.
@@ -27,6 +32,18 @@ pub const FORBIDDEN_WORDS: &[&str] = &[
     "--autoremove",
 ];
 
+/// Whatever the plan says, a command with this first argument must carry this word: the
+/// reference's own shape rules (§8.10), kept as a second lock against a builder that lost one.
+const REQUIRED: &[(Program, &str, &str)] = &[
+    (Program::AptGet, "install", "--no-remove"),
+    (Program::AptGet, "update", "Dir::Etc::sourceparts=-"),
+    (
+        Program::Dnf,
+        "repoquery",
+        "--setopt=skip_if_unavailable=False",
+    ),
+];
+
 /// A refused command and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("refusing to run {argv:?}: {why}")]
@@ -35,149 +52,202 @@ pub struct Refused {
     pub why: &'static str,
 }
 
-/// `name`, or `name=version` with a package name before the `=`.
-fn is_install_name(arg: &str) -> bool {
-    match arg.split_once('=') {
-        Some((name, version)) => {
-            is_package_name(name) && enginekit_shared::recipe::is_version(version)
-        }
-        None => is_package_name(arg),
+/// One permitted command: `full` exactly, or, where its arguments are chosen at run time (the
+/// plan's packages still missing, the listed conflicts found installed), its first `fixed`
+/// arguments then a non-empty subset of the rest, in the plan's order.
+#[derive(Debug, Clone)]
+pub struct Permit {
+    pub full: Command,
+    fixed: usize,
+}
+
+impl Permit {
+    fn exact(full: Command) -> Permit {
+        let fixed = full.args.len();
+        Permit { full, fixed }
+    }
+
+    fn allows(&self, cmd: &Command) -> bool {
+        let (fixed, whole) = (self.fixed, &self.full.args);
+        let mut rest = whole[fixed..].iter();
+        cmd.program == self.full.program
+            && cmd.duration == self.full.duration
+            && cmd.args.len() >= fixed
+            && cmd.args[..fixed] == whole[..fixed]
+            && (cmd.args.len() > fixed || whole.len() == fixed)
+            && cmd.args[fixed..].iter().all(|a| rest.any(|w| w == a))
     }
 }
 
-fn is_fixed(cmd: &Command) -> bool {
-    commands::fixed_commands().iter().any(|f| f == cmd)
-}
-
-/// Whether `cmd` may run.
-pub fn permit(cmd: &Command) -> Result<(), Refused> {
-    let argv = cmd.argv();
-    let refuse = |why| {
-        Err(Refused {
-            argv: argv.clone(),
-            why,
-        })
+/// Every command a plan's action may run, in the order it would first run them.
+/// `file_root` is the executor's [`super::ExecContext::file_root`].
+pub fn permits(
+    family: Family,
+    action: &PlannedAction,
+    file_root: &Path,
+) -> Result<Vec<Permit>, UnsafeValue> {
+    use PlannedAction as A;
+    let apt = family == Family::Apt;
+    let query = |name: &str| {
+        if apt {
+            apt_installed(name)
+        } else {
+            rpm_installed(name)
+        }
     };
-    let args: Vec<&str> = cmd.args.iter().map(|a| a.as_str()).collect();
-    if args.iter().any(|a| FORBIDDEN_WORDS.contains(a)) {
-        return refuse("it carries a word that removes or upgrades packages");
+    let queries = |wanted: &[PlannedPackage]| -> Result<Vec<Command>, UnsafeValue> {
+        let mut out = Vec::new();
+        for p in wanted {
+            out.push(query(&p.name)?);
+            if p.version.is_some() || p.minimum_version.is_some() {
+                out.push(if apt {
+                    apt_version(&p.name)?
+                } else {
+                    rpm_version(&p.name)?
+                });
+            }
+        }
+        Ok(out)
+    };
+    let mut out = Vec::new();
+    let mut chosen = None;
+    match action {
+        A::InstallKey { .. } | A::WriteSource { .. } => {}
+        A::CheckConflicts {
+            wanted,
+            conflicts,
+            remove,
+            ..
+        } => {
+            out.extend(queries(wanted)?);
+            for c in conflicts {
+                out.push(query(&c.name)?);
+            }
+            if !apt {
+                for p in wanted {
+                    out.push(dnf_obsoletes(&p.name)?);
+                }
+            }
+            if *remove && !conflicts.is_empty() {
+                let names: Vec<String> = conflicts.iter().map(|c| c.name.clone()).collect();
+                chosen = Some((dpkg_remove(&names)?, names.len()));
+            }
+        }
+        A::RefreshMetadata {
+            sources, wanted, ..
+        } => {
+            out.extend(queries(wanted)?);
+            for s in sources {
+                let path = super::files::under_root(file_root, s);
+                out.push(apt_refresh(&path.display().to_string())?);
+            }
+        }
+        A::InstallPackages { packages, .. } => {
+            out.extend(queries(packages)?);
+            let full = if apt {
+                apt_install(packages)?
+            } else {
+                dnf_install(packages)?
+            };
+            chosen = Some((full, packages.len()));
+        }
+        A::ConfigureRuntime { .. } => out.extend([
+            docker_active()?,
+            runtime_configure()?,
+            runtime_loaded()?,
+            docker_reset_failed()?,
+            docker_restart()?,
+            docker_journal()?,
+        ]),
+        A::GenerateCdi { .. } => out.extend([
+            cdi_list()?,
+            cdi_generate()?,
+            cdi_refresh_present()?,
+            cdi_refresh_enabled()?,
+            cdi_refresh_enable()?,
+        ]),
+        A::EnableService { .. } => out.extend([
+            docker_enabled()?,
+            docker_active()?,
+            docker_reset_failed()?,
+            docker_enable()?,
+            docker_journal()?,
+        ]),
+        A::AddToDockerGroup { user, .. } => {
+            out.extend([user_uid(user)?, user_groups(user)?]);
+            // Never root, even in a plan that names it.
+            if !user.is_root() {
+                out.push(add_to_docker_group(user)?);
+            }
+        }
     }
-    let first = args.first().copied().unwrap_or("");
-    match cmd.program {
-        Program::AptGet => {
-            match first {
-                "update" => {
-                    let shaped = args.len() == 9
-                        && args.contains(&"Dir::Etc::sourceparts=-")
-                        && args[2].starts_with("Dir::Etc::sourcelist=/");
-                    if shaped {
-                        Ok(())
-                    } else {
-                        refuse("apt-get update must read exactly one source list")
-                    }
-                }
-                "install" => {
-                    let prefix_ok =
-                        args.len() > APT_INSTALL.len() && args[..APT_INSTALL.len()] == *APT_INSTALL;
-                    if !prefix_ok || !args.contains(&"--no-remove") {
-                        return refuse("apt-get install must have the recipe's options, --no-remove among them");
-                    }
-                    if args[APT_INSTALL.len()..].iter().all(|a| is_install_name(a)) {
-                        Ok(())
-                    } else {
-                        refuse("apt-get install may only name packages")
-                    }
-                }
-                _ => refuse("apt-get may only update or install"),
+    let mut permits: Vec<Permit> = out.into_iter().map(Permit::exact).collect();
+    if let Some((full, names)) = chosen {
+        let fixed = full.args.len() - names;
+        permits.push(Permit { full, fixed });
+    }
+    Ok(permits)
+}
+
+/// Every command a verified plan may run.
+#[derive(Debug, Clone)]
+pub struct Allowed(Vec<Permit>);
+
+impl Allowed {
+    pub fn for_plan(
+        family: Family,
+        plan: &[PlannedAction],
+        file_root: &Path,
+    ) -> Result<Allowed, UnsafeValue> {
+        let mut all = Vec::new();
+        for action in plan {
+            all.extend(permits(family, action, file_root)?);
+        }
+        Ok(Allowed(all))
+    }
+
+    /// Whether `cmd` may run.
+    pub fn permit(&self, cmd: &Command) -> Result<(), Refused> {
+        let refuse = |why| {
+            Err(Refused {
+                argv: cmd.argv(),
+                why,
+            })
+        };
+        if cmd
+            .args
+            .iter()
+            .any(|a| FORBIDDEN_WORDS.contains(&a.as_str()))
+        {
+            return refuse("it carries a word that removes or upgrades packages");
+        }
+        let first = cmd.args.first().map(SafeArg::as_str);
+        for &(program, verb, word) in REQUIRED {
+            let has = cmd.args.iter().any(|a| a.as_str() == word);
+            if cmd.program == program && first == Some(verb) && !has {
+                return refuse("it lacks an option the recipe's command always has");
             }
         }
-        Program::DpkgQuery => {
-            let ok = args.len() == 3
-                && args[0] == "--show"
-                && matches!(
-                    args[1],
-                    "--showformat=${Status}" | "--showformat=${Version}"
-                )
-                && is_package_name(args[2]);
-            if ok {
-                Ok(())
-            } else {
-                refuse("dpkg-query may only show one package's status or version")
+        if self.0.iter().any(|p| p.allows(cmd)) {
+            Ok(())
+        } else {
+            refuse("it is not one of the commands the verified plan may run")
+        }
+    }
+
+    /// After a permitted `dnf repoquery --obsoletes` printed `stdout`: the one query each name it
+    /// lists may be asked (`rpm --query` of the obsoleted name), and nothing else.
+    pub fn learn(&mut self, cmd: &Command, stdout: &str) {
+        let is_obsoletes = cmd.program == Program::Dnf
+            && cmd.args.first().map(SafeArg::as_str) == Some(DNF_OBSOLETES[0]);
+        if !is_obsoletes || self.permit(cmd).is_err() {
+            return;
+        }
+        for name in obsoleted_names(stdout).unwrap_or_default() {
+            if let Ok(query) = rpm_installed(name) {
+                self.0.push(Permit::exact(query));
             }
         }
-        Program::Dpkg => {
-            let ok = args.len() >= 2
-                && args[0] == "--remove"
-                && args[1..].iter().all(|a| is_package_name(a));
-            if ok {
-                Ok(())
-            } else {
-                refuse("dpkg may only remove listed conflicting packages by name")
-            }
-        }
-        Program::Dnf => match first {
-            "install" => {
-                let ok = args.len() > DNF_INSTALL.len()
-                    && args[..DNF_INSTALL.len()] == *DNF_INSTALL
-                    && args[DNF_INSTALL.len()..].iter().all(|a| is_package_name(a));
-                if ok {
-                    Ok(())
-                } else {
-                    refuse("dnf install must have the recipe's options and only package names")
-                }
-            }
-            "repoquery" => {
-                let ok = args.len() == DNF_OBSOLETES.len() + 1
-                    && args[..DNF_OBSOLETES.len()] == *DNF_OBSOLETES
-                    && is_package_name(args[DNF_OBSOLETES.len()]);
-                if ok {
-                    Ok(())
-                } else {
-                    refuse("dnf repoquery must be exactly the Obsoletes query of one package")
-                }
-            }
-            _ => refuse("dnf may only install or repoquery"),
-        },
-        Program::Rpm => {
-            let ok = args.len() == 3
-                && args[0] == "--query"
-                && matches!(
-                    args[1],
-                    r"--queryformat=%{NAME}\n" | r"--queryformat=%{VERSION}-%{RELEASE}\n"
-                )
-                && is_package_name(args[2]);
-            if ok {
-                Ok(())
-            } else {
-                refuse("rpm may only query one package by name")
-            }
-        }
-        Program::Id => {
-            let ok = args.len() == 2 && matches!(args[0], "-u" | "-nG");
-            if ok {
-                Ok(())
-            } else {
-                refuse("id may only print one user's uid or groups")
-            }
-        }
-        Program::Usermod => {
-            let ok =
-                args.len() == 3 && args[0] == "-aG" && args[1] == "docker" && args[2] != "root";
-            if ok {
-                Ok(())
-            } else {
-                refuse("usermod may only add a non-root user to docker")
-            }
-        }
-        Program::NvidiaCtk | Program::Systemctl | Program::Docker | Program::Journalctl => {
-            if is_fixed(cmd) {
-                Ok(())
-            } else {
-                refuse("it is not one of the recipe's fixed commands")
-            }
-        }
-        #[cfg(test)]
-        Program::Sleep => refuse("sleep is a test program"),
     }
 }
 
@@ -185,104 +255,335 @@ pub fn permit(cmd: &Command) -> Result<(), Refused> {
 mod tests {
     use super::*;
     use crate::exec::command::CommandBuilder;
+    use enginekit_shared::recipe::{builtin, Component, PlannedConflict};
+    use enginekit_shared::safe::UserName;
+    use enginekit_shared::wire::host_step::HostParameters;
 
     fn cmd(program: Program, words: &[&str]) -> Command {
         CommandBuilder::new(program).words(words).build().unwrap()
     }
 
-    #[test]
-    fn refuses_the_reference_examples() {
-        let refused = [
-            cmd(Program::AptGet, &["purge", "docker.io"]),
-            cmd(Program::AptGet, &["remove", "docker.io"]),
-            cmd(Program::AptGet, &["autoremove"]),
-            cmd(Program::AptGet, &["upgrade"]),
-            cmd(Program::AptGet, &["dist-upgrade"]),
-            cmd(Program::AptGet, &["full-upgrade"]),
-            cmd(Program::AptGet, &["update"]),
-            cmd(Program::AptGet, &["install", "-y", "docker-ce"]),
-            cmd(
-                Program::Dnf,
-                &["install", "-y", "--allowerasing", "docker-ce"],
-            ),
-            cmd(Program::Dnf, &["makecache"]),
-            cmd(Program::Dnf, &["upgrade"]),
-            cmd(Program::Dnf, &["remove", "runc"]),
-            cmd(
-                Program::Dnf,
-                &[
-                    "repoquery",
-                    "--quiet",
-                    "-y",
-                    "--setopt=skip_if_unavailable=False",
-                    "--obsoletes",
-                    "--installed",
-                    "runc",
-                ],
-            ),
-            cmd(
-                Program::Dnf,
-                &[
-                    "repoquery",
-                    "--quiet",
-                    "-y",
-                    "--setopt=skip_if_unavailable=True",
-                    "--obsoletes",
-                    "runc",
-                ],
-            ),
-            cmd(
-                Program::Dnf,
-                &["repoquery", "--quiet", "-y", "--obsoletes", "runc"],
-            ),
-            cmd(Program::Rpm, &["--query", "-a"]),
-            cmd(Program::Rpm, &["-e", "runc"]),
-            cmd(
-                Program::Rpm,
-                &["--query", r"--queryformat=%{NAME}\n", "runc", "containerd"],
-            ),
-            cmd(
-                Program::Rpm,
-                &["--query", "--queryformat=%{VERSION}", "runc"],
-            ),
-            cmd(Program::Rpm, &["--query", "--whatprovides", "docker"]),
-            cmd(Program::Usermod, &["-aG", "docker", "root"]),
-            cmd(Program::Usermod, &["-aG", "wheel", "alice"]),
-            cmd(Program::Docker, &["rm", "-f", "x"]),
-            cmd(Program::Docker, &["info"]),
-            cmd(
-                Program::NvidiaCtk,
-                &[
-                    "runtime",
-                    "configure",
-                    "--runtime=docker",
-                    "--set-as-default",
-                ],
-            ),
-            cmd(Program::Systemctl, &["stop", "docker"]),
-            cmd(Program::Dpkg, &["--purge", "docker.io"]),
-            cmd(Program::Dpkg, &["-i", "x.deb"]),
-        ];
-        for c in refused {
-            assert!(permit(&c).is_err(), "{:?} was permitted", c.argv());
+    fn plan(family: &str, distro: &str, version: &str) -> Vec<PlannedAction> {
+        let components: Vec<&str> = Component::ALL.iter().map(|c| c.as_str()).collect();
+        let params = HostParameters::validate(&serde_json::json!({
+            "user": "alice", "arch": "x86_64", "family": family, "distro_id": distro,
+            "version_id": version, "components": components,
+        }))
+        .unwrap();
+        builtin().unwrap().steps_for(&params).unwrap()
+    }
+
+    fn apt_plan() -> Vec<PlannedAction> {
+        plan("apt", "ubuntu", "24.04")
+    }
+
+    fn dnf_plan() -> Vec<PlannedAction> {
+        plan("dnf", "fedora", "41")
+    }
+
+    fn allowed(family: Family, plan: &[PlannedAction]) -> Allowed {
+        Allowed::for_plan(family, plan, Path::new("/")).unwrap()
+    }
+
+    fn packages(plan: &[PlannedAction]) -> Vec<PlannedPackage> {
+        plan.iter()
+            .find_map(|a| match a {
+                PlannedAction::InstallPackages { packages, .. } => Some(packages.clone()),
+                _ => None,
+            })
+            .unwrap()
+    }
+
+    fn package(name: &str, version: Option<&str>) -> PlannedPackage {
+        PlannedPackage {
+            component: Component::DockerEngine,
+            name: name.into(),
+            version: version.map(str::to_owned),
+            minimum_version: None,
+        }
+    }
+
+    /// The non-empty subsets of `all`, each in `all`'s order.
+    fn subsets<T: Clone>(all: &[T]) -> Vec<Vec<T>> {
+        (1u32..(1 << all.len()))
+            .map(|mask| {
+                (0..all.len())
+                    .filter(|i| mask & (1 << i) != 0)
+                    .map(|i| all[i].clone())
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn refused(allowed: &Allowed, commands: Vec<Command>) {
+        for c in commands {
+            assert!(allowed.permit(&c).is_err(), "{:?} was permitted", c.argv());
         }
     }
 
     #[test]
-    fn permits_the_reference_shapes() {
-        let permitted = [
-            commands::dnf_obsoletes("containerd.io").unwrap(),
-            commands::rpm_installed("runc").unwrap(),
-            commands::rpm_installed("moby-engine").unwrap(),
-            commands::apt_refresh("/etc/apt/sources.list.d/docker.list").unwrap(),
-            commands::apt_installed("docker-ce").unwrap(),
-            commands::dpkg_remove(&["docker.io".into()]).unwrap(),
+    fn refuses_the_reference_examples() {
+        let mut both = allowed(Family::Apt, &apt_plan());
+        both.0.extend(allowed(Family::Dnf, &dnf_plan()).0);
+        let list = r"--queryformat=%{NAME}\n";
+        let obsoletes = |extra: &[&str], name: &str| {
+            let mut words = DNF_OBSOLETES.to_vec();
+            words.extend(extra);
+            words.push(name);
+            cmd(Program::Dnf, &words)
+        };
+        refused(
+            &both,
+            vec![
+                cmd(Program::AptGet, &["purge", "docker.io"]),
+                cmd(Program::AptGet, &["remove", "docker.io"]),
+                cmd(Program::AptGet, &["autoremove"]),
+                cmd(Program::AptGet, &["upgrade"]),
+                cmd(Program::AptGet, &["dist-upgrade"]),
+                cmd(Program::AptGet, &["full-upgrade"]),
+                cmd(Program::AptGet, &["update"]),
+                cmd(Program::AptGet, &["install", "-y", "docker-ce"]),
+                cmd(
+                    Program::Dnf,
+                    &["install", "-y", "--allowerasing", "docker-ce"],
+                ),
+                cmd(Program::Dnf, &["makecache"]),
+                cmd(Program::Dnf, &["upgrade"]),
+                cmd(Program::Dnf, &["remove", "runc"]),
+                obsoletes(&["--installed"], "runc"),
+                obsoletes(&[], "moby-engine"),
+                cmd(
+                    Program::Dnf,
+                    &["repoquery", "--quiet", "-y", "--obsoletes", "runc"],
+                ),
+                cmd(
+                    Program::Dnf,
+                    &[
+                        "repoquery",
+                        "--quiet",
+                        "-y",
+                        "--setopt=skip_if_unavailable=True",
+                        "--obsoletes",
+                        "docker-ce",
+                    ],
+                ),
+                cmd(Program::Rpm, &["--query", "-a"]),
+                cmd(Program::Rpm, &["-e", "runc"]),
+                cmd(Program::Rpm, &["--query", list, "runc", "containerd"]),
+                cmd(
+                    Program::Rpm,
+                    &["--query", "--queryformat=%{VERSION}", "runc"],
+                ),
+                cmd(Program::Rpm, &["--query", "--whatprovides", "docker"]),
+                cmd(Program::Rpm, &["--query", "--quiet", "runc"]),
+                cmd(Program::Usermod, &["-aG", "docker", "root"]),
+                cmd(Program::Usermod, &["-aG", "wheel", "alice"]),
+                cmd(Program::Docker, &["rm", "-f", "x"]),
+                cmd(Program::Docker, &["info"]),
+                cmd(
+                    Program::NvidiaCtk,
+                    &[
+                        "runtime",
+                        "configure",
+                        "--runtime=docker",
+                        "--set-as-default",
+                    ],
+                ),
+                cmd(Program::Systemctl, &["stop", "docker"]),
+                cmd(Program::Dpkg, &["--purge", "docker.io"]),
+                cmd(Program::Dpkg, &["-i", "x.deb"]),
+            ],
+        );
+    }
+
+    #[test]
+    fn a_command_outside_the_plan_is_refused() {
+        let plan = apt_plan();
+        let apt = allowed(Family::Apt, &plan);
+        let all = packages(&plan);
+        let first = all[0].clone();
+        let mut reversed = all.clone();
+        reversed.reverse();
+        let with_extra = |flag: &str| {
+            CommandBuilder::new(Program::AptGet)
+                .words(APT_INSTALL)
+                .flag(flag)
+                .arg(first.name.clone())
+                .long_running()
+                .build()
+                .unwrap()
+        };
+        let bob = UserName::new("bob").unwrap();
+        refused(
+            &apt,
+            vec![
+                // A package the plan does not name, alone or among the plan's.
+                apt_install(&[package("evil", None)]).unwrap(),
+                apt_install(&[first.clone(), package("evil", None)]).unwrap(),
+                apt_installed("evil").unwrap(),
+                apt_version("evil").unwrap(),
+                // The plan's package at a version the plan does not pin.
+                apt_install(&[package(&first.name, Some("1.0"))]).unwrap(),
+                // Out of the plan's order, twice, none at all.
+                apt_install(&reversed).unwrap(),
+                apt_install(&[first.clone(), first.clone()]).unwrap(),
+                apt_install(&[]).unwrap(),
+                // An extra option; the same words with another timeout class.
+                with_extra("--allow-downgrades"),
+                CommandBuilder::new(Program::AptGet)
+                    .words(APT_INSTALL)
+                    .arg(first.name.clone())
+                    .build()
+                    .unwrap(),
+                // Another source list, or the plan's under another root.
+                apt_refresh("/etc/apt/sources.list.d/evil.list").unwrap(),
+                apt_refresh("/tmp/root/etc/apt/sources.list.d/docker.list").unwrap(),
+                // Another user; a removal the plan does not allow (its `remove` is false).
+                user_uid(&bob).unwrap(),
+                user_groups(&bob).unwrap(),
+                add_to_docker_group(&bob).unwrap(),
+                dpkg_remove(&["docker.io".into()]).unwrap(),
+                // The other family's commands.
+                dnf_install(&all).unwrap(),
+                rpm_installed(&first.name).unwrap(),
+            ],
+        );
+        assert!(apt
+            .permit(&apt_refresh("/etc/apt/sources.list.d/docker.list").unwrap())
+            .is_ok());
+        let err = apt.permit(&with_extra("--allow-downgrades")).unwrap_err();
+        assert_eq!(
+            err.why,
+            "it is not one of the commands the verified plan may run"
+        );
+        let err = apt
+            .permit(&cmd(
+                Program::AptGet,
+                &["install", "-y", "--auto-remove", "x"],
+            ))
+            .unwrap_err();
+        assert_eq!(
+            err.why,
+            "it carries a word that removes or upgrades packages"
+        );
+        assert!(err.to_string().starts_with("refusing to run [\"apt-get\""));
+    }
+
+    #[test]
+    fn a_command_that_lost_a_required_option_is_refused_even_if_the_set_has_it() {
+        let without = |program, words: &[&str], gone: &str| {
+            let words: Vec<&str> = words.iter().copied().filter(|w| *w != gone).collect();
+            cmd(program, &words)
+        };
+        let mut update = vec!["update", "-o", "Dir::Etc::sourcelist=/etc/apt/x.list"];
+        update.extend(["-o", "Dir::Etc::sourceparts=-"]);
+        let mut install = APT_INSTALL.to_vec();
+        install.push("docker-ce");
+        let mut query = DNF_OBSOLETES.to_vec();
+        query.push("docker-ce");
+        let broken = [
+            without(Program::AptGet, &install, "--no-remove"),
+            without(Program::AptGet, &update, "Dir::Etc::sourceparts=-"),
+            without(Program::Dnf, &query, "--setopt=skip_if_unavailable=False"),
         ];
-        for c in permitted {
-            assert!(permit(&c).is_ok(), "{:?} was refused", c.argv());
+        let forged = Allowed(broken.iter().cloned().map(Permit::exact).collect());
+        for c in &broken {
+            let err = forged.permit(c).unwrap_err();
+            assert_eq!(
+                err.why,
+                "it lacks an option the recipe's command always has"
+            );
         }
-        for c in commands::fixed_commands() {
-            assert!(permit(&c).is_ok(), "{:?} was refused", c.argv());
+        let whole = Allowed(vec![Permit::exact(cmd(Program::Dnf, &query))]);
+        whole.permit(&cmd(Program::Dnf, &query)).unwrap();
+    }
+
+    #[test]
+    fn every_subset_of_the_plans_packages_in_its_order_may_be_installed() {
+        for (family, plan) in [(Family::Apt, apt_plan()), (Family::Dnf, dnf_plan())] {
+            let allowed = allowed(family, &plan);
+            let all = packages(&plan);
+            assert!(all.len() >= 4, "{all:?}");
+            for subset in subsets(&all) {
+                let c = match family {
+                    Family::Apt => apt_install(&subset),
+                    Family::Dnf => dnf_install(&subset),
+                };
+                allowed.permit(&c.unwrap()).unwrap();
+            }
         }
+    }
+
+    #[test]
+    fn a_recipe_that_removes_may_remove_only_the_conflicts_it_lists() {
+        let conflict = |name: &str| PlannedConflict {
+            component: Component::DockerEngine,
+            name: name.into(),
+        };
+        let check = PlannedAction::CheckConflicts {
+            id: "conflicts".into(),
+            wanted: vec![package("docker-ce", None)],
+            conflicts: vec![
+                conflict("docker.io"),
+                conflict("containerd"),
+                conflict("runc"),
+            ],
+            remove: true,
+        };
+        let apt = allowed(Family::Apt, &[check]);
+        let names = ["docker.io".to_string(), "containerd".into(), "runc".into()];
+        for subset in subsets(&names) {
+            apt.permit(&dpkg_remove(&subset).unwrap()).unwrap();
+        }
+        refused(
+            &apt,
+            vec![
+                dpkg_remove(&["docker-ce".into()]).unwrap(),
+                dpkg_remove(&["runc".into(), "docker.io".into()]).unwrap(),
+                dpkg_remove(&[]).unwrap(),
+                cmd(Program::Dpkg, &["--purge", "runc"]),
+            ],
+        );
+    }
+
+    #[test]
+    fn an_obsoleted_name_may_be_asked_once_dnf_listed_it() {
+        let plan = dnf_plan();
+        let mut dnf = allowed(Family::Dnf, &plan);
+        let lxc = rpm_installed("lxc-docker").unwrap();
+        assert!(dnf.permit(&lxc).is_err());
+        // Taught nothing by a query outside the plan, or by output that is not names.
+        dnf.learn(&dnf_obsoletes("evil").unwrap(), "lxc-docker\n");
+        dnf.learn(&dnf_obsoletes("docker-ce").unwrap(), "lxc-docker\n-rf /\n");
+        dnf.learn(&rpm_installed("docker-ce").unwrap(), "lxc-docker\n");
+        assert!(dnf.permit(&lxc).is_err());
+        dnf.learn(
+            &dnf_obsoletes("docker-ce").unwrap(),
+            "lxc-docker 1.9.1-1.fc41\n\nrunc\n",
+        );
+        dnf.permit(&lxc).unwrap();
+        dnf.permit(&rpm_installed("runc").unwrap()).unwrap();
+        refused(
+            &dnf,
+            vec![
+                rpm_version("lxc-docker").unwrap(),
+                rpm_installed("lxc").unwrap(),
+                dnf_install(&[package("lxc-docker", None)]).unwrap(),
+            ],
+        );
+    }
+
+    #[test]
+    fn root_is_never_added_to_the_docker_group_even_when_planned() {
+        let root = UserName::new("root").unwrap();
+        let group = PlannedAction::AddToDockerGroup {
+            id: "group".into(),
+            user: root.clone(),
+        };
+        let allowed = allowed(Family::Apt, &[group]);
+        allowed.permit(&user_uid(&root).unwrap()).unwrap();
+        assert!(allowed
+            .permit(&add_to_docker_group(&root).unwrap())
+            .is_err());
     }
 }

@@ -1,6 +1,7 @@
 //! Every argv the recipe can run, built in code from typed values. The shapes are exactly the
 //! reference recipe's (REFERENCE.md §8.5); the recipe data only supplies package names, pins
-//! and the vendors' source paths, all validated on parse.
+//! and the vendors' source paths, all validated on parse. [`super::allow`] builds, with these
+//! same functions, the exact set a plan may run.
 
 use enginekit_shared::recipe::PlannedPackage;
 use enginekit_shared::safe::{UnsafeValue, UserName};
@@ -147,6 +148,15 @@ pub fn dnf_obsoletes(package: &str) -> Built {
         .build()
 }
 
+/// What a [`dnf_obsoletes`] output lists: each line's first word, or `None` when one is not a
+/// package name.
+pub fn obsoleted_names(stdout: &str) -> Option<Vec<&str>> {
+    let firsts = stdout.lines().filter_map(|l| l.split_whitespace().next());
+    firsts
+        .map(|w| enginekit_shared::recipe::is_package_name(w).then_some(w))
+        .collect()
+}
+
 pub fn runtime_configure() -> Built {
     words(
         Program::NvidiaCtk,
@@ -242,131 +252,4 @@ pub fn add_to_docker_group(user: &UserName) -> Built {
         .arg("docker")
         .arg(user.as_str())
         .build()
-}
-
-/// Every fixed argv (no names in it): what the allowlist compares `nvidia-ctk`, `systemctl`,
-/// `docker` and `journalctl` commands against, element by element.
-pub fn fixed_commands() -> Vec<Command> {
-    [
-        runtime_configure(),
-        docker_active(),
-        runtime_loaded(),
-        docker_restart(),
-        docker_reset_failed(),
-        docker_journal(),
-        cdi_list(),
-        cdi_generate(),
-        cdi_refresh_present(),
-        cdi_refresh_enabled(),
-        cdi_refresh_enable(),
-        docker_enabled(),
-        docker_enable(),
-    ]
-    .into_iter()
-    .flatten()
-    .collect()
-}
-
-/// Every command an action may run, in the order it would first run them: what tests compare
-/// with the reference recipe's argv and pass through the allowlist. `file_root` is the
-/// executor's [`super::ExecContext::file_root`].
-pub fn possible_commands(
-    family: enginekit_shared::recipe::Family,
-    action: &enginekit_shared::recipe::PlannedAction,
-    file_root: &std::path::Path,
-) -> Result<Vec<Command>, UnsafeValue> {
-    use enginekit_shared::recipe::{Family, PlannedAction as A};
-    let apt = family == Family::Apt;
-    let query = |name: &str| {
-        if apt {
-            apt_installed(name)
-        } else {
-            rpm_installed(name)
-        }
-    };
-    let queries = |wanted: &[PlannedPackage]| -> Result<Vec<Command>, UnsafeValue> {
-        let mut out = Vec::new();
-        for p in wanted {
-            out.push(query(&p.name)?);
-            if p.version.is_some() || p.minimum_version.is_some() {
-                out.push(if apt {
-                    apt_version(&p.name)?
-                } else {
-                    rpm_version(&p.name)?
-                });
-            }
-        }
-        Ok(out)
-    };
-    let mut out = Vec::new();
-    match action {
-        A::InstallKey { .. } | A::WriteSource { .. } => {}
-        A::CheckConflicts {
-            wanted,
-            conflicts,
-            remove,
-            ..
-        } => {
-            out.extend(queries(wanted)?);
-            for c in conflicts {
-                out.push(query(&c.name)?);
-            }
-            if !apt {
-                for p in wanted {
-                    out.push(dnf_obsoletes(&p.name)?);
-                }
-            }
-            if *remove && !conflicts.is_empty() {
-                out.push(dpkg_remove(
-                    &conflicts.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
-                )?);
-            }
-        }
-        A::RefreshMetadata {
-            sources, wanted, ..
-        } => {
-            out.extend(queries(wanted)?);
-            for s in sources {
-                out.push(apt_refresh(
-                    &super::files::under_root(file_root, s).display().to_string(),
-                )?);
-            }
-        }
-        A::InstallPackages { packages, .. } => {
-            out.extend(queries(packages)?);
-            out.push(if apt {
-                apt_install(packages)?
-            } else {
-                dnf_install(packages)?
-            });
-        }
-        A::ConfigureRuntime { .. } => out.extend([
-            docker_active()?,
-            runtime_configure()?,
-            runtime_loaded()?,
-            docker_reset_failed()?,
-            docker_restart()?,
-            docker_journal()?,
-        ]),
-        A::GenerateCdi { .. } => out.extend([
-            cdi_list()?,
-            cdi_generate()?,
-            cdi_refresh_present()?,
-            cdi_refresh_enabled()?,
-            cdi_refresh_enable()?,
-        ]),
-        A::EnableService { .. } => out.extend([
-            docker_enabled()?,
-            docker_active()?,
-            docker_reset_failed()?,
-            docker_enable()?,
-            docker_journal()?,
-        ]),
-        A::AddToDockerGroup { user, .. } => out.extend([
-            user_uid(user)?,
-            user_groups(user)?,
-            add_to_docker_group(user)?,
-        ]),
-    }
-    Ok(out)
 }

@@ -1,12 +1,12 @@
 //! The executor's per-run state: the environment, progress reporting, the cancel window, and
-//! running one command through the allowlist with the lock-holder watch.
+//! running one command through the plan's allowlist with the lock-holder watch.
 
 use std::time::Instant;
 
 use enginekit_shared::recipe::Family;
 use enginekit_shared::safe::UnsafeValue;
 
-use super::allow;
+use super::allow::Allowed;
 use super::{CommandRecord, ExecContext, ProgressSink};
 use crate::exec::command::Command;
 use crate::exec::lock::{self, LockHolder};
@@ -52,6 +52,8 @@ pub(super) struct Executor<'a> {
     pub ctx: &'a ExecContext,
     pub family: Family,
     env: Vec<(String, String)>,
+    /// The commands the plan may run.
+    allowed: Allowed,
     sink: &'a mut dyn ProgressSink,
     pub phase: String,
     pub percent: i32,
@@ -66,12 +68,14 @@ impl<'a> Executor<'a> {
         ctx: &'a ExecContext,
         family: Family,
         env: Vec<(String, String)>,
+        allowed: Allowed,
         sink: &'a mut dyn ProgressSink,
     ) -> Executor<'a> {
         Executor {
             ctx,
             family,
             env,
+            allowed,
             sink,
             phase: String::new(),
             percent: 0,
@@ -94,7 +98,9 @@ impl<'a> Executor<'a> {
 
     /// Runs one command, recording it. `mutating` marks a command that changes the host.
     pub fn run(&mut self, cmd: &Command, mutating: bool) -> Result<CommandResult, Failure> {
-        allow::permit(cmd).map_err(|e| Failure(e.to_string()))?;
+        self.allowed
+            .permit(cmd)
+            .map_err(|e| Failure(e.to_string()))?;
         let is_pm = cmd.program.is_package_manager();
         if is_pm && !self.package_manager_started {
             self.package_manager_started = true;
@@ -129,6 +135,9 @@ impl<'a> Executor<'a> {
             };
             spawn::run(cmd, &self.env, &self.ctx.timeouts, &mut watch)
         };
+        if result.success() {
+            self.allowed.learn(cmd, &result.stdout.text());
+        }
         let record = CommandRecord {
             argv: result.argv.clone(),
             exit_status: result.exit_code,

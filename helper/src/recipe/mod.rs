@@ -31,10 +31,12 @@
 //!   detail is the message), `MANAGED_HOST_STEP_INVALID` for a plan that cannot be built.
 //!   [`ExecutionOutcome::records`] gives the receipt's `ActionRecord`s.
 //!
-//! Every command goes through [`allow::permit`] just before it is spawned, runs with
-//! `env_clear()` plus the recipe's environment, stdin from /dev/null and its own process group
-//! (see [`crate::exec`]). Nothing is ever removed or upgraded, except listed conflicts in a
-//! recipe that says `remove: true` (`dpkg --remove` of exactly those packages).
+//! Every command must be one the plan may run ([`allow::Allowed::permit`], checked just before
+//! it is spawned; a plan whose commands cannot be built is `MANAGED_HOST_STEP_INVALID` before
+//! anything runs), and runs with `env_clear()` plus the recipe's environment, stdin from
+//! /dev/null and its own process group (see [`crate::exec`]). Nothing is ever removed or
+//! upgraded, except listed conflicts in a recipe that says `remove: true` (`dpkg --remove` of
+//! those packages found installed).
 
 pub mod actions;
 pub mod allow;
@@ -236,18 +238,20 @@ pub fn run(
     sink: &mut dyn ProgressSink,
     cancel: &CancelToken,
 ) -> ExecutionOutcome {
-    let plan = match recipe.steps_for(params) {
-        Ok(plan) => plan,
-        Err(e) => {
-            tracing::warn!(uid = ctx.caller_uid, recipe = %recipe.digest(), error = %e, "refused to plan");
-            return ExecutionOutcome {
-                outcome: Outcome::Failed,
-                actions: Vec::new(),
-                error: Some(CodedError::new(ErrorCode::HostStepInvalid, e.to_string())),
-            };
-        }
-    };
-    run_plan(recipe, params, &plan, ctx, sink, cancel)
+    match recipe.steps_for(params) {
+        Ok(plan) => run_plan(recipe, params, &plan, ctx, sink, cancel),
+        Err(e) => refused(recipe, ctx, e.to_string()),
+    }
+}
+
+/// A plan that cannot be built, refused before anything runs.
+fn refused(recipe: &Recipe, ctx: &ExecContext, why: String) -> ExecutionOutcome {
+    tracing::warn!(uid = ctx.caller_uid, recipe = %recipe.digest(), error = %why, "refused to plan");
+    ExecutionOutcome {
+        outcome: Outcome::Failed,
+        actions: Vec::new(),
+        error: Some(CodedError::new(ErrorCode::HostStepInvalid, why)),
+    }
 }
 
 /// Runs an already planned list of actions (the one the prompt listed). See the module
@@ -260,7 +264,12 @@ pub fn run_plan(
     sink: &mut dyn ProgressSink,
     cancel: &CancelToken,
 ) -> ExecutionOutcome {
-    let mut r = Executor::new(ctx, params.family(), child_environment(recipe), sink);
+    let family = params.family();
+    let allowed = match allow::Allowed::for_plan(family, plan, &ctx.file_root) {
+        Ok(allowed) => allowed,
+        Err(e) => return refused(recipe, ctx, format!("a command could not be built: {e}")),
+    };
+    let mut r = Executor::new(ctx, family, child_environment(recipe), allowed, sink);
     let total = plan.len().max(1);
     let mut reports = Vec::with_capacity(plan.len());
     let mut outcome = Outcome::Succeeded;
