@@ -44,18 +44,7 @@ pub fn init() {
 
 /// `msgid` in the user's language with its named values filled in.
 pub fn text(msgid: &'static str, values: &[(&str, &dyn Display)]) -> String {
-    let translated = gettextrs::dgettext(DOMAIN, msgid);
-    if translated != msgid {
-        if let Some(filled) = fill(&translated, values) {
-            return filled;
-        }
-    }
-    let english = fill(msgid, values);
-    debug_assert!(
-        english.is_some(),
-        "{msgid:?} names a value the call does not give"
-    );
-    english.unwrap_or_else(|| msgid.to_owned())
+    shown(gettextrs::dgettext(DOMAIN, msgid), msgid, values)
 }
 
 /// `singular` or `plural` (or the catalog's form for `count`) with its values filled in.
@@ -67,7 +56,16 @@ pub fn plural_text(
 ) -> String {
     let count32 = u32::try_from(count).unwrap_or(u32::MAX);
     let translated = gettextrs::dngettext(DOMAIN, singular, plural, count32);
-    let english = if count == 1 { singular } else { plural };
+    shown(
+        translated,
+        if count == 1 { singular } else { plural },
+        values,
+    )
+}
+
+/// The translation filled in, unless there is none or it names a value not given: then the
+/// English.
+fn shown(translated: String, english: &'static str, values: &[(&str, &dyn Display)]) -> String {
     if translated != english {
         if let Some(filled) = fill(&translated, values) {
             return filled;
