@@ -29,7 +29,7 @@ use enginekit_shared::wire::plan::{
 };
 
 use crate::documents::store::DocumentSet;
-use crate::probe::exec::{self, Runner};
+use crate::probe::exec::Runner;
 
 /// The whole check (update and policy) gets this long.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(12);
@@ -201,7 +201,7 @@ async fn ask_apt(query: &RepositoryQuery) -> RepositoryAnswer {
         Err(e) => return not_checked(format!("no private apt folder: {e}")),
     };
     let runner = Runner::new(
-        exec::system_dirs(),
+        crate::programs::system_dirs(),
         CHECK_TIMEOUT,
         dir.join("docker-config"),
     );

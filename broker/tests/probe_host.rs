@@ -14,12 +14,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use enginekit_broker::probe::exec::system_dirs;
 use enginekit_broker::probe::facts::{
     DaemonState, Fact, GpuSource, HostFacts, InitSystem, InstallMethod, LibraryMismatch,
     UnknownFact,
 };
 use enginekit_broker::probe::{probe, ProbeOptions};
+use enginekit_broker::programs::system_dirs;
 
 const BENCH_HINT: &str = "start the test bench first: tests/bench/up";
 

@@ -1,6 +1,6 @@
-//! Runs the probe's read-only commands: binaries from the system directories only, a scrubbed
-//! environment (both [`crate::programs`]'), no stdin, bounded output, and a hard deadline that
-//! kills the whole process group.
+//! Runs the probe's read-only commands: binaries from the system directories only and a
+//! scrubbed environment (both by [`crate::programs`]), no stdin, bounded output, and a hard
+//! deadline that kills the whole process group.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -189,15 +189,13 @@ async fn read_bounded<R: AsyncRead + Unpin>(stream: Option<R>, max: usize) -> St
     String::from_utf8_lossy(&kept).into_owned()
 }
 
-pub use crate::programs::system_dirs;
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn runner(timeout_ms: u64) -> Runner {
         Runner::new(
-            system_dirs(),
+            programs::system_dirs(),
             Duration::from_millis(timeout_ms),
             PathBuf::from("/nonexistent-docker-config"),
         )

@@ -64,7 +64,7 @@ impl Default for ProbeOptions {
         ProbeOptions {
             read_timeout: DEFAULT_READ_TIMEOUT,
             docker_socket: PathBuf::from(DEFAULT_DOCKER_SOCKET),
-            bin_dirs: exec::system_dirs(),
+            bin_dirs: crate::programs::system_dirs(),
             root: PathBuf::from("/"),
             xdg_runtime_dir: None,
             nvml: true,
