@@ -38,6 +38,7 @@ pub use crate::wire::host_step::Component;
 pub use crate::wire::host_step::{Arch, Family};
 pub use model::{ActionSpec, KeyEncoding, RecipeBody};
 pub use plan::{PlannedAction, PlannedConflict, PlannedPackage, Target};
+pub(crate) use validate::is_word;
 pub use validate::{is_package_name, is_version, PATH_DIRS, RECIPE_ID};
 
 /// The largest recipe payload accepted, in bytes of JSON.

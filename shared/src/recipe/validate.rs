@@ -52,7 +52,8 @@ pub fn is_version(version: &str) -> bool {
         })
 }
 
-fn is_word(s: &str, max: usize, extra: &[u8]) -> bool {
+/// Lowercase letters, digits and `extra`, 1 to `max` bytes.
+pub(crate) fn is_word(s: &str, max: usize, extra: &[u8]) -> bool {
     !s.is_empty()
         && s.len() <= max
         && s.bytes()

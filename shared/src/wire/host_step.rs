@@ -233,11 +233,7 @@ fn shown(value: &Value) -> String {
 /// os-release's `ID` and `VERSION_ID` alphabet (os-release(5)): 0-9, a-z, '.', '_', '-'; at
 /// most 64 bytes here.
 fn is_os_release_value(text: &str) -> bool {
-    !text.is_empty()
-        && text.len() <= 64
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase() || b"._-".contains(&b))
+    crate::recipe::is_word(text, 64, b"._-")
 }
 
 impl HostParameters {
