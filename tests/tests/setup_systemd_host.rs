@@ -182,18 +182,25 @@ impl SystemdGpuHost {
     /// Runs the session-bus client in `mode` as the user, in a fresh login session with its own
     /// session bus (`dbus-run-session`, which activates `enginekit serve` from the shipped file);
     /// what it reported.
+    /// The client's report, with the session service's log (it logs at `info` to the session
+    /// bus's stderr) under `service_log`, so that a failed assertion shows what the service did.
     fn bus_client(&self, mode: &str) -> Value {
         let out = self.booted.sh_as(
             USER,
             &format!(
-                "{BUS_CLIENT_MODE}={mode} RUST_LOG=warn dbus-run-session -- {BUS_CLIENT} \
+                "{BUS_CLIENT_MODE}={mode} RUST_LOG=warn ENGINEKIT_LOG=enginekit_broker=info \
+                 dbus-run-session -- {BUS_CLIENT} \
                  --ignored --exact session_bus_client --nocapture --test-threads=1 </dev/null"
             ),
         );
         let text = String::from_utf8_lossy(&out.stdout);
         text.lines()
             .find_map(|l| l.split_once(RESULT).map(|(_, rest)| rest.to_owned()))
-            .map(|l| serde_json::from_str(&l).expect("client result json"))
+            .map(|l| {
+                let mut report: Value = serde_json::from_str(&l).expect("client result json");
+                report["service_log"] = Value::String(String::from_utf8_lossy(&out.stderr).into());
+                report
+            })
             .unwrap_or_else(|| {
                 panic!(
                     "the bus client ({mode}) reported nothing: {}\nhelper journal:\n{}",

@@ -24,7 +24,7 @@ use zbus::{Connection, OwnedObjectPath};
 use self::api::BrokerApi;
 use self::error::BrokerError;
 use self::operation::{operation_path, OperationObject};
-use crate::operations::record::{DigestText, EngineId, OperationId};
+use crate::operations::record::{DigestText, EngineId, Operation, OperationId};
 use crate::operations::runner::RunnerEvent;
 
 pub const BUS_NAME: &str = "org.enginekit.Broker1";
@@ -184,30 +184,70 @@ impl BrokerObject {
     ) -> zbus::Result<()>;
 }
 
+/// Exports the stored operations and keeps their objects current from then on. The subscription
+/// comes first: a change recorded between reading the store and subscribing (the recovery of a
+/// service that just started) would otherwise never reach its object, which would show the
+/// older phase until the next change.
+pub(crate) fn publish_operations(
+    conn: &Connection,
+    api: &Arc<dyn BrokerApi>,
+    watchers: &Arc<notify::Watchers>,
+) -> tokio::task::JoinHandle<()> {
+    let events = api.subscribe();
+    let (conn, api, watchers) = (conn.clone(), api.clone(), watchers.clone());
+    tokio::spawn(async move {
+        for op in api.operations().unwrap_or_default() {
+            let _ = operation::export(conn.object_server(), &api, &op).await;
+        }
+        pump(conn, api, watchers, events).await;
+    })
+}
+
+/// The object of `op`, exported if new, brought up to `op` (an older revision is ignored).
+async fn show(
+    conn: &Connection,
+    api: &Arc<dyn BrokerApi>,
+    op: &Operation,
+) -> Option<OwnedObjectPath> {
+    let server = conn.object_server();
+    let path = operation::export(server, api, op).await.ok()?;
+    if let Ok(iface) = server.interface::<_, OperationObject>(path.as_str()).await {
+        iface
+            .get_mut()
+            .await
+            .update(op.clone(), iface.signal_emitter())
+            .await;
+    }
+    Some(path)
+}
+
 /// Forward runner events to the bus: properties, `Changed`, `Progress`, `OperationChanged`, and
 /// the desktop notifications they deserve.
-async fn pump(conn: Connection, api: Arc<dyn BrokerApi>, watchers: Arc<notify::Watchers>) {
-    let mut events = api.subscribe();
+async fn pump(
+    conn: Connection,
+    api: Arc<dyn BrokerApi>,
+    watchers: Arc<notify::Watchers>,
+    mut events: tokio::sync::broadcast::Receiver<RunnerEvent>,
+) {
     loop {
         let event = match events.recv().await {
             Ok(event) => event,
-            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+            // Changes were missed: every object is brought up to its stored record.
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                for op in api.operations().unwrap_or_default() {
+                    show(&conn, &api, &op).await;
+                }
+                continue;
+            }
             Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
         };
         let server = conn.object_server();
         match event {
             RunnerEvent::Changed { operation } => {
                 notify::operation_changed(&conn, &watchers, &operation);
-                let Ok(path) = operation::export(server, &api, &operation).await else {
+                let Some(path) = show(&conn, &api, &operation).await else {
                     continue;
                 };
-                if let Ok(iface) = server.interface::<_, OperationObject>(path.as_str()).await {
-                    iface
-                        .get_mut()
-                        .await
-                        .update(*operation.clone(), iface.signal_emitter())
-                        .await;
-                }
                 if let Ok(emitter) = SignalEmitter::new(&conn, OBJECT_PATH) {
                     let _ = BrokerObject::operation_changed(
                         &emitter,
@@ -272,10 +312,7 @@ pub async fn serve_on(
         .build()
         .await
         .map_err(io)?;
-    for op in api.operations().unwrap_or_default() {
-        let _ = operation::export(conn.object_server(), &api, &op).await;
-    }
-    tokio::spawn(pump(conn.clone(), api.clone(), watchers));
+    let _pump = publish_operations(&conn, &api, &watchers);
     let started = std::time::Instant::now();
     loop {
         let quiet = tokio::time::timeout(idle, conn.monitor_activity())
@@ -305,4 +342,133 @@ pub async fn serve_on(
 /// Path of the object for `id`.
 pub fn path_of(id: &OperationId) -> String {
     operation_path(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::api::{BoxFuture, CallGuard};
+    use super::*;
+    use crate::operations::record::{OperationKind, Phase};
+    use enginekit_shared::error::ErrorCode;
+    use tokio::sync::broadcast;
+
+    /// A broker whose store read races a change: while `operations()` reads the record at
+    /// revision 1, the runner records and announces revision 2 (what a new service's recovery
+    /// does while the service starts).
+    struct Racing {
+        events: broadcast::Sender<RunnerEvent>,
+        stored: Operation,
+        newer: Operation,
+    }
+
+    fn no<T>() -> Result<T, CodedError> {
+        Err(CodedError::new(
+            ErrorCode::AdapterUnavailable,
+            "not in this test",
+        ))
+    }
+
+    impl BrokerApi for Racing {
+        fn probe(&self) -> BoxFuture<'_, Result<serde_json::Value, CodedError>> {
+            Box::pin(async { no() })
+        }
+        fn plan(&self, _: EngineId) -> BoxFuture<'_, Result<serde_json::Value, CodedError>> {
+            Box::pin(async { no() })
+        }
+        fn begin_setup(&self, _: EngineId, _: DigestText) -> Result<Operation, CodedError> {
+            no()
+        }
+        fn begin_remove(&self, _: EngineId, _: bool) -> Result<Operation, CodedError> {
+            no()
+        }
+        fn approve(&self, _: &OperationId, _: DigestText) -> Result<Operation, CodedError> {
+            no()
+        }
+        fn resume(&self, _: &OperationId) -> Result<Operation, CodedError> {
+            no()
+        }
+        fn cancel(&self, _: &OperationId) -> Result<Operation, CodedError> {
+            no()
+        }
+        fn spawn_drive(&self, _: OperationId) {}
+        fn operations(&self) -> Result<Vec<Operation>, CodedError> {
+            let _ = self.events.send(RunnerEvent::Changed {
+                operation: Box::new(self.newer.clone()),
+            });
+            Ok(vec![self.stored.clone()])
+        }
+        fn installations(&self) -> Result<serde_json::Value, CodedError> {
+            no()
+        }
+        fn doctor(&self) -> BoxFuture<'_, Result<serde_json::Value, CodedError>> {
+            Box::pin(async { no() })
+        }
+        fn subscribe(&self) -> broadcast::Receiver<RunnerEvent> {
+            self.events.subscribe()
+        }
+        fn busy(&self) -> bool {
+            false
+        }
+        fn call_started(&self) -> CallGuard {
+            CallGuard(Default::default())
+        }
+        fn calls_seen(&self) -> usize {
+            0
+        }
+    }
+
+    #[tokio::test]
+    async fn a_change_recorded_while_the_service_reads_the_store_reaches_the_object() {
+        let mut stored = crate::operations::reducer::start(
+            OperationId::fresh().expect("id"),
+            EngineId::parse("vllm").expect("engine"),
+            OperationKind::Setup,
+            true,
+            None,
+            "old-instance".to_owned(),
+        );
+        stored.phase = Phase::ReloginRequired;
+        stored.revision = 1;
+        let mut newer = stored.clone();
+        newer.phase = Phase::Checking;
+        newer.revision = 2;
+        let path = path_of(&stored.operation_id);
+        let api: Arc<dyn BrokerApi> = Arc::new(Racing {
+            events: broadcast::channel(16).0,
+            stored,
+            newer,
+        });
+
+        let (server, client) = std::os::unix::net::UnixStream::pair().expect("socket pair");
+        let server = zbus::connection::Builder::unix_stream(server)
+            .server(zbus::Guid::generate())
+            .p2p()
+            .build();
+        let client = zbus::connection::Builder::unix_stream(client).p2p().build();
+        let (server, client) = tokio::join!(server, client);
+        let (server, client) = (server.expect("server end"), client.expect("client end"));
+        let _pump = publish_operations(&server, &api, &Arc::default());
+
+        // A peer has no bus names; the destination is only a header field here.
+        let proxy = zbus::Proxy::new(
+            &client,
+            "org.enginekit.Peer",
+            path.as_str(),
+            "org.enginekit.Broker1.Operation",
+        )
+        .await
+        .expect("proxy");
+        let mut seen = String::new();
+        for _ in 0..50 {
+            let phase: zbus::Result<String> = proxy.get_property("Phase").await;
+            if let Ok(phase) = phase {
+                seen = phase;
+                if seen == "checking" {
+                    return;
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        panic!("the object still shows {seen:?}, not the change recorded at revision 2");
+    }
 }
