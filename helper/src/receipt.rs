@@ -7,7 +7,7 @@ use enginekit_shared::error::{CodedError, ErrorCode};
 use enginekit_shared::wire::receipt::{Outcome, Receipt, ReceiptId};
 use enginekit_shared::wire::Timestamp;
 
-use crate::execution::ExecutionReport;
+use crate::recipe::ExecutionOutcome;
 use crate::verify::VerifiedStep;
 
 /// The canonical JSON of the receipt for `step` as `report` describes it.
@@ -15,7 +15,7 @@ pub fn build(
     step: &VerifiedStep,
     started: SystemTime,
     finished: SystemTime,
-    report: &ExecutionReport,
+    report: &ExecutionOutcome,
 ) -> String {
     let mut error = report.error.clone();
     if report.outcome == Outcome::Failed && error.is_none() {
@@ -28,7 +28,7 @@ pub fn build(
         error = None;
     }
     let receipt = Receipt {
-        receipt_id: receipt_id(),
+        receipt_id: ReceiptId::generate().unwrap_or_else(|_| ReceiptId::from_clock()),
         step_id: step.step.step_id().clone(),
         nonce: step.step.nonce().clone(),
         expected_operation_revision: step.step.expected_operation_revision(),
@@ -37,7 +37,7 @@ pub fn build(
         started_at: Timestamp::from(time::OffsetDateTime::from(started)),
         finished_at: Timestamp::from(time::OffsetDateTime::from(finished.max(started))),
         outcome: report.outcome,
-        actions: report.actions.clone(),
+        actions: report.records(),
         error,
     };
     encode(&receipt)
@@ -46,36 +46,12 @@ pub fn build(
 /// A receipt for a job that never ran an action (the caller left after the nonce was burnt).
 pub fn not_run(step: &VerifiedStep, outcome: Outcome, code: ErrorCode, why: &str) -> String {
     let now = SystemTime::now();
-    let report = ExecutionReport {
+    let report = ExecutionOutcome {
         outcome,
         actions: Vec::new(),
         error: Some(CodedError::new(code, why)),
     };
     build(step, now, now, &report)
-}
-
-fn receipt_id() -> ReceiptId {
-    // Only the OS random source can fail here; a fixed-shape fallback keeps the receipt valid.
-    ReceiptId::generate().unwrap_or_else(|_| {
-        let fallback = format!(
-            "receipt-00000000-0000-4000-8000-{:012x}",
-            SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map(|d| d.as_millis() & 0xffff_ffff_ffff)
-                .unwrap_or(0)
-        );
-        fallback
-            .parse()
-            .unwrap_or_else(|_| unreachable_receipt_id())
-    })
-}
-
-fn unreachable_receipt_id() -> ReceiptId {
-    // "receipt-" + a fixed valid UUID: always parses.
-    match "receipt-00000000-0000-4000-8000-000000000000".parse() {
-        Ok(id) => id,
-        Err(_) => ReceiptId::generate().unwrap_or_else(|_| unreachable_receipt_id()),
-    }
 }
 
 fn encode(receipt: &Receipt) -> String {

@@ -15,8 +15,9 @@ use zbus::Connection;
 use zbus::OwnedObjectPath;
 
 use crate::config::Config;
-use crate::execution::{self, ProgressSink};
+use crate::execution::ProgressSink;
 use crate::ledger::Ledger;
+use crate::recipe::{self, ExecContext, ExecutionOutcome};
 use crate::verify::VerifiedStep;
 use activity::{Activity, JobSlot};
 use admission::Admission;
@@ -203,7 +204,17 @@ pub(crate) async fn run_job(
     let caller_uid = shared.owner.uid;
     let mut executor = tokio::task::spawn_blocking(move || {
         let mut sink = ChannelSink(tx);
-        execution::execute(&exec_step, caller_uid, &mut sink, &cancel)
+        // Exactly the plan polkit was asked about, frozen in the verified step.
+        let ctx = ExecContext::new(caller_uid);
+        let step = &exec_step;
+        recipe::run_plan(
+            &step.recipe,
+            step.parameters(),
+            &step.plan,
+            &ctx,
+            &mut sink,
+            &cancel,
+        )
     });
     let report = loop {
         tokio::select! {
@@ -226,8 +237,8 @@ pub(crate) async fn run_job(
             joined = &mut executor => {
                 break match joined {
                     Ok(report) => report,
-                    Err(e) => execution::ExecutionReport {
-                        outcome: execution::Outcome::Failed,
+                    Err(e) => ExecutionOutcome {
+                        outcome: enginekit_shared::wire::receipt::Outcome::Failed,
                         actions: Vec::new(),
                         error: Some(enginekit_shared::error::CodedError::new(
                             enginekit_shared::error::ErrorCode::IoError,

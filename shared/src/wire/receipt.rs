@@ -59,6 +59,17 @@ impl ReceiptId {
         Ok(ReceiptId(format!("{RECEIPT_ID_PREFIX}{}", random_uuid()?)))
     }
 
+    /// An id from the clock, for when the random source fails: a receipt is still written
+    /// (its nonce, not this id, is what the broker matches).
+    pub fn from_clock() -> ReceiptId {
+        let millis = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() & 0xffff_ffff_ffff);
+        ReceiptId(format!(
+            "{RECEIPT_ID_PREFIX}00000000-0000-4000-8000-{millis:012x}"
+        ))
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -241,6 +252,12 @@ crate::string_newtype!(ReceiptId);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_id_from_the_clock_reads_back_as_a_receipt_id() {
+        let id = ReceiptId::from_clock();
+        assert_eq!(id.as_str().parse::<ReceiptId>(), Ok(id.clone()));
+    }
 
     fn sample() -> Receipt {
         Receipt {
