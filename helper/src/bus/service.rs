@@ -62,14 +62,13 @@ impl Helper {
         }
     }
 
-    /// Step 4: everything about the step that needs no authorisation (`received`), or, after
-    /// polkit, what may have changed while it asked (`None`: [`verify::recheck`] of `verified`).
-    fn verify(
+    /// `check` against this machine, the pinned keys, the ledger and the clock as they are now:
+    /// step 4 ([`verify::check_step`]), and again after polkit ([`verify::recheck`]).
+    fn judge<T>(
         &self,
-        received: Option<ReceivedStep>,
-        verified: Option<&VerifiedStep>,
         caller: &Caller,
-    ) -> Result<Option<VerifiedStep>, Refusal> {
+        check: impl FnOnce(&Checks<'_>) -> Result<T, Refusal>,
+    ) -> Result<T, Refusal> {
         let machine = MachineFacts::read()
             .map_err(|e| refuse!(Internal, "cannot read this machine's facts: {e}"))?;
         let user_name = caller.user_name()?;
@@ -86,11 +85,7 @@ impl Helper {
             window: self.config.step_window,
             skew: self.config.clock_skew,
         };
-        match (received, verified) {
-            (Some(received), _) => verify::check_step(received, &checks).map(Some),
-            (None, Some(verified)) => verify::recheck(verified, &checks).map(|()| None),
-            (None, None) => Ok(None),
-        }
+        check(&checks)
     }
 
     /// Step 5: polkit, asked about the caller's bus name with what the job will do.
@@ -159,9 +154,7 @@ impl Helper {
         log.caller(&caller);
         // 4: every check that needs no authorisation: a step that would be refused, or that
         // would change nothing, never raises a dialog.
-        let verified = self
-            .verify(Some(received), None, &caller)?
-            .ok_or_else(|| refuse!(Internal, "verification returned no step"))?;
+        let verified = self.judge(&caller, |checks| verify::check_step(received, checks))?;
         if self.activity.running_job().is_some() {
             return Err(refuse!(
                 Busy,
@@ -181,7 +174,7 @@ impl Helper {
         };
         // The prompt may have stayed open for minutes: the window and the recipe's standing
         // are judged again now, before anything is written.
-        self.verify(None, Some(&verified), &caller)?;
+        self.judge(&caller, |checks| verify::recheck(&verified, checks))?;
         let burn = self
             .ledger
             .burn(
