@@ -1,8 +1,9 @@
 //! The allowlist every command passes just before it is spawned (REFERENCE.md §8.10): exactly the
-//! commands the verified plan may run, built from the plan's typed values (its packages, pins,
-//! conflicts, source paths and user) by the same builders the actions use. A builder bug or an
-//! injected argument cannot make a command outside that set; the forbidden words are a second,
-//! cheap lock on the same door.
+//! commands the action being run may run, built from the verified plan's typed values (its
+//! packages, pins, conflicts, source paths and user) by the same builders the actions use. A
+//! builder bug or an injected argument cannot make a command outside that set, nor run one
+//! action's command (an install, a restart) while another action runs; the forbidden words are
+//! a second, cheap lock on the same door.
 
 use std::path::Path;
 
@@ -189,21 +190,20 @@ pub fn permits(
     Ok(permits)
 }
 
-/// Every command a verified plan may run.
-#[derive(Debug, Clone)]
+/// Every command one action of a verified plan may run (none by default).
+#[derive(Debug, Clone, Default)]
 pub struct Allowed(Vec<Permit>);
 
 impl Allowed {
-    pub fn for_plan(
+    /// One set per action of the plan, in plan order.
+    pub fn per_action(
         family: Family,
         plan: &[PlannedAction],
         file_root: &Path,
-    ) -> Result<Allowed, UnsafeValue> {
-        let mut all = Vec::new();
-        for action in plan {
-            all.extend(permits(family, action, file_root)?);
-        }
-        Ok(Allowed(all))
+    ) -> Result<Vec<Allowed>, UnsafeValue> {
+        plan.iter()
+            .map(|action| permits(family, action, file_root).map(Allowed))
+            .collect()
     }
 
     /// Whether `cmd` may run.
@@ -281,8 +281,38 @@ mod tests {
         plan("dnf", "fedora", "41")
     }
 
+    /// What the whole plan may run, every action's set together.
     fn allowed(family: Family, plan: &[PlannedAction]) -> Allowed {
-        Allowed::for_plan(family, plan, Path::new("/")).unwrap()
+        let sets = Allowed::per_action(family, plan, Path::new("/")).unwrap();
+        Allowed(sets.into_iter().flat_map(|set| set.0).collect())
+    }
+
+    #[test]
+    fn an_action_runs_only_its_own_commands() {
+        let mut refused = 0;
+        for (family, plan) in [(Family::Apt, apt_plan()), (Family::Dnf, dnf_plan())] {
+            let sets = Allowed::per_action(family, &plan, Path::new("/")).unwrap();
+            for (a, own) in sets.iter().enumerate() {
+                for permit in &own.0 {
+                    own.permit(&permit.full).unwrap_or_else(|e| panic!("{e}"));
+                    for (b, other) in sets.iter().enumerate() {
+                        // A query two actions share (is a package installed?) is both's.
+                        let shared = other.0.iter().any(|p| p.full == permit.full);
+                        if a != b && !shared {
+                            assert!(
+                                other.permit(&permit.full).is_err(),
+                                "{} of {} was permitted during {}",
+                                permit.full.argv().join(" "),
+                                plan[a].id(),
+                                plan[b].id()
+                            );
+                            refused += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(refused > 100, "{refused}");
     }
 
     fn packages(plan: &[PlannedAction]) -> Vec<PlannedPackage> {

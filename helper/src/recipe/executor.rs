@@ -52,8 +52,8 @@ pub(super) struct Executor<'a> {
     pub ctx: &'a ExecContext,
     pub family: Family,
     env: Vec<(String, String)>,
-    /// The commands the plan may run.
-    allowed: Allowed,
+    /// The commands the action being run may run.
+    pub allowed: Allowed,
     sink: &'a mut dyn ProgressSink,
     pub phase: String,
     pub percent: i32,
@@ -68,14 +68,13 @@ impl<'a> Executor<'a> {
         ctx: &'a ExecContext,
         family: Family,
         env: Vec<(String, String)>,
-        allowed: Allowed,
         sink: &'a mut dyn ProgressSink,
     ) -> Executor<'a> {
         Executor {
             ctx,
             family,
             env,
-            allowed,
+            allowed: Allowed::default(),
             sink,
             phase: String::new(),
             percent: 0,

@@ -31,7 +31,7 @@
 //!   detail is the message), `MANAGED_HOST_STEP_INVALID` for a plan that cannot be built.
 //!   [`ExecutionOutcome::records`] gives the receipt's `ActionRecord`s.
 //!
-//! Every command must be one the plan may run ([`allow::Allowed::permit`], checked just before
+//! Every command must be one its action may run ([`allow::Allowed::permit`], checked just before
 //! it is spawned; a plan whose commands cannot be built is `MANAGED_HOST_STEP_INVALID` before
 //! anything runs), and runs with `env_clear()` plus the recipe's environment, stdin from
 //! /dev/null and its own process group (see [`crate::exec`]). Nothing is ever removed or
@@ -265,11 +265,11 @@ pub fn run_plan(
     cancel: &CancelToken,
 ) -> ExecutionOutcome {
     let family = params.family();
-    let allowed = match allow::Allowed::for_plan(family, plan, &ctx.file_root) {
+    let mut allowed = match allow::Allowed::per_action(family, plan, &ctx.file_root) {
         Ok(allowed) => allowed,
         Err(e) => return refused(recipe, ctx, format!("a command could not be built: {e}")),
     };
-    let mut r = Executor::new(ctx, family, child_environment(recipe), allowed, sink);
+    let mut r = Executor::new(ctx, family, child_environment(recipe), sink);
     let total = plan.len().max(1);
     let mut reports = Vec::with_capacity(plan.len());
     let mut outcome = Outcome::Succeeded;
@@ -279,10 +279,12 @@ pub fn run_plan(
     // daemon that was already up; one the package scripts started may be restarted.
     let mut active_at_start = false;
     let mut first_commands = Vec::new();
-    if plan
+    let configures = plan
         .iter()
-        .any(|a| matches!(a, PlannedAction::ConfigureRuntime { .. }))
-    {
+        .position(|a| matches!(a, PlannedAction::ConfigureRuntime { .. }));
+    if let Some(at) = configures {
+        // The question is that action's own, asked before anything runs.
+        r.allowed = allowed[at].clone();
         if let Ok(c) = commands::docker_active() {
             active_at_start = r.run(&c, false).map(|o| o.success()).unwrap_or(false);
         }
@@ -309,6 +311,7 @@ pub fn run_plan(
             reports.push(not_run(action, "cancelled"));
             continue;
         }
+        r.allowed = std::mem::take(&mut allowed[i]);
         let percent = i32::try_from(i * 100 / total).unwrap_or(0);
         r.set_phase(phase_of(action), percent);
         let started = Instant::now();

@@ -231,8 +231,8 @@ fn every_argv_of_every_component_subset_on_every_host_passes_the_allowlist() {
             let plan = recipe
                 .steps_for(&params(family, distro, version, arch, &components))
                 .unwrap();
-            let allowed = allow::Allowed::for_plan(fam, &plan, Path::new("/")).unwrap();
-            for action in &plan {
+            let sets = allow::Allowed::per_action(fam, &plan, Path::new("/")).unwrap();
+            for (action, allowed) in plan.iter().zip(&sets) {
                 for p in allow::permits(fam, action, Path::new("/")).unwrap() {
                     allowed.permit(&p.full).unwrap_or_else(|e| panic!("{e}"));
                     checked += 1;
