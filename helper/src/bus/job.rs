@@ -21,10 +21,9 @@ use zbus::object_server::{ObjectServer, SignalEmitter};
 use zbus::{Connection, OwnedObjectPath};
 
 use super::admission::Admission;
-use super::caller::Caller;
 use super::error::HelperError;
 use crate::execution::CancelToken;
-use crate::refusal::refuse;
+use crate::refusal::{refuse, RefusalKind};
 
 /// Object path prefix of job objects.
 pub const JOB_PATH_PREFIX: &str = "/org/enginekit/Helper1/job/";
@@ -150,17 +149,14 @@ impl Job {
             return Ok(());
         }
         let denied = || zbus::fdo::Error::AccessDenied("this job belongs to another user".into());
-        let Ok(mut ticket) = self.admission.enter() else {
-            return Err(zbus::fdo::Error::LimitsExceeded(
-                "the helper is busy".into(),
-            ));
-        };
-        let caller = Caller::identify(conn, header).await.map_err(|_| denied())?;
-        if ticket.bind(caller.uid).is_err() {
-            return Err(zbus::fdo::Error::LimitsExceeded(
-                "the helper is busy".into(),
-            ));
-        }
+        let (caller, _ticket) = self
+            .admission
+            .admit(conn, header)
+            .await
+            .map_err(|refusal| match refusal.kind {
+                RefusalKind::Busy => zbus::fdo::Error::LimitsExceeded(refusal.message().to_owned()),
+                _ => denied(),
+            })?;
         if caller.uid == self.shared.owner.uid || caller.uid == 0 {
             Ok(())
         } else {
@@ -238,13 +234,7 @@ impl Job {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), HelperError> {
-        let Ok(mut ticket) = self.admission.enter() else {
-            return Err(refuse!(Busy, "the helper is serving too many calls; try again").into());
-        };
-        let caller = Caller::identify(conn, &header).await?;
-        if ticket.bind(caller.uid).is_err() {
-            return Err(refuse!(Busy, "too many calls of yours are in flight; try again").into());
-        }
+        let (caller, _ticket) = self.admission.admit(conn, &header).await?;
         if caller.uid != self.shared.owner.uid {
             tracing::warn!(uid = caller.uid, action = "cancel", nonce = %self.shared.nonce, outcome = "not-owner", "cancel refused");
             return Err(refuse!(
