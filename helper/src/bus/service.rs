@@ -16,6 +16,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use enginekit_shared::error::ErrorCode;
+use enginekit_shared::wire::receipt::Outcome;
 use zbus::message::{Flags, Header};
 use zbus::object_server::ObjectServer;
 use zbus::Connection;
@@ -239,16 +241,15 @@ impl Helper {
         }
         // From here on the nonce is burnt: every refusal leaves a receipt, so a replay gets an
         // answer instead of ReceiptMissing.
+        let leave_receipt = |outcome: Outcome, code: ErrorCode, why: &str| {
+            let receipt = crate::receipt::not_run(&verified, outcome, code, why);
+            let issued_at = verified.issued_at_unix();
+            let _ = self
+                .ledger
+                .store_receipt(&nonce, caller.uid, issued_at, &receipt);
+        };
         let not_run = |why: String| {
-            let receipt = crate::receipt::not_run(
-                &verified,
-                enginekit_shared::wire::receipt::Outcome::Failed,
-                enginekit_shared::error::ErrorCode::IoError,
-                &why,
-            );
-            let _ =
-                self.ledger
-                    .store_receipt(&nonce, caller.uid, verified.issued_at_unix(), &receipt);
+            leave_receipt(Outcome::Failed, ErrorCode::IoError, &why);
             refuse!(Internal, "{why}")
         };
         if let Some(mark) = verified.high_water() {
@@ -261,19 +262,9 @@ impl Helper {
             .await
             .map_err(|e| not_run(format!("cannot ask the bus: {e}")))?;
         if !authz::caller_present(&bus, &caller.unique_name.as_ref()).await {
-            let receipt = crate::receipt::not_run(
-                &verified,
-                enginekit_shared::wire::receipt::Outcome::Cancelled,
-                enginekit_shared::error::ErrorCode::ElevationDeclined,
-                "the caller left the bus before the job started",
-            );
-            let _ =
-                self.ledger
-                    .store_receipt(&nonce, caller.uid, verified.issued_at_unix(), &receipt);
-            return Err(refuse!(
-                NotAuthorized,
-                "the caller left the bus before the job started"
-            ));
+            let why = "the caller left the bus before the job started";
+            leave_receipt(Outcome::Cancelled, ErrorCode::ElevationDeclined, why);
+            return Err(refuse!(NotAuthorized, "{why}"));
         }
         let shared = Arc::new(JobShared::new(
             owner,
