@@ -1,27 +1,24 @@
-//! The system-bus service: serving `org.enginekit.Helper1`, running jobs, exiting when idle.
+//! The system-bus service: serving `org.enginekit.Helper1` ([`service`]), the chain every
+//! `Start` passes ([`chain`]), running jobs ([`run`]), exiting when idle.
 
 pub mod activity;
 pub mod admission;
 pub mod caller;
+pub mod chain;
 pub mod error;
 pub mod job;
+pub mod run;
 pub mod service;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use tokio::sync::mpsc;
 use zbus::Connection;
-use zbus::OwnedObjectPath;
 
 use crate::config::Config;
-use crate::execution::ProgressSink;
 use crate::ledger::Ledger;
-use crate::recipe::{self, ExecContext, ExecutionOutcome};
-use crate::verify::VerifiedStep;
-use activity::{Activity, JobSlot};
+use activity::Activity;
 use admission::Admission;
-use job::{Job, JobShared, JobState, JobTable};
 use service::Helper;
 
 /// The well-known name.
@@ -169,121 +166,4 @@ fn notify_stopping() {
     if let Err(e) = sent {
         tracing::warn!(error = %e, "sd_notify failed");
     }
-}
-
-/// Progress from the executor's thread to the job task.
-struct ChannelSink(mpsc::UnboundedSender<(String, i32, bool)>);
-
-impl ProgressSink for ChannelSink {
-    fn progress(&mut self, phase: &str, percent: i32, allow_cancel: bool) {
-        let _ = self
-            .0
-            .send((phase.to_owned(), percent.clamp(-1, 100), allow_cancel));
-    }
-}
-
-/// Runs one authorised job to its end: executor on a blocking thread, progress mirrored on the
-/// job object and sent to its owner, receipt stored before `Finished` is sent and before the slot
-/// is freed; the job object is then retired.
-pub(crate) async fn run_job(
-    conn: Connection,
-    path: OwnedObjectPath,
-    shared: Arc<JobShared>,
-    step: VerifiedStep,
-    ledger: Arc<Ledger>,
-    jobs: Arc<JobTable>,
-    slot: JobSlot,
-) {
-    let iface = conn.object_server().interface::<_, Job>(&path).await.ok();
-    let emitter = shared.owner_emitter(&conn, &path).ok();
-    let started = SystemTime::now();
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let cancel = shared.cancel.clone();
-    let step = Arc::new(step);
-    let exec_step = Arc::clone(&step);
-    let caller_uid = shared.owner.uid;
-    let mut executor = tokio::task::spawn_blocking(move || {
-        let mut sink = ChannelSink(tx);
-        // Exactly the plan polkit was asked about, frozen in the verified step.
-        let ctx = ExecContext::new(caller_uid);
-        let step = &exec_step;
-        recipe::run_plan(
-            &step.recipe,
-            step.parameters(),
-            &step.plan,
-            &ctx,
-            &mut sink,
-            &cancel,
-        )
-    });
-    let report = loop {
-        tokio::select! {
-            Some((phase, percent, allow_cancel)) = rx.recv() => {
-                {
-                    let mut status = shared.status();
-                    status.phase = phase.clone();
-                    status.percent = percent;
-                    status.allow_cancel = allow_cancel;
-                }
-                if let (Some(iface), Some(emitter)) = (&iface, &emitter) {
-                    let job = iface.get().await;
-                    let _ = job.phase_changed(emitter).await;
-                    let _ = job.percent_changed(emitter).await;
-                    let _ = job.allow_cancel_changed(emitter).await;
-                    drop(job);
-                    let _ = Job::progress(emitter, &phase, percent).await;
-                }
-            }
-            joined = &mut executor => {
-                break match joined {
-                    Ok(report) => report,
-                    Err(e) => ExecutionOutcome {
-                        outcome: enginekit_shared::wire::receipt::Outcome::Failed,
-                        actions: Vec::new(),
-                        error: Some(enginekit_shared::error::CodedError::new(
-                            enginekit_shared::error::ErrorCode::IoError,
-                            format!("the executor stopped unexpectedly: {e}"),
-                        )),
-                    },
-                };
-            }
-        }
-    };
-    let receipt = crate::receipt::build(&step, started, SystemTime::now(), &report);
-    if let Err(e) = ledger.store_receipt(
-        step.nonce(),
-        shared.owner.uid,
-        step.issued_at_unix(),
-        &receipt,
-    ) {
-        tracing::error!(nonce = step.nonce(), error = %e, "could not store the receipt");
-    }
-    {
-        let mut status = shared.status();
-        status.state = JobState::from_outcome(report.outcome.as_str());
-        status.phase = "finished".to_owned();
-        status.percent = 100;
-        status.allow_cancel = false;
-        status.receipt = receipt.clone();
-    }
-    tracing::info!(
-        uid = shared.owner.uid,
-        action = crate::authz::ACTION_ID,
-        nonce = step.nonce(),
-        recipe_digest = step.recipe_digest(),
-        parameters_digest = step.parameters_digest(),
-        outcome = report.outcome.as_str(),
-        actions = report.actions.len(),
-        "job finished"
-    );
-    if let (Some(iface), Some(emitter)) = (&iface, &emitter) {
-        let job = iface.get().await;
-        let _ = job.state_changed(emitter).await;
-        let _ = job.receipt_changed(emitter).await;
-        let _ = job.allow_cancel_changed(emitter).await;
-        drop(job);
-        let _ = Job::finished(emitter, &receipt).await;
-    }
-    drop(slot);
-    jobs.retire(conn.object_server(), path, shared).await;
 }

@@ -1,0 +1,133 @@
+//! One authorised job, run to its end on a blocking thread, its progress mirrored on the job
+//! object.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use tokio::sync::mpsc;
+use zbus::Connection;
+use zbus::OwnedObjectPath;
+
+use super::activity::JobSlot;
+use super::job::{Job, JobShared, JobState, JobTable};
+use crate::execution::ProgressSink;
+use crate::ledger::Ledger;
+use crate::recipe::{self, ExecContext, ExecutionOutcome};
+use crate::verify::VerifiedStep;
+
+/// Progress from the executor's thread to the job task.
+struct ChannelSink(mpsc::UnboundedSender<(String, i32, bool)>);
+
+impl ProgressSink for ChannelSink {
+    fn progress(&mut self, phase: &str, percent: i32, allow_cancel: bool) {
+        let _ = self
+            .0
+            .send((phase.to_owned(), percent.clamp(-1, 100), allow_cancel));
+    }
+}
+
+/// Runs one authorised job to its end: executor on a blocking thread, progress mirrored on the
+/// job object and sent to its owner, receipt stored before `Finished` is sent and before the slot
+/// is freed; the job object is then retired.
+pub(super) async fn run_job(
+    conn: Connection,
+    path: OwnedObjectPath,
+    shared: Arc<JobShared>,
+    step: VerifiedStep,
+    ledger: Arc<Ledger>,
+    jobs: Arc<JobTable>,
+    slot: JobSlot,
+) {
+    let iface = conn.object_server().interface::<_, Job>(&path).await.ok();
+    let emitter = shared.owner_emitter(&conn, &path).ok();
+    let started = SystemTime::now();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let cancel = shared.cancel.clone();
+    let step = Arc::new(step);
+    let exec_step = Arc::clone(&step);
+    let caller_uid = shared.owner.uid;
+    let mut executor = tokio::task::spawn_blocking(move || {
+        let mut sink = ChannelSink(tx);
+        // Exactly the plan polkit was asked about, frozen in the verified step.
+        let ctx = ExecContext::new(caller_uid);
+        let step = &exec_step;
+        recipe::run_plan(
+            &step.recipe,
+            step.parameters(),
+            &step.plan,
+            &ctx,
+            &mut sink,
+            &cancel,
+        )
+    });
+    let report = loop {
+        tokio::select! {
+            Some((phase, percent, allow_cancel)) = rx.recv() => {
+                {
+                    let mut status = shared.status();
+                    status.phase = phase.clone();
+                    status.percent = percent;
+                    status.allow_cancel = allow_cancel;
+                }
+                if let (Some(iface), Some(emitter)) = (&iface, &emitter) {
+                    let job = iface.get().await;
+                    let _ = job.phase_changed(emitter).await;
+                    let _ = job.percent_changed(emitter).await;
+                    let _ = job.allow_cancel_changed(emitter).await;
+                    drop(job);
+                    let _ = Job::progress(emitter, &phase, percent).await;
+                }
+            }
+            joined = &mut executor => {
+                break match joined {
+                    Ok(report) => report,
+                    Err(e) => ExecutionOutcome {
+                        outcome: enginekit_shared::wire::receipt::Outcome::Failed,
+                        actions: Vec::new(),
+                        error: Some(enginekit_shared::error::CodedError::new(
+                            enginekit_shared::error::ErrorCode::IoError,
+                            format!("the executor stopped unexpectedly: {e}"),
+                        )),
+                    },
+                };
+            }
+        }
+    };
+    let receipt = crate::receipt::build(&step, started, SystemTime::now(), &report);
+    if let Err(e) = ledger.store_receipt(
+        step.nonce(),
+        shared.owner.uid,
+        step.issued_at_unix(),
+        &receipt,
+    ) {
+        tracing::error!(nonce = step.nonce(), error = %e, "could not store the receipt");
+    }
+    {
+        let mut status = shared.status();
+        status.state = JobState::from_outcome(report.outcome.as_str());
+        status.phase = "finished".to_owned();
+        status.percent = 100;
+        status.allow_cancel = false;
+        status.receipt = receipt.clone();
+    }
+    tracing::info!(
+        uid = shared.owner.uid,
+        action = crate::authz::ACTION_ID,
+        nonce = step.nonce(),
+        recipe_digest = step.recipe_digest(),
+        parameters_digest = step.parameters_digest(),
+        outcome = report.outcome.as_str(),
+        actions = report.actions.len(),
+        "job finished"
+    );
+    if let (Some(iface), Some(emitter)) = (&iface, &emitter) {
+        let job = iface.get().await;
+        let _ = job.state_changed(emitter).await;
+        let _ = job.receipt_changed(emitter).await;
+        let _ = job.allow_cancel_changed(emitter).await;
+        drop(job);
+        let _ = Job::finished(emitter, &receipt).await;
+    }
+    drop(slot);
+    jobs.retire(conn.object_server(), path, shared).await;
+}
