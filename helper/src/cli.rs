@@ -10,7 +10,7 @@ use clap::{value_parser, Arg, ArgAction};
 
 use crate::config::DEFAULT_CONFIG_PATH;
 
-/// The program's name, fixed: usage and version messages never echo argv[0].
+/// The program's name, fixed: usage and version messages never echo `argv[0]`.
 pub const NAME: &str = "enginekit-helper";
 
 /// The helper's command line.
@@ -61,7 +61,7 @@ pub enum Parsed {
     Exit { message: String, status: u8 },
 }
 
-/// Parses the arguments after the program name; argv[0] is never looked at (an empty argv is
+/// Parses the arguments after the program name; `argv[0]` is never looked at (an empty argv is
 /// just "no arguments"), so `args` is `std::env::args_os().skip(1)`.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Parsed {
     match command().no_binary_name(true).try_get_matches_from(args) {
