@@ -29,7 +29,7 @@ use enginekit_shared::wire::plan::{
 };
 
 use crate::documents::store::DocumentSet;
-use crate::probe::exec::Runner;
+use crate::probe::exec::ProbeCommands;
 
 /// The whole check (update and policy) gets this long.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(12);
@@ -200,7 +200,7 @@ async fn ask_apt(query: &RepositoryQuery) -> RepositoryAnswer {
         Ok(dir) => dir,
         Err(e) => return not_checked(format!("no private apt folder: {e}")),
     };
-    let runner = Runner::new(
+    let commands = ProbeCommands::new(
         crate::programs::system_dirs(),
         CHECK_TIMEOUT,
         dir.join("docker-config"),
@@ -208,7 +208,7 @@ async fn ask_apt(query: &RepositoryQuery) -> RepositoryAnswer {
     let options = apt_options(&dir, &query.deb_arch);
     let mut update: Vec<&str> = options.iter().map(String::as_str).collect();
     update.push("update");
-    let out = match runner.run("apt-get", &update).await {
+    let out = match commands.run("apt-get", &update).await {
         Ok(out) => out,
         Err(e) => return not_checked(e.to_string()),
     };
@@ -233,7 +233,7 @@ async fn ask_apt(query: &RepositoryQuery) -> RepositoryAnswer {
     let mut policy: Vec<&str> = options.iter().map(String::as_str).collect();
     policy.push("policy");
     policy.extend(query.packages.iter().map(String::as_str));
-    let out = match runner.run("apt-cache", &policy).await {
+    let out = match commands.run("apt-cache", &policy).await {
         Ok(out) if out.success() => out,
         Ok(out) => return not_checked(format!("apt-cache policy failed: {}", out.stderr.trim())),
         Err(e) => return not_checked(e.to_string()),

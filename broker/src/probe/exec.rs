@@ -18,9 +18,9 @@ pub const DEFAULT_MAX_OUTPUT: usize = 1024 * 1024;
 pub struct CommandOutput {
     /// Exit status; `None` when a signal ended it.
     pub code: Option<i32>,
-    /// Standard output (lossy UTF-8), at most the runner's limit.
+    /// Standard output (lossy UTF-8), at most the probe's output limit.
     pub stdout: String,
-    /// Standard error (lossy UTF-8), at most the runner's limit.
+    /// Standard error (lossy UTF-8), at most the probe's output limit.
     pub stderr: String,
 }
 
@@ -55,21 +55,22 @@ pub enum ExecError {
     },
 }
 
-/// Runs commands for one probe.
+/// The commands one probe runs: found only in its directories (the system ones), each with a
+/// deadline and bounded output.
 #[derive(Debug, Clone)]
-pub struct Runner {
+pub struct ProbeCommands {
     dirs: Vec<PathBuf>,
     timeout: Duration,
     max_output: usize,
     docker_config: PathBuf,
 }
 
-impl Runner {
-    /// A runner over `dirs` with a per-command `timeout`. `docker_config` is a private empty
-    /// directory handed to the Docker CLI as `DOCKER_CONFIG`, so the user's contexts and
-    /// credential helpers play no part.
+impl ProbeCommands {
+    /// The commands of one probe, found in `dirs`, each with `timeout`. `docker_config` is a
+    /// private empty directory handed to the Docker CLI as `DOCKER_CONFIG`, so the user's
+    /// contexts and credential helpers play no part.
     pub fn new(dirs: Vec<PathBuf>, timeout: Duration, docker_config: PathBuf) -> Self {
-        Runner {
+        ProbeCommands {
             dirs,
             timeout,
             max_output: DEFAULT_MAX_OUTPUT,
@@ -88,12 +89,12 @@ impl Runner {
         self.timeout
     }
 
-    /// The first regular, executable file called `name` in the runner's directories.
+    /// The first regular, executable file called `name` in the probe's directories.
     pub fn find(&self, name: &str) -> Option<PathBuf> {
         programs::find_in(&self.dirs, name)
     }
 
-    /// Runs `name args…` and waits for it, at most the runner's timeout.
+    /// Runs `name args…` and waits for it, at most the probe's per-command timeout.
     pub async fn run(&self, name: &str, args: &[&str]) -> Result<CommandOutput, ExecError> {
         let path = self
             .find(name)
@@ -193,8 +194,8 @@ async fn read_bounded<R: AsyncRead + Unpin>(stream: Option<R>, max: usize) -> St
 mod tests {
     use super::*;
 
-    fn runner(timeout_ms: u64) -> Runner {
-        Runner::new(
+    fn commands(timeout_ms: u64) -> ProbeCommands {
+        ProbeCommands::new(
             programs::system_dirs(),
             Duration::from_millis(timeout_ms),
             PathBuf::from("/nonexistent-docker-config"),
@@ -203,7 +204,7 @@ mod tests {
 
     #[tokio::test]
     async fn hands_back_output_and_status() {
-        let out = runner(5000)
+        let out = commands(5000)
             .run("sh", &["-c", "echo out; echo err >&2; exit 3"])
             .await
             .unwrap();
@@ -214,7 +215,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_missing_binary_is_not_found_not_a_failure() {
-        let err = runner(5000)
+        let err = commands(5000)
             .run("enginekit-no-such-binary", &[])
             .await
             .unwrap_err();
@@ -226,7 +227,7 @@ mod tests {
 
     #[tokio::test]
     async fn never_runs_a_path_or_looks_at_path_env() {
-        let r = runner(5000);
+        let r = commands(5000);
         assert!(r.find("/bin/sh").is_none());
         assert!(r.find("../sh").is_none());
         assert!(r.find("").is_none());
@@ -234,7 +235,7 @@ mod tests {
 
     #[tokio::test]
     async fn passes_arguments_exactly_without_a_shell() {
-        let out = runner(5000)
+        let out = commands(5000)
             .run("printf", &["%s|", "a b", "$HOME", "*"])
             .await
             .unwrap();
@@ -243,7 +244,7 @@ mod tests {
 
     #[tokio::test]
     async fn environment_is_scrubbed() {
-        let out = runner(5000).run("env", &[]).await.unwrap();
+        let out = commands(5000).run("env", &[]).await.unwrap();
         let mut lines: Vec<&str> = out.stdout.lines().collect();
         lines.sort_unstable();
         assert_eq!(
@@ -259,7 +260,7 @@ mod tests {
 
     #[tokio::test]
     async fn stdin_is_null() {
-        let out = runner(5000).run("cat", &[]).await.unwrap();
+        let out = commands(5000).run("cat", &[]).await.unwrap();
         assert_eq!(out.code, Some(0));
         assert_eq!(out.stdout, "");
     }
@@ -267,7 +268,7 @@ mod tests {
     #[tokio::test]
     async fn gives_up_on_a_hung_command_even_when_a_grandchild_holds_the_pipes() {
         let start = std::time::Instant::now();
-        let err = runner(300)
+        let err = commands(300)
             .run("sh", &["-c", "sleep 30 & sleep 30"])
             .await
             .unwrap_err();
@@ -280,7 +281,9 @@ mod tests {
     async fn answers_after_exit_while_a_background_grandchild_lives() {
         // The child exits at once; its grandchild keeps stdout open. The deadline bounds it.
         let start = std::time::Instant::now();
-        let res = runner(500).run("sh", &["-c", "echo hi; sleep 30 &"]).await;
+        let res = commands(500)
+            .run("sh", &["-c", "echo hi; sleep 30 &"])
+            .await;
         assert!(start.elapsed() < Duration::from_secs(5));
         // Either the grandchild kept the pipe until the deadline, or not: both end bounded.
         match res {
@@ -291,7 +294,7 @@ mod tests {
 
     #[tokio::test]
     async fn keeps_no_more_output_than_allowed() {
-        let out = runner(5000)
+        let out = commands(5000)
             .with_max_output(10)
             .run("sh", &["-c", "head -c 1000000 /dev/zero | tr '\\0' x"])
             .await

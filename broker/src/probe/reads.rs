@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::daemon::read_daemon;
 use super::daemon_json::daemon_json_from_read;
-use super::exec::{ExecError, Runner};
+use super::exec::{ExecError, ProbeCommands};
 use super::facts::{
     DaemonJson, DaemonState, DiskFacts, DockerGroupFacts, Fact, Gpu, GpuSource, ImageStore,
     InitSystem, InstalledPackage, LibraryMismatch, NvidiaHardware, Route, SelinuxMode, UserFacts,
@@ -39,13 +39,13 @@ const MAX_DPKG_STATUS_BYTES: u64 = 64 * 1024 * 1024;
 pub struct ProbeContext {
     /// The options it runs under.
     pub options: ProbeOptions,
-    /// Command runner (system dirs, scrubbed env, deadline).
-    pub runner: Runner,
+    /// The commands this probe runs (system dirs, scrubbed env, deadline).
+    pub commands: ProbeCommands,
     docker_config: PrivateDir,
 }
 
 impl ProbeContext {
-    /// Prepares a probe: a private empty `DOCKER_CONFIG` directory and the command runner. When
+    /// Prepares a probe: a private empty `DOCKER_CONFIG` directory and its commands. When
     /// no temporary directory can be made, `DOCKER_CONFIG` names a path that does not exist, which
     /// the CLI reads as an empty configuration just the same.
     pub fn new(options: ProbeOptions) -> Self {
@@ -53,14 +53,14 @@ impl ProbeContext {
             path: PathBuf::from("/nonexistent/enginekit-docker-config"),
             owned: false,
         });
-        let runner = Runner::new(
+        let commands = ProbeCommands::new(
             options.bin_dirs.clone(),
             options.read_timeout,
             docker_config.path.clone(),
         );
         ProbeContext {
             options,
-            runner,
+            commands,
             docker_config,
         }
     }
@@ -209,7 +209,11 @@ pub async fn service_active(ctx: &ProbeContext, init: &Fact<InitSystem>) -> Fact
             value: InitSystem::Systemd,
         } => {}
     }
-    match ctx.runner.run("systemctl", &["is-active", "docker"]).await {
+    match ctx
+        .commands
+        .run("systemctl", &["is-active", "docker"])
+        .await
+    {
         Ok(out) => {
             let state = out.stdout.trim();
             if state.is_empty() {
@@ -336,7 +340,7 @@ pub async fn user_and_group(ctx: &ProbeContext) -> (UserFacts, DockerGroupFacts)
 /// The Docker CLI in the system dirs, looked up and never run; whether it is Podman's shim shows
 /// from the file itself (a link to podman, or a script that execs it).
 pub async fn docker_cli(ctx: &ProbeContext) -> (Option<String>, Fact<bool>, Option<String>) {
-    let Some(path) = ctx.runner.find("docker") else {
+    let Some(path) = ctx.commands.find("docker") else {
         return (None, Fact::known(false), None);
     };
     let shown = path.display().to_string();
@@ -382,11 +386,11 @@ pub async fn packages(ctx: &ProbeContext) -> Fact<Vec<InstalledPackage>> {
     rpm_args.extend(&names);
     let mut pacman_args = vec!["-Q", "docker"];
     pacman_args.extend(&names);
-    let runner = &ctx.runner;
+    let commands = &ctx.commands;
     let (dpkg, rpm, pacman) = tokio::join!(
         dpkg_status_packages(ctx, &names),
-        runner.run("rpm", &rpm_args),
-        runner.run("pacman", &pacman_args),
+        commands.run("rpm", &rpm_args),
+        commands.run("pacman", &pacman_args),
     );
     let mut found = Vec::new();
     let mut failures = Vec::new();
@@ -450,7 +454,7 @@ async fn dpkg_status_packages(
 
 /// `snap list docker`.
 pub async fn snap_docker(ctx: &ProbeContext) -> Fact<bool> {
-    match ctx.runner.run("snap", &["list", "docker"]).await {
+    match ctx.commands.run("snap", &["list", "docker"]).await {
         Ok(out) => Fact::known(snap_lists_docker(out.code, &out.stdout)),
         Err(ExecError::NotFound(_)) => Fact::known(false),
         Err(e) => Fact::unknown(e.to_string()),
@@ -523,12 +527,12 @@ pub async fn gpus(ctx: &ProbeContext) -> GpuRead {
 
 /// GPU facts from nvidia-smi alone.
 pub async fn nvidia_smi_gpus(ctx: &ProbeContext) -> GpuRead {
-    let runner = &ctx.runner;
+    let commands = &ctx.commands;
     let format = "--format=csv,noheader,nounits";
     let listing_args = ["-L"];
     let (query, listing) = tokio::join!(
-        query_with_fallback(runner, format),
-        runner.run("nvidia-smi", &listing_args),
+        query_with_fallback(commands, format),
+        commands.run("nvidia-smi", &listing_args),
     );
     let (query, fields) = query;
     let unknown = |reason: String| GpuRead {
@@ -593,7 +597,7 @@ pub async fn nvidia_smi_gpus(ctx: &ProbeContext) -> GpuRead {
 /// Runs the GPU query; when this nvidia-smi refuses an optional field (R470: `compute_cap`), asks
 /// again without it. Returns the last answer and the fields it was asked for.
 async fn query_with_fallback(
-    runner: &Runner,
+    commands: &ProbeCommands,
     format: &str,
 ) -> (
     Result<super::exec::CommandOutput, ExecError>,
@@ -602,7 +606,7 @@ async fn query_with_fallback(
     let mut fields: Vec<&'static str> = QUERY_FIELDS.to_vec();
     loop {
         let arg = query_arg(&fields);
-        let answer = runner.run("nvidia-smi", &[arg.as_str(), format]).await;
+        let answer = commands.run("nvidia-smi", &[arg.as_str(), format]).await;
         let refused = match &answer {
             Ok(out) if !out.success() => rejected_field(&out.stdout, &out.stderr),
             _ => None,
@@ -650,7 +654,7 @@ pub async fn nvidia_hardware(ctx: &ProbeContext) -> Fact<NvidiaHardware> {
 
 /// `nvidia-ctk --version`: `Known(None)` when absent or failing.
 pub async fn nvidia_ctk_version(ctx: &ProbeContext) -> Fact<Option<String>> {
-    match ctx.runner.run("nvidia-ctk", &["--version"]).await {
+    match ctx.commands.run("nvidia-ctk", &["--version"]).await {
         Ok(out) if out.success() => Fact::known(Some(
             first_line(&out.stdout).unwrap_or("nvidia-ctk").to_owned(),
         )),
@@ -661,7 +665,7 @@ pub async fn nvidia_ctk_version(ctx: &ProbeContext) -> Fact<Option<String>> {
 
 /// `nvidia-ctk cdi list`: whether an `nvidia.com/gpu` device is listed, and the device names.
 pub async fn cdi_list(ctx: &ProbeContext) -> (Fact<bool>, Vec<String>) {
-    match ctx.runner.run("nvidia-ctk", &["cdi", "list"]).await {
+    match ctx.commands.run("nvidia-ctk", &["cdi", "list"]).await {
         Ok(out) => {
             let devices = parse_cdi_list(&out.stdout);
             let listed = out.success() && out.stdout.to_lowercase().contains("nvidia.com/gpu");
@@ -685,7 +689,7 @@ pub fn parse_cdi_list(text: &str) -> Vec<String> {
 
 /// `nvidia-container-runtime-hook` in a system directory.
 pub fn hook_on_path(ctx: &ProbeContext) -> bool {
-    ctx.runner.find("nvidia-container-runtime-hook").is_some()
+    ctx.commands.find("nvidia-container-runtime-hook").is_some()
 }
 
 // ---------------------------------------------------------------------------------------------
