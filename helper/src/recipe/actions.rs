@@ -93,11 +93,11 @@ pub(super) fn write_source(r: &mut Executor<'_>, path: &str, body: &str) -> Done
 /// Whether a package is installed, read fail-closed in the C locale's exact wording.
 pub(super) fn is_installed(r: &mut Executor<'_>, name: &str) -> Result<bool, Failure> {
     let unsure = || Failure(format!("could not tell whether {name} is installed"));
+    let out = r.run(&cmd::installed_query(r.family, name)?, false)?;
+    let stdout = out.stdout.text();
+    let stderr = out.stderr.text();
     match r.family {
         Family::Apt => {
-            let out = r.run(&cmd::apt_installed(name)?, false)?;
-            let stdout = out.stdout.text();
-            let stderr = out.stderr.text();
             let words: Vec<&str> = stdout.split_whitespace().collect();
             match out.exit_code {
                 Some(0) if words.last() == Some(&"installed") && words.len() == 3 => Ok(true),
@@ -120,33 +120,22 @@ pub(super) fn is_installed(r: &mut Executor<'_>, name: &str) -> Result<bool, Fai
                 _ => Err(unsure()),
             }
         }
-        Family::Dnf => {
-            let out = r.run(&cmd::rpm_installed(name)?, false)?;
-            let stdout = out.stdout.text();
-            let stderr = out.stderr.text();
-            match out.exit_code {
-                Some(0) if !stdout.trim().is_empty() && stdout.lines().all(|l| l == name) => {
-                    Ok(true)
-                }
-                Some(1)
-                    if stderr.is_empty()
-                        && stdout.trim() == format!("package {name} is not installed") =>
-                {
-                    Ok(false)
-                }
-                _ => Err(unsure()),
+        Family::Dnf => match out.exit_code {
+            Some(0) if !stdout.trim().is_empty() && stdout.lines().all(|l| l == name) => Ok(true),
+            Some(1)
+                if stderr.is_empty()
+                    && stdout.trim() == format!("package {name} is not installed") =>
+            {
+                Ok(false)
             }
-        }
+            _ => Err(unsure()),
+        },
     }
 }
 
 /// The installed version of a pinned package.
 fn installed_version(r: &mut Executor<'_>, name: &str) -> Result<String, Failure> {
-    let c = match r.family {
-        Family::Apt => cmd::apt_version(name)?,
-        Family::Dnf => cmd::rpm_version(name)?,
-    };
-    let out = r.run(&c, false)?;
+    let out = r.run(&cmd::version_query(r.family, name)?, false)?;
     let text = out.stdout.text().trim().to_string();
     if out.success() && !text.is_empty() && !text.contains(char::is_whitespace) {
         Ok(text)

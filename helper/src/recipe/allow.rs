@@ -89,23 +89,13 @@ pub fn permits(
 ) -> Result<Vec<Permit>, UnsafeValue> {
     use PlannedAction as A;
     let apt = family == Family::Apt;
-    let query = |name: &str| {
-        if apt {
-            apt_installed(name)
-        } else {
-            rpm_installed(name)
-        }
-    };
+    let query = |name: &str| installed_query(family, name);
     let queries = |wanted: &[PlannedPackage]| -> Result<Vec<Command>, UnsafeValue> {
         let mut out = Vec::new();
         for p in wanted {
             out.push(query(&p.name)?);
             if p.version.is_some() || p.minimum_version.is_some() {
-                out.push(if apt {
-                    apt_version(&p.name)?
-                } else {
-                    rpm_version(&p.name)?
-                });
+                out.push(version_query(family, &p.name)?);
             }
         }
         Ok(out)

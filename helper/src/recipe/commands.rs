@@ -3,7 +3,7 @@
 //! and the vendors' source paths, all validated on parse. [`super::allow`] builds, with these
 //! same functions, the exact set a plan may run.
 
-use enginekit_shared::recipe::PlannedPackage;
+use enginekit_shared::recipe::{Family, PlannedPackage};
 use enginekit_shared::safe::{UnsafeValue, UserName};
 
 use crate::exec::command::{Command, CommandBuilder, Program};
@@ -118,6 +118,22 @@ pub fn rpm_version(package: &str) -> Built {
         .words(&["--query", r"--queryformat=%{VERSION}-%{RELEASE}\n"])
         .arg(package)
         .build()
+}
+
+/// Whether `package` is installed, asked of the family's package database.
+pub fn installed_query(family: Family, package: &str) -> Built {
+    match family {
+        Family::Apt => apt_installed(package),
+        Family::Dnf => rpm_installed(package),
+    }
+}
+
+/// The installed version of `package`, asked of the family's package database.
+pub fn version_query(family: Family, package: &str) -> Built {
+    match family {
+        Family::Apt => apt_version(package),
+        Family::Dnf => rpm_version(package),
+    }
 }
 
 pub const DNF_INSTALL: &[&str] = &["install", "-y", "--setopt=install_weak_deps=False"];
