@@ -123,6 +123,14 @@ fn all() -> Vec<Component> {
     Component::ALL.to_vec()
 }
 
+/// Every command the plan's actions may run (each action's permits, whole), in plan order.
+fn possible_commands(family: Family, plan: &[PlannedAction]) -> Vec<crate::exec::command::Command> {
+    plan.iter()
+        .flat_map(|a| allow::permits(family, a, Path::new("/")).unwrap())
+        .map(|p| p.full)
+        .collect()
+}
+
 #[test]
 fn the_builtin_recipe_runs_exactly_the_reference_argv_on_every_host() {
     let recipe = builtin().unwrap();
@@ -134,14 +142,8 @@ fn the_builtin_recipe_runs_exactly_the_reference_argv_on_every_host() {
         } else {
             Family::Dnf
         };
-        let ours: BTreeSet<Vec<String>> = plan
+        let ours: BTreeSet<Vec<String>> = possible_commands(fam, &plan)
             .iter()
-            .flat_map(|a| {
-                allow::permits(fam, a, Path::new("/"))
-                    .unwrap()
-                    .into_iter()
-                    .map(|p| p.full)
-            })
             .map(|c| c.argv())
             .collect();
         let expected = reference_argv(family);
@@ -249,14 +251,8 @@ fn only_the_install_is_long_running() {
     let plan = recipe
         .steps_for(&params("apt", "ubuntu", "24.04", "x86_64", &all()))
         .unwrap();
-    let long: Vec<Vec<String>> = plan
-        .iter()
-        .flat_map(|a| {
-            allow::permits(Family::Apt, a, Path::new("/"))
-                .unwrap()
-                .into_iter()
-                .map(|p| p.full)
-        })
+    let long: Vec<Vec<String>> = possible_commands(Family::Apt, &plan)
+        .into_iter()
         .filter(|c| c.duration == crate::exec::command::Duration::LongRunning)
         .map(|c| c.argv())
         .collect();
