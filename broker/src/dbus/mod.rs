@@ -348,7 +348,7 @@ pub fn path_of(id: &OperationId) -> String {
 mod tests {
     use super::api::{BoxFuture, CallGuard};
     use super::*;
-    use crate::operations::record::{OperationKind, Phase};
+    use crate::operations::record::Phase;
     use enginekit_shared::error::ErrorCode;
     use tokio::sync::broadcast;
 
@@ -419,15 +419,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_change_recorded_while_the_service_reads_the_store_reaches_the_object() {
-        let mut stored = crate::operations::reducer::start(
-            OperationId::fresh().expect("id"),
-            EngineId::parse("vllm").expect("engine"),
-            OperationKind::Setup,
-            true,
-            None,
-            "old-instance".to_owned(),
-        );
-        stored.phase = Phase::ReloginRequired;
+        let mut stored = crate::operations::reducer::setup_in(Phase::ReloginRequired);
         stored.revision = 1;
         let mut newer = stored.clone();
         newer.phase = Phase::Checking;

@@ -167,20 +167,8 @@ pub async fn send(conn: &Connection, notice: &Notice) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::operations::record::EngineId;
 
-    fn op(phase: Phase) -> Operation {
-        let mut op = crate::operations::reducer::start(
-            OperationId::fresh().expect("id"),
-            EngineId::parse("vllm").expect("engine"),
-            OperationKind::Setup,
-            true,
-            None,
-            "test".to_owned(),
-        );
-        op.phase = phase;
-        op
-    }
+    use crate::operations::reducer::setup_in as op;
 
     fn name() -> OwnedUniqueName {
         OwnedUniqueName::try_from(":1.42").expect("name")

@@ -184,6 +184,21 @@ pub fn start(
     op
 }
 
+/// A fresh setup of `vllm`, put in `phase`: for the tests of what shows an operation.
+#[cfg(test)]
+pub(crate) fn setup_in(phase: Phase) -> Operation {
+    let mut op = start(
+        OperationId::fresh().expect("id"),
+        EngineId::parse("vllm").expect("engine"),
+        OperationKind::Setup,
+        true,
+        None,
+        "test".to_owned(),
+    );
+    op.phase = phase;
+    op
+}
+
 fn set_effect(op: &mut Operation, kind: EffectKind) {
     op.pending_effect = Some(EffectIntent {
         // Unique per operation because the revision only grows.
