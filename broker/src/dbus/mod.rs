@@ -192,7 +192,7 @@ pub(crate) fn publish_operations(
     conn: &Connection,
     api: &Arc<dyn BrokerApi>,
     watchers: &Arc<notify::Watchers>,
-) -> tokio::task::JoinHandle<()> {
+) {
     let events = api.subscribe();
     let (conn, api, watchers) = (conn.clone(), api.clone(), watchers.clone());
     tokio::spawn(async move {
@@ -200,7 +200,7 @@ pub(crate) fn publish_operations(
             let _ = operation::export(conn.object_server(), &api, &op).await;
         }
         pump(conn, api, watchers, events).await;
-    })
+    });
 }
 
 /// The object of `op`, exported if new, brought up to `op` (an older revision is ignored).
@@ -312,7 +312,7 @@ pub async fn serve_on(
         .build()
         .await
         .map_err(io)?;
-    let _pump = publish_operations(&conn, &api, &watchers);
+    publish_operations(&conn, &api, &watchers);
     let started = std::time::Instant::now();
     loop {
         let quiet = tokio::time::timeout(idle, conn.monitor_activity())
@@ -439,7 +439,7 @@ mod tests {
         let client = zbus::connection::Builder::unix_stream(client).p2p().build();
         let (server, client) = tokio::join!(server, client);
         let (server, client) = (server.expect("server end"), client.expect("client end"));
-        let _pump = publish_operations(&server, &api, &Arc::default());
+        publish_operations(&server, &api, &Arc::default());
 
         // A peer has no bus names; the destination is only a header field here.
         let proxy = zbus::Proxy::new(
