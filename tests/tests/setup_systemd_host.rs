@@ -181,9 +181,8 @@ impl SystemdGpuHost {
 
     /// Runs the session-bus client in `mode` as the user, in a fresh login session with its own
     /// session bus (`dbus-run-session`, which activates `enginekit serve` from the shipped file);
-    /// what it reported.
-    /// The client's report, with the session service's log (it logs at `info` to the session
-    /// bus's stderr) under `service_log`, so that a failed assertion shows what the service did.
+    /// what it reported, with the service's log (at `info`, on the session bus's stderr) under
+    /// `service_log`, so that a failed assertion shows what the service did.
     fn bus_client(&self, mode: &str) -> Value {
         let out = self.booted.sh_as(
             USER,
