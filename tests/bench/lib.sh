@@ -31,6 +31,29 @@ EK_SYSTEM_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 log() { printf 'bench: %s\n' "$*" >&2; }
 die() { printf 'bench: ERROR: %s\n' "$*" >&2; exit 1; }
 
+# need PACKAGE...: installs the Debian packages among PACKAGE that are not installed yet. The one
+# way a bench script gets a tool it runs: none stops on a program that Debian's archive has.
+# Waits for another apt run's lock instead of fighting it; the log is $EK_BENCH_RUN/apt.log.
+# tests/bench/check-programs reads the package names given here (literal words only, so that it can).
+need() {
+    local p missing=()
+    for p in "$@"; do
+        [[ $(dpkg-query -W -f '${db:Status-Abbrev}' "$p" 2>/dev/null || true) == "ii " ]] || missing+=("$p")
+    done
+    ((${#missing[@]})) || return 0
+    [[ $(id -u) == 0 ]] || die "installing ${missing[*]} needs root"
+    mkdir -p "$EK_BENCH_RUN"
+    log "installing from Debian: ${missing[*]}"
+    local apt_opts=(-o DPkg::Lock::Timeout=900 -o Acquire::Retries=3)
+    # An index from before this boot may lack a package or name a version the mirror dropped.
+    DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}" update -q >>"$EK_BENCH_RUN/apt.log" 2>&1 9>&- 8>&- ||
+        die "apt-get update failed; see $EK_BENCH_RUN/apt.log"
+    # docker.io's postinst tries to start the service; without systemd that fails harmlessly.
+    DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}" install -y -q --no-install-recommends \
+        "${missing[@]}" >>"$EK_BENCH_RUN/apt.log" 2>&1 9>&- 8>&- ||
+        die "apt-get install ${missing[*]} failed; see $EK_BENCH_RUN/apt.log"
+}
+
 pid_alive() { [[ -n ${1:-} ]] && kill -0 "$1" 2>/dev/null; }
 
 # wait_for SECONDS DESCRIPTION CMD... : poll CMD every 0.2 s until it succeeds.
