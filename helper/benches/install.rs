@@ -170,6 +170,7 @@ fn main() {
         .expect("lock");
     let recipe = recipe_for(&env);
     let params = params();
+    let plan = recipe.steps_for(&params).expect("a plan for this machine");
     let ctx = ExecContext::new(0);
     let env_vars: Vec<(String, String)> = recipe
         .environment()
@@ -181,12 +182,26 @@ fn main() {
     let (mut exec_total, mut exec_install, mut direct_total, mut direct_install) =
         (vec![], vec![], vec![], vec![]);
     // Warm-up: writes the key and source, fills apt's caches for both sides.
-    let warm = recipe::run(&recipe, &params, &ctx, &mut Quiet, &CancelToken::new());
+    let warm = recipe::run_plan(
+        &recipe,
+        &params,
+        &plan,
+        &ctx,
+        &mut Quiet,
+        &CancelToken::new(),
+    );
     assert_eq!(warm.outcome.as_str(), "succeeded", "{:?}", warm.error);
     for _ in 0..ROUNDS {
         purge();
         let started = Instant::now();
-        let out = recipe::run(&recipe, &params, &ctx, &mut Quiet, &CancelToken::new());
+        let out = recipe::run_plan(
+            &recipe,
+            &params,
+            &plan,
+            &ctx,
+            &mut Quiet,
+            &CancelToken::new(),
+        );
         exec_total.push(started.elapsed().as_secs_f64());
         assert_eq!(out.outcome.as_str(), "succeeded", "{:?}", out.error);
         let packages = out

@@ -11,7 +11,7 @@ use clap::{value_parser, Arg, ArgAction};
 use crate::config::DEFAULT_CONFIG_PATH;
 
 /// The program's name, fixed: usage and version messages never echo `argv[0]`.
-pub const NAME: &str = "enginekit-helper";
+pub(crate) const NAME: &str = "enginekit-helper";
 
 /// The helper's command line.
 pub fn command() -> clap::Command {

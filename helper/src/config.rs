@@ -11,11 +11,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Where the configuration file is read from unless `--config` names another.
-pub const DEFAULT_CONFIG_PATH: &str = "/etc/enginekit/helper.conf";
+pub(crate) const DEFAULT_CONFIG_PATH: &str = "/etc/enginekit/helper.conf";
 /// The nonce ledger, receipts and anti-rollback marks.
-pub const DEFAULT_STATE_DIR: &str = "/var/lib/enginekit-helper";
+pub(crate) const DEFAULT_STATE_DIR: &str = "/var/lib/enginekit-helper";
 /// Pinned recipe-signing keys: the packaged set, then the administrator's.
-pub const DEFAULT_KEY_DIRS: [&str; 2] = enginekit_shared::signed::HELPER_KEY_DIRS;
+pub(crate) const DEFAULT_KEY_DIRS: [&str; 2] = enginekit_shared::signed::HELPER_KEY_DIRS;
 /// Largest configuration file accepted; it holds a handful of lines.
 const MAX_CONFIG_BYTES: u64 = 16 * 1024;
 
@@ -23,22 +23,22 @@ const MAX_CONFIG_BYTES: u64 = 16 * 1024;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// Directory holding the ledger (created 0700 if missing).
-    pub state_dir: PathBuf,
+    pub(crate) state_dir: PathBuf,
     /// Directories of pinned public keys for inline signed recipes.
-    pub key_dirs: Vec<PathBuf>,
+    pub(crate) key_dirs: Vec<PathBuf>,
     /// How long the helper stays on the bus with no job and no call in flight.
-    pub idle_exit: Duration,
+    pub(crate) idle_exit: Duration,
     /// How old a host step's `issued_at` may be; also how long ledger entries are kept.
-    pub step_window: Duration,
+    pub(crate) step_window: Duration,
     /// How far in the future `issued_at` may lie (clocks of broker and helper are the same
     /// machine's, so this only absorbs rounding).
-    pub clock_skew: Duration,
+    pub(crate) clock_skew: Duration,
     /// Longest wait for polkit's answer (an interactive prompt included).
-    pub polkit_timeout: Duration,
+    pub(crate) polkit_timeout: Duration,
     /// Also append the decision log to this file (the test bench has no journald).
     pub log_file: Option<PathBuf>,
     /// Calls served at once, in total and per uid (see `bus::admission`).
-    pub admission: crate::bus::admission::Limits,
+    pub(crate) admission: crate::bus::admission::Limits,
 }
 
 impl Default for Config {
@@ -114,7 +114,7 @@ impl Config {
 
     /// Parses `key = value` lines (`#` comments, blank lines ignored). `key_dir` may repeat and
     /// replaces the default key directories as a whole; durations are whole seconds.
-    pub fn parse(text: &str) -> Result<Config, (usize, String)> {
+    pub(crate) fn parse(text: &str) -> Result<Config, (usize, String)> {
         let mut config = Config::default();
         let mut key_dirs: Vec<PathBuf> = Vec::new();
         for (index, raw) in text.lines().enumerate() {
@@ -183,7 +183,7 @@ fn seconds(value: &str, line: usize) -> Result<Duration, (usize, String)> {
     }
 }
 
-pub use enginekit_shared::ownership::is_root_only;
+pub(crate) use enginekit_shared::ownership::is_root_only;
 
 fn parent_is_root_only(path: &Path) -> bool {
     let Some(parent) = path.parent() else {

@@ -12,10 +12,10 @@ impl CancelToken {
     pub fn new() -> CancelToken {
         CancelToken::default()
     }
-    pub fn cancel(&self) {
+    pub(crate) fn cancel(&self) {
         self.0.store(true, Ordering::SeqCst);
     }
-    pub fn is_cancelled(&self) -> bool {
+    pub(crate) fn is_cancelled(&self) -> bool {
         self.0.load(Ordering::SeqCst)
     }
 }

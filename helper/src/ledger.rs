@@ -26,9 +26,9 @@ use serde::{Deserialize, Serialize};
 /// Largest record or receipt file the ledger reads back (a receipt holds bounded log tails).
 const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
 /// How long a receipt stays readable with `GetReceipt` after its step was issued.
-pub const RECEIPT_RETENTION_SECS: u64 = 7 * 24 * 3600;
+pub(crate) const RECEIPT_RETENTION_SECS: u64 = 7 * 24 * 3600;
 /// Receipts kept per uid, so one user's jobs cannot fill the state directory.
-pub const RECEIPTS_PER_UID: usize = 64;
+pub(crate) const RECEIPTS_PER_UID: usize = 64;
 
 /// A failure of the ledger itself; every one of them refuses the step (fail closed).
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +50,7 @@ pub enum LedgerError {
 
 /// What burning a nonce found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Burn {
+pub(crate) enum Burn {
     /// The nonce was new and is now burnt durably.
     Fresh,
     /// The nonce was burnt before by the same step; its receipt, if that job finished.
@@ -105,14 +105,9 @@ impl Ledger {
         })
     }
 
-    /// The directory this ledger lives in.
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
     /// Burns `nonce` for the step whose digest is `step_digest`, or reports what an earlier burn
     /// of the same nonce recorded.
-    pub fn burn(
+    pub(crate) fn burn(
         &self,
         nonce: &str,
         step_digest: &str,
@@ -141,18 +136,8 @@ impl Ledger {
         Ok(Burn::Replay { receipt })
     }
 
-    /// Whether `nonce` has been burnt (by any step).
-    pub fn is_burnt(&self, nonce: &str) -> Result<bool, LedgerError> {
-        let path = self.nonce_path(nonce)?;
-        match fs::symlink_metadata(&path) {
-            Ok(_) => Ok(true),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
-            Err(source) => Err(LedgerError::Io { path, source }),
-        }
-    }
-
     /// Stores the receipt of the job `nonce` started (replacing an earlier one atomically).
-    pub fn store_receipt(
+    pub(crate) fn store_receipt(
         &self,
         nonce: &str,
         uid: u32,
@@ -201,7 +186,7 @@ impl Ledger {
 
     /// The receipt for `nonce` if it exists and belongs to `uid`. Another uid's receipt and a
     /// missing one look the same to the caller.
-    pub fn receipt_for(&self, nonce: &str, uid: u32) -> Result<Option<String>, LedgerError> {
+    pub(crate) fn receipt_for(&self, nonce: &str, uid: u32) -> Result<Option<String>, LedgerError> {
         Ok(self
             .read_receipt_record(nonce, uid)?
             .filter(|r| r.uid == uid)
@@ -209,7 +194,7 @@ impl Ledger {
     }
 
     /// The anti-rollback mark of `recipe_id`: the last accepted serial and payload digest.
-    pub fn high_water(&self, recipe_id: &str) -> Result<Option<HighWater>, LedgerError> {
+    pub(crate) fn high_water(&self, recipe_id: &str) -> Result<Option<HighWater>, LedgerError> {
         let path = self.serial_path(recipe_id);
         match read_json(&path) {
             Ok(mark) => Ok(Some(mark)),
@@ -219,7 +204,11 @@ impl Ledger {
     }
 
     /// Records `mark` for `recipe_id` when its serial is above the stored one (never lowers it).
-    pub fn raise_high_water(&self, recipe_id: &str, mark: &HighWater) -> Result<(), LedgerError> {
+    pub(crate) fn raise_high_water(
+        &self,
+        recipe_id: &str,
+        mark: &HighWater,
+    ) -> Result<(), LedgerError> {
         if self
             .high_water(recipe_id)?
             .is_some_and(|current| current.serial >= mark.serial)
@@ -238,7 +227,7 @@ impl Ledger {
     /// past) and receipts older than [`RECEIPT_RETENTION_SECS`]. Returns how many files went.
     /// A record that cannot be read is kept: refusing a nonce wrongly is safe, forgetting one
     /// is not.
-    pub fn prune(&self, keep_secs: u64) -> Result<usize, LedgerError> {
+    pub(crate) fn prune(&self, keep_secs: u64) -> Result<usize, LedgerError> {
         let now = now_secs();
         let mut removed = 0;
         removed += prune_dir(&self.root.join("nonces"), |path| {
@@ -257,18 +246,11 @@ impl Ledger {
         nonce: &str,
         uid: u32,
     ) -> Result<Option<ReceiptRecord>, LedgerError> {
-        // Receipts of an earlier layout were named by the nonce alone.
-        for path in [
-            self.receipt_path(nonce, uid)?,
-            self.root.join("receipts").join(checked_key(nonce)?),
-        ] {
-            match read_json(&path) {
-                Ok(record) => return Ok(Some(record)),
-                Err(LedgerError::Io { source, .. }) if source.kind() == ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            }
+        match read_json(&self.receipt_path(nonce, uid)?) {
+            Ok(record) => Ok(Some(record)),
+            Err(LedgerError::Io { source, .. }) if source.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
         }
-        Ok(None)
     }
 
     fn nonce_path(&self, nonce: &str) -> Result<PathBuf, LedgerError> {
@@ -399,7 +381,7 @@ mod tests {
             ledger.store_receipt(&nonce(i), 1000, 1, "{}").unwrap();
         }
         ledger.store_receipt(&nonce(999), 1001, 1, "{}").unwrap();
-        let count = std::fs::read_dir(ledger.root().join("receipts"))
+        let count = std::fs::read_dir(ledger.root.join("receipts"))
             .unwrap()
             .count();
         assert_eq!(count, RECEIPTS_PER_UID + 1);
@@ -440,7 +422,7 @@ mod tests {
     fn directories_are_private() {
         let (_dir, ledger) = ledger();
         for sub in ["", "nonces", "receipts", "serials"] {
-            let mode = fs::metadata(ledger.root().join(sub))
+            let mode = fs::metadata(ledger.root.join(sub))
                 .unwrap()
                 .permissions()
                 .mode();
@@ -451,10 +433,10 @@ mod tests {
     #[test]
     fn a_nonce_burns_once_then_replays_or_conflicts() {
         let (_dir, ledger) = ledger();
-        assert!(!ledger.is_burnt(NONCE).unwrap());
+        assert!(!ledger.root.join("nonces").join(NONCE).exists());
         assert_eq!(ledger.burn(NONCE, STEP_A, 1000, 5).unwrap(), Burn::Fresh);
-        assert!(ledger.is_burnt(NONCE).unwrap());
-        let file = ledger.root().join("nonces").join(NONCE);
+        assert!(ledger.root.join("nonces").join(NONCE).exists());
+        let file = ledger.root.join("nonces").join(NONCE);
         assert_eq!(
             fs::metadata(&file).unwrap().permissions().mode() & 0o777,
             0o600
@@ -526,14 +508,14 @@ mod tests {
         ledger.burn(old, STEP_A, 1000, 10).unwrap();
         ledger.burn(NONCE, STEP_A, 1000, now_secs()).unwrap();
         assert_eq!(ledger.prune(900).unwrap(), 1);
-        assert!(!ledger.is_burnt(old).unwrap());
-        assert!(ledger.is_burnt(NONCE).unwrap());
+        assert!(!ledger.root.join("nonces").join(old).exists());
+        assert!(ledger.root.join("nonces").join(NONCE).exists());
     }
 
     #[test]
     fn a_damaged_record_is_an_error_not_a_fresh_nonce() {
         let (_dir, ledger) = ledger();
-        fs::write(ledger.root().join("nonces").join(NONCE), b"{").unwrap();
+        fs::write(ledger.root.join("nonces").join(NONCE), b"{").unwrap();
         assert!(matches!(
             ledger.burn(NONCE, STEP_A, 1000, 5),
             Err(LedgerError::Damaged { .. })

@@ -7,15 +7,15 @@
 //! [`config`], [`logging`], [`execution`] (the one call into the executor), and the executor itself
 //! in [`recipe`] and [`exec`].
 
-pub mod authz;
+pub(crate) mod authz;
 pub mod bus;
 pub mod cli;
 pub mod config;
-pub mod exec;
+pub(crate) mod exec;
 pub mod execution;
 pub mod ledger;
 pub mod logging;
-pub mod receipt;
+pub(crate) mod receipt;
 pub mod recipe;
-pub mod refusal;
-pub mod verify;
+pub(crate) mod refusal;
+pub(crate) mod verify;

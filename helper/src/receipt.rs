@@ -11,7 +11,7 @@ use crate::recipe::ExecutionOutcome;
 use crate::verify::VerifiedStep;
 
 /// The canonical JSON of the receipt for `step` as `report` describes it.
-pub fn build(
+pub(crate) fn build(
     step: &VerifiedStep,
     started: SystemTime,
     finished: SystemTime,
@@ -44,7 +44,7 @@ pub fn build(
 }
 
 /// A receipt for a job that never ran an action (the caller left after the nonce was burnt).
-pub fn not_run(step: &VerifiedStep, outcome: Outcome, code: ErrorCode, why: &str) -> String {
+pub(crate) fn not_run(step: &VerifiedStep, outcome: Outcome, code: ErrorCode, why: &str) -> String {
     let now = SystemTime::now();
     let report = ExecutionOutcome {
         outcome,

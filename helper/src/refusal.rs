@@ -9,21 +9,21 @@ macro_rules! refusal_kinds {
         /// Every reason the helper refuses a call; the D-Bus error name is
         /// `org.enginekit.Helper1.Error.<Variant>` (see `bus::error`).
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-        pub enum RefusalKind {
+        pub(crate) enum RefusalKind {
             $( $(#[$doc])* $variant, )+
         }
 
         impl RefusalKind {
             /// The stable code the refusal's message starts with.
-            pub fn code(self) -> ErrorCode {
+            pub(crate) fn code(self) -> ErrorCode {
                 match self { $( RefusalKind::$variant => ErrorCode::$code, )+ }
             }
             /// The short name in the journal (`outcome=`).
-            pub fn kind(self) -> &'static str {
+            pub(crate) fn kind(self) -> &'static str {
                 match self { $( RefusalKind::$variant => $kind, )+ }
             }
             /// The last element of the D-Bus error name.
-            pub fn name(self) -> &'static str {
+            pub(crate) fn name(self) -> &'static str {
                 match self { $( RefusalKind::$variant => stringify!($variant), )+ }
             }
         }
@@ -85,13 +85,13 @@ refusal_kinds! {
 /// (`MANAGED_HOST_STEP_INVALID: …`), so a client can match the code without parsing English.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
-pub struct Refusal {
-    pub kind: RefusalKind,
+pub(crate) struct Refusal {
+    pub(crate) kind: RefusalKind,
     message: String,
 }
 
 impl Refusal {
-    pub fn new(kind: RefusalKind, text: impl std::fmt::Display) -> Refusal {
+    pub(crate) fn new(kind: RefusalKind, text: impl std::fmt::Display) -> Refusal {
         Refusal {
             kind,
             message: format!("{}: {text}", kind.code().as_str()),
@@ -99,12 +99,12 @@ impl Refusal {
     }
 
     /// `CODE: text`.
-    pub fn message(&self) -> &str {
+    pub(crate) fn message(&self) -> &str {
         &self.message
     }
 
     /// The standard refusal when polkit would ask for a password the call may not ask for.
-    pub fn interaction_required() -> Refusal {
+    pub(crate) fn interaction_required() -> Refusal {
         Refusal::new(
             RefusalKind::InteractionRequired,
             "authentication is required; call again allowing interactive authorization",

@@ -29,7 +29,9 @@ use std::process::Command;
 
 use apt_support::*;
 
-use enginekit_helper::recipe::{self, ActionStatus, CancelToken, ExecContext, ProgressSink};
+use enginekit_helper::recipe::{
+    self, ActionStatus, CancelToken, ExecContext, ExecutionOutcome, ProgressSink,
+};
 use enginekit_integration::bench::{self, Service};
 use enginekit_shared::recipe::Recipe;
 use enginekit_shared::signed::{verify, DocumentKind, SignedDocument, SigningKey, TrustStore};
@@ -84,6 +86,17 @@ impl ProgressSink for Progress {
         }
         self.events.push((phase.to_string(), percent, allow_cancel));
     }
+}
+
+/// Plans `recipe` for `params` and runs that plan, as the helper's job does.
+fn run_recipe(
+    recipe: &Recipe,
+    params: &HostParameters,
+    ctx: &ExecContext,
+    progress: &mut Progress,
+) -> ExecutionOutcome {
+    let plan = recipe.steps_for(params).unwrap();
+    recipe::run_plan(recipe, params, &plan, ctx, progress, &CancelToken::new())
 }
 
 fn params(user: &str) -> HostParameters {
@@ -148,7 +161,7 @@ fn installs_the_stand_in_toolkit_from_the_signed_local_repository_then_changes_n
             let _ = h.wait();
         })),
     };
-    let first = recipe::run(&recipe, &params, &ctx, &mut progress, &CancelToken::new());
+    let first = run_recipe(&recipe, &params, &ctx, &mut progress);
     {
         let mut h = holder.lock().unwrap();
         let _ = h.kill();
@@ -273,7 +286,7 @@ fn installs_the_stand_in_toolkit_from_the_signed_local_repository_then_changes_n
         events: Vec::new(),
         on_waiting: None,
     };
-    let second = recipe::run(&recipe, &params, &ctx, &mut progress, &CancelToken::new());
+    let second = run_recipe(&recipe, &params, &ctx, &mut progress);
     assert_eq!(second.outcome, Outcome::Succeeded, "{:?}", second.error);
     for a in &second.actions {
         assert_eq!(a.status, ActionStatus::Satisfied, "{}: {}", a.id, a.detail);
@@ -307,13 +320,7 @@ fn a_caller_who_is_not_the_user_is_refused_and_a_missing_package_fails_cleanly()
         events: Vec::new(),
         on_waiting: None,
     };
-    let out = recipe::run(
-        &recipe,
-        &params(&user.name),
-        &ctx,
-        &mut progress,
-        &CancelToken::new(),
-    );
+    let out = run_recipe(&recipe, &params(&user.name), &ctx, &mut progress);
     assert_eq!(out.outcome, Outcome::Failed);
     let packages = out.actions.iter().find(|a| a.id == "packages").unwrap();
     assert_eq!(packages.status, ActionStatus::Failed);
@@ -343,13 +350,7 @@ fn a_caller_who_is_not_the_user_is_refused_and_a_missing_package_fails_cleanly()
 
     // Fix the pin; the same uid mismatch now stops the run at the group action.
     let recipe = signed_and_verified(test_recipe_payload(&env));
-    let out = recipe::run(
-        &recipe,
-        &params(&user.name),
-        &ctx,
-        &mut progress,
-        &CancelToken::new(),
-    );
+    let out = run_recipe(&recipe, &params(&user.name), &ctx, &mut progress);
     let group = out.actions.iter().find(|a| a.id == "docker-group").unwrap();
     assert_eq!(group.status, ActionStatus::Failed);
     assert!(
@@ -408,7 +409,7 @@ fn a_toolkit_below_the_recipes_minimum_is_upgraded_by_apt_for_real_and_one_above
             events: Vec::new(),
             on_waiting: None,
         };
-        recipe::run(recipe, &params, &ctx, &mut progress, &CancelToken::new())
+        run_recipe(recipe, &params, &ctx, &mut progress)
     };
 
     // The old toolkit, installed pinned (as a host that set it up in 2024 has it).

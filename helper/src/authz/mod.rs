@@ -17,11 +17,11 @@ use zbus::Connection;
 use zbus_polkit::policykit1::{AuthorityProxy, CheckAuthorizationFlags, Subject};
 
 /// The one polkit action the helper checks.
-pub const ACTION_ID: &str = "org.enginekit.helper.install-container-runtime";
+pub(crate) const ACTION_ID: &str = "org.enginekit.helper.install-container-runtime";
 
 /// What polkit (or the lack of it) decided. Only [`Decision::Authorized`] lets a step go on.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     Authorized,
     /// Denied by policy.
     NotAuthorized,
@@ -39,7 +39,7 @@ pub enum Decision {
 
 impl Decision {
     /// A short word for the journal.
-    pub fn as_str(&self) -> &'static str {
+    pub(crate) fn as_str(&self) -> &'static str {
         match self {
             Decision::Authorized => "authorized",
             Decision::NotAuthorized => "not-authorized",
@@ -54,19 +54,19 @@ impl Decision {
 
 /// One authorisation question.
 #[derive(Debug)]
-pub struct Question<'a> {
+pub(crate) struct Question<'a> {
     /// The header of the `Start` call: its sender is the subject.
-    pub header: &'a Header<'a>,
+    pub(crate) header: &'a Header<'a>,
     /// `recipe_id`, `recipe_digest`, `parameters_digest`, `summary`, … for rules and the dialog.
-    pub details: HashMap<&'a str, &'a str>,
+    pub(crate) details: HashMap<&'a str, &'a str>,
     /// Whether the message carried ALLOW_INTERACTIVE_AUTHORIZATION.
-    pub interactive: bool,
-    pub timeout: Duration,
+    pub(crate) interactive: bool,
+    pub(crate) timeout: Duration,
 }
 
 /// Asks polkitd. Never returns `Authorized` for a caller that has left the bus by the time the
 /// answer arrives.
-pub async fn check(conn: &Connection, question: &Question<'_>) -> Decision {
+pub(crate) async fn check(conn: &Connection, question: &Question<'_>) -> Decision {
     let Some(sender) = question.header.sender() else {
         return Decision::Unavailable("the call has no sender".to_owned());
     };
@@ -135,7 +135,7 @@ pub async fn check(conn: &Connection, question: &Question<'_>) -> Decision {
 }
 
 /// Whether `name` is still connected. Any error counts as "gone".
-pub async fn caller_present(bus: &DBusProxy<'_>, name: &UniqueName<'_>) -> bool {
+pub(crate) async fn caller_present(bus: &DBusProxy<'_>, name: &UniqueName<'_>) -> bool {
     bus.name_has_owner(name.clone().into())
         .await
         .unwrap_or(false)

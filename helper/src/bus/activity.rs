@@ -17,7 +17,7 @@ pub struct Activity {
 
 /// Held while a method call is being handled; dropping it ends the call.
 #[derive(Debug)]
-pub struct CallGuard(Arc<Activity>);
+pub(crate) struct CallGuard(Arc<Activity>);
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
@@ -28,7 +28,7 @@ impl Drop for CallGuard {
 
 /// The reserved job slot; dropping it frees the slot.
 #[derive(Debug)]
-pub struct JobSlot(Arc<Activity>);
+pub(crate) struct JobSlot(Arc<Activity>);
 
 impl Drop for JobSlot {
     fn drop(&mut self) {
@@ -45,18 +45,18 @@ impl Activity {
     }
 
     /// Marks a call in flight until the guard drops.
-    pub fn call_started(self: &Arc<Self>) -> CallGuard {
+    pub(crate) fn call_started(self: &Arc<Self>) -> CallGuard {
         self.calls.fetch_add(1, Ordering::SeqCst);
         CallGuard(Arc::clone(self))
     }
 
     /// The nonce of the job holding the slot, if any.
-    pub fn running_job(&self) -> Option<String> {
+    pub(crate) fn running_job(&self) -> Option<String> {
         self.job.lock().ok().and_then(|job| job.clone())
     }
 
     /// Takes the slot for the job of `nonce`, or `None` when another job holds it.
-    pub fn reserve_job(self: &Arc<Self>, nonce: &str) -> Option<JobSlot> {
+    pub(crate) fn reserve_job(self: &Arc<Self>, nonce: &str) -> Option<JobSlot> {
         let mut job = self.job.lock().ok()?;
         if job.is_some() {
             return None;
@@ -68,12 +68,12 @@ impl Activity {
     }
 
     /// No call in flight and no job.
-    pub fn is_idle(&self) -> bool {
+    pub(crate) fn is_idle(&self) -> bool {
         self.calls.load(Ordering::SeqCst) == 0 && self.running_job().is_none()
     }
 
     /// Resolves on the next change of calls or slot (register before checking to miss none).
-    pub fn changed(&self) -> tokio::sync::futures::Notified<'_> {
+    pub(crate) fn changed(&self) -> tokio::sync::futures::Notified<'_> {
         self.changed.notified()
     }
 }

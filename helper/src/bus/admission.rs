@@ -32,9 +32,9 @@ const REMEMBERED: usize = 4096;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Calls in flight from everyone together.
-    pub total: usize,
+    pub(crate) total: usize,
     /// Calls in flight from one uid (root included).
-    pub per_uid: usize,
+    pub(crate) per_uid: usize,
 }
 
 impl Default for Limits {
@@ -66,7 +66,7 @@ struct State {
 
 /// Why a call was not admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NoRoom {
+pub(crate) enum NoRoom {
     /// Every slot is taken.
     Full,
     /// This uid has its share in flight.
@@ -75,7 +75,7 @@ pub enum NoRoom {
 
 /// One admitted call; dropping it frees its slots.
 #[derive(Debug)]
-pub struct Ticket {
+pub(crate) struct Ticket {
     admission: Arc<Admission>,
     uid: Option<u32>,
 }
@@ -124,7 +124,7 @@ impl Admission {
     }
 
     /// Learns who is calling and charges the call to that uid's share and to the total.
-    pub async fn admit(
+    pub(crate) async fn admit(
         self: &Arc<Self>,
         conn: &Connection,
         header: &Header<'_>,
@@ -150,7 +150,7 @@ impl Admission {
     }
 
     /// A slot of the total.
-    pub fn enter(self: &Arc<Self>) -> Result<Ticket, NoRoom> {
+    pub(crate) fn enter(self: &Arc<Self>) -> Result<Ticket, NoRoom> {
         let mut state = self.state();
         if state.total >= self.limits.total {
             return Err(NoRoom::Full);
@@ -161,17 +161,11 @@ impl Admission {
             uid: None,
         })
     }
-
-    /// Calls in flight now, in total and for `uid`.
-    pub fn in_flight(&self, uid: u32) -> (usize, usize) {
-        let state = self.state();
-        (state.total, state.per_uid.get(&uid).copied().unwrap_or(0))
-    }
 }
 
 impl Ticket {
     /// Charges this call to `uid`; refused when that uid already has its share in flight.
-    pub fn bind(&mut self, uid: u32) -> Result<(), NoRoom> {
+    pub(crate) fn bind(&mut self, uid: u32) -> Result<(), NoRoom> {
         if self.uid.is_some() {
             return Ok(());
         }
@@ -205,6 +199,12 @@ impl Drop for Ticket {
 mod tests {
     use super::*;
 
+    /// Calls in flight now, in total and for `uid`.
+    fn in_flight(admission: &Admission, uid: u32) -> (usize, usize) {
+        let state = admission.state();
+        (state.total, state.per_uid.get(&uid).copied().unwrap_or(0))
+    }
+
     #[test]
     fn one_uid_gets_its_share_and_the_rest_stays_for_others() {
         let admission = Admission::new(Limits {
@@ -222,11 +222,11 @@ mod tests {
         drop(third);
         let mut other = admission.enter().unwrap();
         assert_eq!(other.bind(1001), Ok(()));
-        assert_eq!(admission.in_flight(1000), (3, 2));
+        assert_eq!(in_flight(&admission, 1000), (3, 2));
         drop(flood);
-        assert_eq!(admission.in_flight(1000), (1, 0));
+        assert_eq!(in_flight(&admission, 1000), (1, 0));
         drop(other);
-        assert_eq!(admission.in_flight(1001), (0, 0));
+        assert_eq!(in_flight(&admission, 1001), (0, 0));
     }
 
     #[test]

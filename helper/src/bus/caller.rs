@@ -11,15 +11,18 @@ use crate::refusal::{refuse, Refusal};
 
 /// The caller of one method call.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller {
-    pub unique_name: OwnedUniqueName,
-    pub uid: u32,
-    pub pid: Option<u32>,
+pub(crate) struct Caller {
+    pub(crate) unique_name: OwnedUniqueName,
+    pub(crate) uid: u32,
+    pub(crate) pid: Option<u32>,
 }
 
 impl Caller {
     /// Asks the bus daemon about the sender of `header`.
-    pub async fn identify(conn: &Connection, header: &Header<'_>) -> Result<Caller, Refusal> {
+    pub(crate) async fn identify(
+        conn: &Connection,
+        header: &Header<'_>,
+    ) -> Result<Caller, Refusal> {
         let Some(sender) = header.sender() else {
             return Err(refuse!(NotAuthorized, "the call carries no sender"));
         };
@@ -44,7 +47,7 @@ impl Caller {
     }
 
     /// The login name of the caller's uid, from the user database.
-    pub fn user_name(&self) -> Result<String, Refusal> {
+    pub(crate) fn user_name(&self) -> Result<String, Refusal> {
         match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(self.uid)) {
             Ok(Some(user)) => Ok(user.name),
             Ok(None) => Err(refuse!(
@@ -62,7 +65,7 @@ impl Caller {
     /// ([`unit_of_cgroup`]); `None` when it cannot be told. Read after the bus vouched for the
     /// pid, and only logged. The whole path (`0::/user.slice/…`): a user can name its own units, so
     /// the journal keeps the path the unit sits in too.
-    pub fn cgroup(&self) -> Option<String> {
+    pub(crate) fn cgroup(&self) -> Option<String> {
         let pid = self.pid?;
         let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
         text.lines()
@@ -76,7 +79,7 @@ impl Caller {
 }
 
 /// The innermost `.service` or `.scope` of a cgroup path.
-pub fn unit_of_cgroup(path: &str) -> Option<String> {
+pub(crate) fn unit_of_cgroup(path: &str) -> Option<String> {
     path.rsplit('/')
         .find(|part| part.ends_with(".service") || part.ends_with(".scope"))
         .map(str::to_owned)

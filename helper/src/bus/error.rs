@@ -9,29 +9,19 @@ use zbus::names::ErrorName;
 use crate::refusal::{Refusal, RefusalKind};
 
 /// The prefix of the helper's own error names.
-pub const ERROR_PREFIX: &str = "org.enginekit.Helper1.Error";
+pub(crate) const ERROR_PREFIX: &str = "org.enginekit.Helper1.Error";
 
 const INTERACTIVE_AUTHORIZATION_REQUIRED: &str =
     "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired";
 
 /// Errors returned by `org.enginekit.Helper1` and `org.enginekit.Helper1.Job`.
 #[derive(Debug, thiserror::Error)]
-pub enum HelperError {
+pub(crate) enum HelperError {
     /// zbus's own errors.
     #[error(transparent)]
     ZBus(#[from] zbus::Error),
     #[error(transparent)]
     Refused(#[from] Refusal),
-}
-
-impl HelperError {
-    /// The short name used in the journal (`outcome=`).
-    pub fn kind(&self) -> &'static str {
-        match self {
-            HelperError::ZBus(_) => "bus-error",
-            HelperError::Refused(r) => r.kind.kind(),
-        }
-    }
 }
 
 impl zbus::DBusError for HelperError {
@@ -86,7 +76,6 @@ mod tests {
             e.description(),
             Some("MANAGED_RECEIPT_CONFLICT: nonce ab was used by another step")
         );
-        assert_eq!(e.kind(), "receipt-conflict");
     }
 
     #[test]

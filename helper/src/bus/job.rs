@@ -28,12 +28,12 @@ use crate::refusal::{refuse, RefusalKind};
 /// Object path prefix of job objects.
 pub const JOB_PATH_PREFIX: &str = "/org/enginekit/Helper1/job/";
 /// How long a finished job stays on the bus when nobody reads its receipt.
-pub const RETENTION: Duration = Duration::from_secs(300);
+pub(crate) const RETENTION: Duration = Duration::from_secs(300);
 /// How long a finished job stays once its owner has read the receipt (a late `Finished`
 /// subscriber of the same owner still finds it).
-pub const GRACE_AFTER_FETCH: Duration = Duration::from_secs(10);
+pub(crate) const GRACE_AFTER_FETCH: Duration = Duration::from_secs(10);
 /// Job objects one uid may have on the bus at once; older finished ones are removed first.
-pub const LIVE_PER_UID: usize = 8;
+pub(crate) const LIVE_PER_UID: usize = 8;
 
 /// Where a job is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,7 +45,7 @@ pub enum JobState {
 }
 
 impl JobState {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             JobState::Running => "running",
             JobState::Succeeded => "succeeded",
@@ -55,7 +55,7 @@ impl JobState {
     }
 
     /// The state named by a receipt's `outcome`.
-    pub fn from_outcome(outcome: &str) -> JobState {
+    pub(crate) fn from_outcome(outcome: &str) -> JobState {
         match outcome {
             "succeeded" => JobState::Succeeded,
             "cancelled" => JobState::Cancelled,
@@ -87,12 +87,12 @@ pub struct Owner {
 /// State shared by the job object and the task running the job.
 #[derive(Debug)]
 pub struct JobShared {
-    pub owner: Owner,
-    pub nonce: String,
-    pub cancel: CancelToken,
+    pub(crate) owner: Owner,
+    pub(crate) nonce: String,
+    pub(crate) cancel: CancelToken,
     status: Mutex<JobStatus>,
     /// Signalled when the owner has read the finished job's receipt.
-    pub fetched: Notify,
+    pub(crate) fetched: Notify,
 }
 
 impl JobShared {
@@ -107,14 +107,14 @@ impl JobShared {
     }
 
     /// The status, even if a panicking writer poisoned the lock (the data is plain values).
-    pub fn status(&self) -> MutexGuard<'_, JobStatus> {
+    pub(crate) fn status(&self) -> MutexGuard<'_, JobStatus> {
         self.status
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// An emitter whose signals reach the owner's connection only.
-    pub fn owner_emitter(
+    pub(crate) fn owner_emitter(
         &self,
         conn: &Connection,
         path: &OwnedObjectPath,
@@ -262,7 +262,7 @@ impl Job {
 
     /// The phase or percentage changed (sent to the owner only).
     #[zbus(signal)]
-    pub async fn progress(
+    pub(crate) async fn progress(
         emitter: &SignalEmitter<'_>,
         phase: &str,
         percent: i32,
@@ -271,7 +271,7 @@ impl Job {
     /// The job is over; `receipt` is the same text as the `Receipt` property and `GetReceipt`
     /// (sent to the owner only).
     #[zbus(signal)]
-    pub async fn finished(emitter: &SignalEmitter<'_>, receipt: &str) -> zbus::Result<()>;
+    pub(crate) async fn finished(emitter: &SignalEmitter<'_>, receipt: &str) -> zbus::Result<()>;
 }
 
 /// One uid's job objects on the bus, oldest first.
@@ -279,7 +279,7 @@ type LiveJobs = VecDeque<(OwnedObjectPath, Arc<JobShared>)>;
 
 /// The job objects on the bus, per uid, oldest first: removes what nobody needs any more.
 #[derive(Debug, Default)]
-pub struct JobTable {
+pub(crate) struct JobTable {
     live: Mutex<HashMap<u32, LiveJobs>>,
 }
 
@@ -290,7 +290,7 @@ impl JobTable {
 
     /// Exports `shared` at `path`, first removing the owner's oldest finished jobs beyond
     /// [`LIVE_PER_UID`].
-    pub async fn export(
+    pub(crate) async fn export(
         &self,
         server: &ObjectServer,
         path: &OwnedObjectPath,
@@ -332,7 +332,7 @@ impl JobTable {
 
     /// Removes a finished job once its owner has read the receipt (after a grace) or after the
     /// retention period, whichever comes first.
-    pub async fn retire(
+    pub(crate) async fn retire(
         &self,
         server: &ObjectServer,
         path: OwnedObjectPath,
@@ -356,16 +356,11 @@ impl JobTable {
     }
 
     /// Tells the job of `nonce`, if it is still on the bus, that its owner read the receipt.
-    pub fn receipt_fetched(&self, uid: u32, nonce: &str) {
+    pub(crate) fn receipt_fetched(&self, uid: u32, nonce: &str) {
         if let Some(mine) = self.live().get(&uid) {
             for (_, shared) in mine.iter().filter(|(_, s)| s.nonce == nonce) {
                 shared.fetched.notify_one();
             }
         }
-    }
-
-    /// Job objects on the bus now.
-    pub fn count(&self) -> usize {
-        self.live().values().map(VecDeque::len).sum()
     }
 }

@@ -3,11 +3,11 @@
 
 pub mod activity;
 pub mod admission;
-pub mod caller;
-pub mod chain;
-pub mod error;
+pub(crate) mod caller;
+pub(crate) mod chain;
+pub(crate) mod error;
 pub mod job;
-pub mod run;
+pub(crate) mod run;
 pub mod service;
 
 use std::sync::Arc;
@@ -22,7 +22,7 @@ use admission::Admission;
 use service::Helper;
 
 /// The well-known name.
-pub const BUS_NAME: &str = "org.enginekit.Helper1";
+pub(crate) const BUS_NAME: &str = "org.enginekit.Helper1";
 /// The helper object's path.
 pub const HELPER_PATH: &str = "/org/enginekit/Helper1";
 /// How long the helper must stay idle after releasing its name before it exits.

@@ -21,11 +21,11 @@ use crate::refusal::refuse;
 /// The helper object.
 #[derive(Debug)]
 pub struct Helper {
-    pub config: Arc<Config>,
-    pub ledger: Arc<Ledger>,
-    pub activity: Arc<Activity>,
-    pub admission: Arc<Admission>,
-    pub jobs: Arc<JobTable>,
+    pub(crate) config: Arc<Config>,
+    pub(crate) ledger: Arc<Ledger>,
+    pub(crate) activity: Arc<Activity>,
+    pub(crate) admission: Arc<Admission>,
+    pub(crate) jobs: Arc<JobTable>,
     pub(super) next_job: AtomicU64,
 }
 

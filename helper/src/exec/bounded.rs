@@ -3,13 +3,13 @@
 use std::collections::VecDeque;
 
 /// Default bytes kept from the start of a stream.
-pub const DEFAULT_HEAD: usize = 4 * 1024;
+pub(crate) const DEFAULT_HEAD: usize = 4 * 1024;
 /// Default bytes kept from the end of a stream.
-pub const DEFAULT_TAIL: usize = 12 * 1024;
+pub(crate) const DEFAULT_TAIL: usize = 12 * 1024;
 
 /// The head and tail of a byte stream, and how much was dropped between them.
 #[derive(Debug, Clone)]
-pub struct BoundedLog {
+pub(crate) struct BoundedLog {
     head: Vec<u8>,
     tail: VecDeque<u8>,
     head_cap: usize,
@@ -18,7 +18,7 @@ pub struct BoundedLog {
 }
 
 impl BoundedLog {
-    pub fn new(head_cap: usize, tail_cap: usize) -> BoundedLog {
+    pub(crate) fn new(head_cap: usize, tail_cap: usize) -> BoundedLog {
         BoundedLog {
             head: Vec::new(),
             tail: VecDeque::new(),
@@ -28,7 +28,7 @@ impl BoundedLog {
         }
     }
 
-    pub fn push(&mut self, mut bytes: &[u8]) {
+    pub(crate) fn push(&mut self, mut bytes: &[u8]) {
         self.total += bytes.len() as u64;
         let room = self.head_cap.saturating_sub(self.head.len());
         let take = room.min(bytes.len());
@@ -44,18 +44,13 @@ impl BoundedLog {
         self.tail.extend(bytes);
     }
 
-    /// Total bytes seen.
-    pub fn total(&self) -> u64 {
-        self.total
-    }
-
     /// Bytes seen but not kept.
-    pub fn dropped(&self) -> u64 {
+    pub(crate) fn dropped(&self) -> u64 {
         self.total - (self.head.len() + self.tail.len()) as u64
     }
 
     /// The kept text (invalid UTF-8 replaced), with a marker where bytes were dropped.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let mut out = String::from_utf8_lossy(&self.head).into_owned();
         if self.dropped() > 0 {
             out.push_str(&format!("\n[… {} bytes omitted …]\n", self.dropped()));
@@ -66,7 +61,7 @@ impl BoundedLog {
     }
 
     /// Only the end of the kept text (what a reader of the tail wants).
-    pub fn tail_text(&self) -> String {
+    pub(crate) fn tail_text(&self) -> String {
         let mut all: Vec<u8> = self.head.clone();
         if self.dropped() > 0 {
             all.clear();
@@ -94,7 +89,7 @@ mod tests {
         for chunk in [&b"012"[..], b"3456", b"789", b"abcdef"] {
             log.push(chunk);
         }
-        assert_eq!(log.total(), 16);
+        assert_eq!(log.total, 16);
         assert_eq!(log.dropped(), 9);
         assert_eq!(log.text(), "012\n[… 9 bytes omitted …]\ncdef");
         assert_eq!(log.tail_text(), "cdef");

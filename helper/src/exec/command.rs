@@ -8,7 +8,7 @@ use enginekit_shared::safe::{SafeArg, UnsafeValue};
 
 /// Every program the helper knows. Nothing else can be spawned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Program {
+pub(crate) enum Program {
     AptGet,
     DpkgQuery,
     Dpkg,
@@ -28,11 +28,11 @@ pub enum Program {
 /// Directories searched for a program: the system's, where packages put their programs, never
 /// `/usr/local` (whatever an administrator or a script dropped there is not the recipe's). Each
 /// must be root-owned and not group- or world-writable, and so must the program.
-pub const PROGRAM_DIRS: &[&str] = &["/usr/sbin", "/usr/bin", "/sbin", "/bin"];
+pub(crate) const PROGRAM_DIRS: &[&str] = &["/usr/sbin", "/usr/bin", "/sbin", "/bin"];
 
 impl Program {
     /// The name as `argv[0]` shows it and as it is looked up.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Program::AptGet => "apt-get",
             Program::DpkgQuery => "dpkg-query",
@@ -51,12 +51,12 @@ impl Program {
     }
 
     /// Whether this program changes packages (its start ends the window for cancelling).
-    pub fn is_package_manager(self) -> bool {
+    pub(crate) fn is_package_manager(self) -> bool {
         matches!(self, Program::AptGet | Program::Dnf | Program::Dpkg)
     }
 
     /// The absolute path to run: the first trusted directory holding a trusted executable.
-    pub fn resolve(self) -> Result<PathBuf, ResolveError> {
+    pub(crate) fn resolve(self) -> Result<PathBuf, ResolveError> {
         for dir in PROGRAM_DIRS {
             let dir_path = PathBuf::from(dir);
             let Ok(dir_meta) = std::fs::metadata(&dir_path) else {
@@ -86,7 +86,7 @@ fn trusted(meta: &std::fs::Metadata) -> bool {
 
 /// A program that cannot be run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ResolveError {
+pub(crate) enum ResolveError {
     #[error("{0} is not installed in {PROGRAM_DIRS:?}")]
     NotFound(&'static str),
     #[error("{} is not owned by root or is writable by others; refusing to run it", .0.display())]
@@ -95,7 +95,7 @@ pub enum ResolveError {
 
 /// How long a command may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Duration {
+pub(crate) enum Duration {
     /// Queries, configuration, service control: the ordinary timeout.
     Ordinary,
     /// A package install or removal: the long timeout, then SIGTERM and a grace period.
@@ -106,32 +106,24 @@ pub enum Duration {
 
 /// One command: a program and its arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Command {
-    pub program: Program,
-    pub args: Vec<SafeArg>,
-    pub duration: Duration,
+pub(crate) struct Command {
+    pub(crate) program: Program,
+    pub(crate) args: Vec<SafeArg>,
+    pub(crate) duration: Duration,
 }
 
 impl Command {
     /// The argv as names (`apt-get`, args…): what tests compare and logs show.
-    pub fn argv(&self) -> Vec<String> {
+    pub(crate) fn argv(&self) -> Vec<String> {
         std::iter::once(self.program.name().to_string())
             .chain(self.args.iter().map(|a| a.as_str().to_string()))
             .collect()
-    }
-
-    /// Whether `other` runs the same program with the same arguments.
-    pub fn same_argv(&self, argv: &[&str]) -> bool {
-        self.argv()
-            .iter()
-            .map(String::as_str)
-            .eq(argv.iter().copied())
     }
 }
 
 /// Builds a [`Command`], collecting the first unsafe value instead of panicking.
 #[derive(Debug)]
-pub struct CommandBuilder {
+pub(crate) struct CommandBuilder {
     program: Program,
     args: Vec<SafeArg>,
     duration: Duration,
@@ -139,7 +131,7 @@ pub struct CommandBuilder {
 }
 
 impl CommandBuilder {
-    pub fn new(program: Program) -> CommandBuilder {
+    pub(crate) fn new(program: Program) -> CommandBuilder {
         CommandBuilder {
             program,
             args: Vec::new(),
@@ -159,17 +151,17 @@ impl CommandBuilder {
     }
 
     /// An option chosen by code (starts with `-`).
-    pub fn flag(self, flag: &str) -> Self {
+    pub(crate) fn flag(self, flag: &str) -> Self {
         self.push(SafeArg::flag(flag))
     }
 
     /// A positional argument (never starts with `-`).
-    pub fn arg(self, arg: impl Into<String>) -> Self {
+    pub(crate) fn arg(self, arg: impl Into<String>) -> Self {
         self.push(SafeArg::new(arg))
     }
 
     /// Literal argv words as the reference writes them: options and positionals alike.
-    pub fn words(mut self, words: &[&str]) -> Self {
+    pub(crate) fn words(mut self, words: &[&str]) -> Self {
         for word in words {
             self = if word.starts_with('-') {
                 self.flag(word)
@@ -180,17 +172,17 @@ impl CommandBuilder {
         self
     }
 
-    pub fn long_running(mut self) -> Self {
+    pub(crate) fn long_running(mut self) -> Self {
         self.duration = Duration::LongRunning;
         self
     }
 
-    pub fn diagnostic(mut self) -> Self {
+    pub(crate) fn diagnostic(mut self) -> Self {
         self.duration = Duration::Diagnostic;
         self
     }
 
-    pub fn build(self) -> Result<Command, UnsafeValue> {
+    pub(crate) fn build(self) -> Result<Command, UnsafeValue> {
         match self.error {
             Some(e) => Err(e),
             None => Ok(Command {

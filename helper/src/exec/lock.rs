@@ -7,20 +7,20 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 /// The apt/dpkg locks, frontend first.
-pub const APT_LOCKS: &[&str] = &[
+pub(crate) const APT_LOCKS: &[&str] = &[
     "/var/lib/dpkg/lock-frontend",
     "/var/lib/dpkg/lock",
     "/var/lib/apt/lists/lock",
     "/var/cache/apt/archives/lock",
 ];
 /// The rpm database lock that dnf and rpm take.
-pub const RPM_LOCKS: &[&str] = &["/var/lib/rpm/.rpm.lock"];
+pub(crate) const RPM_LOCKS: &[&str] = &["/var/lib/rpm/.rpm.lock"];
 
 /// A process holding one of the locks.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LockHolder {
-    pub pid: u32,
-    pub name: String,
+pub(crate) struct LockHolder {
+    pub(crate) pid: u32,
+    pub(crate) name: String,
 }
 
 impl std::fmt::Display for LockHolder {
@@ -38,7 +38,7 @@ fn lock_key(dev: u64, ino: u64) -> String {
 
 /// The holders listed in `/proc/locks` text for the given `major:minor:inode` keys. Waiters
 /// (`->` lines) and OFD locks (pid −1) are skipped.
-pub fn holders_in(proc_locks: &str, keys: &[String]) -> Vec<u32> {
+pub(crate) fn holders_in(proc_locks: &str, keys: &[String]) -> Vec<u32> {
     let mut pids = Vec::new();
     for line in proc_locks.lines() {
         let fields: Vec<&str> = line.split_whitespace().collect();
@@ -84,7 +84,7 @@ fn descends_from(mut pid: u32, root: u32) -> bool {
 
 /// The first process holding one of `locks` that is not `ours` (our child or its children) and
 /// not this process.
-pub fn foreign_holder(locks: &[&str], ours: Option<u32>) -> Option<LockHolder> {
+pub(crate) fn foreign_holder(locks: &[&str], ours: Option<u32>) -> Option<LockHolder> {
     let keys: Vec<String> = locks
         .iter()
         .filter_map(|p| std::fs::metadata(Path::new(p)).ok())

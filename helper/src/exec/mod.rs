@@ -2,11 +2,7 @@
 //! absolute root-owned paths, spawned with a clean environment, bounded output capture and
 //! per-kind timeouts ([`spawn`]), and the package-manager lock reader ([`lock`]).
 
-pub mod bounded;
-pub mod command;
-pub mod lock;
-pub mod spawn;
-
-pub use bounded::BoundedLog;
-pub use command::{Command, CommandBuilder, Program};
-pub use spawn::{run as run_command, CommandResult, Timeouts};
+pub(crate) mod bounded;
+pub(crate) mod command;
+pub(crate) mod lock;
+pub(crate) mod spawn;

@@ -16,15 +16,15 @@ use super::command::{self, Command};
 
 /// Time limits per kind of command (REFERENCE.md §8.11).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timeouts {
-    pub ordinary: Duration,
-    pub long_running: Duration,
+pub(crate) struct Timeouts {
+    pub(crate) ordinary: Duration,
+    pub(crate) long_running: Duration,
     /// After the long-running limit: SIGTERM, this long, then SIGKILL.
-    pub grace: Duration,
-    pub diagnostic: Duration,
+    pub(crate) grace: Duration,
+    pub(crate) diagnostic: Duration,
     /// How long to wait for output pipes to close after the process exited (a daemon started
     /// by a maintainer script may inherit them).
-    pub drain: Duration,
+    pub(crate) drain: Duration,
 }
 
 impl Default for Timeouts {
@@ -40,25 +40,24 @@ impl Default for Timeouts {
 }
 
 /// How often a running command's watcher is called.
-pub const WATCH_INTERVAL: Duration = Duration::from_millis(250);
+pub(crate) const WATCH_INTERVAL: Duration = Duration::from_millis(250);
 
 /// What happened to one command.
 #[derive(Debug, Clone)]
-pub struct CommandResult {
+pub(crate) struct CommandResult {
     /// The argv as run: the absolute program path, then the arguments.
-    pub argv: Vec<String>,
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    pub stdout: BoundedLog,
-    pub stderr: BoundedLog,
-    pub duration: Duration,
-    pub timed_out: bool,
+    pub(crate) argv: Vec<String>,
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) signal: Option<i32>,
+    pub(crate) stdout: BoundedLog,
+    pub(crate) stderr: BoundedLog,
+    pub(crate) timed_out: bool,
     /// Why the command could not be started, if it was not.
-    pub spawn_error: Option<String>,
+    pub(crate) spawn_error: Option<String>,
 }
 
 impl CommandResult {
-    pub fn success(&self) -> bool {
+    pub(crate) fn success(&self) -> bool {
         self.exit_code == Some(0)
     }
 
@@ -69,14 +68,13 @@ impl CommandResult {
             signal: None,
             stdout: BoundedLog::new(0, 0),
             stderr: BoundedLog::new(0, 0),
-            duration: Duration::ZERO,
             timed_out: false,
             spawn_error: Some(why),
         }
     }
 
     /// One line: how it ended.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let name = self.argv.first().map(String::as_str).unwrap_or("?");
         if let Some(why) = &self.spawn_error {
             return format!("{name} could not be started: {why}");
@@ -115,7 +113,7 @@ fn snapshot(log: &Arc<Mutex<BoundedLog>>) -> BoundedLog {
 
 /// Runs `cmd` with exactly `env`, calling `watch(child_pid)` every [`WATCH_INTERVAL`] while it
 /// runs (the recipe layer uses it to report who holds the package manager's lock).
-pub fn run(
+pub(crate) fn run(
     cmd: &Command,
     env: &[(String, String)],
     timeouts: &Timeouts,
@@ -193,7 +191,6 @@ pub fn run(
         std::thread::sleep(poll);
         poll = (poll * 2).min(Duration::from_millis(20));
     };
-    let duration = started.elapsed();
     if timed_out {
         // Whatever the group left behind goes too: a timed-out command is never half-running.
         let _ = killpg(group, Signal::SIGKILL);
@@ -211,7 +208,6 @@ pub fn run(
         signal: status.and_then(|s| s.signal()),
         stdout: snapshot(&out),
         stderr: snapshot(&err),
-        duration,
         timed_out,
         spawn_error: None,
     }
@@ -270,9 +266,10 @@ mod tests {
             ..Timeouts::default()
         };
         let mut watched = 0;
+        let started = Instant::now();
         let r = run(&cmd, &env(), &timeouts, &mut |_| watched += 1);
         assert!(r.timed_out, "{}", r.describe());
-        assert!(r.duration < Duration::from_secs(5));
+        assert!(started.elapsed() < Duration::from_secs(5));
         assert!(!r.success());
         assert!(watched >= 1);
     }

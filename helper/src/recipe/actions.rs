@@ -405,7 +405,10 @@ fn runtime_loaded(r: &mut Executor<'_>) -> Result<bool, Failure> {
 }
 
 /// Starts (or restarts) Docker; on failure the journal's tail joins the command's stderr.
-fn must_start_docker(r: &mut Executor<'_>, start: &crate::exec::Command) -> Result<(), Failure> {
+fn must_start_docker(
+    r: &mut Executor<'_>,
+    start: &crate::exec::command::Command,
+) -> Result<(), Failure> {
     let out = r.run(start, true)?;
     if out.success() {
         return Ok(());

@@ -14,7 +14,7 @@ use super::commands::*;
 use crate::exec::command::{Command, Program};
 
 /// No argument may be one of these.
-pub const FORBIDDEN_WORDS: &[&str] = &[
+pub(crate) const FORBIDDEN_WORDS: &[&str] = &[
     "rm",
     "purge",
     "remove",
@@ -48,17 +48,17 @@ const REQUIRED: &[(Program, &str, &str)] = &[
 /// A refused command and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("refusing to run {argv:?}: {why}")]
-pub struct Refused {
-    pub argv: Vec<String>,
-    pub why: &'static str,
+pub(crate) struct Refused {
+    pub(crate) argv: Vec<String>,
+    pub(crate) why: &'static str,
 }
 
 /// One permitted command: `full` exactly, or, where its arguments are chosen at run time (the
 /// plan's packages still missing, the listed conflicts found installed), its first `fixed`
 /// arguments then a non-empty subset of the rest, in the plan's order.
 #[derive(Debug, Clone)]
-pub struct Permit {
-    pub full: Command,
+pub(crate) struct Permit {
+    pub(crate) full: Command,
     fixed: usize,
 }
 
@@ -82,7 +82,7 @@ impl Permit {
 
 /// Every command a plan's action may run, in the order it would first run them.
 /// `file_root` is the executor's [`super::ExecContext::file_root`].
-pub fn permits(
+pub(crate) fn permits(
     family: Family,
     action: &PlannedAction,
     file_root: &Path,
@@ -182,11 +182,11 @@ pub fn permits(
 
 /// Every command one action of a verified plan may run (none by default).
 #[derive(Debug, Clone, Default)]
-pub struct Allowed(Vec<Permit>);
+pub(crate) struct Allowed(Vec<Permit>);
 
 impl Allowed {
     /// One set per action of the plan, in plan order.
-    pub fn per_action(
+    pub(crate) fn per_action(
         family: Family,
         plan: &[PlannedAction],
         file_root: &Path,
@@ -197,7 +197,7 @@ impl Allowed {
     }
 
     /// Whether `cmd` may run.
-    pub fn permit(&self, cmd: &Command) -> Result<(), Refused> {
+    pub(crate) fn permit(&self, cmd: &Command) -> Result<(), Refused> {
         let refuse = |why| {
             Err(Refused {
                 argv: cmd.argv(),
@@ -227,7 +227,7 @@ impl Allowed {
 
     /// After a permitted `dnf repoquery --obsoletes` printed `stdout`: the one query each name it
     /// lists may be asked (`rpm --query` of the obsoleted name), and nothing else.
-    pub fn learn(&mut self, cmd: &Command, stdout: &str) {
+    pub(crate) fn learn(&mut self, cmd: &Command, stdout: &str) {
         let is_obsoletes = cmd.program == Program::Dnf
             && cmd.args.first().map(SafeArg::as_str) == Some(DNF_OBSOLETES[0]);
         if !is_obsoletes || self.permit(cmd).is_err() {

@@ -9,15 +9,15 @@ use enginekit_shared::safe::{UnsafeValue, UserName};
 use crate::exec::command::{Command, CommandBuilder, Program};
 
 /// Where `nvidia-ctk runtime configure --runtime=docker` writes.
-pub const DAEMON_JSON: &str = "/etc/docker/daemon.json";
+pub(crate) const DAEMON_JSON: &str = "/etc/docker/daemon.json";
 /// The CDI spec `nvidia-ctk cdi generate` writes.
-pub const CDI_SPEC: &str = "/var/run/cdi/nvidia.yaml";
+pub(crate) const CDI_SPEC: &str = "/var/run/cdi/nvidia.yaml";
 /// The toolkit's unit that regenerates the spec on driver changes.
-pub const CDI_REFRESH_UNIT: &str = "nvidia-cdi-refresh.path";
+pub(crate) const CDI_REFRESH_UNIT: &str = "nvidia-cdi-refresh.path";
 /// The runtime name `nvidia-ctk` registers.
-pub const RUNTIME_NAME: &str = "nvidia";
+pub(crate) const RUNTIME_NAME: &str = "nvidia";
 
-pub type Built = Result<Command, UnsafeValue>;
+pub(crate) type Built = Result<Command, UnsafeValue>;
 
 const APT_LOCK_TIMEOUT: &str = "DPkg::Lock::Timeout=300";
 
@@ -26,7 +26,7 @@ fn words(program: Program, words: &[&str]) -> Built {
 }
 
 /// `apt-get update` of one source list only.
-pub fn apt_refresh(source_path: &str) -> Built {
+pub(crate) fn apt_refresh(source_path: &str) -> Built {
     CommandBuilder::new(Program::AptGet)
         .arg("update")
         .flag("-o")
@@ -43,7 +43,7 @@ pub fn apt_refresh(source_path: &str) -> Built {
 }
 
 /// `dpkg-query --show --showformat=${Status} <package>`.
-pub fn apt_installed(package: &str) -> Built {
+pub(crate) fn apt_installed(package: &str) -> Built {
     CommandBuilder::new(Program::DpkgQuery)
         .words(&["--show", "--showformat=${Status}"])
         .arg(package)
@@ -51,7 +51,7 @@ pub fn apt_installed(package: &str) -> Built {
 }
 
 /// `dpkg-query --show --showformat=${Version} <package>` (only for pinned packages).
-pub fn apt_version(package: &str) -> Built {
+pub(crate) fn apt_version(package: &str) -> Built {
     CommandBuilder::new(Program::DpkgQuery)
         .words(&["--show", "--showformat=${Version}"])
         .arg(package)
@@ -74,7 +74,7 @@ pub const APT_INSTALL: &[&str] = &[
 
 /// How a package is named to the package manager: `name`, or pinned `name=version` (apt) /
 /// `name-version` (dnf).
-pub fn install_name(package: &PlannedPackage, apt: bool) -> String {
+pub(crate) fn install_name(package: &PlannedPackage, apt: bool) -> String {
     match (&package.version, apt) {
         (None, _) => package.name.clone(),
         (Some(v), true) => format!("{}={v}", package.name),
@@ -82,7 +82,7 @@ pub fn install_name(package: &PlannedPackage, apt: bool) -> String {
     }
 }
 
-pub fn apt_install(packages: &[PlannedPackage]) -> Built {
+pub(crate) fn apt_install(packages: &[PlannedPackage]) -> Built {
     let mut b = CommandBuilder::new(Program::AptGet)
         .words(APT_INSTALL)
         .long_running();
@@ -94,7 +94,7 @@ pub fn apt_install(packages: &[PlannedPackage]) -> Built {
 
 /// `dpkg --remove <names>`: removes exactly the named packages, and refuses (without removing
 /// anything) when another installed package depends on one of them.
-pub fn dpkg_remove(names: &[String]) -> Built {
+pub(crate) fn dpkg_remove(names: &[String]) -> Built {
     let mut b = CommandBuilder::new(Program::Dpkg)
         .flag("--remove")
         .long_running();
@@ -105,7 +105,7 @@ pub fn dpkg_remove(names: &[String]) -> Built {
 }
 
 /// `rpm --query --queryformat=%{NAME}\n <package>` (the two characters `\` `n`; rpm expands them).
-pub fn rpm_installed(package: &str) -> Built {
+pub(crate) fn rpm_installed(package: &str) -> Built {
     CommandBuilder::new(Program::Rpm)
         .words(&["--query", r"--queryformat=%{NAME}\n"])
         .arg(package)
@@ -113,7 +113,7 @@ pub fn rpm_installed(package: &str) -> Built {
 }
 
 /// `rpm --query --queryformat=%{VERSION}-%{RELEASE}\n <package>` (only for pinned packages).
-pub fn rpm_version(package: &str) -> Built {
+pub(crate) fn rpm_version(package: &str) -> Built {
     CommandBuilder::new(Program::Rpm)
         .words(&["--query", r"--queryformat=%{VERSION}-%{RELEASE}\n"])
         .arg(package)
@@ -121,7 +121,7 @@ pub fn rpm_version(package: &str) -> Built {
 }
 
 /// Whether `package` is installed, asked of the family's package database.
-pub fn installed_query(family: Family, package: &str) -> Built {
+pub(crate) fn installed_query(family: Family, package: &str) -> Built {
     match family {
         Family::Apt => apt_installed(package),
         Family::Dnf => rpm_installed(package),
@@ -129,16 +129,16 @@ pub fn installed_query(family: Family, package: &str) -> Built {
 }
 
 /// The installed version of `package`, asked of the family's package database.
-pub fn version_query(family: Family, package: &str) -> Built {
+pub(crate) fn version_query(family: Family, package: &str) -> Built {
     match family {
         Family::Apt => apt_version(package),
         Family::Dnf => rpm_version(package),
     }
 }
 
-pub const DNF_INSTALL: &[&str] = &["install", "-y", "--setopt=install_weak_deps=False"];
+pub(crate) const DNF_INSTALL: &[&str] = &["install", "-y", "--setopt=install_weak_deps=False"];
 
-pub fn dnf_install(packages: &[PlannedPackage]) -> Built {
+pub(crate) fn dnf_install(packages: &[PlannedPackage]) -> Built {
     let mut b = CommandBuilder::new(Program::Dnf)
         .words(DNF_INSTALL)
         .long_running();
@@ -148,7 +148,7 @@ pub fn dnf_install(packages: &[PlannedPackage]) -> Built {
     b.build()
 }
 
-pub const DNF_OBSOLETES: &[&str] = &[
+pub(crate) const DNF_OBSOLETES: &[&str] = &[
     "repoquery",
     "--quiet",
     "-y",
@@ -157,7 +157,7 @@ pub const DNF_OBSOLETES: &[&str] = &[
 ];
 
 /// `dnf repoquery … --obsoletes <package>`: what installing it would replace.
-pub fn dnf_obsoletes(package: &str) -> Built {
+pub(crate) fn dnf_obsoletes(package: &str) -> Built {
     CommandBuilder::new(Program::Dnf)
         .words(DNF_OBSOLETES)
         .arg(package)
@@ -166,40 +166,40 @@ pub fn dnf_obsoletes(package: &str) -> Built {
 
 /// What a [`dnf_obsoletes`] output lists: each line's first word, or `None` when one is not a
 /// package name.
-pub fn obsoleted_names(stdout: &str) -> Option<Vec<&str>> {
+pub(crate) fn obsoleted_names(stdout: &str) -> Option<Vec<&str>> {
     let firsts = stdout.lines().filter_map(|l| l.split_whitespace().next());
     firsts
         .map(|w| enginekit_shared::recipe::is_package_name(w).then_some(w))
         .collect()
 }
 
-pub fn runtime_configure() -> Built {
+pub(crate) fn runtime_configure() -> Built {
     words(
         Program::NvidiaCtk,
         &["runtime", "configure", "--runtime=docker"],
     )
 }
 
-pub fn docker_active() -> Built {
+pub(crate) fn docker_active() -> Built {
     words(Program::Systemctl, &["is-active", "--quiet", "docker"])
 }
 
-pub fn runtime_loaded() -> Built {
+pub(crate) fn runtime_loaded() -> Built {
     words(Program::Docker, &["info", "--format", "{{json .Runtimes}}"])
 }
 
-pub fn docker_restart() -> Built {
+pub(crate) fn docker_restart() -> Built {
     words(Program::Systemctl, &["restart", "docker"])
 }
 
-pub fn docker_reset_failed() -> Built {
+pub(crate) fn docker_reset_failed() -> Built {
     words(
         Program::Systemctl,
         &["reset-failed", "docker.service", "docker.socket"],
     )
 }
 
-pub fn docker_journal() -> Built {
+pub(crate) fn docker_journal() -> Built {
     CommandBuilder::new(Program::Journalctl)
         .words(&[
             "-u",
@@ -214,55 +214,55 @@ pub fn docker_journal() -> Built {
         .build()
 }
 
-pub fn cdi_list() -> Built {
+pub(crate) fn cdi_list() -> Built {
     words(Program::NvidiaCtk, &["cdi", "list"])
 }
 
-pub fn cdi_generate() -> Built {
+pub(crate) fn cdi_generate() -> Built {
     CommandBuilder::new(Program::NvidiaCtk)
         .words(&["cdi", "generate"])
         .flag(&format!("--output={CDI_SPEC}"))
         .build()
 }
 
-pub fn cdi_refresh_present() -> Built {
+pub(crate) fn cdi_refresh_present() -> Built {
     words(
         Program::Systemctl,
         &["list-unit-files", "--no-legend", CDI_REFRESH_UNIT],
     )
 }
 
-pub fn cdi_refresh_enabled() -> Built {
+pub(crate) fn cdi_refresh_enabled() -> Built {
     words(Program::Systemctl, &["is-enabled", CDI_REFRESH_UNIT])
 }
 
-pub fn cdi_refresh_enable() -> Built {
+pub(crate) fn cdi_refresh_enable() -> Built {
     words(Program::Systemctl, &["enable", "--now", CDI_REFRESH_UNIT])
 }
 
-pub fn docker_enabled() -> Built {
+pub(crate) fn docker_enabled() -> Built {
     words(Program::Systemctl, &["is-enabled", "docker"])
 }
 
-pub fn docker_enable() -> Built {
+pub(crate) fn docker_enable() -> Built {
     words(Program::Systemctl, &["enable", "--now", "docker"])
 }
 
-pub fn user_uid(user: &UserName) -> Built {
+pub(crate) fn user_uid(user: &UserName) -> Built {
     CommandBuilder::new(Program::Id)
         .flag("-u")
         .arg(user.as_str())
         .build()
 }
 
-pub fn user_groups(user: &UserName) -> Built {
+pub(crate) fn user_groups(user: &UserName) -> Built {
     CommandBuilder::new(Program::Id)
         .flag("-nG")
         .arg(user.as_str())
         .build()
 }
 
-pub fn add_to_docker_group(user: &UserName) -> Built {
+pub(crate) fn add_to_docker_group(user: &UserName) -> Built {
     CommandBuilder::new(Program::Usermod)
         .flag("-aG")
         .arg("docker")

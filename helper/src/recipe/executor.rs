@@ -13,13 +13,13 @@ use crate::exec::lock::{self, LockHolder};
 use crate::exec::spawn::{self, CommandResult};
 
 /// Most characters of a command's stderr kept in its record (the reference keeps 2000).
-pub const STDERR_TAIL_CHARS: usize = 2000;
+pub(crate) const STDERR_TAIL_CHARS: usize = 2000;
 /// Most characters of a command's stdout kept in its record.
-pub const STDOUT_TAIL_CHARS: usize = 2000;
+pub(crate) const STDOUT_TAIL_CHARS: usize = 2000;
 
 /// Why an action stopped.
 #[derive(Debug, Clone)]
-pub struct Failure(pub String);
+pub(crate) struct Failure(pub String);
 
 impl From<UnsafeValue> for Failure {
     fn from(e: UnsafeValue) -> Failure {
@@ -40,7 +40,7 @@ fn locks_for(cmd: &Command) -> &'static [&'static str] {
 }
 
 /// The last `max` characters of `text`.
-pub fn tail_chars(text: &str, max: usize) -> String {
+pub(crate) fn tail_chars(text: &str, max: usize) -> String {
     let count = text.chars().count();
     if count <= max {
         return text.to_string();
@@ -49,22 +49,22 @@ pub fn tail_chars(text: &str, max: usize) -> String {
 }
 
 pub(super) struct Executor<'a> {
-    pub ctx: &'a ExecContext,
-    pub family: Family,
+    pub(crate) ctx: &'a ExecContext,
+    pub(crate) family: Family,
     env: Vec<(String, String)>,
     /// The commands the action being run may run.
-    pub allowed: Allowed,
+    pub(crate) allowed: Allowed,
     sink: &'a mut dyn ProgressSink,
-    pub phase: String,
-    pub percent: i32,
+    pub(crate) phase: String,
+    pub(crate) percent: i32,
     /// Set once a package manager has started: cancelling is no longer possible.
-    pub package_manager_started: bool,
+    pub(crate) package_manager_started: bool,
     /// The commands of the action being run.
-    pub commands: Vec<CommandRecord>,
+    pub(crate) commands: Vec<CommandRecord>,
 }
 
 impl<'a> Executor<'a> {
-    pub fn new(
+    pub(crate) fn new(
         ctx: &'a ExecContext,
         family: Family,
         env: Vec<(String, String)>,
@@ -83,20 +83,20 @@ impl<'a> Executor<'a> {
         }
     }
 
-    pub fn report(&mut self) {
+    pub(crate) fn report(&mut self) {
         let phase = self.phase.clone();
         self.sink
             .progress(&phase, self.percent, !self.package_manager_started);
     }
 
-    pub fn set_phase(&mut self, phase: String, percent: i32) {
+    pub(crate) fn set_phase(&mut self, phase: String, percent: i32) {
         self.phase = phase;
         self.percent = percent;
         self.report();
     }
 
     /// Runs one command, recording it. `mutating` marks a command that changes the host.
-    pub fn run(&mut self, cmd: &Command, mutating: bool) -> Result<CommandResult, Failure> {
+    pub(crate) fn run(&mut self, cmd: &Command, mutating: bool) -> Result<CommandResult, Failure> {
         self.allowed
             .permit(cmd)
             .map_err(|e| Failure(e.to_string()))?;
@@ -160,7 +160,7 @@ impl<'a> Executor<'a> {
     }
 
     /// Runs a command that must succeed.
-    pub fn must(&mut self, cmd: &Command, mutating: bool) -> Result<CommandResult, Failure> {
+    pub(crate) fn must(&mut self, cmd: &Command, mutating: bool) -> Result<CommandResult, Failure> {
         let r = self.run(cmd, mutating)?;
         if r.success() {
             Ok(r)
@@ -170,7 +170,7 @@ impl<'a> Executor<'a> {
     }
 
     /// Appends text to the last command's stderr tail, keeping its end.
-    pub fn append_to_last_stderr(&mut self, text: &str) {
+    pub(crate) fn append_to_last_stderr(&mut self, text: &str) {
         if let Some(last) = self.commands.iter_mut().rev().find(|c| !c.diagnostic) {
             last.stderr_tail =
                 tail_chars(&format!("{}{text}", last.stderr_tail), STDERR_TAIL_CHARS);

@@ -9,11 +9,11 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsE
 use std::path::{Path, PathBuf};
 
 /// Largest existing file read back for comparison.
-pub const MAX_READ_BYTES: u64 = 1024 * 1024;
+pub(crate) const MAX_READ_BYTES: u64 = 1024 * 1024;
 
 /// A file operation that did not happen.
 #[derive(Debug, thiserror::Error)]
-pub enum FileError {
+pub(crate) enum FileError {
     #[error("{} is a symlink; refusing to follow it", .0.display())]
     Symlink(PathBuf),
     #[error("{} is not a regular file", .0.display())]
@@ -27,12 +27,12 @@ pub enum FileError {
 }
 
 /// `path` (absolute, as the recipe names it) under `root` (`/` in production).
-pub fn under_root(root: &Path, path: &str) -> PathBuf {
+pub(crate) fn under_root(root: &Path, path: &str) -> PathBuf {
     root.join(path.trim_start_matches('/'))
 }
 
 /// The file's bytes, `None` when it does not exist. A symlink or non-regular file is an error.
-pub fn read_existing(path: &Path) -> Result<Option<Vec<u8>>, FileError> {
+pub(crate) fn read_existing(path: &Path) -> Result<Option<Vec<u8>>, FileError> {
     let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -112,7 +112,7 @@ fn check_ancestors(
 
 /// What [`make_readable`] found or did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Readable {
+pub(crate) enum Readable {
     Missing,
     Already,
     Made,
@@ -120,7 +120,7 @@ pub enum Readable {
 
 /// Adds read permission for everyone to a root-owned regular file, on the open descriptor
 /// (`O_NOFOLLOW`, `fstat`, `fchmod`), so a symlink or a swapped file is never changed.
-pub fn make_readable(path: &Path) -> Result<Readable, FileError> {
+pub(crate) fn make_readable(path: &Path) -> Result<Readable, FileError> {
     let io = |e| FileError::Io(path.to_path_buf(), e);
     let file = match OpenOptions::new()
         .read(true)
@@ -153,7 +153,12 @@ pub fn make_readable(path: &Path) -> Result<Readable, FileError> {
 
 /// Writes `bytes` to `path` with `mode`, atomically. The parent and every directory above it up
 /// to `root` must belong to this process's effective uid (root in production).
-pub fn write_atomic(root: &Path, path: &Path, bytes: &[u8], mode: u32) -> Result<(), FileError> {
+pub(crate) fn write_atomic(
+    root: &Path,
+    path: &Path,
+    bytes: &[u8],
+    mode: u32,
+) -> Result<(), FileError> {
     let io = |e| FileError::Io(path.to_path_buf(), e);
     let parent = path
         .parent()

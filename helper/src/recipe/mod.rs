@@ -38,11 +38,11 @@
 //! upgraded, except listed conflicts in a recipe that says `remove: true` (`dpkg --remove` of
 //! those packages found installed).
 
-pub mod actions;
-pub mod allow;
+pub(crate) mod actions;
+pub(crate) mod allow;
 pub mod commands;
 mod executor;
-pub mod files;
+pub(crate) mod files;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -61,10 +61,10 @@ use executor::{Executor, Failure};
 #[derive(Debug, Clone)]
 pub struct ExecContext {
     /// The calling uid, from the bus daemon's credentials.
-    pub caller_uid: u32,
+    pub(crate) caller_uid: u32,
     /// Prefix for the key and source files the recipe writes; `/` in production.
-    pub file_root: PathBuf,
-    pub timeouts: Timeouts,
+    pub(crate) file_root: PathBuf,
+    pub(crate) timeouts: Timeouts,
 }
 
 impl ExecContext {
@@ -84,22 +84,21 @@ pub struct CommandRecord {
     /// Absolute program path, then the arguments.
     pub argv: Vec<String>,
     pub exit_status: Option<i32>,
-    pub signal: Option<i32>,
-    pub timed_out: bool,
-    pub duration_ms: u64,
-    pub stdout_tail: String,
+    pub(crate) signal: Option<i32>,
+    pub(crate) timed_out: bool,
+    pub(crate) duration_ms: u64,
+    pub(crate) stdout_tail: String,
     pub stderr_tail: String,
     /// Whether the command changes the host (an install, a write, a restart).
     pub mutating: bool,
     /// A diagnostic read (the journal), never the reason an action failed.
-    pub diagnostic: bool,
+    pub(crate) diagnostic: bool,
 }
 
 /// One planned action and what became of it.
 #[derive(Debug, Clone)]
 pub struct ActionReport {
     pub id: String,
-    pub kind: &'static str,
     pub status: ActionStatus,
     pub detail: String,
     pub commands: Vec<CommandRecord>,
@@ -165,19 +164,12 @@ impl ExecutionOutcome {
             })
             .collect()
     }
-
-    /// Whether nothing was changed: every action satisfied.
-    pub fn changed_nothing(&self) -> bool {
-        self.actions
-            .iter()
-            .all(|a| a.status == ActionStatus::Satisfied)
-    }
 }
 
 /// The environment of every command: the recipe's, with `PATH` kept to the system directories
 /// ([`crate::exec::command::PROGRAM_DIRS`]). A maintainer script that runs a bare name must find
 /// the distribution's program, never one dropped in `/usr/local`.
-pub fn child_environment(recipe: &Recipe) -> Vec<(String, String)> {
+pub(crate) fn child_environment(recipe: &Recipe) -> Vec<(String, String)> {
     use crate::exec::command::PROGRAM_DIRS;
     recipe
         .environment()
@@ -222,25 +214,10 @@ fn phase_of(action: &PlannedAction) -> String {
 fn not_run(action: &PlannedAction, why: &str) -> ActionReport {
     ActionReport {
         id: action.id().to_string(),
-        kind: action.kind(),
         status: ActionStatus::NotRun,
         detail: why.to_string(),
         commands: Vec::new(),
         duration_ms: 0,
-    }
-}
-
-/// Runs the recipe for the parameters. See the module documentation.
-pub fn run(
-    recipe: &Recipe,
-    params: &HostParameters,
-    ctx: &ExecContext,
-    sink: &mut dyn ProgressSink,
-    cancel: &CancelToken,
-) -> ExecutionOutcome {
-    match recipe.steps_for(params) {
-        Ok(plan) => run_plan(recipe, params, &plan, ctx, sink, cancel),
-        Err(e) => refused(recipe, ctx, e.to_string()),
     }
 }
 
@@ -378,7 +355,6 @@ pub fn run_plan(
         );
         reports.push(ActionReport {
             id: action.id().to_string(),
-            kind: action.kind(),
             status,
             detail,
             commands: std::mem::take(&mut r.commands),

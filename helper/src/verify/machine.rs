@@ -13,21 +13,21 @@ const MAX_OS_RELEASE_BYTES: u64 = 64 * 1024;
 
 /// The facts a host step is checked against.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MachineFacts {
+pub(crate) struct MachineFacts {
     /// `uname -m`: `x86_64`, `aarch64`, …
-    pub arch: String,
+    pub(crate) arch: String,
     /// `apt` or `dnf`, from the distribution by the table the broker uses too
     /// ([`OsRelease::package_family`]); `None` for a distribution neither serves.
-    pub family: Option<&'static str>,
+    pub(crate) family: Option<&'static str>,
     /// os-release `ID`.
-    pub distro_id: String,
+    pub(crate) distro_id: String,
     /// os-release `VERSION_ID` (empty when absent, as on Debian testing).
-    pub version_id: String,
+    pub(crate) version_id: String,
 }
 
 /// Why the machine's facts could not be read; the step is refused.
 #[derive(Debug, thiserror::Error)]
-pub enum MachineError {
+pub(crate) enum MachineError {
     #[error("cannot read os-release: {0}")]
     OsRelease(String),
     #[error("uname failed: {0}")]
@@ -36,7 +36,7 @@ pub enum MachineError {
 
 impl MachineFacts {
     /// Reads the running machine.
-    pub fn read() -> Result<MachineFacts, MachineError> {
+    pub(crate) fn read() -> Result<MachineFacts, MachineError> {
         let text = read_os_release()?;
         let arch = nix::sys::utsname::uname()
             .map_err(|e| MachineError::Uname(e.to_string()))?
@@ -47,7 +47,7 @@ impl MachineFacts {
     }
 
     /// Builds the facts from os-release text and an architecture name.
-    pub fn from_parts(os_release: &str, arch: String) -> MachineFacts {
+    pub(crate) fn from_parts(os_release: &str, arch: String) -> MachineFacts {
         let os = OsRelease::parse(os_release);
         MachineFacts {
             arch,

@@ -13,10 +13,10 @@
 //! accepted, supports this distribution, and plans at least one action for these parameters.
 //! Each refusal has its own error.
 
-pub mod machine;
-pub mod prompt;
+pub(crate) mod machine;
+pub(crate) mod prompt;
 
-pub use machine::MachineFacts;
+pub(crate) use machine::MachineFacts;
 
 use std::time::Duration;
 
@@ -35,7 +35,7 @@ use crate::refusal::{refuse, Refusal};
 
 /// A step that passed the size limit, the strict parse and the typed schema.
 #[derive(Debug, Clone)]
-pub struct ReceivedStep {
+pub(crate) struct ReceivedStep {
     step: HostStep,
     /// Digest of the canonical form of the whole step: what "the same step" means for a reused
     /// nonce, whatever the spelling it arrived in.
@@ -43,7 +43,7 @@ pub struct ReceivedStep {
 }
 
 /// Size limit, strict parse and schema of the exact bytes received: one parse, one typed value.
-pub fn parse_step(bytes: &[u8]) -> Result<ReceivedStep, Refusal> {
+pub(crate) fn parse_step(bytes: &[u8]) -> Result<ReceivedStep, Refusal> {
     if bytes.len() > MAX_STEP_BYTES {
         return Err(refuse!(
             StepTooLarge,
@@ -63,68 +63,68 @@ pub fn parse_step(bytes: &[u8]) -> Result<ReceivedStep, Refusal> {
 }
 
 impl ReceivedStep {
-    pub fn step(&self) -> &HostStep {
+    pub(crate) fn step(&self) -> &HostStep {
         &self.step
-    }
-    pub fn step_digest(&self) -> &str {
-        self.step_digest.as_str()
     }
 }
 
 /// What [`check_step`] checks against.
 #[derive(Debug)]
-pub struct Checks<'a> {
-    pub trust: &'a TrustStore,
-    pub ledger: &'a Ledger,
-    pub machine: &'a MachineFacts,
+pub(crate) struct Checks<'a> {
+    pub(crate) trust: &'a TrustStore,
+    pub(crate) ledger: &'a Ledger,
+    pub(crate) machine: &'a MachineFacts,
     /// The login name of the calling uid.
-    pub caller_name: &'a str,
-    pub now: OffsetDateTime,
-    pub window: Duration,
-    pub skew: Duration,
+    pub(crate) caller_name: &'a str,
+    pub(crate) now: OffsetDateTime,
+    pub(crate) window: Duration,
+    pub(crate) skew: Duration,
 }
 
 /// A step whose every check passed: what polkit is asked about and what the job runs, frozen.
 #[derive(Debug, Clone)]
-pub struct VerifiedStep {
-    pub step: HostStep,
-    pub recipe: Recipe,
+pub(crate) struct VerifiedStep {
+    pub(crate) step: HostStep,
+    pub(crate) recipe: Recipe,
     /// The actions the recipe plans for these parameters: what the prompt lists and the job runs.
-    pub plan: Vec<PlannedAction>,
+    pub(crate) plan: Vec<PlannedAction>,
     step_digest: Digest,
     /// The anti-rollback mark to record once the nonce is burnt (inline recipes only).
     high_water: Option<HighWater>,
 }
 
 impl VerifiedStep {
-    pub fn nonce(&self) -> &str {
+    pub(crate) fn nonce(&self) -> &str {
         self.step.nonce().as_str()
     }
-    pub fn step_digest(&self) -> &str {
+    pub(crate) fn step_digest(&self) -> &str {
         self.step_digest.as_str()
     }
-    pub fn issued_at_unix(&self) -> u64 {
+    pub(crate) fn issued_at_unix(&self) -> u64 {
         u64::try_from(self.step.issued_at().unix_seconds()).unwrap_or(0)
     }
-    pub fn high_water(&self) -> Option<HighWater> {
+    pub(crate) fn high_water(&self) -> Option<HighWater> {
         self.high_water.clone()
     }
-    pub fn recipe_id(&self) -> &str {
+    pub(crate) fn recipe_id(&self) -> &str {
         self.step.recipe_id().as_str()
     }
-    pub fn recipe_digest(&self) -> &str {
+    pub(crate) fn recipe_digest(&self) -> &str {
         self.step.recipe_digest().as_str()
     }
-    pub fn parameters_digest(&self) -> &str {
+    pub(crate) fn parameters_digest(&self) -> &str {
         self.step.parameters_digest().as_str()
     }
-    pub fn parameters(&self) -> &HostParameters {
+    pub(crate) fn parameters(&self) -> &HostParameters {
         self.step.parameters()
     }
 }
 
 /// Everything that needs no authorisation, in order: caller, machine, window, recipe, plan.
-pub fn check_step(received: ReceivedStep, checks: &Checks<'_>) -> Result<VerifiedStep, Refusal> {
+pub(crate) fn check_step(
+    received: ReceivedStep,
+    checks: &Checks<'_>,
+) -> Result<VerifiedStep, Refusal> {
     let ReceivedStep { step, step_digest } = received;
     let parameters = step.parameters();
     if parameters.user().as_str() != checks.caller_name {
@@ -176,7 +176,7 @@ pub fn check_step(received: ReceivedStep, checks: &Checks<'_>) -> Result<Verifie
 /// What can change while polkit is asking (up to its timeout): the clock and the anti-rollback
 /// mark (another job may have accepted a newer recipe meanwhile). Checked again after
 /// authorisation, right before the nonce is burnt, against the ledger as it is then.
-pub fn recheck(verified: &VerifiedStep, checks: &Checks<'_>) -> Result<(), Refusal> {
+pub(crate) fn recheck(verified: &VerifiedStep, checks: &Checks<'_>) -> Result<(), Refusal> {
     check_window(verified.step.issued_at().as_offset_date_time(), checks)?;
     check_recipe_is_current(&verified.recipe, checks)
 }
@@ -383,7 +383,7 @@ fn check_window(issued_at: OffsetDateTime, checks: &Checks<'_>) -> Result<(), Re
 }
 
 /// The `outcome` of a stored receipt.
-pub fn receipt_outcome(receipt: &str) -> Option<String> {
+pub(crate) fn receipt_outcome(receipt: &str) -> Option<String> {
     let value: Value = serde_json::from_str(receipt).ok()?;
     value.get("outcome")?.as_str().map(str::to_owned)
 }

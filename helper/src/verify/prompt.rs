@@ -10,7 +10,7 @@ use crate::recipe::commands::{CDI_REFRESH_UNIT, CDI_SPEC, DAEMON_JSON};
 
 /// The keys and values handed to polkit as the check's details. Keys that name a kind of change
 /// the step does not make are left out.
-pub fn details(step: &VerifiedStep) -> Vec<(&'static str, String)> {
+pub(crate) fn details(step: &VerifiedStep) -> Vec<(&'static str, String)> {
     let changes = Changes::of(&step.plan);
     let parameters = step.parameters();
     let mut out = vec![
