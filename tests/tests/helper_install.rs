@@ -25,8 +25,6 @@
 #[path = "apt_support/mod.rs"]
 mod apt_support;
 
-use std::process::Command;
-
 use apt_support::*;
 
 use enginekit_helper::recipe::{
@@ -71,19 +69,13 @@ fn signed_and_verified(payload: Value) -> Recipe {
     Recipe::from_payload(Value::Object(verified.payload)).expect("the test recipe is valid")
 }
 
-/// Records progress, and lets the test react to a phase.
+/// Records progress.
 struct Progress {
     events: Vec<(String, i32, bool)>,
-    on_waiting: Option<Box<dyn FnMut() + Send>>,
 }
 
 impl ProgressSink for Progress {
     fn progress(&mut self, phase: &str, percent: i32, allow_cancel: bool) {
-        if phase.starts_with("waiting for another package manager") {
-            if let Some(f) = self.on_waiting.as_mut() {
-                f();
-            }
-        }
         self.events.push((phase.to_string(), percent, allow_cancel));
     }
 }
@@ -118,27 +110,6 @@ fn params(user: &str) -> HostParameters {
     .unwrap()
 }
 
-/// Holds `/var/lib/dpkg/lock-frontend` the way another apt would (a POSIX fcntl lock) until it
-/// is killed, or 60 s at most.
-fn hold_dpkg_lock() -> std::process::Child {
-    let mut child = Command::new("/usr/bin/python3")
-        .args([
-            "-c",
-            "import fcntl,time; f=open('/var/lib/dpkg/lock-frontend','w'); fcntl.lockf(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert_eq!(line.trim(), "locked");
-    child
-}
-
 #[test]
 fn installs_the_stand_in_toolkit_from_the_signed_local_repository_then_changes_nothing() {
     let env = bench::require(&[Service::AptRepo, Service::TestUser]);
@@ -148,25 +119,8 @@ fn installs_the_stand_in_toolkit_from_the_signed_local_repository_then_changes_n
     let params = params(&user.name);
     let ctx = ExecContext::new(user.uid);
 
-    // First run, with another "package manager" holding the dpkg lock when apt wants it: the
-    // wait is a reported phase, not an error. The holder is released once the phase is seen.
-    let holder = std::sync::Arc::new(std::sync::Mutex::new(hold_dpkg_lock()));
-    let holder_pid = holder.lock().unwrap().id();
-    let release = holder.clone();
-    let mut progress = Progress {
-        events: Vec::new(),
-        on_waiting: Some(Box::new(move || {
-            let mut h = release.lock().unwrap();
-            let _ = h.kill();
-            let _ = h.wait();
-        })),
-    };
+    let mut progress = Progress { events: Vec::new() };
     let first = run_recipe(&recipe, &params, &ctx, &mut progress);
-    {
-        let mut h = holder.lock().unwrap();
-        let _ = h.kill();
-        let _ = h.wait();
-    }
     let summary: Vec<(String, &str, String)> = first
         .actions
         .iter()
@@ -199,15 +153,6 @@ fn installs_the_stand_in_toolkit_from_the_signed_local_repository_then_changes_n
         };
         assert_eq!(a.status, expected, "{}: {}", a.id, a.detail);
     }
-    let waiting = format!("waiting for another package manager: python3 (pid {holder_pid})");
-    assert!(
-        progress
-            .events
-            .iter()
-            .any(|(phase, _, cancel)| phase == &waiting && !cancel),
-        "no lock phase in {:#?}",
-        progress.events
-    );
     // Cancel is offered until the package manager starts, never after.
     let first_pm = progress.events.iter().position(|(_, _, c)| !c).unwrap();
     assert!(first_pm > 0 && progress.events[first_pm..].iter().all(|(_, _, c)| !c));
@@ -282,10 +227,7 @@ fn installs_the_stand_in_toolkit_from_the_signed_local_repository_then_changes_n
 
     // Second run: nothing changes, everything is already in place.
     let daemon_before = std::fs::read(DAEMON_JSON).unwrap();
-    let mut progress = Progress {
-        events: Vec::new(),
-        on_waiting: None,
-    };
+    let mut progress = Progress { events: Vec::new() };
     let second = run_recipe(&recipe, &params, &ctx, &mut progress);
     assert_eq!(second.outcome, Outcome::Succeeded, "{:?}", second.error);
     for a in &second.actions {
@@ -316,10 +258,7 @@ fn a_caller_who_is_not_the_user_is_refused_and_a_missing_package_fails_cleanly()
     let recipe = signed_and_verified(payload);
     // The step is run on behalf of someone else's uid.
     let ctx = ExecContext::new(env.other_user.uid);
-    let mut progress = Progress {
-        events: Vec::new(),
-        on_waiting: None,
-    };
+    let mut progress = Progress { events: Vec::new() };
     let out = run_recipe(&recipe, &params(&user.name), &ctx, &mut progress);
     assert_eq!(out.outcome, Outcome::Failed);
     let packages = out.actions.iter().find(|a| a.id == "packages").unwrap();
@@ -405,10 +344,7 @@ fn a_toolkit_below_the_recipes_minimum_is_upgraded_by_apt_for_real_and_one_above
     let params = params(&user.name);
     let ctx = ExecContext::new(user.uid);
     let run = |recipe: &Recipe| {
-        let mut progress = Progress {
-            events: Vec::new(),
-            on_waiting: None,
-        };
+        let mut progress = Progress { events: Vec::new() };
         run_recipe(recipe, &params, &ctx, &mut progress)
     };
 

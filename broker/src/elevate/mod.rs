@@ -3,6 +3,7 @@
 //! agent when the session has none and a terminal is there to ask on.
 
 pub mod agent;
+mod lock_holder;
 
 use std::time::Duration;
 
@@ -88,6 +89,13 @@ impl SystemHelper {
             .map_err(bus_error)
     }
 
+    /// The helper's process id, from the bus daemon (`None` when it cannot say).
+    async fn helper_pid(&self) -> Option<u32> {
+        let bus = zbus::fdo::DBusProxy::new(&self.conn).await.ok()?;
+        let name = zbus::names::BusName::try_from(HELPER_NAME).ok()?;
+        bus.get_connection_unix_process_id(name).await.ok()
+    }
+
     async fn follow(&self, path: &str, progress: &ProgressSink) -> Result<String, CodedError> {
         let job = self.job(path).await?;
         let mut finished = job.receive_finished().await.map_err(bus_error)?;
@@ -97,6 +105,11 @@ impl SystemHelper {
         if !now.is_empty() {
             return Ok(now);
         }
+        // Who holds the package manager's lock its package manager waits for: looked up here,
+        // without privilege, in the helper's stead.
+        let helper = self.helper_pid().await;
+        let mut look = tokio::time::interval(Duration::from_secs(1));
+        let (mut last, mut holder) = (tick("", -1), None);
         loop {
             tokio::select! {
                 Some(signal) = finished.next() => {
@@ -105,7 +118,18 @@ impl SystemHelper {
                 }
                 Some(signal) = ticks.next() => {
                     if let Ok(args) = signal.args() {
-                        progress(tick(args.phase(), *args.percent()));
+                        last = tick(args.phase(), *args.percent());
+                        progress(last.clone());
+                    }
+                }
+                _ = look.tick(), if helper.is_some() => {
+                    let now = helper.and_then(lock_holder::blocking_the_helper);
+                    if now != holder {
+                        progress(match &now {
+                            Some(h) => tick(&format!("waiting for another package manager: {h}"), -1),
+                            None => last.clone(),
+                        });
+                        holder = now;
                     }
                 }
                 // A lost signal (the helper restarted, the bus hiccuped) is caught by polling.

@@ -1,8 +1,7 @@
 //! Running the helper's commands: a closed set of programs ([`command::Program`]) resolved to
 //! absolute root-owned paths, spawned with a clean environment, bounded output capture and
-//! per-kind timeouts ([`spawn`]), and the package-manager lock reader ([`lock`]).
+//! per-kind timeouts ([`spawn`]).
 
 pub(crate) mod bounded;
 pub(crate) mod command;
-pub(crate) mod lock;
 pub(crate) mod spawn;

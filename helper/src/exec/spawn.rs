@@ -39,9 +39,6 @@ impl Default for Timeouts {
     }
 }
 
-/// How often a running command's watcher is called.
-pub(crate) const WATCH_INTERVAL: Duration = Duration::from_millis(250);
-
 /// What happened to one command.
 #[derive(Debug, Clone)]
 pub(crate) struct CommandResult {
@@ -111,14 +108,8 @@ fn snapshot(log: &Arc<Mutex<BoundedLog>>) -> BoundedLog {
     }
 }
 
-/// Runs `cmd` with exactly `env`, calling `watch(child_pid)` every [`WATCH_INTERVAL`] while it
-/// runs (the recipe layer uses it to report who holds the package manager's lock).
-pub(crate) fn run(
-    cmd: &Command,
-    env: &[(String, String)],
-    timeouts: &Timeouts,
-    watch: &mut dyn FnMut(u32),
-) -> CommandResult {
+/// Runs `cmd` with exactly `env`.
+pub(crate) fn run(cmd: &Command, env: &[(String, String)], timeouts: &Timeouts) -> CommandResult {
     let started = Instant::now();
     let names = cmd.argv();
     let path = match cmd.program.resolve() {
@@ -160,7 +151,6 @@ pub(crate) fn run(
     let group = Pid::from_raw(pid as i32);
     let mut timed_out = false;
     let mut termed_at: Option<Instant> = None;
-    let mut next_watch = started + WATCH_INTERVAL;
     let mut poll = Duration::from_millis(1);
     let status = loop {
         match child.try_wait() {
@@ -169,10 +159,6 @@ pub(crate) fn run(
             Err(_) => break None,
         }
         let now = Instant::now();
-        if now >= next_watch {
-            watch(pid);
-            next_watch = now + WATCH_INTERVAL;
-        }
         if now.duration_since(started) > limit {
             timed_out = true;
             match (cmd.duration, termed_at) {
@@ -229,7 +215,7 @@ mod tests {
     fn runs_with_an_absolute_path_and_only_the_given_environment() {
         // `id -u` of ourselves: a real program, a real exit status.
         let cmd = CommandBuilder::new(Program::Id).flag("-u").build().unwrap();
-        let r = run(&cmd, &env(), &Timeouts::default(), &mut |_| {});
+        let r = run(&cmd, &env(), &Timeouts::default());
         assert!(r.success(), "{}", r.describe());
         assert!(r.argv[0].starts_with('/'));
         assert_eq!(
@@ -245,7 +231,7 @@ mod tests {
             .arg("no-such-user-ek")
             .build()
             .unwrap();
-        let r = run(&cmd, &env(), &Timeouts::default(), &mut |_| {});
+        let r = run(&cmd, &env(), &Timeouts::default());
         assert_eq!(r.exit_code, Some(1));
         assert!(
             r.stderr.text().contains("no-such-user-ek"),
@@ -265,12 +251,10 @@ mod tests {
             diagnostic: Duration::from_millis(300),
             ..Timeouts::default()
         };
-        let mut watched = 0;
         let started = Instant::now();
-        let r = run(&cmd, &env(), &timeouts, &mut |_| watched += 1);
+        let r = run(&cmd, &env(), &timeouts);
         assert!(r.timed_out, "{}", r.describe());
         assert!(started.elapsed() < Duration::from_secs(5));
         assert!(!r.success());
-        assert!(watched >= 1);
     }
 }

@@ -1,5 +1,5 @@
 //! The executor's per-run state: the environment, progress reporting, the cancel window, and
-//! running one command through the plan's allowlist with the lock-holder watch.
+//! running one command through the plan's allowlist.
 
 use std::time::Instant;
 
@@ -9,7 +9,6 @@ use enginekit_shared::safe::UnsafeValue;
 use super::allow::Allowed;
 use super::{CommandRecord, ExecContext, ProgressSink};
 use crate::exec::command::Command;
-use crate::exec::lock::{self, LockHolder};
 use crate::exec::spawn::{self, CommandResult};
 
 /// Most characters of a command's stderr kept in its record (the reference keeps 2000).
@@ -24,18 +23,6 @@ pub(crate) struct Failure(pub String);
 impl From<UnsafeValue> for Failure {
     fn from(e: UnsafeValue) -> Failure {
         Failure(format!("a command could not be built: {e}"))
-    }
-}
-
-/// The locks a package-manager command waits for: the lists lock for `apt-get update`, the
-/// dpkg locks for an install or removal, the rpm database lock for dnf.
-fn locks_for(cmd: &Command) -> &'static [&'static str] {
-    use crate::exec::command::Program;
-    match (cmd.program, cmd.args.first().map(|a| a.as_str())) {
-        (Program::AptGet, Some("update")) => &lock::APT_LOCKS[2..3],
-        (Program::AptGet, _) | (Program::Dpkg, _) => &lock::APT_LOCKS[..2],
-        (Program::Dnf, _) => lock::RPM_LOCKS,
-        _ => &[],
     }
 }
 
@@ -105,35 +92,8 @@ impl<'a> Executor<'a> {
             self.package_manager_started = true;
             self.report();
         }
-        let locks = locks_for(cmd);
         let started = Instant::now();
-        let result = {
-            let sink = &mut *self.sink;
-            let phase = self.phase.clone();
-            let percent = self.percent;
-            let mut waiting: Option<LockHolder> = None;
-            let mut watch = |child: u32| {
-                if locks.is_empty() {
-                    return;
-                }
-                let holder = lock::foreign_holder(locks, Some(child));
-                if holder != waiting {
-                    match &holder {
-                        Some(h) => {
-                            tracing::info!(pid = h.pid, name = %h.name, "waiting for another package manager");
-                            sink.progress(
-                                &format!("waiting for another package manager: {h}"),
-                                -1,
-                                false,
-                            )
-                        }
-                        None => sink.progress(&phase, percent, false),
-                    }
-                    waiting = holder;
-                }
-            };
-            spawn::run(cmd, &self.env, &self.ctx.timeouts, &mut watch)
-        };
+        let result = spawn::run(cmd, &self.env, &self.ctx.timeouts);
         if result.success() {
             self.allowed.learn(cmd, &result.stdout.text());
         }

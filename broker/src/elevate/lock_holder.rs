@@ -1,20 +1,22 @@
-//! Who holds the package manager's lock: `/proc/locks` matched against the lock files' device
-//! and inode, and `/proc/<pid>/comm` for the name. Used only to report "waiting for another
-//! package manager: NAME (pid N)" while apt or dnf waits (`DPkg::Lock::Timeout`); never to
-//! break a lock.
+//! Who holds the package manager's lock while the helper's job waits for it: `/proc/locks`
+//! matched against the lock files' device and inode, and `/proc/<pid>/comm` for the name. All of
+//! it is world-readable, so the broker finds it without privilege while it follows the job, and
+//! shows "waiting for another package manager: NAME (pid N)" while apt or dnf waits
+//! (`DPkg::Lock::Timeout`). It only reports; it never breaks a lock.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-/// The apt/dpkg locks, frontend first.
-pub(crate) const APT_LOCKS: &[&str] = &[
+/// The apt/dpkg locks and the rpm database lock that dnf and rpm take.
+const LOCKS: &[&str] = &[
     "/var/lib/dpkg/lock-frontend",
     "/var/lib/dpkg/lock",
     "/var/lib/apt/lists/lock",
     "/var/cache/apt/archives/lock",
+    "/var/lib/rpm/.rpm.lock",
 ];
-/// The rpm database lock that dnf and rpm take.
-pub(crate) const RPM_LOCKS: &[&str] = &["/var/lib/rpm/.rpm.lock"];
+/// The helper's package managers, as `/proc/<pid>/comm` names them.
+const PACKAGE_MANAGERS: &[&str] = &["apt-get", "dpkg", "dnf", "dnf5"];
 
 /// A process holding one of the locks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,7 +40,7 @@ fn lock_key(dev: u64, ino: u64) -> String {
 
 /// The holders listed in `/proc/locks` text for the given `major:minor:inode` keys. Waiters
 /// (`->` lines) and OFD locks (pid −1) are skipped.
-pub(crate) fn holders_in(proc_locks: &str, keys: &[String]) -> Vec<u32> {
+fn holders_in(proc_locks: &str, keys: &[String]) -> Vec<u32> {
     let mut pids = Vec::new();
     for line in proc_locks.lines() {
         let fields: Vec<&str> = line.split_whitespace().collect();
@@ -82,9 +84,14 @@ fn descends_from(mut pid: u32, root: u32) -> bool {
     false
 }
 
-/// The first process holding one of `locks` that is not `ours` (our child or its children) and
-/// not this process.
-pub(crate) fn foreign_holder(locks: &[&str], ours: Option<u32>) -> Option<LockHolder> {
+fn name_of(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// The first process holding one of `locks` that is not `ours` or one of its descendants.
+fn foreign_holder(locks: &[&str], ours: u32) -> Option<LockHolder> {
     let keys: Vec<String> = locks
         .iter()
         .filter_map(|p| std::fs::metadata(Path::new(p)).ok())
@@ -94,17 +101,34 @@ pub(crate) fn foreign_holder(locks: &[&str], ours: Option<u32>) -> Option<LockHo
         return None;
     }
     let text = std::fs::read_to_string("/proc/locks").ok()?;
-    let me = std::process::id();
     holders_in(&text, &keys)
         .into_iter()
-        .filter(|pid| *pid != me && !ours.is_some_and(|root| descends_from(*pid, root)))
+        .find(|pid| !descends_from(*pid, ours))
         .map(|pid| LockHolder {
             pid,
-            name: std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .map(|s| s.trim().to_string())
-                .unwrap_or_else(|_| "unknown".into()),
+            name: name_of(pid),
         })
-        .next()
+}
+
+/// Whether a child of `helper` is one of its package managers (which then waits for the lock).
+fn runs_package_manager(helper: u32) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .any(|pid| {
+            parent_of(pid) == Some(helper) && PACKAGE_MANAGERS.contains(&name_of(pid).as_str())
+        })
+}
+
+/// While the helper (process `helper`) runs a package manager: the process of someone else that
+/// holds a package manager's lock, which that package manager is waiting for.
+pub(crate) fn blocking_the_helper(helper: u32) -> Option<LockHolder> {
+    if !runs_package_manager(helper) {
+        return None;
+    }
+    foreign_holder(LOCKS, helper)
 }
 
 #[cfg(test)]
@@ -156,14 +180,18 @@ mod tests {
         .unwrap();
         assert_eq!(line.trim(), "locked");
         let path = lock.to_str().unwrap();
-        let holder = foreign_holder(&[path], None);
+        // No process has pid u32::MAX: nothing is the helper's.
+        let holder = foreign_holder(&[path], u32::MAX);
         let pid = child.id();
-        let ours = foreign_holder(&[path], Some(pid));
+        let ours = foreign_holder(&[path], pid);
         child.kill().unwrap();
         child.wait().unwrap();
         let holder = holder.expect("the holder is found");
         assert_eq!(holder.pid, pid);
         assert!(holder.name.starts_with("python3"), "{holder}");
-        assert_eq!(ours, None, "our own child is not a foreign holder");
+        assert_eq!(
+            ours, None,
+            "the helper's own process is not a foreign holder"
+        );
     }
 }
