@@ -172,6 +172,13 @@ fn main() {
     let params = params();
     let plan = recipe.steps_for(&params).expect("a plan for this machine");
     let ctx = ExecContext::new(0);
+    let runtime = tokio::runtime::Runtime::new().expect("an async runtime");
+    let execute = || {
+        let (mut quiet, cancel) = (Quiet, CancelToken::new());
+        runtime.block_on(recipe::run_plan(
+            &recipe, &params, &plan, &ctx, &mut quiet, &cancel,
+        ))
+    };
     let env_vars: Vec<(String, String)> = recipe
         .environment()
         .map(|(k, v)| (k.into(), v.into()))
@@ -182,26 +189,12 @@ fn main() {
     let (mut exec_total, mut exec_install, mut direct_total, mut direct_install) =
         (vec![], vec![], vec![], vec![]);
     // Warm-up: writes the key and source, fills apt's caches for both sides.
-    let warm = recipe::run_plan(
-        &recipe,
-        &params,
-        &plan,
-        &ctx,
-        &mut Quiet,
-        &CancelToken::new(),
-    );
+    let warm = execute();
     assert_eq!(warm.outcome.as_str(), "succeeded", "{:?}", warm.error);
     for _ in 0..ROUNDS {
         purge();
         let started = Instant::now();
-        let out = recipe::run_plan(
-            &recipe,
-            &params,
-            &plan,
-            &ctx,
-            &mut Quiet,
-            &CancelToken::new(),
-        );
+        let out = execute();
         exec_total.push(started.elapsed().as_secs_f64());
         assert_eq!(out.outcome.as_str(), "succeeded", "{:?}", out.error);
         let packages = out

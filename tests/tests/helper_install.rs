@@ -88,7 +88,15 @@ fn run_recipe(
     progress: &mut Progress,
 ) -> ExecutionOutcome {
     let plan = recipe.steps_for(params).unwrap();
-    recipe::run_plan(recipe, params, &plan, ctx, progress, &CancelToken::new())
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(recipe::run_plan(
+        recipe,
+        params,
+        &plan,
+        ctx,
+        progress,
+        &CancelToken::new(),
+    ))
 }
 
 fn params(user: &str) -> HostParameters {

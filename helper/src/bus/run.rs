@@ -1,5 +1,4 @@
-//! One authorised job, run to its end on a blocking thread, its progress mirrored on the job
-//! object.
+//! One authorised job, run to its end in its own task, its progress mirrored on the job object.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -15,7 +14,7 @@ use crate::ledger::Ledger;
 use crate::recipe::{self, ExecContext, ExecutionOutcome};
 use crate::verify::VerifiedStep;
 
-/// Progress from the executor's thread to the job task.
+/// Progress from the executor's task to the job task.
 struct ChannelSink(mpsc::UnboundedSender<(String, i32, bool)>);
 
 impl ProgressSink for ChannelSink {
@@ -26,7 +25,7 @@ impl ProgressSink for ChannelSink {
     }
 }
 
-/// Runs one authorised job to its end: executor on a blocking thread, progress mirrored on the
+/// Runs one authorised job to its end: executor in its own task, progress mirrored on the
 /// job object and sent to its owner, receipt stored before `Finished` is sent and before the slot
 /// is freed; the job object is then retired.
 pub(super) async fn run_job(
@@ -46,7 +45,7 @@ pub(super) async fn run_job(
     let step = Arc::new(step);
     let exec_step = Arc::clone(&step);
     let caller_uid = shared.owner.uid;
-    let mut executor = tokio::task::spawn_blocking(move || {
+    let mut executor = tokio::spawn(async move {
         let mut sink = ChannelSink(tx);
         // Exactly the plan polkit was asked about, frozen in the verified step.
         let ctx = ExecContext::new(caller_uid);
@@ -59,6 +58,7 @@ pub(super) async fn run_job(
             &mut sink,
             &cancel,
         )
+        .await
     });
     let report = loop {
         tokio::select! {

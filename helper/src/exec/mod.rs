@@ -2,6 +2,5 @@
 //! absolute root-owned paths, spawned with a clean environment, bounded output capture and
 //! per-kind timeouts ([`spawn`]).
 
-pub(crate) mod bounded;
 pub(crate) mod command;
 pub(crate) mod spawn;

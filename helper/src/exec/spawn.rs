@@ -1,18 +1,22 @@
 //! Clean spawn: an absolute program path, a fixed argv, `env_clear()` plus the recipe's
-//! environment, stdin from /dev/null, stdout and stderr captured head+tail, its own process
-//! group, and a timeout that kills the whole group.
+//! environment, stdin from /dev/null, stdout and stderr captured to a bounded tail, its own
+//! process group, and a timeout that kills the whole group. One async runner (`tokio::process`):
+//! the job's task awaits it, no thread is parked on a child.
 
-use std::io::Read;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
 
+use enginekit_shared::wire::receipt::bounded_tail;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Child;
 
-use super::bounded::{BoundedLog, DEFAULT_HEAD, DEFAULT_TAIL};
 use super::command::{self, Command};
+
+/// Bytes of each output stream kept: its end.
+pub(crate) const CAPTURED: usize = 16 * 1024;
 
 /// Time limits per kind of command (REFERENCE.md §8.11).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,8 +50,9 @@ pub(crate) struct CommandResult {
     pub(crate) argv: Vec<String>,
     pub(crate) exit_code: Option<i32>,
     pub(crate) signal: Option<i32>,
-    pub(crate) stdout: BoundedLog,
-    pub(crate) stderr: BoundedLog,
+    /// The end of stdout and of stderr (invalid UTF-8 replaced), at most [`CAPTURED`] bytes each.
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
     pub(crate) timed_out: bool,
     /// Why the command could not be started, if it was not.
     pub(crate) spawn_error: Option<String>,
@@ -63,8 +68,8 @@ impl CommandResult {
             argv,
             exit_code: None,
             signal: None,
-            stdout: BoundedLog::new(0, 0),
-            stderr: BoundedLog::new(0, 0),
+            stdout: String::new(),
+            stderr: String::new(),
             timed_out: false,
             spawn_error: Some(why),
         }
@@ -85,32 +90,57 @@ impl CommandResult {
     }
 }
 
-fn reader(mut pipe: impl Read + Send + 'static, log: Arc<Mutex<BoundedLog>>) {
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 8192];
-        loop {
-            match pipe.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if let Ok(mut l) = log.lock() {
-                        l.push(&buf[..n]);
-                    }
-                }
-            }
+/// Reads `pipe` to its end into `kept`, keeping only the last [`CAPTURED`] bytes (trimmed in
+/// batches, so memory stays within twice that).
+async fn capture(pipe: Option<impl AsyncRead + Unpin>, kept: &mut Vec<u8>) {
+    let Some(mut pipe) = pipe else {
+        return;
+    };
+    let mut buf = [0u8; 8192];
+    while let Ok(n @ 1..) = pipe.read(&mut buf).await {
+        kept.extend_from_slice(&buf[..n]);
+        if kept.len() > 2 * CAPTURED {
+            kept.drain(..kept.len() - CAPTURED);
         }
-    });
-}
-
-fn snapshot(log: &Arc<Mutex<BoundedLog>>) -> BoundedLog {
-    match log.lock() {
-        Ok(l) => l.clone(),
-        Err(poisoned) => poisoned.into_inner().clone(),
     }
 }
 
+fn text(bytes: &[u8]) -> String {
+    bounded_tail(&String::from_utf8_lossy(bytes), CAPTURED)
+}
+
+/// Waits for `child` within its limit; past it, the group gets SIGTERM and the grace period (a
+/// package manager) or SIGKILL at once. Returns the status and whether the limit was passed.
+async fn wait_within(
+    child: &mut Child,
+    group: Pid,
+    kind: command::Duration,
+    timeouts: &Timeouts,
+) -> (Option<ExitStatus>, bool) {
+    let limit = match kind {
+        command::Duration::Ordinary => timeouts.ordinary,
+        command::Duration::LongRunning => timeouts.long_running,
+        command::Duration::Diagnostic => timeouts.diagnostic,
+    };
+    if let Ok(status) = tokio::time::timeout(limit, child.wait()).await {
+        return (status.ok(), false);
+    }
+    if kind == command::Duration::LongRunning {
+        let _ = killpg(group, Signal::SIGTERM);
+        if let Ok(status) = tokio::time::timeout(timeouts.grace, child.wait()).await {
+            return (status.ok(), true);
+        }
+    }
+    let _ = killpg(group, Signal::SIGKILL);
+    (child.wait().await.ok(), true)
+}
+
 /// Runs `cmd` with exactly `env`.
-pub(crate) fn run(cmd: &Command, env: &[(String, String)], timeouts: &Timeouts) -> CommandResult {
-    let started = Instant::now();
+pub(crate) async fn run(
+    cmd: &Command,
+    env: &[(String, String)],
+    timeouts: &Timeouts,
+) -> CommandResult {
     let names = cmd.argv();
     let path = match cmd.program.resolve() {
         Ok(p) => p,
@@ -119,7 +149,7 @@ pub(crate) fn run(cmd: &Command, env: &[(String, String)], timeouts: &Timeouts) 
     let mut argv = vec![path.display().to_string()];
     argv.extend(names.into_iter().skip(1));
 
-    let mut child = match std::process::Command::new(&path)
+    let mut child = match tokio::process::Command::new(&path)
         .args(&cmd.args)
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
@@ -133,67 +163,42 @@ pub(crate) fn run(cmd: &Command, env: &[(String, String)], timeouts: &Timeouts) 
         Ok(c) => c,
         Err(e) => return CommandResult::not_started(argv, e.to_string()),
     };
-    let pid = child.id();
-    let out = Arc::new(Mutex::new(BoundedLog::new(DEFAULT_HEAD, DEFAULT_TAIL)));
-    let err = Arc::new(Mutex::new(BoundedLog::new(DEFAULT_HEAD, DEFAULT_TAIL)));
-    if let Some(p) = child.stdout.take() {
-        reader(p, out.clone());
-    }
-    if let Some(p) = child.stderr.take() {
-        reader(p, err.clone());
-    }
-
-    let limit = match cmd.duration {
-        command::Duration::Ordinary => timeouts.ordinary,
-        command::Duration::LongRunning => timeouts.long_running,
-        command::Duration::Diagnostic => timeouts.diagnostic,
+    // The child leads its own group: its pid is the group's id.
+    let Some(group) = child.id().and_then(|pid| i32::try_from(pid).ok()) else {
+        return CommandResult::not_started(argv, "it has no process id".to_owned());
     };
-    let group = Pid::from_raw(pid as i32);
-    let mut timed_out = false;
-    let mut termed_at: Option<Instant> = None;
-    let mut poll = Duration::from_millis(1);
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) => {}
-            Err(_) => break None,
-        }
-        let now = Instant::now();
-        if now.duration_since(started) > limit {
-            timed_out = true;
-            match (cmd.duration, termed_at) {
-                // A package manager gets SIGTERM and a grace period, then SIGKILL.
-                (command::Duration::LongRunning, None) => {
-                    let _ = killpg(group, Signal::SIGTERM);
-                    termed_at = Some(now);
-                }
-                (command::Duration::LongRunning, Some(t))
-                    if now.duration_since(t) < timeouts.grace => {}
-                _ => {
-                    let _ = killpg(group, Signal::SIGKILL);
-                }
+    let group = Pid::from_raw(group);
+    let (out_pipe, err_pipe) = (child.stdout.take(), child.stderr.take());
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let (status, timed_out) = {
+        let reading =
+            async { tokio::join!(capture(out_pipe, &mut out), capture(err_pipe, &mut err)) };
+        tokio::pin!(reading);
+        let ended = wait_within(&mut child, group, cmd.duration, timeouts);
+        tokio::pin!(ended);
+        let mut read_all = false;
+        let ended = loop {
+            tokio::select! {
+                ended = &mut ended => break ended,
+                _ = &mut reading, if !read_all => read_all = true,
             }
+        };
+        if ended.1 {
+            // Whatever the group left behind goes too: a timed-out command is never half-running.
+            let _ = killpg(group, Signal::SIGKILL);
         }
-        std::thread::sleep(poll);
-        poll = (poll * 2).min(Duration::from_millis(20));
+        // Wait for the pipes to close, but not for a daemon that inherited them.
+        if !read_all {
+            let _ = tokio::time::timeout(timeouts.drain, reading).await;
+        }
+        ended
     };
-    if timed_out {
-        // Whatever the group left behind goes too: a timed-out command is never half-running.
-        let _ = killpg(group, Signal::SIGKILL);
-    }
-
-    // Wait for the pipes to close, but not for a daemon that inherited them.
-    let drain_until = Instant::now() + timeouts.drain;
-    while Arc::strong_count(&out) + Arc::strong_count(&err) > 2 && Instant::now() < drain_until {
-        std::thread::sleep(Duration::from_millis(2));
-    }
-
     CommandResult {
         argv,
         exit_code: status.and_then(|s| s.code()),
         signal: status.and_then(|s| s.signal()),
-        stdout: snapshot(&out),
-        stderr: snapshot(&err),
+        stdout: text(&out),
+        stderr: text(&err),
         timed_out,
         spawn_error: None,
     }
@@ -203,6 +208,7 @@ pub(crate) fn run(cmd: &Command, env: &[(String, String)], timeouts: &Timeouts) 
 mod tests {
     use super::*;
     use crate::exec::command::{CommandBuilder, Program};
+    use std::time::Instant;
 
     fn env() -> Vec<(String, String)> {
         vec![
@@ -211,37 +217,30 @@ mod tests {
         ]
     }
 
-    #[test]
-    fn runs_with_an_absolute_path_and_only_the_given_environment() {
+    #[tokio::test]
+    async fn runs_with_an_absolute_path_and_only_the_given_environment() {
         // `id -u` of ourselves: a real program, a real exit status.
         let cmd = CommandBuilder::new(Program::Id).flag("-u").build().unwrap();
-        let r = run(&cmd, &env(), &Timeouts::default());
+        let r = run(&cmd, &env(), &Timeouts::default()).await;
         assert!(r.success(), "{}", r.describe());
         assert!(r.argv[0].starts_with('/'));
-        assert_eq!(
-            r.stdout.text().trim(),
-            nix::unistd::getuid().as_raw().to_string()
-        );
+        assert_eq!(r.stdout.trim(), nix::unistd::getuid().as_raw().to_string());
     }
 
-    #[test]
-    fn a_failing_command_reports_its_exit_status_and_stderr() {
+    #[tokio::test]
+    async fn a_failing_command_reports_its_exit_status_and_stderr() {
         let cmd = CommandBuilder::new(Program::Id)
             .flag("-u")
             .arg("no-such-user-ek")
             .build()
             .unwrap();
-        let r = run(&cmd, &env(), &Timeouts::default());
+        let r = run(&cmd, &env(), &Timeouts::default()).await;
         assert_eq!(r.exit_code, Some(1));
-        assert!(
-            r.stderr.text().contains("no-such-user-ek"),
-            "{}",
-            r.stderr.text()
-        );
+        assert!(r.stderr.contains("no-such-user-ek"), "{}", r.stderr);
     }
 
-    #[test]
-    fn a_command_past_its_time_limit_is_killed_with_its_group() {
+    #[tokio::test]
+    async fn a_command_past_its_time_limit_is_killed_with_its_group() {
         let cmd = CommandBuilder::new(Program::Sleep)
             .arg("30")
             .diagnostic()
@@ -252,7 +251,7 @@ mod tests {
             ..Timeouts::default()
         };
         let started = Instant::now();
-        let r = run(&cmd, &env(), &timeouts);
+        let r = run(&cmd, &env(), &timeouts).await;
         assert!(r.timed_out, "{}", r.describe());
         assert!(started.elapsed() < Duration::from_secs(5));
         assert!(!r.success());

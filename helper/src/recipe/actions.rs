@@ -6,7 +6,7 @@ use enginekit_shared::recipe::{Family, KeyEncoding, PlannedConflict, PlannedPack
 use enginekit_shared::safe::UserName;
 
 use super::commands as cmd;
-use super::executor::{tail_chars, Executor, Failure, STDERR_TAIL_CHARS};
+use super::executor::{Executor, Failure};
 use super::files;
 use super::ActionStatus;
 
@@ -91,11 +91,11 @@ pub(super) fn write_source(r: &mut Executor<'_>, path: &str, body: &str) -> Done
 // --- package queries ----------------------------------------------------------------------------
 
 /// Whether a package is installed, read fail-closed in the C locale's exact wording.
-pub(super) fn is_installed(r: &mut Executor<'_>, name: &str) -> Result<bool, Failure> {
+pub(super) async fn is_installed(r: &mut Executor<'_>, name: &str) -> Result<bool, Failure> {
     let unsure = || Failure(format!("could not tell whether {name} is installed"));
-    let out = r.run(&cmd::installed_query(r.family, name)?, false)?;
-    let stdout = out.stdout.text();
-    let stderr = out.stderr.text();
+    let out = r.run(&cmd::installed_query(r.family, name)?, false).await?;
+    let stdout = out.stdout.as_str();
+    let stderr = out.stderr.as_str();
     match r.family {
         Family::Apt => {
             let words: Vec<&str> = stdout.split_whitespace().collect();
@@ -134,9 +134,9 @@ pub(super) fn is_installed(r: &mut Executor<'_>, name: &str) -> Result<bool, Fai
 }
 
 /// The installed version of a pinned package.
-fn installed_version(r: &mut Executor<'_>, name: &str) -> Result<String, Failure> {
-    let out = r.run(&cmd::version_query(r.family, name)?, false)?;
-    let text = out.stdout.text().trim().to_string();
+async fn installed_version(r: &mut Executor<'_>, name: &str) -> Result<String, Failure> {
+    let out = r.run(&cmd::version_query(r.family, name)?, false).await?;
+    let text = out.stdout.as_str().trim().to_string();
     if out.success() && !text.is_empty() && !text.contains(char::is_whitespace) {
         Ok(text)
     } else {
@@ -147,34 +147,34 @@ fn installed_version(r: &mut Executor<'_>, name: &str) -> Result<String, Failure
 /// The recipe packages still to install, or to upgrade: one installed below the recipe's
 /// minimum counts as missing. A pinned package installed at another version is a failure: the
 /// recipe never moves a pinned package.
-pub(super) fn missing(
+pub(super) async fn missing(
     r: &mut Executor<'_>,
     wanted: &[PlannedPackage],
 ) -> Result<Vec<PlannedPackage>, Failure> {
-    Ok(todo(r, wanted)?.into_iter().map(|(p, _)| p).collect())
+    Ok(todo(r, wanted).await?.into_iter().map(|(p, _)| p).collect())
 }
 
 /// What [`missing`] finds, each with the version installed now (`None`: not installed).
-fn todo(
+async fn todo(
     r: &mut Executor<'_>,
     wanted: &[PlannedPackage],
 ) -> Result<Vec<(PlannedPackage, Option<String>)>, Failure> {
     let mut out = Vec::new();
     for p in wanted {
-        if !is_installed(r, &p.name)? {
+        if !is_installed(r, &p.name).await? {
             out.push((p.clone(), None));
             continue;
         }
         // A pin decides alone (the recipe's validation keeps it at or above any minimum).
         if let (None, Some(minimum)) = (&p.version, &p.minimum_version) {
-            let have = installed_version(r, &p.name)?;
+            let have = installed_version(r, &p.name).await?;
             if !enginekit_shared::recipe::version::at_least(&have, minimum) {
                 out.push((p.clone(), Some(have)));
             }
             continue;
         }
         if let Some(pin) = &p.version {
-            let have = installed_version(r, &p.name)?;
+            let have = installed_version(r, &p.name).await?;
             if &have != pin {
                 return fail(format!(
                     "{} {have} is installed, and the recipe pins {pin}; nothing was changed",
@@ -194,13 +194,13 @@ fn names(packages: &[PlannedPackage]) -> String {
         .join(" ")
 }
 
-pub(super) fn check_conflicts(
+pub(super) async fn check_conflicts(
     r: &mut Executor<'_>,
     wanted: &[PlannedPackage],
     conflicts: &[PlannedConflict],
     remove: bool,
 ) -> Done {
-    let missing = missing(r, wanted)?;
+    let missing = missing(r, wanted).await?;
     if missing.is_empty() {
         return satisfied("every recipe package is installed");
     }
@@ -215,7 +215,7 @@ pub(super) fn check_conflicts(
         if blocked.is_empty() {
             continue;
         }
-        if is_installed(r, &c.name)? {
+        if is_installed(r, &c.name).await? {
             found.push((c.name.clone(), blocked));
         }
     }
@@ -226,13 +226,13 @@ pub(super) fn check_conflicts(
         return fail(conflict_refusal(r.family, name, blocked, &found));
     }
     if r.family == Family::Dnf {
-        obsoletes(r, wanted, &missing)?;
+        obsoletes(r, wanted, &missing).await?;
     }
     if found.is_empty() {
         return satisfied("no conflicting package is installed");
     }
     let listed: Vec<String> = found.iter().map(|(n, _)| n.clone()).collect();
-    r.must(&cmd::dpkg_remove(&listed)?, true)?;
+    r.must(&cmd::dpkg_remove(&listed)?, true).await?;
     applied(format!(
         "removed the listed conflicting packages: {}",
         listed.join(" ")
@@ -260,13 +260,13 @@ fn conflict_refusal(
 }
 
 /// dnf has no switch to turn Obsoletes off: ask what each missing package would replace.
-fn obsoletes(
+async fn obsoletes(
     r: &mut Executor<'_>,
     wanted: &[PlannedPackage],
     missing: &[PlannedPackage],
 ) -> Result<(), Failure> {
     for p in missing {
-        let out = r.run(&cmd::dnf_obsoletes(&p.name)?, false)?;
+        let out = r.run(&cmd::dnf_obsoletes(&p.name)?, false).await?;
         if !out.success() {
             return fail(format!(
                 "could not ask what {} obsoletes: {}",
@@ -274,8 +274,7 @@ fn obsoletes(
                 out.describe()
             ));
         }
-        let text = out.stdout.text();
-        let Some(names) = cmd::obsoleted_names(&text) else {
+        let Some(names) = cmd::obsoleted_names(&out.stdout) else {
             return fail(format!(
                 "{} obsoletes something that is not a package name",
                 p.name
@@ -285,7 +284,7 @@ fn obsoletes(
             if wanted.iter().any(|w| w.name == first) {
                 continue;
             }
-            if is_installed(r, first)? {
+            if is_installed(r, first).await? {
                 return fail(format!(
                     "{first} is installed, and {} would replace it (RPM Obsoletes). Nothing was installed and nothing was removed.",
                     p.name
@@ -296,19 +295,24 @@ fn obsoletes(
     Ok(())
 }
 
-pub(super) fn refresh(r: &mut Executor<'_>, sources: &[String], wanted: &[PlannedPackage]) -> Done {
-    if missing(r, wanted)?.is_empty() {
+pub(super) async fn refresh(
+    r: &mut Executor<'_>,
+    sources: &[String],
+    wanted: &[PlannedPackage],
+) -> Done {
+    if missing(r, wanted).await?.is_empty() {
         return satisfied("every recipe package is installed; nothing to refresh");
     }
     for source in sources {
         let path = files::under_root(&r.ctx.file_root, source);
-        r.must(&cmd::apt_refresh(&path.display().to_string())?, true)?;
+        r.must(&cmd::apt_refresh(&path.display().to_string())?, true)
+            .await?;
     }
     applied(format!("refreshed {}", sources.join(", ")))
 }
 
-pub(super) fn install_packages(r: &mut Executor<'_>, packages: &[PlannedPackage]) -> Done {
-    let found = todo(r, packages)?;
+pub(super) async fn install_packages(r: &mut Executor<'_>, packages: &[PlannedPackage]) -> Done {
+    let found = todo(r, packages).await?;
     if found.is_empty() {
         return satisfied(format!("{} already installed", names(packages)));
     }
@@ -319,7 +323,7 @@ pub(super) fn install_packages(r: &mut Executor<'_>, packages: &[PlannedPackage]
     match r.family {
         // apt-get install upgrades an installed package to its candidate.
         Family::Apt => {
-            r.must(&cmd::apt_install(&all)?, true)?;
+            r.must(&cmd::apt_install(&all)?, true).await?;
         }
         // dnf install leaves an installed package as it is, and `upgrade` is a word the
         // allowlist never lets through: the person upgrades it (the plan says so first).
@@ -333,10 +337,10 @@ pub(super) fn install_packages(r: &mut Executor<'_>, packages: &[PlannedPackage]
                     p.name
                 ));
             }
-            r.must(&cmd::dnf_install(&absent)?, true)?;
+            r.must(&cmd::dnf_install(&absent)?, true).await?;
         }
     }
-    let still = todo(r, &all)?;
+    let still = todo(r, &all).await?;
     if let Some((p, have)) = still.first() {
         return fail(match have {
             None => format!(
@@ -391,43 +395,42 @@ fn registered(bytes: Option<&[u8]>) -> bool {
         })
 }
 
-fn docker_is_active(r: &mut Executor<'_>) -> Result<bool, Failure> {
-    Ok(r.run(&cmd::docker_active()?, false)?.success())
+async fn docker_is_active(r: &mut Executor<'_>) -> Result<bool, Failure> {
+    Ok(r.run(&cmd::docker_active()?, false).await?.success())
 }
 
 /// Whether the running daemon has loaded the runtime; unparseable output is "not loaded".
-fn runtime_loaded(r: &mut Executor<'_>) -> Result<bool, Failure> {
-    let out = r.run(&cmd::runtime_loaded()?, false)?;
+async fn runtime_loaded(r: &mut Executor<'_>) -> Result<bool, Failure> {
+    let out = r.run(&cmd::runtime_loaded()?, false).await?;
     Ok(out.success()
-        && serde_json::from_str::<serde_json::Value>(out.stdout.text().trim())
+        && serde_json::from_str::<serde_json::Value>(out.stdout.as_str().trim())
             .ok()
             .is_some_and(|v| v.get(cmd::RUNTIME_NAME).is_some()))
 }
 
 /// Starts (or restarts) Docker; on failure the journal's tail joins the command's stderr.
-fn must_start_docker(
+async fn must_start_docker(
     r: &mut Executor<'_>,
     start: &crate::exec::command::Command,
 ) -> Result<(), Failure> {
-    let out = r.run(start, true)?;
+    let out = r.run(start, true).await?;
     if out.success() {
         return Ok(());
     }
-    let journal = r.run(&cmd::docker_journal()?, false);
+    let journal = r.run(&cmd::docker_journal()?, false).await;
     if let Ok(j) = journal {
-        let reason = j.stdout.text();
+        let reason = j.stdout.as_str();
         if j.success() && !reason.trim().is_empty() {
-            let appended = tail_chars(
-                &format!("\njournalctl -u docker.service:\n{}", reason.trim_end()),
-                STDERR_TAIL_CHARS,
-            );
-            r.append_to_last_stderr(&appended);
+            r.append_to_last_stderr(&format!(
+                "\njournalctl -u docker.service:\n{}",
+                reason.trim_end()
+            ));
         }
     }
     fail(out.describe())
 }
 
-pub(super) fn configure_runtime(
+pub(super) async fn configure_runtime(
     r: &mut Executor<'_>,
     restart_approved: bool,
     active_at_start: bool,
@@ -436,10 +439,10 @@ pub(super) fn configure_runtime(
     let was_registered = registered(before.as_deref());
     let mut changed = false;
     if !was_registered {
-        r.must(&cmd::runtime_configure()?, true)?;
+        r.must(&cmd::runtime_configure()?, true).await?;
         changed = daemon_json(r) != before;
     }
-    if !docker_is_active(r)? {
+    if !docker_is_active(r).await? {
         return if was_registered {
             satisfied(
                 "the NVIDIA runtime is registered; Docker is not running and loads it on start",
@@ -448,7 +451,7 @@ pub(super) fn configure_runtime(
             applied("registered the NVIDIA runtime; Docker is not running and loads it on start")
         };
     }
-    let loaded = runtime_loaded(r)?;
+    let loaded = runtime_loaded(r).await?;
     if !changed && (!was_registered || loaded) {
         return if was_registered {
             satisfied("the running Docker has the NVIDIA runtime")
@@ -461,27 +464,22 @@ pub(super) fn configure_runtime(
             "Docker was not restarted: the approved plan did not include a restart. The NVIDIA runtime loads at its next start.",
         );
     }
-    let _ = r.run(&cmd::docker_reset_failed()?, true)?;
-    must_start_docker(r, &cmd::docker_restart()?)?;
+    let _ = r.run(&cmd::docker_reset_failed()?, true).await?;
+    must_start_docker(r, &cmd::docker_restart()?).await?;
     applied("registered the NVIDIA runtime and restarted Docker")
 }
 
-pub(super) fn generate_cdi(r: &mut Executor<'_>) -> Done {
-    let lists_gpu = |r: &mut Executor<'_>| -> Result<bool, Failure> {
-        let out = r.run(&cmd::cdi_list()?, false)?;
-        Ok(out.success()
-            && out
-                .stdout
-                .text()
-                .to_ascii_lowercase()
-                .contains("nvidia.com/gpu"))
-    };
+pub(super) async fn generate_cdi(r: &mut Executor<'_>) -> Done {
+    async fn lists_gpu(r: &mut Executor<'_>) -> Result<bool, Failure> {
+        let out = r.run(&cmd::cdi_list()?, false).await?;
+        Ok(out.success() && out.stdout.to_ascii_lowercase().contains("nvidia.com/gpu"))
+    }
     let mut notes = Vec::new();
     let mut changed = false;
-    if !lists_gpu(r)? {
-        r.must(&cmd::cdi_generate()?, true)?;
+    if !lists_gpu(r).await? {
+        r.must(&cmd::cdi_generate()?, true).await?;
         changed = true;
-        if !lists_gpu(r)? {
+        if !lists_gpu(r).await? {
             return fail("nvidia-ctk generated a CDI specification, but it lists no GPU");
         }
         notes.push(format!("generated {}", cmd::CDI_SPEC));
@@ -501,19 +499,18 @@ pub(super) fn generate_cdi(r: &mut Executor<'_>) -> Done {
         }
     }
     // The refresh unit never fails the step.
-    let present = r.run(&cmd::cdi_refresh_present()?, false)?;
-    if present.success() && present.stdout.text().contains(cmd::CDI_REFRESH_UNIT) {
-        let state_out = r.run(&cmd::cdi_refresh_enabled()?, false)?;
+    let present = r.run(&cmd::cdi_refresh_present()?, false).await?;
+    if present.success() && present.stdout.as_str().contains(cmd::CDI_REFRESH_UNIT) {
+        let state_out = r.run(&cmd::cdi_refresh_enabled()?, false).await?;
         let state = state_out
             .stdout
-            .text()
             .lines()
             .next()
             .unwrap_or("")
             .trim()
             .to_string();
         if matches!(state.as_str(), "disabled" | "linked" | "linked-runtime") {
-            let en = r.run(&cmd::cdi_refresh_enable()?, true)?;
+            let en = r.run(&cmd::cdi_refresh_enable()?, true).await?;
             if en.success() {
                 changed = true;
                 notes.push(format!("enabled {}", cmd::CDI_REFRESH_UNIT));
@@ -540,23 +537,23 @@ pub(super) fn generate_cdi(r: &mut Executor<'_>) -> Done {
     }
 }
 
-pub(super) fn enable_service(r: &mut Executor<'_>) -> Done {
-    let enabled = r.run(&cmd::docker_enabled()?, false)?;
-    let is_enabled = enabled.success() && enabled.stdout.text().trim() == "enabled";
-    if is_enabled && docker_is_active(r)? {
+pub(super) async fn enable_service(r: &mut Executor<'_>) -> Done {
+    let enabled = r.run(&cmd::docker_enabled()?, false).await?;
+    let is_enabled = enabled.success() && enabled.stdout.as_str().trim() == "enabled";
+    if is_enabled && docker_is_active(r).await? {
         return satisfied("docker.service is enabled and running");
     }
-    let _ = r.run(&cmd::docker_reset_failed()?, true)?;
-    must_start_docker(r, &cmd::docker_enable()?)?;
+    let _ = r.run(&cmd::docker_reset_failed()?, true).await?;
+    must_start_docker(r, &cmd::docker_enable()?).await?;
     applied("enabled and started docker.service")
 }
 
-pub(super) fn add_to_docker_group(r: &mut Executor<'_>, user: &UserName) -> Done {
-    let uid_out = r.run(&cmd::user_uid(user)?, false)?;
+pub(super) async fn add_to_docker_group(r: &mut Executor<'_>, user: &UserName) -> Done {
+    let uid_out = r.run(&cmd::user_uid(user)?, false).await?;
     if !uid_out.success() {
         return fail(format!("there is no user {user}"));
     }
-    let uid: u32 = match uid_out.stdout.text().trim().parse() {
+    let uid: u32 = match uid_out.stdout.as_str().trim().parse() {
         Ok(u) => u,
         Err(_) => return fail(format!("could not read the uid of {user}")),
     };
@@ -571,16 +568,11 @@ pub(super) fn add_to_docker_group(r: &mut Executor<'_>, user: &UserName) -> Done
             r.ctx.caller_uid
         ));
     }
-    let groups = r.must(&cmd::user_groups(user)?, false)?;
-    if groups
-        .stdout
-        .text()
-        .split_whitespace()
-        .any(|g| g == "docker")
-    {
+    let groups = r.must(&cmd::user_groups(user)?, false).await?;
+    if groups.stdout.split_whitespace().any(|g| g == "docker") {
         return satisfied(format!("{user} is already in the docker group"));
     }
-    r.must(&cmd::add_to_docker_group(user)?, true)?;
+    r.must(&cmd::add_to_docker_group(user)?, true).await?;
     applied(format!(
         "added {user} to the docker group (it takes effect at the next login)"
     ))

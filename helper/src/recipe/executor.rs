@@ -5,16 +5,15 @@ use std::time::Instant;
 
 use enginekit_shared::recipe::Family;
 use enginekit_shared::safe::UnsafeValue;
+use enginekit_shared::wire::receipt::bounded_tail;
 
 use super::allow::Allowed;
 use super::{CommandRecord, ExecContext, ProgressSink};
 use crate::exec::command::Command;
 use crate::exec::spawn::{self, CommandResult};
 
-/// Most characters of a command's stderr kept in its record (the reference keeps 2000).
-pub(crate) const STDERR_TAIL_CHARS: usize = 2000;
-/// Most characters of a command's stdout kept in its record.
-pub(crate) const STDOUT_TAIL_CHARS: usize = 2000;
+/// Most bytes of a command's stderr kept in its record (the reference keeps 2000).
+const STDERR_TAIL_BYTES: usize = 2000;
 
 /// Why an action stopped.
 #[derive(Debug, Clone)]
@@ -24,15 +23,6 @@ impl From<UnsafeValue> for Failure {
     fn from(e: UnsafeValue) -> Failure {
         Failure(format!("a command could not be built: {e}"))
     }
-}
-
-/// The last `max` characters of `text`.
-pub(crate) fn tail_chars(text: &str, max: usize) -> String {
-    let count = text.chars().count();
-    if count <= max {
-        return text.to_string();
-    }
-    text.chars().skip(count - max).collect()
 }
 
 pub(super) struct Executor<'a> {
@@ -83,7 +73,11 @@ impl<'a> Executor<'a> {
     }
 
     /// Runs one command, recording it. `mutating` marks a command that changes the host.
-    pub(crate) fn run(&mut self, cmd: &Command, mutating: bool) -> Result<CommandResult, Failure> {
+    pub(crate) async fn run(
+        &mut self,
+        cmd: &Command,
+        mutating: bool,
+    ) -> Result<CommandResult, Failure> {
         self.allowed
             .permit(cmd)
             .map_err(|e| Failure(e.to_string()))?;
@@ -93,23 +87,18 @@ impl<'a> Executor<'a> {
             self.report();
         }
         let started = Instant::now();
-        let result = spawn::run(cmd, &self.env, &self.ctx.timeouts);
+        let result = spawn::run(cmd, &self.env, &self.ctx.timeouts).await;
         if result.success() {
-            self.allowed.learn(cmd, &result.stdout.text());
+            self.allowed.learn(cmd, &result.stdout);
         }
         let record = CommandRecord {
             argv: result.argv.clone(),
             exit_status: result.exit_code,
             signal: result.signal,
-            timed_out: result.timed_out,
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            stdout_tail: tail_chars(&result.stdout.tail_text(), STDOUT_TAIL_CHARS),
-            stderr_tail: tail_chars(
-                &result
-                    .spawn_error
-                    .clone()
-                    .unwrap_or_else(|| result.stderr.tail_text()),
-                STDERR_TAIL_CHARS,
+            stderr_tail: bounded_tail(
+                result.spawn_error.as_deref().unwrap_or(&result.stderr),
+                STDERR_TAIL_BYTES,
             ),
             mutating,
             diagnostic: matches!(cmd.duration, crate::exec::command::Duration::Diagnostic),
@@ -120,8 +109,12 @@ impl<'a> Executor<'a> {
     }
 
     /// Runs a command that must succeed.
-    pub(crate) fn must(&mut self, cmd: &Command, mutating: bool) -> Result<CommandResult, Failure> {
-        let r = self.run(cmd, mutating)?;
+    pub(crate) async fn must(
+        &mut self,
+        cmd: &Command,
+        mutating: bool,
+    ) -> Result<CommandResult, Failure> {
+        let r = self.run(cmd, mutating).await?;
         if r.success() {
             Ok(r)
         } else {
@@ -133,7 +126,7 @@ impl<'a> Executor<'a> {
     pub(crate) fn append_to_last_stderr(&mut self, text: &str) {
         if let Some(last) = self.commands.iter_mut().rev().find(|c| !c.diagnostic) {
             last.stderr_tail =
-                tail_chars(&format!("{}{text}", last.stderr_tail), STDERR_TAIL_CHARS);
+                bounded_tail(&format!("{}{text}", last.stderr_tail), STDERR_TAIL_BYTES);
         }
     }
 }

@@ -1,32 +1,32 @@
 //! The recipe executor: planned actions (from `enginekit_shared::recipe`) turned into commands
 //! and file writes, run check-then-act.
 //!
-//! # API (what the bus service calls)
+//! # API (what the job calls)
 //!
 //! ```text
-//! pub fn run(recipe: &Recipe, params: &HostParameters, ctx: &ExecContext,
-//!            sink: &mut dyn ProgressSink, cancel: &CancelToken) -> ExecutionOutcome
+//! pub async fn run_plan(recipe: &Recipe, params: &HostParameters, plan: &[PlannedAction],
+//!                       ctx: &ExecContext, sink: &mut dyn ProgressSink, cancel: &CancelToken)
+//!     -> ExecutionOutcome
 //! ```
 //!
-//! - Synchronous: call it on a blocking thread (`tokio::task::spawn_blocking`). It never panics
-//!   on host state and always returns an outcome.
+//! - `plan` is the verified step's plan: exactly what polkit was told. It never panics on host
+//!   state and always returns an outcome; a command is awaited, never waited for on a thread.
 //! - `recipe` and `params` must already be verified (signature/built-in, digests, machine and
-//!   caller checks). `run` still refuses parameters the recipe cannot plan for, with
-//!   `MANAGED_HOST_STEP_INVALID`, before anything runs.
+//!   caller checks).
 //! - [`ExecContext::new`]`(caller_uid)` is the production context: the uid the bus daemon
 //!   reported for the caller (the docker-group action adds only that uid's user), the file root
 //!   `/`, the production timeouts. Tests may point [`ExecContext::file_root`] elsewhere; it only
 //!   moves where keys and source files are written and read (and the source list `apt-get
 //!   update` reads). Every other path is fixed in [`commands`].
 //! - `sink` gets `(phase, percent, allow_cancel)`: one phase per action, percent over the
-//!   actions, `allow_cancel` false from the moment a package manager starts, and
-//!   `waiting for another package manager: <name> (pid N)` while apt/dnf waits for a lock held
-//!   by someone else (`DPkg::Lock::Timeout=300`), which is a phase, not an error.
+//!   actions, `allow_cancel` false from the moment a package manager starts. While apt/dnf waits
+//!   for a lock held by someone else (`DPkg::Lock::Timeout=300`), the broker, following the job,
+//!   names the holder (it needs no root for that).
 //! - `cancel` is honoured before each action while no package manager has started; the
 //!   outcome is then `cancelled` and the remaining actions are `not-run`.
 //! - [`ExecutionOutcome`]: `outcome` (succeeded/failed/cancelled), one [`ActionReport`] per
 //!   planned action (status applied/satisfied/failed/not-run, a detail line, every command
-//!   with its absolute argv, exit status, duration and bounded stdout/stderr tails), and a
+//!   with its absolute argv, exit status, duration and bounded stderr tail), and a
 //!   coded error when it failed: `MANAGED_PREREQUISITE_BLOCKED` for a failed action (the
 //!   detail is the message), `MANAGED_HOST_STEP_INVALID` for a plan that cannot be built.
 //!   [`ExecutionOutcome::records`] gives the receipt's `ActionRecord`s.
@@ -85,9 +85,7 @@ pub struct CommandRecord {
     pub argv: Vec<String>,
     pub exit_status: Option<i32>,
     pub(crate) signal: Option<i32>,
-    pub(crate) timed_out: bool,
     pub(crate) duration_ms: u64,
-    pub(crate) stdout_tail: String,
     pub stderr_tail: String,
     /// Whether the command changes the host (an install, a write, a restart).
     pub mutating: bool,
@@ -233,7 +231,7 @@ fn refused(recipe: &Recipe, ctx: &ExecContext, why: String) -> ExecutionOutcome 
 
 /// Runs an already planned list of actions (the one the prompt listed). See the module
 /// documentation.
-pub fn run_plan(
+pub async fn run_plan(
     recipe: &Recipe,
     params: &HostParameters,
     plan: &[PlannedAction],
@@ -263,7 +261,7 @@ pub fn run_plan(
         // The question is that action's own, asked before anything runs.
         r.allowed = allowed[at].clone();
         if let Ok(c) = commands::docker_active() {
-            active_at_start = r.run(&c, false).map(|o| o.success()).unwrap_or(false);
+            active_at_start = r.run(&c, false).await.map(|o| o.success()).unwrap_or(false);
         }
         first_commands = std::mem::take(&mut r.commands);
     }
@@ -313,20 +311,20 @@ pub fn run_plan(
                 conflicts,
                 remove,
                 ..
-            } => actions::check_conflicts(&mut r, wanted, conflicts, *remove),
+            } => actions::check_conflicts(&mut r, wanted, conflicts, *remove).await,
             PlannedAction::RefreshMetadata {
                 sources, wanted, ..
-            } => actions::refresh(&mut r, sources, wanted),
+            } => actions::refresh(&mut r, sources, wanted).await,
             PlannedAction::InstallPackages { packages, .. } => {
-                actions::install_packages(&mut r, packages)
+                actions::install_packages(&mut r, packages).await
             }
             PlannedAction::ConfigureRuntime {
                 restart_approved, ..
-            } => actions::configure_runtime(&mut r, *restart_approved, active_at_start),
-            PlannedAction::GenerateCdi { .. } => actions::generate_cdi(&mut r),
-            PlannedAction::EnableService { .. } => actions::enable_service(&mut r),
+            } => actions::configure_runtime(&mut r, *restart_approved, active_at_start).await,
+            PlannedAction::GenerateCdi { .. } => actions::generate_cdi(&mut r).await,
+            PlannedAction::EnableService { .. } => actions::enable_service(&mut r).await,
             PlannedAction::AddToDockerGroup { user, .. } => {
-                actions::add_to_docker_group(&mut r, user)
+                actions::add_to_docker_group(&mut r, user).await
             }
         };
         let (status, detail) = match done {

@@ -292,7 +292,7 @@ fn key_plan() -> Vec<PlannedAction> {
         .collect()
 }
 
-fn run_files(root: &Path) -> ExecutionOutcome {
+async fn run_files(root: &Path) -> ExecutionOutcome {
     let recipe = builtin().unwrap();
     let p = params(
         "apt",
@@ -313,12 +313,13 @@ fn run_files(root: &Path) -> ExecutionOutcome {
         &mut Sink(Vec::new()),
         &CancelToken::new(),
     )
+    .await
 }
 
-#[test]
-fn keys_and_sources_are_written_then_kept() {
+#[tokio::test]
+async fn keys_and_sources_are_written_then_kept() {
     let dir = tempfile::tempdir().unwrap();
-    let first = run_files(dir.path());
+    let first = run_files(dir.path()).await;
     assert_eq!(first.outcome, Outcome::Succeeded, "{:?}", first.error);
     assert!(first
         .actions
@@ -343,7 +344,7 @@ fn keys_and_sources_are_written_then_kept() {
         .mode();
     assert_eq!(mode & 0o777, 0o644);
 
-    let second = run_files(dir.path());
+    let second = run_files(dir.path()).await;
     assert_eq!(second.outcome, Outcome::Succeeded);
     assert!(
         second
@@ -355,13 +356,13 @@ fn keys_and_sources_are_written_then_kept() {
     );
 }
 
-#[test]
-fn a_differing_source_or_a_foreign_key_is_reported_and_left_alone() {
+#[tokio::test]
+async fn a_differing_source_or_a_foreign_key_is_reported_and_left_alone() {
     let dir = tempfile::tempdir().unwrap();
     let list = dir.path().join("etc/apt/sources.list.d/docker.list");
     std::fs::create_dir_all(list.parent().unwrap()).unwrap();
     std::fs::write(&list, "deb http://evil.invalid/ x main\n").unwrap();
-    let out = run_files(dir.path());
+    let out = run_files(dir.path()).await;
     assert_eq!(out.outcome, Outcome::Failed);
     let failed = out
         .actions
@@ -400,7 +401,7 @@ fn a_differing_source_or_a_foreign_key_is_reported_and_left_alone() {
             _ => None,
         });
     std::fs::write(&key, rpm_key.unwrap()).unwrap();
-    let out = run_files(dir.path());
+    let out = run_files(dir.path()).await;
     let failed = &out.actions[0];
     assert_eq!(failed.status, ActionStatus::Failed);
     assert!(
@@ -412,8 +413,8 @@ fn a_differing_source_or_a_foreign_key_is_reported_and_left_alone() {
     );
 }
 
-#[test]
-fn a_cancel_before_the_package_manager_stops_the_job_and_runs_nothing() {
+#[tokio::test]
+async fn a_cancel_before_the_package_manager_stops_the_job_and_runs_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let recipe = builtin().unwrap();
     let p = params(
@@ -430,7 +431,7 @@ fn a_cancel_before_the_package_manager_stops_the_job_and_runs_nothing() {
     let cancel = CancelToken::new();
     cancel.cancel();
     let mut sink = Sink(Vec::new());
-    let out = run_plan(recipe, &p, &key_plan(), &ctx, &mut sink, &cancel);
+    let out = run_plan(recipe, &p, &key_plan(), &ctx, &mut sink, &cancel).await;
     assert_eq!(out.outcome, Outcome::Cancelled);
     assert!(out.actions.iter().all(|a| a.status == ActionStatus::NotRun));
     assert!(!dir.path().join("etc").exists(), "nothing was written");
@@ -451,10 +452,10 @@ fn parameters_the_recipe_cannot_plan_are_refused_before_anything_runs() {
     assert_eq!(plan.len(), 1);
 }
 
-#[test]
-fn records_carry_status_detail_and_commands() {
+#[tokio::test]
+async fn records_carry_status_detail_and_commands() {
     let dir = tempfile::tempdir().unwrap();
-    let out = run_files(dir.path());
+    let out = run_files(dir.path()).await;
     let records = out.records();
     assert_eq!(records.len(), 4);
     assert_eq!(records[0].code, "docker-key");

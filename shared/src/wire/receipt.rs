@@ -128,10 +128,16 @@ pub struct ActionRecord {
 
 /// The last [`MAX_LOG_TAIL_BYTES`] of `text`, cut at a character boundary.
 pub fn bounded_log_tail(text: &str) -> String {
-    if text.len() <= MAX_LOG_TAIL_BYTES {
+    bounded_tail(text, MAX_LOG_TAIL_BYTES)
+}
+
+/// The last `max` bytes of `text`, cut at a character boundary: the one way output is bounded
+/// (the helper's captured output and its per-command tails use it too).
+pub fn bounded_tail(text: &str, max: usize) -> String {
+    if text.len() <= max {
         return text.to_owned();
     }
-    let mut start = text.len() - MAX_LOG_TAIL_BYTES;
+    let mut start = text.len() - max;
     while !text.is_char_boundary(start) {
         start += 1;
     }
