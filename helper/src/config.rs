@@ -38,7 +38,7 @@ pub struct Config {
     /// Also append the decision log to this file (the test bench has no journald).
     pub log_file: Option<PathBuf>,
     /// Calls served at once, in total and per uid (see `bus::admission`).
-    pub(crate) admission: crate::bus::admission::Limits,
+    pub(crate) admission: Limits,
 }
 
 impl Default for Config {
@@ -51,7 +51,28 @@ impl Default for Config {
             clock_skew: Duration::from_secs(120),
             polkit_timeout: Duration::from_secs(300),
             log_file: None,
-            admission: crate::bus::admission::Limits::default(),
+            admission: Limits::default(),
+        }
+    }
+}
+
+/// How many calls the helper serves at once (see `bus::admission`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Calls in flight from everyone together.
+    pub(crate) total: usize,
+    /// Calls in flight from one uid (root included).
+    pub(crate) per_uid: usize,
+}
+
+impl Default for Limits {
+    /// 32 in flight keeps the helper's pending replies (at most two per call: the credentials
+    /// or polkit, and the caller's departure watch) far below dbus-daemon's default of 128; four
+    /// per uid is more than one desktop session needs (a Start, a GetReceipt, a Cancel).
+    fn default() -> Self {
+        Limits {
+            total: 32,
+            per_uid: 4,
         }
     }
 }

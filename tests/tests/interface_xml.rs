@@ -155,7 +155,7 @@ async fn helper_live() -> BTreeMap<String, interface_xml::Interface> {
     let state = tempfile::tempdir().expect("tempdir");
     let ledger = enginekit_helper::ledger::Ledger::open(&state.path().join("ledger"))
         .expect("a ledger in a temporary folder");
-    let admission = admission::Admission::new(admission::Limits::default());
+    let admission = admission::Admission::new(enginekit_helper::config::Limits::default());
     let helper = service::Helper::new(
         Arc::new(enginekit_helper::config::Config::default()),
         Arc::new(ledger),

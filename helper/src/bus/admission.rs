@@ -19,6 +19,7 @@ use zbus::names::OwnedUniqueName;
 use zbus::Connection;
 
 use super::caller::Caller;
+use crate::config::Limits;
 use crate::refusal::{refuse, Refusal};
 
 /// Credential lookups in flight at once.
@@ -27,27 +28,6 @@ const LOOKUPS: usize = 8;
 const LOOKUP_WAIT: Duration = Duration::from_secs(10);
 /// Connections remembered; past this the memory is cleared (a lookup is cheap, just bounded).
 const REMEMBERED: usize = 4096;
-
-/// The bounds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// Calls in flight from everyone together.
-    pub(crate) total: usize,
-    /// Calls in flight from one uid (root included).
-    pub(crate) per_uid: usize,
-}
-
-impl Default for Limits {
-    /// 32 in flight keeps the helper's pending replies (at most two per call: the credentials
-    /// or polkit, and the caller's departure watch) far below dbus-daemon's default of 128; four
-    /// per uid is more than one desktop session needs (a Start, a GetReceipt, a Cancel).
-    fn default() -> Self {
-        Limits {
-            total: 32,
-            per_uid: 4,
-        }
-    }
-}
 
 /// The shared counters, and who the connections seen so far are.
 #[derive(Debug)]

@@ -12,7 +12,6 @@
 //! 6. the job slot; the nonce burnt durably (a replay by the same step gets the first receipt);
 //! 7. the caller still on the bus; then the job starts.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use enginekit_shared::error::ErrorCode;
@@ -23,7 +22,7 @@ use zbus::Connection;
 use zbus::OwnedObjectPath;
 
 use super::caller::Caller;
-use super::job::{JobShared, JobState, JobStatus, Owner, JOB_PATH_PREFIX};
+use super::job::{JobShared, JobState, JobStatus, Owner};
 use super::run::run_job;
 use super::service::Helper;
 use crate::authz::{self, Decision};
@@ -32,244 +31,235 @@ use crate::ledger::Burn;
 use crate::refusal::{refuse, Refusal};
 use crate::verify::{self, Checks, MachineFacts, ReceivedStep, VerifiedStep};
 
-impl Helper {
-    /// `check` against this machine, the pinned keys, the ledger and the clock as they are now:
-    /// step 4 ([`verify::check_step`]), and again after polkit ([`verify::recheck`]).
-    fn judge<T>(
-        &self,
-        caller: &Caller,
-        check: impl FnOnce(&Checks<'_>) -> Result<T, Refusal>,
-    ) -> Result<T, Refusal> {
-        let machine = MachineFacts::read()
-            .map_err(|e| refuse!(Internal, "cannot read this machine's facts: {e}"))?;
-        let user_name = caller.user_name()?;
-        let trust = enginekit_shared::signed::TrustStore::load_root_owned(&self.config.key_dirs);
-        for rejected in trust.rejected() {
-            tracing::warn!(path = %rejected.path.display(), reason = %rejected.reason, "key file ignored");
-        }
-        let checks = Checks {
-            trust: &trust,
-            ledger: &self.ledger,
-            machine: &machine,
-            caller_name: &user_name,
-            now: time::OffsetDateTime::now_utc(),
-            window: self.config.step_window,
-            skew: self.config.clock_skew,
-        };
-        check(&checks)
+/// `check` against this machine, the pinned keys, the ledger and the clock as they are now:
+/// step 4 ([`verify::check_step`]), and again after polkit ([`verify::recheck`]).
+fn judge<T>(
+    helper: &Helper,
+    caller: &Caller,
+    check: impl FnOnce(&Checks<'_>) -> Result<T, Refusal>,
+) -> Result<T, Refusal> {
+    let machine = MachineFacts::read()
+        .map_err(|e| refuse!(Internal, "cannot read this machine's facts: {e}"))?;
+    let user_name = caller.user_name()?;
+    let trust = enginekit_shared::signed::TrustStore::load_root_owned(&helper.config.key_dirs);
+    for rejected in trust.rejected() {
+        tracing::warn!(path = %rejected.path.display(), reason = %rejected.reason, "key file ignored");
     }
+    let checks = Checks {
+        trust: &trust,
+        ledger: &helper.ledger,
+        machine: &machine,
+        caller_name: &user_name,
+        now: time::OffsetDateTime::now_utc(),
+        window: helper.config.step_window,
+        skew: helper.config.clock_skew,
+    };
+    check(&checks)
+}
 
-    /// Step 5: polkit, asked about the caller's bus name with what the job will do.
-    async fn authorise(
-        &self,
-        conn: &Connection,
-        header: &Header<'_>,
-        caller: &Caller,
-        verified: &VerifiedStep,
-        log: &mut DecisionLog,
-    ) -> Result<(), Refusal> {
-        let details = verify::prompt::details(verified);
-        let question = authz::Question {
-            header,
-            details: details.iter().map(|(k, v)| (*k, v.as_str())).collect(),
-            interactive: header
-                .primary()
-                .flags()
-                .contains(Flags::ALLOW_INTERACTIVE_AUTH),
-            timeout: self.config.polkit_timeout,
-        };
-        let decision = authz::check(conn, &question).await;
-        log.authz = Some(decision.as_str());
-        match decision {
-            Decision::Authorized => Ok(()),
-            Decision::InteractionRequired => Err(Refusal::interaction_required()),
-            Decision::Dismissed => Err(refuse!(
-                NotAuthorizedDismissed,
-                "the authentication dialog was dismissed"
-            )),
-            Decision::NotAuthorized => Err(refuse!(
-                NotAuthorized,
-                "polkit denied {} to uid {}",
-                authz::ACTION_ID,
-                caller.uid
-            )),
-            Decision::CallerLeft => Err(refuse!(
-                NotAuthorized,
-                "the caller left the bus before authorisation finished"
-            )),
-            Decision::TimedOut => Err(refuse!(
-                NotAuthorized,
-                "polkit did not answer within {:?}",
-                self.config.polkit_timeout
-            )),
-            Decision::Unavailable(why) => {
-                Err(refuse!(NotAuthorized, "polkit could not be asked: {why}"))
-            }
+/// Step 5: polkit, asked about the caller's bus name with what the job will do.
+async fn authorise(
+    helper: &Helper,
+    conn: &Connection,
+    header: &Header<'_>,
+    caller: &Caller,
+    verified: &VerifiedStep,
+    log: &mut DecisionLog,
+) -> Result<(), Refusal> {
+    let details = verify::prompt::details(verified);
+    let question = authz::Question {
+        header,
+        details: details.iter().map(|(k, v)| (*k, v.as_str())).collect(),
+        interactive: header
+            .primary()
+            .flags()
+            .contains(Flags::ALLOW_INTERACTIVE_AUTH),
+        timeout: helper.config.polkit_timeout,
+    };
+    let decision = authz::check(conn, &question).await;
+    log.authz = Some(decision.as_str());
+    match decision {
+        Decision::Authorized => Ok(()),
+        Decision::InteractionRequired => Err(Refusal::interaction_required()),
+        Decision::Dismissed => Err(refuse!(
+            NotAuthorizedDismissed,
+            "the authentication dialog was dismissed"
+        )),
+        Decision::NotAuthorized => Err(refuse!(
+            NotAuthorized,
+            "polkit denied {} to uid {}",
+            authz::ACTION_ID,
+            caller.uid
+        )),
+        Decision::CallerLeft => Err(refuse!(
+            NotAuthorized,
+            "the caller left the bus before authorisation finished"
+        )),
+        Decision::TimedOut => Err(refuse!(
+            NotAuthorized,
+            "polkit did not answer within {:?}",
+            helper.config.polkit_timeout
+        )),
+        Decision::Unavailable(why) => {
+            Err(refuse!(NotAuthorized, "polkit could not be asked: {why}"))
         }
     }
+}
 
-    pub(super) async fn start_chain(
-        &self,
-        bytes: &[u8],
-        header: &Header<'_>,
-        conn: &Connection,
-        server: &ObjectServer,
-        log: &mut DecisionLog,
-    ) -> Result<OwnedObjectPath, Refusal> {
-        // 1-2: size, strict parse and schema, before anything else is looked at.
-        let received = verify::parse_step(bytes)?;
-        log.received(&received);
-        // 3: who is calling (the bus daemon's word), and that uid's share of the calls in
-        // flight, before any other bus call is made for this one.
-        let (caller, _ticket) = self.admission.admit(conn, header).await?;
-        log.caller(&caller);
-        // 4: every check that needs no authorisation: a step that would be refused, or that
-        // would change nothing, never raises a dialog.
-        let verified = self.judge(&caller, |checks| verify::check_step(received, checks))?;
-        if self.activity.running_job().is_some() {
-            return Err(refuse!(
-                Busy,
-                "another job is running; try again when it has finished"
-            ));
-        }
-        // 5: polkit.
-        self.authorise(conn, header, &caller, &verified, log)
-            .await?;
-        // 6: the job slot, then the nonce.
-        let nonce = verified.nonce().to_owned();
-        let Some(slot) = self.activity.reserve_job(&nonce) else {
-            return Err(refuse!(
-                Busy,
-                "another job is running; try again when it has finished"
-            ));
-        };
-        // The prompt may have stayed open for minutes: the window and the recipe's standing
-        // are judged again now, before anything is written.
-        self.judge(&caller, |checks| verify::recheck(&verified, checks))?;
-        let burn = self
-            .ledger
-            .burn(
-                &nonce,
-                verified.step_digest(),
-                caller.uid,
-                verified.issued_at_unix(),
-            )
-            .map_err(|e| refuse!(Internal, "{e}"))?;
-        let path = self.job_path();
-        let owner = Owner {
-            uid: caller.uid,
-            name: caller.unique_name.clone(),
-        };
-        match burn {
-            Burn::Fresh => {}
-            Burn::Conflict => {
-                return Err(refuse!(
-                    ReceiptConflict,
-                    "nonce {nonce} was already used by a different step"
-                ))
-            }
-            Burn::Replay { receipt: None } => {
-                return Err(refuse!(
-                    ReceiptMissing,
-                    "nonce {nonce} was already used by this step, whose job left no receipt; probe the machine and issue a new step"
-                ))
-            }
-            Burn::Replay {
-                receipt: Some(receipt),
-            } => {
-                log.replay = true;
-                drop(slot);
-                let state = verify::receipt_outcome(&receipt)
-                    .map(|o| JobState::from_outcome(&o))
-                    .unwrap_or(JobState::Failed);
-                let shared = Arc::new(JobShared::new(
-                    owner,
-                    nonce,
-                    CancelToken::new(),
-                    JobStatus {
-                        state,
-                        phase: "finished earlier".to_owned(),
-                        percent: 100,
-                        allow_cancel: false,
-                        receipt,
-                    },
-                ));
-                self.jobs
-                    .export(server, &path, Arc::clone(&shared), &self.admission)
-                    .await
-                    .map_err(|e| refuse!(Internal, "cannot export the job: {e}"))?;
-                let jobs = Arc::clone(&self.jobs);
-                let retired_path = path.clone();
-                let server_conn = conn.clone();
-                tokio::spawn(async move {
-                    jobs.retire(server_conn.object_server(), retired_path, shared)
-                        .await;
-                });
-                return Ok(path);
-            }
-        }
-        // From here on the nonce is burnt: every refusal leaves a receipt, so a replay gets an
-        // answer instead of ReceiptMissing.
-        let leave_receipt = |outcome: Outcome, code: ErrorCode, why: &str| {
-            let receipt = crate::receipt::not_run(&verified, outcome, code, why);
-            let issued_at = verified.issued_at_unix();
-            let _ = self
-                .ledger
-                .store_receipt(&nonce, caller.uid, issued_at, &receipt);
-        };
-        let not_run = |why: String| {
-            leave_receipt(Outcome::Failed, ErrorCode::IoError, &why);
-            refuse!(Internal, "{why}")
-        };
-        if let Some(mark) = verified.high_water() {
-            self.ledger
-                .raise_high_water(verified.recipe_id(), &mark)
-                .map_err(|e| not_run(format!("cannot record the recipe's serial: {e}")))?;
-        }
-        // 7: the caller must still be there for the job to start.
-        let bus = zbus::fdo::DBusProxy::new(conn)
-            .await
-            .map_err(|e| not_run(format!("cannot ask the bus: {e}")))?;
-        if !authz::caller_present(&bus, &caller.unique_name.as_ref()).await {
-            let why = "the caller left the bus before the job started";
-            leave_receipt(Outcome::Cancelled, ErrorCode::ElevationDeclined, why);
-            return Err(refuse!(NotAuthorized, "{why}"));
-        }
-        let shared = Arc::new(JobShared::new(
-            owner,
-            nonce.clone(),
-            CancelToken::new(),
-            JobStatus {
-                state: JobState::Running,
-                phase: "starting".to_owned(),
-                percent: -1,
-                allow_cancel: true,
-                receipt: String::new(),
-            },
+pub(super) async fn start(
+    helper: &Helper,
+    bytes: &[u8],
+    header: &Header<'_>,
+    conn: &Connection,
+    server: &ObjectServer,
+    log: &mut DecisionLog,
+) -> Result<OwnedObjectPath, Refusal> {
+    // 1-2: size, strict parse and schema, before anything else is looked at.
+    let received = verify::parse_step(bytes)?;
+    log.received(&received);
+    // 3: who is calling (the bus daemon's word), and that uid's share of the calls in
+    // flight, before any other bus call is made for this one.
+    let (caller, _ticket) = helper.admission.admit(conn, header).await?;
+    log.caller(&caller);
+    // 4: every check that needs no authorisation: a step that would be refused, or that
+    // would change nothing, never raises a dialog.
+    let verified = judge(helper, &caller, |checks| {
+        verify::check_step(received, checks)
+    })?;
+    if helper.activity.running_job().is_some() {
+        return Err(refuse!(
+            Busy,
+            "another job is running; try again when it has finished"
         ));
-        self.jobs
-            .export(server, &path, Arc::clone(&shared), &self.admission)
-            .await
-            .map_err(|e| not_run(format!("cannot export the job: {e}")))?;
-        let job_conn = conn.clone();
-        let ledger = Arc::clone(&self.ledger);
-        let jobs = Arc::clone(&self.jobs);
-        let job_path = path.clone();
-        tokio::spawn(async move {
-            run_job(job_conn, job_path, shared, verified, ledger, jobs, slot).await;
-        });
-        Ok(path)
     }
-
-    fn job_path(&self) -> OwnedObjectPath {
-        let n = self.next_job.fetch_add(1, Ordering::Relaxed);
-        // The prefix is a valid path and N is decimal, so this cannot fail.
-        OwnedObjectPath::try_from(format!("{JOB_PATH_PREFIX}{n}")).unwrap_or_else(|_| {
-            OwnedObjectPath::from(zbus::ObjectPath::from_static_str_unchecked(
-                "/org/enginekit/Helper1/job/0",
+    // 5: polkit.
+    authorise(helper, conn, header, &caller, &verified, log).await?;
+    // 6: the job slot, then the nonce.
+    let nonce = verified.nonce().to_owned();
+    let Some(slot) = helper.activity.reserve_job(&nonce) else {
+        return Err(refuse!(
+            Busy,
+            "another job is running; try again when it has finished"
+        ));
+    };
+    // The prompt may have stayed open for minutes: the window and the recipe's standing
+    // are judged again now, before anything is written.
+    judge(helper, &caller, |checks| verify::recheck(&verified, checks))?;
+    let burn = helper
+        .ledger
+        .burn(
+            &nonce,
+            verified.step_digest(),
+            caller.uid,
+            verified.issued_at_unix(),
+        )
+        .map_err(|e| refuse!(Internal, "{e}"))?;
+    let path = helper.job_path();
+    let owner = Owner {
+        uid: caller.uid,
+        name: caller.unique_name.clone(),
+    };
+    match burn {
+        Burn::Fresh => {}
+        Burn::Conflict => {
+            return Err(refuse!(
+                ReceiptConflict,
+                "nonce {nonce} was already used by a different step"
             ))
-        })
+        }
+        Burn::Replay { receipt: None } => {
+            return Err(refuse!(
+                ReceiptMissing,
+                "nonce {nonce} was already used by this step, whose job left no receipt; probe the machine and issue a new step"
+            ))
+        }
+        Burn::Replay {
+            receipt: Some(receipt),
+        } => {
+            log.replay = true;
+            drop(slot);
+            let state = verify::receipt_outcome(&receipt)
+                .map(|o| JobState::from_outcome(&o))
+                .unwrap_or(JobState::Failed);
+            let shared = Arc::new(JobShared::new(
+                owner,
+                nonce,
+                CancelToken::new(),
+                JobStatus {
+                    state,
+                    phase: "finished earlier".to_owned(),
+                    percent: 100,
+                    allow_cancel: false,
+                    receipt,
+                },
+            ));
+            helper.jobs
+                .export(server, &path, Arc::clone(&shared), &helper.admission)
+                .await
+                .map_err(|e| refuse!(Internal, "cannot export the job: {e}"))?;
+            let jobs = Arc::clone(&helper.jobs);
+            let retired_path = path.clone();
+            let server_conn = conn.clone();
+            tokio::spawn(async move {
+                jobs.retire(server_conn.object_server(), retired_path, shared)
+                    .await;
+            });
+            return Ok(path);
+        }
     }
+    // From here on the nonce is burnt: every refusal leaves a receipt, so a replay gets an
+    // answer instead of ReceiptMissing.
+    let leave_receipt = |outcome: Outcome, code: ErrorCode, why: &str| {
+        let receipt = crate::receipt::not_run(&verified, outcome, code, why);
+        let issued_at = verified.issued_at_unix();
+        let _ = helper
+            .ledger
+            .store_receipt(&nonce, caller.uid, issued_at, &receipt);
+    };
+    let not_run = |why: String| {
+        leave_receipt(Outcome::Failed, ErrorCode::IoError, &why);
+        refuse!(Internal, "{why}")
+    };
+    if let Some(mark) = verified.high_water() {
+        helper
+            .ledger
+            .raise_high_water(verified.recipe_id(), &mark)
+            .map_err(|e| not_run(format!("cannot record the recipe's serial: {e}")))?;
+    }
+    // 7: the caller must still be there for the job to start.
+    let bus = zbus::fdo::DBusProxy::new(conn)
+        .await
+        .map_err(|e| not_run(format!("cannot ask the bus: {e}")))?;
+    if !authz::caller_present(&bus, &caller.unique_name.as_ref()).await {
+        let why = "the caller left the bus before the job started";
+        leave_receipt(Outcome::Cancelled, ErrorCode::ElevationDeclined, why);
+        return Err(refuse!(NotAuthorized, "{why}"));
+    }
+    let shared = Arc::new(JobShared::new(
+        owner,
+        nonce.clone(),
+        CancelToken::new(),
+        JobStatus {
+            state: JobState::Running,
+            phase: "starting".to_owned(),
+            percent: -1,
+            allow_cancel: true,
+            receipt: String::new(),
+        },
+    ));
+    helper
+        .jobs
+        .export(server, &path, Arc::clone(&shared), &helper.admission)
+        .await
+        .map_err(|e| not_run(format!("cannot export the job: {e}")))?;
+    let job_conn = conn.clone();
+    let ledger = Arc::clone(&helper.ledger);
+    let jobs = Arc::clone(&helper.jobs);
+    let job_path = path.clone();
+    tokio::spawn(async move {
+        run_job(job_conn, job_path, shared, verified, ledger, jobs, slot).await;
+    });
+    Ok(path)
 }
 
 /// Collects what one `Start` decided, for a single journal entry.

@@ -1,7 +1,7 @@
 //! `/org/enginekit/Helper1`, interface `org.enginekit.Helper1`: `Start` (the chain of
-//! [`super::chain`]) and `GetReceipt`.
+//! [`super::chain`]) and `GetReceipt`. The one place `Helper` is implemented.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use zbus::message::Header;
@@ -11,9 +11,9 @@ use zbus::OwnedObjectPath;
 
 use super::activity::Activity;
 use super::admission::Admission;
-use super::chain::DecisionLog;
+use super::chain::{self, DecisionLog};
 use super::error::HelperError;
-use super::job::JobTable;
+use super::job::{JobTable, JOB_PATH_PREFIX};
 use crate::config::Config;
 use crate::ledger::Ledger;
 use crate::refusal::refuse;
@@ -26,7 +26,7 @@ pub struct Helper {
     pub(crate) activity: Arc<Activity>,
     pub(crate) admission: Arc<Admission>,
     pub(crate) jobs: Arc<JobTable>,
-    pub(super) next_job: AtomicU64,
+    next_job: AtomicU64,
 }
 
 impl Helper {
@@ -45,6 +45,17 @@ impl Helper {
             next_job: AtomicU64::new(1),
         }
     }
+
+    /// A new job's object path.
+    pub(super) fn job_path(&self) -> OwnedObjectPath {
+        let n = self.next_job.fetch_add(1, Ordering::Relaxed);
+        // The prefix is a valid path and N is decimal, so this cannot fail.
+        OwnedObjectPath::try_from(format!("{JOB_PATH_PREFIX}{n}")).unwrap_or_else(|_| {
+            OwnedObjectPath::from(zbus::ObjectPath::from_static_str_unchecked(
+                "/org/enginekit/Helper1/job/0",
+            ))
+        })
+    }
 }
 
 #[zbus::interface(name = "org.enginekit.Helper1")]
@@ -60,9 +71,7 @@ impl Helper {
     ) -> Result<OwnedObjectPath, HelperError> {
         let _call = self.activity.call_started();
         let mut log = DecisionLog::default();
-        let result = self
-            .start_chain(step.as_bytes(), &header, conn, server, &mut log)
-            .await;
+        let result = chain::start(self, step.as_bytes(), &header, conn, server, &mut log).await;
         log.emit(header.sender().map(|s| s.as_str()).unwrap_or("?"), &result);
         result.map_err(HelperError::from)
     }
