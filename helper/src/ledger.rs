@@ -4,7 +4,7 @@
 //! - `nonces/<nonce>`: one small JSON record per burnt nonce (step digest, caller uid, issued_at).
 //!   A lookup or a burn touches one file, so both are O(1) in the size of the ledger.
 //! - `receipts/<uid>-<nonce>`: the receipt of the job that nonce started, for that uid only; at
-//!   most [`RECEIPTS_PER_UID`] per uid, the oldest removed first (a receipt is a convenience for
+//!   most `RECEIPTS_PER_UID` per uid, the oldest removed first (a receipt is a convenience for
 //!   a broker that lost its job; the nonce record is what stops a replay, and it stays).
 //! - `serials/<hex of recipe id>`: the highest recipe serial accepted so far, with its digest.
 //!
@@ -158,7 +158,7 @@ impl Ledger {
         self.trim_receipts(uid)
     }
 
-    /// Keeps the newest [`RECEIPTS_PER_UID`] receipts of `uid`.
+    /// Keeps the newest `RECEIPTS_PER_UID` receipts of `uid`.
     fn trim_receipts(&self, uid: u32) -> Result<(), LedgerError> {
         let dir = self.root.join("receipts");
         let prefix = format!("{uid}-");

@@ -1,11 +1,14 @@
 //! `enginekit-helper`: the privileged half of enginekit. A root service on the system bus,
 //! activated on demand, that accepts one kind of work (a host step that installs the container
-//! runtime) and only after the whole chain in [`bus::service`] has passed.
+//! runtime) and only after the whole chain in `bus::chain` has passed.
 //!
-//! Modules: [`bus`] (the D-Bus service, caller identity, jobs, idle exit), [`authz`] (polkit),
-//! [`verify`] (step, recipe, parameters, machine), [`ledger`] (nonces, receipts, anti-rollback),
-//! [`config`], [`logging`], [`execution`] (the one call into the executor), and the executor itself
-//! in [`recipe`] and [`exec`].
+//! Modules: [`bus`] (the D-Bus service, the `Start` chain, caller identity and admission, jobs,
+//! idle exit), `authz` (polkit), `verify` (step, recipe, parameters, machine, the prompt's
+//! details), [`ledger`] (nonces, receipts, anti-rollback), [`config`], [`cli`], [`logging`],
+//! `receipt` (a job's receipt), `refusal` (why a call is refused), [`execution`] (how a running
+//! job is steered: its cancel token and progress sink), and the executor: [`recipe`]
+//! ([`recipe::run_plan`], the actions and their allowlist) and `exec` (the programs and the one
+//! async process runner).
 
 pub(crate) mod authz;
 pub mod bus;

@@ -2,7 +2,7 @@
 //! credentials, polkit, whether it is still there) waits for a reply, and dbus-daemon allows a
 //! connection only so many pending replies (`max_replies_per_connection`); an interactive polkit
 //! check can pend for minutes. Unbounded, a flood of `Start`s from one user fills that quota and
-//! every other caller's polkit check then fails with `LimitsExceeded`. So [`Admission::admit`]:
+//! every other caller's polkit check then fails with `LimitsExceeded`. So `Admission::admit`:
 //! - learns the caller's uid without a bus call when its connection was seen before (a unique
 //!   name is never reused on a bus), else through a credentials lookup among a few at a time,
 //!   queued fairly (a burst of new connections delays others briefly, never refuses them);

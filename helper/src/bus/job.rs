@@ -7,7 +7,7 @@
 //! A job is private to the uid that started it (and root): its properties answer nobody else,
 //! and its signals (`Progress`, `Finished`, `PropertiesChanged`) are sent to the owner's unique
 //! bus name only, never broadcast. Job objects are removed once their owner has read the receipt,
-//! or after [`RETENTION`], and a uid keeps at most [`LIVE_PER_UID`] of them; the receipt stays in
+//! or after `RETENTION`, and a uid keeps at most `LIVE_PER_UID` of them; the receipt stays in
 //! the ledger for `GetReceipt`.
 
 use std::collections::{HashMap, VecDeque};
@@ -289,7 +289,7 @@ impl JobTable {
     }
 
     /// Exports `shared` at `path`, first removing the owner's oldest finished jobs beyond
-    /// [`LIVE_PER_UID`].
+    /// `LIVE_PER_UID`.
     pub(crate) async fn export(
         &self,
         server: &ObjectServer,

@@ -1,5 +1,5 @@
 //! The system-bus service: serving `org.enginekit.Helper1` ([`service`]), the chain every
-//! `Start` passes ([`chain`]), running jobs ([`run`]), exiting when idle.
+//! `Start` passes (`chain`), running jobs (`run`), exiting when idle.
 
 pub mod activity;
 pub mod admission;

@@ -1,5 +1,5 @@
 //! `/org/enginekit/Helper1`, interface `org.enginekit.Helper1`: `Start` (the chain of
-//! [`super::chain`]) and `GetReceipt`. The one place `Helper` is implemented.
+//! `super::chain`) and `GetReceipt`. The one place `Helper` is implemented.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

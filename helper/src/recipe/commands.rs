@@ -1,6 +1,6 @@
 //! Every argv the recipe can run, built in code from typed values. The shapes are exactly the
 //! reference recipe's (REFERENCE.md §8.5); the recipe data only supplies package names, pins
-//! and the vendors' source paths, all validated on parse. [`super::allow`] builds, with these
+//! and the vendors' source paths, all validated on parse. `super::allow` builds, with these
 //! same functions, the exact set a plan may run.
 
 use enginekit_shared::recipe::{Family, PlannedPackage};

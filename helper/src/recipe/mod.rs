@@ -15,7 +15,7 @@
 //!   caller checks).
 //! - [`ExecContext::new`]`(caller_uid)` is the production context: the uid the bus daemon
 //!   reported for the caller (the docker-group action adds only that uid's user), the file root
-//!   `/`, the production timeouts. Tests may point [`ExecContext::file_root`] elsewhere; it only
+//!   `/`, the production timeouts. Tests may point `ExecContext::file_root` elsewhere; it only
 //!   moves where keys and source files are written and read (and the source list `apt-get
 //!   update` reads). Every other path is fixed in [`commands`].
 //! - `sink` gets `(phase, percent, allow_cancel)`: one phase per action, percent over the
@@ -31,10 +31,10 @@
 //!   detail is the message), `MANAGED_HOST_STEP_INVALID` for a plan that cannot be built.
 //!   [`ExecutionOutcome::records`] gives the receipt's `ActionRecord`s.
 //!
-//! Every command must be one its action may run ([`allow::Allowed::permit`], checked just before
+//! Every command must be one its action may run (`allow::Allowed::permit`, checked just before
 //! it is spawned; a plan whose commands cannot be built is `MANAGED_HOST_STEP_INVALID` before
 //! anything runs), and runs with `env_clear()` plus the recipe's environment, stdin from
-//! /dev/null and its own process group (see [`crate::exec`]). Nothing is ever removed or
+//! /dev/null and its own process group (see `crate::exec`). Nothing is ever removed or
 //! upgraded, except listed conflicts in a recipe that says `remove: true` (`dpkg --remove` of
 //! those packages found installed).
 
