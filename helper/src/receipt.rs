@@ -46,12 +46,12 @@ pub(crate) fn build(
 /// A receipt for a job that never ran an action (the caller left after the nonce was burnt).
 pub(crate) fn not_run(step: &VerifiedStep, outcome: Outcome, code: ErrorCode, why: &str) -> String {
     let now = SystemTime::now();
-    let report = ExecutionOutcome {
-        outcome,
-        actions: Vec::new(),
-        error: Some(CodedError::new(code, why)),
-    };
-    build(step, now, now, &report)
+    build(
+        step,
+        now,
+        now,
+        &ExecutionOutcome::nothing_run(outcome, code, why),
+    )
 }
 
 fn encode(receipt: &Receipt) -> String {

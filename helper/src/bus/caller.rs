@@ -58,9 +58,7 @@ impl Caller {
             Err(e) => Err(refuse!(Internal, "cannot look up uid {}: {e}", self.uid)),
         }
     }
-}
 
-impl Caller {
     /// The caller's whole cgroup path, for the journal beside the unit it names
     /// ([`unit_of_cgroup`]); `None` when it cannot be told. Read after the bus vouched for the
     /// pid, and only logged. The whole path (`0::/user.slice/…`): a user can name its own units, so

@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use enginekit_shared::error::ErrorCode;
+use enginekit_shared::wire::receipt::Outcome;
 use tokio::sync::mpsc;
 use zbus::Connection;
 use zbus::OwnedObjectPath;
@@ -81,14 +83,11 @@ pub(super) async fn run_job(
             joined = &mut executor => {
                 break match joined {
                     Ok(report) => report,
-                    Err(e) => ExecutionOutcome {
-                        outcome: enginekit_shared::wire::receipt::Outcome::Failed,
-                        actions: Vec::new(),
-                        error: Some(enginekit_shared::error::CodedError::new(
-                            enginekit_shared::error::ErrorCode::IoError,
-                            format!("the executor stopped unexpectedly: {e}"),
-                        )),
-                    },
+                    Err(e) => ExecutionOutcome::nothing_run(
+                        Outcome::Failed,
+                        ErrorCode::IoError,
+                        &format!("the executor stopped unexpectedly: {e}"),
+                    ),
                 };
             }
         }

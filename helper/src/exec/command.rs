@@ -4,6 +4,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
+use enginekit_shared::ownership::is_root_only;
 use enginekit_shared::safe::{SafeArg, UnsafeValue};
 
 /// Every program the helper knows. Nothing else can be spawned.
@@ -62,7 +63,7 @@ impl Program {
             let Ok(dir_meta) = std::fs::metadata(&dir_path) else {
                 continue;
             };
-            if !trusted(&dir_meta) {
+            if !is_root_only(&dir_meta) {
                 continue;
             }
             let path = dir_path.join(self.name());
@@ -70,7 +71,7 @@ impl Program {
                 continue;
             };
             if meta.is_file() && meta.mode() & 0o111 != 0 {
-                if !trusted(&meta) {
+                if !is_root_only(&meta) {
                     return Err(ResolveError::Untrusted(path));
                 }
                 return Ok(path);
@@ -78,10 +79,6 @@ impl Program {
         }
         Err(ResolveError::NotFound(self.name()))
     }
-}
-
-fn trusted(meta: &std::fs::Metadata) -> bool {
-    enginekit_shared::ownership::is_root_only(meta)
 }
 
 /// A program that cannot be run.

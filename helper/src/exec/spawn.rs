@@ -44,7 +44,7 @@ impl Default for Timeouts {
 }
 
 /// What happened to one command.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct CommandResult {
     /// The argv as run: the absolute program path, then the arguments.
     pub(crate) argv: Vec<String>,
@@ -66,12 +66,8 @@ impl CommandResult {
     fn not_started(argv: Vec<String>, why: String) -> CommandResult {
         CommandResult {
             argv,
-            exit_code: None,
-            signal: None,
-            stdout: String::new(),
-            stderr: String::new(),
-            timed_out: false,
             spawn_error: Some(why),
+            ..CommandResult::default()
         }
     }
 

@@ -234,7 +234,7 @@ impl Allowed {
             return;
         }
         for name in obsoleted_names(stdout).unwrap_or_default() {
-            if let Ok(query) = rpm_installed(name) {
+            if let Ok(query) = installed_query(Family::Dnf, name) {
                 self.0.push(Permit::exact(query));
             }
         }
@@ -440,8 +440,8 @@ mod tests {
                 // A package the plan does not name, alone or among the plan's.
                 apt_install(&[package("evil", None)]).unwrap(),
                 apt_install(&[first.clone(), package("evil", None)]).unwrap(),
-                apt_installed("evil").unwrap(),
-                apt_version("evil").unwrap(),
+                installed_query(Family::Apt, "evil").unwrap(),
+                version_query(Family::Apt, "evil").unwrap(),
                 // The plan's package at a version the plan does not pin.
                 apt_install(&[package(&first.name, Some("1.0"))]).unwrap(),
                 // Out of the plan's order, twice, none at all.
@@ -465,7 +465,7 @@ mod tests {
                 dpkg_remove(&["docker.io".into()]).unwrap(),
                 // The other family's commands.
                 dnf_install(&all).unwrap(),
-                rpm_installed(&first.name).unwrap(),
+                installed_query(Family::Dnf, &first.name).unwrap(),
             ],
         );
         assert!(apt
@@ -570,24 +570,28 @@ mod tests {
     fn an_obsoleted_name_may_be_asked_once_dnf_listed_it() {
         let plan = dnf_plan();
         let mut dnf = allowed(Family::Dnf, &plan);
-        let lxc = rpm_installed("lxc-docker").unwrap();
+        let lxc = installed_query(Family::Dnf, "lxc-docker").unwrap();
         assert!(dnf.permit(&lxc).is_err());
         // Taught nothing by a query outside the plan, or by output that is not names.
         dnf.learn(&dnf_obsoletes("evil").unwrap(), "lxc-docker\n");
         dnf.learn(&dnf_obsoletes("docker-ce").unwrap(), "lxc-docker\n-rf /\n");
-        dnf.learn(&rpm_installed("docker-ce").unwrap(), "lxc-docker\n");
+        dnf.learn(
+            &installed_query(Family::Dnf, "docker-ce").unwrap(),
+            "lxc-docker\n",
+        );
         assert!(dnf.permit(&lxc).is_err());
         dnf.learn(
             &dnf_obsoletes("docker-ce").unwrap(),
             "lxc-docker 1.9.1-1.fc41\n\nrunc\n",
         );
         dnf.permit(&lxc).unwrap();
-        dnf.permit(&rpm_installed("runc").unwrap()).unwrap();
+        dnf.permit(&installed_query(Family::Dnf, "runc").unwrap())
+            .unwrap();
         refused(
             &dnf,
             vec![
-                rpm_version("lxc-docker").unwrap(),
-                rpm_installed("lxc").unwrap(),
+                version_query(Family::Dnf, "lxc-docker").unwrap(),
+                installed_query(Family::Dnf, "lxc").unwrap(),
                 dnf_install(&[package("lxc-docker", None)]).unwrap(),
             ],
         );

@@ -42,22 +42,6 @@ pub(crate) fn apt_refresh(source_path: &str) -> Built {
         .build()
 }
 
-/// `dpkg-query --show --showformat=${Status} <package>`.
-pub(crate) fn apt_installed(package: &str) -> Built {
-    CommandBuilder::new(Program::DpkgQuery)
-        .words(&["--show", "--showformat=${Status}"])
-        .arg(package)
-        .build()
-}
-
-/// `dpkg-query --show --showformat=${Version} <package>` (only for pinned packages).
-pub(crate) fn apt_version(package: &str) -> Built {
-    CommandBuilder::new(Program::DpkgQuery)
-        .words(&["--show", "--showformat=${Version}"])
-        .arg(package)
-        .build()
-}
-
 /// The apt install prefix; the missing packages are appended.
 pub const APT_INSTALL: &[&str] = &[
     "install",
@@ -104,36 +88,32 @@ pub(crate) fn dpkg_remove(names: &[String]) -> Built {
     b.build()
 }
 
-/// `rpm --query --queryformat=%{NAME}\n <package>` (the two characters `\` `n`; rpm expands them).
-pub(crate) fn rpm_installed(package: &str) -> Built {
-    CommandBuilder::new(Program::Rpm)
-        .words(&["--query", r"--queryformat=%{NAME}\n"])
-        .arg(package)
-        .build()
-}
-
-/// `rpm --query --queryformat=%{VERSION}-%{RELEASE}\n <package>` (only for pinned packages).
-pub(crate) fn rpm_version(package: &str) -> Built {
-    CommandBuilder::new(Program::Rpm)
-        .words(&["--query", r"--queryformat=%{VERSION}-%{RELEASE}\n"])
-        .arg(package)
-        .build()
-}
-
-/// Whether `package` is installed, asked of the family's package database.
+/// Whether `package` is installed, asked of the family's package database (rpm expands the two
+/// characters `\` `n`).
 pub(crate) fn installed_query(family: Family, package: &str) -> Built {
-    match family {
-        Family::Apt => apt_installed(package),
-        Family::Dnf => rpm_installed(package),
-    }
+    let (program, words) = match family {
+        Family::Apt => (Program::DpkgQuery, ["--show", "--showformat=${Status}"]),
+        Family::Dnf => (Program::Rpm, ["--query", r"--queryformat=%{NAME}\n"]),
+    };
+    CommandBuilder::new(program)
+        .words(&words)
+        .arg(package)
+        .build()
 }
 
-/// The installed version of `package`, asked of the family's package database.
+/// The installed version of `package` (pinned, or with a minimum), asked of the same database.
 pub(crate) fn version_query(family: Family, package: &str) -> Built {
-    match family {
-        Family::Apt => apt_version(package),
-        Family::Dnf => rpm_version(package),
-    }
+    let (program, words) = match family {
+        Family::Apt => (Program::DpkgQuery, ["--show", "--showformat=${Version}"]),
+        Family::Dnf => (
+            Program::Rpm,
+            ["--query", r"--queryformat=%{VERSION}-%{RELEASE}\n"],
+        ),
+    };
+    CommandBuilder::new(program)
+        .words(&words)
+        .arg(package)
+        .build()
 }
 
 pub(crate) const DNF_INSTALL: &[&str] = &["install", "-y", "--setopt=install_weak_deps=False"];

@@ -123,6 +123,15 @@ pub struct ExecutionOutcome {
 }
 
 impl ExecutionOutcome {
+    /// An outcome without any action run, and why.
+    pub(crate) fn nothing_run(outcome: Outcome, code: ErrorCode, why: &str) -> ExecutionOutcome {
+        ExecutionOutcome {
+            outcome,
+            actions: Vec::new(),
+            error: Some(CodedError::new(code, why)),
+        }
+    }
+
     /// One receipt record per action: `code` is the action id, `status` how it ended,
     /// `argv`/`exit_status` those of its deciding command (empty/`None` for in-process file
     /// work; `Some(0)` is never invented), and the log tail starts with `<status>: <detail>`
@@ -219,16 +228,6 @@ fn not_run(action: &PlannedAction, why: &str) -> ActionReport {
     }
 }
 
-/// A plan that cannot be built, refused before anything runs.
-fn refused(recipe: &Recipe, ctx: &ExecContext, why: String) -> ExecutionOutcome {
-    tracing::warn!(uid = ctx.caller_uid, recipe = %recipe.digest(), error = %why, "refused to plan");
-    ExecutionOutcome {
-        outcome: Outcome::Failed,
-        actions: Vec::new(),
-        error: Some(CodedError::new(ErrorCode::HostStepInvalid, why)),
-    }
-}
-
 /// Runs an already planned list of actions (the one the prompt listed). See the module
 /// documentation.
 pub async fn run_plan(
@@ -242,7 +241,16 @@ pub async fn run_plan(
     let family = params.family();
     let mut allowed = match allow::Allowed::per_action(family, plan, &ctx.file_root) {
         Ok(allowed) => allowed,
-        Err(e) => return refused(recipe, ctx, format!("a command could not be built: {e}")),
+        // A plan whose commands cannot be built is refused before anything runs.
+        Err(e) => {
+            let why = format!("a command could not be built: {e}");
+            tracing::warn!(uid = ctx.caller_uid, recipe = %recipe.digest(), error = %why, "refused to plan");
+            return ExecutionOutcome::nothing_run(
+                Outcome::Failed,
+                ErrorCode::HostStepInvalid,
+                &why,
+            );
+        }
     };
     let mut r = Executor::new(ctx, family, child_environment(recipe), sink);
     let total = plan.len().max(1);

@@ -108,9 +108,9 @@ fn reference_argv(family: &str) -> BTreeSet<Vec<String>> {
     // Beyond the reference: the toolkit's installed version is read, so that one below the
     // recipe's minimum (1.17.8: CVE-2025-23266, CVE-2025-23267) is upgraded, not kept.
     let version = if family == "apt" {
-        commands::apt_version("nvidia-container-toolkit")
+        commands::version_query(Family::Apt, "nvidia-container-toolkit")
     } else {
-        commands::rpm_version("nvidia-container-toolkit")
+        commands::version_query(Family::Dnf, "nvidia-container-toolkit")
     };
     out.insert(version.unwrap().argv());
     // The newest revision's CDI spec mode check and fix (§8.5, "Revisions") is `stat` then
