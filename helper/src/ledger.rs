@@ -121,10 +121,7 @@ impl Ledger {
             issued_at,
             burnt_at: now_secs(),
         };
-        let bytes = serde_json::to_vec(&record).map_err(|e| LedgerError::Damaged {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
+        let bytes = serde_json::to_vec(&record).map_err(|e| damaged(&path, e))?;
         if durable::create_exclusive(&path, &bytes, durable::PRIVATE).map_err(io_error(&path))? {
             return Ok(Burn::Fresh);
         }
@@ -150,10 +147,7 @@ impl Ledger {
             issued_at,
             receipt: receipt.to_owned(),
         };
-        let bytes = serde_json::to_vec(&record).map_err(|e| LedgerError::Damaged {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
+        let bytes = serde_json::to_vec(&record).map_err(|e| damaged(&path, e))?;
         durable::write_atomic(&path, &bytes, durable::PRIVATE).map_err(io_error(&path))?;
         self.trim_receipts(uid)
     }
@@ -216,10 +210,7 @@ impl Ledger {
             return Ok(());
         }
         let path = self.serial_path(recipe_id);
-        let bytes = serde_json::to_vec(mark).map_err(|e| LedgerError::Damaged {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
+        let bytes = serde_json::to_vec(mark).map_err(|e| damaged(&path, e))?;
         durable::write_atomic(&path, &bytes, durable::PRIVATE).map_err(io_error(&path))
     }
 
@@ -288,10 +279,7 @@ fn checked_key(nonce: &str) -> Result<&str, LedgerError> {
 /// it: a real directory (not a link) of this process's user, with no access for anyone else.
 fn check_private_dir(dir: &Path) -> Result<(), LedgerError> {
     use std::os::unix::fs::MetadataExt;
-    let meta = fs::symlink_metadata(dir).map_err(|source| LedgerError::Io {
-        path: dir.to_owned(),
-        source,
-    })?;
+    let meta = fs::symlink_metadata(dir).map_err(io_error(dir))?;
     let found = if meta.file_type().is_symlink() {
         "a symbolic link".to_owned()
     } else if !meta.is_dir() {
@@ -326,18 +314,19 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> LedgerError + '_ {
 fn read_bounded(path: &Path) -> Result<Vec<u8>, LedgerError> {
     durable::read_bounded(path, MAX_FILE_BYTES)
         .map_err(io_error(path))?
-        .ok_or_else(|| LedgerError::Damaged {
-            path: path.to_owned(),
-            reason: "too large".to_owned(),
-        })
+        .ok_or_else(|| damaged(path, "too large"))
+}
+
+fn damaged(path: &Path, reason: impl std::fmt::Display) -> LedgerError {
+    LedgerError::Damaged {
+        path: path.to_owned(),
+        reason: reason.to_string(),
+    }
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, LedgerError> {
     let bytes = read_bounded(path)?;
-    serde_json::from_slice(&bytes).map_err(|e| LedgerError::Damaged {
-        path: path.to_owned(),
-        reason: e.to_string(),
-    })
+    serde_json::from_slice(&bytes).map_err(|e| damaged(path, e))
 }
 
 fn prune_dir(dir: &Path, expired: impl Fn(&Path) -> bool) -> Result<usize, LedgerError> {
