@@ -15,7 +15,7 @@
 use std::sync::Arc;
 
 use enginekit_shared::error::ErrorCode;
-use enginekit_shared::wire::receipt::Outcome;
+use enginekit_shared::wire::receipt::{Outcome, Receipt};
 use zbus::message::{Flags, Header};
 use zbus::object_server::ObjectServer;
 use zbus::Connection;
@@ -123,9 +123,7 @@ pub(super) async fn start(
     log.caller(&caller);
     // 4: every check that needs no authorisation: a step that would be refused, or that
     // would change nothing, never raises a dialog.
-    let verified = judge(helper, &caller, |checks| {
-        verify::check_step(received, checks)
-    })?;
+    let verified = judge(helper, &caller, |checks| verify::check_step(received, checks))?;
     if helper.activity.running_job().is_some() {
         return Err(refuse!(
             Busy,
@@ -178,22 +176,22 @@ pub(super) async fn start(
         } => {
             log.replay = true;
             drop(slot);
-            let state = verify::receipt_outcome(&receipt)
-                .map(|o| JobState::from_outcome(&o))
-                .unwrap_or(JobState::Failed);
+            let outcome =
+                Receipt::parse(receipt.as_bytes()).map_or(Outcome::Failed, |r| r.outcome);
             let shared = Arc::new(JobShared::new(
                 owner,
                 nonce,
                 CancelToken::new(),
                 JobStatus {
-                    state,
+                    state: JobState::Over(outcome),
                     phase: "finished earlier".to_owned(),
                     percent: 100,
                     allow_cancel: false,
                     receipt,
                 },
             ));
-            helper.jobs
+            helper
+                .jobs
                 .export(server, &path, Arc::clone(&shared), &helper.admission)
                 .await
                 .map_err(|e| refuse!(Internal, "cannot export the job: {e}"))?;

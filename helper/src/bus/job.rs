@@ -14,6 +14,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use enginekit_shared::wire::receipt::Outcome;
 use tokio::sync::Notify;
 use zbus::message::Header;
 use zbus::names::{BusName, OwnedUniqueName};
@@ -35,31 +36,19 @@ pub(crate) const GRACE_AFTER_FETCH: Duration = Duration::from_secs(10);
 /// Job objects one uid may have on the bus at once; older finished ones are removed first.
 pub(crate) const LIVE_PER_UID: usize = 8;
 
-/// Where a job is.
+/// Where a job is: running, or over with its receipt's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobState {
     Running,
-    Succeeded,
-    Failed,
-    Cancelled,
+    Over(Outcome),
 }
 
 impl JobState {
+    /// `running`, or the outcome's own word.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             JobState::Running => "running",
-            JobState::Succeeded => "succeeded",
-            JobState::Failed => "failed",
-            JobState::Cancelled => "cancelled",
-        }
-    }
-
-    /// The state named by a receipt's `outcome`.
-    pub(crate) fn from_outcome(outcome: &str) -> JobState {
-        match outcome {
-            "succeeded" => JobState::Succeeded,
-            "cancelled" => JobState::Cancelled,
-            _ => JobState::Failed,
+            JobState::Over(outcome) => outcome.as_str(),
         }
     }
 }

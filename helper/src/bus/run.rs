@@ -103,7 +103,7 @@ pub(super) async fn run_job(
     }
     {
         let mut status = shared.status();
-        status.state = JobState::from_outcome(report.outcome.as_str());
+        status.state = JobState::Over(report.outcome);
         status.phase = "finished".to_owned();
         status.percent = 100;
         status.allow_cancel = false;

@@ -382,11 +382,5 @@ fn check_window(issued_at: OffsetDateTime, checks: &Checks<'_>) -> Result<(), Re
     Ok(())
 }
 
-/// The `outcome` of a stored receipt.
-pub(crate) fn receipt_outcome(receipt: &str) -> Option<String> {
-    let value: Value = serde_json::from_str(receipt).ok()?;
-    value.get("outcome")?.as_str().map(str::to_owned)
-}
-
 #[cfg(test)]
 mod tests;
