@@ -5,7 +5,7 @@
 //! Modules: [`bus`] (the D-Bus service, the `Start` chain, caller identity and admission, jobs,
 //! idle exit), `authz` (polkit), `verify` (step, recipe, parameters, machine, the prompt's
 //! details), [`ledger`] (nonces, receipts, anti-rollback), [`config`], [`cli`], [`logging`],
-//! `receipt` (a job's receipt), `refusal` (why a call is refused), [`execution`] (how a running
+//! `receipt` (a job's receipt), `refusal` (why a call is refused), `execution` (how a running
 //! job is steered: its cancel token and progress sink), and the executor: [`recipe`]
 //! ([`recipe::run_plan`], the actions and their allowlist) and `exec` (the programs and the one
 //! async process runner).
@@ -15,7 +15,7 @@ pub mod bus;
 pub mod cli;
 pub mod config;
 pub(crate) mod exec;
-pub mod execution;
+pub(crate) mod execution;
 pub mod ledger;
 pub mod logging;
 pub(crate) mod receipt;

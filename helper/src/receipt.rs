@@ -17,16 +17,15 @@ pub(crate) fn build(
     finished: SystemTime,
     report: &ExecutionOutcome,
 ) -> String {
-    let mut error = report.error.clone();
-    if report.outcome == Outcome::Failed && error.is_none() {
-        error = Some(CodedError::new(
+    // A success carries no error; a failure always says why.
+    let error = match (report.outcome, &report.error) {
+        (Outcome::Succeeded, _) => None,
+        (Outcome::Failed, None) => Some(CodedError::new(
             ErrorCode::PrerequisiteBlocked,
             "the job failed without saying why",
-        ));
-    }
-    if report.outcome == Outcome::Succeeded {
-        error = None;
-    }
+        )),
+        (_, error) => error.clone(),
+    };
     let receipt = Receipt {
         receipt_id: ReceiptId::generate().unwrap_or_else(|_| ReceiptId::from_clock()),
         step_id: step.step.step_id().clone(),

@@ -174,12 +174,7 @@ async fn helper_live() -> BTreeMap<String, interface_xml::Interface> {
         name: zbus::names::OwnedUniqueName::try_from(":1.0").expect("unique name"),
     };
     let job = job::Job {
-        shared: Arc::new(job::JobShared::new(
-            owner,
-            "specimen".to_owned(),
-            enginekit_helper::execution::CancelToken::new(),
-            status,
-        )),
+        shared: Arc::new(job::JobShared::new(owner, "specimen".to_owned(), status)),
         admission,
     };
     let helper_path = enginekit_helper::bus::HELPER_PATH.to_owned();

@@ -26,7 +26,6 @@ use super::job::{JobShared, JobState, JobStatus, Owner};
 use super::run::run_job;
 use super::service::Helper;
 use crate::authz::{self, Decision};
-use crate::execution::CancelToken;
 use crate::ledger::Burn;
 use crate::refusal::{refuse, Refusal};
 use crate::verify::{self, Checks, MachineFacts, ReceivedStep, VerifiedStep};
@@ -123,7 +122,9 @@ pub(super) async fn start(
     log.caller(&caller);
     // 4: every check that needs no authorisation: a step that would be refused, or that
     // would change nothing, never raises a dialog.
-    let verified = judge(helper, &caller, |checks| verify::check_step(received, checks))?;
+    let verified = judge(helper, &caller, |checks| {
+        verify::check_step(received, checks)
+    })?;
     if helper.activity.running_job().is_some() {
         return Err(refuse!(
             Busy,
@@ -181,7 +182,6 @@ pub(super) async fn start(
             let shared = Arc::new(JobShared::new(
                 owner,
                 nonce,
-                CancelToken::new(),
                 JobStatus {
                     state: JobState::Over(outcome),
                     phase: "finished earlier".to_owned(),
@@ -236,7 +236,6 @@ pub(super) async fn start(
     let shared = Arc::new(JobShared::new(
         owner,
         nonce.clone(),
-        CancelToken::new(),
         JobStatus {
             state: JobState::Running,
             phase: "starting".to_owned(),

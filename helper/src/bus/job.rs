@@ -85,11 +85,12 @@ pub struct JobShared {
 }
 
 impl JobShared {
-    pub fn new(owner: Owner, nonce: String, cancel: CancelToken, status: JobStatus) -> Self {
+    /// A job of `owner` for the step of `nonce`, with its own cancel token.
+    pub fn new(owner: Owner, nonce: String, status: JobStatus) -> Self {
         JobShared {
             owner,
             nonce,
-            cancel,
+            cancel: CancelToken::new(),
             status: Mutex::new(status),
             fetched: Notify::new(),
         }
