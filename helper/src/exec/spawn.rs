@@ -236,6 +236,20 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn captured_output_keeps_its_end_within_the_bound() {
+        let stream: Vec<u8> = (0..5 * CAPTURED).map(|i| b'a' + (i % 26) as u8).collect();
+        let mut kept = Vec::new();
+        capture(Some(&stream[..]), &mut kept).await;
+        assert!(kept.len() <= 2 * CAPTURED);
+        let kept = text(&kept);
+        assert_eq!(kept.len(), CAPTURED);
+        assert!(String::from_utf8_lossy(&stream).ends_with(&kept));
+        let mut small = Vec::new();
+        capture(Some(&b"abc"[..]), &mut small).await;
+        assert_eq!(text(&small), "abc");
+    }
+
+    #[tokio::test]
     async fn a_command_past_its_time_limit_is_killed_with_its_group() {
         let cmd = CommandBuilder::new(Program::Sleep)
             .arg("30")
