@@ -90,7 +90,7 @@ pub fn plan_setup(request: &PlanRequest<'_>) -> Result<PlannedSetup, CodedError>
     if blockers.is_empty() {
         if let Some(plan) = install_plan.as_ref().filter(|p| p.requires_elevation) {
             // The recipe in charge decides what it serves, with its own tables.
-            let validated = parameters::from_plan(&plan.system_changes, &view).and_then(|p| {
+            let validated = parameters::from_plan(plan, &view).and_then(|p| {
                 recipe
                     .recipe
                     .target_for(&p)
