@@ -190,6 +190,15 @@ pub fn plan_setup(request: &PlanRequest<'_>) -> Result<PlannedSetup, CodedError>
     Ok(PlannedSetup { plan, assessment })
 }
 
+/// A plan for tests of what carries plans: unsupported, with `plan_digest` as given.
+#[cfg(test)]
+pub(crate) fn specimen(plan_digest: &str) -> Plan {
+    let error = CodedError::new(ErrorCode::MetadataInvalid, "specimen");
+    let mut plan = plan_without_descriptor(KnownEngine::Vllm, &error).expect("specimen plan");
+    plan.plan_digest = plan_digest.parse().expect("specimen digest");
+    plan
+}
+
 /// The plan answered when no descriptor can be had for the engine: unsupported, with the
 /// descriptor error as its one blocker and the blocked-plan digest.
 pub fn plan_without_descriptor(
