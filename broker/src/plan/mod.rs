@@ -239,3 +239,36 @@ pub fn plan_without_descriptor(
         host_step: None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use enginekit_shared::recipe::{Arch, Component, Family};
+    use enginekit_shared::safe::UserName;
+    use enginekit_shared::wire::host_step::{HostParameters, HostRequest};
+
+    #[test]
+    fn a_typed_plan_writes_the_bytes_its_json_value_did() {
+        let mut plan = super::specimen(&format!("sha256:{}", "a".repeat(64)));
+        let parameters = HostParameters::new(
+            &UserName::new("alice").unwrap(),
+            Arch::X86_64,
+            Family::Apt,
+            "ubuntu",
+            "24.04",
+            &[Component::DockerGroup, Component::DockerEngine],
+        )
+        .unwrap();
+        let request = HostRequest::new(
+            "linux.install-container-runtime".parse().unwrap(),
+            enginekit_shared::digest::Digest::ZERO,
+            None,
+            parameters,
+        )
+        .unwrap();
+        plan.host_step = Some(request);
+        let typed = serde_json::to_string(&plan).unwrap();
+        assert_eq!(typed, serde_json::to_value(&plan).unwrap().to_string());
+        let back: enginekit_shared::wire::plan::Plan = serde_json::from_str(&typed).unwrap();
+        assert_eq!(back, plan, "a stored operation's plan reads back the same");
+    }
+}
