@@ -21,11 +21,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use enginekit_shared::recipe::PlannedAction;
 use enginekit_shared::recipe::Recipe;
+use enginekit_shared::recipe::{Component, PlannedAction};
 use enginekit_shared::wire::host_step::{Family, HostParameters};
 use enginekit_shared::wire::plan::{
-    Availability, Blocker, BlockerReason, Plan, SystemChangeCode, Warning, WarningCode,
+    Availability, Blocker, BlockerReason, Plan, Warning, WarningCode,
 };
 
 use crate::documents::store::DocumentSet;
@@ -187,10 +187,11 @@ pub fn apply(plan: &mut Plan, answer: &RepositoryAnswer) {
 }
 
 /// Whether the plan adds Docker's repository (the only one asked about).
+/// Read from the host step's typed components: the docker-engine component is what adds it.
 pub fn plan_adds_docker_repository(plan: &Plan) -> bool {
-    plan.system_changes
-        .iter()
-        .any(|c| c.code == SystemChangeCode::AddRepository && c.param("vendor") == Some("docker"))
+    plan.host_step
+        .as_ref()
+        .is_some_and(|step| step.parameters().has(Component::DockerEngine))
 }
 
 /// A private apt configuration for one repository, under the user's cache folder.

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use enginekit_shared::durable;
+use enginekit_shared::nonce::Nonce;
 use enginekit_shared::signed::HighWater;
 use serde::{Deserialize, Serialize};
 
@@ -261,17 +262,11 @@ impl Ledger {
     }
 }
 
-/// A nonce becomes a file name only when it is 1..=64 lowercase hex digits.
+/// A nonce becomes a file name only when it is one: [`Nonce`]'s format, 32 lowercase hex digits.
 fn checked_key(nonce: &str) -> Result<&str, LedgerError> {
-    let ok = !nonce.is_empty()
-        && nonce.len() <= 64
-        && nonce
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    if ok {
-        Ok(nonce)
-    } else {
-        Err(LedgerError::BadKey(nonce.chars().take(80).collect()))
+    match nonce.parse::<Nonce>() {
+        Ok(_) => Ok(nonce),
+        Err(_) => Err(LedgerError::BadKey(nonce.chars().take(80).collect())),
     }
 }
 

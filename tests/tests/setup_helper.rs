@@ -47,6 +47,21 @@ struct ScriptedMachine {
     request: HostRequest,
 }
 
+/// The plan shown: any plan whose digest is `PLAN_DIGEST`.
+fn scripted_plan() -> enginekit_shared::wire::plan::Plan {
+    let error = CodedError::new(
+        enginekit_shared::error::ErrorCode::MetadataInvalid,
+        "scripted",
+    );
+    let mut plan = enginekit_broker::plan::plan_without_descriptor(
+        enginekit_broker::documents::descriptor::KnownEngine::Vllm,
+        &error,
+    )
+    .expect("plan");
+    plan.plan_digest = PLAN_DIGEST.parse().expect("digest");
+    plan
+}
+
 impl Provisioner for ScriptedMachine {
     async fn plan(&self, _op: &Operation) -> Result<ProbedPlan, CodedError> {
         Ok(ProbedPlan {
@@ -57,7 +72,7 @@ impl Provisioner for ScriptedMachine {
             image_digest: None,
             manifest_id: None,
             image_present: false,
-            document: json!({"plan_digest": PLAN_DIGEST}),
+            document: Box::new(scripted_plan()),
         })
     }
     async fn verify_host(&self, _op: &Operation) -> Result<HostCheck, CodedError> {

@@ -1,24 +1,39 @@
 //! The install plan (REFERENCE §7.4, `buildInstallPlan`): the system changes a setup makes, in
-//! the order the recipe makes them.
+//! the order the recipe makes them, and the recipe components they are. The components go to the
+//! host step's parameters as they are (REFERENCE §7.6's mapping is made here, typed, once).
 
+use std::collections::BTreeSet;
+
+use enginekit_shared::recipe::Component;
 use enginekit_shared::wire::plan::{SystemChange, SystemChangeCode};
 
 use super::view::LinuxView;
 use crate::i18n::{tr, trn};
 use crate::probe::facts::PackageFamily;
+use crate::probe::packages::TOOLKIT_PACKAGE;
 
 /// What setup would change, and what that asks of the user.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstallPlan {
     pub system_changes: Vec<SystemChange>,
+    /// The recipe components the changes are, in recipe order: what the host step asks for.
+    pub components: BTreeSet<Component>,
     pub requires_elevation: bool,
     pub may_require_relogin: bool,
 }
 
 /// Docker's packages, planned only when no engine is installed at all.
-pub const DOCKER_PACKAGES: [&str; 3] = ["docker-ce", "docker-ce-cli", "containerd.io"];
-/// The toolkit package.
-pub const TOOLKIT_PACKAGE: &str = "nvidia-container-toolkit";
+const DOCKER_PACKAGES: [&str; 3] = ["docker-ce", "docker-ce-cli", "containerd.io"];
+
+/// The packages the plan names for a component (REFERENCE §7.4); a signed recipe's own list
+/// replaces them in the text ([`crate::plan::recipe::name_signed_sources`]).
+fn packages_of(component: Component) -> &'static [&'static str] {
+    match component {
+        Component::DockerEngine => &DOCKER_PACKAGES,
+        Component::NvidiaContainerToolkit => &[TOOLKIT_PACKAGE],
+        _ => &[],
+    }
+}
 
 fn family_label(family: PackageFamily) -> String {
     match family {
@@ -45,6 +60,7 @@ pub fn add_user_to_group(user: &str) -> SystemChange {
 pub fn group_only(view: &LinuxView) -> InstallPlan {
     InstallPlan {
         system_changes: vec![add_user_to_group(view.user_name())],
+        components: BTreeSet::from([Component::DockerGroup]),
         requires_elevation: true,
         may_require_relogin: true,
     }
@@ -58,16 +74,21 @@ pub fn build(view: &LinuxView) -> InstallPlan {
     let family = view.family();
     let label = family_label(family);
 
-    let mut packages: Vec<&str> = Vec::new();
+    let mut components = BTreeSet::new();
     let docker_packages = view.install_method.is_none();
     if docker_packages {
-        packages.extend(DOCKER_PACKAGES);
+        components.insert(Component::DockerEngine);
     }
     let outdated = view.toolkit_outdated();
     let toolkit_package = !view.toolkit_installed || outdated.is_some();
     if toolkit_package {
-        packages.push(TOOLKIT_PACKAGE);
+        components.insert(Component::NvidiaContainerToolkit);
     }
+    let packages: Vec<&str> = components
+        .iter()
+        .flat_map(|c| packages_of(*c))
+        .copied()
+        .collect();
 
     let mut changes = Vec::new();
     if docker_packages {
@@ -118,27 +139,32 @@ pub fn build(view: &LinuxView) -> InstallPlan {
         changes.push(change);
     }
     if configure_runtime {
+        components.insert(Component::NvidiaRuntime);
         changes.push(SystemChange::new(
             SystemChangeCode::ConfigureNvidiaRuntime,
             tr!("Configure the NVIDIA runtime for Docker (nvidia-ctk runtime configure --runtime=docker)."),
         ));
     }
     if !gpu_ready {
+        components.insert(Component::NvidiaCdi);
         changes.push(SystemChange::new(
             SystemChangeCode::GenerateCdiSpec,
             tr!("Generate the NVIDIA CDI specification Docker uses to pass the GPU into containers (nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml), and keep it current after driver updates and reboots with nvidia-cdi-refresh.path where the toolkit provides it."),
         ));
     }
     if !live_evidence && view.service_active != Some(true) {
+        components.insert(Component::DockerService);
         changes.push(SystemChange::new(
             SystemChangeCode::EnableDockerService,
             tr!("Enable and start docker.service."),
         ));
     }
     if !live_evidence && view.group_configured != Some(true) && !view.is_root {
+        components.insert(Component::DockerGroup);
         changes.push(add_user_to_group(view.user_name()));
     }
     if configure_runtime && (live_evidence || view.service_active == Some(true)) {
+        components.insert(Component::DockerRestart);
         let (text, count) = match view.containers_running {
             None => (
                 tr!("Restart Docker to load the new runtime configuration; any running containers will stop."),
@@ -168,5 +194,6 @@ pub fn build(view: &LinuxView) -> InstallPlan {
         requires_elevation: !changes.is_empty(),
         may_require_relogin: true,
         system_changes: changes,
+        components,
     }
 }

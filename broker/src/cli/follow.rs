@@ -6,8 +6,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use enginekit_shared::error::{CodedError, ErrorCode};
+use enginekit_shared::wire::plan::{Plan, PlanTarget};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::common::emit;
 use super::{EXIT_BLOCKED, EXIT_FAILURE};
@@ -266,37 +267,32 @@ pub(crate) fn conclude(op: &Operation, json: bool) -> ExitCode {
 }
 
 /// The plan as a person reads it.
-pub(crate) fn print_plan(plan: &Value) {
-    let s = |v: &Value| v.as_str().unwrap_or("").to_owned();
-    println!(
-        "Plan for {}: {}",
-        s(&plan["target"]["engine_id"]),
-        s(&plan["availability"])
-    );
-    if let Some(image) = plan["image"].as_str() {
+pub(crate) fn print_plan(plan: &Plan) {
+    let engine = match &plan.target {
+        PlanTarget::Runtime { engine_id } => engine_id.as_str(),
+        PlanTarget::Environment => "",
+    };
+    println!("Plan for {engine}: {}", plan.availability.as_str());
+    if let Some(image) = &plan.image {
         println!("  engine image: {image}");
     }
-    let changes = plan["system_changes"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    if !changes.is_empty() {
+    if !plan.system_changes.is_empty() {
         println!("  system changes (need administrator authorization):");
-        for c in &changes {
-            println!("    - {}", s(&c["text"]));
+        for c in &plan.system_changes {
+            println!("    - {}", c.text);
         }
     }
-    if plan["may_require_relogin"].as_bool() == Some(true) {
+    if plan.may_require_relogin {
         println!("  you may need to sign out and back in afterwards");
     }
-    for w in plan["warnings"].as_array().cloned().unwrap_or_default() {
-        println!("  warning: {}", s(&w["text"]));
+    for w in &plan.warnings {
+        println!("  warning: {}", w.text);
     }
-    for b in plan["blockers"].as_array().cloned().unwrap_or_default() {
-        println!("  blocked: {} ({})", s(&b["message"]), s(&b["code"]));
-        for cmd in b["commands"].as_array().cloned().unwrap_or_default() {
-            println!("      $ {}", s(&cmd));
+    for b in &plan.blockers {
+        println!("  blocked: {} ({})", b.message, b.code.as_str());
+        for cmd in b.commands.iter().flatten() {
+            println!("      $ {cmd}");
         }
     }
-    println!("  plan digest: {}", s(&plan["plan_digest"]));
+    println!("  plan digest: {}", plan.plan_digest);
 }

@@ -65,11 +65,8 @@ async fn setup(args: SetupArgs) -> ExitCode {
     if !json {
         print_plan(&plan);
     }
-    if plan["blockers"].as_array().is_some_and(|b| !b.is_empty())
-        && !plan["blockers"]
-            .as_array()
-            .is_some_and(|b| b.len() == 1 && b[0]["code"] == "MANAGED_RELOGIN_REQUIRED")
-    {
+    let only_relogin = matches!(&plan.blockers[..], [b] if b.code == ErrorCode::ReloginRequired);
+    if !plan.blockers.is_empty() && !only_relogin {
         let err = CodedError::new(
             ErrorCode::PrerequisiteBlocked,
             "This machine is blocked; nothing was changed.",
@@ -81,14 +78,9 @@ async fn setup(args: SetupArgs) -> ExitCode {
         }
         return ExitCode::from(EXIT_BLOCKED);
     }
-    let Some(digest) = plan["plan_digest"]
-        .as_str()
-        .and_then(|d| DigestText::parse(d).ok())
-    else {
-        return report_error(
-            json,
-            &CodedError::new(ErrorCode::MetadataInvalid, "The plan has no digest."),
-        );
+    let digest = match DigestText::parse(plan.plan_digest.as_str()) {
+        Ok(digest) => digest,
+        Err(e) => return report_error(json, &e),
     };
     if let Err(e) = consent(args.yes, json, "Set up with this plan?") {
         return report_error(json, &e);

@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use enginekit_shared::error::CodedError;
+use enginekit_shared::wire::plan::Plan;
 use tokio::sync::broadcast;
 
 use crate::installations::Installations;
@@ -17,7 +18,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 pub trait BrokerApi: Send + Sync + 'static {
     fn probe(&self) -> BoxFuture<'_, Result<serde_json::Value, CodedError>>;
-    fn plan(&self, engine: EngineId) -> BoxFuture<'_, Result<serde_json::Value, CodedError>>;
+    fn plan(&self, engine: EngineId) -> BoxFuture<'_, Result<Plan, CodedError>>;
     fn begin_setup(
         &self,
         engine: EngineId,
@@ -82,7 +83,7 @@ impl<P: Provisioner + Probing, E: Elevator> BrokerApi for Broker<P, E> {
         Box::pin(self.runner.provisioner().probe_facts())
     }
 
-    fn plan(&self, engine: EngineId) -> BoxFuture<'_, Result<serde_json::Value, CodedError>> {
+    fn plan(&self, engine: EngineId) -> BoxFuture<'_, Result<Plan, CodedError>> {
         Box::pin(async move { self.runner.plan(&engine).await })
     }
 

@@ -60,7 +60,7 @@ impl BrokerObject {
     }
 }
 
-fn json_text(value: &serde_json::Value) -> Result<String, BrokerError> {
+fn json_text(value: &impl serde::Serialize) -> Result<String, BrokerError> {
     serde_json::to_string(value).map_err(|e| BrokerError::Failed(format!("IO_ERROR: {e}")))
 }
 
@@ -350,6 +350,7 @@ mod tests {
     use super::*;
     use crate::operations::record::Phase;
     use enginekit_shared::error::ErrorCode;
+    use enginekit_shared::wire::plan::Plan;
     use tokio::sync::broadcast;
 
     /// A broker whose store read races a change: while `operations()` reads the record at
@@ -372,7 +373,7 @@ mod tests {
         fn probe(&self) -> BoxFuture<'_, Result<serde_json::Value, CodedError>> {
             Box::pin(async { no() })
         }
-        fn plan(&self, _: EngineId) -> BoxFuture<'_, Result<serde_json::Value, CodedError>> {
+        fn plan(&self, _: EngineId) -> BoxFuture<'_, Result<Plan, CodedError>> {
             Box::pin(async { no() })
         }
         fn begin_setup(&self, _: EngineId, _: DigestText) -> Result<Operation, CodedError> {

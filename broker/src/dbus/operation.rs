@@ -143,7 +143,7 @@ impl OperationObject {
         self.op
             .requirement_plan
             .as_ref()
-            .map(|p| p.to_string())
+            .and_then(|p| serde_json::to_string(p).ok())
             .unwrap_or_default()
     }
     /// The last progress tick as JSON `{label, completed, total, unit}`, or empty.

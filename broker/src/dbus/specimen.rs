@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use enginekit_shared::error::{CodedError, ErrorCode};
+use enginekit_shared::wire::plan::Plan;
 use tokio::sync::broadcast;
 use zbus::{ObjectServer, OwnedObjectPath};
 
@@ -84,7 +85,7 @@ impl BrokerApi for Refusing {
     fn probe(&self) -> BoxFuture<'_, Result<serde_json::Value, CodedError>> {
         Box::pin(async { refused() })
     }
-    fn plan(&self, _: EngineId) -> BoxFuture<'_, Result<serde_json::Value, CodedError>> {
+    fn plan(&self, _: EngineId) -> BoxFuture<'_, Result<Plan, CodedError>> {
         Box::pin(async { refused() })
     }
     fn begin_setup(&self, _: EngineId, _: DigestText) -> Result<Operation, CodedError> {

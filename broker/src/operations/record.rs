@@ -7,6 +7,7 @@ use std::fmt;
 
 use enginekit_shared::error::{CodedError, ErrorCode};
 use enginekit_shared::wire::host_step::{HostRequest, HostStep};
+use enginekit_shared::wire::plan::Plan;
 use serde::{Deserialize, Serialize};
 
 /// Record format version; a record with another version is not ours to interpret.
@@ -275,7 +276,7 @@ pub struct Operation {
     /// What `Setup` should tell the user to do next, e.g. sign in again.
     pub notes: Vec<String>,
     /// The plan of the last probe, as shown to the user (the new plan after a re-ask).
-    pub requirement_plan: Option<serde_json::Value>,
+    pub requirement_plan: Option<Plan>,
 }
 
 impl Operation {

@@ -10,6 +10,7 @@ use super::record::{
     OperationKind, PendingHostStep, Phase, SCHEMA_VERSION,
 };
 use enginekit_shared::wire::host_step::{HostRequest, HostStep};
+use enginekit_shared::wire::plan::Plan;
 
 /// What a probe made of the host, reduced to what the state machine decides on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,7 +25,7 @@ pub struct ProbedPlan {
     pub manifest_id: Option<String>,
     pub image_present: bool,
     /// The whole plan as the user sees it.
-    pub document: serde_json::Value,
+    pub document: Box<Plan>,
 }
 
 /// How the helper's job ended, or that it never started because polkit said no.
@@ -508,7 +509,7 @@ fn answer_effect(op: &Operation, answer: &Answer) -> Result<Operation, CodedErro
 }
 
 fn requirements_ready(op: &Operation, next: &mut Operation, plan: &ProbedPlan) {
-    next.requirement_plan = Some(plan.document.clone());
+    next.requirement_plan = Some(Plan::clone(&plan.document));
     if op.cancellation_requested {
         cancel_to_cleanup(next);
         return;

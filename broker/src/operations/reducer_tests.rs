@@ -45,7 +45,7 @@ fn plan(d: char, host_step: Option<HostRequest>) -> ProbedPlan {
         image_digest: Some(digest('e')),
         manifest_id: Some("linux-r1".into()),
         image_present: false,
-        document: serde_json::json!({"plan_digest": digest(d).as_str()}),
+        document: Box::new(crate::plan::specimen(digest(d).as_str())),
     }
 }
 

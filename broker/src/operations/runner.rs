@@ -21,6 +21,7 @@ use super::record::{
 use super::recovery::{pickup, restarted, Pickup};
 use super::reducer::{reduce, start, Answer, Event, HostOutcome, ReceiptVerdict};
 use super::store::Store;
+use enginekit_shared::wire::plan::Plan;
 use enginekit_shared::wire::Timestamp;
 
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
@@ -101,7 +102,7 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
     }
 
     /// A plan for `engine` without starting anything (the CLI's and the bus's `Plan`).
-    pub async fn plan(&self, engine: &EngineId) -> Result<serde_json::Value, CodedError> {
+    pub async fn plan(&self, engine: &EngineId) -> Result<Plan, CodedError> {
         let probe = start(
             OperationId::fresh()?,
             engine.clone(),
@@ -110,7 +111,7 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
             None,
             self.instance_id.clone(),
         );
-        Ok(self.provisioner.plan(&probe).await?.document)
+        Ok(*self.provisioner.plan(&probe).await?.document)
     }
 
     /// Start a setup under the approval of `plan_digest`, or pick up the one already there.

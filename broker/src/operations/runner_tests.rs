@@ -45,7 +45,7 @@ impl FakeMachine {
             image_digest: Some(digest('e')),
             manifest_id: None,
             image_present: self.image.load(Ordering::SeqCst),
-            document: serde_json::json!({"plan_digest": digest(d).as_str()}),
+            document: Box::new(crate::plan::specimen(digest(d).as_str())),
         }
     }
 }
@@ -224,7 +224,7 @@ async fn a_setup_from_toolkit_absent_ends_ready_with_one_host_step() {
     let r = runner(dir.path(), &m, &h);
     let mut events = r.subscribe();
     let shown = r.plan(&engine()).await.unwrap();
-    assert_eq!(shown["plan_digest"], digest('a').as_str());
+    assert_eq!(shown.plan_digest.as_str(), digest('a').as_str());
     let op = r.begin_setup(&engine(), Some(digest('a'))).unwrap();
     let done = r.drive(&op.operation_id).await.unwrap();
     assert_eq!(done.phase, Phase::Ready, "{:?}", done.error);
@@ -282,7 +282,7 @@ async fn a_host_that_changed_after_the_plan_was_shown_asks_again() {
     assert_eq!(done.phase, Phase::AwaitingConsent);
     assert_eq!(done.error.as_ref().unwrap().code, ErrorCode::PlanChanged);
     assert_eq!(
-        done.requirement_plan.as_ref().unwrap()["plan_digest"],
+        done.requirement_plan.as_ref().unwrap().plan_digest.as_str(),
         digest('b').as_str()
     );
     // Approving the new plan carries on.

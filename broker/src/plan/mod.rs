@@ -90,7 +90,7 @@ pub fn plan_setup(request: &PlanRequest<'_>) -> Result<PlannedSetup, CodedError>
     if blockers.is_empty() {
         if let Some(plan) = install_plan.as_ref().filter(|p| p.requires_elevation) {
             // The recipe in charge decides what it serves, with its own tables.
-            let validated = parameters::from_plan(&plan.system_changes, &view).and_then(|p| {
+            let validated = parameters::from_plan(plan, &view).and_then(|p| {
                 recipe
                     .recipe
                     .target_for(&p)
@@ -190,6 +190,15 @@ pub fn plan_setup(request: &PlanRequest<'_>) -> Result<PlannedSetup, CodedError>
     Ok(PlannedSetup { plan, assessment })
 }
 
+/// A plan for tests of what carries plans: unsupported, with `plan_digest` as given.
+#[cfg(test)]
+pub(crate) fn specimen(plan_digest: &str) -> Plan {
+    let error = CodedError::new(ErrorCode::MetadataInvalid, "specimen");
+    let mut plan = plan_without_descriptor(KnownEngine::Vllm, &error).expect("specimen plan");
+    plan.plan_digest = plan_digest.parse().expect("specimen digest");
+    plan
+}
+
 /// The plan answered when no descriptor can be had for the engine: unsupported, with the
 /// descriptor error as its one blocker and the blocked-plan digest.
 pub fn plan_without_descriptor(
@@ -229,4 +238,37 @@ pub fn plan_without_descriptor(
         later_gate_notes: Vec::new(),
         host_step: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use enginekit_shared::recipe::{Arch, Component, Family};
+    use enginekit_shared::safe::UserName;
+    use enginekit_shared::wire::host_step::{HostParameters, HostRequest};
+
+    #[test]
+    fn a_typed_plan_writes_the_bytes_its_json_value_did() {
+        let mut plan = super::specimen(&format!("sha256:{}", "a".repeat(64)));
+        let parameters = HostParameters::new(
+            &UserName::new("alice").unwrap(),
+            Arch::X86_64,
+            Family::Apt,
+            "ubuntu",
+            "24.04",
+            &[Component::DockerGroup, Component::DockerEngine],
+        )
+        .unwrap();
+        let request = HostRequest::new(
+            "linux.install-container-runtime".parse().unwrap(),
+            enginekit_shared::digest::Digest::ZERO,
+            None,
+            parameters,
+        )
+        .unwrap();
+        plan.host_step = Some(request);
+        let typed = serde_json::to_string(&plan).unwrap();
+        assert_eq!(typed, serde_json::to_value(&plan).unwrap().to_string());
+        let back: enginekit_shared::wire::plan::Plan = serde_json::from_str(&typed).unwrap();
+        assert_eq!(back, plan, "a stored operation's plan reads back the same");
+    }
 }

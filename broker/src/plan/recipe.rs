@@ -86,23 +86,14 @@ fn packages_of(recipe: &Recipe) -> BTreeMap<(String, String), Vec<String>> {
     packages
 }
 
-/// Who serves the repositories a source template points at: for each URL in it (`deb [...] URL
-/// suite` for apt; `baseurl=`, `gpgkey=` ... for dnf), the scheme and authority for a network
-/// URL (user info included, so nothing is hidden), or the path up to the first substitution for
-/// a local one.
+/// Who serves the repositories a source template points at: the location of each URL in it
+/// (`deb [...] URL suite` for apt; `baseurl=`, `gpgkey=` ... for dnf), read by the shared
+/// [`source_urls`](enginekit_shared::recipe::sources::source_urls) as the helper reads the
+/// rendered file.
 fn template_locations(template: &str) -> BTreeSet<String> {
-    template
-        .split_whitespace()
-        .map(|word| word.rsplit_once('=').map_or(word, |(_, v)| v))
-        .filter_map(|url| url.split_once("://"))
-        .map(|(scheme, rest)| {
-            if scheme == "file" {
-                let path = rest.split('$').next().unwrap_or_default();
-                format!("file://{}", path.trim_end_matches('/'))
-            } else {
-                format!("{scheme}://{}", rest.split('/').next().unwrap_or_default())
-            }
-        })
+    enginekit_shared::recipe::sources::source_urls(template)
+        .iter()
+        .filter_map(|u| u.location())
         .collect()
 }
 

@@ -20,13 +20,12 @@ pub(crate) use machine::MachineFacts;
 
 use std::time::Duration;
 
-use enginekit_shared::canonical;
 use enginekit_shared::digest::Digest;
 use enginekit_shared::recipe::{self, PlannedAction, Recipe};
 use enginekit_shared::signed::{
     self, DocumentKind, HighWater, SignedDocument, TrustStore, VerifyError,
 };
-use enginekit_shared::wire::host_step::{HostParameters, HostStep, HostStepError, MAX_STEP_BYTES};
+use enginekit_shared::wire::host_step::{HostParameters, HostStep, HostStepError};
 use serde_json::Value;
 use time::OffsetDateTime;
 
@@ -44,22 +43,8 @@ pub(crate) struct ReceivedStep {
 
 /// Size limit, strict parse and schema of the exact bytes received: one parse, one typed value.
 pub(crate) fn parse_step(bytes: &[u8]) -> Result<ReceivedStep, Refusal> {
-    if bytes.len() > MAX_STEP_BYTES {
-        return Err(refuse!(
-            StepTooLarge,
-            "the host step is {} bytes; the limit is {MAX_STEP_BYTES}",
-            bytes.len()
-        ));
-    }
-    let value = canonical::parse_strict(bytes)
-        .map_err(|e| refuse!(StepMalformed, "the host step is not strict JSON: {e}"))?;
-    let canonical_bytes = canonical::to_canonical_bytes(&value)
-        .map_err(|e| refuse!(StepMalformed, "the host step cannot be canonicalised: {e}"))?;
-    let step = HostStep::from_value(value).map_err(step_error)?;
-    Ok(ReceivedStep {
-        step,
-        step_digest: Digest::of_bytes(&canonical_bytes),
-    })
+    let (step, step_digest) = HostStep::parse_digested(bytes).map_err(step_error)?;
+    Ok(ReceivedStep { step, step_digest })
 }
 
 impl ReceivedStep {
@@ -254,14 +239,7 @@ fn resolve_recipe(
         checks.now,
         mark.as_ref(),
     )
-    .map_err(|e| match e {
-        VerifyError::Rollback { .. } => refuse!(RecipeRollback, "the inline recipe: {e}"),
-        VerifyError::Expired { .. } => refuse!(RecipeExpired, "the inline recipe: {e}"),
-        VerifyError::BadPayload(_) | VerifyError::WrongKind { .. } => {
-            refuse!(RecipeInvalid, "the inline recipe: {e}")
-        }
-        other => refuse!(SignatureInvalid, "the inline recipe: {other}"),
-    })?;
+    .map_err(recipe_refusal)?;
     if verified.id != step.recipe_id().as_str() {
         return Err(refuse!(
             UnknownRecipe,
@@ -285,39 +263,36 @@ fn resolve_recipe(
 }
 
 /// A recipe the helper runs, built in or signed, is refused once a newer one has been accepted
-/// (or another at the same serial), and past its `expires_at`. A signed recipe is held to this
-/// by `signed::verify` when it arrives; every recipe is held to it again after the prompt.
+/// (or another at the same serial), and past its `expires_at`: `signed::check_current`, the rule
+/// `signed::verify` applies to a signed recipe when it arrives; every recipe is held to it again
+/// after the prompt.
 fn check_recipe_is_current(recipe: &Recipe, checks: &Checks<'_>) -> Result<(), Refusal> {
     let stored = checks
         .ledger
         .high_water(recipe.id())
         .map_err(|e| refuse!(Internal, "{e}"))?;
-    if let Some(mark) = stored {
-        let newer = mark.serial > recipe.serial();
-        let other_at_same_serial =
-            mark.serial == recipe.serial() && &mark.digest != recipe.digest();
-        if newer || other_at_same_serial {
-            return Err(refuse!(
-                RecipeRollback,
-                "recipe serial {} ({}) is older than serial {} ({}) already accepted on this machine; send that recipe or a newer one",
-                recipe.serial(),
-                recipe.digest(),
-                mark.serial,
-                mark.digest
-            ));
+    let expires_at = recipe
+        .expires_at()
+        .ok_or_else(|| refuse!(RecipeInvalid, "the recipe has no readable expires_at"))?;
+    signed::check_current(
+        recipe.serial(),
+        recipe.digest(),
+        expires_at,
+        checks.now,
+        stored.as_ref(),
+    )
+    .map_err(recipe_refusal)
+}
+
+/// The refusal for a recipe that did not verify or is no longer current.
+fn recipe_refusal(e: VerifyError) -> Refusal {
+    match e {
+        VerifyError::Rollback { .. } => refuse!(RecipeRollback, "the recipe: {e}"),
+        VerifyError::Expired { .. } => refuse!(RecipeExpired, "the recipe: {e}"),
+        VerifyError::BadPayload(_) | VerifyError::WrongKind { .. } => {
+            refuse!(RecipeInvalid, "the inline recipe: {e}")
         }
-    }
-    match recipe.expires_at() {
-        Some(expires) if expires > checks.now => Ok(()),
-        Some(expires) => Err(refuse!(
-            RecipeExpired,
-            "recipe serial {} expired at {expires}; a newer signed recipe is needed",
-            recipe.serial()
-        )),
-        None => Err(refuse!(
-            RecipeInvalid,
-            "the recipe has no readable expires_at"
-        )),
+        other => refuse!(SignatureInvalid, "the inline recipe: {other}"),
     }
 }
 

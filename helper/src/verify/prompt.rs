@@ -159,50 +159,18 @@ fn package_text(p: &PlannedPackage) -> String {
 }
 
 /// The repositories a rendered source file points at: every `https://` URL in it (the source
-/// policy admits no other scheme), so no spelling the policy accepts can hide one; an apt line's
-/// URL is shown with its suite.
+/// policy admits no other scheme for a repository), read by the shared
+/// [`source_urls`](enginekit_shared::recipe::sources::source_urls), so no spelling the policy
+/// accepts can hide one; an apt line's URL is shown with its suite.
 fn repository_locations(body: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    let mut seen: Vec<&str> = Vec::new();
-    for line in body.lines() {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        if words.first() == Some(&"deb") {
-            let rest = after_options(&words[1..]);
-            if let Some(uri) = rest.first() {
-                let suite = rest.get(1).copied().unwrap_or_default();
-                out.push(format!("{uri} {suite}").trim_end().to_owned());
-                seen.push(uri);
-            }
-        }
-    }
-    let mut rest = body;
-    while let Some(at) = rest.find("https://") {
-        let url = &rest[at..];
-        let end = url
-            .find(|c: char| c.is_whitespace() || matches!(c, ',' | '"' | '\'' | ']' | ';'))
-            .unwrap_or(url.len());
-        let url = &url[..end];
-        if !seen.contains(&url) {
-            seen.push(url);
-            out.push(url.to_owned());
-        }
-        rest = &rest[at + end.max(1)..];
-    }
-    out
-}
-
-/// The words of an apt line after `deb` and its `[options]`, if any.
-fn after_options<'a>(words: &[&'a str]) -> Vec<&'a str> {
-    match words.first() {
-        Some(first) if first.starts_with('[') => {
-            let close = words
-                .iter()
-                .position(|w| w.ends_with(']'))
-                .unwrap_or(words.len());
-            words.get(close + 1..).unwrap_or_default().to_vec()
-        }
-        _ => words.to_vec(),
-    }
+    enginekit_shared::recipe::sources::source_urls(body)
+        .into_iter()
+        .filter(|u| u.url.starts_with("https://"))
+        .map(|u| match u.suite {
+            Some(suite) => format!("{} {suite}", u.url),
+            None => u.url.to_owned(),
+        })
+        .collect()
 }
 
 #[cfg(test)]

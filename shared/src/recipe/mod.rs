@@ -22,6 +22,7 @@ pub mod model;
 pub mod openpgp;
 mod plan;
 mod source_policy;
+pub mod sources;
 pub mod template;
 mod validate;
 pub mod version;

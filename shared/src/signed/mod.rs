@@ -27,4 +27,6 @@ pub use keys::{KeyError, KeyId, PublicKey, SigningKey, PUBLIC_KEY_LABEL, SECRET_
 pub use trust::{
     RejectedKeyFile, TrustStore, HELPER_KEY_DIRS, MAX_KEY_FILE_BYTES, PUBLIC_KEY_SUFFIX,
 };
-pub use verify::{check_header, verify, verify_bytes, HighWater, VerifiedDocument, VerifyError};
+pub use verify::{
+    check_current, check_header, verify, verify_bytes, HighWater, VerifiedDocument, VerifyError,
+};

@@ -181,22 +181,9 @@ pub fn verify(
         return Err(VerifyError::UnknownKey);
     }
     let header = check_header(doc.payload(), kind)?;
-    if now >= header.expires_at {
-        let expires_at = header.expires_at.format(&Rfc3339).unwrap_or_default();
-        return Err(VerifyError::Expired { expires_at });
-    }
     let digest = digest_of(&Value::Object(doc.payload().clone()))
         .map_err(|e| VerifyError::BadPayload(e.to_string()))?;
-    if let Some(mark) = high_water {
-        let rollback =
-            header.serial < mark.serial || (header.serial == mark.serial && digest != mark.digest);
-        if rollback {
-            return Err(VerifyError::Rollback {
-                serial: header.serial,
-                high_water: mark.serial,
-            });
-        }
-    }
+    check_current(header.serial, &digest, header.expires_at, now, high_water)?;
     Ok(VerifiedDocument {
         kind,
         id: header.id,
@@ -206,6 +193,32 @@ pub fn verify(
         payload: doc.payload().clone(),
         signed_by,
     })
+}
+
+/// The expiry and anti-rollback rule of the module docs, for a document of `serial` whose payload
+/// has `digest`: expired when `now >= expires_at`; a rollback below `high_water`, or at its serial
+/// with another payload. [`verify`] applies it on arrival; a holder re-checks a document it keeps
+/// (the helper's recipe after the prompt) with this same function.
+pub fn check_current(
+    serial: u64,
+    digest: &Digest,
+    expires_at: OffsetDateTime,
+    now: OffsetDateTime,
+    high_water: Option<&HighWater>,
+) -> Result<(), VerifyError> {
+    if now >= expires_at {
+        let expires_at = expires_at.format(&Rfc3339).unwrap_or_default();
+        return Err(VerifyError::Expired { expires_at });
+    }
+    if let Some(mark) = high_water {
+        if serial < mark.serial || (serial == mark.serial && digest != &mark.digest) {
+            return Err(VerifyError::Rollback {
+                serial,
+                high_water: mark.serial,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Parses envelope bytes and verifies them.

@@ -210,18 +210,7 @@ const PARAMETER_KEYS: [&str; 6] = [
 /// and bounded, so a problem never carries control characters or unbounded input.
 fn shown(value: &Value) -> String {
     match value {
-        Value::String(s) => {
-            let plain = !s.is_empty()
-                && s.len() <= 64
-                && s.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"._+:-".contains(&b));
-            if plain {
-                s.clone()
-            } else {
-                let bounded: String = s.chars().take(64).collect();
-                canonical::string_literal(&bounded)
-            }
-        }
+        Value::String(s) => shown_text(s),
         Value::Null => "null".to_owned(),
         Value::Bool(_) => "a boolean".to_owned(),
         Value::Number(_) => "a number".to_owned(),
@@ -230,10 +219,59 @@ fn shown(value: &Value) -> String {
     }
 }
 
+/// A string as it may appear in a problem text (see [`shown`]).
+fn shown_text(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._+:-".contains(&b));
+    if plain {
+        s.to_owned()
+    } else {
+        let bounded: String = s.chars().take(64).collect();
+        canonical::string_literal(&bounded)
+    }
+}
+
 /// os-release's `ID` and `VERSION_ID` alphabet (os-release(5)): 0-9, a-z, '.', '_', '-'; at
-/// most 64 bytes here.
-fn is_os_release_value(text: &str) -> bool {
-    crate::recipe::is_word(text, 64, b"._-")
+/// most 64 bytes here. The problem with `distro_id` when it is not such a value.
+fn distro_shape_problem(distro: &str) -> Option<String> {
+    (!crate::recipe::is_word(distro, 64, b"._-")).then(|| {
+        format!(
+            "distro_id must be an os-release ID (0-9, a-z, '.', '_', '-'), not {}",
+            shown_text(distro)
+        )
+    })
+}
+
+/// The problem with `version_id` when it is not an os-release value.
+fn version_shape_problem(version: &str) -> Option<String> {
+    (!crate::recipe::is_word(version, 64, b"._-")).then(|| {
+        format!(
+            "version_id must be an os-release VERSION_ID (0-9, a-z, '.', '_', '-'), not {}",
+            shown_text(version)
+        )
+    })
+}
+
+/// The rules on the component list besides each name being known: no repeats, not empty, and
+/// root never joins the docker group. `seen` is the set of the known names listed.
+fn component_problems(
+    user: Option<&UserName>,
+    empty: bool,
+    seen: &BTreeSet<Component>,
+    repeated: bool,
+    problems: &mut Vec<String>,
+) {
+    if repeated {
+        problems.push("a component is repeated".to_owned());
+    }
+    if empty {
+        problems.push("components is empty: nothing to do".to_owned());
+    }
+    if user.is_some_and(UserName::is_root) && seen.contains(&Component::DockerGroup) {
+        problems.push("root is never added to the docker group".to_owned());
+    }
 }
 
 impl HostParameters {
@@ -306,11 +344,8 @@ impl HostParameters {
                 return None;
             };
             let Some(table) = table else {
-                if !is_os_release_value(distro) {
-                    problems.push(format!(
-                        "distro_id must be an os-release ID (0-9, a-z, '.', '_', '-'), not {}",
-                        shown(v)
-                    ));
+                if let Some(problem) = distro_shape_problem(distro) {
+                    problems.push(problem);
                     return None;
                 }
                 return family.map(|f| (distro.to_owned(), f));
@@ -336,11 +371,8 @@ impl HostParameters {
                 return None;
             };
             let Some(table) = table else {
-                if !is_os_release_value(version) {
-                    problems.push(format!(
-                        "version_id must be an os-release VERSION_ID (0-9, a-z, '.', '_', '-'), not {}",
-                        shown(v)
-                    ));
+                if let Some(problem) = version_shape_problem(version) {
+                    problems.push(problem);
                     return None;
                 }
                 return Some(version.to_owned());
@@ -361,13 +393,15 @@ impl HostParameters {
             Some(version.to_owned())
         });
         let mut seen = BTreeSet::new();
+        let mut listed = None;
+        let mut repeated = false;
         let components = map.get("components").and_then(|v| {
             let Some(items) = v.as_array() else {
                 problems.push("components must be a list".to_owned());
                 return None;
             };
+            listed = Some(items.len());
             let mut all_known = true;
-            let mut repeated = false;
             for item in items {
                 match item.as_str().and_then(|s| s.parse::<Component>().ok()) {
                     Some(component) => repeated |= !seen.insert(component),
@@ -377,20 +411,11 @@ impl HostParameters {
                     }
                 }
             }
-            if repeated {
-                problems.push("a component is repeated".to_owned());
-            }
-            if items.is_empty() {
-                problems.push("components is empty: nothing to do".to_owned());
-            }
             // A BTreeSet of Components iterates in declaration order, which is recipe order.
             all_known.then(|| seen.iter().copied().collect::<Vec<_>>())
         });
-        if let Some(user) = &user {
-            if user.is_root() && seen.contains(&Component::DockerGroup) {
-                problems.push("root is never added to the docker group".to_owned());
-            }
-        }
+        let empty = listed == Some(0);
+        component_problems(user.as_ref(), empty, &seen, repeated, &mut problems);
 
         match (user, arch, family, distro, version, components) {
             (
@@ -412,10 +437,10 @@ impl HostParameters {
         }
     }
 
-    /// Builds parameters from typed parts, through the same validation, so the result is
-    /// normalised exactly as parsed parameters are. The distribution is checked for its shape
-    /// only: whether the recipe in charge (built-in or signed) serves it is
-    /// [`crate::recipe::Recipe::target_for`]'s answer.
+    /// Builds parameters from typed parts with the same rules as [`Self::validate_with`]
+    /// without a table (and the same problem texts), normalised the same way: components in
+    /// recipe order. The distribution is checked for its shape only: whether the recipe in
+    /// charge (built-in or signed) serves it is [`crate::recipe::Recipe::target_for`]'s answer.
     pub fn new(
         user: &UserName,
         arch: Arch,
@@ -424,28 +449,25 @@ impl HostParameters {
         version_id: &str,
         components: &[Component],
     ) -> Result<HostParameters, ParameterProblems> {
-        let mut map = Map::new();
-        map.insert("user".to_owned(), Value::String(user.to_string()));
-        map.insert("arch".to_owned(), Value::String(arch.as_str().to_owned()));
-        map.insert(
-            "family".to_owned(),
-            Value::String(family.as_str().to_owned()),
-        );
-        map.insert("distro_id".to_owned(), Value::String(distro_id.to_owned()));
-        map.insert(
-            "version_id".to_owned(),
-            Value::String(version_id.to_owned()),
-        );
-        map.insert(
-            "components".to_owned(),
-            Value::Array(
-                components
-                    .iter()
-                    .map(|c| Value::String(c.as_str().to_owned()))
-                    .collect(),
-            ),
-        );
-        HostParameters::validate_with(&Value::Object(map), None)
+        let mut problems = Vec::new();
+        problems.extend(distro_shape_problem(distro_id));
+        problems.extend(version_shape_problem(version_id));
+        let mut seen = BTreeSet::new();
+        let repeated = !components.iter().all(|c| seen.insert(*c));
+        let empty = components.is_empty();
+        component_problems(Some(user), empty, &seen, repeated, &mut problems);
+        if !problems.is_empty() {
+            return Err(ParameterProblems { problems });
+        }
+        Ok(HostParameters {
+            user: user.clone(),
+            arch,
+            family,
+            distro_id: distro_id.to_owned(),
+            version_id: version_id.to_owned(),
+            // A BTreeSet of Components iterates in declaration order, which is recipe order.
+            components: seen.into_iter().collect(),
+        })
     }
 
     pub fn user(&self) -> &UserName {
@@ -709,19 +731,21 @@ impl HostRequest {
         recipe: Option<Value>,
         parameters: HostParameters,
     ) -> Result<HostRequest, HostStepError> {
-        let action = HostAction::InstallContainerRuntime;
+        let parameters_digest = parameters.digest();
         HostRequest::checked(
             RequestFields {
-                action,
+                action: HostAction::InstallContainerRuntime,
                 recipe_id,
                 recipe_digest,
                 recipe,
-                parameters_digest: parameters.digest(),
+                parameters_digest,
             },
             parameters,
         )
     }
 
+    /// The action and recipe rules of a request whose `parameters_digest` is the digest of
+    /// `parameters` (computed by the caller, once).
     fn checked(
         fields: RequestFields,
         parameters: HostParameters,
@@ -736,13 +760,6 @@ impl HostRequest {
             return Err(HostStepError::Shape(
                 "recipe must be a signed document object".to_owned(),
             ));
-        }
-        let computed = parameters.digest();
-        if computed != fields.parameters_digest {
-            return Err(HostStepError::ParametersDigestMismatch {
-                claimed: fields.parameters_digest,
-                computed,
-            });
         }
         Ok(HostRequest {
             action: fields.action,
@@ -765,7 +782,16 @@ impl HostRequest {
         let table = fields.recipe.is_none().then(DistroTable::built_in);
         let parameters = HostParameters::validate_with(&raw_parameters, table.as_ref())
             .map_err(HostStepError::Parameters)?;
-        HostRequest::checked(fields, parameters)
+        let request = HostRequest::checked(fields, parameters)?;
+        // The digest is recomputed from the received parameters, never taken on trust.
+        let computed = request.parameters.digest();
+        if computed != request.parameters_digest {
+            return Err(HostStepError::ParametersDigestMismatch {
+                claimed: request.parameters_digest,
+                computed,
+            });
+        }
+        Ok(request)
     }
 
     /// Mints the step: a fresh step id and nonce, issued at `issued_at` for the operation
@@ -847,13 +873,21 @@ pub struct HostStep {
 }
 
 impl HostStep {
-    /// Parses and checks the exact bytes received (the helper's entry point).
+    /// Parses and checks the exact bytes received.
     pub fn parse(bytes: &[u8]) -> Result<HostStep, HostStepError> {
-        if bytes.len() > MAX_STEP_BYTES {
-            return Err(HostStepError::TooLarge);
-        }
-        let value = canonical::parse_strict(bytes).map_err(HostStepError::Malformed)?;
-        HostStep::from_value(value)
+        HostStep::from_value(strict_step_value(bytes)?)
+    }
+
+    /// [`Self::parse`], and the digest of the step's canonical form: what "the same step" means
+    /// for a reused nonce, whatever the spelling it arrived in (the helper's entry point).
+    pub fn parse_digested(bytes: &[u8]) -> Result<(HostStep, Digest), HostStepError> {
+        let value = strict_step_value(bytes)?;
+        let canonical_bytes =
+            canonical::to_canonical_bytes(&value).map_err(HostStepError::Canonical)?;
+        Ok((
+            HostStep::from_value(value)?,
+            Digest::of_bytes(&canonical_bytes),
+        ))
     }
 
     /// Checks an already strictly parsed value.
@@ -946,6 +980,14 @@ impl HostStep {
     pub fn to_bytes(&self) -> Result<Vec<u8>, HostStepError> {
         self.to_text().map(String::into_bytes)
     }
+}
+
+/// The size limit and the strict parse, the one place each is written.
+fn strict_step_value(bytes: &[u8]) -> Result<Value, HostStepError> {
+    if bytes.len() > MAX_STEP_BYTES {
+        return Err(HostStepError::TooLarge);
+    }
+    canonical::parse_strict(bytes).map_err(HostStepError::Malformed)
 }
 
 impl<'de> Deserialize<'de> for HostStep {

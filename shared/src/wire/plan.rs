@@ -452,7 +452,7 @@ pub enum PlanTarget {
 
 /// The answer to "what stands between this machine and a running engine, and what would setup
 /// change" (REFERENCE §5.3). `plan_digest` covers only what consent covers (REFERENCE §4.3).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Plan {
     /// The digest the caller passes back to consent.

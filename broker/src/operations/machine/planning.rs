@@ -76,10 +76,6 @@ impl LinuxMachine {
     pub(super) fn probed(planned: &Planned) -> Result<ProbedPlan, CodedError> {
         let plan = &planned.plan;
         let host_step = plan.host_step.clone().filter(|_| plan.blockers.is_empty());
-        let document = serde_json::to_value(plan).map_err(|e| {
-            CodedError::new(ErrorCode::IoError, "The plan cannot be encoded.")
-                .with_details(e.to_string())
-        })?;
         Ok(ProbedPlan {
             plan_digest: to_digest_text(&plan.plan_digest)?,
             blockers: plan
@@ -92,7 +88,7 @@ impl LinuxMachine {
             image_digest: plan.image_digest.as_ref().map(to_digest_text).transpose()?,
             manifest_id: plan.environment_manifest_id.clone(),
             image_present: planned.image_present,
-            document,
+            document: Box::new(plan.clone()),
         })
     }
 
