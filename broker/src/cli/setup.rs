@@ -7,12 +7,12 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::json;
 
+use enginekit_shared::digest::Digest;
 use enginekit_shared::error::{CodedError, ErrorCode};
 
 use super::common::{consent, emit, open_for_engine, report_error, runtime};
 use super::follow::{conclude, drive_with_view, print_plan};
 use super::EXIT_BLOCKED;
-use crate::operations::record::DigestText;
 
 #[derive(Debug, Args)]
 pub struct SetupArgs {
@@ -83,7 +83,7 @@ async fn setup(args: SetupArgs) -> ExitCode {
     }
     let Some(digest) = plan["plan_digest"]
         .as_str()
-        .and_then(|d| DigestText::parse(d).ok())
+        .and_then(|d| d.parse::<Digest>().ok())
     else {
         return report_error(
             json,

@@ -17,7 +17,6 @@ use zbus::OwnedObjectPath;
 use crate::operations::boundary::{
     Elevator, HostRun, JobNote, ProgressSink, ProgressTick, ReceiptLookup, ReceiptSummary,
 };
-use crate::operations::record::DigestText;
 use crate::operations::reducer::HostOutcome;
 use enginekit_shared::wire::host_step::HostStep;
 
@@ -197,7 +196,7 @@ pub fn summarise(text: &str, step_id: &str, nonce: &str) -> Result<ReceiptSummar
             Outcome::Failed => HostOutcome::Failed,
             Outcome::Cancelled => HostOutcome::Cancelled,
         },
-        digest: DigestText::parse(digest.as_str())?,
+        digest,
         error: receipt.error.clone(),
         log_tail: (!tail.is_empty()).then_some(tail),
     })

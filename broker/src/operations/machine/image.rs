@@ -89,7 +89,7 @@ impl LinuxMachine {
         let pin = |i: &ImageRef| -> Result<PinnedImage, CodedError> {
             Ok(PinnedImage {
                 repository: i.repository().as_str().to_owned(),
-                digest: to_digest_text(i.digest())?,
+                digest: i.digest().clone(),
             })
         };
         let probe_pin = pin(&probe_image)?;

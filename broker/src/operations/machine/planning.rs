@@ -81,7 +81,7 @@ impl LinuxMachine {
                 .with_details(e.to_string())
         })?;
         Ok(ProbedPlan {
-            plan_digest: to_digest_text(&plan.plan_digest)?,
+            plan_digest: plan.plan_digest.clone(),
             blockers: plan
                 .blockers
                 .iter()
@@ -89,7 +89,7 @@ impl LinuxMachine {
                 .collect(),
             host_step,
             descriptor_id: plan.descriptor_id.clone(),
-            image_digest: plan.image_digest.as_ref().map(to_digest_text).transpose()?,
+            image_digest: plan.image_digest.clone(),
             manifest_id: plan.environment_manifest_id.clone(),
             image_present: planned.image_present,
             document,
@@ -168,7 +168,7 @@ impl LinuxMachine {
             } else {
                 Vec::new()
             },
-            current_plan_digest: Some(to_digest_text(&planned.plan.plan_digest)?),
+            current_plan_digest: Some(planned.plan.plan_digest.clone()),
             needs_relogin: relogin,
             needs_reboot: false,
         })
