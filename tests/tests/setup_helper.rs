@@ -23,7 +23,8 @@ use enginekit_broker::elevate::SystemHelper;
 use enginekit_broker::operations::boundary::{
     Claims, Elevator, HostCheck, HostRun, ProgressSink, Provisioner, ReceiptLookup,
 };
-use enginekit_broker::operations::record::{EngineId, Operation};
+use enginekit_broker::ids::EngineId;
+use enginekit_broker::operations::record::Operation;
 use enginekit_broker::operations::reducer::{ProbedPlan, Reconciliation};
 use enginekit_broker::operations::runner::Runner;
 use enginekit_broker::operations::store::Store;

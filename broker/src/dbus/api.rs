@@ -9,9 +9,10 @@ use enginekit_shared::digest::Digest;
 use enginekit_shared::error::CodedError;
 use tokio::sync::broadcast;
 
+use crate::ids::EngineId;
 use crate::installations::Installations;
 use crate::operations::boundary::{Elevator, Provisioner};
-use crate::operations::record::{EngineId, Operation, OperationId};
+use crate::operations::record::{Operation, OperationId};
 use crate::operations::runner::{Runner, RunnerEvent};
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

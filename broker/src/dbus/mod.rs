@@ -25,7 +25,8 @@ use zbus::{Connection, OwnedObjectPath};
 use self::api::BrokerApi;
 use self::error::BrokerError;
 use self::operation::{operation_path, OperationObject};
-use crate::operations::record::{EngineId, Operation, OperationId};
+use crate::ids::EngineId;
+use crate::operations::record::{Operation, OperationId};
 use crate::operations::runner::RunnerEvent;
 
 pub const BUS_NAME: &str = "org.enginekit.Broker1";

@@ -12,7 +12,8 @@ use zbus::{ObjectServer, OwnedObjectPath};
 use super::api::{BoxFuture, BrokerApi, CallGuard};
 use super::session::{session_path, SessionObject};
 use super::{operation, BrokerObject, OBJECT_PATH};
-use crate::operations::record::{EngineId, Operation, OperationId, OperationKind};
+use crate::ids::EngineId;
+use crate::operations::record::{Operation, OperationId, OperationKind};
 use crate::operations::runner::RunnerEvent;
 
 /// The paths of the served specimens, one per interface of the service.

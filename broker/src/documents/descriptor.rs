@@ -18,7 +18,7 @@ pub const DESCRIPTOR_SCHEMA_VERSION: u64 = 1;
 pub const DESCRIPTOR_KIND: &str = "engine-descriptor";
 
 /// The engines this build knows how to run. An id from a user, the bus or a record becomes one
-/// through [`crate::operations::record::EngineId::known`]; `FromStr` is the name table both use.
+/// through [`crate::ids::EngineId::known`]; `FromStr` is the name table both use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum KnownEngine {

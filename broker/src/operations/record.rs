@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 /// Record format version; a record with another version is not ours to interpret.
 pub const SCHEMA_VERSION: u32 = 2;
 
-pub use crate::ids::EngineId;
+use crate::ids::EngineId;
 
 /// An operation id: `op-` + 32 hex digits, safe as a file name and a D-Bus path element.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

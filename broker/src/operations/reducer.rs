@@ -7,9 +7,10 @@ use enginekit_shared::digest::Digest;
 use enginekit_shared::error::{CodedError, ErrorCode};
 
 use super::record::{
-    coded, ConsentBasis, EffectIntent, EffectKind, EngineId, Operation, OperationId, OperationKind,
+    coded, ConsentBasis, EffectIntent, EffectKind, Operation, OperationId, OperationKind,
     PendingHostStep, Phase, SCHEMA_VERSION,
 };
+use crate::ids::EngineId;
 use enginekit_shared::wire::host_step::{HostRequest, HostStep};
 
 /// What a probe made of the host, reduced to what the state machine decides on.

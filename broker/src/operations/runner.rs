@@ -16,12 +16,12 @@ use super::boundary::{
     ReceiptSummary,
 };
 use super::record::{
-    EffectIntent, EffectKind, EngineId, Operation, OperationId, OperationKind, PendingHostStep,
-    Phase,
+    EffectIntent, EffectKind, Operation, OperationId, OperationKind, PendingHostStep, Phase,
 };
 use super::recovery::{pickup, restarted, Pickup};
 use super::reducer::{reduce, start, Answer, Event, HostOutcome, ReceiptVerdict};
 use super::store::Store;
+use crate::ids::EngineId;
 use enginekit_shared::wire::Timestamp;
 
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);

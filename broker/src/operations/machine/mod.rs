@@ -49,11 +49,6 @@ fn resource_of(image: &ImageRef) -> String {
     format!("image:{image}")
 }
 
-/// The data folder for caches and models: `$XDG_DATA_HOME/enginekit`, else `~/.local/share/enginekit`.
-pub fn default_data_root() -> Option<PathBuf> {
-    crate::documents::store::xdg_dir("XDG_DATA_HOME", ".local/share").map(|d| d.join("enginekit"))
-}
-
 /// A plan with what was needed to make it.
 struct Planned {
     plan: enginekit_shared::wire::plan::Plan,
