@@ -5,14 +5,14 @@ use std::sync::Arc;
 
 use enginekit_shared::error::CodedError;
 
-use crate::elevate::LazyHelper;
+use crate::elevate::SystemHelper;
 use crate::installations::Installations;
 use crate::operations::machine::LinuxMachine;
 use crate::operations::runner::Runner;
 use crate::operations::store::Store;
 use crate::paths;
 
-pub type RealRunner = Runner<LinuxMachine, LazyHelper>;
+pub type RealRunner = Runner<LinuxMachine, SystemHelper>;
 
 #[derive(Debug, Clone)]
 pub struct Context {
@@ -28,7 +28,7 @@ impl Context {
         let store = Store::open(&state)?;
         let installations = Installations::open(&state)?;
         let machine = Arc::new(LinuxMachine::new(&state, &data, installations.clone()));
-        let runner = Runner::new(store, machine.clone(), Arc::new(LazyHelper::default()));
+        let runner = Runner::new(store, machine.clone(), Arc::new(SystemHelper::default()));
         Ok(Context {
             runner,
             installations,
