@@ -3,15 +3,16 @@
 
 use std::sync::Arc;
 
-use enginekit_shared::error::{CodedError, ErrorCode};
+use enginekit_shared::error::CodedError;
 
-use crate::elevate::LazyHelper;
+use crate::elevate::SystemHelper;
 use crate::installations::Installations;
-use crate::operations::machine::{default_data_root, LinuxMachine};
+use crate::operations::machine::LinuxMachine;
 use crate::operations::runner::Runner;
-use crate::operations::store::{default_state_root, Store};
+use crate::operations::store::Store;
+use crate::paths;
 
-pub type RealRunner = Runner<LinuxMachine, LazyHelper>;
+pub type RealRunner = Runner<LinuxMachine, SystemHelper>;
 
 #[derive(Debug, Clone)]
 pub struct Context {
@@ -22,14 +23,12 @@ pub struct Context {
 
 impl Context {
     pub fn open() -> Result<Context, CodedError> {
-        let state = default_state_root()?;
-        let data = default_data_root().ok_or_else(|| {
-            CodedError::new(ErrorCode::IoError, "Neither XDG_DATA_HOME nor HOME is set.")
-        })?;
+        let state = paths::state_root()?;
+        let data = paths::data_root()?;
         let store = Store::open(&state)?;
         let installations = Installations::open(&state)?;
         let machine = Arc::new(LinuxMachine::new(&state, &data, installations.clone()));
-        let runner = Runner::new(store, machine.clone(), Arc::new(LazyHelper::default()));
+        let runner = Runner::new(store, machine.clone(), Arc::new(SystemHelper::default()));
         Ok(Context {
             runner,
             installations,

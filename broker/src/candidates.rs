@@ -299,8 +299,7 @@ fn sandbox(query: &RepositoryQuery) -> std::io::Result<PathBuf> {
 }
 
 fn cache_root() -> Option<PathBuf> {
-    crate::documents::store::xdg_dir("XDG_CACHE_HOME", ".cache")
-        .map(|c| c.join("enginekit/repository-check"))
+    crate::paths::xdg_dir("XDG_CACHE_HOME", ".cache").map(|c| c.join("enginekit/repository-check"))
 }
 
 /// apt pointed at the private folder only: no system source, preference, key or status.

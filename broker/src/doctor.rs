@@ -9,14 +9,11 @@ use crate::assess::cdi::CdiSpec;
 use enginekit_shared::wire::plan::BlockerReason;
 use serde::Serialize;
 
+use crate::assess::no_driver;
 use crate::assess::view::LinuxView;
-use crate::assess::{no_driver, version};
 use crate::installations::{Installation, InstallationStatus};
-use crate::probe::facts::HostFacts;
-
-/// The first toolkit release without CVE-2025-23266 and CVE-2025-23267 (NVIDIA security
-/// bulletin 5659, July 2025).
-pub const FIRST_SAFE_TOOLKIT: &str = "1.17.8";
+use crate::probe::facts::{HostFacts, PackageFamily};
+use enginekit_shared::recipe::version::TOOLKIT_MINIMUM;
 
 /// How much a finding matters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -69,7 +66,7 @@ pub fn diagnose(facts: &HostFacts, installations: &[Installation]) -> Vec<Findin
     out.push(daemon(&view));
     out.push(gpu_runtime(&view));
     out.extend(cdi_spec(facts));
-    out.extend(toolkit(facts));
+    out.extend(toolkit(&view));
     out.push(engines(installations));
     out
 }
@@ -199,38 +196,27 @@ fn cdi_spec(facts: &HostFacts) -> Option<Finding> {
     }
 }
 
-/// `nvidia-ctk --version`'s first line ends with the version (`… CLI version 1.17.8`).
-fn toolkit(facts: &HostFacts) -> Option<Finding> {
-    let line = facts.nvidia.nvidia_ctk_version.as_deref()?;
-    let installed = line
-        .split_whitespace()
-        .last()?
-        .trim_start_matches('v')
-        .to_owned();
-    if !installed.chars().next()?.is_ascii_digit() {
-        return None;
-    }
-    if version::compare_dotted(&installed, FIRST_SAFE_TOOLKIT) == std::cmp::Ordering::Less {
-        let upgrade = match facts.system.distribution.value().map(|d| d.family) {
-            Some(crate::probe::facts::PackageFamily::Dnf) => {
-                "sudo dnf upgrade nvidia-container-toolkit"
-            }
-            _ => "sudo apt-get install --only-upgrade nvidia-container-toolkit",
-        };
-        Some(Finding::problem(
-            "toolkit-version",
-            Severity::Warning,
-            format!(
-                "The NVIDIA Container Toolkit {installed} has known container-escape vulnerabilities (CVE-2025-23266, CVE-2025-23267); {FIRST_SAFE_TOOLKIT} fixes them."
-            ),
-            upgrade,
-        ))
-    } else {
-        Some(Finding::ok(
+/// The toolkit's version, judged by the plan's own rule ([`LinuxView::toolkit_outdated`]).
+fn toolkit(view: &LinuxView) -> Option<Finding> {
+    let installed = view.toolkit_version.as_deref()?;
+    if view.toolkit_outdated().is_none() {
+        return Some(Finding::ok(
             "toolkit-version",
             format!("NVIDIA Container Toolkit {installed}"),
-        ))
+        ));
     }
+    let upgrade = match view.family() {
+        PackageFamily::Dnf => "sudo dnf upgrade nvidia-container-toolkit",
+        _ => "sudo apt-get install --only-upgrade nvidia-container-toolkit",
+    };
+    Some(Finding::problem(
+        "toolkit-version",
+        Severity::Warning,
+        format!(
+            "The NVIDIA Container Toolkit {installed} has known container-escape vulnerabilities (CVE-2025-23266, CVE-2025-23267); {TOOLKIT_MINIMUM} fixes them."
+        ),
+        upgrade,
+    ))
 }
 
 fn engines(installations: &[Installation]) -> Finding {
@@ -259,5 +245,78 @@ fn engines(installations: &[Installation]) -> Finding {
         )
     } else {
         Finding::ok("engines", format!("Set up: {}", ready.join(", ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a failed expectation is the test failing
+
+    use serde_json::{json, Value};
+
+    use super::*;
+    use crate::cli::plan::plan_for;
+    use crate::documents::descriptor::KnownEngine;
+    use crate::documents::store::DocumentSources;
+
+    const READY: &str = include_str!("../tests/facts/ubuntu2404-rtx4090-ready.json");
+
+    /// A working apt host but for its toolkit: `ctk` is what `nvidia-ctk --version` printed,
+    /// `package` the version the package database lists (`None`: installed outside it).
+    fn host(ctk: &str, package: Option<&str>) -> HostFacts {
+        let mut facts: Value = serde_json::from_str(READY).unwrap();
+        let mut packages = vec![
+            json!({"name": "docker-ce", "version": "5:28.3.0-1~ubuntu.24.04~noble", "source": "dpkg"}),
+        ];
+        if let Some(version) = package {
+            packages.push(
+                json!({"name": "nvidia-container-toolkit", "version": version, "source": "dpkg"}),
+            );
+        }
+        facts["docker"]["packages"] = json!({"state": "known", "value": packages});
+        facts["nvidia"]["nvidia_ctk_version"] = json!(ctk);
+        // As the probe derives it on apt: the full package must be listed.
+        facts["nvidia"]["toolkit_installed"] =
+            json!({"state": "known", "value": package.is_some()});
+        serde_json::from_value(facts).unwrap()
+    }
+
+    /// The plan and the doctor must flag the same toolkits: one fact (the CLI's version), one
+    /// rule. A second source on either side (the package database) makes them part again.
+    #[test]
+    fn the_plan_and_the_doctor_flag_the_same_toolkits() {
+        let line = |v: &str| format!("NVIDIA Container Toolkit CLI version {v}");
+        for (ctk, package, outdated) in [
+            (line("1.18.0"), Some("1.18.0-1"), false),
+            (line("1.17.3"), Some("1.17.3-1"), true),
+            // Installed outside the package manager: no package entry, the binary still runs.
+            (line("1.17.3"), None, true),
+            (line("1.18.0 (enginekit bench STAND-IN)"), None, false),
+            // A toolkit replaced by hand over an old package.
+            (line("1.18.0"), Some("1.17.3-1"), false),
+        ] {
+            let facts = host(&ctk, package);
+            let doctor_flags = diagnose(&facts, &[])
+                .iter()
+                .any(|f| f.code == "toolkit-version" && f.severity == Severity::Warning);
+            let plan = plan_for(KnownEngine::Vllm, facts, &DocumentSources::embedded_only())
+                .unwrap()
+                .plan;
+            let plan_flags = plan
+                .system_changes
+                .iter()
+                .any(|c| c.param("upgrades").is_some())
+                || plan
+                    .blockers
+                    .iter()
+                    .any(|b| b.reason == BlockerReason::ToolkitTooOld);
+            assert_eq!(doctor_flags, outdated, "doctor: {ctk}, package {package:?}");
+            assert_eq!(plan_flags, outdated, "plan: {ctk}, package {package:?}");
+            // The host works: only an outdated toolkit keeps the plan from adopting it.
+            assert_eq!(
+                plan.adopts_existing_engine, !outdated,
+                "adopted: {ctk}, package {package:?}"
+            );
+        }
     }
 }

@@ -1,36 +1,11 @@
-//! The ids every layer of the broker shares (operations, installations, the session service):
-//! a digest as text and an engine id, validated when parsed, serialized as plain strings. A
-//! bottom-level module, so that no store has to import another's record.
+//! The ids every layer of the broker shares (operations, installations, engine sessions, the
+//! session service): an engine id, validated when parsed, serialized as the plain string.
+//! Digests are the contract's `enginekit_shared::digest::Digest`. A bottom-level module, so
+//! that no store has to import another's record.
 
 use enginekit_shared::error::{CodedError, ErrorCode};
 
 use crate::documents::descriptor::KnownEngine;
-
-/// A `sha256:` + 64 lowercase hex digest as text, validated when parsed.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct DigestText(String);
-
-impl DigestText {
-    pub fn parse(text: &str) -> Result<Self, CodedError> {
-        let hex = text.strip_prefix("sha256:").unwrap_or("");
-        if hex.len() == 64
-            && hex
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        {
-            Ok(DigestText(text.to_owned()))
-        } else {
-            Err(CodedError::new(
-                ErrorCode::InvalidArgument,
-                "A digest must be sha256: followed by 64 lowercase hex digits.",
-            ))
-        }
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
 
 /// An engine id as records, installations and callers carry it (`vllm`, `tensorrt-llm`): safe as
 /// a file name, serialized as the plain string.
@@ -85,5 +60,4 @@ impl From<KnownEngine> for EngineId {
     }
 }
 
-enginekit_shared::string_newtype!(DigestText => DigestText::parse);
 enginekit_shared::string_newtype!(EngineId => EngineId::parse);

@@ -4,10 +4,11 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use enginekit_shared::digest::Digest;
 use enginekit_shared::error::{CodedError, ErrorCode};
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{DigestText, EngineId};
+use crate::ids::EngineId;
 use enginekit_shared::durable::{ensure_private_dir, write_atomic, PRIVATE};
 
 pub const SCHEMA_VERSION: u32 = 1;
@@ -24,7 +25,7 @@ pub enum InstallationStatus {
 #[serde(deny_unknown_fields)]
 pub struct PinnedImage {
     pub repository: String,
-    pub digest: DigestText,
+    pub digest: Digest,
 }
 
 impl PinnedImage {
@@ -164,7 +165,9 @@ mod tests {
             status: InstallationStatus::Ready,
             image: PinnedImage {
                 repository: "127.0.0.1:5000/ekt/engine".into(),
-                digest: DigestText::parse(&format!("sha256:{}", "a".repeat(64))).unwrap(),
+                digest: format!("sha256:{}", "a".repeat(64))
+                    .parse::<Digest>()
+                    .unwrap(),
             },
             probe_image: None,
             platform: "linux/amd64".into(),

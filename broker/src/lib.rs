@@ -16,6 +16,7 @@ pub mod installations;
 pub mod journal;
 pub mod logging;
 pub mod operations;
+pub mod paths;
 pub mod plan;
 pub mod probe;
 pub mod programs;

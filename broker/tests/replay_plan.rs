@@ -1612,6 +1612,7 @@ fn what_dockers_repository_answers() {
 /// dnf, whose allowlist refuses `upgrade`, the person upgrades it first.
 #[test]
 fn a_toolkit_below_the_minimum_is_upgraded_not_adopted() {
+    // The package and the CLI it installed, as on a real host: the plan judges the CLI's version.
     let with_toolkit = |version: &'static str| {
         move |f: &mut Value| {
             set(
@@ -1621,7 +1622,13 @@ fn a_toolkit_below_the_minimum_is_upgraded_not_adopted() {
                     {"name": "docker-ce", "version": "5:28.3.0-1~ubuntu.24.04~noble", "source": "dpkg"},
                     {"name": "nvidia-container-toolkit", "version": version, "source": "dpkg"},
                 ])),
-            )
+            );
+            let upstream = version.split('-').next().unwrap_or(version);
+            set(
+                f,
+                "/nvidia/nvidia_ctk_version",
+                json!(format!("NVIDIA Container Toolkit CLI version {upstream}")),
+            );
         }
     };
     let current = check(
@@ -1642,7 +1649,7 @@ fn a_toolkit_below_the_minimum_is_upgraded_not_adopted() {
     assert_eq!(install.param("packages"), Some("nvidia-container-toolkit"));
     assert_eq!(
         install.param("upgrades"),
-        Some("nvidia-container-toolkit 1.17.3-1")
+        Some("nvidia-container-toolkit 1.17.3")
     );
     assert!(install.text.contains("CVE-2025-23266"), "{}", install.text);
     assert_ne!(

@@ -9,7 +9,7 @@ use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
 use crate::canonical::{self, CanonicalError};
-use crate::error::ErrorCode;
+use crate::error::{CodedError, ErrorCode};
 
 const PREFIX: &str = "sha256:";
 
@@ -25,6 +25,15 @@ pub struct DigestParseError;
 impl DigestParseError {
     pub fn code(&self) -> ErrorCode {
         ErrorCode::InvalidArgument
+    }
+}
+
+impl From<DigestParseError> for CodedError {
+    fn from(err: DigestParseError) -> Self {
+        CodedError::new(
+            err.code(),
+            "A digest must be sha256: followed by 64 lowercase hex digits.",
+        )
     }
 }
 

@@ -8,7 +8,7 @@
 ///
 /// ```ignore
 /// enginekit_shared::string_newtype!(UserName, AbsPath);
-/// enginekit_shared::string_newtype!(DigestText => DigestText::parse);
+/// enginekit_shared::string_newtype!(EngineId => EngineId::parse);
 /// ```
 #[macro_export]
 macro_rules! string_newtype {

@@ -20,14 +20,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use enginekit_broker::elevate::SystemHelper;
+use enginekit_broker::ids::EngineId;
 use enginekit_broker::operations::boundary::{
     Claims, Elevator, HostCheck, HostRun, ProgressSink, Provisioner, ReceiptLookup,
 };
-use enginekit_broker::operations::record::{DigestText, EngineId, Operation};
+use enginekit_broker::operations::record::Operation;
 use enginekit_broker::operations::reducer::{ProbedPlan, Reconciliation};
 use enginekit_broker::operations::runner::Runner;
 use enginekit_broker::operations::store::Store;
 use enginekit_integration::bench;
+use enginekit_shared::digest::Digest;
 use enginekit_shared::error::CodedError;
 use enginekit_shared::wire::host_step::{HostRequest, HostStep};
 use helper_support::*;
@@ -65,7 +67,7 @@ fn scripted_plan() -> enginekit_shared::wire::plan::Plan {
 impl Provisioner for ScriptedMachine {
     async fn plan(&self, _op: &Operation) -> Result<ProbedPlan, CodedError> {
         Ok(ProbedPlan {
-            plan_digest: DigestText::parse(PLAN_DIGEST).expect("digest"),
+            plan_digest: PLAN_DIGEST.parse::<Digest>().expect("digest"),
             blockers: vec![],
             host_step: Some(self.request.clone()),
             descriptor_id: Some("scripted".into()),
@@ -85,7 +87,7 @@ impl Provisioner for ScriptedMachine {
     async fn reconcile(&self, _op: &Operation) -> Result<Reconciliation, CodedError> {
         Ok(Reconciliation {
             verified_completed_step_ids: vec![],
-            current_plan_digest: Some(DigestText::parse(PLAN_DIGEST).expect("digest")),
+            current_plan_digest: Some(PLAN_DIGEST.parse::<Digest>().expect("digest")),
             needs_relogin: false,
             needs_reboot: false,
         })
@@ -175,7 +177,7 @@ async fn child(mode: &str) {
     let op = match mode {
         "drive" => {
             let op = runner
-                .begin_setup(&engine, Some(DigestText::parse(PLAN_DIGEST).expect("d")))
+                .begin_setup(&engine, Some(PLAN_DIGEST.parse::<Digest>().expect("d")))
                 .expect("begin");
             runner.drive(&op.operation_id).await.expect("drive")
         }

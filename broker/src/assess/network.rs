@@ -241,28 +241,25 @@ mod tests {
             ])),
             Some(vec!["128.0.0.0/1".to_owned()])
         );
-        assert_eq!(
-            named(routes_covering_pools(&[
-                route("172.16.0.0/12", "wg0"),
-                route("192.168.0.0/16", "wg0"),
-            ])),
-            Some(vec![
-                "172.16.0.0/12".to_owned(),
-                "192.168.0.0/16".to_owned()
-            ])
-        );
+        let split_tunnel = [
+            route("172.16.0.0/12", "wg0"),
+            route("192.168.0.0/16", "wg0"),
+        ];
         // A narrower route whose pool a wider one already covers is not named.
-        assert_eq!(
-            named(routes_covering_pools(&[
-                route("172.17.0.0/16", "br0"),
-                route("172.16.0.0/12", "wg0"),
-                route("192.168.0.0/16", "wg0"),
-            ])),
-            Some(vec![
-                "172.16.0.0/12".to_owned(),
-                "192.168.0.0/16".to_owned()
-            ])
-        );
+        let with_narrower = [
+            route("172.17.0.0/16", "br0"),
+            split_tunnel[0].clone(),
+            split_tunnel[1].clone(),
+        ];
+        for routes in [&split_tunnel[..], &with_narrower[..]] {
+            assert_eq!(
+                named(routes_covering_pools(routes)),
+                Some(vec![
+                    "172.16.0.0/12".to_owned(),
+                    "192.168.0.0/16".to_owned()
+                ])
+            );
+        }
         assert_eq!(
             routes_covering_pools(&[route("192.168.0.0/20", "eth0")]),
             None

@@ -71,7 +71,9 @@ pub struct LinuxView {
     pub group_configured: Option<bool>,
     pub group_effective: bool,
     pub toolkit_installed: bool,
-    /// The installed `nvidia-container-toolkit` package's version, when the database said.
+    /// The toolkit's version as `nvidia-ctk --version` reports it ([`NvidiaFacts::toolkit_version`]).
+    ///
+    /// [`NvidiaFacts::toolkit_version`]: crate::probe::facts::NvidiaFacts::toolkit_version
     pub toolkit_version: Option<String>,
     pub routes: Option<Vec<Route>>,
     pub free_disk_bytes: Option<u64>,
@@ -161,11 +163,7 @@ impl LinuxView {
             group_configured: facts.system.docker_group.configured.value().copied(),
             group_effective: facts.system.docker_group.effective.is_true(),
             toolkit_installed: facts.nvidia.toolkit_installed.is_true(),
-            toolkit_version: facts.docker.packages.value().and_then(|list| {
-                list.iter()
-                    .find(|p| p.name == crate::probe::packages::TOOLKIT_PACKAGE)
-                    .and_then(|p| p.version.clone())
-            }),
+            toolkit_version: facts.nvidia.toolkit_version().map(str::to_owned),
             routes: facts.network.routes.value().cloned(),
             free_disk_bytes: facts.disk.free_bytes.value().copied(),
             free_disk_path: facts.disk.path.clone(),
@@ -193,15 +191,16 @@ impl LinuxView {
             .map_or(PackageFamily::Other, |d| d.family)
     }
 
-    /// The installed toolkit's version when it is below the minimum the plans accept
-    /// (`recipe::version::TOOLKIT_MINIMUM`: CVE-2025-23266, CVE-2025-23267).
+    /// The toolkit's version when it is below the minimum the plans accept
+    /// (`recipe::version::TOOLKIT_MINIMUM`: CVE-2025-23266, CVE-2025-23267): the one judgement
+    /// the plan and the doctor share. A toolkit the package database does not list counts too:
+    /// it is what Docker runs.
     pub fn toolkit_outdated(&self) -> Option<&str> {
         let version = self.toolkit_version.as_deref()?;
-        (self.toolkit_installed
-            && !enginekit_shared::recipe::version::at_least(
-                version,
-                enginekit_shared::recipe::version::TOOLKIT_MINIMUM,
-            ))
+        (!enginekit_shared::recipe::version::at_least(
+            version,
+            enginekit_shared::recipe::version::TOOLKIT_MINIMUM,
+        ))
         .then_some(version)
     }
 

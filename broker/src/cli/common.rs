@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::{EXIT_BLOCKED, EXIT_FAILURE, EXIT_USAGE};
 use crate::app::Context;
-use crate::operations::record::EngineId;
+use crate::ids::EngineId;
 
 /// A multi-thread runtime (the drive and the view run side by side).
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {

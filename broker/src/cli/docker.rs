@@ -231,7 +231,7 @@ async fn pull(image: &str, json: bool, options: &PullOptions, socket: PathBuf) -
 }
 
 async fn reconcile(json: bool, state_dir: Option<PathBuf>, socket: PathBuf) -> ExitCode {
-    let Some(state_dir) = state_dir.or_else(journal::default_state_dir) else {
+    let Some(state_dir) = state_dir.or_else(|| crate::paths::state_root().ok()) else {
         eprintln!("enginekit: no state directory: set XDG_STATE_HOME or HOME, or pass --state-dir");
         return ExitCode::from(EXIT_USAGE);
     };

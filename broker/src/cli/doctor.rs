@@ -12,7 +12,7 @@ use super::plan::{live_facts, read_facts_file};
 use super::EXIT_BLOCKED;
 use crate::doctor::{diagnose, worst, Severity};
 use crate::installations::Installations;
-use crate::operations::store::default_state_root;
+use crate::paths;
 
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
@@ -34,7 +34,7 @@ pub fn run(args: DoctorArgs) -> ExitCode {
         Ok(facts) => facts,
         Err(e) => return report_error(json, &e),
     };
-    let installations = match default_state_root().and_then(|root| Installations::open(&root)) {
+    let installations = match paths::state_root().and_then(|root| Installations::open(&root)) {
         Ok(store) => store.list(),
         Err(e) => return report_error(json, &e),
     };

@@ -16,7 +16,7 @@ use crate::assess::Assessment;
 use crate::documents::descriptor::{Descriptor, KnownEngine};
 use crate::documents::store::{DocumentSet, DocumentSources};
 use crate::i18n::tr;
-use crate::operations::record;
+use crate::ids::EngineId;
 use crate::plan::{plan_setup, plan_without_descriptor, PlanRequest};
 use crate::probe::facts::{DaemonState, HostFacts};
 
@@ -36,10 +36,10 @@ pub struct PlanArgs {
     pub facts: Option<PathBuf>,
 }
 
-/// `--engine`: the same parse as `setup` and `remove` ([`record::EngineId::parse`]), then an
-/// engine this build knows ([`record::EngineId::known`]); a refusal is a usage error (exit 2).
+/// `--engine`: the same parse as `setup` and `remove` ([`EngineId::parse`]), then an
+/// engine this build knows ([`EngineId::known`]); a refusal is a usage error (exit 2).
 fn parse_engine(text: &str) -> Result<KnownEngine, String> {
-    record::EngineId::parse(text)
+    EngineId::parse(text)
         .and_then(|id| id.known())
         .map_err(|e| e.details.unwrap_or(e.message))
 }

@@ -12,7 +12,6 @@ use enginekit_shared::error::{CodedError, ErrorCode};
 use super::common::{consent, emit, open_for_engine, report_error, runtime};
 use super::follow::{conclude, drive_with_view, print_plan};
 use super::EXIT_BLOCKED;
-use crate::operations::record::DigestText;
 
 #[derive(Debug, Args)]
 pub struct SetupArgs {
@@ -78,10 +77,7 @@ async fn setup(args: SetupArgs) -> ExitCode {
         }
         return ExitCode::from(EXIT_BLOCKED);
     }
-    let digest = match DigestText::parse(plan.plan_digest.as_str()) {
-        Ok(digest) => digest,
-        Err(e) => return report_error(json, &e),
-    };
+    let digest = plan.plan_digest.clone();
     if let Err(e) = consent(args.yes, json, "Set up with this plan?") {
         return report_error(json, &e);
     }

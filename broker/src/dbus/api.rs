@@ -5,13 +5,15 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use enginekit_shared::digest::Digest;
 use enginekit_shared::error::CodedError;
 use enginekit_shared::wire::plan::Plan;
 use tokio::sync::broadcast;
 
+use crate::ids::EngineId;
 use crate::installations::Installations;
 use crate::operations::boundary::{Elevator, Provisioner};
-use crate::operations::record::{DigestText, EngineId, Operation, OperationId};
+use crate::operations::record::{Operation, OperationId};
 use crate::operations::runner::{Runner, RunnerEvent};
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -19,13 +21,9 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait BrokerApi: Send + Sync + 'static {
     fn probe(&self) -> BoxFuture<'_, Result<serde_json::Value, CodedError>>;
     fn plan(&self, engine: EngineId) -> BoxFuture<'_, Result<Plan, CodedError>>;
-    fn begin_setup(
-        &self,
-        engine: EngineId,
-        plan_digest: DigestText,
-    ) -> Result<Operation, CodedError>;
+    fn begin_setup(&self, engine: EngineId, plan_digest: Digest) -> Result<Operation, CodedError>;
     fn begin_remove(&self, engine: EngineId, retain_models: bool) -> Result<Operation, CodedError>;
-    fn approve(&self, id: &OperationId, plan_digest: DigestText) -> Result<Operation, CodedError>;
+    fn approve(&self, id: &OperationId, plan_digest: Digest) -> Result<Operation, CodedError>;
     fn resume(&self, id: &OperationId) -> Result<Operation, CodedError>;
     fn cancel(&self, id: &OperationId) -> Result<Operation, CodedError>;
     /// Drive the operation in the background; the result arrives as change events.
@@ -87,11 +85,7 @@ impl<P: Provisioner + Probing, E: Elevator> BrokerApi for Broker<P, E> {
         Box::pin(async move { self.runner.plan(&engine).await })
     }
 
-    fn begin_setup(
-        &self,
-        engine: EngineId,
-        plan_digest: DigestText,
-    ) -> Result<Operation, CodedError> {
+    fn begin_setup(&self, engine: EngineId, plan_digest: Digest) -> Result<Operation, CodedError> {
         self.runner.begin_setup(&engine, Some(plan_digest))
     }
 
@@ -99,7 +93,7 @@ impl<P: Provisioner + Probing, E: Elevator> BrokerApi for Broker<P, E> {
         self.runner.begin_remove(&engine, retain_models)
     }
 
-    fn approve(&self, id: &OperationId, plan_digest: DigestText) -> Result<Operation, CodedError> {
+    fn approve(&self, id: &OperationId, plan_digest: Digest) -> Result<Operation, CodedError> {
         let op = self.load(id)?;
         let event = crate::operations::reducer::Event::Approve {
             expected_revision: op.revision,

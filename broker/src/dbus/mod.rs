@@ -17,6 +17,7 @@ pub mod specimen;
 use std::sync::Arc;
 use std::time::Duration;
 
+use enginekit_shared::digest::Digest;
 use enginekit_shared::error::CodedError;
 use zbus::object_server::SignalEmitter;
 use zbus::{Connection, OwnedObjectPath};
@@ -24,7 +25,8 @@ use zbus::{Connection, OwnedObjectPath};
 use self::api::BrokerApi;
 use self::error::BrokerError;
 use self::operation::{operation_path, OperationObject};
-use crate::operations::record::{DigestText, EngineId, Operation, OperationId};
+use crate::ids::EngineId;
+use crate::operations::record::{Operation, OperationId};
 use crate::operations::runner::RunnerEvent;
 
 pub const BUS_NAME: &str = "org.enginekit.Broker1";
@@ -90,7 +92,7 @@ impl BrokerObject {
         #[zbus(header)] header: zbus::message::Header<'_>,
     ) -> Result<OwnedObjectPath, BrokerError> {
         let _call = self.api.call_started();
-        let digest = DigestText::parse(plan_digest)?;
+        let digest = plan_digest.parse::<Digest>().map_err(CodedError::from)?;
         let op = self.api.begin_setup(engine(engine_id)?, digest)?;
         if let Some(sender) = header.sender() {
             self.watchers
@@ -376,13 +378,13 @@ mod tests {
         fn plan(&self, _: EngineId) -> BoxFuture<'_, Result<Plan, CodedError>> {
             Box::pin(async { no() })
         }
-        fn begin_setup(&self, _: EngineId, _: DigestText) -> Result<Operation, CodedError> {
+        fn begin_setup(&self, _: EngineId, _: Digest) -> Result<Operation, CodedError> {
             no()
         }
         fn begin_remove(&self, _: EngineId, _: bool) -> Result<Operation, CodedError> {
             no()
         }
-        fn approve(&self, _: &OperationId, _: DigestText) -> Result<Operation, CodedError> {
+        fn approve(&self, _: &OperationId, _: Digest) -> Result<Operation, CodedError> {
             no()
         }
         fn resume(&self, _: &OperationId) -> Result<Operation, CodedError> {

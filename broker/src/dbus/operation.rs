@@ -1,6 +1,7 @@
 //! Operation objects: `/org/enginekit/Broker1/operation/<id>`, interface
 //! `org.enginekit.Broker1.Operation`.
 
+use enginekit_shared::digest::Digest;
 use std::sync::Arc;
 
 use zbus::object_server::SignalEmitter;
@@ -9,7 +10,7 @@ use zbus::OwnedObjectPath;
 use super::api::BrokerApi;
 use super::error::BrokerError;
 use crate::operations::boundary::ProgressTick;
-use crate::operations::record::{DigestText, Operation, OperationId};
+use crate::operations::record::{Operation, OperationId};
 
 pub const PATH_PREFIX: &str = "/org/enginekit/Broker1/operation/";
 
@@ -47,7 +48,7 @@ pub async fn export(
     OwnedObjectPath::try_from(path).map_err(BrokerError::ZBus)
 }
 
-fn text(digest: &Option<DigestText>) -> String {
+fn text(digest: &Option<Digest>) -> String {
     digest
         .as_ref()
         .map(|d| d.as_str().to_owned())
@@ -162,7 +163,9 @@ impl OperationObject {
 
     /// Approve the plan the operation offers (after `MANAGED_PLAN_CHANGED`).
     async fn approve(&self, plan_digest: &str) -> Result<(), BrokerError> {
-        let digest = DigestText::parse(plan_digest)?;
+        let digest = plan_digest
+            .parse::<Digest>()
+            .map_err(enginekit_shared::error::CodedError::from)?;
         let op = self.api.approve(&self.op.operation_id, digest)?;
         self.api.spawn_drive(op.operation_id);
         Ok(())

@@ -128,6 +128,28 @@ fn coded_json(err: &CodedError) -> String {
     serde_json::to_string(err).unwrap_or_default()
 }
 
+/// Shows how a session ended on its object (`end`: the final state, or the error that made it
+/// `failed`) and hands the outcome on.
+async fn report_end(
+    conn: &Connection,
+    path: &str,
+    end: Result<&'static str, CodedError>,
+) -> Result<(), CodedError> {
+    let update = match &end {
+        Ok(state) => Update {
+            state: Some(state),
+            ..Update::default()
+        },
+        Err(coded) => Update {
+            state: Some("failed"),
+            error: Some(coded_json(coded)),
+            ..Update::default()
+        },
+    };
+    apply(conn, path, update).await;
+    end.map(|_| ())
+}
+
 /// A session this service drives.
 #[derive(Debug)]
 struct Live {
@@ -297,20 +319,7 @@ impl Engines {
             drop(on);
             let _ = forwarder.await;
             let result = match loaded {
-                Err(e) => {
-                    let coded = e.to_coded();
-                    apply(
-                        &conn,
-                        &task_path,
-                        Update {
-                            state: Some("failed"),
-                            error: Some(coded_json(&coded)),
-                            ..Update::default()
-                        },
-                    )
-                    .await;
-                    Err(coded)
-                }
+                Err(e) => report_end(&conn, &task_path, Err(e.to_coded())).await,
                 Ok(loaded) => {
                     apply(
                         &conn,
@@ -333,60 +342,19 @@ impl Engines {
                                 },
                             )
                             .await;
-                            match runtime.unload(&loaded.record.name).await {
-                                Ok(()) => {
-                                    apply(
-                                        &conn,
-                                        &task_path,
-                                        Update {
-                                            state: Some("stopped"),
-                                            ..Update::default()
-                                        },
-                                    )
-                                    .await;
-                                    Ok(())
-                                }
-                                Err(e) => {
-                                    let coded = e.to_coded();
-                                    apply(
-                                        &conn,
-                                        &task_path,
-                                        Update {
-                                            state: Some("failed"),
-                                            error: Some(coded_json(&coded)),
-                                            ..Update::default()
-                                        },
-                                    )
-                                    .await;
-                                    Err(coded)
-                                }
-                            }
+                            let stopped = runtime
+                                .unload(&loaded.record.name)
+                                .await
+                                .map(|()| "stopped")
+                                .map_err(|e| e.to_coded());
+                            report_end(&conn, &task_path, stopped).await
                         }
                         Ok(MonitorEnd::StoppedElsewhere) => {
-                            apply(
-                                &conn,
-                                &task_path,
-                                Update {
-                                    state: Some("stopped"),
-                                    ..Update::default()
-                                },
-                            )
-                            .await;
-                            Ok(())
+                            report_end(&conn, &task_path, Ok("stopped")).await
                         }
                         Ok(MonitorEnd::Died(classification)) => {
                             let coded = EngineError::Exited { classification }.to_coded();
-                            apply(
-                                &conn,
-                                &task_path,
-                                Update {
-                                    state: Some("failed"),
-                                    error: Some(coded_json(&coded)),
-                                    ..Update::default()
-                                },
-                            )
-                            .await;
-                            Err(coded)
+                            report_end(&conn, &task_path, Err(coded)).await
                         }
                         Err(e) => Err(e.to_coded()),
                     }

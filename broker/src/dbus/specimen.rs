@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use enginekit_shared::digest::Digest;
 use enginekit_shared::error::{CodedError, ErrorCode};
 use enginekit_shared::wire::plan::Plan;
 use tokio::sync::broadcast;
@@ -12,7 +13,8 @@ use zbus::{ObjectServer, OwnedObjectPath};
 use super::api::{BoxFuture, BrokerApi, CallGuard};
 use super::session::{session_path, SessionObject};
 use super::{operation, BrokerObject, OBJECT_PATH};
-use crate::operations::record::{DigestText, EngineId, Operation, OperationId, OperationKind};
+use crate::ids::EngineId;
+use crate::operations::record::{Operation, OperationId, OperationKind};
 use crate::operations::runner::RunnerEvent;
 
 /// The paths of the served specimens, one per interface of the service.
@@ -88,13 +90,13 @@ impl BrokerApi for Refusing {
     fn plan(&self, _: EngineId) -> BoxFuture<'_, Result<Plan, CodedError>> {
         Box::pin(async { refused() })
     }
-    fn begin_setup(&self, _: EngineId, _: DigestText) -> Result<Operation, CodedError> {
+    fn begin_setup(&self, _: EngineId, _: Digest) -> Result<Operation, CodedError> {
         refused()
     }
     fn begin_remove(&self, _: EngineId, _: bool) -> Result<Operation, CodedError> {
         refused()
     }
-    fn approve(&self, _: &OperationId, _: DigestText) -> Result<Operation, CodedError> {
+    fn approve(&self, _: &OperationId, _: Digest) -> Result<Operation, CodedError> {
         refused()
     }
     fn resume(&self, _: &OperationId) -> Result<Operation, CodedError> {

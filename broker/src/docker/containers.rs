@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use bollard::models::{ContainerStateStatusEnum, NetworkCreateRequest};
+use bollard::models::{ContainerStateStatusEnum, ContainerSummary, NetworkCreateRequest};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, InspectContainerOptions, InspectNetworkOptions,
     ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
@@ -262,18 +262,29 @@ impl Docker {
         }
     }
 
-    /// Every container, running or not, that carries our owner label (discovery only).
-    pub async fn labelled_containers(&self) -> Result<Vec<ContainerFacts>> {
-        let filters = HashMap::from([("label".to_owned(), vec![format!("{LABEL_OWNER}={OWNER}")])]);
+    /// Every container, running or not, that matches one filter (`label`, `ancestor`, … as the
+    /// Engine API's `filters` names them).
+    pub(super) async fn containers_where(
+        &self,
+        filter: &str,
+        value: String,
+    ) -> Result<Vec<ContainerSummary>> {
+        let filters = HashMap::from([(filter.to_owned(), vec![value])]);
         let options = ListContainersOptionsBuilder::new()
             .all(true)
             .filters(&filters)
             .build();
-        let listed = self
-            .api
+        self.api
             .list_containers(Some(options))
             .await
-            .map_err(|err| self.fail("container list", CALL_TIMEOUT, err))?;
+            .map_err(|err| self.fail("container list", CALL_TIMEOUT, err))
+    }
+
+    /// Every container, running or not, that carries our owner label (discovery only).
+    pub async fn labelled_containers(&self) -> Result<Vec<ContainerFacts>> {
+        let listed = self
+            .containers_where("label", format!("{LABEL_OWNER}={OWNER}"))
+            .await?;
         Ok(listed
             .into_iter()
             .map(|c| ContainerFacts {

@@ -1,9 +1,7 @@
 //! Images by `repo@digest`: inspect (absence is an answer, not an error), identity check by
 //! `RepoDigests`, the containers that use an image, and removal that is never forced.
 
-use std::collections::HashMap;
-
-use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveImageOptionsBuilder};
+use bollard::query_parameters::RemoveImageOptionsBuilder;
 use enginekit_shared::image::ImageRef;
 use serde::Serialize;
 
@@ -85,17 +83,7 @@ impl Docker {
     /// Ids of every container, running or not, created from `image` (or from an image built on
     /// it). Fails loudly rather than reporting no users.
     pub async fn containers_using_image(&self, image: &ImageRef) -> Result<Vec<String>> {
-        let mut filters = HashMap::new();
-        filters.insert("ancestor".to_owned(), vec![image.to_string()]);
-        let options = ListContainersOptionsBuilder::new()
-            .all(true)
-            .filters(&filters)
-            .build();
-        let listed = self
-            .api
-            .list_containers(Some(options))
-            .await
-            .map_err(|err| self.fail("container list", CALL_TIMEOUT, err))?;
+        let listed = self.containers_where("ancestor", image.to_string()).await?;
         Ok(listed.into_iter().filter_map(|c| c.id).collect())
     }
 

@@ -538,6 +538,16 @@ mod tests {
         )
     }
 
+    /// The `-v` binds Docker would be given for `s`.
+    fn binds_of(s: &ContainerSpec) -> Vec<String> {
+        s.to_create_body()
+            .unwrap()
+            .host_config
+            .unwrap()
+            .binds
+            .unwrap()
+    }
+
     fn mount(purpose: &str, source: &Path, target: &str, read_only: bool) -> MountSpec {
         MountSpec {
             purpose: purpose.into(),
@@ -635,13 +645,7 @@ mod tests {
         std::fs::create_dir(&model).unwrap();
         let mut s = spec();
         s.mounts = vec![mount("model", &model, "/enginekit/model", true)];
-        let binds = s
-            .to_create_body()
-            .unwrap()
-            .host_config
-            .unwrap()
-            .binds
-            .unwrap();
+        let binds = binds_of(&s);
         let real = std::fs::canonicalize(&model).unwrap();
         assert_eq!(
             binds,
@@ -704,13 +708,7 @@ mod tests {
             mount("model", &root.join("inside"), "/m", true),
             mount("root", &root, "/r", false),
         ];
-        let binds = s
-            .to_create_body()
-            .unwrap()
-            .host_config
-            .unwrap()
-            .binds
-            .unwrap();
+        let binds = binds_of(&s);
         assert!(binds[0].ends_with("/view/models:/m:ro,z"), "{binds:?}");
         assert!(binds[1].ends_with(":/r:rw,z"));
 

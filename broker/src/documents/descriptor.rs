@@ -5,20 +5,22 @@ use std::fmt;
 use std::str::FromStr;
 
 use enginekit_shared::digest::Digest;
-use enginekit_shared::error::{CodedError, ErrorCode};
+use enginekit_shared::error::CodedError;
 use enginekit_shared::image::{ImageRef, Repository};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::strict::{self, Fields, Refusal};
+use super::strict::{self, Currency, Fields, Refusal};
 
 /// The only descriptor schema this build reads.
 pub const DESCRIPTOR_SCHEMA_VERSION: u64 = 1;
 /// The `kind` a descriptor payload names.
 pub const DESCRIPTOR_KIND: &str = "engine-descriptor";
+/// How refusals name the document.
+const DOCUMENT: &str = "runtime descriptor";
 
 /// The engines this build knows how to run. An id from a user, the bus or a record becomes one
-/// through [`crate::operations::record::EngineId::known`]; `FromStr` is the name table both use.
+/// through [`crate::ids::EngineId::known`]; `FromStr` is the name table both use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum KnownEngine {
@@ -185,10 +187,7 @@ fn strings(fields: &mut Fields<'_>, key: &'static str) -> Result<Vec<String>, Re
 
 fn parse_fields(value: &Value) -> Result<Descriptor, Refusal> {
     let mut f = Fields::of(value, "$")?;
-    if f.required("schema_version")?.as_u64() != Some(DESCRIPTOR_SCHEMA_VERSION) {
-        return Err(Refusal::new("$.schema_version must be 1"));
-    }
-    f.string_matching("kind", "\"engine-descriptor\"", |k| k == DESCRIPTOR_KIND)?;
+    f.schema_and_kind(DESCRIPTOR_SCHEMA_VERSION, DESCRIPTOR_KIND)?;
     let descriptor_id = f
         .string_matching(
             "id",
@@ -196,17 +195,11 @@ fn parse_fields(value: &Value) -> Result<Descriptor, Refusal> {
             strict::is_lower_id,
         )?
         .to_owned();
-    let serial = f.safe_integer("serial")?;
-    let expires_at = f
-        .string_matching("expires_at", "an RFC 3339 timestamp", strict::is_timestamp)?
-        .to_owned();
-    let minimum_broker_version = f
-        .string_matching(
-            "minimum_broker_version",
-            "MAJOR.MINOR.PATCH",
-            strict::is_semver_core,
-        )?
-        .to_owned();
+    let Currency {
+        serial,
+        expires_at,
+        minimum_broker_version,
+    } = f.currency()?;
     let engine_id = f
         .string("engine_id")?
         .parse::<KnownEngine>()
@@ -251,33 +244,16 @@ fn parse_fields(value: &Value) -> Result<Descriptor, Refusal> {
     })
 }
 
-fn refusal_error(refusal: Refusal) -> CodedError {
-    let err = CodedError::new(
-        ErrorCode::MetadataInvalid,
-        format!("Invalid runtime descriptor: {}", refusal.why),
-    );
-    match refusal.details {
-        Some(details) => err.with_details(details),
-        None => err,
-    }
-}
-
 impl Descriptor {
     /// Parses a descriptor payload. Every failure is `MANAGED_METADATA_INVALID`
     /// "Invalid runtime descriptor: …"; unknown keys are listed, sorted, in `details`.
     pub fn parse(value: &Value) -> Result<Descriptor, CodedError> {
-        parse_fields(value).map_err(refusal_error)
+        parse_fields(value).map_err(|refusal| refusal.into_coded(DOCUMENT))
     }
 
     /// Parses descriptor bytes (JSON text).
     pub fn parse_bytes(bytes: &[u8]) -> Result<Descriptor, CodedError> {
-        let value: Value = serde_json::from_slice(bytes).map_err(|_| {
-            CodedError::new(
-                ErrorCode::MetadataInvalid,
-                "Invalid runtime descriptor: the document is not valid JSON",
-            )
-        })?;
-        Descriptor::parse(&value)
+        Descriptor::parse(&strict::json_of(bytes, DOCUMENT)?)
     }
 
     /// The engine image for a platform.

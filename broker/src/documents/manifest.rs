@@ -1,14 +1,16 @@
 //! The Linux environment manifest: which distributions each recipe is qualified for
 //! (REFERENCE §5.2), plus `kind`, `serial` and `expires_at` for signed updates.
 
-use enginekit_shared::error::{CodedError, ErrorCode};
+use enginekit_shared::error::CodedError;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::strict::{self, Fields, Refusal};
+use super::strict::{self, Currency, Fields, Refusal};
 
 pub const MANIFEST_SCHEMA_VERSION: u64 = 1;
 pub const MANIFEST_KIND: &str = "environment-manifest";
+/// How refusals name the document.
+const DOCUMENT: &str = "environment manifest";
 
 /// One distribution a recipe is qualified on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -49,27 +51,12 @@ impl Manifest {
     /// Parses a manifest payload. Failures are `MANAGED_METADATA_INVALID` with messages starting
     /// "Invalid environment manifest: ".
     pub fn parse(value: &Value) -> Result<Manifest, CodedError> {
-        parse_fields(value).map_err(|refusal| {
-            let err = CodedError::new(
-                ErrorCode::MetadataInvalid,
-                format!("Invalid environment manifest: {}", refusal.why),
-            );
-            match refusal.details {
-                Some(details) => err.with_details(details),
-                None => err,
-            }
-        })
+        parse_fields(value).map_err(|refusal| refusal.into_coded(DOCUMENT))
     }
 
     /// Parses manifest bytes (JSON text).
     pub fn parse_bytes(bytes: &[u8]) -> Result<Manifest, CodedError> {
-        let value: Value = serde_json::from_slice(bytes).map_err(|_| {
-            CodedError::new(
-                ErrorCode::MetadataInvalid,
-                "Invalid environment manifest: the document is not valid JSON",
-            )
-        })?;
-        Manifest::parse(&value)
+        Manifest::parse(&strict::json_of(bytes, DOCUMENT)?)
     }
 }
 
@@ -152,25 +139,16 @@ fn recipe(value: &Value, path: &str) -> Result<ManifestRecipe, Refusal> {
 
 fn parse_fields(value: &Value) -> Result<Manifest, Refusal> {
     let mut f = Fields::of(value, "$")?;
-    if f.required("schema_version")?.as_u64() != Some(MANIFEST_SCHEMA_VERSION) {
-        return Err(Refusal::new("$.schema_version must be 1"));
-    }
-    f.string_matching("kind", "\"environment-manifest\"", |k| k == MANIFEST_KIND)?;
+    f.schema_and_kind(MANIFEST_SCHEMA_VERSION, MANIFEST_KIND)?;
     let manifest_id = f
         .string_matching("id", "linux-r<revision>", is_linux_manifest_id)?
         .to_owned();
     f.string_matching("platform", "\"linux\"", |p| p == "linux")?;
-    let serial = f.safe_integer("serial")?;
-    let expires_at = f
-        .string_matching("expires_at", "an RFC 3339 timestamp", strict::is_timestamp)?
-        .to_owned();
-    let minimum_broker_version = f
-        .string_matching(
-            "minimum_broker_version",
-            "MAJOR.MINOR.PATCH",
-            strict::is_semver_core,
-        )?
-        .to_owned();
+    let Currency {
+        serial,
+        expires_at,
+        minimum_broker_version,
+    } = f.currency()?;
     let list = f.array("recipes")?;
     f.finish()?;
     let mut recipes: Vec<ManifestRecipe> = Vec::with_capacity(list.len());

@@ -51,25 +51,13 @@ pub struct DocumentSources {
     pub now: OffsetDateTime,
 }
 
-/// `$VAR` when it is an absolute path, else `$HOME/FALLBACK` (the XDG base directories).
-pub fn xdg_dir(var: &str, fallback: &str) -> Option<PathBuf> {
-    std::env::var_os(var)
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .map(PathBuf::from)
-                .filter(|p| p.is_absolute())
-                .map(|home| home.join(fallback))
-        })
-}
-
 impl DocumentSources {
     /// `$XDG_CONFIG_HOME/enginekit/{documents,keys}` and `$XDG_STATE_HOME/enginekit`, with the
     /// XDG defaults under `$HOME`.
     pub fn from_env() -> DocumentSources {
-        let config = xdg_dir("XDG_CONFIG_HOME", ".config").map(|d| d.join("enginekit"));
-        let state = xdg_dir("XDG_STATE_HOME", ".local/state").map(|d| d.join("enginekit"));
+        let config =
+            crate::paths::xdg_dir("XDG_CONFIG_HOME", ".config").map(|d| d.join("enginekit"));
+        let state = crate::paths::state_root().ok();
         DocumentSources {
             documents_dir: config.as_ref().map(|c| c.join("documents")),
             keys_dir: config.map(|c| c.join("keys")),

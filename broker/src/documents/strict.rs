@@ -1,6 +1,7 @@
 //! A strict reader for JSON documents: every level names the keys it knows, and any other key
 //! is refused with the full, sorted list of strangers (as the reference's parsers do).
 
+use enginekit_shared::error::{CodedError, ErrorCode};
 use serde_json::{Map, Value};
 
 /// Why a document was refused: a path and a reason; the unknown keys, when that is the reason.
@@ -18,6 +19,37 @@ impl Refusal {
             details: None,
         }
     }
+
+    /// `MANAGED_METADATA_INVALID` "Invalid <document>: …", the unknown keys in `details`.
+    pub fn into_coded(self, document: &str) -> CodedError {
+        let err = CodedError::new(
+            ErrorCode::MetadataInvalid,
+            format!("Invalid {document}: {}", self.why),
+        );
+        match self.details {
+            Some(details) => err.with_details(details),
+            None => err,
+        }
+    }
+}
+
+/// The JSON value of a document's bytes; `MANAGED_METADATA_INVALID` when they are not JSON.
+pub fn json_of(bytes: &[u8], document: &str) -> Result<Value, CodedError> {
+    serde_json::from_slice(bytes).map_err(|_| {
+        CodedError::new(
+            ErrorCode::MetadataInvalid,
+            format!("Invalid {document}: the document is not valid JSON"),
+        )
+    })
+}
+
+/// What every document payload carries for signed updates: a serial that only grows
+/// (anti-rollback), an expiry and the oldest broker that may read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Currency {
+    pub serial: u64,
+    pub expires_at: String,
+    pub minimum_broker_version: String,
 }
 
 /// The fields of one JSON object, read once each.
@@ -99,6 +131,38 @@ impl<'a> Fields<'a> {
         self.required(key)?
             .as_array()
             .ok_or_else(|| Refusal::new(format!("{path} is not a list")))
+    }
+
+    /// `schema_version` must be `version` and `kind` must be `kind`.
+    pub fn schema_and_kind(&mut self, version: u64, kind: &str) -> Result<(), Refusal> {
+        if self.required("schema_version")?.as_u64() != Some(version) {
+            return Err(Refusal::new(format!(
+                "{} must be {version}",
+                self.child("schema_version")
+            )));
+        }
+        self.string_matching("kind", &format!("\"{kind}\""), |k| k == kind)?;
+        Ok(())
+    }
+
+    /// `serial`, `expires_at` and `minimum_broker_version`, read in that order.
+    pub fn currency(&mut self) -> Result<Currency, Refusal> {
+        let serial = self.safe_integer("serial")?;
+        let expires_at = self
+            .string_matching("expires_at", "an RFC 3339 timestamp", is_timestamp)?
+            .to_owned();
+        let minimum_broker_version = self
+            .string_matching(
+                "minimum_broker_version",
+                "MAJOR.MINOR.PATCH",
+                is_semver_core,
+            )?
+            .to_owned();
+        Ok(Currency {
+            serial,
+            expires_at,
+            minimum_broker_version,
+        })
     }
 
     /// Refuses every key not read, listing them sorted.

@@ -18,7 +18,6 @@ use zbus::OwnedObjectPath;
 use crate::operations::boundary::{
     Elevator, HostRun, JobNote, ProgressSink, ProgressTick, ReceiptLookup, ReceiptSummary,
 };
-use crate::operations::record::DigestText;
 use crate::operations::reducer::HostOutcome;
 use enginekit_shared::wire::host_step::HostStep;
 
@@ -58,30 +57,37 @@ pub trait HelperJob {
     fn finished(&self, receipt: String) -> zbus::Result<()>;
 }
 
-/// The helper on the system bus (`DBUS_SYSTEM_BUS_ADDRESS` is honoured by zbus).
-#[derive(Debug, Clone)]
+/// The helper on the system bus (`DBUS_SYSTEM_BUS_ADDRESS` is honoured by zbus). The default
+/// connects when a host step first needs it, so a ready host never touches the system bus.
+#[derive(Debug, Default)]
 pub struct SystemHelper {
-    conn: Connection,
+    conn: OnceCell<Connection>,
 }
 
 impl SystemHelper {
+    /// Connected now: a caller that needs the bus learns at once that it cannot be reached.
     pub async fn connect() -> Result<SystemHelper, CodedError> {
-        let conn = Connection::system().await.map_err(|e| {
-            CodedError::new(
-                ErrorCode::AdapterUnavailable,
-                "The system bus cannot be reached.",
-            )
-            .with_details(e.to_string())
-        })?;
-        Ok(SystemHelper { conn })
+        let helper = SystemHelper::default();
+        helper.conn().await?;
+        Ok(helper)
     }
 
-    pub fn connection(&self) -> &Connection {
-        &self.conn
+    async fn conn(&self) -> Result<&Connection, CodedError> {
+        self.conn
+            .get_or_try_init(|| async {
+                Connection::system().await.map_err(|e| {
+                    CodedError::new(
+                        ErrorCode::AdapterUnavailable,
+                        "The system bus cannot be reached.",
+                    )
+                    .with_details(e.to_string())
+                })
+            })
+            .await
     }
 
     async fn job(&self, path: &str) -> Result<HelperJobProxy<'static>, CodedError> {
-        HelperJobProxy::builder(&self.conn)
+        HelperJobProxy::builder(self.conn().await?)
             .path(path.to_owned())
             .cache_properties(CacheProperties::No)
             .build()
@@ -91,7 +97,9 @@ impl SystemHelper {
 
     /// The helper's process id, from the bus daemon (`None` when it cannot say).
     async fn helper_pid(&self) -> Option<u32> {
-        let bus = zbus::fdo::DBusProxy::new(&self.conn).await.ok()?;
+        let bus = zbus::fdo::DBusProxy::new(self.conn().await.ok()?)
+            .await
+            .ok()?;
         let name = zbus::names::BusName::try_from(HELPER_NAME).ok()?;
         bus.get_connection_unix_process_id(name).await.ok()
     }
@@ -221,38 +229,10 @@ pub fn summarise(text: &str, step_id: &str, nonce: &str) -> Result<ReceiptSummar
             Outcome::Failed => HostOutcome::Failed,
             Outcome::Cancelled => HostOutcome::Cancelled,
         },
-        digest: DigestText::parse(digest.as_str())?,
+        digest,
         error: receipt.error.clone(),
         log_tail: (!tail.is_empty()).then_some(tail),
     })
-}
-
-/// The helper, connected when a host step first needs it (a ready host never touches the
-/// system bus).
-#[derive(Debug, Default)]
-pub struct LazyHelper {
-    helper: OnceCell<SystemHelper>,
-}
-
-impl LazyHelper {
-    async fn get(&self) -> Result<&SystemHelper, CodedError> {
-        self.helper.get_or_try_init(SystemHelper::connect).await
-    }
-}
-
-impl Elevator for LazyHelper {
-    async fn run_step(
-        &self,
-        step: &HostStep,
-        progress: ProgressSink,
-        on_job: JobNote,
-    ) -> Result<HostRun, CodedError> {
-        self.get().await?.run_step(step, progress, on_job).await
-    }
-
-    async fn receipt(&self, nonce: &str, job: Option<&str>) -> Result<ReceiptLookup, CodedError> {
-        self.get().await?.receipt(nonce, job).await
-    }
 }
 
 impl Elevator for SystemHelper {
@@ -262,7 +242,9 @@ impl Elevator for SystemHelper {
         progress: ProgressSink,
         on_job: JobNote,
     ) -> Result<HostRun, CodedError> {
-        let helper = Helper1Proxy::new(&self.conn).await.map_err(bus_error)?;
+        let helper = Helper1Proxy::new(self.conn().await?)
+            .await
+            .map_err(bus_error)?;
         progress(tick(AWAITING_AUTHORIZATION, -1));
         let text = step.to_text().map_err(|e| {
             CodedError::new(e.code(), "The host step cannot be encoded.")
@@ -288,7 +270,9 @@ impl Elevator for SystemHelper {
     }
 
     async fn receipt(&self, nonce: &str, job: Option<&str>) -> Result<ReceiptLookup, CodedError> {
-        let helper = Helper1Proxy::new(&self.conn).await.map_err(bus_error)?;
+        let helper = Helper1Proxy::new(self.conn().await?)
+            .await
+            .map_err(bus_error)?;
         match helper.get_receipt(nonce).await {
             Ok(text) => {
                 let parsed = Receipt::parse(text.as_bytes()).map_err(|e| {

@@ -187,18 +187,16 @@ impl Runtime {
     /// Opens the stores under the user's state and data folders; connects to Docker only when
     /// a load or a stop needs it (so refusals come before any Docker call).
     pub fn open(owner: Owner) -> Result<Runtime> {
-        let state =
-            crate::operations::store::default_state_root().map_err(|e| EngineError::Io {
-                what: "finding the state folder",
-                path: String::new(),
-                detail: e.message,
-            })?;
-        let data =
-            crate::operations::machine::default_data_root().ok_or_else(|| EngineError::Io {
-                what: "finding the data folder",
-                path: String::new(),
-                detail: "neither XDG_DATA_HOME nor HOME is set".to_owned(),
-            })?;
+        let state = crate::paths::state_root().map_err(|e| EngineError::Io {
+            what: "finding the state folder",
+            path: String::new(),
+            detail: e.message,
+        })?;
+        let data = crate::paths::data_root().map_err(|e| EngineError::Io {
+            what: "finding the data folder",
+            path: String::new(),
+            detail: e.message,
+        })?;
         let instance = InstanceId::generate().map_err(|e| EngineError::Io {
             what: "drawing an instance id",
             path: String::new(),
@@ -434,9 +432,9 @@ impl Runtime {
     ) -> Result<Loaded> {
         // Everything that can be refused without Docker comes first.
         let opts = request.check()?;
-        let installation = crate::operations::record::EngineId::parse(engine.as_str())
-            .ok()
-            .and_then(|id| self.installations.get(&id))
+        let installation = self
+            .installations
+            .get(&crate::ids::EngineId::from(engine))
             .filter(|i| i.status == InstallationStatus::Ready)
             .ok_or_else(|| EngineError::NotInstalled {
                 engine: engine.to_string(),

@@ -66,20 +66,6 @@ fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) ->
     }
 }
 
-/// The broker's state directory: `$XDG_STATE_HOME/enginekit`, else `~/.local/state/enginekit`.
-pub fn default_state_dir() -> Option<PathBuf> {
-    let absolute = |v: std::ffi::OsString| {
-        let p = PathBuf::from(v);
-        p.is_absolute().then_some(p)
-    };
-    if let Some(state) = std::env::var_os("XDG_STATE_HOME").and_then(absolute) {
-        return Some(state.join("enginekit"));
-    }
-    std::env::var_os("HOME")
-        .and_then(absolute)
-        .map(|home| home.join(".local/state/enginekit"))
-}
-
 /// A file in the journal directory that is not a readable record. Kept on disk and reported,
 /// never silently dropped.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -107,7 +93,7 @@ pub struct Journal {
 const MAX_RECORD_BYTES: u64 = 64 * 1024;
 
 impl Journal {
-    /// Opens the journal under `state_dir` (e.g. [`default_state_dir`]) for `instance`,
+    /// Opens the journal under `state_dir` (e.g. [`crate::paths::state_root`]) for `instance`,
     /// creating the directories (mode 0700) and taking the instance lock.
     pub fn open(state_dir: &Path, instance: InstanceId) -> Result<Journal, JournalError> {
         let dir = state_dir.join("containers");

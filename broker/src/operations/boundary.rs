@@ -5,12 +5,13 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use enginekit_shared::digest::Digest;
 use enginekit_shared::error::CodedError;
 use serde::Serialize;
 
 use enginekit_shared::wire::host_step::HostStep;
 
-use super::record::{DigestText, Operation, OperationId};
+use super::record::{Operation, OperationId};
 use super::reducer::{HostOutcome, ProbedPlan, Reconciliation};
 use super::store::Store;
 
@@ -96,7 +97,7 @@ pub struct ReceiptSummary {
     pub step_id: String,
     pub nonce: String,
     pub outcome: HostOutcome,
-    pub digest: DigestText,
+    pub digest: Digest,
     pub error: Option<CodedError>,
     pub log_tail: Option<String>,
 }

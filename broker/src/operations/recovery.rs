@@ -64,7 +64,8 @@ pub fn restarted(op: &Operation, instance_id: String) -> Operation {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::operations::record::{EngineId, OperationId};
+    use crate::ids::EngineId;
+    use crate::operations::record::OperationId;
     use crate::operations::reducer::{reduce, start, Answer, Event};
     use enginekit_shared::error::{CodedError, ErrorCode};
 

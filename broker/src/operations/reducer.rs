@@ -3,25 +3,27 @@
 //! Every accepted event raises the revision by exactly one; a refused event changes nothing.
 //! An answer is accepted only for the pending effect, at the revision it was issued.
 
+use enginekit_shared::digest::Digest;
 use enginekit_shared::error::{CodedError, ErrorCode};
 
 use super::record::{
-    coded, ConsentBasis, DigestText, EffectIntent, EffectKind, EngineId, Operation, OperationId,
-    OperationKind, PendingHostStep, Phase, SCHEMA_VERSION,
+    coded, ConsentBasis, EffectIntent, EffectKind, Operation, OperationId, OperationKind,
+    PendingHostStep, Phase, SCHEMA_VERSION,
 };
+use crate::ids::EngineId;
 use enginekit_shared::wire::host_step::{HostRequest, HostStep};
 use enginekit_shared::wire::plan::Plan;
 
 /// What a probe made of the host, reduced to what the state machine decides on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProbedPlan {
-    pub plan_digest: DigestText,
+    pub plan_digest: Digest,
     /// Blockers in the plan's order; the first decides the failure.
     pub blockers: Vec<CodedError>,
     /// What the host step would ask, when the plan needs one (no nonce: none is minted here).
     pub host_step: Option<HostRequest>,
     pub descriptor_id: Option<String>,
-    pub image_digest: Option<DigestText>,
+    pub image_digest: Option<Digest>,
     pub manifest_id: Option<String>,
     pub image_present: bool,
     /// The whole plan as the user sees it.
@@ -42,7 +44,7 @@ pub enum HostOutcome {
 pub struct ReceiptVerdict {
     pub step_id: String,
     pub nonce: String,
-    pub receipt_digest: Option<DigestText>,
+    pub receipt_digest: Option<Digest>,
     pub outcome: HostOutcome,
     /// The explained failure, for a failed receipt.
     pub failure: Option<CodedError>,
@@ -55,7 +57,7 @@ pub struct ReceiptVerdict {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reconciliation {
     pub verified_completed_step_ids: Vec<String>,
-    pub current_plan_digest: Option<DigestText>,
+    pub current_plan_digest: Option<Digest>,
     pub needs_relogin: bool,
     pub needs_reboot: bool,
 }
@@ -109,11 +111,11 @@ pub enum Event {
     Cancel,
     Resume {
         expected_revision: u64,
-        approved_plan_digest: Option<DigestText>,
+        approved_plan_digest: Option<Digest>,
     },
     Approve {
         expected_revision: u64,
-        approved_plan_digest: Option<DigestText>,
+        approved_plan_digest: Option<Digest>,
     },
 }
 
@@ -145,7 +147,7 @@ pub fn start(
     engine: EngineId,
     kind: OperationKind,
     retain_models: bool,
-    approved_plan_digest: Option<DigestText>,
+    approved_plan_digest: Option<Digest>,
     instance_id: String,
 ) -> Operation {
     let mut op = Operation {
@@ -217,7 +219,7 @@ fn enter(op: &mut Operation, phase: Phase) {
 }
 
 /// Write a probed digest where it belongs: beside the consent once there is one.
-fn probed_digest(op: &mut Operation, digest: Option<DigestText>) {
+fn probed_digest(op: &mut Operation, digest: Option<Digest>) {
     if op.consented.is_some() {
         op.carried_plan_digest = digest;
     } else {
@@ -324,7 +326,7 @@ fn cancel(op: &Operation) -> Operation {
 fn resume(
     op: &Operation,
     expected_revision: u64,
-    approval: Option<&DigestText>,
+    approval: Option<&Digest>,
 ) -> Result<Operation, CodedError> {
     match op.phase {
         Phase::Ready | Phase::Removed => return Ok(op.clone()),
@@ -365,7 +367,7 @@ fn resume(
 fn approve(
     op: &Operation,
     expected_revision: u64,
-    approval: Option<&DigestText>,
+    approval: Option<&Digest>,
 ) -> Result<Operation, CodedError> {
     if op.phase != Phase::AwaitingConsent {
         return Err(conflict(

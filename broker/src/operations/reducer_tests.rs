@@ -2,8 +2,10 @@
 
 use super::*;
 
-fn digest(c: char) -> DigestText {
-    DigestText::parse(&format!("sha256:{}", c.to_string().repeat(64))).unwrap()
+fn digest(c: char) -> Digest {
+    format!("sha256:{}", c.to_string().repeat(64))
+        .parse::<Digest>()
+        .unwrap()
 }
 
 /// What a plan's host step asks for, for the user `user` (which tells two requests apart).
@@ -49,7 +51,7 @@ fn plan(d: char, host_step: Option<HostRequest>) -> ProbedPlan {
     }
 }
 
-fn setup(approval: Option<DigestText>) -> Operation {
+fn setup(approval: Option<Digest>) -> Operation {
     start(
         OperationId::fresh().unwrap(),
         EngineId::parse("vllm").unwrap(),

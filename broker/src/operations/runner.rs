@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use enginekit_shared::digest::Digest;
 use enginekit_shared::error::{CodedError, ErrorCode};
 use serde::Serialize;
 use tokio::sync::{broadcast, Notify};
@@ -15,12 +16,12 @@ use super::boundary::{
     ReceiptSummary,
 };
 use super::record::{
-    DigestText, EffectIntent, EffectKind, EngineId, Operation, OperationId, OperationKind,
-    PendingHostStep, Phase,
+    EffectIntent, EffectKind, Operation, OperationId, OperationKind, PendingHostStep, Phase,
 };
 use super::recovery::{pickup, restarted, Pickup};
 use super::reducer::{reduce, start, Answer, Event, HostOutcome, ReceiptVerdict};
 use super::store::Store;
+use crate::ids::EngineId;
 use enginekit_shared::wire::plan::Plan;
 use enginekit_shared::wire::Timestamp;
 
@@ -118,7 +119,7 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
     pub fn begin_setup(
         &self,
         engine: &EngineId,
-        plan_digest: Option<DigestText>,
+        plan_digest: Option<Digest>,
     ) -> Result<Operation, CodedError> {
         if let Some(active) = self.store.active_for(engine)? {
             return self.adopt(active, plan_digest);
@@ -139,7 +140,7 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
     fn adopt(
         &self,
         active: Operation,
-        plan_digest: Option<DigestText>,
+        plan_digest: Option<Digest>,
     ) -> Result<Operation, CodedError> {
         let driven = self.store.try_lock_engine(&active.engine)?.is_none();
         let busy = CodedError::new(

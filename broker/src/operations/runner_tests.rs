@@ -8,8 +8,10 @@ use super::*;
 use crate::operations::boundary::HostCheck;
 use crate::operations::reducer::{ProbedPlan, Reconciliation};
 
-fn digest(c: char) -> DigestText {
-    DigestText::parse(&format!("sha256:{}", c.to_string().repeat(64))).unwrap()
+fn digest(c: char) -> Digest {
+    format!("sha256:{}", c.to_string().repeat(64))
+        .parse::<Digest>()
+        .unwrap()
 }
 
 #[derive(Debug, Default)]

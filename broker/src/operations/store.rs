@@ -15,7 +15,8 @@ use enginekit_shared::error::{CodedError, ErrorCode};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
-use super::record::{EngineId, Operation, OperationId, SCHEMA_VERSION};
+use super::record::{Operation, OperationId, SCHEMA_VERSION};
+use crate::ids::EngineId;
 use enginekit_shared::durable::{
     backup_path, ensure_private_dir, write_atomic_keeping_backup, PRIVATE,
 };
@@ -23,25 +24,6 @@ use enginekit_shared::durable::{
 const LOCK_WAIT: Duration = Duration::from_secs(2);
 pub const UNREADABLE: &str =
     "The record of this operation cannot be read, so what it owns is unknown.";
-
-/// The broker's state root: `$XDG_STATE_HOME/enginekit`, else `~/.local/state/enginekit`.
-pub fn default_state_root() -> Result<PathBuf, CodedError> {
-    if let Some(dir) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
-        let dir = PathBuf::from(dir);
-        if dir.is_absolute() {
-            return Ok(dir.join("enginekit"));
-        }
-    }
-    let home = std::env::var_os("HOME")
-        .filter(|h| !h.is_empty())
-        .ok_or_else(|| {
-            CodedError::new(
-                ErrorCode::IoError,
-                "Neither XDG_STATE_HOME nor HOME is set.",
-            )
-        })?;
-    Ok(PathBuf::from(home).join(".local/state/enginekit"))
-}
 
 fn io_error(message: &str, err: &std::io::Error) -> CodedError {
     CodedError::new(ErrorCode::IoError, message).with_details(err.to_string())

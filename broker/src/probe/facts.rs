@@ -640,6 +640,22 @@ pub struct NvidiaFacts {
     pub hardware: Fact<NvidiaHardware>,
 }
 
+impl NvidiaFacts {
+    /// The toolkit's version as its own CLI reports it (`NVIDIA Container Toolkit CLI version
+    /// 1.17.8`, a suffix after the number allowed): the version the plan and the doctor both
+    /// judge. The binary, not the package database, because the CVEs live in the code Docker
+    /// runs, and a toolkit installed outside the package manager has no package entry.
+    pub fn toolkit_version(&self) -> Option<&str> {
+        let line = self.nvidia_ctk_version.as_deref()?;
+        let mut words = line.split_whitespace();
+        words.find(|w| w.eq_ignore_ascii_case("version"))?;
+        let version = words.next()?.trim_start_matches('v');
+        version
+            .starts_with(|c: char| c.is_ascii_digit())
+            .then_some(version)
+    }
+}
+
 fn hardware_not_read() -> Fact<NvidiaHardware> {
     Fact::unknown("not read by this version of the probe")
 }

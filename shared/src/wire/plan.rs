@@ -15,6 +15,14 @@ use crate::wire::host_step::HostRequest;
 /// String parameters of a blocker, system change or warning (always strings, as the reference).
 pub type Params = BTreeMap<String, String>;
 
+/// The one way a blocker, a change or a warning gains a parameter: `params` stays absent until
+/// the first one.
+fn add_param(params: &mut Option<Params>, key: &str, value: String) {
+    params
+        .get_or_insert_with(Params::new)
+        .insert(key.to_owned(), value);
+}
+
 /// Whether the engine can run here, and what it takes (REFERENCE §5.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -256,9 +264,7 @@ impl Blocker {
 
     /// Adds one parameter.
     pub fn with_param(mut self, key: &str, value: impl Into<String>) -> Self {
-        self.params
-            .get_or_insert_with(Params::new)
-            .insert(key.to_owned(), value.into());
+        add_param(&mut self.params, key, value.into());
         self
     }
 
@@ -358,9 +364,7 @@ impl SystemChange {
 
     /// Adds one parameter.
     pub fn with_param(mut self, key: &str, value: impl Into<String>) -> Self {
-        self.params
-            .get_or_insert_with(Params::new)
-            .insert(key.to_owned(), value.into());
+        add_param(&mut self.params, key, value.into());
         self
     }
 
@@ -419,6 +423,12 @@ pub struct Warning {
 }
 
 impl Warning {
+    /// Adds one parameter.
+    pub fn with_param(mut self, key: &str, value: impl Into<String>) -> Self {
+        add_param(&mut self.params, key, value.into());
+        self
+    }
+
     /// A warning without params.
     pub fn new(code: WarningCode, text: impl Into<String>) -> Self {
         Warning {
@@ -426,14 +436,6 @@ impl Warning {
             text: text.into(),
             params: None,
         }
-    }
-
-    /// Adds one parameter.
-    pub fn with_param(mut self, key: &str, value: impl Into<String>) -> Self {
-        self.params
-            .get_or_insert_with(Params::new)
-            .insert(key.to_owned(), value.into());
-        self
     }
 }
 

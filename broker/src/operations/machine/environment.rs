@@ -2,17 +2,29 @@
 
 use super::*;
 
+/// What a stage of the setup works from: the host as probed now, the operation's descriptor,
+/// this host's platform, and the engine and GPU-check images for it.
+pub(super) struct StageInputs {
+    pub facts: HostFacts,
+    pub descriptor: Descriptor,
+    pub platform: Platform,
+    pub image: ImageRef,
+    pub probe_image: ImageRef,
+}
+
 impl LinuxMachine {
-    pub(super) fn images(
-        &self,
-        op: &Operation,
-        facts: &HostFacts,
-    ) -> Result<(Descriptor, ImageRef, ImageRef), CodedError> {
+    /// Probes the host again (a stage may run long after the plan, in another process).
+    pub(super) async fn stage_inputs(&self, op: &Operation) -> Result<StageInputs, CodedError> {
+        let facts = probe(self.probe_options().await).await;
         let descriptor = self.descriptor(op)?;
-        let platform = Self::platform(facts)?;
-        let image = descriptor.image_for(platform).clone();
-        let probe_image = descriptor.probe_image.for_platform(platform).clone();
-        Ok((descriptor, image, probe_image))
+        let platform = Self::platform(&facts)?;
+        Ok(StageInputs {
+            image: descriptor.image_for(platform).clone(),
+            probe_image: descriptor.probe_image.for_platform(platform).clone(),
+            facts,
+            descriptor,
+            platform,
+        })
     }
 
     /// The largest card that meets the descriptor's compute capability.
@@ -49,8 +61,12 @@ impl LinuxMachine {
         claims: &Claims,
         progress: ProgressSink,
     ) -> Result<(), CodedError> {
-        let facts = probe(self.probe_options().await).await;
-        let (descriptor, _image, probe_image) = self.images(op, &facts)?;
+        let StageInputs {
+            facts,
+            descriptor,
+            probe_image,
+            ..
+        } = self.stage_inputs(op).await?;
         let (gpu, name) = Self::choose_gpu(&facts, &descriptor)?;
         let docker = self.docker().await?;
         self.pull(

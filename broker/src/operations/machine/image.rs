@@ -1,6 +1,7 @@
 //! The engine image: pulled by digest with byte progress, verified, and the installation
 //! recorded.
 
+use super::environment::StageInputs;
 use super::*;
 
 impl LinuxMachine {
@@ -57,13 +58,12 @@ impl LinuxMachine {
         claims: &Claims,
         progress: ProgressSink,
     ) -> Result<(), CodedError> {
-        let facts = probe(self.probe_options().await).await;
-        let (descriptor, image, _) = self.images(op, &facts)?;
+        let inputs = self.stage_inputs(op).await?;
         let docker = self.docker().await?;
         self.pull(
             &docker,
-            &image,
-            Some(descriptor.download_bytes),
+            &inputs.image,
+            Some(inputs.descriptor.download_bytes),
             "Downloading the engine image",
             claims,
             &progress,
@@ -72,8 +72,7 @@ impl LinuxMachine {
     }
 
     pub(super) async fn verify_image(&self, op: &Operation) -> Result<(), CodedError> {
-        let facts = probe(self.probe_options().await).await;
-        let (_, image, _) = self.images(op, &facts)?;
+        let image = self.stage_inputs(op).await?.image;
         let docker = self.docker().await?;
         docker
             .verify_repo_digest(&image)
@@ -83,16 +82,18 @@ impl LinuxMachine {
     }
 
     pub(super) async fn activate(&self, op: &Operation) -> Result<(), CodedError> {
-        let facts = probe(self.probe_options().await).await;
-        let (descriptor, image, probe_image) = self.images(op, &facts)?;
-        let platform = Self::platform(&facts)?;
-        let pin = |i: &ImageRef| -> Result<PinnedImage, CodedError> {
-            Ok(PinnedImage {
-                repository: i.repository().as_str().to_owned(),
-                digest: to_digest_text(i.digest())?,
-            })
+        let StageInputs {
+            descriptor,
+            platform,
+            image,
+            probe_image,
+            ..
+        } = self.stage_inputs(op).await?;
+        let pin = |i: &ImageRef| PinnedImage {
+            repository: i.repository().as_str().to_owned(),
+            digest: i.digest().clone(),
         };
-        let probe_pin = pin(&probe_image)?;
+        let probe_pin = pin(&probe_image);
         let previous = self.installations.get(&op.engine);
         let keeps_probe = op.owned_resources.contains(&resource_of(&probe_image))
             || previous.as_ref().and_then(|p| p.probe_image.as_ref()) == Some(&probe_pin);
@@ -101,7 +102,7 @@ impl LinuxMachine {
             engine: op.engine.clone(),
             descriptor_id: descriptor.descriptor_id.clone(),
             status: InstallationStatus::Ready,
-            image: pin(&image)?,
+            image: pin(&image),
             probe_image: keeps_probe.then_some(probe_pin),
             platform: format!("linux/{}", platform.as_str()),
             installed_at: now_rfc3339(),

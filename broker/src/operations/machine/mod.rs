@@ -10,7 +10,7 @@ use enginekit_shared::image::ImageRef;
 use enginekit_shared::wire::plan::GpuAccess;
 
 use super::boundary::{Claims, HostCheck, Probing, ProgressSink, ProgressTick, Provisioner};
-use super::record::{DigestText, Operation, OperationKind};
+use super::record::{Operation, OperationKind};
 use super::reducer::{ProbedPlan, Reconciliation};
 use crate::docker::{
     CancellationToken, Docker, DockerError, DockerRoute, GpuUuid, PullOptions, ToolkitFacts,
@@ -45,17 +45,8 @@ fn coded_docker(err: DockerError) -> CodedError {
     err.to_coded()
 }
 
-fn to_digest_text(d: &enginekit_shared::digest::Digest) -> Result<DigestText, CodedError> {
-    DigestText::parse(d.as_str())
-}
-
 fn resource_of(image: &ImageRef) -> String {
     format!("image:{image}")
-}
-
-/// The data folder for caches and models: `$XDG_DATA_HOME/enginekit`, else `~/.local/share/enginekit`.
-pub fn default_data_root() -> Option<PathBuf> {
-    crate::documents::store::xdg_dir("XDG_DATA_HOME", ".local/share").map(|d| d.join("enginekit"))
 }
 
 /// A plan with what was needed to make it.

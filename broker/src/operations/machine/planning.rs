@@ -77,7 +77,7 @@ impl LinuxMachine {
         let plan = &planned.plan;
         let host_step = plan.host_step.clone().filter(|_| plan.blockers.is_empty());
         Ok(ProbedPlan {
-            plan_digest: to_digest_text(&plan.plan_digest)?,
+            plan_digest: plan.plan_digest.clone(),
             blockers: plan
                 .blockers
                 .iter()
@@ -85,7 +85,7 @@ impl LinuxMachine {
                 .collect(),
             host_step,
             descriptor_id: plan.descriptor_id.clone(),
-            image_digest: plan.image_digest.as_ref().map(to_digest_text).transpose()?,
+            image_digest: plan.image_digest.clone(),
             manifest_id: plan.environment_manifest_id.clone(),
             image_present: planned.image_present,
             document: Box::new(plan.clone()),
@@ -164,7 +164,7 @@ impl LinuxMachine {
             } else {
                 Vec::new()
             },
-            current_plan_digest: Some(to_digest_text(&planned.plan.plan_digest)?),
+            current_plan_digest: Some(planned.plan.plan_digest.clone()),
             needs_relogin: relogin,
             needs_reboot: false,
         })

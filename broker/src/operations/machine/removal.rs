@@ -121,14 +121,7 @@ impl LinuxMachine {
                 )
                 .with_details(e.to_string())
             })?,
-            enginekit_shared::digest::Digest::from_str(record.image.digest.as_str()).map_err(
-                |_| {
-                    CodedError::new(
-                        ErrorCode::MetadataInvalid,
-                        "The recorded image digest is not valid.",
-                    )
-                },
-            )?,
+            record.image.digest.clone(),
         );
         progress(ProgressTick {
             label: "Removing the engine image".into(),
