@@ -297,35 +297,30 @@ fn recipe_refusal(e: VerifyError) -> Refusal {
 }
 
 fn check_machine(parameters: &HostParameters, machine: &MachineFacts) -> Result<(), Refusal> {
-    let mut wrong = Vec::new();
-    if parameters.arch().as_str() != machine.arch {
-        wrong.push(format!(
-            "arch {} (this machine: {})",
-            parameters.arch(),
-            machine.arch
-        ));
-    }
-    if Some(parameters.family().as_str()) != machine.family {
-        wrong.push(format!(
-            "family {} (this machine: {})",
-            parameters.family(),
-            machine.family.unwrap_or("none")
-        ));
-    }
-    if parameters.distro_id() != machine.distro_id {
-        wrong.push(format!(
-            "distro_id {} (this machine: {})",
+    // A machine no recipe family serves is "none", which no step's family can be.
+    let pairs = [
+        ("arch", parameters.arch().as_str(), machine.arch.as_str()),
+        (
+            "family",
+            parameters.family().as_str(),
+            machine.family.unwrap_or("none"),
+        ),
+        (
+            "distro_id",
             parameters.distro_id(),
-            machine.distro_id
-        ));
-    }
-    if parameters.version_id() != machine.version_id {
-        wrong.push(format!(
-            "version_id {} (this machine: {})",
+            machine.distro_id.as_str(),
+        ),
+        (
+            "version_id",
             parameters.version_id(),
-            machine.version_id
-        ));
-    }
+            machine.version_id.as_str(),
+        ),
+    ];
+    let wrong: Vec<String> = pairs
+        .iter()
+        .filter(|(_, step, here)| step != here)
+        .map(|(name, step, here)| format!("{name} {step} (this machine: {here})"))
+        .collect();
     if wrong.is_empty() {
         Ok(())
     } else {
