@@ -190,12 +190,7 @@ impl Ledger {
 
     /// The anti-rollback mark of `recipe_id`: the last accepted serial and payload digest.
     pub(crate) fn high_water(&self, recipe_id: &str) -> Result<Option<HighWater>, LedgerError> {
-        let path = self.serial_path(recipe_id);
-        match read_json(&path) {
-            Ok(mark) => Ok(Some(mark)),
-            Err(LedgerError::Io { source, .. }) if source.kind() == ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
-        }
+        read_json_if_any(&self.serial_path(recipe_id))
     }
 
     /// Records `mark` for `recipe_id` when its serial is above the stored one (never lowers it).
@@ -238,11 +233,7 @@ impl Ledger {
         nonce: &str,
         uid: u32,
     ) -> Result<Option<ReceiptRecord>, LedgerError> {
-        match read_json(&self.receipt_path(nonce, uid)?) {
-            Ok(record) => Ok(Some(record)),
-            Err(LedgerError::Io { source, .. }) if source.kind() == ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
-        }
+        read_json_if_any(&self.receipt_path(nonce, uid)?)
     }
 
     fn nonce_path(&self, nonce: &str) -> Result<PathBuf, LedgerError> {
@@ -322,6 +313,15 @@ fn damaged(path: &Path, reason: impl std::fmt::Display) -> LedgerError {
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, LedgerError> {
     let bytes = read_bounded(path)?;
     serde_json::from_slice(&bytes).map_err(|e| damaged(path, e))
+}
+
+/// [`read_json`], `None` when the file does not exist.
+fn read_json_if_any<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, LedgerError> {
+    match read_json(path) {
+        Ok(value) => Ok(Some(value)),
+        Err(LedgerError::Io { source, .. }) if source.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 fn prune_dir(dir: &Path, expired: impl Fn(&Path) -> bool) -> Result<usize, LedgerError> {
