@@ -186,7 +186,7 @@ async fn todo(
     Ok(out)
 }
 
-fn names(packages: &[PlannedPackage]) -> String {
+pub(super) fn names(packages: &[PlannedPackage]) -> String {
     packages
         .iter()
         .map(|p| p.name.as_str())

@@ -1,13 +1,5 @@
 //! The recipe executor: planned actions (from `enginekit_shared::recipe`) turned into commands
-//! and file writes, run check-then-act.
-//!
-//! # API (what the job calls)
-//!
-//! ```text
-//! pub async fn run_plan(recipe: &Recipe, params: &HostParameters, plan: &[PlannedAction],
-//!                       ctx: &ExecContext, sink: &mut dyn ProgressSink, cancel: &CancelToken)
-//!     -> ExecutionOutcome
-//! ```
+//! and file writes, run check-then-act. What the job calls is [`run_plan`]:
 //!
 //! - `plan` is the verified step's plan: exactly what polkit was told. It never panics on host
 //!   state and always returns an outcome; a command is awaited, never waited for on a thread.
@@ -199,14 +191,9 @@ fn phase_of(action: &PlannedAction) -> String {
         PlannedAction::WriteSource { path, .. } => format!("writing {path}"),
         PlannedAction::CheckConflicts { .. } => "checking for conflicting packages".into(),
         PlannedAction::RefreshMetadata { .. } => "refreshing package lists".into(),
-        PlannedAction::InstallPackages { packages, .. } => format!(
-            "installing {}",
-            packages
-                .iter()
-                .map(|p| p.name.as_str())
-                .collect::<Vec<_>>()
-                .join(" ")
-        ),
+        PlannedAction::InstallPackages { packages, .. } => {
+            format!("installing {}", actions::names(packages))
+        }
         PlannedAction::ConfigureRuntime { .. } => {
             "configuring the NVIDIA runtime for Docker".into()
         }
