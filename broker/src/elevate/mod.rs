@@ -20,9 +20,9 @@ use crate::operations::boundary::{
 };
 use crate::operations::reducer::HostOutcome;
 use enginekit_shared::wire::host_step::HostStep;
+use enginekit_shared::wire::refusal::RefusalKind;
 
 pub const HELPER_NAME: &str = "org.enginekit.Helper1";
-const ERROR_PREFIX: &str = "org.enginekit.Helper1.Error.";
 
 #[zbus::proxy(
     interface = "org.enginekit.Helper1",
@@ -194,12 +194,14 @@ fn error_name(err: &zbus::Error) -> Option<&str> {
 
 /// Whether a `Start` error means nobody authorised the step (nothing ran, nonce not burnt).
 fn is_declined(err: &zbus::Error) -> bool {
-    matches!(
-        error_name(err),
-        Some(name) if name == "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired"
-            || name == "org.freedesktop.DBus.Error.AccessDenied"
-            || name.strip_prefix(ERROR_PREFIX).is_some_and(|n| n == "NotAuthorized" || n == "NotAuthorizedDismissed")
-    )
+    use RefusalKind::{InteractionRequired, NotAuthorized, NotAuthorizedDismissed};
+    error_name(err).is_some_and(|name| {
+        name == "org.freedesktop.DBus.Error.AccessDenied"
+            || matches!(
+                RefusalKind::from_error_name(name),
+                Some(InteractionRequired | NotAuthorized | NotAuthorizedDismissed)
+            )
+    })
 }
 
 /// Reduce the helper's receipt to what the broker decides on, refusing one for another step.
@@ -282,7 +284,10 @@ impl Elevator for SystemHelper {
                 let summary = summarise(&text, parsed.step_id.as_str(), nonce)?;
                 Ok(ReceiptLookup::Finished(summary))
             }
-            Err(e) if error_name(&e) == Some("org.enginekit.Helper1.Error.NoReceipt") => {
+            Err(e)
+                if error_name(&e).and_then(RefusalKind::from_error_name)
+                    == Some(RefusalKind::NoReceipt) =>
+            {
                 // No receipt yet: a job of ours still running, or a nonce never accepted.
                 let Some(path) = job else {
                     return Ok(ReceiptLookup::Unknown);

@@ -6,13 +6,7 @@
 use zbus::message::{Header, Message};
 use zbus::names::ErrorName;
 
-use crate::refusal::{Refusal, RefusalKind};
-
-/// The prefix of the helper's own error names.
-pub(crate) const ERROR_PREFIX: &str = "org.enginekit.Helper1.Error";
-
-const INTERACTIVE_AUTHORIZATION_REQUIRED: &str =
-    "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired";
+use crate::refusal::Refusal;
 
 /// Errors returned by `org.enginekit.Helper1` and `org.enginekit.Helper1.Job`.
 #[derive(Debug, thiserror::Error)]
@@ -28,10 +22,7 @@ impl zbus::DBusError for HelperError {
     fn name(&self) -> ErrorName<'_> {
         let name = match self {
             HelperError::ZBus(_) => "org.freedesktop.zbus.Error".to_owned(),
-            HelperError::Refused(r) if r.kind == RefusalKind::InteractionRequired => {
-                INTERACTIVE_AUTHORIZATION_REQUIRED.to_owned()
-            }
-            HelperError::Refused(r) => format!("{ERROR_PREFIX}.{}", r.kind.name()),
+            HelperError::Refused(r) => r.kind.error_name(),
         };
         // A fixed prefix and an identifier: valid by construction.
         ErrorName::try_from(name)

@@ -3,6 +3,7 @@
 pub mod host_step;
 pub mod plan;
 pub mod receipt;
+pub mod refusal;
 
 use std::fmt;
 use std::str::FromStr;
