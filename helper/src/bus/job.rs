@@ -22,9 +22,8 @@ use zbus::object_server::{ObjectServer, SignalEmitter};
 use zbus::{Connection, OwnedObjectPath};
 
 use super::admission::Admission;
-use super::error::HelperError;
 use crate::execution::CancelToken;
-use crate::refusal::{refuse, RefusalKind};
+use crate::refusal::{refuse, Refusal, RefusalKind};
 
 /// Object path prefix of job objects.
 pub const JOB_PATH_PREFIX: &str = "/org/enginekit/Helper1/job/";
@@ -223,15 +222,14 @@ impl Job {
         &self,
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] conn: &Connection,
-    ) -> Result<(), HelperError> {
+    ) -> Result<(), Refusal> {
         let (caller, _ticket) = self.admission.admit(conn, &header).await?;
         if caller.uid != self.shared.owner.uid {
             tracing::warn!(uid = caller.uid, action = "cancel", nonce = %self.shared.nonce, outcome = "not-owner", "cancel refused");
             return Err(refuse!(
                 NotOwner,
                 "only the caller that started this job may cancel it"
-            )
-            .into());
+            ));
         }
         let status = self.shared.status();
         if status.state != JobState::Running || !status.allow_cancel {
@@ -241,8 +239,7 @@ impl Job {
                 "the job can no longer be cancelled (state {}, phase {:?})",
                 status.state.as_str(),
                 status.phase
-            )
-            .into());
+            ));
         }
         drop(status);
         self.shared.cancel.cancel();

@@ -12,11 +12,10 @@ use zbus::OwnedObjectPath;
 use super::activity::Activity;
 use super::admission::Admission;
 use super::chain::{self, DecisionLog};
-use super::error::HelperError;
 use super::job::{JobTable, JOB_PATH_PREFIX};
 use crate::config::Config;
 use crate::ledger::Ledger;
-use crate::refusal::refuse;
+use crate::refusal::{refuse, Refusal};
 
 /// The helper object.
 #[derive(Debug)]
@@ -68,12 +67,12 @@ impl Helper {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] conn: &Connection,
         #[zbus(object_server)] server: &ObjectServer,
-    ) -> Result<OwnedObjectPath, HelperError> {
+    ) -> Result<OwnedObjectPath, Refusal> {
         let _call = self.activity.call_started();
         let mut log = DecisionLog::default();
         let result = chain::start(self, step.as_bytes(), &header, conn, server, &mut log).await;
         log.emit(header.sender().map(|s| s.as_str()).unwrap_or("?"), &result);
-        result.map_err(HelperError::from)
+        result
     }
 
     /// The receipt of the job `nonce` started, for the same uid only.
@@ -83,7 +82,7 @@ impl Helper {
         nonce: &str,
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] conn: &Connection,
-    ) -> Result<String, HelperError> {
+    ) -> Result<String, Refusal> {
         let _call = self.activity.call_started();
         let (caller, _ticket) = self.admission.admit(conn, &header).await?;
         let parsed: enginekit_shared::nonce::Nonce = nonce
@@ -110,7 +109,6 @@ impl Helper {
                 "no receipt of yours for nonce {}",
                 parsed.as_str()
             )
-            .into()
         })
     }
 }
