@@ -66,14 +66,18 @@ pub(crate) fn install_name(package: &PlannedPackage, apt: bool) -> String {
     }
 }
 
-pub(crate) fn apt_install(packages: &[PlannedPackage]) -> Built {
-    let mut b = CommandBuilder::new(Program::AptGet)
-        .words(APT_INSTALL)
-        .long_running();
+/// `prefix`, then each package as the package manager names it; long-running.
+fn install(program: Program, prefix: &[&str], packages: &[PlannedPackage]) -> Built {
+    let apt = program == Program::AptGet;
+    let mut b = CommandBuilder::new(program).words(prefix).long_running();
     for p in packages {
-        b = b.arg(install_name(p, true));
+        b = b.arg(install_name(p, apt));
     }
     b.build()
+}
+
+pub(crate) fn apt_install(packages: &[PlannedPackage]) -> Built {
+    install(Program::AptGet, APT_INSTALL, packages)
 }
 
 /// `dpkg --remove <names>`: removes exactly the named packages, and refuses (without removing
@@ -119,13 +123,7 @@ pub(crate) fn version_query(family: Family, package: &str) -> Built {
 pub(crate) const DNF_INSTALL: &[&str] = &["install", "-y", "--setopt=install_weak_deps=False"];
 
 pub(crate) fn dnf_install(packages: &[PlannedPackage]) -> Built {
-    let mut b = CommandBuilder::new(Program::Dnf)
-        .words(DNF_INSTALL)
-        .long_running();
-    for p in packages {
-        b = b.arg(install_name(p, false));
-    }
-    b.build()
+    install(Program::Dnf, DNF_INSTALL, packages)
 }
 
 pub(crate) const DNF_OBSOLETES: &[&str] = &[
