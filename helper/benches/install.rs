@@ -174,7 +174,7 @@ fn main() {
     let ctx = ExecContext::new(0);
     let runtime = tokio::runtime::Runtime::new().expect("an async runtime");
     let execute = || {
-        let (mut quiet, cancel) = (Quiet, CancelToken::new());
+        let (mut quiet, cancel) = (Quiet, CancelToken::default());
         runtime.block_on(recipe::run_plan(
             &recipe, &params, &plan, &ctx, &mut quiet, &cancel,
         ))

@@ -9,9 +9,6 @@ use std::sync::Arc;
 pub struct CancelToken(Arc<AtomicBool>);
 
 impl CancelToken {
-    pub fn new() -> CancelToken {
-        CancelToken::default()
-    }
     pub(crate) fn cancel(&self) {
         self.0.store(true, Ordering::SeqCst);
     }

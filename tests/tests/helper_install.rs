@@ -95,7 +95,7 @@ fn run_recipe(
         &plan,
         ctx,
         progress,
-        &CancelToken::new(),
+        &CancelToken::default(),
     ))
 }
 

@@ -89,7 +89,7 @@ impl JobShared {
         JobShared {
             owner,
             nonce,
-            cancel: CancelToken::new(),
+            cancel: CancelToken::default(),
             status: Mutex::new(status),
             fetched: Notify::new(),
         }

@@ -311,7 +311,7 @@ async fn run_files(root: &Path) -> ExecutionOutcome {
         &key_plan(),
         &ctx,
         &mut Sink(Vec::new()),
-        &CancelToken::new(),
+        &CancelToken::default(),
     )
     .await
 }
@@ -428,7 +428,7 @@ async fn a_cancel_before_the_package_manager_stops_the_job_and_runs_nothing() {
         file_root: dir.path().to_path_buf(),
         ..ExecContext::new(1000)
     };
-    let cancel = CancelToken::new();
+    let cancel = CancelToken::default();
     cancel.cancel();
     let mut sink = Sink(Vec::new());
     let out = run_plan(recipe, &p, &key_plan(), &ctx, &mut sink, &cancel).await;
