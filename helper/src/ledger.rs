@@ -297,12 +297,6 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> LedgerError + '_ {
     }
 }
 
-fn read_bounded(path: &Path) -> Result<Vec<u8>, LedgerError> {
-    durable::read_bounded(path, MAX_FILE_BYTES)
-        .map_err(io_error(path))?
-        .ok_or_else(|| damaged(path, "too large"))
-}
-
 fn damaged(path: &Path, reason: impl std::fmt::Display) -> LedgerError {
     LedgerError::Damaged {
         path: path.to_owned(),
@@ -311,7 +305,9 @@ fn damaged(path: &Path, reason: impl std::fmt::Display) -> LedgerError {
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, LedgerError> {
-    let bytes = read_bounded(path)?;
+    let bytes = durable::read_bounded(path, MAX_FILE_BYTES)
+        .map_err(io_error(path))?
+        .ok_or_else(|| damaged(path, "too large"))?;
     serde_json::from_slice(&bytes).map_err(|e| damaged(path, e))
 }
 

@@ -69,12 +69,6 @@ pub(crate) fn read_existing(path: &Path) -> Result<Option<Vec<u8>>, FileError> {
     Ok(Some(bytes))
 }
 
-/// Whether a directory is trusted: a real directory (not a link) of `owner`, not writable by
-/// group or others.
-fn is_trusted_dir(meta: &std::fs::Metadata, owner: u32) -> bool {
-    meta.is_dir() && enginekit_shared::ownership::only_writable_by(meta, owner).is_ok()
-}
-
 /// Creates `parent` (0755) if needed, then requires it and every directory above it up to
 /// `root` (`/` in production) to be trusted: a writable ancestor could swap a whole subtree under
 /// the helper between its check and its write.
@@ -103,7 +97,9 @@ fn check_ancestors(
             Err(e) if skip_missing && e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(FileError::Io(dir.to_path_buf(), e)),
         };
-        if !is_trusted_dir(&meta, owner) {
+        // Trusted: a real directory (not a link) of `owner`, not writable by group or others.
+        let trusted = enginekit_shared::ownership::only_writable_by(&meta, owner).is_ok();
+        if !meta.is_dir() || !trusted {
             return Err(FileError::UntrustedDir(dir.to_path_buf(), owner));
         }
     }
