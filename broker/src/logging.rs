@@ -4,6 +4,9 @@
 //! `EnvFilter` spec such as `info` or `enginekit_broker=debug`), else from `RUST_LOG`, else the
 //! command's default: `warn` for the CLI, `info` for the session service. Without this, every
 //! `tracing::warn!` of the broker would be lost.
+//!
+//! Under journald each event carries the fields of the spans it is in (`F_OPERATION_ID`,
+//! `F_STEP_ID`, `F_JOB_ID`), so one setup can be followed into the helper's journal by its step id.
 
 use std::os::unix::fs::MetadataExt;
 
