@@ -46,7 +46,10 @@ pub(super) async fn run_job(
     let step = Arc::new(step);
     let exec_step = Arc::clone(&step);
     let caller_uid = shared.owner.uid;
+    // The executor's lines (each action, each command) belong to the job's span too.
+    let span = tracing::Span::current();
     let mut executor = tokio::task::spawn_blocking(move || {
+        let _job = span.enter();
         let mut sink = ChannelSink(tx);
         // Exactly the plan polkit was asked about, frozen in the verified step.
         let ctx = ExecContext::new(caller_uid);
