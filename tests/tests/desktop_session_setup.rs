@@ -320,24 +320,16 @@ impl DesktopGpuHost {
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("operation record: {e}: {text}"))
     }
 
-    /// The journal entries, system and user journals read as root (`journalctl -o json`), that
-    /// carry a step id (`F_STEP_ID`, the field of the broker's and the helper's `host_step` and
-    /// `job` spans), with the unit that logged each: the session service's user unit or the
-    /// helper's system unit (journald's own fields, which a process cannot forge).
+    /// The broker's and the helper's journal entries (identifiers `enginekit`, `enginekit-helper`;
+    /// system and user journals, read as root with `journalctl -o json`) that carry a step id
+    /// (`F_STEP_ID`, the field of their `host_step` and `job` spans), each with its identifier.
     fn entries_with_a_step_id(&self) -> Vec<(String, Value)> {
-        let text = self.sh("journalctl --no-pager -o json \
-             _SYSTEMD_USER_UNIT=enginekit-broker.service + _SYSTEMD_UNIT=enginekit-helper.service");
+        let text = self.sh("journalctl --no-pager -o json SYSLOG_IDENTIFIER=enginekit \
+             SYSLOG_IDENTIFIER=enginekit-helper");
         text.lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
             .filter(|e| e.get("F_STEP_ID").is_some())
-            .map(|e| {
-                let unit = e["_SYSTEMD_USER_UNIT"]
-                    .as_str()
-                    .or(e["_SYSTEMD_UNIT"].as_str())
-                    .unwrap_or_default()
-                    .to_owned();
-                (unit, e)
-            })
+            .map(|e| (e["SYSLOG_IDENTIFIER"].as_str().unwrap_or("?").to_owned(), e))
             .collect()
     }
 
@@ -378,13 +370,16 @@ fn values(entry: &Value, field: &str) -> Vec<String> {
     }
 }
 
-/// The entry of `entries` from `unit` whose message is `message`; fails the test otherwise.
-fn entry<'a>(entries: &'a [(String, Value)], unit: &str, message: &str) -> &'a Value {
+/// The entry of `entries` from `identifier` whose message is `message`; fails the test
+/// otherwise.
+fn entry<'a>(entries: &'a [(String, Value)], identifier: &str, message: &str) -> &'a Value {
     entries
         .iter()
-        .find(|(u, e)| u == unit && e["MESSAGE"] == message)
+        .find(|(i, e)| i == identifier && e["MESSAGE"] == message)
         .map(|(_, e)| e)
-        .unwrap_or_else(|| panic!("no line {message:?} from {unit} with a step id: {entries:#?}"))
+        .unwrap_or_else(|| {
+            panic!("no line {message:?} from {identifier} with a step id: {entries:#?}")
+        })
 }
 
 /// The line of `printed` that `what` matches: its index; fails the test naming `name`.
@@ -483,11 +478,14 @@ fn the_python_client_sets_up_the_simulated_gpu_host_through_the_packaged_session
         .unwrap_or_else(|| panic!("no completed step: {record}"))
         .to_owned();
     let entries = host.entries_with_a_step_id();
-    let broker = "enginekit-broker.service";
-    let helper = "enginekit-helper.service";
-    for (unit, e) in &entries {
-        assert_eq!(values(e, "F_STEP_ID"), [issued.as_str()], "{unit}: {e}");
+    for (identifier, e) in &entries {
+        assert_eq!(
+            values(e, "F_STEP_ID"),
+            [issued.as_str()],
+            "{identifier}: {e}"
+        );
     }
+    let broker = "enginekit";
     let handed = entry(
         &entries,
         broker,
@@ -496,17 +494,27 @@ fn the_python_client_sets_up_the_simulated_gpu_host_through_the_packaged_session
     let taken = entry(&entries, broker, "the helper started the job");
     let judged = entry(&entries, broker, "the host step's receipt was judged");
     for e in [handed, taken, judged] {
-        assert_eq!(values(e, "SYSLOG_IDENTIFIER"), ["enginekit"], "{e}");
+        // journald's own field (the sender's cgroup), which a process cannot set.
+        assert_eq!(
+            values(e, "_SYSTEMD_USER_UNIT"),
+            ["enginekit-broker.service"],
+            "{e}"
+        );
         assert_eq!(
             values(e, "F_OPERATION_ID"),
             [record["operation_id"].as_str().unwrap_or("?")],
             "{e}"
         );
     }
+    let helper = "enginekit-helper";
     let accepted = entry(&entries, helper, "step accepted");
     let finished = entry(&entries, helper, "job finished");
     for e in [accepted, finished] {
-        assert_eq!(values(e, "SYSLOG_IDENTIFIER"), ["enginekit-helper"], "{e}");
+        assert_eq!(
+            values(e, "_SYSTEMD_UNIT"),
+            ["enginekit-helper.service"],
+            "{e}"
+        );
     }
     // The helper's job is the one the broker was told of.
     let job = values(taken, "F_JOB_ID");
