@@ -479,6 +479,14 @@ fn the_python_client_sets_up_the_simulated_gpu_host_through_the_packaged_session
         .to_owned();
     let entries = host.entries_with_a_step_id();
     for (identifier, e) in &entries {
+        eprintln!(
+            "journal: {identifier}: {} (step {}, job {})",
+            e["MESSAGE"].as_str().unwrap_or("?"),
+            values(e, "F_STEP_ID").join(","),
+            values(e, "F_JOB_ID").join(",")
+        );
+    }
+    for (identifier, e) in &entries {
         assert_eq!(
             values(e, "F_STEP_ID"),
             [issued.as_str()],
