@@ -1,8 +1,12 @@
 //! Where the broker's warnings go: the journal when it runs as a systemd unit (its stderr is a
 //! journal stream: `JOURNAL_STREAM` names that very file), stderr otherwise (a terminal, a test,
 //! `enginekit serve` started by a bare bus). The level comes from `ENGINEKIT_LOG` (an
-//! `EnvFilter` spec such as `info` or `enginekit_broker=debug`), `warn` when unset. Without this,
-//! every `tracing::warn!` of the broker would be lost.
+//! `EnvFilter` spec such as `info` or `enginekit_broker=debug`), else from `RUST_LOG`, else the
+//! command's default: `warn` for the CLI, `info` for the session service. Without this, every
+//! `tracing::warn!` of the broker would be lost.
+//!
+//! Under journald each event carries the fields of the spans it is in (`F_OPERATION_ID`,
+//! `F_STEP_ID`, `F_JOB_ID`), so one setup can be followed into the helper's journal by its step id.
 
 use std::os::unix::fs::MetadataExt;
 
@@ -12,13 +16,21 @@ use tracing_subscriber::EnvFilter;
 
 /// The variable that sets the level.
 pub const LEVEL_ENV: &str = "ENGINEKIT_LOG";
+/// The variable every tracing user knows; `ENGINEKIT_LOG` wins when both are set.
+const RUST_LOG: &str = "RUST_LOG";
 
-/// Installs the global subscriber once; later calls do nothing.
-pub fn init() {
-    let filter = std::env::var(LEVEL_ENV)
-        .ok()
-        .and_then(|spec| EnvFilter::try_new(spec).ok())
-        .unwrap_or_else(|| EnvFilter::new("warn"));
+/// Installs the global subscriber once, at `default` (`warn`, `info`) unless the environment
+/// says otherwise; later calls do nothing.
+pub fn init(default: &str) {
+    // A spec that does not parse counts as unset.
+    let filter = [LEVEL_ENV, RUST_LOG]
+        .iter()
+        .find_map(|name| {
+            std::env::var(name)
+                .ok()
+                .and_then(|spec| EnvFilter::try_new(spec).ok())
+        })
+        .unwrap_or_else(|| EnvFilter::new(default));
     let journald = stderr_is_the_journal()
         .then(|| {
             tracing_journald::layer()

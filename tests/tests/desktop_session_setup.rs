@@ -15,7 +15,9 @@
 //!   digest, follows the operation's signals through the helper's host step to "sign in again"
 //!   (the user unit runs with NoNewPrivileges=yes, so `sg docker` cannot relay and the service
 //!   started before the group was added keeps its old groups: the sign-in path), the user signs
-//!   out and in, and the client run again resumes the operation to ready.
+//!   out and in, and the client run again resumes the operation to ready. The journal (read as
+//!   root) joins the service's lines for the host step and the helper's for its Start and its job
+//!   by the step id the service issued and recorded.
 //! - With polkit answering AUTH_ADMIN (as `allow_active` does for a desktop session; the
 //!   container has no seat): the Setup call raises polkit-gnome's dialog in the user's desktop
 //!   session. Cancel, and three wrong passwords, end in `MANAGED_ELEVATION_DECLINED` with
@@ -305,6 +307,32 @@ impl DesktopGpuHost {
         )
     }
 
+    /// The operation the session service recorded (the user's one operation record).
+    fn operation_record(&self) -> Value {
+        let dir = format!("/home/{USER}/.local/state/enginekit/operations");
+        let names = self.sh(&format!("ls {dir}"));
+        let records: Vec<&str> = names
+            .split_whitespace()
+            .filter(|n| n.ends_with(".json"))
+            .collect();
+        assert_eq!(records.len(), 1, "{names}");
+        let text = self.sh(&format!("cat {dir}/{}", records[0]));
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("operation record: {e}: {text}"))
+    }
+
+    /// The broker's and the helper's journal entries (identifiers `enginekit`, `enginekit-helper`;
+    /// system and user journals, read as root with `journalctl -o json`) that carry a step id
+    /// (`F_STEP_ID`, the field of their `host_step` and `job` spans), each with its identifier.
+    fn entries_with_a_step_id(&self) -> Vec<(String, Value)> {
+        let text = self.sh("journalctl --no-pager -o json SYSLOG_IDENTIFIER=enginekit \
+             SYSLOG_IDENTIFIER=enginekit-helper");
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e.get("F_STEP_ID").is_some())
+            .map(|e| (e["SYSLOG_IDENTIFIER"].as_str().unwrap_or("?").to_owned(), e))
+            .collect()
+    }
+
     /// Whether the session service that answered ran as the package's user unit.
     fn served_by_the_user_unit(&self) -> bool {
         self.sh("journalctl --no-pager -o cat USER_UNIT=enginekit-broker.service")
@@ -328,6 +356,30 @@ fn standin_engine() -> String {
         "{reference}"
     );
     reference
+}
+
+/// The values of a journal entry's `field` (journalctl's JSON gives a repeated field as a list).
+fn values(entry: &Value, field: &str) -> Vec<String> {
+    match &entry[field] {
+        Value::String(one) => vec![one.clone()],
+        Value::Array(many) => many
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The entry of `entries` from `identifier` whose message is `message`; fails the test
+/// otherwise.
+fn entry<'a>(entries: &'a [(String, Value)], identifier: &str, message: &str) -> &'a Value {
+    entries
+        .iter()
+        .find(|(i, e)| i == identifier && e["MESSAGE"] == message)
+        .map(|(_, e)| e)
+        .unwrap_or_else(|| {
+            panic!("no line {message:?} from {identifier} with a step id: {entries:#?}")
+        })
 }
 
 /// The line of `printed` that `what` matches: its index; fails the test naming `name`.
@@ -416,6 +468,67 @@ fn the_python_client_sets_up_the_simulated_gpu_host_through_the_packaged_session
     assert!(host.groups().iter().any(|g| g == "docker"));
     assert_eq!(host.burnt_nonces().len(), 1);
     assert!(!host.image_present(&engine));
+
+    // The setup followed through both journals by one step id: the session service's lines for
+    // the host step (its span: operation id, step id, the helper's job) and the helper's for its
+    // Start and its job carry the step id the broker issued and recorded, and no other.
+    let record = host.operation_record();
+    let issued = record["completed_step_ids"][0]
+        .as_str()
+        .unwrap_or_else(|| panic!("no completed step: {record}"))
+        .to_owned();
+    let entries = host.entries_with_a_step_id();
+    for (identifier, e) in &entries {
+        eprintln!(
+            "journal: {identifier}: {} (step {}, job {})",
+            e["MESSAGE"].as_str().unwrap_or("?"),
+            values(e, "F_STEP_ID").join(","),
+            values(e, "F_JOB_ID").join(",")
+        );
+    }
+    for (identifier, e) in &entries {
+        assert_eq!(
+            values(e, "F_STEP_ID"),
+            [issued.as_str()],
+            "{identifier}: {e}"
+        );
+    }
+    let broker = "enginekit";
+    let handed = entry(
+        &entries,
+        broker,
+        "host step issued; handing it to the helper",
+    );
+    let taken = entry(&entries, broker, "the helper started the job");
+    let judged = entry(&entries, broker, "the host step's receipt was judged");
+    for e in [handed, taken, judged] {
+        // journald's own field (the sender's cgroup), which a process cannot set.
+        assert_eq!(
+            values(e, "_SYSTEMD_USER_UNIT"),
+            ["enginekit-broker.service"],
+            "{e}"
+        );
+        assert_eq!(
+            values(e, "F_OPERATION_ID"),
+            [record["operation_id"].as_str().unwrap_or("?")],
+            "{e}"
+        );
+    }
+    let helper = "enginekit-helper";
+    let accepted = entry(&entries, helper, "step accepted");
+    let finished = entry(&entries, helper, "job finished");
+    for e in [accepted, finished] {
+        assert_eq!(
+            values(e, "_SYSTEMD_UNIT"),
+            ["enginekit-helper.service"],
+            "{e}"
+        );
+    }
+    // The helper's job is the one the broker was told of.
+    let job = values(taken, "F_JOB_ID");
+    assert_eq!(job.len(), 1, "{taken}");
+    assert_eq!(values(finished, "F_JOB_ID"), job, "{finished}");
+    assert_eq!(values(judged, "F_JOB_ID"), job, "{judged}");
 
     // A new sign-in (the user's systemd instance, and with it the service, starts anew with the
     // docker group): the client finds the waiting operation, resumes it and follows it to ready.

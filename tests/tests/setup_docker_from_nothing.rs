@@ -32,7 +32,7 @@ use enginekit_integration::bench::{self, Service};
 use enginekit_integration::documents::{
     docker_from_nothing_recipe, vllm_descriptor, DOCKER_PACKAGES, TOOLKIT_PACKAGES,
 };
-use enginekit_integration::output::{describe, result_of};
+use enginekit_integration::output::{describe, events, result_of};
 use enginekit_integration::session_host::{
     assert_plan_installs_docker_and_the_toolkit, changes, receipt_action, SessionHost, USER,
 };
@@ -213,6 +213,32 @@ echo "start-exit=$?"
 }
 
 /// The plan offers everything a host without Docker needs, from the recipe's repositories.
+/// Starts, as root inside the host, a process that takes dpkg's frontend lock (an fcntl lock, as
+/// apt and dpkg take it) and lets go three seconds after an `apt-get … install` appears (five
+/// minutes at most); returns its pid once the lock is held.
+fn hold_dpkg_lock_until_apt_installs(booted: &BootedSystemd) -> u32 {
+    let pid = booted.sh(
+        "perl -e 'use Fcntl; open(my $f, \">>\", \"/var/lib/dpkg/lock-frontend\") or die; \
+           fcntl($f, F_SETLKW, pack(\"s s x4 q q l x4\", F_WRLCK, 0, 0, 0, 0)) or die; \
+           for (1..300) { my $seen = grep { open(my $h, \"<\", $_) && (<$h> // \"\") =~ /apt-get\\0.*\\binstall\\0/ } \
+             glob \"/proc/[0-9]*/cmdline\"; last if $seen; sleep 1 } sleep 3' \
+           </dev/null >/dev/null 2>&1 & echo $!",
+    );
+    let pid: u32 = pid.trim().parse().expect("the lock holder's pid");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !booted
+        .sh("cat /proc/locks")
+        .contains(&format!("POSIX  ADVISORY  WRITE {pid} "))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lock holder did not take the lock"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    pid
+}
+
 fn assert_plan_from_nothing(host: &NoDockerHost, plan: &Value) {
     let docker = host.env.docker_repo();
     let changes = changes(plan);
@@ -274,6 +300,9 @@ fn from_no_docker_at_all_setup_adds_dockers_repository_installs_it_and_the_toolk
     // carry; enginekit reaches Docker through `sg docker` and finishes: GPU check, pull by
     // digest, verify, record.
     host.forward_registry_once_containerd_runs();
+    // Another package manager holds dpkg's frontend lock until the helper's `apt-get install`
+    // has waited for it a few seconds: the broker, following the job, names who holds it.
+    let holder = hold_dpkg_lock_until_apt_installs(&host.booted);
     let first = host.booted.sh_as(
         USER,
         "ENGINEKIT_LOG=info enginekit setup --engine vllm --yes --json </dev/null",
@@ -289,6 +318,14 @@ fn from_no_docker_at_all_setup_adds_dockers_repository_installs_it_and_the_toolk
     assert!(
         said.contains("reaching Docker through sg docker in this session"),
         "{said}"
+    );
+    let waited = format!("waiting for another package manager: perl (pid {holder})");
+    assert!(
+        events(&first)
+            .iter()
+            .any(|e| e["event"] == "progress" && e["progress"]["label"] == waited.as_str()),
+        "no progress event says {waited:?}: {}",
+        describe(&first)
     );
     assert_eq!(host.burnt_nonces().len(), 1, "{}", host.journal());
     assert!(host.image_present(host.engine_ref()));

@@ -74,9 +74,11 @@ pub fn command() -> clap::Command {
 }
 
 pub fn main() -> ExitCode {
-    crate::logging::init();
     crate::i18n::init();
     let cli = Cli::parse();
+    // STYLE.md: WARN for the CLI, INFO for the service.
+    let service = matches!(cli.command, Command::Serve(_));
+    crate::logging::init(if service { "info" } else { "warn" });
     match cli.command {
         Command::Docker(args) => docker::run(args),
         Command::Plan(args) => plan::run(args),

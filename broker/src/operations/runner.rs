@@ -10,6 +10,7 @@ use enginekit_shared::digest::Digest;
 use enginekit_shared::error::{CodedError, ErrorCode};
 use serde::Serialize;
 use tokio::sync::{broadcast, Notify};
+use tracing::Instrument;
 
 use super::boundary::{
     Claims, Elevator, HostRun, ProgressSink, ProgressTick, Provisioner, ReceiptLookup,
@@ -229,7 +230,14 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
         if let Ok(mut cancels) = self.cancels.lock() {
             cancels.insert(id.clone(), notify.clone());
         }
-        let result = self.drive_locked(id, &notify).await;
+        // One span per operation: every line logged while it is driven carries its id.
+        let span = tracing::info_span!(
+            "operation",
+            operation_id = %id,
+            kind = ?first.kind,
+            engine = %first.engine,
+        );
+        let result = self.drive_locked(id, &notify).instrument(span).await;
         if let Ok(mut cancels) = self.cancels.lock() {
             cancels.remove(id);
         }
@@ -368,6 +376,13 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
         (result.unwrap_or_else(Answer::Failed), Vec::new())
     }
 
+    /// One span per host step, with its id (recorded once issued or read back) and the helper's
+    /// job: the helper's own lines for it carry the same step id.
+    #[tracing::instrument(
+        name = "host_step",
+        skip_all,
+        fields(step_id = tracing::field::Empty, job_id = tracing::field::Empty)
+    )]
     async fn perform_host_step(
         &self,
         op: &Operation,
@@ -384,6 +399,12 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
         };
         let (step, run) = match pending {
             PendingHostStep::Sent(step) => {
+                let span = tracing::Span::current();
+                span.record("step_id", tracing::field::display(step.step_id()));
+                if let Some(job) = op.host_job.as_deref() {
+                    span.record("job_id", tracing::field::display(job));
+                }
+                tracing::info!("following the host step handed over before");
                 // Handed over before: ask the helper, never hand the same nonce over again.
                 match self
                     .wait_for_receipt(step.nonce().as_str(), op.host_job.as_deref())
@@ -422,10 +443,15 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
                         "The issued host step was not recorded.",
                     ));
                 };
+                let span = tracing::Span::current();
+                span.record("step_id", tracing::field::display(step.step_id()));
+                tracing::info!("host step issued; handing it to the helper");
                 let store = self.store.clone();
                 let id = op.operation_id.clone();
                 let nonce = step.nonce().as_str().to_owned();
                 let on_job: super::boundary::JobNote = Arc::new(move |job: &str| {
+                    span.record("job_id", tracing::field::display(job));
+                    tracing::info!(parent: &span, "the helper started the job");
                     if let Err(e) = store.note_host_job(&id, &nonce, job) {
                         tracing::warn!(code = %e.code, "the helper's job could not be noted");
                     }
@@ -454,6 +480,7 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
             },
             HostRun::Finished(receipt) => self.judge(op, &receipt).await,
         };
+        tracing::info!(outcome = ?verdict.outcome, "the host step's receipt was judged");
         self.answer_host(op, Answer::HostReceiptVerified(verdict))
             .await
     }
@@ -561,6 +588,7 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
         (ready, errors)
     }
 
+    #[tracing::instrument(name = "operation", skip_all, fields(operation_id = %op.operation_id))]
     async fn recover_one(&self, op: &Operation) -> Result<bool, CodedError> {
         let decision = pickup(op);
         if matches!(decision, Pickup::Unchanged | Pickup::AwaitConsent) {

@@ -256,6 +256,61 @@ async fn a_setup_from_toolkit_absent_ends_ready_with_one_host_step() {
     }
 }
 
+/// What the broker logs while it drives, spans and all (the journal gets the same fields).
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn the_host_steps_lines_carry_the_operation_id_the_step_id_and_the_helpers_job() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let dir = tempfile::tempdir().unwrap();
+    let m = FakeMachine::clean();
+    let h = FakeHelper::new(m.clone());
+    let r = runner(dir.path(), &m, &h);
+    let op = r.begin_setup(&engine(), Some(digest('a'))).unwrap();
+    let done = r.drive(&op.operation_id).await.unwrap();
+    assert_eq!(done.phase, Phase::Ready, "{:?}", done.error);
+    let step_id = done.completed_step_ids.first().expect("the step's id");
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let line = |what: &str| {
+        text.lines()
+            .find(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("no line {what}: {text}"))
+            .to_owned()
+    };
+    let operation = format!("operation_id={}", op.operation_id.as_str());
+    let step = format!("step_id={step_id}");
+    for what in [
+        "host step issued",
+        "the helper started the job",
+        "receipt was judged",
+    ] {
+        let line = line(what);
+        assert!(line.contains(&operation) && line.contains(&step), "{line}");
+    }
+    assert!(
+        line("receipt was judged").contains("job_id=/org/enginekit/Helper1/job/1"),
+        "{text}"
+    );
+}
+
 #[tokio::test]
 async fn a_declined_authorisation_fails_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use enginekit_shared::error::ErrorCode;
 use enginekit_shared::wire::receipt::{Outcome, Receipt};
+use tracing::Instrument;
 use zbus::message::{Flags, Header};
 use zbus::object_server::ObjectServer;
 use zbus::Connection;
@@ -115,6 +116,8 @@ pub(super) async fn start(
 ) -> Result<OwnedObjectPath, Refusal> {
     // 1-2: size, strict parse and schema, before anything else is looked at.
     let received = verify::parse_step(bytes)?;
+    let step_id = received.step().step_id().as_str().to_owned();
+    tracing::Span::current().record("step_id", tracing::field::display(&step_id));
     log.received(&received);
     // 3: who is calling (the bus daemon's word), and that uid's share of the calls in
     // flight, before any other bus call is made for this one.
@@ -253,9 +256,15 @@ pub(super) async fn start(
     let ledger = Arc::clone(&helper.ledger);
     let jobs = Arc::clone(&helper.jobs);
     let job_path = path.clone();
-    tokio::spawn(async move {
-        run_job(job_conn, job_path, shared, verified, ledger, jobs, slot).await;
-    });
+    // The job outlives the call: a span of its own (not a child of the call's), with both ids.
+    let job_span =
+        tracing::info_span!(parent: None, "job", job_id = %path.as_str(), step_id = %step_id);
+    tokio::spawn(
+        async move {
+            run_job(job_conn, job_path, shared, verified, ledger, jobs, slot).await;
+        }
+        .instrument(job_span),
+    );
     Ok(path)
 }
 

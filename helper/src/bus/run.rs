@@ -6,6 +6,7 @@ use std::time::SystemTime;
 use enginekit_shared::error::ErrorCode;
 use enginekit_shared::wire::receipt::Outcome;
 use tokio::sync::mpsc;
+use tracing::Instrument;
 use zbus::Connection;
 use zbus::OwnedObjectPath;
 
@@ -47,21 +48,26 @@ pub(super) async fn run_job(
     let step = Arc::new(step);
     let exec_step = Arc::clone(&step);
     let caller_uid = shared.owner.uid;
-    let mut executor = tokio::spawn(async move {
-        let mut sink = ChannelSink(tx);
-        // Exactly the plan polkit was asked about, frozen in the verified step.
-        let ctx = ExecContext::new(caller_uid);
-        let step = &exec_step;
-        recipe::run_plan(
-            &step.recipe,
-            step.parameters(),
-            &step.plan,
-            &ctx,
-            &mut sink,
-            &cancel,
-        )
-        .await
-    });
+    // The executor's lines (each action, each command) belong to the job's span too.
+    let span = tracing::Span::current();
+    let mut executor = tokio::spawn(
+        async move {
+            let mut sink = ChannelSink(tx);
+            // Exactly the plan polkit was asked about, frozen in the verified step.
+            let ctx = ExecContext::new(caller_uid);
+            let step = &exec_step;
+            recipe::run_plan(
+                &step.recipe,
+                step.parameters(),
+                &step.plan,
+                &ctx,
+                &mut sink,
+                &cancel,
+            )
+            .await
+        }
+        .instrument(span),
+    );
     let report = loop {
         tokio::select! {
             Some((phase, percent, allow_cancel)) = rx.recv() => {

@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use tracing::Instrument;
 use zbus::message::Header;
 use zbus::object_server::ObjectServer;
 use zbus::Connection;
@@ -70,8 +71,13 @@ impl Helper {
     ) -> Result<OwnedObjectPath, Refusal> {
         let _call = self.activity.call_started();
         let mut log = DecisionLog::default();
-        let result = chain::start(self, step.as_bytes(), &header, conn, server, &mut log).await;
-        log.emit(header.sender().map(|s| s.as_str()).unwrap_or("?"), &result);
+        // One span per step, its id recorded once parsed: the decision and the job's lines
+        // carry the step id the broker logged when it issued the step.
+        let span = tracing::info_span!("host_step", step_id = tracing::field::Empty);
+        let result = chain::start(self, step.as_bytes(), &header, conn, server, &mut log)
+            .instrument(span.clone())
+            .await;
+        span.in_scope(|| log.emit(header.sender().map(|s| s.as_str()).unwrap_or("?"), &result));
         result
     }
 
