@@ -26,14 +26,6 @@ impl Refusal {
     pub(crate) fn message(&self) -> &str {
         &self.message
     }
-
-    /// The standard refusal when polkit would ask for a password the call may not ask for.
-    pub(crate) fn interaction_required() -> Refusal {
-        Refusal::new(
-            RefusalKind::InteractionRequired,
-            "authentication is required; call again allowing interactive authorization",
-        )
-    }
 }
 
 /// Builds a [`Refusal`] of the kind named, its text formatted.

@@ -80,7 +80,11 @@ async fn authorise(
     log.authz = Some(decision.as_str());
     match decision {
         Decision::Authorized => Ok(()),
-        Decision::InteractionRequired => Err(Refusal::interaction_required()),
+        // The standard refusal when polkit would ask for a password the call may not ask for.
+        Decision::InteractionRequired => Err(refuse!(
+            InteractionRequired,
+            "authentication is required; call again allowing interactive authorization"
+        )),
         Decision::Dismissed => Err(refuse!(
             NotAuthorizedDismissed,
             "the authentication dialog was dismissed"
@@ -106,6 +110,13 @@ async fn authorise(
     }
 }
 
+fn busy() -> Refusal {
+    refuse!(
+        Busy,
+        "another job is running; try again when it has finished"
+    )
+}
+
 pub(super) async fn start(
     helper: &Helper,
     bytes: &[u8],
@@ -129,20 +140,14 @@ pub(super) async fn start(
         verify::check_step(received, checks)
     })?;
     if helper.activity.running_job().is_some() {
-        return Err(refuse!(
-            Busy,
-            "another job is running; try again when it has finished"
-        ));
+        return Err(busy());
     }
     // 5: polkit.
     authorise(helper, conn, header, &caller, &verified, log).await?;
     // 6: the job slot, then the nonce.
     let nonce = verified.nonce().to_owned();
     let Some(slot) = helper.activity.reserve_job(&nonce) else {
-        return Err(refuse!(
-            Busy,
-            "another job is running; try again when it has finished"
-        ));
+        return Err(busy());
     };
     // The prompt may have stayed open for minutes: the window and the recipe's standing
     // are judged again now, before anything is written.
@@ -273,12 +278,13 @@ pub(super) async fn start(
 pub(super) struct DecisionLog {
     uid: Option<u32>,
     pid: Option<u32>,
-    unit: Option<String>,
-    cgroup: Option<String>,
-    nonce: Option<String>,
-    recipe_id: Option<String>,
-    recipe_digest: Option<String>,
-    parameters_digest: Option<String>,
+    // Empty until known: the journal entry names what was learnt before the refusal.
+    unit: String,
+    cgroup: String,
+    nonce: String,
+    recipe_id: String,
+    recipe_digest: String,
+    parameters_digest: String,
     authz: Option<&'static str>,
     replay: bool,
 }
@@ -286,31 +292,25 @@ pub(super) struct DecisionLog {
 impl DecisionLog {
     pub(super) fn received(&mut self, received: &ReceivedStep) {
         let step = received.step();
-        self.nonce = Some(step.nonce().as_str().to_owned());
-        self.recipe_id = Some(step.recipe_id().as_str().to_owned());
-        self.recipe_digest = Some(step.recipe_digest().to_string());
-        self.parameters_digest = Some(step.parameters_digest().to_string());
+        self.nonce = step.nonce().as_str().to_owned();
+        self.recipe_id = step.recipe_id().as_str().to_owned();
+        self.recipe_digest = step.recipe_digest().to_string();
+        self.parameters_digest = step.parameters_digest().to_string();
     }
 
     pub(super) fn caller(&mut self, caller: &Caller) {
         self.uid = Some(caller.uid);
         self.pid = caller.pid;
-        self.cgroup = caller.cgroup();
-        self.unit = self
-            .cgroup
-            .as_deref()
-            .and_then(super::caller::unit_of_cgroup);
+        self.cgroup = caller.cgroup().unwrap_or_default();
+        self.unit = super::caller::unit_of_cgroup(&self.cgroup).unwrap_or_default();
     }
 
     pub(super) fn emit(&self, sender: &str, result: &Result<OwnedObjectPath, Refusal>) {
         let uid = self.uid.map(i64::from).unwrap_or(-1);
         let pid = self.pid.map(i64::from).unwrap_or(-1);
-        let unit = self.unit.as_deref().unwrap_or("");
-        let cgroup = self.cgroup.as_deref().unwrap_or("");
-        let nonce = self.nonce.as_deref().unwrap_or("");
-        let recipe_id = self.recipe_id.as_deref().unwrap_or("");
-        let recipe_digest = self.recipe_digest.as_deref().unwrap_or("");
-        let parameters_digest = self.parameters_digest.as_deref().unwrap_or("");
+        let (unit, cgroup, nonce) = (&self.unit, &self.cgroup, &self.nonce);
+        let (recipe_id, recipe_digest) = (&self.recipe_id, &self.recipe_digest);
+        let parameters_digest = &self.parameters_digest;
         let authz = self.authz.unwrap_or("not-asked");
         match result {
             Ok(job) => tracing::info!(

@@ -26,7 +26,6 @@ impl zbus::DBusError for Refusal {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::refusal::refuse;
     use zbus::DBusError;
 
@@ -46,7 +45,7 @@ mod tests {
     #[test]
     fn interaction_required_is_the_standard_name() {
         assert_eq!(
-            Refusal::interaction_required().name().as_str(),
+            refuse!(InteractionRequired, "ask again").name().as_str(),
             "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired"
         );
     }
