@@ -102,32 +102,29 @@ impl Config {
     /// exists but is not root-owned, or does not parse, is an error (fail closed rather than run
     /// with settings nobody intended).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let path_buf = || path.to_owned();
         let meta = match fs::symlink_metadata(path) {
             Ok(meta) => meta,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
             Err(source) => {
                 return Err(ConfigError::Read {
-                    path: path.to_owned(),
+                    path: path_buf(),
                     source,
                 })
             }
         };
         if !is_root_only(&meta) || !meta.is_file() || !parent_is_root_only(path) {
-            return Err(ConfigError::NotRootOwned {
-                path: path.to_owned(),
-            });
+            return Err(ConfigError::NotRootOwned { path: path_buf() });
         }
         if meta.len() > MAX_CONFIG_BYTES {
-            return Err(ConfigError::TooLarge {
-                path: path.to_owned(),
-            });
+            return Err(ConfigError::TooLarge { path: path_buf() });
         }
         let text = fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_owned(),
+            path: path_buf(),
             source,
         })?;
         Config::parse(&text).map_err(|(line, reason)| ConfigError::Syntax {
-            path: path.to_owned(),
+            path: path_buf(),
             line,
             reason,
         })
