@@ -219,8 +219,8 @@ echo "start-exit=$?"
 fn hold_dpkg_lock_until_apt_installs(booted: &BootedSystemd) -> u32 {
     let pid = booted.sh(
         "perl -e 'use Fcntl; open(my $f, \">>\", \"/var/lib/dpkg/lock-frontend\") or die; \
-           fcntl($f, F_SETLKW, pack(\"s s x4 q q l x4\", F_WRLCK, 0, 0, 0, 0)) or die; \
-           for (1..300) { my $seen = grep { open(my $h, \"<\", $_) && (<$h> // \"\") =~ /apt-get\\0.*\\binstall\\0/ } \
+           my $l = pack(\"s s x4 q q l x4\", F_WRLCK, 0, 0, 0, 0); fcntl($f, F_SETLKW, $l) or die; \
+           for (1..300) { my $seen = grep { my $h; open($h, \"<\", $_) && (<$h> // \"\") =~ /apt-get\\0.*\\binstall\\0/ } \
              glob \"/proc/[0-9]*/cmdline\"; last if $seen; sleep 1 } sleep 3' \
            </dev/null >/dev/null 2>&1 & echo $!",
     );
