@@ -376,8 +376,15 @@ pub async fn daemon(ctx: &ProbeContext) -> DaemonState {
     read_daemon(&ctx.options.docker_socket, ctx.options.read_timeout).await
 }
 
+/// Where `rpm` keeps the system's database (RHEL and older Fedora; newer Fedora and openSUSE).
+const RPM_DATABASES: &[&str] = &["/var/lib/rpm", "/usr/lib/sysimage/rpm"];
+/// Where `pacman` keeps the installed packages.
+const PACMAN_DATABASES: &[&str] = &["/var/lib/pacman/local"];
+
 /// Every package database present, asked about engine and toolkit packages: the dpkg database
-/// read in-process, `rpm` and `pacman` when they are in the system dirs.
+/// read in-process, `rpm` and `pacman` when they are in the system dirs and their system
+/// database holds something. (Debian's rpm package ships an empty `/var/lib/rpm`: a process
+/// started there, the probe's slowest read, could only answer "not installed".)
 /// `Known(vec![])` when there is none; unknown only when every database present failed.
 pub async fn packages(ctx: &ProbeContext) -> Fact<Vec<InstalledPackage>> {
     let mut names: Vec<&str> = ENGINE_PACKAGES.to_vec();
@@ -386,11 +393,17 @@ pub async fn packages(ctx: &ProbeContext) -> Fact<Vec<InstalledPackage>> {
     rpm_args.extend(&names);
     let mut pacman_args = vec!["-Q", "docker"];
     pacman_args.extend(&names);
-    let commands = &ctx.commands;
+    let ask = |program: &'static str, args: Vec<&'static str>, databases| async move {
+        // None: no system database to ask about.
+        match any_populated(ctx, databases).await {
+            true => Some(ctx.commands.run(program, &args).await),
+            false => None,
+        }
+    };
     let (dpkg, rpm, pacman) = tokio::join!(
         dpkg_status_packages(ctx, &names),
-        commands.run("rpm", &rpm_args),
-        commands.run("pacman", &pacman_args),
+        ask("rpm", rpm_args, RPM_DATABASES),
+        ask("pacman", pacman_args, PACMAN_DATABASES),
     );
     let mut found = Vec::new();
     let mut failures = Vec::new();
@@ -409,12 +422,12 @@ pub async fn packages(ctx: &ProbeContext) -> Fact<Vec<InstalledPackage>> {
     ] {
         match result {
             // Exit 1 is normal when some names are unknown; the listed ones are still right.
-            Ok(out) => {
+            Some(Ok(out)) => {
                 answered = true;
                 found.extend(parse(&out.stdout));
             }
-            Err(ExecError::NotFound(_)) => {}
-            Err(e) => failures.push(e.to_string()),
+            None | Some(Err(ExecError::NotFound(_))) => {}
+            Some(Err(e)) => failures.push(e.to_string()),
         }
     }
     if !answered && !failures.is_empty() {
@@ -422,6 +435,21 @@ pub async fn packages(ctx: &ProbeContext) -> Fact<Vec<InstalledPackage>> {
     } else {
         Fact::known(found)
     }
+}
+
+/// Whether one of `dirs` on the host is a directory with an entry in it; true when that cannot
+/// be told, so that the database's own tool is asked as before.
+async fn any_populated(ctx: &ProbeContext, dirs: &'static [&'static str]) -> bool {
+    let paths: Vec<PathBuf> = dirs.iter().map(|d| ctx.host_path(d)).collect();
+    let populated = move || {
+        paths.iter().any(|p| match std::fs::read_dir(p) {
+            Ok(mut entries) => entries.next().is_some(),
+            Err(e) => !is_absent(&e),
+        })
+    };
+    bounded_blocking(ctx.options.read_timeout, dirs[0], populated)
+        .await
+        .unwrap_or(true)
 }
 
 /// The dpkg database's entries for `names`, read and parsed off the async thread (it is the one
@@ -897,6 +925,23 @@ mod tests {
         let text = "INFO[0000] Found 3 CDI devices\nnvidia.com/gpu=0\nnvidia.com/gpu=GPU-8ba1a2c1-7d3b-4f5e-9a6b-1234567890ab\nnvidia.com/gpu=all\n";
         assert_eq!(parse_cdi_list(text).len(), 3);
         assert!(parse_cdi_list("INFO[0000] Found 0 CDI devices\n").is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_package_database_is_asked_only_where_it_holds_something() {
+        let root = tempfile::tempdir().unwrap();
+        let ctx = ProbeContext::new(super::super::ProbeOptions {
+            root: root.path().to_owned(),
+            ..Default::default()
+        });
+        assert!(!any_populated(&ctx, RPM_DATABASES).await, "absent");
+        // What Debian's rpm package ships: the directory, empty.
+        std::fs::create_dir_all(root.path().join("var/lib/rpm")).unwrap();
+        assert!(!any_populated(&ctx, RPM_DATABASES).await, "empty");
+        std::fs::create_dir_all(root.path().join("usr/lib/sysimage/rpm")).unwrap();
+        std::fs::write(root.path().join("usr/lib/sysimage/rpm/rpmdb.sqlite"), b"").unwrap();
+        assert!(any_populated(&ctx, RPM_DATABASES).await, "a database");
+        assert!(!any_populated(&ctx, PACMAN_DATABASES).await);
     }
 
     #[tokio::test]
