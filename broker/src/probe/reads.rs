@@ -395,9 +395,10 @@ pub async fn packages(ctx: &ProbeContext) -> Fact<Vec<InstalledPackage>> {
     pacman_args.extend(&names);
     let ask = |program: &'static str, args: Vec<&'static str>, databases| async move {
         // None: no system database to ask about.
-        match any_populated(ctx, databases).await {
-            true => Some(ctx.commands.run(program, &args).await),
-            false => None,
+        if any_populated(ctx, databases).await {
+            Some(ctx.commands.run(program, &args).await)
+        } else {
+            None
         }
     };
     let (dpkg, rpm, pacman) = tokio::join!(
