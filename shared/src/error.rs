@@ -86,6 +86,17 @@ error_codes! {
     ModelIncompatible => "MODEL_INCOMPATIBLE",
     /// Another local model holds the GPU and could not be evicted.
     GpuBusy => "GPU_BUSY",
+    /// No model repository (or revision, or file) by that name on the hub, and none in the cache.
+    ModelNotFound => "MODEL_NOT_FOUND",
+    /// The hub refused access: a gated or private repository, or a token it does not accept.
+    ModelAccessDenied => "MODEL_ACCESS_DENIED",
+    /// The repository offers its weights only in a format that can run code when loaded
+    /// (pickle: `.bin`, `.pth`, `.pt`), never fetched.
+    ModelFormatUnsafe => "MODEL_FORMAT_UNSAFE",
+    /// A downloaded file's size or digest is not what the hub's metadata promised.
+    ModelDigestMismatch => "MODEL_DIGEST_MISMATCH",
+    /// The model's weights and KV cache fit no card's free memory, alone or together.
+    ModelDoesNotFit => "MODEL_DOES_NOT_FIT",
 }
 
 impl fmt::Display for ErrorCode {
