@@ -40,7 +40,7 @@ pub(super) fn install_key(
         .map(|f| f.as_str())
         .collect::<Vec<_>>()
         .join(", ");
-    if let Some(existing) = files::read_existing(&target).map_err(|e| Failure(e.to_string()))? {
+    if let Some(existing) = files::read_existing(&target)? {
         // Stricter than the reference (§12.2): an existing key must be the pinned key.
         return match openpgp::fingerprints_of_file(&existing) {
             Ok(found) if found.iter().all(|f| pinned.contains(f)) => {
@@ -56,7 +56,7 @@ pub(super) fn install_key(
     let binary = openpgp::dearmor(armored)
         .map_err(|e| Failure(format!("the recipe's key for {path}: {e}")))?;
     // Checked on parse already; checked again right before the write.
-    let served = openpgp::primary_fingerprints(&binary).map_err(|e| Failure(e.to_string()))?;
+    let served = openpgp::primary_fingerprints(&binary)?;
     if let Some(bad) = served.iter().find(|f| !pinned.contains(f)) {
         return fail(format!(
             "the key for {path} is {bad}, not the pinned {pinned_list}; nothing was written"
@@ -66,14 +66,13 @@ pub(super) fn install_key(
         KeyEncoding::Armored => armored.as_bytes().to_vec(),
         KeyEncoding::Binary => binary,
     };
-    files::write_atomic(&r.ctx.file_root, &target, &bytes, 0o644)
-        .map_err(|e| Failure(e.to_string()))?;
+    files::write_atomic(&r.ctx.file_root, &target, &bytes, 0o644)?;
     applied(format!("wrote {path} ({pinned_list})"))
 }
 
 pub(super) fn write_source(r: &mut Executor<'_>, path: &str, body: &str) -> Done {
     let target = files::under_root(&r.ctx.file_root, path);
-    if let Some(existing) = files::read_existing(&target).map_err(|e| Failure(e.to_string()))? {
+    if let Some(existing) = files::read_existing(&target)? {
         // Stricter than the reference (§12.2): a differing source is reported, never trusted.
         return if existing == body.as_bytes() {
             satisfied(format!("{path} already has the recipe's content"))
@@ -83,8 +82,7 @@ pub(super) fn write_source(r: &mut Executor<'_>, path: &str, body: &str) -> Done
             ))
         };
     }
-    files::write_atomic(&r.ctx.file_root, &target, body.as_bytes(), 0o644)
-        .map_err(|e| Failure(e.to_string()))?;
+    files::write_atomic(&r.ctx.file_root, &target, body.as_bytes(), 0o644)?;
     applied(format!("wrote {path}"))
 }
 

@@ -4,7 +4,6 @@
 use std::time::Instant;
 
 use enginekit_shared::recipe::Family;
-use enginekit_shared::safe::UnsafeValue;
 use enginekit_shared::wire::receipt::bounded_tail;
 
 use super::allow::Allowed;
@@ -19,9 +18,10 @@ const STDERR_TAIL_BYTES: usize = 2000;
 #[derive(Debug, Clone)]
 pub(crate) struct Failure(pub String);
 
-impl From<UnsafeValue> for Failure {
-    fn from(e: UnsafeValue) -> Failure {
-        Failure(format!("a command could not be built: {e}"))
+/// Any error becomes a failure by its text (a file, a key, a command the allowlist refuses).
+impl<E: std::error::Error> From<E> for Failure {
+    fn from(e: E) -> Failure {
+        Failure(e.to_string())
     }
 }
 
@@ -78,9 +78,7 @@ impl<'a> Executor<'a> {
         cmd: &Command,
         mutating: bool,
     ) -> Result<CommandResult, Failure> {
-        self.allowed
-            .permit(cmd)
-            .map_err(|e| Failure(e.to_string()))?;
+        self.allowed.permit(cmd)?;
         let is_pm = cmd.program.is_package_manager();
         if is_pm && !self.package_manager_started {
             self.package_manager_started = true;
