@@ -40,48 +40,39 @@ pub fn parse_dpkg_query(text: &str) -> Vec<InstalledPackage> {
 /// through `dpkg-query`, which costs more than the rest of the probe together. Only `names` are
 /// kept, and only when the third word of `Status:` is `installed` (`install ok installed`,
 /// `hold ok installed`); `config-files` (dpkg-query's `rc`) and `not-installed` are not.
-pub fn parse_dpkg_status(text: &str, names: &[&str]) -> Vec<InstalledPackage> {
-    // One pass over the lines (a `char` split is a memchr scan); only the stanzas of wanted
-    // packages are looked at further, which keeps this cheap on a database of thousands.
-    struct Entry<'t> {
-        name: &'t str,
-        version: Option<&'t str>,
-        installed: bool,
-    }
+pub fn parse_dpkg_status(database: &[u8], names: &[&str]) -> Vec<InstalledPackage> {
+    // Stanzas end at a blank line and dpkg writes `Package:` first: a SIMD search for the blank
+    // lines and a look at each stanza's first line skip the thousands not wanted, and only the
+    // wanted stanzas are read as text (a line-by-line pass over the whole file as text made this
+    // the probe's slowest local read, 0.7 ms on the bench's 770 KB database).
+    let ends = memchr::memmem::find_iter(database, b"\n\n").chain([database.len()]);
+    let mut start = 0;
     let mut found = Vec::new();
-    let mut current: Option<Entry<'_>> = None;
-    let mut finish = |entry: Option<Entry<'_>>| {
-        if let Some(e) = entry.filter(|e| e.installed) {
+    for end in ends {
+        let stanza = database.get(start..end).unwrap_or_default();
+        start = end + 1;
+        let Some(name) = stanza_field(stanza, "Package").filter(|n| names.contains(n)) else {
+            continue;
+        };
+        let status = stanza_field(stanza, "Status").unwrap_or("");
+        if status.split_whitespace().nth(2) == Some("installed") {
             found.push(InstalledPackage {
-                name: e.name.to_owned(),
-                version: e.version.map(str::to_owned),
+                name: name.to_owned(),
+                version: stanza_field(stanza, "Version").map(str::to_owned),
                 source: PackageDatabase::Dpkg,
             });
         }
-    };
-    for line in text.split('\n') {
-        if let Some(name) = line.strip_prefix("Package:") {
-            finish(current.take());
-            let name = name.trim();
-            if names.contains(&name) {
-                current = Some(Entry {
-                    name,
-                    version: None,
-                    installed: false,
-                });
-            }
-        } else if line.is_empty() {
-            finish(current.take());
-        } else if let Some(entry) = current.as_mut() {
-            if let Some(v) = line.strip_prefix("Version:") {
-                entry.version = Some(v.trim());
-            } else if let Some(v) = line.strip_prefix("Status:") {
-                entry.installed = v.split_whitespace().nth(2) == Some("installed");
-            }
-        }
     }
-    finish(current.take());
     found
+}
+
+/// A field's value in one dpkg stanza (the first line that names it); `None` when absent or
+/// not UTF-8.
+fn stanza_field<'t>(stanza: &'t [u8], field: &str) -> Option<&'t str> {
+    let line = stanza
+        .split(|b| *b == b'\n')
+        .find_map(|line| line.strip_prefix(field.as_bytes())?.strip_prefix(b":"))?;
+    std::str::from_utf8(line).ok().map(str::trim)
 }
 
 /// `rpm -q --qf '%{NAME} %{VERSION}-%{RELEASE}\n' …`: misses read "package X is not installed".
@@ -211,12 +202,27 @@ mod tests {
                       Package: nvidia-container-toolkit\nStatus: hold ok installed\nVersion: 1.17.8-1\n\n\
                       Package: bash\nStatus: install ok installed\nVersion: 5.2.15-2+b8\n";
         let p = parse_dpkg_status(
-            status,
+            status.as_bytes(),
             &["docker.io", "docker-ce", "nvidia-container-toolkit"],
         );
         let names: Vec<&str> = p.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, vec!["docker.io", "nvidia-container-toolkit"]);
         assert_eq!(p[0].version.as_deref(), Some("20.10.24+dfsg1-1+deb12u1+b6"));
+    }
+
+    #[test]
+    fn dpkg_status_reads_only_the_wanted_stanzas() {
+        // Latin-1 in another package's description, runs of blank lines, a field whose name
+        // starts like `Package`, a last stanza with no final newline.
+        let mut status = b"Package: bash\nDescription: caf\xe9\n\n\n\n".to_vec();
+        status.extend_from_slice(b"Package-Type: udeb\nPackage: containerd\nVersion: 1.6.20\n");
+        status.extend_from_slice(b"Status: install ok installed");
+        let p = parse_dpkg_status(&status, &["bash", "containerd", "udeb"]);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(p[0].name, "containerd");
+        assert_eq!(p[0].version.as_deref(), Some("1.6.20"));
+        assert!(parse_dpkg_status(b"", &["bash"]).is_empty());
+        assert!(parse_dpkg_status(b"\n\n\n", &["bash"]).is_empty());
     }
 
     #[test]

@@ -474,8 +474,7 @@ async fn dpkg_status_packages(
             file.take(MAX_DPKG_STATUS_BYTES)
                 .read_to_end(&mut bytes)
                 .map_err(|e| format!("/var/lib/dpkg/status: {e}"))?;
-            let text = String::from_utf8_lossy(&bytes);
-            Ok(Some(parse_dpkg_status(&text, &names)))
+            Ok(Some(parse_dpkg_status(&bytes, &names)))
         },
     )
     .await?
