@@ -205,9 +205,12 @@ fn toolkit(view: &LinuxView) -> Option<Finding> {
             format!("NVIDIA Container Toolkit {installed}"),
         ));
     }
-    let upgrade = match view.family() {
-        PackageFamily::Dnf => "sudo dnf upgrade nvidia-container-toolkit",
-        _ => "sudo apt-get install --only-upgrade nvidia-container-toolkit",
+    // A toolkit the package database does not list cannot be upgraded by it: the plan installs
+    // NVIDIA's package instead, and the copy installed by hand must go or it may still be run.
+    let upgrade = match (view.toolkit_installed, view.family()) {
+        (false, _) => "remove the NVIDIA Container Toolkit installed outside the package manager, then run `enginekit setup` (it installs NVIDIA's package)",
+        (true, PackageFamily::Dnf) => "sudo dnf upgrade nvidia-container-toolkit",
+        (true, _) => "sudo apt-get install --only-upgrade nvidia-container-toolkit",
     };
     Some(Finding::problem(
         "toolkit-version",
@@ -296,9 +299,19 @@ mod tests {
             (line("1.18.0"), Some("1.17.3-1"), false),
         ] {
             let facts = host(&ctk, package);
-            let doctor_flags = diagnose(&facts, &[])
+            let findings = diagnose(&facts, &[]);
+            let flagged = findings
                 .iter()
-                .any(|f| f.code == "toolkit-version" && f.severity == Severity::Warning);
+                .find(|f| f.code == "toolkit-version" && f.severity == Severity::Warning);
+            let doctor_flags = flagged.is_some();
+            // The remedy asks the package manager only for a toolkit it installed.
+            if let Some(remedy) = flagged.map(|f| f.remedy.as_str()) {
+                assert_eq!(
+                    remedy.contains("apt-get"),
+                    package.is_some(),
+                    "remedy for {ctk}, package {package:?}: {remedy}"
+                );
+            }
             let plan = plan_for(KnownEngine::Vllm, facts, &DocumentSources::embedded_only())
                 .unwrap()
                 .plan;
