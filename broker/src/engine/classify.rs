@@ -227,10 +227,13 @@ fn vllm(lines: &[String]) -> Option<Classification> {
             needed.map_or("more".to_owned(), gib),
             available.map_or("less".to_owned(), gib),
         );
-        if let Some(fits) = fits {
-            message.push_str(&format!(" (about {fits} tokens would fit)"));
+        // vLLM's own estimate is the remedy: the context it says fits.
+        match fits {
+            Some(fits) => message.push_str(&format!(
+                ". Load again with --context {fits} (vLLM's estimate of the longest that fits)."
+            )),
+            None => message.push_str(". Load again with a smaller --context."),
         }
-        message.push_str(". Load again with a smaller --context.");
         return Some(oom(
             message,
             needed,
@@ -471,7 +474,8 @@ mod tests {
         assert_eq!(c.requested_gib, Some(4.0));
         assert_eq!(c.free_gib, Some(2.31));
         assert!(c.message.contains("32768 tokens"), "{}", c.message);
-        assert!(c.message.contains("about 18912 tokens"), "{}", c.message);
+        // vLLM's own estimate is the remedy.
+        assert!(c.message.contains("--context 18912 "), "{}", c.message);
     }
 
     #[test]
