@@ -6,6 +6,7 @@
 //! cover is reported as not sized rather than given a confident wrong number.
 
 pub mod config;
+pub mod fit;
 pub mod weights;
 
 use enginekit_shared::error::{CodedError, ErrorCode};
