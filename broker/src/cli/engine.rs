@@ -141,6 +141,22 @@ fn describe(event: &LoadEvent) -> String {
         LoadEvent::Redirected { status } => {
             format!("/health answered {status}, a redirect: never followed, not ready")
         }
+        LoadEvent::Fitted {
+            gpu,
+            utilization_pct,
+            context,
+            context_chosen,
+            max_context,
+        } => {
+            let context = if *context_chosen {
+                format!("--max-model-len {context}, the longest context that fits")
+            } else {
+                format!("--max-model-len {context} as asked (up to {max_context} would fit)")
+            };
+            format!(
+                "the model fits GPU {gpu}: --gpu-memory-utilization 0.{utilization_pct:02} (fitted to its free memory), {context}"
+            )
+        }
     }
 }
 

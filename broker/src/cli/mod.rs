@@ -8,6 +8,7 @@ pub mod doctor;
 pub mod engine;
 pub mod engines;
 pub mod follow;
+pub mod models;
 pub mod plan;
 pub mod probe;
 pub mod remove;
@@ -37,34 +38,38 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The subcommands in the order a person meets them (clap lists them in declaration order):
+/// plan, set up, run and watch a model, size models, diagnose, remove, then the by-hand layers.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Docker layer by hand: pull by digest, reconcile leftover containers.
-    Docker(docker::DockerArgs),
     /// What stands between this machine and a running engine, and what setup would change.
     Plan(plan::PlanArgs),
-    /// What is wrong after setup, each finding with its remedy (driver, Docker, GPU runtime, CDI, toolkit).
-    Doctor(doctor::DoctorArgs),
-    /// The engines this build can set up: descriptor, image, sizes, minimums.
-    Engines(engines::EnginesArgs),
-    /// What this machine looks like: system, Docker, NVIDIA, disk, network (`--json` for the facts document).
-    Probe(probe::ProbeArgs),
     /// Set an engine up: plan, consent, one authorization, GPU check, pull, verify, record.
     Setup(setup::SetupArgs),
-    /// Remove an engine and what its setup added (never Docker, the toolkit, groups or repositories).
-    Remove(remove::RemoveArgs),
-    /// The installed engines and the operations not yet finished.
-    Status(status::StatusArgs),
-    /// The session-bus service org.enginekit.Broker1.
-    Serve(serve::ServeArgs),
     /// Run a model on the installed engine and serve it on 127.0.0.1 until Ctrl-C.
     Start(engine::StartArgs),
-    /// Stop a running model (confirmed stop; its GPU is freed).
-    Stop(engine::StopArgs),
     /// The running models: state, GPU, base URL, owner.
     Ps(engine::PsArgs),
     /// A running model's engine log (bounded).
     Logs(engine::LogsArgs),
+    /// Stop a running model (confirmed stop; its GPU is freed).
+    Stop(engine::StopArgs),
+    /// Models by size: whether a model fits this machine's GPUs, before anything moves.
+    Models(models::ModelsArgs),
+    /// What is wrong after setup, each finding with its remedy (driver, Docker, GPU runtime, CDI, toolkit).
+    Doctor(doctor::DoctorArgs),
+    /// Remove an engine and what its setup added (never Docker, the toolkit, groups or repositories).
+    Remove(remove::RemoveArgs),
+    /// The installed engines and the operations not yet finished.
+    Status(status::StatusArgs),
+    /// The engines this build can set up: descriptor, image, sizes, minimums.
+    Engines(engines::EnginesArgs),
+    /// Docker layer by hand: pull by digest, reconcile leftover containers.
+    Docker(docker::DockerArgs),
+    /// What this machine looks like: system, Docker, NVIDIA, disk, network (`--json` for the facts document).
+    Probe(probe::ProbeArgs),
+    /// The session-bus service org.enginekit.Broker1.
+    Serve(serve::ServeArgs),
 }
 
 /// The whole command line as clap sees it: the source of the man pages and shell completions
@@ -93,5 +98,26 @@ pub fn main() -> ExitCode {
         Command::Stop(args) => engine::stop(args),
         Command::Ps(args) => engine::ps(args),
         Command::Logs(args) => engine::logs(args),
+        Command::Models(args) => models::run(args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// `enginekit --help` lists the commands as a person uses them: plan, set up, run and watch
+    /// a model, size models, diagnose, remove, then the by-hand layers last.
+    #[test]
+    fn help_lists_commands_in_the_order_of_use() {
+        let names: Vec<String> = super::command()
+            .get_subcommands()
+            .map(|c| c.get_name().to_owned())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "plan", "setup", "start", "ps", "logs", "stop", "models", "doctor", "remove",
+                "status", "engines", "docker", "probe", "serve"
+            ]
+        );
     }
 }

@@ -59,6 +59,10 @@ pub enum EngineError {
     /// The container journal failed.
     #[error(transparent)]
     Journal(#[from] crate::journal::JournalError),
+    /// The model's weights and KV cache surely fit no card's free memory (the fit check,
+    /// before any Docker call).
+    #[error("{}", error.message)]
+    DoesNotFit { error: Box<CodedError> },
 }
 
 impl From<crate::journal::LifecycleError> for EngineError {
@@ -88,6 +92,7 @@ impl EngineError {
             EngineError::Io { .. } => "engine.io",
             EngineError::Docker(err) => err.kind(),
             EngineError::Journal(_) => "engine.journal",
+            EngineError::DoesNotFit { .. } => "engine.does_not_fit",
         }
     }
 
@@ -108,6 +113,7 @@ impl EngineError {
             EngineError::Heartbeat { .. } | EngineError::Io { .. } => ErrorCode::IoError,
             EngineError::Docker(err) => err.code(),
             EngineError::Journal(err) => err.code(),
+            EngineError::DoesNotFit { error } => error.code,
         }
     }
 
@@ -121,6 +127,7 @@ impl EngineError {
             }
             EngineError::StopUnconfirmed { reason, .. } => Some(reason.clone()),
             EngineError::Docker(err) => err.to_coded().details,
+            EngineError::DoesNotFit { error } => error.details.clone(),
             _ => None,
         };
         let details = match extra {

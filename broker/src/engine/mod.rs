@@ -5,6 +5,7 @@
 //! - `options`: the load's options, checked before any Docker call (stable codes);
 //! - `argv`: the launch (argv and environment) of vLLM and TensorRT-LLM;
 //! - `gpu`: which card a load runs on, and one session per card;
+//! - `sizing`: whether the model fits a card's free memory, before any Docker call;
 //! - `stages`: load stages from the engine's log markers;
 //! - `classify`: why an engine exited before it became ready, from its bounded log;
 //! - `health`: the readiness probe (`GET /health`, never following a redirect);
@@ -22,6 +23,7 @@ pub mod heartbeat;
 pub mod options;
 pub mod runtime;
 pub mod sessions;
+pub mod sizing;
 pub mod stages;
 pub mod watchdog;
 

@@ -24,8 +24,9 @@ use super::error::{EngineError, Result};
 use super::gpu::{self, Card, Selection};
 use super::health::{self, Probe};
 use super::heartbeat::{self, Ticker};
-use super::options::LoadRequest;
+use super::options::{LoadOptions, LoadRequest};
 use super::sessions::{Owner, SessionRecord, SessionState, Sessions};
+use super::sizing::{self, Sizing, Verdict};
 use super::stages::{Stage, StageTracker};
 use super::watchdog;
 use crate::docker::{
@@ -37,6 +38,7 @@ use crate::installations::{InstallationStatus, Installations};
 use crate::journal::{
     ContainerName, ContainerRecord, InstanceId, Journal, LifecycleError, ReconcileLimits,
 };
+use crate::models::fit::{CardMemory, ModelNeeds};
 
 /// Port attempts on a collision.
 pub const PORT_ATTEMPTS: u32 = 3;
@@ -79,6 +81,15 @@ pub enum LoadEvent {
     Stage { stage: Stage, elapsed_ms: u64 },
     /// `/health` answered a redirect, which is never followed nor taken as ready (said once).
     Redirected { status: u16 },
+    /// The fit check sized the load: the card it fits, the utilization fitted to free memory,
+    /// and the context (chosen as the longest that fits when none was asked).
+    Fitted {
+        gpu: String,
+        utilization_pct: u64,
+        context: u32,
+        context_chosen: bool,
+        max_context: u64,
+    },
 }
 
 /// A ready engine and the heartbeat that keeps it alive.
@@ -422,6 +433,50 @@ impl Runtime {
         }
     }
 
+    /// The cards' memory, read without Docker (nvidia-smi or NVML only).
+    async fn read_gpu_memory(&self) -> Vec<CardMemory> {
+        let mut options = crate::probe::ProbeOptions::from_env();
+        if let Some(dir) = crate::test_hooks::standin_dir() {
+            options.bin_dirs.insert(0, dir);
+        }
+        let ctx = crate::probe::reads::ProbeContext::new(options);
+        match crate::probe::reads::gpus(&ctx).await.gpus {
+            crate::probe::facts::Fact::Known { value } => CardMemory::from_probe(&value),
+            crate::probe::facts::Fact::Unknown { .. } => Vec::new(),
+        }
+    }
+
+    /// The fit check: `Some` when the load is sized, `None` when it cannot be told (the engine
+    /// then decides, as before the check), an error when it surely fits no card.
+    async fn size(&self, opts: &LoadOptions, asked: Option<u32>) -> Result<Option<Sizing>> {
+        let model = crate::models::config::read(&opts.model_dir).and_then(|config| {
+            let weights = crate::models::weights::read(&opts.model_dir)?;
+            Ok(ModelNeeds::new(&config, weights.bytes))
+        });
+        let needs = match model {
+            Ok(needs) => needs,
+            Err(e) => {
+                tracing::info!(error = %e, "the model's fit was not checked");
+                return Ok(None);
+            }
+        };
+        // A card one of our sessions holds is freed by this load (the holder is stopped first),
+        // so its free memory now says nothing about the load: unknown, not judged.
+        let held: Vec<String> = self.sessions.list().into_iter().map(|s| s.gpu).collect();
+        let mut cards = self.read_gpu_memory().await;
+        for card in cards.iter_mut().filter(|c| held.contains(&c.uuid)) {
+            card.free_bytes = None;
+        }
+        match sizing::decide(&needs, asked, &cards, opts.gpu.as_ref()) {
+            Verdict::Fits(sizing) => Ok(Some(sizing)),
+            Verdict::DoesNotFit(error) => Err(EngineError::DoesNotFit { error }),
+            Verdict::NotJudged { why } => {
+                tracing::info!(%why, "the model's fit was not checked");
+                Ok(None)
+            }
+        }
+    }
+
     /// Loads `engine` with `request`; returns once `/health` answers 200.
     pub async fn load(
         &self,
@@ -431,7 +486,7 @@ impl Runtime {
         cancel: &CancellationToken,
     ) -> Result<Loaded> {
         // Everything that can be refused without Docker comes first.
-        let opts = request.check()?;
+        let mut opts = request.check()?;
         let installation = self
             .installations
             .get(&crate::ids::EngineId::from(engine))
@@ -445,6 +500,27 @@ impl Runtime {
                 path: installation.engine.to_string(),
                 detail: e.to_string(),
             })?;
+        // The fit check reads the model folder and the cards' memory (nvidia-smi or NVML), no
+        // Docker: a model that fits no card is refused here.
+        let mut memory_fraction = LaunchParams::new("", opts.context).memory_fraction;
+        if engine == KnownEngine::Vllm {
+            if let Some(sizing) = self.size(&opts, request.context).await? {
+                if opts.gpu.is_none() {
+                    opts.gpu = Some(sizing.gpu.clone());
+                }
+                if let Some(context) = sizing.context {
+                    opts.context = context;
+                }
+                memory_fraction = sizing.memory_fraction();
+                on(LoadEvent::Fitted {
+                    gpu: sizing.gpu.to_string(),
+                    utilization_pct: sizing.utilization_pct,
+                    context: opts.context,
+                    context_chosen: sizing.context.is_some(),
+                    max_context: sizing.max_context,
+                });
+            }
+        }
         let name = opts.name.as_str().to_owned();
         if let Some(existing) = self.sessions.get(&name) {
             if existing.state == SessionState::StopUnconfirmed {
@@ -522,7 +598,16 @@ impl Runtime {
         };
 
         let result = self
-            .start_and_wait(engine, &opts, &image, &card, &mut record, on, cancel)
+            .start_and_wait(
+                engine,
+                &opts,
+                memory_fraction,
+                &image,
+                &card,
+                &mut record,
+                on,
+                cancel,
+            )
             .await;
         match result {
             Ok(ticker) => Ok(Loaded { record, ticker }),
@@ -547,6 +632,7 @@ impl Runtime {
         &self,
         engine: KnownEngine,
         opts: &super::options::LoadOptions,
+        memory_fraction: f64,
         image: &ImageRef,
         card: &Card,
         record: &mut SessionRecord,
@@ -572,7 +658,11 @@ impl Runtime {
         ))?;
         let ticker = Ticker::start(&record.heartbeat_dir, heartbeat::INTERVAL)?;
 
-        let launch = argv::launch(engine, &LaunchParams::new(opts.name.as_str(), opts.context));
+        let params = LaunchParams {
+            memory_fraction,
+            ..LaunchParams::new(opts.name.as_str(), opts.context)
+        };
+        let launch = argv::launch(engine, &params);
         let bad = |e: DockerError| EngineError::from(e);
         let mut spec = ContainerSpec::new(
             record

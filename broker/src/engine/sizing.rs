@@ -1,0 +1,229 @@
+//! The fit check of a load, before any Docker call: whether the model's weights and KV cache fit
+//! a card's free memory ([`crate::models::fit`]), which card, the `--max-model-len` when no
+//! context was asked, and a `--gpu-memory-utilization` that fits what is free.
+//!
+//! Only a confident "does not fit" refuses the load. A model the check cannot size (a folder
+//! without safetensors weights, an attention design the formula does not cover, a card whose
+//! memory is unknown) is left to the engine, as before the check existed.
+
+use enginekit_shared::error::CodedError;
+
+use crate::docker::GpuUuid;
+use crate::models::fit::{self, CardMemory, ModelNeeds};
+
+/// What the check decided for a load that fits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sizing {
+    /// The card it fits: the asked one, else the one with the longest context.
+    pub gpu: GpuUuid,
+    /// The context to pass when none was asked: the longest that fits.
+    pub context: Option<u32>,
+    /// `--gpu-memory-utilization` in hundredths, fitted to the card's free memory.
+    pub utilization_pct: u64,
+    /// The longest context that fits the card.
+    pub max_context: u64,
+}
+
+impl Sizing {
+    /// The utilization as the engine takes it (0.81 for 81).
+    pub fn memory_fraction(&self) -> f64 {
+        self.utilization_pct as f64 / 100.0
+    }
+}
+
+/// The check's verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    Fits(Sizing),
+    /// Surely fits no card: MODEL_DOES_NOT_FIT with the figures.
+    DoesNotFit(Box<CodedError>),
+    /// Cannot be told; the engine decides.
+    NotJudged {
+        why: String,
+    },
+}
+
+/// Judges `needs` for the asked context on `cards` (only the requested card when it is present).
+pub fn decide(
+    needs: &ModelNeeds,
+    asked: Option<u32>,
+    cards: &[CardMemory],
+    requested: Option<&GpuUuid>,
+) -> Verdict {
+    let wanted: Vec<CardMemory> = match requested {
+        Some(want) if cards.iter().any(|c| c.uuid == want.to_string()) => cards
+            .iter()
+            .filter(|c| c.uuid == want.to_string())
+            .cloned()
+            .collect(),
+        _ => cards.to_vec(),
+    };
+    if wanted.is_empty() {
+        return Verdict::NotJudged {
+            why: "no GPU memory was reported".to_owned(),
+        };
+    }
+    let judgment = fit::judge(needs, asked.map(u64::from), &wanted);
+    let single = judgment
+        .cards
+        .iter()
+        .filter(|c| c.placement.fits == Some(true))
+        .max_by_key(|c| (c.placement.max_context, c.card.free_bytes));
+    if let Some(best) = single {
+        let (Some(pct), Some(max_context), Ok(gpu)) = (
+            best.placement.utilization_pct,
+            best.placement.max_context,
+            best.card.uuid.parse::<GpuUuid>(),
+        ) else {
+            return Verdict::NotJudged {
+                why: format!("card {} could not be named", best.card.uuid),
+            };
+        };
+        let context = match asked {
+            Some(_) => None,
+            None => Some(u32::try_from(max_context.min(fit::MAX_CONTEXT)).unwrap_or(u32::MAX)),
+        };
+        return Verdict::Fits(Sizing {
+            gpu,
+            context,
+            utilization_pct: pct,
+            max_context,
+        });
+    }
+    let refused = judgment
+        .cards
+        .iter()
+        .all(|c| c.placement.fits == Some(false));
+    if !refused {
+        let why = judgment
+            .cards
+            .iter()
+            .find_map(|c| c.placement.why.clone())
+            .unwrap_or_else(|| "the fit could not be judged".to_owned());
+        return Verdict::NotJudged { why };
+    }
+    let mut err = fit::does_not_fit(&judgment);
+    if let Some(group) = judgment.tensor_parallel.as_ref() {
+        // A load runs on one card today; say what would hold it.
+        let note = format!(
+            "{} GPUs together ({}) would hold it with tensor parallelism, which start does not do yet",
+            group.tensor_parallel(),
+            group.cards.join(", ")
+        );
+        err.details = Some(match err.details.take() {
+            Some(d) => format!("{d}\n  {note}"),
+            None => note,
+        });
+    }
+    Verdict::DoesNotFit(Box::new(err))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::documents::descriptor::KnownEngine;
+    use crate::engine::argv::{launch, LaunchParams};
+    use crate::models::config::KvLayout;
+    use enginekit_shared::error::ErrorCode;
+
+    const A: &str = "GPU-11111111-0000-0000-0000-000000000000";
+    const B: &str = "GPU-22222222-0000-0000-0000-000000000000";
+    const GIB: u64 = 1 << 30;
+
+    fn card(uuid: &str, index: u32, total_gib: u64, free_bytes: u64) -> CardMemory {
+        CardMemory {
+            uuid: uuid.to_owned(),
+            index: Some(index),
+            name: "card".to_owned(),
+            total_bytes: Some(total_gib * GIB),
+            free_bytes: Some(free_bytes),
+        }
+    }
+
+    /// Llama-3.1-8B-Instruct: 16,060,522,496 bytes of weights, 131,072 KV bytes per token.
+    fn llama() -> ModelNeeds {
+        ModelNeeds {
+            weights_bytes: 16_060_522_496,
+            kv: KvLayout::Heads {
+                layers: 32,
+                kv_heads: 8,
+                head_size: 128,
+                element_bytes: 2,
+            },
+            attention_heads: Some(32),
+            max_position_embeddings: Some(131_072),
+        }
+    }
+
+    #[test]
+    fn a_desktop_card_gets_a_lower_utilization_and_the_longest_context() {
+        // 24 GiB card, the display holding 4 GiB: 20 GiB free. u = 81 (see models::fit);
+        // 759 blocks of 16 tokens = 12,144 tokens.
+        let cards = [card(A, 0, 24, 20 * GIB)];
+        let Verdict::Fits(s) = decide(&llama(), None, &cards, None) else {
+            panic!("does not fit");
+        };
+        assert_eq!(s.utilization_pct, 81);
+        assert_eq!(s.context, Some(12_144));
+        let params = LaunchParams {
+            memory_fraction: s.memory_fraction(),
+            ..LaunchParams::new("llama", s.context.unwrap())
+        };
+        assert_eq!(
+            launch(KnownEngine::Vllm, &params).argv.join(" "),
+            "vllm serve /enginekit/model --served-model-name llama --host 0.0.0.0 --port 8000 \
+             --max-model-len 12144 --max-num-seqs 1 --gpu-memory-utilization 0.81"
+        );
+        // An asked context is kept.
+        let Verdict::Fits(s) = decide(&llama(), Some(8192), &cards, None) else {
+            panic!("does not fit");
+        };
+        assert_eq!(s.context, None);
+    }
+
+    #[test]
+    fn the_card_it_fits_is_picked_when_none_is_asked() {
+        // A: 12 GiB card, too small; B: an idle 24 GiB card.
+        let cards = [card(A, 0, 12, 12 * GIB), card(B, 1, 24, 24 * GIB)];
+        let Verdict::Fits(s) = decide(&llama(), Some(8192), &cards, None) else {
+            panic!("does not fit");
+        };
+        assert_eq!(s.gpu.to_string(), B);
+        assert_eq!(s.utilization_pct, 90);
+        // Asking for the small card is refused with the figures.
+        let want: GpuUuid = A.parse().unwrap();
+        let Verdict::DoesNotFit(err) = decide(&llama(), Some(8192), &cards, Some(&want)) else {
+            panic!("fits");
+        };
+        assert_eq!(err.code, ErrorCode::ModelDoesNotFit);
+        assert!(err.details.unwrap().contains("card 0"));
+    }
+
+    #[test]
+    fn unknowns_are_left_to_the_engine() {
+        let mut needs = llama();
+        needs.kv = KvLayout::NotSized {
+            reason: "sliding windows".to_owned(),
+        };
+        let cards = [card(A, 0, 24, 24 * GIB)];
+        assert!(matches!(
+            decide(&needs, None, &cards, None),
+            Verdict::NotJudged { .. }
+        ));
+        assert!(matches!(
+            decide(&llama(), None, &[], None),
+            Verdict::NotJudged { .. }
+        ));
+    }
+
+    #[test]
+    fn a_group_that_would_hold_it_is_named_in_the_refusal() {
+        let mut needs = llama();
+        needs.weights_bytes = 30 * GIB;
+        let cards = [card(A, 0, 24, 24 * GIB), card(B, 1, 24, 24 * GIB)];
+        let Verdict::DoesNotFit(err) = decide(&needs, Some(4096), &cards, None) else {
+            panic!("fits");
+        };
+        assert!(err.details.unwrap().contains("2 GPUs together"));
+    }
+}
