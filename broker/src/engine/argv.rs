@@ -29,6 +29,9 @@ pub struct LaunchParams {
     pub max_sequences: u32,
     /// Share of the card's memory the engine may take (0 < f ≤ 0.95).
     pub memory_fraction: f64,
+    /// Cards the model is split across (vLLM `--tensor-parallel-size`); 1 is one card, and
+    /// then no flag is passed, so a one-card launch reads as it always did.
+    pub tensor_parallel: u32,
 }
 
 impl LaunchParams {
@@ -39,6 +42,7 @@ impl LaunchParams {
             context,
             max_sequences: 1,
             memory_fraction: 0.90,
+            tensor_parallel: 1,
         }
     }
 }
@@ -92,8 +96,15 @@ pub fn launch(engine: KnownEngine, params: &LaunchParams) -> Launch {
                 "--gpu-memory-utilization".to_owned(),
                 fraction(params.memory_fraction),
             ]);
+            if params.tensor_parallel > 1 {
+                argv.extend([
+                    "--tensor-parallel-size".to_owned(),
+                    params.tensor_parallel.to_string(),
+                ]);
+            }
             argv
         }
+        // Only vLLM loads are fitted (and so split across cards); TensorRT-LLM runs on one.
         KnownEngine::TensorrtLlm => {
             env.extend([
                 ("TRTLLM_NO_USAGE_STATS".to_owned(), "1".to_owned()),
@@ -158,6 +169,23 @@ mod tests {
             Some("/enginekit/cache/vllm")
         );
         assert_eq!(l.health_path, "/health");
+    }
+
+    #[test]
+    fn vllm_across_several_cards_gets_the_tensor_parallel_size() {
+        let p = LaunchParams {
+            tensor_parallel: 2,
+            memory_fraction: 0.88,
+            ..LaunchParams::new("big", 8192)
+        };
+        assert_eq!(
+            launch(KnownEngine::Vllm, &p).argv.join(" "),
+            "vllm serve /enginekit/model --served-model-name big --host 0.0.0.0 --port 8000 \
+             --max-model-len 8192 --max-num-seqs 1 --gpu-memory-utilization 0.88 \
+             --tensor-parallel-size 2"
+        );
+        let one = launch(KnownEngine::Vllm, &LaunchParams::new("m", 4096));
+        assert!(!one.argv.iter().any(|w| w.contains("tensor-parallel")));
     }
 
     #[test]
