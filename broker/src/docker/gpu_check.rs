@@ -191,7 +191,7 @@ impl Docker {
                 (LABEL_PURPOSE.to_owned(), "gpu-check".to_owned()),
             ])),
             host_config: Some(HostConfig {
-                device_requests: Some(vec![gpu_request(gpu, access)]),
+                device_requests: Some(vec![gpu_request(std::slice::from_ref(gpu), access)]),
                 network_mode: Some("none".to_owned()),
                 cap_drop: Some(vec!["ALL".to_owned()]),
                 security_opt: Some(vec!["no-new-privileges".to_owned()]),

@@ -36,6 +36,7 @@ pub use pull::{PullOptions, PullOutcome, DEFAULT_STALL_TIMEOUT};
 pub use retry::RetryPolicy;
 pub use route::DockerRoute;
 pub use spec::{
-    ContainerSpec, EnvVar, GpuUuid, MountSpec, NetworkName, PortSpec, Selinux, UserIds,
+    shm_bytes_for, ContainerSpec, EnvVar, GpuUuid, MountSpec, NetworkName, PortSpec, Selinux,
+    UserIds,
 };
 pub use tokio_util::sync::CancellationToken;

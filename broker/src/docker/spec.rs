@@ -35,6 +35,20 @@ pub const LOOPBACK: &str = "127.0.0.1";
 pub const MAX_SHM_BYTES: u64 = 16 << 30;
 /// Default shared-memory size (a placeholder, as in the reference).
 pub const DEFAULT_SHM_BYTES: u64 = 2 << 30;
+
+/// `/dev/shm` for an engine on `cards` cards: the default for one, [`DEFAULT_SHM_BYTES`] per card
+/// for a tensor-parallel group, at most [`MAX_SHM_BYTES`].
+///
+/// vLLM's Docker docs ask for `--ipc=host` or a large `--shm-size`: PyTorch and NCCL pass data
+/// between the ranks' processes through shared memory, and Docker's 64 MiB default fails with
+/// "No space left on device" on `/dev/shm/nccl-*`. All ranks run in this one container, so a
+/// private IPC namespace with a bounded tmpfs serves them; `--ipc=host` would instead open the
+/// host's SysV segments and `/dev/shm` to the engine (and the engine's to the host), and its
+/// writes there would not count against the container. So: a bounded `ShmSize`, never host IPC.
+pub fn shm_bytes_for(cards: usize) -> u64 {
+    let cards = u64::try_from(cards.max(1)).unwrap_or(u64::MAX);
+    DEFAULT_SHM_BYTES.saturating_mul(cards).min(MAX_SHM_BYTES)
+}
 /// Default process limit inside an engine container.
 pub const DEFAULT_PIDS_LIMIT: i64 = 4096;
 /// The network option that turns inter-container traffic off on a bridge.
@@ -235,8 +249,9 @@ pub struct ContainerSpec {
     pub engine: String,
     pub instance: InstanceId,
     pub image: ImageRef,
-    pub gpu: Option<GpuUuid>,
-    /// How `gpu` is asked for.
+    /// The cards the container gets: none, one, or a tensor-parallel group.
+    pub gpus: Vec<GpuUuid>,
+    /// How `gpus` are asked for.
     pub gpu_access: GpuAccess,
     pub mounts: Vec<MountSpec>,
     pub selinux: Option<Selinux>,
@@ -268,7 +283,7 @@ impl ContainerSpec {
             engine: engine.to_owned(),
             instance,
             image,
-            gpu: None,
+            gpus: Vec::new(),
             gpu_access: GpuAccess::default(),
             mounts: Vec::new(),
             selinux: None,
@@ -335,10 +350,8 @@ impl ContainerSpec {
             );
         }
 
-        let device_requests = self
-            .gpu
-            .as_ref()
-            .map(|gpu| vec![gpu_request(gpu, self.gpu_access)]);
+        let device_requests =
+            (!self.gpus.is_empty()).then(|| vec![gpu_request(&self.gpus, self.gpu_access)]);
         let (readonly_rootfs, tmpfs) = if self.read_only_root {
             (
                 Some(true),
@@ -386,21 +399,22 @@ impl ContainerSpec {
     }
 }
 
-/// Exactly that one card: `--gpus device=<uuid>`, or by CDI `--device nvidia.com/gpu=<uuid>`
-/// (what the docker CLI sends for a CDI name: the `cdi` driver with the qualified name).
-pub(crate) fn gpu_request(gpu: &GpuUuid, access: GpuAccess) -> DeviceRequest {
+/// Exactly those cards: `--gpus '"device=<uuid>,<uuid>"'`, or by CDI `--device
+/// nvidia.com/gpu=<uuid>` per card (what the docker CLI sends for CDI names: one request of the
+/// `cdi` driver with every qualified name).
+pub(crate) fn gpu_request(gpus: &[GpuUuid], access: GpuAccess) -> DeviceRequest {
     match access {
         GpuAccess::GpusFlag => DeviceRequest {
             driver: Some(String::new()),
             count: Some(0),
-            device_ids: Some(vec![gpu.as_str().to_owned()]),
+            device_ids: Some(gpus.iter().map(|g| g.as_str().to_owned()).collect()),
             capabilities: Some(vec![vec!["gpu".to_owned()]]),
             options: None,
         },
         GpuAccess::Cdi => DeviceRequest {
             driver: Some("cdi".to_owned()),
             count: None,
-            device_ids: Some(vec![format!("nvidia.com/gpu={gpu}")]),
+            device_ids: Some(gpus.iter().map(|g| format!("nvidia.com/gpu={g}")).collect()),
             capabilities: None,
             options: None,
         },
@@ -579,26 +593,68 @@ mod tests {
     #[test]
     fn a_gpu_is_asked_for_by_the_gpus_flag_or_by_its_cdi_name() {
         let uuid: GpuUuid = "GPU-0123abcd-0000-1111-2222-333344445555".parse().unwrap();
-        let flag = gpu_request(&uuid, GpuAccess::GpusFlag);
+        let flag = gpu_request(std::slice::from_ref(&uuid), GpuAccess::GpusFlag);
         assert_eq!(flag.driver.as_deref(), Some(""));
         assert_eq!(flag.device_ids, Some(vec![uuid.to_string()]));
         assert_eq!(flag.capabilities, Some(vec![vec!["gpu".to_owned()]]));
-        let cdi = gpu_request(&uuid, GpuAccess::Cdi);
+        let cdi = gpu_request(std::slice::from_ref(&uuid), GpuAccess::Cdi);
         assert_eq!(cdi.driver.as_deref(), Some("cdi"));
         assert_eq!(cdi.device_ids, Some(vec![format!("nvidia.com/gpu={uuid}")]));
         assert_eq!(cdi.capabilities, None);
         assert_eq!(cdi.count, None);
         let mut s = spec();
-        s.gpu = Some(uuid);
+        s.gpus = vec![uuid];
         s.gpu_access = GpuAccess::Cdi;
         let host = s.to_create_body().unwrap().host_config.unwrap();
         assert_eq!(host.device_requests, Some(vec![cdi]));
+        let none = spec().to_create_body().unwrap().host_config.unwrap();
+        assert_eq!(none.device_requests, None);
+    }
+
+    #[test]
+    fn a_tensor_parallel_group_gets_its_cards_in_one_request_and_a_bounded_private_shm() {
+        let group: Vec<GpuUuid> = [
+            "GPU-11111111-0000-0000-0000-000000000000",
+            "GPU-22222222-0000-0000-0000-000000000000",
+        ]
+        .iter()
+        .map(|g| g.parse().unwrap())
+        .collect();
+        for (access, ids) in [
+            (
+                GpuAccess::GpusFlag,
+                vec![group[0].to_string(), group[1].to_string()],
+            ),
+            (
+                GpuAccess::Cdi,
+                vec![
+                    format!("nvidia.com/gpu={}", group[0]),
+                    format!("nvidia.com/gpu={}", group[1]),
+                ],
+            ),
+        ] {
+            let mut s = spec();
+            s.gpus = group.clone();
+            s.gpu_access = access;
+            s.shm_bytes = shm_bytes_for(group.len());
+            let host = s.to_create_body().unwrap().host_config.unwrap();
+            let requests = host.device_requests.unwrap();
+            assert_eq!(requests.len(), 1, "{access:?}");
+            assert_eq!(requests[0].device_ids, Some(ids), "{access:?}");
+            // 2 GiB per rank, in the container's own IPC namespace.
+            assert_eq!(host.shm_size, Some(4 << 30));
+            assert_eq!(host.ipc_mode.as_deref(), Some("private"));
+        }
+        assert_eq!(shm_bytes_for(0), DEFAULT_SHM_BYTES);
+        assert_eq!(shm_bytes_for(1), DEFAULT_SHM_BYTES);
+        assert_eq!(shm_bytes_for(8), MAX_SHM_BYTES);
+        assert_eq!(shm_bytes_for(usize::MAX), MAX_SHM_BYTES);
     }
 
     #[test]
     fn the_posture_is_fixed() {
         let mut s = spec();
-        s.gpu = Some("GPU-0123abcd-0000-1111-2222-333344445555".parse().unwrap());
+        s.gpus = vec!["GPU-0123abcd-0000-1111-2222-333344445555".parse().unwrap()];
         s.port = Some(PortSpec {
             container_port: 8000,
             host_port: 0,

@@ -677,7 +677,7 @@ impl Runtime {
             image.clone(),
             NETWORK.parse().map_err(bad)?,
         );
-        spec.gpu = Some(card.uuid.clone());
+        spec.gpus = vec![card.uuid.clone()];
         spec.gpu_access = card.access;
         let mount =
             |purpose: &str, source: &Path, target: &str, read_only: bool| -> Result<MountSpec> {
