@@ -1,7 +1,7 @@
 //! Errors of the engine runtime: one enum, a stable dotted kind per variant, and the wire code
 //! a client matches (`shared::error::ErrorCode`; no new code was needed: the load codes
-//! `MODEL_LOAD_*`, `OUT_OF_MEMORY`, `MODEL_INCOMPATIBLE` and `MANAGED_STOP_UNCONFIRMED` are
-//! already part of the contract).
+//! `MODEL_LOAD_*`, `OUT_OF_MEMORY`, `MODEL_INCOMPATIBLE`, `MANAGED_STOP_UNCONFIRMED` and
+//! `GPU_BUSY` are already part of the contract).
 
 use enginekit_shared::error::{CodedError, ErrorCode};
 
@@ -63,6 +63,14 @@ pub enum EngineError {
     /// before any Docker call).
     #[error("{}", error.message)]
     DoesNotFit { error: Box<CodedError> },
+    /// Another session holds a card this load needs and could not be stopped; no card was
+    /// reserved for this load.
+    #[error("{holder} holds GPU {gpu} and could not be stopped, so no GPU was reserved for this load; run `enginekit stop {holder}`, then start again")]
+    GpuBusy {
+        holder: String,
+        gpu: String,
+        reason: String,
+    },
 }
 
 impl From<crate::journal::LifecycleError> for EngineError {
@@ -93,6 +101,7 @@ impl EngineError {
             EngineError::Docker(err) => err.kind(),
             EngineError::Journal(_) => "engine.journal",
             EngineError::DoesNotFit { .. } => "engine.does_not_fit",
+            EngineError::GpuBusy { .. } => "engine.gpu_busy",
         }
     }
 
@@ -114,6 +123,7 @@ impl EngineError {
             EngineError::Docker(err) => err.code(),
             EngineError::Journal(err) => err.code(),
             EngineError::DoesNotFit { error } => error.code,
+            EngineError::GpuBusy { .. } => ErrorCode::GpuBusy,
         }
     }
 
@@ -128,6 +138,7 @@ impl EngineError {
             EngineError::StopUnconfirmed { reason, .. } => Some(reason.clone()),
             EngineError::Docker(err) => err.to_coded().details,
             EngineError::DoesNotFit { error } => error.details.clone(),
+            EngineError::GpuBusy { reason, .. } => Some(reason.clone()),
             _ => None,
         };
         let details = match extra {

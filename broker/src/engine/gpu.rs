@@ -1,4 +1,5 @@
-//! Which card a load runs on (CONTAINERS.md §6.8) and the rule that a card holds one session.
+//! Which card a load runs on (CONTAINERS.md §6.8). The rule that a card holds one session is
+//! kept by `claim`.
 //!
 //! Selection: a requested card that is present wins; otherwise the most **free** memory, ties
 //! by the most total memory, then the driver's order. A requested card that is gone is
@@ -84,23 +85,6 @@ pub fn select(cards: &[Card], requested: Option<&GpuUuid>) -> Result<Selection> 
     })
 }
 
-/// A session's hold on a card, as the reservation rule sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Hold {
-    pub session: String,
-    pub gpu: GpuUuid,
-}
-
-/// What claiming `gpu` for `session` requires first: the sessions holding that card (at most
-/// one when the rule was kept; more are all listed so that a broken state heals). The caller
-/// unloads each with a confirmed stop before it creates anything; a session never evicts itself.
-pub fn holders_to_unload<'a>(holds: &'a [Hold], gpu: &GpuUuid, session: &str) -> Vec<&'a Hold> {
-    holds
-        .iter()
-        .filter(|h| &h.gpu == gpu && h.session != session)
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,27 +145,5 @@ mod tests {
             err.code(),
             enginekit_shared::error::ErrorCode::PrerequisiteBlocked
         );
-    }
-
-    #[test]
-    fn a_card_holds_one_session_and_a_load_unloads_the_other_holder() {
-        let a = card(1, Some(0), 24, 20).uuid;
-        let b = card(2, Some(1), 24, 20).uuid;
-        let holds = vec![
-            Hold {
-                session: "first".into(),
-                gpu: a.clone(),
-            },
-            Hold {
-                session: "other-card".into(),
-                gpu: b.clone(),
-            },
-        ];
-        let evict = holders_to_unload(&holds, &a, "second");
-        assert_eq!(evict.len(), 1);
-        assert_eq!(evict[0].session, "first");
-        assert!(holders_to_unload(&holds, &a, "first").is_empty());
-        let free: GpuUuid = "GPU-33333333-0000-0000-0000-000000000000".parse().unwrap();
-        assert!(holders_to_unload(&holds, &free, "second").is_empty());
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! - `options`: the load's options, checked before any Docker call (stable codes);
 //! - `argv`: the launch (argv and environment) of vLLM and TensorRT-LLM;
-//! - `gpu`: which card a load runs on, and one session per card;
+//! - `gpu`: which card a load runs on, or which cards for a tensor-parallel group;
+//! - `claim`: one session per card, a group's cards claimed all or none;
 //! - `sizing`: whether the model fits a card's free memory, before any Docker call;
 //! - `stages`: load stages from the engine's log markers;
 //! - `classify`: why an engine exited before it became ready, from its bounded log;
@@ -15,6 +16,7 @@
 //! - `runtime`: load, crash monitor, confirmed stop, listing and logs over the Docker layer.
 
 pub mod argv;
+pub mod claim;
 pub mod classify;
 pub mod error;
 pub mod gpu;

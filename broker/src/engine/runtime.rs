@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::argv::{
     self, LaunchParams, CACHE_MOUNT, ENGINE_PORT, HEARTBEAT_MOUNT, MODEL_MOUNT, WATCHDOG_MOUNT,
 };
+use super::claim::{self, Evict};
 use super::classify::{self, Classification, TAIL_LINES};
 use super::error::{EngineError, Result};
 use super::gpu::{self, Card, Selection};
@@ -462,7 +463,12 @@ impl Runtime {
         };
         // A card one of our sessions holds is freed by this load (the holder is stopped first),
         // so its free memory now says nothing about the load: unknown, not judged.
-        let held: Vec<String> = self.sessions.list().into_iter().map(|s| s.gpu).collect();
+        let held: Vec<String> = self
+            .sessions
+            .list()
+            .iter()
+            .flat_map(|s| s.gpus().map(str::to_owned).collect::<Vec<_>>())
+            .collect();
         let mut cards = self.read_gpu_memory().await;
         for card in cards.iter_mut().filter(|c| held.contains(&c.uuid)) {
             card.free_bytes = None;
@@ -552,50 +558,35 @@ impl Runtime {
             substituted_for: substituted_for.as_ref().map(ToString::to_string),
         });
 
-        // Claim the card: evict its holders (confirmed), then record ours, under the lock.
+        // Claim the card (stopping its holder, confirmed), or fail with GPU_BUSY.
         let generation = random_hex(8)?;
         let heartbeat_dir = self.data_dir.join("heartbeats").join(&generation);
         let container_name = format!("enginekit-{name}");
-        let mut record = {
-            let _lock = self.sessions.lock()?;
-            let holds: Vec<gpu::Hold> = self
-                .sessions
-                .list()
-                .into_iter()
-                .filter_map(|s| {
-                    Some(gpu::Hold {
-                        gpu: s.gpu.parse().ok()?,
-                        session: s.name,
-                    })
-                })
-                .collect();
-            for hold in gpu::holders_to_unload(&holds, &card.uuid, &name) {
-                if let Some(holder) = self.sessions.get(&hold.session) {
-                    self.stop_session(&holder).await?;
-                    on(LoadEvent::Evicted { name: holder.name });
-                }
-            }
-            let record = SessionRecord {
-                name: name.clone(),
-                engine: engine.to_string(),
-                descriptor_id: installation.descriptor_id.clone(),
-                image: image.to_string(),
-                gpu: card.uuid.to_string(),
-                container_name: container_name.clone(),
-                container_id: None,
-                host_port: None,
-                base_url: None,
-                model_dir: opts.model_dir.clone(),
-                context: opts.context,
-                heartbeat_dir: heartbeat_dir.clone(),
-                owner: self.owner,
-                owner_pid: std::process::id(),
-                state: SessionState::Loading,
-                created_at: crate::journal::now_rfc3339(),
-            };
-            self.sessions.put(&record)?;
-            record
+        let mut record = SessionRecord {
+            name: name.clone(),
+            engine: engine.to_string(),
+            descriptor_id: installation.descriptor_id.clone(),
+            image: image.to_string(),
+            gpu: card.uuid.to_string(),
+            more_gpus: Vec::new(),
+            container_name: container_name.clone(),
+            container_id: None,
+            host_port: None,
+            base_url: None,
+            model_dir: opts.model_dir.clone(),
+            context: opts.context,
+            heartbeat_dir: heartbeat_dir.clone(),
+            owner: self.owner,
+            owner_pid: std::process::id(),
+            state: SessionState::Loading,
+            created_at: crate::journal::now_rfc3339(),
         };
+        claim::claim(&self.sessions, &record, self, &mut |holder: &str| {
+            on(LoadEvent::Evicted {
+                name: holder.to_owned(),
+            })
+        })
+        .await?;
 
         let result = self
             .start_and_wait(
@@ -887,6 +878,13 @@ impl Runtime {
             self.stop_session(&loaded.record).await?;
             return Ok(MonitorEnd::Died(Box::new(classification)));
         }
+    }
+}
+
+/// A load stops the holders of its cards with the confirmed stop.
+impl Evict for Runtime {
+    async fn evict(&self, holder: &SessionRecord) -> Result<()> {
+        self.stop_session(holder).await
     }
 }
 

@@ -1,8 +1,9 @@
 //! Session records: one file per running (or stopping) engine under
 //! `$XDG_STATE_HOME/enginekit/engine/sessions/<name>.json`, written atomically. A record is the
-//! GPU reservation: a card is held by every record naming it, in any state, until a confirmed
-//! stop removes the record. Claims are serialised across processes (CLI and session service)
-//! with an exclusive `flock` on `engine/lock`.
+//! GPU reservation: a card is held by every record naming it (as `gpu`, or as one of `more_gpus`
+//! for a tensor-parallel group), in any state, until a confirmed stop removes the record, which
+//! releases every card it names at once. Claims are serialised across processes (CLI and
+//! session service) with an exclusive `flock` on `engine/lock` (see `claim`).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -50,7 +51,12 @@ pub struct SessionRecord {
     pub engine: String,
     pub descriptor_id: String,
     pub image: String,
+    /// The card, or the first card of a tensor-parallel group.
     pub gpu: String,
+    /// The rest of a tensor-parallel group; empty (and not written) for one card, so a one-card
+    /// record reads as it always did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub more_gpus: Vec<String>,
     pub container_name: String,
     pub container_id: Option<String>,
     pub host_port: Option<u16>,
@@ -65,6 +71,11 @@ pub struct SessionRecord {
 }
 
 impl SessionRecord {
+    /// Every card this session holds.
+    pub fn gpus(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.gpu.as_str()).chain(self.more_gpus.iter().map(String::as_str))
+    }
+
     /// Whether the owning process still runs (a recycled pid can make this a false "alive";
     /// the container state is checked as well before anything is called stale).
     pub fn owner_alive(&self) -> bool {
@@ -174,6 +185,7 @@ mod tests {
             descriptor_id: "d".into(),
             image: "r@sha256:x".into(),
             gpu: "GPU-00000001-0000-0000-0000-000000000000".into(),
+            more_gpus: Vec::new(),
             container_name: format!("enginekit-{name}"),
             container_id: None,
             host_port: None,
@@ -202,6 +214,19 @@ mod tests {
         sessions.remove("a").unwrap();
         sessions.remove("a").unwrap();
         assert!(sessions.get("a").is_none());
+        // A one-card record is written without `more_gpus`, as before groups existed.
+        let text = std::fs::read_to_string(dir.path().join("engine/sessions/b.json")).unwrap();
+        assert!(!text.contains("more_gpus"), "{text}");
+        let mut group = record("g");
+        group.more_gpus = vec!["GPU-00000002-0000-0000-0000-000000000000".into()];
+        sessions.put(&group).unwrap();
+        assert_eq!(
+            sessions.get("g").unwrap().gpus().collect::<Vec<_>>(),
+            [
+                "GPU-00000001-0000-0000-0000-000000000000",
+                "GPU-00000002-0000-0000-0000-000000000000"
+            ]
+        );
         let mut dead = record("c");
         dead.owner_pid = u32::MAX;
         assert!(!dead.owner_alive());
