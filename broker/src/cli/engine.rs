@@ -121,15 +121,18 @@ fn describe(event: &LoadEvent) -> String {
     match event {
         LoadEvent::Gpu {
             gpu,
-            substituted_for: None,
-        } => format!("GPU {gpu}"),
-        LoadEvent::Gpu {
-            gpu,
-            substituted_for: Some(old),
-        } => {
-            format!("GPU {gpu} (the requested {old} is not present)")
-        }
-        LoadEvent::Evicted { name } => format!("stopped {name}, which held that GPU"),
+            substituted_for,
+            more_gpus,
+        } => match (substituted_for, more_gpus.as_slice()) {
+            (_, [_, ..]) => format!(
+                "GPUs {gpu}, {} (tensor parallelism across {} cards)",
+                more_gpus.join(", "),
+                more_gpus.len() + 1
+            ),
+            (Some(old), []) => format!("GPU {gpu} (the requested {old} is not present)"),
+            (None, []) => format!("GPU {gpu}"),
+        },
+        LoadEvent::Evicted { name } => format!("stopped {name}, which held a GPU this load needs"),
         LoadEvent::Started {
             container, port, ..
         } => {
@@ -142,7 +145,7 @@ fn describe(event: &LoadEvent) -> String {
             format!("/health answered {status}, a redirect: never followed, not ready")
         }
         LoadEvent::Fitted {
-            gpu,
+            gpus,
             utilization_pct,
             context,
             context_chosen,
@@ -153,9 +156,16 @@ fn describe(event: &LoadEvent) -> String {
             } else {
                 format!("--max-model-len {context} as asked (up to {max_context} would fit)")
             };
-            format!(
-                "the model fits GPU {gpu}: --gpu-memory-utilization 0.{utilization_pct:02} (fitted to its free memory), {context}"
-            )
+            match gpus.as_slice() {
+                [gpu] => format!(
+                    "the model fits GPU {gpu}: --gpu-memory-utilization 0.{utilization_pct:02} (fitted to its free memory), {context}"
+                ),
+                _ => format!(
+                    "no GPU alone holds the model; {} together do: --tensor-parallel-size {}, --gpu-memory-utilization 0.{utilization_pct:02} (fitted to the tightest card's free memory), {context}",
+                    gpus.join(", "),
+                    gpus.len()
+                ),
+            }
         }
     }
 }
@@ -206,6 +216,7 @@ pub fn start(args: StartArgs) -> ExitCode {
                     "model": loaded.record.name,
                     "base_url": base_url,
                     "gpu": loaded.record.gpu,
+                    "gpus": loaded.record.gpus().collect::<Vec<_>>(),
                     "container": loaded.record.container_name,
                     "port": loaded.record.host_port,
                     "pid": std::process::id(),
@@ -329,7 +340,11 @@ pub fn ps(args: PsArgs) -> ExitCode {
                     r.name,
                     r.state.as_str(),
                     r.engine,
-                    r.gpu,
+                    // A tensor-parallel group: its first card and how many more.
+                    match r.more_gpus.len() {
+                        0 => r.gpu.clone(),
+                        more => format!("{} +{more}", r.gpu),
+                    },
                     format!(
                         "{}{}",
                         r.owner_pid,

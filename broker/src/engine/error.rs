@@ -71,6 +71,11 @@ pub enum EngineError {
         gpu: String,
         reason: String,
     },
+    /// A card of the tensor-parallel group the fit check chose is no longer reported.
+    #[error(
+        "GPU {gpu}, one of the cards the model was fitted to, is no longer reported; start again"
+    )]
+    GroupCardGone { gpu: String },
 }
 
 impl From<crate::journal::LifecycleError> for EngineError {
@@ -102,6 +107,7 @@ impl EngineError {
             EngineError::Journal(_) => "engine.journal",
             EngineError::DoesNotFit { .. } => "engine.does_not_fit",
             EngineError::GpuBusy { .. } => "engine.gpu_busy",
+            EngineError::GroupCardGone { .. } => "engine.group_card_gone",
         }
     }
 
@@ -112,7 +118,9 @@ impl EngineError {
                 ErrorCode::InvalidArgument
             }
             EngineError::NotInstalled { .. } => ErrorCode::AdapterUnavailable,
-            EngineError::NoGpu => ErrorCode::PrerequisiteBlocked,
+            EngineError::NoGpu | EngineError::GroupCardGone { .. } => {
+                ErrorCode::PrerequisiteBlocked
+            }
             EngineError::SessionConflict { .. } => ErrorCode::OperationConflict,
             EngineError::NoSession { .. } => ErrorCode::OperationNotFound,
             EngineError::Exited { classification } => classification.kind.code(),

@@ -1,5 +1,5 @@
-//! Which card a load runs on (CONTAINERS.md §6.8). The rule that a card holds one session is
-//! kept by `claim`.
+//! Which card a load runs on (CONTAINERS.md §6.8), or which cards for a tensor-parallel group.
+//! The rule that a card holds one session is kept by `claim`.
 //!
 //! Selection: a requested card that is present wins; otherwise the most **free** memory, ties
 //! by the most total memory, then the driver's order. A requested card that is gone is
@@ -85,6 +85,33 @@ pub fn select(cards: &[Card], requested: Option<&GpuUuid>) -> Result<Selection> 
     })
 }
 
+/// The cards of a tensor-parallel group the fit check chose, as the probe sees them now, in
+/// the group's order; a card no longer reported fails the load rather than shrinking the group.
+pub fn group(cards: &[Card], uuids: &[GpuUuid]) -> Result<Vec<Card>> {
+    uuids
+        .iter()
+        .map(|want| {
+            cards
+                .iter()
+                .find(|c| &c.uuid == want)
+                .cloned()
+                .ok_or_else(|| EngineError::GroupCardGone {
+                    gpu: want.to_string(),
+                })
+        })
+        .collect()
+}
+
+/// How a container asks for `cards` together: by CDI only when every one of them has a CDI
+/// name (one request holds them all), else by `--gpus`.
+pub fn access_of_all(cards: &[Card]) -> GpuAccess {
+    if !cards.is_empty() && cards.iter().all(|c| c.access == GpuAccess::Cdi) {
+        GpuAccess::Cdi
+    } else {
+        GpuAccess::GpusFlag
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,5 +172,33 @@ mod tests {
             err.code(),
             enginekit_shared::error::ErrorCode::PrerequisiteBlocked
         );
+    }
+
+    #[test]
+    fn a_group_is_taken_whole_in_its_order_or_not_at_all() {
+        let cards = [card(1, Some(0), 24, 20), card(2, Some(1), 24, 20)];
+        let want = [cards[1].uuid.clone(), cards[0].uuid.clone()];
+        assert_eq!(
+            group(&cards, &want).unwrap(),
+            vec![cards[1].clone(), cards[0].clone()]
+        );
+        let gone: GpuUuid = "GPU-99999999-0000-0000-0000-000000000000".parse().unwrap();
+        let err = group(&cards, &[cards[0].uuid.clone(), gone]).unwrap_err();
+        assert_eq!(
+            err.code(),
+            enginekit_shared::error::ErrorCode::PrerequisiteBlocked
+        );
+    }
+
+    #[test]
+    fn a_group_is_asked_for_by_cdi_only_when_every_card_has_a_cdi_name() {
+        let cdi = Card {
+            access: GpuAccess::Cdi,
+            ..card(1, Some(0), 24, 20)
+        };
+        let flag = card(2, Some(1), 24, 20);
+        assert_eq!(access_of_all(&[cdi.clone(), cdi.clone()]), GpuAccess::Cdi);
+        assert_eq!(access_of_all(&[cdi, flag]), GpuAccess::GpusFlag);
+        assert_eq!(access_of_all(&[]), GpuAccess::GpusFlag);
     }
 }

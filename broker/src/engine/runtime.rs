@@ -1,6 +1,7 @@
 //! The engine lifecycle on top of the Docker layer: load (checks, GPU claim with confirmed
 //! eviction, heartbeat, hardened create with port retries, readiness), the crash monitor,
-//! confirmed stop, listing and logs.
+//! confirmed stop, listing and logs. A load runs on one card, or on a tensor-parallel group of
+//! cards in one container when the fit check finds no card alone holds the model.
 //!
 //! Who owns a running engine: the process that loaded it keeps its heartbeat. `enginekit start`
 //! owns the engines it starts (they end with it: Ctrl-C stops them, `kill -9` lets the watchdog
@@ -65,10 +66,13 @@ pub fn default_timeout(engine: KnownEngine) -> Duration {
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "event", rename_all = "kebab-case")]
 pub enum LoadEvent {
-    /// The card chosen (and the requested one it replaces, if any).
+    /// The card chosen (and the requested one it replaces, if any); for a tensor-parallel
+    /// group, its first card, the others in `more_gpus`.
     Gpu {
         gpu: String,
         substituted_for: Option<String>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        more_gpus: Vec<String>,
     },
     /// Another session held the card and was stopped (confirmed) first.
     Evicted { name: String },
@@ -82,10 +86,11 @@ pub enum LoadEvent {
     Stage { stage: Stage, elapsed_ms: u64 },
     /// `/health` answered a redirect, which is never followed nor taken as ready (said once).
     Redirected { status: u16 },
-    /// The fit check sized the load: the card it fits, the utilization fitted to free memory,
-    /// and the context (chosen as the longest that fits when none was asked).
+    /// The fit check sized the load: the card it fits (or the cards together, with tensor
+    /// parallelism), the utilization fitted to free memory, and the context (chosen as the
+    /// longest that fits when none was asked).
     Fitted {
-        gpu: String,
+        gpus: Vec<String>,
         utilization_pct: u64,
         context: u32,
         context_chosen: bool,
@@ -509,17 +514,22 @@ impl Runtime {
         // The fit check reads the model folder and the cards' memory (nvidia-smi or NVML), no
         // Docker: a model that fits no card is refused here.
         let mut memory_fraction = LaunchParams::new("", opts.context).memory_fraction;
+        // The cards of a tensor-parallel group, when the fit check chose one; else one card is
+        // selected below as always.
+        let mut group: Vec<crate::docker::GpuUuid> = Vec::new();
         if engine == KnownEngine::Vllm {
             if let Some(sizing) = self.size(&opts, request.context).await? {
-                if opts.gpu.is_none() {
-                    opts.gpu = Some(sizing.gpu.clone());
+                if sizing.gpus.len() > 1 {
+                    group = sizing.gpus.clone();
+                } else if opts.gpu.is_none() {
+                    opts.gpu = sizing.gpus.first().cloned();
                 }
                 if let Some(context) = sizing.context {
                     opts.context = context;
                 }
                 memory_fraction = sizing.memory_fraction();
                 on(LoadEvent::Fitted {
-                    gpu: sizing.gpu.to_string(),
+                    gpus: sizing.gpus.iter().map(ToString::to_string).collect(),
                     utilization_pct: sizing.utilization_pct,
                     context: opts.context,
                     context_chosen: sizing.context.is_some(),
@@ -548,17 +558,32 @@ impl Runtime {
         if let Some(leftover) = self.sessions.get(&name) {
             self.stop_session(&leftover).await?;
         }
-        let cards = self.read_gpus().await?;
-        let Selection {
-            card,
-            substituted_for,
-        } = gpu::select(&cards, opts.gpu.as_ref())?;
-        on(LoadEvent::Gpu {
-            gpu: card.uuid.to_string(),
-            substituted_for: substituted_for.as_ref().map(ToString::to_string),
-        });
+        let available = self.read_gpus().await?;
+        let cards = if group.is_empty() {
+            let Selection {
+                card,
+                substituted_for,
+            } = gpu::select(&available, opts.gpu.as_ref())?;
+            on(LoadEvent::Gpu {
+                gpu: card.uuid.to_string(),
+                substituted_for: substituted_for.as_ref().map(ToString::to_string),
+                more_gpus: Vec::new(),
+            });
+            vec![card]
+        } else {
+            let cards = gpu::group(&available, &group)?;
+            on(LoadEvent::Gpu {
+                gpu: group[0].to_string(),
+                substituted_for: None,
+                more_gpus: group[1..].iter().map(ToString::to_string).collect(),
+            });
+            cards
+        };
+        let Some((first, rest)) = cards.split_first() else {
+            return Err(EngineError::NoGpu);
+        };
 
-        // Claim the card (stopping its holder, confirmed), or fail with GPU_BUSY.
+        // Claim every card (stopping their holders, confirmed), or none: GPU_BUSY.
         let generation = random_hex(8)?;
         let heartbeat_dir = self.data_dir.join("heartbeats").join(&generation);
         let container_name = format!("enginekit-{name}");
@@ -567,8 +592,8 @@ impl Runtime {
             engine: engine.to_string(),
             descriptor_id: installation.descriptor_id.clone(),
             image: image.to_string(),
-            gpu: card.uuid.to_string(),
-            more_gpus: Vec::new(),
+            gpu: first.uuid.to_string(),
+            more_gpus: rest.iter().map(|c| c.uuid.to_string()).collect(),
             container_name: container_name.clone(),
             container_id: None,
             host_port: None,
@@ -594,7 +619,7 @@ impl Runtime {
                 &opts,
                 memory_fraction,
                 &image,
-                &card,
+                &cards,
                 &mut record,
                 on,
                 cancel,
@@ -625,7 +650,7 @@ impl Runtime {
         opts: &super::options::LoadOptions,
         memory_fraction: f64,
         image: &ImageRef,
-        card: &Card,
+        cards: &[Card],
         record: &mut SessionRecord,
         on: &mut (dyn FnMut(LoadEvent) + Send),
         cancel: &CancellationToken,
@@ -651,6 +676,7 @@ impl Runtime {
 
         let params = LaunchParams {
             memory_fraction,
+            tensor_parallel: u32::try_from(cards.len()).unwrap_or(u32::MAX),
             ..LaunchParams::new(opts.name.as_str(), opts.context)
         };
         let launch = argv::launch(engine, &params);
@@ -668,8 +694,9 @@ impl Runtime {
             image.clone(),
             NETWORK.parse().map_err(bad)?,
         );
-        spec.gpus = vec![card.uuid.clone()];
-        spec.gpu_access = card.access;
+        spec.gpus = cards.iter().map(|c| c.uuid.clone()).collect();
+        spec.gpu_access = gpu::access_of_all(cards);
+        spec.shm_bytes = crate::docker::shm_bytes_for(cards.len());
         let mount =
             |purpose: &str, source: &Path, target: &str, read_only: bool| -> Result<MountSpec> {
                 Ok(MountSpec {

@@ -1,6 +1,7 @@
 //! The fit check of a load, before any Docker call: whether the model's weights and KV cache fit
-//! a card's free memory ([`crate::models::fit`]), which card, the `--max-model-len` when no
-//! context was asked, and a `--gpu-memory-utilization` that fits what is free.
+//! a card's free memory ([`crate::models::fit`]), which card (or which cards together, with
+//! tensor parallelism, when no card alone holds it), the `--max-model-len` when no context was
+//! asked, and a `--gpu-memory-utilization` that fits what is free.
 //!
 //! Only a confident "does not fit" refuses the load. A model the check cannot size (a folder
 //! without safetensors weights, an attention design the formula does not cover, a card whose
@@ -9,18 +10,19 @@
 use enginekit_shared::error::CodedError;
 
 use crate::docker::GpuUuid;
-use crate::models::fit::{self, CardMemory, ModelNeeds};
+use crate::models::fit::{self, CardMemory, ModelNeeds, Placement};
 
 /// What the check decided for a load that fits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sizing {
-    /// The card it fits: the asked one, else the one with the longest context.
-    pub gpu: GpuUuid,
+    /// The card it fits (the asked one, else the one with the longest context), or the
+    /// tensor-parallel group that holds it when no card alone does. Never empty.
+    pub gpus: Vec<GpuUuid>,
     /// The context to pass when none was asked: the longest that fits.
     pub context: Option<u32>,
-    /// `--gpu-memory-utilization` in hundredths, fitted to the card's free memory.
+    /// `--gpu-memory-utilization` in hundredths, fitted to the free memory of the tightest card.
     pub utilization_pct: u64,
-    /// The longest context that fits the card.
+    /// The longest context that fits the card (or the group).
     pub max_context: u64,
 }
 
@@ -28,6 +30,11 @@ impl Sizing {
     /// The utilization as the engine takes it (0.81 for 81).
     pub fn memory_fraction(&self) -> f64 {
         self.utilization_pct as f64 / 100.0
+    }
+
+    /// `--tensor-parallel-size`: the number of cards.
+    pub fn tensor_parallel(&self) -> u32 {
+        u32::try_from(self.gpus.len()).unwrap_or(u32::MAX)
     }
 }
 
@@ -70,31 +77,14 @@ pub fn decide(
         .filter(|c| c.placement.fits == Some(true))
         .max_by_key(|c| (c.placement.max_context, c.card.free_bytes));
     if let Some(best) = single {
-        let (Some(pct), Some(max_context), Ok(gpu)) = (
-            best.placement.utilization_pct,
-            best.placement.max_context,
-            best.card.uuid.parse::<GpuUuid>(),
-        ) else {
-            return Verdict::NotJudged {
-                why: format!("card {} could not be named", best.card.uuid),
-            };
-        };
-        let context = match asked {
-            Some(_) => None,
-            None => Some(u32::try_from(max_context.min(fit::MAX_CONTEXT)).unwrap_or(u32::MAX)),
-        };
-        return Verdict::Fits(Sizing {
-            gpu,
-            context,
-            utilization_pct: pct,
-            max_context,
-        });
+        return fitted(&best.placement, asked);
     }
     let refused = judgment
         .cards
         .iter()
         .all(|c| c.placement.fits == Some(false));
     if !refused {
+        // A card that cannot be judged may hold it alone: the engine decides on one card.
         let why = judgment
             .cards
             .iter()
@@ -102,20 +92,46 @@ pub fn decide(
             .unwrap_or_else(|| "the fit could not be judged".to_owned());
         return Verdict::NotJudged { why };
     }
-    let mut err = fit::does_not_fit(&judgment);
-    if let Some(group) = judgment.tensor_parallel.as_ref() {
-        // A load runs on one card today; say what would hold it.
-        let note = format!(
-            "{} GPUs together ({}) would hold it with tensor parallelism, which start does not do yet",
-            group.tensor_parallel(),
-            group.cards.join(", ")
-        );
-        err.details = Some(match err.details.take() {
-            Some(d) => format!("{d}\n  {note}"),
-            None => note,
-        });
+    // No card alone: the smallest group that holds it, with tensor parallelism.
+    match judgment
+        .tensor_parallel
+        .as_ref()
+        .filter(|g| g.fits == Some(true))
+    {
+        Some(group) => fitted(group, asked),
+        None => Verdict::DoesNotFit(Box::new(fit::does_not_fit(&judgment))),
     }
-    Verdict::DoesNotFit(Box::new(err))
+}
+
+/// The sizing of a placement that fits.
+fn fitted(placement: &Placement, asked: Option<u32>) -> Verdict {
+    let gpus: std::result::Result<Vec<GpuUuid>, _> = placement
+        .cards
+        .iter()
+        .map(|c| c.parse::<GpuUuid>())
+        .collect();
+    let (Some(pct), Some(max_context), Ok(gpus)) =
+        (placement.utilization_pct, placement.max_context, gpus)
+    else {
+        return Verdict::NotJudged {
+            why: format!("card {} could not be named", placement.cards.join(", ")),
+        };
+    };
+    if gpus.is_empty() {
+        return Verdict::NotJudged {
+            why: "no card was placed".to_owned(),
+        };
+    }
+    let context = match asked {
+        Some(_) => None,
+        None => Some(u32::try_from(max_context.min(fit::MAX_CONTEXT)).unwrap_or(u32::MAX)),
+    };
+    Verdict::Fits(Sizing {
+        gpus,
+        context,
+        utilization_pct: pct,
+        max_context,
+    })
 }
 
 #[cfg(test)]
@@ -188,7 +204,8 @@ mod tests {
         let Verdict::Fits(s) = decide(&llama(), Some(8192), &cards, None) else {
             panic!("does not fit");
         };
-        assert_eq!(s.gpu.to_string(), B);
+        assert_eq!(s.gpus, [B.parse::<GpuUuid>().unwrap()]);
+        assert_eq!(s.tensor_parallel(), 1);
         assert_eq!(s.utilization_pct, 90);
         // Asking for the small card is refused with the figures.
         let want: GpuUuid = A.parse().unwrap();
@@ -217,13 +234,53 @@ mod tests {
     }
 
     #[test]
-    fn a_group_that_would_hold_it_is_named_in_the_refusal() {
+    fn two_cards_together_when_none_alone_with_the_tensor_parallel_argv() {
+        // 30 GiB of weights, two idle 24 GiB cards: neither alone. Together (see models::fit):
+        // u = 90, 15 GiB of weights and 5 GiB of overhead per card leave 23,192,823,398 −
+        // 16,106,127,360 − 5,368,709,120 = 1,717,986,918 B; 65,536 KV bytes per token per card
+        // (8 KV heads split in two), 1,048,576 per block: 1,638 blocks = 26,208 tokens.
         let mut needs = llama();
         needs.weights_bytes = 30 * GIB;
         let cards = [card(A, 0, 24, 24 * GIB), card(B, 1, 24, 24 * GIB)];
-        let Verdict::DoesNotFit(err) = decide(&needs, Some(4096), &cards, None) else {
-            panic!("fits");
+        let Verdict::Fits(s) = decide(&needs, None, &cards, None) else {
+            panic!("does not fit");
         };
-        assert!(err.details.unwrap().contains("2 GPUs together"));
+        assert_eq!(s.tensor_parallel(), 2);
+        assert_eq!(
+            s.gpus,
+            [A.parse::<GpuUuid>().unwrap(), B.parse::<GpuUuid>().unwrap()]
+        );
+        assert_eq!(s.utilization_pct, 90);
+        assert_eq!(s.context, Some(26_208));
+        let params = LaunchParams {
+            memory_fraction: s.memory_fraction(),
+            tensor_parallel: s.tensor_parallel(),
+            ..LaunchParams::new("big", s.context.unwrap())
+        };
+        assert_eq!(
+            launch(KnownEngine::Vllm, &params).argv.join(" "),
+            "vllm serve /enginekit/model --served-model-name big --host 0.0.0.0 --port 8000 \
+             --max-model-len 26208 --max-num-seqs 1 --gpu-memory-utilization 0.90 \
+             --tensor-parallel-size 2"
+        );
+        // Asking for one card keeps the load on it, and the refusal says so.
+        let want: GpuUuid = A.parse().unwrap();
+        assert!(matches!(
+            decide(&needs, None, &cards, Some(&want)),
+            Verdict::DoesNotFit(_)
+        ));
+        // A card that cannot be judged might hold it alone: no group, the engine decides.
+        let mut unknown = cards.clone();
+        unknown[0].free_bytes = None;
+        assert!(matches!(
+            decide(&needs, None, &unknown, None),
+            Verdict::NotJudged { .. }
+        ));
+        // Too big for both together: refused.
+        needs.weights_bytes = 60 * GIB;
+        assert!(matches!(
+            decide(&needs, None, &cards, None),
+            Verdict::DoesNotFit(_)
+        ));
     }
 }
