@@ -38,6 +38,8 @@ struct EngineHost {
     netns: String,
     /// The STAND-IN engine image, by digest.
     standin: String,
+    /// Another folder of STAND-IN vendor binaries for the broker (a different GPU fixture).
+    standin_dir: Option<PathBuf>,
 }
 
 /// A running `enginekit start`, its JSON events read on a thread.
@@ -138,6 +140,7 @@ impl EngineHost {
             host,
             netns,
             standin,
+            standin_dir: None,
         }
     }
 
@@ -149,7 +152,43 @@ impl EngineHost {
             .args(args)
             .stdin(Stdio::null());
         self.host.broker_env(&mut cmd);
+        if let Some(dir) = &self.standin_dir {
+            cmd.env("ENGINEKIT_TEST_STANDIN_DIR", dir);
+        }
         cmd
+    }
+
+    /// The broker's STAND-IN vendor binaries, but nvidia-smi answers from
+    /// `standins/gpus/<fixture>` (the probe runs it with a cleared environment, so the fixture
+    /// is chosen by a wrapper, not by `EK_STANDIN_GPUS` in the broker's environment).
+    fn use_gpu_fixture(&mut self, fixture: &str) {
+        let standins = self.host.env.standins_dir.clone();
+        let dir = self.host.home.path().join(format!("standins-{fixture}"));
+        std::fs::create_dir_all(&dir).expect("stand-in folder");
+        for entry in std::fs::read_dir(&standins).expect("stand-ins").flatten() {
+            let name = entry.file_name();
+            if name != "nvidia-smi" {
+                std::os::unix::fs::symlink(entry.path(), dir.join(&name)).expect("symlink");
+            }
+        }
+        let csv = standins.join("gpus").join(fixture);
+        assert!(csv.is_file(), "{}", csv.display());
+        let wrapper = dir.join("nvidia-smi");
+        std::fs::write(
+            &wrapper,
+            format!(
+                "#!/bin/sh\nEK_STANDIN_GPUS='{}' exec '{}' \"$@\"\n",
+                csv.display(),
+                standins.join("nvidia-smi").display()
+            ),
+        )
+        .expect("nvidia-smi wrapper");
+        std::fs::set_permissions(
+            &wrapper,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .expect("chmod wrapper");
+        self.standin_dir = Some(dir);
     }
 
     fn run(&self, args: &[&str]) -> Output {
@@ -428,6 +467,121 @@ fn start_serves_on_loopback_as_the_user_and_stop_is_confirmed_and_leaves_nothing
     assert_eq!(code, Some(0), "{rest:?}");
     h.assert_nothing_left("after remove");
     assert!(h.host.installation().is_none());
+}
+
+/// The two cards of `standins/gpus/two-idle-4090s.csv` (STAND-IN, not real hardware).
+const CARD_0: &str = "GPU-5f0c9c6e-8d1a-4b4e-9a57-2f4d8e1b7c30";
+const CARD_1: &str = "GPU-7d3e1a52-6b09-4c8f-a2e4-1f5b9c3d8e67";
+
+#[test]
+fn a_model_no_card_alone_holds_is_served_on_two_with_tensor_parallelism_and_freed_whole() {
+    let mut h = EngineHost::start();
+    h.use_gpu_fixture("two-idle-4090s.csv");
+    // Llama-3.1-8B's recorded config with 30 GiB of weights (a test figure; the STAND-IN engine
+    // loads nothing). Each card: 24,564 MiB, 23,976 MiB free, so u = 90 and a budget of
+    // 23,181,498,777 B: 30 GiB do not fit one. Two: 15 GiB each + 5 GiB overhead leave
+    // 1,706,662,297 B for 65,536 KV bytes per token per card: 1,627 blocks = 26,032 tokens.
+    let big = h.host.home.path().join("models").join("big");
+    std::fs::create_dir_all(&big).expect("model dir");
+    std::fs::write(
+        big.join("config.json"),
+        include_str!("../../broker/tests/fixtures/models/meta-llama--Llama-3.1-8B/config.json"),
+    )
+    .expect("config.json");
+    std::fs::write(
+        big.join("model.safetensors.index.json"),
+        format!(
+            r#"{{"metadata":{{"total_size":{}}},"weight_map":{{}}}}"#,
+            30u64 << 30
+        ),
+    )
+    .expect("index");
+    let mut first = h.start_engine(&big, &["--name", "big"]);
+    let ready = first.outcome(120);
+    assert_eq!(ready["event"], "ready", "{:?}", first.seen);
+    let fitted = first
+        .seen
+        .iter()
+        .find(|e| e["event"] == "fitted")
+        .unwrap_or_else(|| panic!("no fitted event: {:?}", first.seen));
+    assert_eq!(
+        fitted["gpus"],
+        serde_json::json!([CARD_0, CARD_1]),
+        "{fitted}"
+    );
+    assert_eq!(fitted["utilization_pct"], 90, "{fitted}");
+    assert_eq!(fitted["context"], 26_032, "{fitted}");
+    assert_eq!(
+        ready["gpus"],
+        serde_json::json!([CARD_0, CARD_1]),
+        "{ready}"
+    );
+
+    // One container with both cards in one request, 2 GiB of /dev/shm per card, private IPC.
+    let container = ready["container"].as_str().expect("container").to_owned();
+    let requests: Value =
+        serde_json::from_str(&h.inspect(&container, "{{json .HostConfig.DeviceRequests}}"))
+            .expect("device requests");
+    assert_eq!(requests.as_array().map(Vec::len), Some(1), "{requests}");
+    assert_eq!(
+        requests[0]["DeviceIDs"],
+        serde_json::json!([CARD_0, CARD_1]),
+        "{requests}"
+    );
+    assert_eq!(
+        h.inspect(&container, "{{.HostConfig.ShmSize}}"),
+        "4294967296"
+    );
+    assert_eq!(h.inspect(&container, "{{.HostConfig.IpcMode}}"), "private");
+    let logs = String::from_utf8_lossy(&h.run(&["logs", "big"]).stdout).into_owned();
+    assert!(
+        logs.contains("--max-model-len 26032 --max-num-seqs 1 --gpu-memory-utilization 0.90 --tensor-parallel-size 2"),
+        "{logs}"
+    );
+    // One reservation naming both cards.
+    let record: Value = serde_json::from_str(
+        &std::fs::read_to_string(h.host.state_dir().join("engine/sessions/big.json"))
+            .expect("session record"),
+    )
+    .expect("record json");
+    assert_eq!(record["gpu"], CARD_0);
+    assert_eq!(record["more_gpus"], serde_json::json!([CARD_1]));
+
+    // A one-card model asked for the second card stops the group (confirmed), which frees
+    // both cards together: only the new session holds anything afterwards.
+    let small = h.model("small", r#"{"architectures":["LlamaForCausalLM"]}"#);
+    let mut second = h.start_engine(&small, &["--name", "small", "--gpu", CARD_1]);
+    let ready2 = second.outcome(120);
+    assert_eq!(ready2["event"], "ready", "{:?}", second.seen);
+    assert!(
+        second
+            .seen
+            .iter()
+            .any(|e| e["event"] == "evicted" && e["name"] == "big"),
+        "{:?}",
+        second.seen
+    );
+    let (code, rest) = first.finish(30);
+    assert_eq!(code, Some(0), "the group's start ends quietly: {rest:?}");
+    assert_eq!(h.session_records(), ["small.json"]);
+    let record: Value = serde_json::from_str(
+        &std::fs::read_to_string(h.host.state_dir().join("engine/sessions/small.json"))
+            .expect("session record"),
+    )
+    .expect("record json");
+    assert_eq!(record["gpu"], CARD_1);
+    assert!(record.get("more_gpus").is_none(), "{record}");
+    assert_eq!(
+        h.engine_containers().len(),
+        1,
+        "{:?}",
+        h.engine_containers()
+    );
+
+    let stop = h.run(&["stop", "small", "--json"]);
+    assert!(stop.status.success(), "{}", describe(&stop));
+    let _ = second.finish(30);
+    h.assert_nothing_left("after the group and the one-card model");
 }
 
 #[test]
