@@ -36,7 +36,23 @@ pub enum ModelsCommand {
     Fit(FitArgs),
 }
 
+/// `models fit --help` after the options: where the figures come from, what a group means,
+/// and the exit status (one literal per line: po/update refuses backslash continuations).
+const FIT_HELP: &str = concat!(
+    "The weights' size comes from model.safetensors.index.json (metadata.total_size), else from ",
+    "the safetensors headers; nothing is loaded. Each card is judged on its free memory: vLLM's ",
+    "--gpu-memory-utilization (0.90, or less when less is free), minus the weights and the ",
+    "engine's overhead, leaves the KV cache. When no card alone holds the model, the smallest ",
+    "group of cards that does (tensor parallelism) is reported; `enginekit start` runs the same ",
+    "check (vLLM) and starts the model on that card, or on that group with --tensor-parallel-size.",
+    "\n\n",
+    "Exit status: 0 when it fits a card or a group, and when it cannot be told (an attention ",
+    "design the formula does not size, a card whose memory is unknown); 1 when it surely fits no ",
+    "card (MODEL_DOES_NOT_FIT); 2 for a usage error."
+);
+
 #[derive(Debug, Args)]
+#[command(after_long_help = FIT_HELP)]
 pub struct FitArgs {
     /// The model folder: a snapshot, or a folder holding config.json and the safetensors index or files.
     pub model: PathBuf,
