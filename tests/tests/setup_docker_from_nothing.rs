@@ -467,6 +467,14 @@ fn the_key_pin_holds_for_real_a_repository_signed_by_another_key_is_refused_by_a
         "the failed action is named: {result}"
     );
     assert!(details.contains(&format!("NO_PUBKEY {other}")), "{result}");
+    // And the cause, in a sentence taken from apt's own output.
+    let message = result["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!(
+            "is signed with the key {other}, not with the key enginekit pins"
+        )),
+        "{result}"
+    );
     let packages = receipt_action(&receipt, "packages");
     assert!(packages.starts_with("not-run: "), "{packages}");
 

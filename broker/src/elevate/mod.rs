@@ -3,6 +3,7 @@
 //! agent when the session has none and a terminal is there to ask on.
 
 pub mod agent;
+mod cause;
 mod lock_holder;
 
 use std::time::Duration;
@@ -223,6 +224,11 @@ pub fn summarise(text: &str, step_id: &str, nonce: &str) -> Result<ReceiptSummar
         .with_details(e.to_string())
     })?;
     let tail = failed_actions(&receipt.actions);
+    let cause = receipt
+        .actions
+        .iter()
+        .filter(|a| a.status == ActionStatus::Failed)
+        .find_map(|a| cause::package_cause(&a.log_tail));
     Ok(ReceiptSummary {
         step_id: receipt.step_id.as_str().to_owned(),
         nonce: receipt.nonce.as_str().to_owned(),
@@ -234,6 +240,7 @@ pub fn summarise(text: &str, step_id: &str, nonce: &str) -> Result<ReceiptSummar
         digest,
         error: receipt.error.clone(),
         log_tail: (!tail.is_empty()).then_some(tail),
+        cause,
     })
 }
 

@@ -100,6 +100,8 @@ pub struct ReceiptSummary {
     pub digest: Digest,
     pub error: Option<CodedError>,
     pub log_tail: Option<String>,
+    /// Why it failed in one sentence from the package manager's own output, when it says.
+    pub cause: Option<String>,
 }
 
 /// How a host step ended at the helper.

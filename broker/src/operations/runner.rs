@@ -520,10 +520,11 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
         };
         match receipt.outcome {
             HostOutcome::Failed => {
-                let mut failure = CodedError::new(
-                    ErrorCode::PrerequisiteBlocked,
-                    "Preparing the system did not finish.",
-                );
+                let message = match &receipt.cause {
+                    Some(cause) => format!("Preparing the system did not finish: {cause}."),
+                    None => "Preparing the system did not finish.".to_owned(),
+                };
+                let mut failure = CodedError::new(ErrorCode::PrerequisiteBlocked, message);
                 let detail = receipt
                     .error
                     .as_ref()

@@ -188,6 +188,7 @@ impl Elevator for FakeHelper {
             digest: digest('7'),
             error: None,
             log_tail: None,
+            cause: None,
         };
         self.receipts.lock().unwrap().insert(nonce, receipt.clone());
         if self.hang.load(Ordering::SeqCst) {
