@@ -15,6 +15,7 @@ pub mod ids;
 pub mod installations;
 pub mod journal;
 pub mod logging;
+pub mod models;
 pub mod operations;
 pub mod paths;
 pub mod plan;

@@ -1,0 +1,4 @@
+//! Models by Hugging Face name: identifiers, the hub cache people already have, and a client
+//! that downloads into it (issue 26).
+
+pub mod id;
