@@ -1,0 +1,1 @@
+//! The hub client (in progress).
