@@ -8,6 +8,7 @@ pub mod doctor;
 pub mod engine;
 pub mod engines;
 pub mod follow;
+pub mod models;
 pub mod plan;
 pub mod probe;
 pub mod remove;
@@ -53,6 +54,8 @@ pub enum Command {
     Setup(setup::SetupArgs),
     /// Remove an engine and what its setup added (never Docker, the toolkit, groups or repositories).
     Remove(remove::RemoveArgs),
+    /// Models by Hugging Face name: pull, list, remove, and whether each fits.
+    Models(models::ModelsArgs),
     /// The installed engines and the operations not yet finished.
     Status(status::StatusArgs),
     /// The session-bus service org.enginekit.Broker1.
@@ -88,6 +91,7 @@ pub fn main() -> ExitCode {
         Command::Setup(args) => setup::run(args),
         Command::Remove(args) => remove::run(args),
         Command::Status(args) => status::run(args),
+        Command::Models(args) => models::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Start(args) => engine::start(args),
         Command::Stop(args) => engine::stop(args),
