@@ -9,6 +9,11 @@
 //! <cache>/.locks/models--ORG--NAME/<etag>.lock            flock'ed while a blob is written
 //! ```
 //!
+//! huggingface_hub 2.x also keeps `models--ORG--NAME/trees/<commit>.json`, the listing of every
+//! file of the commit; its `snapshot_download(local_files_only=True)` calls a snapshot that lacks
+//! one of them incomplete. enginekit fetches a subset (no pickles, no README), so it writes no
+//! tree: with none, huggingface_hub takes the snapshot as it is.
+//!
 //! Nothing read from the cache is trusted to stay inside it: a snapshot entry that links out of
 //! the model's folder, or a ref that is not a commit, makes the snapshot unusable.
 
@@ -87,10 +92,13 @@ impl HubCache {
         HubCache { root: root.into() }
     }
 
-    /// `HF_HUB_CACHE`, else `$HF_HOME/hub` (huggingface_hub `constants.py`).
+    /// `HF_HUB_CACHE`, else the older `HUGGINGFACE_HUB_CACHE`, else `$HF_HOME/hub`
+    /// (huggingface_hub 2.4 `constants.py`).
     pub fn locate(var: &dyn Fn(&str) -> Option<OsString>) -> Result<Self, CacheError> {
-        if let Some(dir) = var("HF_HUB_CACHE").filter(|v| !v.is_empty()) {
-            return Ok(HubCache::at(dir));
+        for name in ["HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"] {
+            if let Some(dir) = var(name).filter(|v| !v.is_empty()) {
+                return Ok(HubCache::at(dir));
+            }
         }
         hf_home(var)
             .map(|home| HubCache::at(home.join("hub")))
@@ -491,6 +499,10 @@ mod tests {
         assert_eq!(
             at(&[("HF_HUB_CACHE", ""), ("HOME", "/home/u")]).unwrap(),
             PathBuf::from("/home/u/.cache/huggingface/hub")
+        );
+        assert_eq!(
+            at(&[("HUGGINGFACE_HUB_CACHE", "/old"), ("HOME", "/home/u")]).unwrap(),
+            PathBuf::from("/old")
         );
         assert!(matches!(at(&[]), Err(CacheError::NoLocation)));
     }

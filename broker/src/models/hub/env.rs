@@ -1,6 +1,6 @@
 //! What the environment says about the hub, read as huggingface_hub reads it (`constants.py`):
-//! `HF_ENDPOINT`, `HF_HUB_OFFLINE` (or `TRANSFORMERS_OFFLINE`), and the token from `HF_TOKEN`,
-//! else the file `$HF_TOKEN_PATH`, else `$HF_HOME/token`.
+//! `HF_ENDPOINT`, `HF_HUB_OFFLINE` (or `TRANSFORMERS_OFFLINE`), and the token from `HF_TOKEN`
+//! (or the older `HUGGING_FACE_HUB_TOKEN`), else the file `$HF_TOKEN_PATH`, else `$HF_HOME/token`.
 
 use std::ffi::OsString;
 use std::fmt;
