@@ -159,3 +159,17 @@ pub fn tiny_model(weights: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
         ("README.md", b"# tiny\n".to_vec()),
     ]
 }
+
+/// The python of a venv with the real huggingface_hub from PyPI (`tests/bench/hub/hf-venv`,
+/// which installs it once, pinned).
+pub fn hf_python() -> PathBuf {
+    let out = Command::new(workspace_root().join("tests/bench/hub/hf-venv"))
+        .output()
+        .expect("tests/bench/hub/hf-venv runs");
+    assert!(
+        out.status.success(),
+        "tests/bench/hub/hf-venv failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}

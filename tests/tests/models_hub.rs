@@ -1,7 +1,8 @@
 //! `enginekit models pull|list|rm` against the STAND-IN Hugging Face hub on loopback
 //! (tests/bench/hub/standin-hub) with a temporary HF_HUB_CACHE: a pull, resume after a cut, a
 //! digest lie, `../x` in a listing, gated repositories and tokens, 429, HF_HUB_OFFLINE, a
-//! pickle-only repository, cancel, stall, removal. No docker, bus or polkit.
+//! pickle-only repository, cancel, stall, removal; and the real huggingface_hub (PyPI, in a venv
+//! from tests/bench/hub/hf-venv) sharing the cache both ways. No docker, bus or polkit.
 // bench: test-threads=1
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -10,7 +11,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use enginekit_integration::bench::bin;
-use enginekit_integration::standin_hub::{safetensors, tiny_model, Request, StandinHub};
+use enginekit_integration::standin_hub::{hf_python, safetensors, tiny_model, Request, StandinHub};
 use serde_json::{json, Value};
 
 /// A weights file of a bit over 1 MiB: several 64 KiB chunks, so a cut falls mid-file.
@@ -488,4 +489,84 @@ fn removal_is_refused_while_a_pull_holds_a_lock() {
     drop(held);
     let (out, _) = pull.run(&["models", "rm", "org/tiny"], &[]);
     assert!(out.status.success(), "{out:?}");
+}
+
+/// Runs `script` with huggingface_hub's python, in the pull's environment; its stdout.
+fn huggingface_hub(pull: &Pull, script: &str) -> String {
+    let out = Command::new(hf_python())
+        .arg("-c")
+        .arg(script)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", pull.home.path())
+        .env("HF_HOME", pull.home.path().join("hf"))
+        .env("HF_HUB_CACHE", pull.cache.path())
+        .env("HF_ENDPOINT", &pull.endpoint)
+        .env("HF_HUB_DISABLE_TELEMETRY", "1")
+        .env("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "huggingface_hub: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn huggingface_hub_finds_what_enginekit_pulled_without_asking_the_hub() {
+    let hub = StandinHub::start();
+    let weights = safetensors(WEIGHTS);
+    repo_with(&hub, "org/tiny", &weights, None);
+    let pull = Pull::new(&hub);
+    let done = pull.pull("org/tiny", &[], &[]);
+    let asked = hub.requests().len();
+    let found = huggingface_hub(
+        &pull,
+        &format!(
+            "from huggingface_hub import snapshot_download, hf_hub_download\n\
+             p = snapshot_download('org/tiny', local_files_only=True, cache_dir={:?})\n\
+             f = hf_hub_download('org/tiny', 'model.safetensors', local_files_only=True)\n\
+             import hashlib; print(p); print(hashlib.sha256(open(f, 'rb').read()).hexdigest())",
+            pull.cache.path().to_str().unwrap()
+        ),
+    );
+    let mut lines = found.lines();
+    assert_eq!(lines.next().unwrap(), done["snapshot"].as_str().unwrap());
+    assert_eq!(lines.next().unwrap(), sha256_hex(&weights));
+    assert_eq!(hub.requests().len(), asked, "local_files_only asks nothing");
+}
+
+#[test]
+fn enginekit_serves_what_huggingface_hub_downloaded_without_asking_the_hub() {
+    let hub = StandinHub::start();
+    repo_with(&hub, "org/tiny", &safetensors(WEIGHTS), None);
+    let pull = Pull::new(&hub);
+    let path = huggingface_hub(
+        &pull,
+        "from huggingface_hub import snapshot_download\nprint(snapshot_download('org/tiny'))",
+    );
+    let asked = hub.requests().len();
+    assert!(
+        asked > 0,
+        "huggingface_hub downloaded from the STAND-IN hub"
+    );
+    let done = pull.pull("org/tiny", &[], &[]);
+    assert_eq!(done["from_cache"], true, "{done}");
+    assert_eq!(done["snapshot"].as_str().unwrap(), path);
+    assert_eq!(
+        hub.requests().len(),
+        asked,
+        "enginekit asked the hub nothing"
+    );
+    // Offline as well, and a commit named exactly.
+    let commit = done["commit"].as_str().unwrap();
+    let pinned = pull.pull(
+        &format!("org/tiny@{commit}"),
+        &[],
+        &[("HF_HUB_OFFLINE", "1")],
+    );
+    assert_eq!(pinned["from_cache"], true, "{pinned}");
+    assert_eq!(hub.requests().len(), asked);
 }
