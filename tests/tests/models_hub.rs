@@ -570,3 +570,42 @@ fn enginekit_serves_what_huggingface_hub_downloaded_without_asking_the_hub() {
     assert_eq!(pinned["from_cache"], true, "{pinned}");
     assert_eq!(hub.requests().len(), asked);
 }
+
+#[test]
+fn two_pulls_of_one_model_at_once_fetch_each_file_once() {
+    let hub = StandinHub::start();
+    let weights = safetensors(WEIGHTS);
+    repo_with(
+        &hub,
+        "org/slow",
+        &weights,
+        Some(json!({"slow": {"file": "model.safetensors", "delay": 0.05}})),
+    );
+    let pull = Pull::new(&hub);
+    let spawn = || {
+        pull.command(&["models", "pull", "org/slow", "--json"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (first, second) = (spawn(), spawn());
+    for child in [first, second] {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    assert_eq!(
+        served(&hub.requests(), "cdn"),
+        weights.len() as u64,
+        "the weights came once: the second pull waited on the blob's lock"
+    );
+    let snap = std::fs::read_dir(pull.repo("org/slow").join("snapshots"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    assert_eq!(
+        std::fs::read(snap.join("model.safetensors")).unwrap(),
+        weights
+    );
+}
