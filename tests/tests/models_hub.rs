@@ -609,3 +609,106 @@ fn two_pulls_of_one_model_at_once_fetch_each_file_once() {
         weights
     );
 }
+
+/// A range small enough that the test's weights go in parallel segments.
+const SMALL_RANGE: &str = "65536";
+
+#[test]
+fn a_large_file_comes_in_parallel_ranges_and_a_cut_segment_is_retried() {
+    let hub = StandinHub::start();
+    let weights = safetensors(WEIGHTS);
+    repo_with(
+        &hub,
+        "org/ranges",
+        &weights,
+        Some(json!({"cut": {"file": "model.safetensors", "after": weights.len() / 2}})),
+    );
+    let pull = Pull::new(&hub);
+    let done = pull.pull("org/ranges", &["--range-bytes", SMALL_RANGE], &[]);
+    assert_eq!(done["event"], "done", "{done}");
+    let snap = pull
+        .repo("org/ranges")
+        .join("snapshots")
+        .join(done["commit"].as_str().unwrap());
+    assert_eq!(
+        std::fs::read(snap.join("model.safetensors")).unwrap(),
+        weights
+    );
+    let requests = hub.requests();
+    let ranges = requests.iter().filter(|r| r.server == "cdn").count();
+    assert!(
+        ranges >= weights.len() / 65536,
+        "one request per range: {ranges}"
+    );
+    let blobs = pull.repo("org/ranges").join("blobs");
+    assert!(std::fs::read_dir(&blobs)
+        .unwrap()
+        .flatten()
+        .all(|e| !e.file_name().to_string_lossy().contains("incomplete")));
+}
+
+#[test]
+fn a_pull_killed_mid_way_resumes_its_segments_in_a_new_process() {
+    let hub = StandinHub::start();
+    let weights = safetensors(WEIGHTS);
+    repo_with(
+        &hub,
+        "org/killed",
+        &weights,
+        Some(json!({"slow": {"file": "model.safetensors", "delay": 0.05}})),
+    );
+    let pull = Pull::new(&hub);
+    let mut child = pull
+        .command(&[
+            "models",
+            "pull",
+            "org/killed",
+            "--json",
+            "--range-bytes",
+            SMALL_RANGE,
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let part = pull
+        .repo("org/killed")
+        .join("blobs")
+        .join(format!("{}.incomplete.ranges", sha256_hex(&weights)));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while served(&hub.requests(), "cdn") < weights.len() as u64 / 3 {
+        assert!(
+            Instant::now() < deadline,
+            "the pull did not get a third of the way"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap(); // SIGKILL: no cleanup in the pull
+    child.wait().unwrap();
+    // The STAND-IN logs a response the killed pull left when its write fails.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        part.exists(),
+        "the ledger of written ranges stays for the next pull"
+    );
+    let before = served(&hub.requests(), "cdn");
+    let done = pull.pull("org/killed", &["--range-bytes", SMALL_RANGE], &[]);
+    assert_eq!(done["event"], "done", "{done}");
+    let after = served(&hub.requests(), "cdn") - before;
+    let kept = weights.len() as u64 - after.min(weights.len() as u64);
+    println!("after a kill -9: {kept} bytes kept, {after} fetched by the new pull");
+    // Each of the 4 segments loses at most the range it was in when killed.
+    assert!(
+        kept + 4 * 65536 >= weights.len() as u64 / 3,
+        "the new pull fetched only what was missing: {after} of {}",
+        weights.len()
+    );
+    let snap = pull
+        .repo("org/killed")
+        .join("snapshots")
+        .join(done["commit"].as_str().unwrap());
+    assert_eq!(
+        std::fs::read(snap.join("model.safetensors")).unwrap(),
+        weights
+    );
+    assert!(!part.exists());
+}

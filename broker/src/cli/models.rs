@@ -45,9 +45,12 @@ pub enum ModelsCommand {
         /// Seconds a transfer may receive nothing before it is abandoned.
         #[arg(long, default_value_t = 60)]
         stall_timeout: u64,
-        /// Files transferred at once.
+        /// Requests in flight at once (files, and the parts of a large file).
         #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=16))]
         parallel: u16,
+        /// The largest byte range one request asks for (tests make it small).
+        #[arg(long, hide = true)]
+        range_bytes: Option<u64>,
     },
     /// The models in the Hugging Face cache: size, commits, refs.
     List {
@@ -78,11 +81,15 @@ pub fn run(args: ModelsArgs) -> ExitCode {
             attempts,
             stall_timeout,
             parallel,
+            range_bytes,
         } => {
             let mut options = PullOptions::default();
             options.retry.max_attempts = attempts;
             options.stall = Duration::from_secs(stall_timeout.max(1));
             options.parallel = usize::from(parallel);
+            if let Some(bytes) = range_bytes {
+                options.range_bytes = bytes.max(1);
+            }
             rt.block_on(pull(&model, json, &options))
         }
         ModelsCommand::List { json } => list(json),

@@ -13,6 +13,7 @@
 //! - [`http`]: one GET, redirects by hand, status → error.
 //! - [`listing`]: the revision's listing and what to fetch.
 //! - [`transfer`]: one file: lock, resume, ranges, retry, verify, place.
+//! - [`segments`]: a large file in parallel ranges, resumable from its ledger.
 //! - [`verify`]: SHA-256 and git blob ids.
 //! - [`pull`]: the whole pull.
 
@@ -23,6 +24,7 @@ pub mod listing;
 pub mod progress;
 pub mod pull;
 pub mod retry;
+pub mod segments;
 mod transfer;
 pub mod verify;
 

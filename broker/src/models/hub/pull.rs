@@ -24,7 +24,7 @@ use crate::models::id::{HubModelId, Revision};
 /// How a pull transfers.
 #[derive(Debug, Clone)]
 pub struct PullOptions {
-    /// Files transferred at once.
+    /// Requests in flight at once (files, and the segments of a large file).
     pub parallel: usize,
     /// The largest byte range asked for in one request.
     pub range_bytes: u64,
@@ -185,10 +185,7 @@ async fn download(
             present += file.size;
             continue;
         }
-        let partial = std::fs::metadata(repo.incomplete(&file.blob))
-            .map(|m| m.len())
-            .unwrap_or(0)
-            .min(file.size);
+        let partial = super::segments::resumable(&repo.incomplete(&file.blob), file.size);
         present += partial;
         need += file.size - partial;
     }
@@ -201,12 +198,15 @@ async fn download(
         });
     }
     progress.start(manifest.total(), present);
+    let requests = tokio::sync::Semaphore::new(options.parallel.max(1));
     let transfers = Transfers {
         http,
         repo,
         commit: &manifest.commit,
         progress,
         range_bytes: options.range_bytes.max(1),
+        segments: options.parallel.max(1),
+        requests: &requests,
         stall: options.stall,
         retry: options.retry,
     };

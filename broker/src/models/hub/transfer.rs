@@ -1,21 +1,25 @@
 //! One file from the hub into the cache: under the blob's lock, into `blobs/<etag>.incomplete`
 //! (a name any later process finds, so it resumes with a `Range` from where the file ends), in
 //! bounded ranges, retried by the image pull's rules, verified, then renamed to `blobs/<etag>`.
-//! A file that fails its check is deleted and never linked into a snapshot.
+//! A large file goes in parallel segments ([`super::segments`]). A file that fails its check is
+//! deleted and never linked into a snapshot. Requests in flight, all files together, are
+//! bounded by one semaphore.
 
 use std::path::Path;
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
 use reqwest::{StatusCode, Url};
 use tokio::io::AsyncWriteExt;
+use tokio::sync::{Semaphore, SemaphorePermit};
 
 use super::error::HubError;
 use super::http::HubHttp;
 use super::listing::RemoteFile;
 use super::progress::Progress;
 use super::retry::{pause_before, RetryPolicy};
-use super::verify;
+use super::{segments, verify};
 use crate::models::cache::{BlobLock, CacheError, RepoDir};
 use crate::models::id::CommitId;
 
@@ -30,6 +34,10 @@ pub(crate) struct Transfers<'a> {
     pub commit: &'a CommitId,
     pub progress: &'a Progress,
     pub range_bytes: u64,
+    /// Segments a large file is cut into.
+    pub segments: usize,
+    /// Requests in flight, all files together.
+    pub requests: &'a Semaphore,
     pub stall: Duration,
     pub retry: RetryPolicy,
 }
@@ -46,6 +54,37 @@ impl Transfers<'_> {
         Url::parse(&text).map_err(|e| HubError::Transfer {
             detail: format!("{text}: {e}"),
         })
+    }
+
+    pub(crate) async fn permit(&self) -> Result<SemaphorePermit<'_>, HubError> {
+        self.requests
+            .acquire()
+            .await
+            .map_err(|_| HubError::Transfer {
+                detail: "the transfers were closed".into(),
+            })
+    }
+
+    /// The next chunk of a body, or why there is none: a stall, a cut, a broken stream.
+    pub(crate) async fn next_chunk(
+        &self,
+        stream: &mut (impl Stream<Item = reqwest::Result<Bytes>> + Unpin),
+        file: &RemoteFile,
+        at: u64,
+    ) -> Result<Bytes, HubError> {
+        match tokio::time::timeout(self.stall, stream.next()).await {
+            Err(_) => Err(HubError::Stalled {
+                file: file.path.to_string(),
+                seconds: self.stall.as_secs(),
+            }),
+            Ok(None) => Err(HubError::Transfer {
+                detail: format!("{} was cut at byte {at} of {}", file.path, file.size),
+            }),
+            Ok(Some(Err(e))) => Err(HubError::Transfer {
+                detail: format!("{}: {}", file.path, e.without_url()),
+            }),
+            Ok(Some(Ok(chunk))) => Ok(chunk),
+        }
     }
 
     async fn lock(&self, file: &RemoteFile) -> Result<BlobLock, HubError> {
@@ -69,20 +108,11 @@ impl Transfers<'_> {
             return Ok(());
         }
         let part = self.repo.incomplete(&file.blob);
-        let mut attempt = 1;
-        loop {
-            let mut moved = false;
-            match self.attempt(file, &part, &mut moved).await {
-                Ok(()) => break,
-                Err(err) => match pause_before(&self.retry, attempt + 1, &err, moved) {
-                    Some(pause) => {
-                        tracing::info!(file = %file.path, attempt, "retrying after: {err}");
-                        tokio::time::sleep(pause).await;
-                        attempt += 1;
-                    }
-                    None => return Err(err),
-                },
-            }
+        if segments::wanted(&part, file, self.range_bytes, self.segments) {
+            let url = self.url(file)?;
+            self.by_segments(file, &part, &url).await?;
+        } else {
+            self.in_one_piece(file, &part).await?;
         }
         let (checked_part, checked_file) = (part.clone(), file.clone());
         let verdict =
@@ -94,10 +124,30 @@ impl Transfers<'_> {
         if let Err(err) = verdict {
             // The next pull starts the file afresh instead of resuming a lie.
             let _ = std::fs::remove_file(&part);
+            let _ = std::fs::remove_file(segments::ledger_path(&part));
             return Err(err);
         }
         std::fs::rename(&part, &blob).map_err(CacheError::io("placing", &blob))?;
         Ok(())
+    }
+
+    /// The file from its start (or where the partial file ends), one range after another.
+    async fn in_one_piece(&self, file: &RemoteFile, part: &Path) -> Result<(), HubError> {
+        let mut attempt = 1;
+        loop {
+            let mut moved = false;
+            match self.attempt(file, part, &mut moved).await {
+                Ok(()) => return Ok(()),
+                Err(err) => match pause_before(&self.retry, attempt + 1, &err, moved) {
+                    Some(pause) => {
+                        tracing::info!(file = %file.path, attempt, "retrying after: {err}");
+                        tokio::time::sleep(pause).await;
+                        attempt += 1;
+                    }
+                    None => return Err(err),
+                },
+            }
+        }
     }
 
     /// Appends to the partial file until it has the listed size. `moved` turns true once a byte
@@ -128,6 +178,7 @@ impl Transfers<'_> {
         let url = self.url(file)?;
         while have < file.size {
             let last = have.saturating_add(self.range_bytes).min(file.size) - 1;
+            let _permit = self.permit().await?;
             let response = self
                 .http
                 .get(url.clone(), Some((have, last)), self.repo.id())
@@ -151,29 +202,7 @@ impl Transfers<'_> {
             };
             let mut stream = response.bytes_stream();
             while have < end {
-                let next = tokio::time::timeout(self.stall, stream.next()).await;
-                let chunk = match next {
-                    Err(_) => {
-                        return Err(HubError::Stalled {
-                            file: file.path.to_string(),
-                            seconds: self.stall.as_secs(),
-                        })
-                    }
-                    Ok(None) => {
-                        return Err(HubError::Transfer {
-                            detail: format!(
-                                "{} was cut at byte {have} of {}",
-                                file.path, file.size
-                            ),
-                        })
-                    }
-                    Ok(Some(Err(e))) => {
-                        return Err(HubError::Transfer {
-                            detail: format!("{}: {}", file.path, e.without_url()),
-                        })
-                    }
-                    Ok(Some(Ok(chunk))) => chunk,
-                };
+                let chunk = self.next_chunk(&mut stream, file, have).await?;
                 let len = chunk.len() as u64;
                 if have + len > end {
                     drop(out);
@@ -200,7 +229,7 @@ impl Transfers<'_> {
 }
 
 /// A 206 must start where we asked: a server that sends another part would corrupt the file.
-fn check_content_range(
+pub(crate) fn check_content_range(
     response: &reqwest::Response,
     first: u64,
     file: &RemoteFile,
