@@ -9,6 +9,10 @@
 //! <cache>/.locks/models--ORG--NAME/<etag>.lock            flock'ed while a blob is written
 //! ```
 //!
+//! huggingface_hub 2.4 may keep Xet-stored files once for the whole cache, in
+//! `<cache>/blobs/<2 hex>/<xet hash>`, the model's `blobs/<etag>` being a relative link to it;
+//! such a link is followed only into that store.
+//!
 //! huggingface_hub 2.x also keeps `models--ORG--NAME/trees/<commit>.json`, the listing of every
 //! file of the commit; its `snapshot_download(local_files_only=True)` calls a snapshot that lacks
 //! one of them incomplete. enginekit fetches a subset (no pickles, no README), so it writes no
@@ -272,12 +276,47 @@ impl RepoDir {
                 if !resolved.starts_with(self.blobs()) {
                     return Err(unsafe_entry("the link leads out of the model's blobs"));
                 }
+                self.check_blob_link(&resolved)?;
                 if !resolved.is_file() {
                     return Err(unsafe_entry("the link's blob is missing"));
                 }
             }
         }
         Ok(())
+    }
+
+    /// A blob that is itself a link: huggingface_hub 2.x's cache-wide store of Xet files
+    /// (`<cache>/blobs/<2 hex>/<xet hash>`, linked from the model's `blobs/<etag>`). It must be
+    /// relative and stay in that store.
+    fn check_blob_link(&self, blob: &Path) -> Result<(), CacheError> {
+        let Ok(target) = fs::read_link(blob) else {
+            return Ok(());
+        };
+        let unsafe_blob = |reason| CacheError::Unsafe {
+            path: blob.to_path_buf(),
+            reason,
+        };
+        if target.is_absolute() {
+            return Err(unsafe_blob("the blob links to an absolute path"));
+        }
+        let store = self
+            .dir
+            .parent()
+            .map(|root| root.join("blobs"))
+            .ok_or_else(|| unsafe_blob("the cache has no root"))?;
+        let resolved = blob
+            .parent()
+            .and_then(|dir| normalize(&dir.join(&target)))
+            .ok_or_else(|| unsafe_blob("the blob's link climbs above the root"))?;
+        if resolved.starts_with(&store)
+            && fs::symlink_metadata(&resolved).is_ok_and(|m| m.is_file())
+        {
+            Ok(())
+        } else {
+            Err(unsafe_blob(
+                "the blob links out of the cache's shared blob store",
+            ))
+        }
     }
 
     /// Writes `refs/<name>` = commit, replacing it at once (a reader sees the old or the new).
@@ -346,7 +385,8 @@ impl RepoDir {
                 let name = entry.file_name();
                 // Partial downloads are not part of the model.
                 if name.to_str().is_some_and(|n| BlobId::parse(n).is_ok()) {
-                    size += entry.metadata().map(|m| m.len()).unwrap_or(0);
+                    // Followed: a blob may link to huggingface_hub's shared store.
+                    size += fs::metadata(entry.path()).map(|m| m.len()).unwrap_or(0);
                 }
             }
         }
@@ -578,6 +618,33 @@ mod tests {
         }
         let (_tmp, repo, _, _) = model();
         fs::write(repo.dir().join("refs/main"), "../../x").unwrap();
+        assert!(matches!(
+            repo.lookup(&Revision::main()),
+            Err(CacheError::Unsafe { .. })
+        ));
+    }
+
+    #[test]
+    fn a_blob_may_link_into_the_shared_store_and_nowhere_else() {
+        let (tmp, repo, commit, blob) = model();
+        let store = tmp.path().join("blobs/ab");
+        fs::create_dir_all(&store).unwrap();
+        fs::write(store.join("xet"), b"shared weights").unwrap();
+        fs::remove_file(repo.blob(&blob)).unwrap();
+        std::os::unix::fs::symlink("../../blobs/ab/xet", repo.blob(&blob)).unwrap();
+        assert!(repo
+            .lookup(&Revision::Commit(commit.clone()))
+            .unwrap()
+            .is_some());
+        assert_eq!(repo.describe().unwrap().size, 14);
+        fs::remove_file(repo.blob(&blob)).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", repo.blob(&blob)).unwrap();
+        assert!(matches!(
+            repo.lookup(&Revision::main()),
+            Err(CacheError::Unsafe { .. })
+        ));
+        fs::remove_file(repo.blob(&blob)).unwrap();
+        std::os::unix::fs::symlink("../../../../etc/hostname", repo.blob(&blob)).unwrap();
         assert!(matches!(
             repo.lookup(&Revision::main()),
             Err(CacheError::Unsafe { .. })
