@@ -469,6 +469,27 @@ fn a_stalled_transfer_is_abandoned_and_a_cancel_ends_at_once() {
 }
 
 #[test]
+fn a_hub_that_never_answers_the_listing_is_given_up() {
+    let hub = StandinHub::start();
+    repo_with(
+        &hub,
+        "org/mute",
+        &safetensors(10),
+        Some(json!({"stall_listing": true})),
+    );
+    let pull = Pull::new(&hub);
+    let started = Instant::now();
+    let stalled = pull.pull("org/mute", &["--stall-timeout", "1"], &[]);
+    assert_eq!(code(&stalled), "IO_ERROR", "{stalled}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(!pull.repo("org/mute").join("snapshots").exists());
+}
+
+#[test]
 fn removal_is_refused_while_a_pull_holds_a_lock() {
     let hub = StandinHub::start();
     repo_with(&hub, "org/tiny", &safetensors(10), None);

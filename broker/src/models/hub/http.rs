@@ -4,6 +4,8 @@
 //! hub means it.
 
 use reqwest::header::{HeaderMap, ACCEPT_ENCODING, AUTHORIZATION, LOCATION, RANGE};
+use std::time::Duration;
+
 use reqwest::{Client, Response, StatusCode, Url};
 
 use super::env::HubEnv;
@@ -18,6 +20,9 @@ const MAX_REDIRECTS: usize = 5;
 pub struct HubHttp {
     client: Client,
     env: HubEnv,
+    /// How long a request may wait for the answer's headers (a hub that stalls before it says
+    /// anything; the body has its own limit per chunk).
+    answer_timeout: Duration,
 }
 
 fn same_origin(a: &Url, b: &Url) -> bool {
@@ -27,7 +32,7 @@ fn same_origin(a: &Url, b: &Url) -> bool {
 }
 
 impl HubHttp {
-    pub fn new(env: HubEnv) -> Result<Self, HubError> {
+    pub fn new(env: HubEnv, answer_timeout: Duration) -> Result<Self, HubError> {
         let client = Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(std::time::Duration::from_secs(30))
@@ -36,7 +41,11 @@ impl HubHttp {
             .map_err(|e| HubError::Transfer {
                 detail: e.to_string(),
             })?;
-        Ok(HubHttp { client, env })
+        Ok(HubHttp {
+            client,
+            env,
+            answer_timeout,
+        })
     }
 
     pub fn env(&self) -> &HubEnv {
@@ -64,9 +73,15 @@ impl HubHttp {
                     request = request.header(AUTHORIZATION, format!("Bearer {}", token.secret()));
                 }
             }
-            let response = request.send().await.map_err(|e| HubError::Transfer {
-                detail: e.without_url().to_string() + " (" + url.as_str() + ")",
-            })?;
+            let response = tokio::time::timeout(self.answer_timeout, request.send())
+                .await
+                .map_err(|_| HubError::Stalled {
+                    file: url.to_string(),
+                    seconds: self.answer_timeout.as_secs(),
+                })?
+                .map_err(|e| HubError::Transfer {
+                    detail: e.without_url().to_string() + " (" + url.as_str() + ")",
+                })?;
             if response.status().is_redirection() {
                 url = next_location(&url, response.headers())?;
                 continue;

@@ -111,7 +111,7 @@ pub async fn pull(
             model: format!("{model}@{revision}"),
         });
     }
-    let http = HubHttp::new(env)?;
+    let http = HubHttp::new(env, options.stall)?;
     tokio::select! {
         biased;
         _ = cancel.cancelled() => Err(HubError::Cancelled { model: model.to_string() }),
@@ -124,6 +124,7 @@ async fn listing(
     repo: &RepoDir,
     revision: &Revision,
     retry: &RetryPolicy,
+    stall: Duration,
 ) -> Result<Manifest, HubError> {
     let text = format!(
         "{}/api/models/{}/revision/{}?blobs=true",
@@ -144,9 +145,15 @@ async fn listing(
                     detail: "the listing is too large".into(),
                 });
             }
-            response.bytes().await.map_err(|e| HubError::Transfer {
-                detail: e.without_url().to_string(),
-            })
+            tokio::time::timeout(stall, response.bytes())
+                .await
+                .map_err(|_| HubError::Stalled {
+                    file: "the listing".into(),
+                    seconds: stall.as_secs(),
+                })?
+                .map_err(|e| HubError::Transfer {
+                    detail: e.without_url().to_string(),
+                })
         }
         .await;
         match answer {
@@ -175,7 +182,7 @@ async fn download(
     options: &PullOptions,
     progress: &Progress,
 ) -> Result<Pulled, HubError> {
-    let manifest = listing(http, repo, revision, &options.retry).await?;
+    let manifest = listing(http, repo, revision, &options.retry, options.stall).await?;
     let blobs = repo.blobs();
     std::fs::create_dir_all(&blobs).map_err(CacheError::io("creating", &blobs))?;
     let mut present = 0;
