@@ -113,8 +113,13 @@ impl HubHttp {
                 "RepoNotFound" | "RevisionNotFound" | "EntryNotFound"
             )
         {
+            let what = match error_code {
+                "RevisionNotFound" => "revision",
+                "EntryNotFound" => "file",
+                _ => "repository, revision or file",
+            };
             return Err(HubError::NotFound {
-                what: url.to_string(),
+                what: format!("such {what} of {model} ({url})"),
             });
         }
         if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
