@@ -14,4 +14,5 @@ pub mod output;
 pub mod packages;
 pub mod session_host;
 pub mod simulated_rhel;
+pub mod standin_hub;
 pub mod systemd;

@@ -54,7 +54,7 @@ pub enum Command {
     Logs(engine::LogsArgs),
     /// Stop a running model (confirmed stop; its GPU is freed).
     Stop(engine::StopArgs),
-    /// Models by size: whether a model fits this machine's GPUs, before anything moves.
+    /// Models by Hugging Face name: pull, list, remove, and whether one fits this machine's GPUs.
     Models(models::ModelsArgs),
     /// What is wrong after setup, each finding with its remedy (driver, Docker, GPU runtime, CDI, toolkit).
     Doctor(doctor::DoctorArgs),
@@ -93,12 +93,12 @@ pub fn main() -> ExitCode {
         Command::Setup(args) => setup::run(args),
         Command::Remove(args) => remove::run(args),
         Command::Status(args) => status::run(args),
+        Command::Models(args) => models::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Start(args) => engine::start(args),
         Command::Stop(args) => engine::stop(args),
         Command::Ps(args) => engine::ps(args),
         Command::Logs(args) => engine::logs(args),
-        Command::Models(args) => models::run(args),
     }
 }
 

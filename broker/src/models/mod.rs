@@ -1,12 +1,17 @@
-//! Models by what they need: a checkpoint's `config.json` read as far as memory goes
-//! ([`config`]) and the weights' bytes from the safetensors index or headers ([`weights`]).
+//! Models: by Hugging Face name ([`id`]), in the hub cache people already have ([`cache`]),
+//! downloaded into it by a small client ([`hub`]); and by what they need: a checkpoint's
+//! `config.json` read as far as memory goes ([`config`]), the weights' bytes from the
+//! safetensors index or headers ([`weights`]), and whether that fits the cards ([`fit`]).
 //!
 //! Everything here reads files a stranger wrote (a hub snapshot, a folder the user points at):
 //! reads are bounded, sizes use checked arithmetic, and an attention design the formula does not
 //! cover is reported as not sized rather than given a confident wrong number.
 
+pub mod cache;
 pub mod config;
 pub mod fit;
+pub mod hub;
+pub mod id;
 pub mod weights;
 
 use enginekit_shared::error::{CodedError, ErrorCode};

@@ -1,4 +1,4 @@
-//! `enginekit models …`: models by name and size. `models fit MODEL` says whether a model's
+//! `enginekit models fit MODEL` says whether a model's
 //! weights and KV cache fit this machine's cards before anything moves ([`crate::models::fit`]);
 //! `--facts FILE` judges recorded host facts instead of probing, as `plan` and `doctor` do.
 //!
@@ -11,30 +11,18 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Args, Subcommand};
+use clap::Args;
 use enginekit_shared::error::{CodedError, ErrorCode};
 use serde_json::json;
 
-use super::common::report_error;
-use super::plan::{live_facts, read_facts_file};
-use super::EXIT_FAILURE;
+use crate::cli::common::report_error;
+use crate::cli::plan::{live_facts, read_facts_file};
+use crate::cli::EXIT_FAILURE;
 use crate::i18n::tr;
 use crate::models::config::{KvLayout, ModelConfig};
 use crate::models::fit::{self, gib, CardMemory, Judgment, ModelNeeds};
 use crate::models::weights::{Weights, WeightsSource};
 use crate::probe::facts::{Fact, HostFacts};
-
-#[derive(Debug, Args)]
-pub struct ModelsArgs {
-    #[command(subcommand)]
-    pub command: ModelsCommand,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum ModelsCommand {
-    /// Whether a model fits this machine's GPUs: weights, KV cache per token, the longest context per card.
-    Fit(FitArgs),
-}
 
 /// `models fit --help` after the options: where the figures come from, what a group means,
 /// and the exit status (one literal per line: po/update refuses backslash continuations).
@@ -68,12 +56,6 @@ pub struct FitArgs {
     /// One JSON document on stdout.
     #[arg(long)]
     pub json: bool,
-}
-
-pub fn run(args: ModelsArgs) -> ExitCode {
-    match args.command {
-        ModelsCommand::Fit(args) => run_fit(args),
-    }
 }
 
 /// A model folder read for the fit: its config and its weights.
@@ -129,7 +111,8 @@ pub fn check_context(context: Option<u32>) -> Result<Option<u64>, CodedError> {
     }
 }
 
-fn run_fit(args: FitArgs) -> ExitCode {
+/// Runs `models fit`.
+pub fn run(args: FitArgs) -> ExitCode {
     let json = args.json;
     let judged = (|| {
         let context = check_context(args.context)?;

@@ -1,0 +1,31 @@
+//! `enginekit models …`: models by Hugging Face name in the hub cache ([`store`]: pull, list,
+//! rm) and whether one fits this machine's cards before anything moves ([`fit`]).
+
+pub mod fit;
+pub mod store;
+
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+
+#[derive(Debug, Args)]
+pub struct ModelsArgs {
+    #[command(subcommand)]
+    pub command: ModelsCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ModelsCommand {
+    #[command(flatten)]
+    Store(store::StoreCommand),
+    /// Whether a model fits this machine's GPUs: weights, KV cache per token, the longest context per card.
+    Fit(fit::FitArgs),
+}
+
+/// Runs a `models` subcommand.
+pub fn run(args: ModelsArgs) -> ExitCode {
+    match args.command {
+        ModelsCommand::Store(command) => store::run(command),
+        ModelsCommand::Fit(args) => fit::run(args),
+    }
+}

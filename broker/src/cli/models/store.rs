@@ -1,0 +1,290 @@
+//! `enginekit models pull|list|rm`: models by Hugging Face name, in the hub cache that huggingface_hub and
+//! transformers share.
+//!
+//! - `pull MODEL` (`org/name`, `org/name@rev`): the cache first; else the files an engine
+//!   needs, with a progress bar (stderr) or `--json` lines on stdout (`progress`, then `done` or
+//!   `error`). Ctrl-C cancels at once; a later pull resumes the partial files.
+//! - `list [--json]`: each model's size, commits and refs.
+//! - `rm MODEL`: removes a model from the cache, refused while a pull holds one of its locks.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Subcommand;
+use enginekit_shared::error::{CodedError, ErrorCode};
+use indicatif::{HumanBytes, ProgressBar, ProgressStyle};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::common::{emit, report_error, runtime};
+use crate::i18n::tr;
+use crate::models::cache::HubCache;
+use crate::models::hub::{self, HubEnv, Progress, PullOptions};
+use crate::models::id::ModelRef;
+
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
+    /// Download a model (org/name, org/name@revision) into the Hugging Face cache.
+    Pull {
+        /// The model: org/name, optionally @branch, @tag or @commit.
+        model: String,
+        /// Print progress and the result as JSON lines on stdout.
+        #[arg(long)]
+        json: bool,
+        /// Attempts in all when the hub is busy or a transfer breaks (1 = no retry).
+        #[arg(long, default_value_t = PullOptions::default().retry.max_attempts,
+              value_parser = clap::value_parser!(u32).range(1..=20))]
+        attempts: u32,
+        /// Seconds a transfer may receive nothing before it is abandoned.
+        #[arg(long, default_value_t = 60)]
+        stall_timeout: u64,
+        /// Requests in flight at once (files, and the parts of a large file).
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=16))]
+        parallel: u16,
+        /// The largest byte range one request asks for (tests make it small).
+        #[arg(long, hide = true)]
+        range_bytes: Option<u64>,
+    },
+    /// The models in the Hugging Face cache: size, commits, refs.
+    List {
+        /// Print the list as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a model from the Hugging Face cache (refused while it is being downloaded).
+    Rm {
+        /// The model: org/name.
+        model: String,
+        /// Print the result as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs a `models` subcommand.
+pub fn run(command: StoreCommand) -> ExitCode {
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    match command {
+        StoreCommand::Pull {
+            model,
+            json,
+            attempts,
+            stall_timeout,
+            parallel,
+            range_bytes,
+        } => {
+            let mut options = PullOptions::default();
+            options.retry.max_attempts = attempts;
+            options.stall = Duration::from_secs(stall_timeout.max(1));
+            options.parallel = usize::from(parallel);
+            if let Some(bytes) = range_bytes {
+                options.range_bytes = bytes.max(1);
+            }
+            rt.block_on(pull(&model, json, &options))
+        }
+        StoreCommand::List { json } => list(json),
+        StoreCommand::Rm { model, json } => remove(&model, json),
+    }
+}
+
+fn hub_model(
+    text: &str,
+) -> Result<
+    (
+        crate::models::id::HubModelId,
+        Option<crate::models::id::Revision>,
+    ),
+    CodedError,
+> {
+    match ModelRef::parse(text).map_err(|e| e.to_coded())? {
+        ModelRef::Hub { id, revision } => Ok((id, revision)),
+        ModelRef::Folder(path) => Err(CodedError::new(
+            ErrorCode::InvalidArgument,
+            tr!(
+                "{path} is a folder; models pull and rm take a hub name (org/name)",
+                path = path.display()
+            ),
+        )),
+    }
+}
+
+async fn pull(text: &str, json: bool, options: &PullOptions) -> ExitCode {
+    let setup = hub_model(text).and_then(|(id, rev)| {
+        let cache = HubCache::from_env().map_err(|e| e.to_coded())?;
+        let env = HubEnv::from_env().map_err(|e| e.to_coded())?;
+        Ok((id, rev, cache, env))
+    });
+    let (id, revision, cache, env) = match setup {
+        Ok(s) => s,
+        Err(e) => return report_error(json, &e),
+    };
+    let cancel = CancellationToken::new();
+    let on_signal = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            on_signal.cancel();
+        }
+    });
+    let progress = Arc::new(Progress::default());
+    let bar = (!json).then(|| {
+        let bar = ProgressBar::new(0);
+        if let Ok(style) = ProgressStyle::with_template(
+            "{spinner} {msg} [{bar:30}] {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} eta {eta}",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar.set_message(tr!("pulling {model}", model = text));
+        bar
+    });
+    let view = {
+        let progress = progress.clone();
+        let bar = bar.clone();
+        tokio::spawn(async move {
+            let mut last = None;
+            loop {
+                let p = progress.read();
+                if last != Some((p.done, p.total)) {
+                    last = Some((p.done, p.total));
+                    match &bar {
+                        Some(bar) => {
+                            bar.set_length(p.total);
+                            bar.set_position(p.done);
+                        }
+                        None => emit(
+                            true,
+                            json!({"event": "progress", "current": p.done, "total": p.total}),
+                        ),
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    let result = hub::pull(
+        &cache,
+        env,
+        &id,
+        revision.as_ref(),
+        options,
+        progress.clone(),
+        cancel,
+    )
+    .await;
+    view.abort();
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    let reading = progress.read();
+    match result {
+        Ok(pulled) => {
+            if json {
+                emit(
+                    true,
+                    json!({
+                        "event": "done",
+                        "model": id.to_string(),
+                        "commit": pulled.snapshot.commit.as_str(),
+                        "snapshot": pulled.snapshot.dir,
+                        "from_cache": pulled.from_cache,
+                        "total": reading.total,
+                        "fetched_bytes": reading.fetched,
+                    }),
+                );
+            } else if pulled.from_cache {
+                println!(
+                    "{}",
+                    tr!(
+                        "{model} is in the cache at commit {commit}: nothing to download",
+                        model = id,
+                        commit = pulled.snapshot.commit
+                    )
+                );
+            } else {
+                println!(
+                    "{}",
+                    tr!(
+                        "pulled {model} at commit {commit} ({bytes} downloaded)",
+                        model = id,
+                        commit = pulled.snapshot.commit,
+                        bytes = HumanBytes(reading.fetched)
+                    )
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(err) => report_error(json, &err.to_coded()),
+    }
+}
+
+fn list(json: bool) -> ExitCode {
+    let listed = HubCache::from_env()
+        .and_then(|cache| cache.list())
+        .map_err(|e| e.to_coded());
+    let models = match listed {
+        Ok(models) => models,
+        Err(e) => return report_error(json, &e),
+    };
+    if json {
+        let items: Vec<_> = models
+            .iter()
+            .map(|m| {
+                json!({
+                    "model": m.id,
+                    "size": m.size,
+                    "commits": m.commits,
+                    "refs": m.refs.iter().map(|(name, commit)| json!({"name": name, "commit": commit})).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        emit(true, json!({"models": items}));
+        return ExitCode::SUCCESS;
+    }
+    if models.is_empty() {
+        println!("{}", tr!("no models in the Hugging Face cache"));
+    }
+    for m in &models {
+        let refs: Vec<String> = m
+            .refs
+            .iter()
+            .map(|(name, commit)| format!("{name}={}", &commit[..commit.len().min(12)]))
+            .collect();
+        let commits: Vec<&str> = m.commits.iter().map(|c| &c[..c.len().min(12)]).collect();
+        println!(
+            "{:<48} {:>10}  {}  {}",
+            m.id,
+            HumanBytes(m.size).to_string(),
+            commits.join(","),
+            refs.join(" ")
+        );
+    }
+    ExitCode::SUCCESS
+}
+
+fn remove(text: &str, json: bool) -> ExitCode {
+    let removed = hub_model(text).and_then(|(id, _)| {
+        let cache = HubCache::from_env().map_err(|e| e.to_coded())?;
+        cache.repo(&id).remove().map_err(|e| e.to_coded())?;
+        Ok(id)
+    });
+    match removed {
+        Ok(id) => {
+            if json {
+                emit(
+                    true,
+                    json!({"event": "done", "model": id.to_string(), "removed": true}),
+                );
+            } else {
+                println!(
+                    "{}",
+                    tr!("removed {model} from the Hugging Face cache", model = id)
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => report_error(json, &e),
+    }
+}
