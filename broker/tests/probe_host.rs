@@ -171,7 +171,7 @@ fn an_unprivileged_user_outside_the_docker_group_gets_an_explicit_answer() {
             .any(|g| g == "docker"),
         "ekuser must not be in the docker group for this test"
     );
-    let bin = stage_binary_for("ekuser");
+    let (_staged, bin) = stage_binary_for("ekuser");
     let run = |json: bool| {
         let mut cmd = Command::new("setpriv");
         cmd.args(["--reuid=ekuser", "--regid=ekuser", "--init-groups", "--"])
@@ -216,16 +216,20 @@ fn an_unprivileged_user_outside_the_docker_group_gets_an_explicit_answer() {
 }
 
 /// Copies the built binary somewhere `user` can execute it (the target dir may sit under a
-/// directory only root can enter).
-fn stage_binary_for(user: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("enginekit-probe-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+/// directory only root can enter), in a folder removed when the returned guard drops (a debug
+/// binary is ~180 MB: left behind, one per run, they filled /tmp).
+fn stage_binary_for(user: &str) -> (tempfile::TempDir, PathBuf) {
+    let staged = tempfile::Builder::new()
+        .prefix("enginekit-probe-test-")
+        .tempdir()
+        .unwrap();
+    let dir = staged.path();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let bin = dir.join("enginekit");
     std::fs::copy(enginekit_bin(), &bin).unwrap();
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     let _ = user;
-    bin
+    (staged, bin)
 }
 
 /// A bin dir holding the bench's STAND-IN nvidia-smi with `gpus` as its recorded GPUs, ahead of
