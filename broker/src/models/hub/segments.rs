@@ -264,7 +264,14 @@ impl Transfers<'_> {
                 .map_err(CacheError::io("writing", part))?;
             let mut stream = response.bytes_stream();
             while seg.done <= last {
-                let chunk = self.next_chunk(&mut stream, file, seg.done).await?;
+                let chunk = match self.next_chunk(&mut stream, file, seg.done).await {
+                    Ok(chunk) => chunk,
+                    Err(e) => {
+                        // A cut keeps every byte that landed for the next attempt or process.
+                        record(&mut out, part, shared, index, seg.done).await?;
+                        return Err(e);
+                    }
+                };
                 let len = chunk.len() as u64;
                 if seg.done + len > last + 1 {
                     return Err(HubError::SizeMismatch {
@@ -279,16 +286,9 @@ impl Transfers<'_> {
                 *moved = true;
                 self.progress.advance(len);
                 since_ledger += len;
-                let snapshot = {
-                    let mut ledger = shared.lock().map_err(|_| HubError::Transfer {
-                        detail: "a segment's ledger was poisoned".into(),
-                    })?;
-                    ledger.segments[index].done = seg.done;
-                    // At the end of each range, and every LEDGER_EVERY bytes within one.
-                    (since_ledger >= LEDGER_EVERY || seg.done > last).then(|| ledger.clone())
-                };
-                if let Some(ledger) = snapshot {
-                    write_ledger(part, &ledger)?;
+                // At the end of each range, and every LEDGER_EVERY bytes within one.
+                if since_ledger >= LEDGER_EVERY || seg.done > last {
+                    record(&mut out, part, shared, index, seg.done).await?;
                     since_ledger = 0;
                 }
             }
@@ -296,6 +296,28 @@ impl Transfers<'_> {
         out.flush().await.map_err(CacheError::io("writing", part))?;
         Ok(())
     }
+}
+
+/// Records that segment `index` holds its bytes up to `done`: the file is flushed first, so the
+/// ledger (shared by the segments, written by any of them) only ever names bytes handed to the
+/// kernel. tokio's `write_all` returns before its blocking write has run: a kill -9 after a
+/// ledger written without the flush left it claiming bytes the file never got.
+async fn record(
+    out: &mut tokio::fs::File,
+    part: &Path,
+    shared: &Mutex<Ledger>,
+    index: usize,
+    done: u64,
+) -> Result<(), HubError> {
+    out.flush().await.map_err(CacheError::io("writing", part))?;
+    let ledger = {
+        let mut ledger = shared.lock().map_err(|_| HubError::Transfer {
+            detail: "a segment's ledger was poisoned".into(),
+        })?;
+        ledger.segments[index].done = done;
+        ledger.clone()
+    };
+    write_ledger(part, &ledger)
 }
 
 #[cfg(test)]
