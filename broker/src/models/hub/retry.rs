@@ -36,6 +36,32 @@ pub fn pause_before(
     )
 }
 
+/// Runs `attempt` again by [`pause_before`]'s rules until it succeeds or the error is final.
+/// Each try answers its result and whether it moved bytes; `what` names it in the log.
+pub async fn retrying<F, Fut>(
+    policy: &RetryPolicy,
+    what: &str,
+    mut attempt: F,
+) -> Result<(), HubError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = (Result<(), HubError>, bool)>,
+{
+    let mut tries = 1;
+    loop {
+        let (result, moved) = attempt().await;
+        let Err(err) = result else {
+            return Ok(());
+        };
+        let Some(pause) = pause_before(policy, tries + 1, &err, moved) else {
+            return Err(err);
+        };
+        tracing::info!(what, attempt = tries, "retrying after: {err}");
+        tokio::time::sleep(pause).await;
+        tries += 1;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,7 +17,7 @@ use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 
 use super::error::HubError;
 use super::listing::RemoteFile;
-use super::retry::pause_before;
+use super::retry::retrying;
 use super::transfer::Transfers;
 use crate::models::cache::CacheError;
 
@@ -202,24 +202,15 @@ impl Transfers<'_> {
         shared: &Arc<Mutex<Ledger>>,
         index: usize,
     ) -> Result<(), HubError> {
-        let mut attempt = 1;
-        loop {
+        let what = format!("{} segment {index}", file.path);
+        retrying(&self.retry, &what, || async {
             let mut moved = false;
-            match self
+            let result = self
                 .segment_once(file, part, url, shared, index, &mut moved)
-                .await
-            {
-                Ok(()) => return Ok(()),
-                Err(err) => match pause_before(&self.retry, attempt + 1, &err, moved) {
-                    Some(pause) => {
-                        tracing::info!(file = %file.path, index, attempt, "retrying after: {err}");
-                        tokio::time::sleep(pause).await;
-                        attempt += 1;
-                    }
-                    None => return Err(err),
-                },
-            }
-        }
+                .await;
+            (result, moved)
+        })
+        .await
     }
 
     async fn segment_once(

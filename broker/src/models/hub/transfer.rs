@@ -18,7 +18,7 @@ use super::error::HubError;
 use super::http::HubHttp;
 use super::listing::RemoteFile;
 use super::progress::Progress;
-use super::retry::{pause_before, RetryPolicy};
+use super::retry::{retrying, RetryPolicy};
 use super::{segments, verify};
 use crate::models::cache::{BlobLock, CacheError, RepoDir};
 use crate::models::id::CommitId;
@@ -133,21 +133,12 @@ impl Transfers<'_> {
 
     /// The file from its start (or where the partial file ends), one range after another.
     async fn in_one_piece(&self, file: &RemoteFile, part: &Path) -> Result<(), HubError> {
-        let mut attempt = 1;
-        loop {
+        retrying(&self.retry, &file.path.to_string(), || async {
             let mut moved = false;
-            match self.attempt(file, part, &mut moved).await {
-                Ok(()) => return Ok(()),
-                Err(err) => match pause_before(&self.retry, attempt + 1, &err, moved) {
-                    Some(pause) => {
-                        tracing::info!(file = %file.path, attempt, "retrying after: {err}");
-                        tokio::time::sleep(pause).await;
-                        attempt += 1;
-                    }
-                    None => return Err(err),
-                },
-            }
-        }
+            let result = self.attempt(file, part, &mut moved).await;
+            (result, moved)
+        })
+        .await
     }
 
     /// Appends to the partial file until it has the listed size. `moved` turns true once a byte
