@@ -338,6 +338,10 @@ fn a_cancel_ends_a_slow_pull_at_once_keeps_its_partial_files_and_frees_the_model
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
 
+        // The commit shows as soon as the listing named it, before the pull ends.
+        let commit: String = pull.get_property("Commit").await.expect("Commit");
+        assert_eq!(commit.len(), 40, "{commit:?}");
+
         let (name, message) = refusal(
             broker(&conn)
                 .await

@@ -99,6 +99,18 @@ impl PullStatus {
         changed
     }
 
+    /// The hub's listing named the commit being pulled: shown before the pull ends.
+    pub fn pinned(&mut self, commit: &str) -> Changed {
+        if self.state != PullState::Running || self.commit == commit {
+            return Changed::default();
+        }
+        self.commit = commit.to_owned();
+        Changed {
+            commit: true,
+            ..Changed::default()
+        }
+    }
+
     /// The user cancelled: the pull ends now, whatever the transfer still does.
     pub fn cancel(&mut self) -> Changed {
         if self.state != PullState::Running {
@@ -121,9 +133,10 @@ impl PullStatus {
         match outcome {
             Ok(pulled) => {
                 self.state = PullState::Done;
-                self.commit = pulled.snapshot.commit.as_str().to_owned();
+                let commit = pulled.snapshot.commit.as_str();
+                changed.commit = self.commit != commit;
+                self.commit = commit.to_owned();
                 self.snapshot = pulled.snapshot.dir.display().to_string();
-                changed.commit = true;
                 changed.snapshot = true;
                 // Whole: a pull served from the cache never counted its bytes.
                 if self.bytes_done < self.bytes_total {
@@ -199,6 +212,17 @@ mod tests {
         assert!(!s.progress(reading(100, 200)).any());
         assert!(!s.cancel().any());
         assert_eq!(s.state, PullState::Done);
+    }
+
+    #[test]
+    fn the_commit_shows_once_pinned_and_is_announced_once() {
+        let mut s = PullStatus::running("org/m".into());
+        let commit = "a".repeat(40);
+        assert!(s.pinned(&commit).commit);
+        assert!(!s.pinned(&commit).any());
+        let c = s.finish(&Ok(pulled()));
+        assert!(c.finished() && !c.commit);
+        assert_eq!(s.commit, commit);
     }
 
     #[test]

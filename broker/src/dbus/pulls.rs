@@ -20,7 +20,7 @@ use super::error::BrokerError;
 use super::pull_state::{Changed, PullStatus};
 use crate::models::cache::{list_json, HubCache};
 use crate::models::hub::{self, HubEnv, HubError, Progress, ProgressReading, PullOptions, Pulled};
-use crate::models::id::{HubModelId, ModelRef, Revision};
+use crate::models::id::{CommitId, HubModelId, ModelRef, Revision};
 
 pub const PULL_PREFIX: &str = "/org/enginekit/Broker1/pulls/";
 
@@ -127,7 +127,8 @@ impl PullObject {
 
 /// What moves a pull object from its task.
 enum Step<'a> {
-    Progress(ProgressReading),
+    /// A reading, and the commit once the listing named it.
+    Progress(ProgressReading, Option<&'a CommitId>),
     /// The last reading and the transfer's outcome.
     End(ProgressReading, &'a Result<Pulled, HubError>),
 }
@@ -135,7 +136,15 @@ enum Step<'a> {
 impl Step<'_> {
     fn apply(self, status: &mut PullStatus) -> Changed {
         match self {
-            Step::Progress(reading) => status.progress(reading),
+            Step::Progress(reading, commit) => {
+                let pinned = commit
+                    .map(|c| status.pinned(c.as_str()))
+                    .unwrap_or_default();
+                Changed {
+                    commit: pinned.commit,
+                    ..status.progress(reading)
+                }
+            }
             Step::End(reading, outcome) => {
                 let moved = status.progress(reading);
                 let ended = status.finish(outcome);
@@ -350,7 +359,7 @@ impl PullTask {
                 outcome = &mut pulling => break outcome,
                 _ = tick.tick() => {
                     let reading = progress.read();
-                    update(&self.conn, &self.path, Step::Progress(reading)).await;
+                    update(&self.conn, &self.path, Step::Progress(reading, progress.commit())).await;
                 }
             }
         };
