@@ -2,8 +2,8 @@
 //! dbus-daemon of its own, no activation needed) pulls from the STAND-IN Hugging Face hub
 //! (tests/bench/hub/standin-hub) into a temporary HF_HUB_CACHE, driven by a zbus client:
 //! `PullModel` and its object's progress to `done`, `Models`, `RemoveModel`, a bad name's error
-//! code, and `Cancel` of a slowed transfer with its partial files kept. No docker, polkit or
-//! system bus.
+//! code, `HF_HUB_OFFLINE` with nothing cached, and `Cancel` of a slowed transfer with its partial
+//! files kept. No docker, polkit or system bus.
 // bench: test-threads=1
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -34,6 +34,11 @@ struct Service {
 
 impl Service {
     fn start(hub: &StandinHub) -> Service {
+        Service::start_with(hub, &[])
+    }
+
+    /// The service with `envs` added to its environment.
+    fn start_with(hub: &StandinHub, envs: &[(&str, &str)]) -> Service {
         let dir = tempfile::tempdir().expect("a temporary folder");
         let out = Command::new("dbus-daemon")
             .args(["--session", "--fork", "--print-address=1", "--print-pid=1"])
@@ -52,7 +57,8 @@ impl Service {
         let home = dir.path().join("home");
         std::fs::create_dir_all(&home).expect("home");
         let log = std::fs::File::create(dir.path().join("serve.log")).expect("serve.log");
-        let serve = Command::new(bin("enginekit"))
+        let mut serve = Command::new(bin("enginekit"));
+        serve
             .args(["serve", "--idle-exit", "0"])
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -64,8 +70,8 @@ impl Service {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
-            .spawn()
-            .expect("enginekit serve");
+            .envs(envs.iter().copied());
+        let serve = serve.spawn().expect("enginekit serve");
         Service {
             bus,
             serve,
@@ -395,4 +401,21 @@ fn a_cancel_ends_a_slow_pull_at_once_keeps_its_partial_files_and_frees_the_model
         }
         assert!(!blobs.exists());
     });
+}
+
+#[test]
+fn offline_with_nothing_cached_is_refused_before_any_request() {
+    let hub = StandinHub::start();
+    repo_with(&hub, "org/tiny", &safetensors(1000), None);
+    let service = Service::start_with(&hub, &[("HF_HUB_OFFLINE", "1")]);
+    runtime().block_on(async {
+        let conn = service.connect().await;
+        let (name, message) = refusal(pull_model(&conn, "org/tiny").await);
+        assert!(
+            message.starts_with("MODEL_NOT_FOUND: "),
+            "{name}: {message}"
+        );
+        assert!(message.contains("HF_HUB_OFFLINE"), "{message}");
+    });
+    assert!(hub.requests().is_empty(), "{:?}", hub.requests());
 }
