@@ -174,14 +174,16 @@ async fn update(conn: &Connection, path: &str, step: Step<'_>) {
 struct Live {
     id: HubModelId,
     path: String,
+    /// Fired by `Cancel`: the pull is over for its callers even while its transfer lets go.
+    cancel: CancellationToken,
 }
 
 /// The pulls of the service.
 #[derive(Debug, Default)]
 pub struct Pulls {
     next: AtomicU64,
-    /// Running pulls by `org/name@revision`; a pull leaves when its transfer ends.
-    /// Shared with the pull tasks, which leave it when they end.
+    /// Running pulls by `org/name@revision`, shared with the pull tasks: each leaves when its
+    /// transfer ends (a cancelled one a moment after its `Cancel`).
     live: Arc<Mutex<HashMap<String, Live>>>,
 }
 
@@ -246,13 +248,16 @@ impl Pulls {
         let raced = {
             let mut live = self.live.lock().map_err(|_| poisoned())?;
             match live.get(&key) {
-                Some(running) => Some(running.path.clone()),
-                None => {
+                Some(running) if !running.cancel.is_cancelled() => Some(running.path.clone()),
+                // None, or a cancelled pull still letting go of its files: this one takes over
+                // (its transfers wait for the blob locks the old one still holds).
+                _ => {
                     live.insert(
                         key.clone(),
                         Live {
                             id: id.clone(),
                             path: path.clone(),
+                            cancel: cancel.clone(),
                         },
                     );
                     None
@@ -272,16 +277,18 @@ impl Pulls {
             revision,
             cancel,
         };
-        let pulls = self.live.clone();
+        let leave = Leave {
+            live: self.live.clone(),
+            key,
+            path: path.clone(),
+        };
         // On a thread of its own: rustc cannot prove `hub::pull`'s future `Send` for every
         // lifetime (a higher-ranked closure inside it), so it cannot go to `tokio::spawn`;
         // `block_on` there runs it on this runtime's I/O and timers all the same.
         let handle = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || {
+            let _leave = leave;
             handle.block_on(task.run());
-            if let Ok(mut live) = pulls.lock() {
-                live.remove(&key);
-            }
         });
         OwnedObjectPath::try_from(path).map_err(BrokerError::ZBus)
     }
@@ -290,6 +297,7 @@ impl Pulls {
     fn running(&self, key: &str) -> Result<Option<OwnedObjectPath>, BrokerError> {
         let live = self.live.lock().map_err(|_| poisoned())?;
         live.get(key)
+            .filter(|l| !l.cancel.is_cancelled())
             .map(|l| OwnedObjectPath::try_from(l.path.clone()).map_err(BrokerError::ZBus))
             .transpose()
     }
@@ -323,6 +331,25 @@ impl Pulls {
         let cache = HubCache::from_env().map_err(|e| e.to_coded())?;
         cache.repo(&id).remove().map_err(|e| e.to_coded())?;
         Ok(())
+    }
+}
+
+/// Takes a pull out of the registry when its task ends, even by a panic (a pull left there
+/// would keep the service from ever going idle). Only its own entry: a newer pull of the same
+/// model may have taken the key over after a `Cancel`.
+struct Leave {
+    live: Arc<Mutex<HashMap<String, Live>>>,
+    key: String,
+    path: String,
+}
+
+impl Drop for Leave {
+    fn drop(&mut self) {
+        if let Ok(mut live) = self.live.lock() {
+            if live.get(&self.key).is_some_and(|l| l.path == self.path) {
+                live.remove(&self.key);
+            }
+        }
     }
 }
 
