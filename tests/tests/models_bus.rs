@@ -231,6 +231,7 @@ fn a_pull_over_the_bus_reports_its_progress_to_done_and_the_model_is_listed_then
         let (_, message) = refusal(pull_model(&conn, "/srv/models/x").await);
         assert!(message.starts_with("INVALID_ARGUMENT: "), "{message}");
 
+        let started = std::time::Instant::now();
         let path = pull_model(&conn, "org/tiny").await.expect("PullModel");
         assert!(
             path.as_str().starts_with("/org/enginekit/Broker1/pulls/"),
@@ -245,6 +246,14 @@ fn a_pull_over_the_bus_reports_its_progress_to_done_and_the_model_is_listed_then
             seen.bytes_done.windows(2).all(|w| w[0] <= w[1]),
             "BytesDone went back: {:?}",
             seen.bytes_done
+        );
+        // At most 10 rounds a second (and one more at the end), however fast the bytes came.
+        let bound = (started.elapsed().as_secs_f64() * 10.0).ceil() as usize + 2;
+        assert!(
+            seen.bytes_done.len() <= bound,
+            "{} BytesDone changes in {:?}",
+            seen.bytes_done.len(),
+            started.elapsed()
         );
         assert!(
             seen.bytes_done.len() >= 2,
