@@ -144,7 +144,13 @@ async fn broker_live() -> BTreeMap<String, interface_xml::Interface> {
     )
     .await
     .expect("specimens");
-    let paths = [specimens.broker, specimens.operation, specimens.session].map(|p| p.to_string());
+    let paths = [
+        specimens.broker,
+        specimens.operation,
+        specimens.session,
+        specimens.pull,
+    ]
+    .map(|p| p.to_string());
     let live = live_interfaces(&client, &paths).await;
     drop(server);
     live
@@ -192,7 +198,7 @@ async fn helper_live() -> BTreeMap<String, interface_xml::Interface> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_service_introspects_exactly_its_interface_xml() {
     let (broker, helper) = (broker_live().await, helper_live().await);
-    for (file, live, expected_interfaces) in [(BROKER_XML, broker, 3), (HELPER_XML, helper, 2)] {
+    for (file, live, expected_interfaces) in [(BROKER_XML, broker, 4), (HELPER_XML, helper, 2)] {
         assert_eq!(live.len(), expected_interfaces, "{file}: {:?}", live.keys());
         let doc = parse(file);
         golden(

@@ -4,13 +4,16 @@
 //! `Operations`. Each operation is an object `/org/enginekit/Broker1/operation/<id>` with its
 //! state as properties, `Approve`, `Resume`, `Cancel`, and `Changed` / `Progress` signals.
 //! `Load`, `Unload` and `Sessions` run models on the installed engine; each load is a session
-//! object (see `session`), owned by this service.
+//! object (see `session`), owned by this service. `PullModel`, `Models` and `RemoveModel` keep
+//! the Hugging Face cache; each pull is an object (see `pulls`), owned by this service too.
 //! The service is D-Bus activatable and exits when idle with nothing to drive and no session.
 
 pub mod api;
 pub mod error;
 pub mod notify;
 pub mod operation;
+pub mod pull_state;
+pub mod pulls;
 pub mod session;
 pub mod specimen;
 
@@ -39,6 +42,8 @@ pub struct BrokerObject {
     engines: Option<Arc<session::Engines>>,
     /// Who started which setup, for the desktop notifications.
     watchers: Arc<notify::Watchers>,
+    /// The model pulls this service runs.
+    pulls: Arc<pulls::Pulls>,
 }
 
 impl std::fmt::Debug for BrokerObject {
@@ -176,6 +181,31 @@ impl BrokerObject {
         Ok(self.engines()?.paths())
     }
 
+    /// Start pulling `model` (`org/name`, `org/name@revision`) into the Hugging Face cache;
+    /// the pull goes on in the returned object.
+    #[zbus(out_args("pull"))]
+    async fn pull_model(
+        &self,
+        model: &str,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<OwnedObjectPath, BrokerError> {
+        let _call = self.api.call_started();
+        self.pulls.start(conn, model).await
+    }
+
+    /// The models in the Hugging Face cache as JSON.
+    #[zbus(out_args("models"))]
+    async fn models(&self) -> Result<String, BrokerError> {
+        let _call = self.api.call_started();
+        self.pulls.models()
+    }
+
+    /// Remove a model from the Hugging Face cache; refused while it is being pulled.
+    async fn remove_model(&self, model: &str) -> Result<(), BrokerError> {
+        let _call = self.api.call_started();
+        self.pulls.remove(model)
+    }
+
     /// Any operation changed phase or revision.
     #[zbus(signal)]
     async fn operation_changed(
@@ -301,6 +331,7 @@ pub async fn serve_on(
         }
     };
     let watchers = Arc::new(notify::Watchers::default());
+    let pulls = Arc::new(pulls::Pulls::default());
     let conn = builder
         .serve_at(
             OBJECT_PATH,
@@ -308,6 +339,7 @@ pub async fn serve_on(
                 api: api.clone(),
                 engines: engines.clone(),
                 watchers: watchers.clone(),
+                pulls: pulls.clone(),
             },
         )
         .name(BUS_NAME)
@@ -324,7 +356,7 @@ pub async fn serve_on(
         // (the activating message can land before the first activity listener exists).
         let answered_or_old = api.calls_seen() > 0 || started.elapsed() > idle * 4;
         let sessions = engines.as_ref().is_some_and(|e| e.busy());
-        if quiet && !api.busy() && !sessions && answered_or_old {
+        if quiet && !api.busy() && !sessions && !pulls.busy() && answered_or_old {
             break;
         }
     }

@@ -11,6 +11,7 @@ use tokio::sync::broadcast;
 use zbus::{ObjectServer, OwnedObjectPath};
 
 use super::api::{BoxFuture, BrokerApi, CallGuard};
+use super::pulls::{pull_path, PullObject};
 use super::session::{session_path, SessionObject};
 use super::{operation, BrokerObject, OBJECT_PATH};
 use crate::ids::EngineId;
@@ -26,6 +27,8 @@ pub struct Specimens {
     pub operation: OwnedObjectPath,
     /// `org.enginekit.Broker1.Session`.
     pub session: OwnedObjectPath,
+    /// `org.enginekit.Broker1.ModelPull`.
+    pub pull: OwnedObjectPath,
 }
 
 /// `builder` with the service object served from the start (a peer's first call may come as
@@ -35,11 +38,12 @@ pub fn builder(builder: zbus::connection::Builder<'_>) -> zbus::connection::Buil
         api: Arc::new(Refusing::default()),
         engines: None,
         watchers: Default::default(),
+        pulls: Default::default(),
     };
     builder.serve_at(OBJECT_PATH, object)
 }
 
-/// Serves an operation and a session object beside the service object of [`builder`].
+/// Serves an operation, a session and a pull object beside the service object of [`builder`].
 pub async fn serve(server: &ObjectServer) -> Result<Specimens, CodedError> {
     let failed = |e: zbus::Error| {
         CodedError::new(ErrorCode::IoError, "The specimens cannot be served.")
@@ -63,10 +67,17 @@ pub async fn serve(server: &ObjectServer) -> Result<Specimens, CodedError> {
         .at(session.as_str(), SessionObject::default())
         .await
         .map_err(failed)?;
+    // Number 0: the service numbers its pulls from 1.
+    let pull = pull_path(0);
+    server
+        .at(pull.as_str(), PullObject::specimen())
+        .await
+        .map_err(failed)?;
     Ok(Specimens {
         broker: OwnedObjectPath::try_from(OBJECT_PATH).map_err(failed)?,
         operation,
         session: OwnedObjectPath::try_from(session).map_err(failed)?,
+        pull: OwnedObjectPath::try_from(pull).map_err(failed)?,
     })
 }
 

@@ -163,6 +163,23 @@ pub struct CachedModel {
     pub commits: Vec<String>,
 }
 
+/// The models as `enginekit models list --json` prints them and the bus's `Models` returns them:
+/// `{"models": [{model, size, commits, refs: [{name, commit}]}]}`, one shape for both.
+pub fn list_json(models: &[CachedModel]) -> serde_json::Value {
+    let items: Vec<_> = models
+        .iter()
+        .map(|m| {
+            serde_json::json!({
+                "model": m.id,
+                "size": m.size,
+                "commits": m.commits,
+                "refs": m.refs.iter().map(|(name, commit)| serde_json::json!({"name": name, "commit": commit})).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    serde_json::json!({ "models": items })
+}
+
 /// A repository id as text, for output.
 pub type HubModelIdText = String;
 

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::common::{emit, report_error, runtime};
 use crate::i18n::tr;
-use crate::models::cache::HubCache;
+use crate::models::cache::{list_json, HubCache};
 use crate::models::hub::{self, HubEnv, Progress, PullOptions};
 use crate::models::id::ModelRef;
 
@@ -229,18 +229,7 @@ fn list(json: bool) -> ExitCode {
         Err(e) => return report_error(json, &e),
     };
     if json {
-        let items: Vec<_> = models
-            .iter()
-            .map(|m| {
-                json!({
-                    "model": m.id,
-                    "size": m.size,
-                    "commits": m.commits,
-                    "refs": m.refs.iter().map(|(name, commit)| json!({"name": name, "commit": commit})).collect::<Vec<_>>(),
-                })
-            })
-            .collect();
-        emit(true, json!({"models": items}));
+        emit(true, list_json(&models));
         return ExitCode::SUCCESS;
     }
     if models.is_empty() {

@@ -1,14 +1,18 @@
 //! Byte progress of a pull, shared by the transfers and whoever shows it. It only grows: a byte
 //! fetched again (a server that ignored a range) is not counted twice, and the count is capped
-//! at the total.
+//! at the total. It also carries the commit the pull was pinned to, once the listing named it,
+//! so a watcher can show which commit is coming before the pull ends.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::models::id::CommitId;
 
 #[derive(Debug, Default)]
 pub struct Progress {
     done: AtomicU64,
     total: AtomicU64,
     fetched: AtomicU64,
+    commit: std::sync::OnceLock<CommitId>,
 }
 
 /// One reading of the progress.
@@ -42,6 +46,16 @@ impl Progress {
     /// Bytes received again (a range the server ignored): counted as fetched, not as done.
     pub(crate) fn refetched(&self, n: u64) {
         self.fetched.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The listing pinned the pull to `commit` (the first one set stays).
+    pub(crate) fn pinned(&self, commit: &CommitId) {
+        let _ = self.commit.set(commit.clone());
+    }
+
+    /// The commit being pulled, once the listing named it.
+    pub fn commit(&self) -> Option<&CommitId> {
+        self.commit.get()
     }
 
     pub fn read(&self) -> ProgressReading {

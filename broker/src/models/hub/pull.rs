@@ -183,6 +183,7 @@ async fn download(
     progress: &Progress,
 ) -> Result<Pulled, HubError> {
     let manifest = listing(http, repo, revision, &options.retry, options.stall).await?;
+    progress.pinned(&manifest.commit);
     let blobs = repo.blobs();
     std::fs::create_dir_all(&blobs).map_err(CacheError::io("creating", &blobs))?;
     let mut present = 0;
