@@ -119,7 +119,8 @@ pub async fn pull(
     }
 }
 
-async fn listing(
+/// The revision's listing, pinned to its commit (retried by the pull's rules).
+pub(crate) async fn listing(
     http: &HubHttp,
     repo: &RepoDir,
     revision: &Revision,
