@@ -852,6 +852,18 @@ fn fit_by_name_sizes_from_the_hubs_small_files_and_never_asks_for_the_weights() 
         asked,
         "a cached model asks the hub nothing"
     );
+    // models list judges what the cache holds on the same facts.
+    let (out, lines) = pull.run(&["models", "list", "--json", "--facts", facts], &[]);
+    assert!(out.status.success(), "{out:?}");
+    let listed = &lines[0]["models"][0];
+    assert_eq!(listed["model"], "org/small", "{listed}");
+    assert_eq!(listed["fit"]["verdict"], "fits", "{listed}");
+    assert_eq!(listed["fit"]["gpus"], 1, "{listed}");
+    let (out, _) = pull.run(&["models", "list", "--facts", facts], &[]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("fits ("),
+        "{out:?}"
+    );
 
     // Offline and not cached: said, and nothing asked.
     let (out, lines) = pull.run(

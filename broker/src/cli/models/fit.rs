@@ -197,7 +197,7 @@ pub fn run(args: FitArgs) -> ExitCode {
 }
 
 /// Every card (and no group) is a confident no; an empty card list is one too.
-fn all_refused(j: &Judgment) -> bool {
+pub(crate) fn all_refused(j: &Judgment) -> bool {
     j.cards.iter().all(|c| c.placement.fits == Some(false))
 }
 
