@@ -685,7 +685,7 @@ impl Runtime {
         // A model on the hub comes into the hub cache now, after the fit check and before any
         // Docker call: a refusal above costs no download, a failed download no container.
         let served = match &opts.model {
-            ModelChoice::Folder(dir) => ServedModel::folder(dir),
+            ModelChoice::Folder(dir) => ServedModel::folder_or_snapshot(dir)?,
             ModelChoice::Hub { id, revision } => {
                 let pin = sized_commit.map(Revision::Commit);
                 let asked = revision.as_ref();

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use super::argv::MODEL_MOUNT;
 use super::error::{EngineError, Result};
-use crate::models::cache::{RepoDir, Snapshot};
+use crate::models::cache::{HubCache, RepoDir, Snapshot};
 use crate::models::id::{CommitId, HubModelId};
 
 /// A model served from the hub cache: which repository, at which commit.
@@ -36,6 +36,16 @@ impl ServedModel {
             mount_source: dir.to_path_buf(),
             inside: None,
             hub: None,
+        }
+    }
+
+    /// A checked folder; one that is a snapshot of a hub cache (`…/models--ORG--NAME/
+    /// snapshots/<commit>`, given by path) is served as a snapshot, since a mount of the
+    /// snapshot alone would leave its `../../blobs` links dangling in the container.
+    pub fn folder_or_snapshot(dir: &Path) -> Result<ServedModel> {
+        match snapshot_of(dir) {
+            Some((repo, snapshot)) => ServedModel::snapshot(&repo, &snapshot),
+            None => Ok(ServedModel::folder(dir)),
         }
     }
 
@@ -79,6 +89,23 @@ impl ServedModel {
     }
 }
 
+/// The cache's model folder and snapshot that `dir` (resolved) is, by its path's shape.
+fn snapshot_of(dir: &Path) -> Option<(RepoDir, Snapshot)> {
+    let commit = CommitId::parse(dir.file_name()?.to_str()?)?;
+    let snapshots = dir.parent()?;
+    if snapshots.file_name()? != "snapshots" {
+        return None;
+    }
+    let model_dir = snapshots.parent()?;
+    let id = HubModelId::from_cache_folder(model_dir.file_name()?.to_str()?)?;
+    let repo = HubCache::at(model_dir.parent()?).repo(&id);
+    let snapshot = Snapshot {
+        commit,
+        dir: dir.to_path_buf(),
+    };
+    Some((repo, snapshot))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,6 +147,17 @@ mod tests {
         std::os::unix::fs::symlink("../../../other/blobs/x", &bad).unwrap();
         let err = ServedModel::snapshot(&repo, &snapshot).unwrap_err();
         assert_eq!(err.kind(), "engine.model_folder", "{err}");
+
+        // The snapshot given as a folder path is served the same way, its links refused alike.
+        std::fs::remove_file(&bad).unwrap();
+        let by_path = ServedModel::folder_or_snapshot(&served.host_dir()).unwrap();
+        assert_eq!(by_path.engine_path(), served.engine_path());
+        assert_eq!(by_path.mount_source, served.mount_source);
+        let plain = tempfile::tempdir().unwrap();
+        assert_eq!(
+            ServedModel::folder_or_snapshot(plain.path()).unwrap(),
+            ServedModel::folder(plain.path())
+        );
 
         let folder = ServedModel::folder(Path::new("/models/qwen"));
         assert_eq!(folder.engine_path(), "/enginekit/model");
