@@ -244,16 +244,29 @@ async fn fetch_hub_model(
         Err(e) => return Err(hub_error(&e)),
     };
     let repo = cache.repo(id);
-    if let (Some(Revision::Named(name)), Some(Revision::Commit(_))) = (asked, pull_at) {
-        repo.write_ref(name, &pulled.snapshot.commit)
-            .map_err(|e| hub_error(&e.into()))?;
-    }
+    point_ref(&repo, asked, pull_at, &pulled.snapshot.commit).map_err(|e| hub_error(&e.into()))?;
     on(LoadEvent::Pulled {
         model: id.to_string(),
         commit: pulled.snapshot.commit.to_string(),
         from_cache: pulled.from_cache,
     });
     ServedModel::snapshot(&repo, &pulled.snapshot)
+}
+
+/// After a pull pinned to a commit, the branch or tag that was asked (`main` when none was)
+/// names that commit, as a pull by name would have written it: a later start, offline
+/// included, finds the model by the same name.
+fn point_ref(
+    repo: &crate::models::cache::RepoDir,
+    asked: Option<&Revision>,
+    pull_at: Option<&Revision>,
+    commit: &CommitId,
+) -> std::result::Result<(), crate::models::cache::CacheError> {
+    let asked = asked.cloned().unwrap_or_else(Revision::main);
+    match (&asked, pull_at) {
+        (Revision::Named(name), Some(Revision::Commit(_))) => repo.write_ref(name, commit),
+        _ => Ok(()),
+    }
 }
 
 fn io_err<'a>(
@@ -1065,6 +1078,29 @@ impl Evict for Runtime {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pull_pinned_to_the_sized_commit_points_the_asked_name_at_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = HubCache::at(tmp.path()).repo(&HubModelId::parse("org/tiny").unwrap());
+        let commit = CommitId::parse(&"a".repeat(40)).unwrap();
+        let pinned = Revision::Commit(commit.clone());
+        // No revision asked: main, so that `start org/tiny` finds it again offline.
+        point_ref(&repo, None, Some(&pinned), &commit).unwrap();
+        assert_eq!(
+            repo.resolve(&Revision::main()).unwrap(),
+            Some(commit.clone())
+        );
+        let tag = Revision::parse("v1").unwrap();
+        point_ref(&repo, Some(&tag), Some(&pinned), &commit).unwrap();
+        assert_eq!(repo.resolve(&tag).unwrap(), Some(commit.clone()));
+        // A commit asked, or a pull by name (which writes its own ref): nothing more.
+        let other = tempfile::tempdir().unwrap();
+        let repo = HubCache::at(other.path()).repo(&HubModelId::parse("org/tiny").unwrap());
+        point_ref(&repo, Some(&pinned), Some(&pinned), &commit).unwrap();
+        point_ref(&repo, None, None, &commit).unwrap();
+        assert_eq!(repo.resolve(&Revision::main()).unwrap(), None);
+    }
 
     #[test]
     fn port_collisions_are_told_from_other_failures() {
