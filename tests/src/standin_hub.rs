@@ -34,13 +34,26 @@ pub struct Request {
 }
 
 impl StandinHub {
+    pub fn start() -> Self {
+        StandinHub::start_with(Command::new("python3"))
+    }
+
+    /// The hub in another network namespace (`--net=/proc/PID/ns/net`, as `nsenter` takes
+    /// it), for a broker that runs there (engine_run's private dockerd): its loopback is not
+    /// this one's. nsenter execs python3, so the child is the hub itself.
+    pub fn start_in_netns(netns: &str) -> Self {
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(netns).arg("python3");
+        StandinHub::start_with(cmd)
+    }
+
     // The child is moved into the StandinHub, whose Drop kills and waits for it.
     #[allow(clippy::zombie_processes)]
-    pub fn start() -> Self {
+    fn start_with(mut command: Command) -> Self {
         let dir = tempfile::tempdir().expect("a temporary folder");
         std::fs::create_dir_all(dir.path().join("repos")).expect("the repos folder");
         let ports = dir.path().join("ports");
-        let mut child = Command::new("python3")
+        let mut child = command
             .arg(workspace_root().join("tests/bench/hub/standin-hub"))
             .arg("--root")
             .arg(dir.path().join("repos"))

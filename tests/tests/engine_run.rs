@@ -204,18 +204,16 @@ impl EngineHost {
     }
 
     fn start_engine(&self, model: &Path, extra: &[&str]) -> Started {
-        let model = model.display().to_string();
-        let mut args = vec![
-            "start",
-            "--engine",
-            "vllm",
-            "--model",
-            model.as_str(),
-            "--json",
-        ];
+        self.start_named(&model.display().to_string(), extra, &[])
+    }
+
+    /// `start --model MODEL` (a folder or a hub name) with more environment.
+    fn start_named(&self, model: &str, extra: &[&str], envs: &[(&str, &str)]) -> Started {
+        let mut args = vec!["start", "--engine", "vllm", "--model", model, "--json"];
         args.extend_from_slice(extra);
-        let mut child = self
-            .command(&args)
+        let mut command = self.command(&args);
+        command.envs(envs.iter().copied());
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -630,6 +628,140 @@ fn kill_9_of_the_owner_lets_the_watchdog_end_the_engine_and_the_next_start_recon
     let ps = h.run(&["ps", "--json"]);
     assert!(ps.status.success(), "{}", describe(&ps));
     h.assert_nothing_left("after reconcile");
+}
+
+/// The Llama-3.1-8B config recorded in broker/tests/fixtures (a design the fit check sizes).
+fn llama_config() -> Vec<u8> {
+    std::fs::read(
+        bench::workspace_root()
+            .join("broker/tests/fixtures/models/meta-llama--Llama-3.1-8B/config.json"),
+    )
+    .expect("the recorded Llama config")
+}
+
+#[test]
+fn start_by_hub_name_fits_first_pulls_into_the_cache_and_serves_the_snapshot_offline() {
+    use enginekit_integration::standin_hub::{safetensors, tiny_model, StandinHub};
+    let h = EngineHost::start();
+    // The hub in the daemon's namespace, where the broker runs and asks it.
+    let hub = StandinHub::start_in_netns(&h.netns);
+    let weights = safetensors(1000);
+    let mut files = tiny_model(&weights);
+    files[0].1 = br#"{"architectures":["Qwen2ForCausalLM"],"enginekit_standin":"ready"}"#.to_vec();
+    let refs: Vec<(&str, &[u8])> = files.iter().map(|(n, c)| (*n, c.as_slice())).collect();
+    hub.add_repo("org/tiny", &refs, None);
+    let shard = safetensors(100);
+    let index = serde_json::json!({
+        "metadata": {"total_size": 2_000_000_000_000u64},
+        "weight_map": {"w": "model-00001-of-00001.safetensors"}
+    })
+    .to_string();
+    let config = llama_config();
+    hub.add_repo(
+        "org/huge",
+        &[
+            ("config.json", config.as_slice()),
+            ("model.safetensors.index.json", index.as_bytes()),
+            ("model-00001-of-00001.safetensors", shard.as_slice()),
+        ],
+        None,
+    );
+    let cache = h.host.home.path().join("hf-cache");
+    let endpoint = hub.endpoint();
+    let cache_text = cache.display().to_string();
+    let env = [
+        ("HF_HUB_CACHE", cache_text.as_str()),
+        ("HF_ENDPOINT", endpoint.as_str()),
+        ("HF_TOKEN", "hf_secret_token"),
+    ];
+
+    // 2 TB of weights fit no STAND-IN card: refused from the small files, nothing downloaded,
+    // no container.
+    let mut huge = h.start_named("org/huge", &[], &env);
+    let refused = huge.outcome(60);
+    assert_eq!(refused["error"]["code"], "MODEL_DOES_NOT_FIT", "{refused}");
+    let (code, _) = huge.finish(30);
+    assert_eq!(code, Some(1));
+    assert!(
+        hub.requests()
+            .iter()
+            .all(|r| r.server == "hub" && !r.path.ends_with(".safetensors")),
+        "{:?}",
+        hub.requests()
+    );
+    assert!(
+        !cache.join("models--org--huge/blobs").exists()
+            || std::fs::read_dir(cache.join("models--org--huge/blobs"))
+                .unwrap()
+                .next()
+                .is_none()
+    );
+    h.assert_nothing_left("a refused hub model");
+
+    // org/tiny: fitted, pulled, served from snapshots/<commit> in its mounted cache folder.
+    let mut tiny = h.start_named("org/tiny", &["--context", "4096"], &env);
+    let ready = tiny.outcome(180);
+    assert_eq!(ready["event"], "ready", "{:?}", tiny.seen);
+    assert_eq!(ready["name"], "tiny");
+    assert_eq!(ready["repo"], "org/tiny");
+    let commit = ready["commit"].as_str().expect("commit").to_owned();
+    assert!(
+        tiny.seen
+            .iter()
+            .any(|e| e["event"] == "pulled" && e["commit"] == commit.as_str()),
+        "{:?}",
+        tiny.seen
+    );
+    let container = ready["container"].as_str().expect("container").to_owned();
+    let logs = h.run(&["logs", "tiny"]);
+    let text = String::from_utf8_lossy(&logs.stdout).into_owned();
+    assert!(
+        text.contains(&format!("argv: serve /enginekit/model/snapshots/{commit} ")),
+        "{text}"
+    );
+    assert!(text.contains("HF_HUB_OFFLINE=1"), "{text}");
+    // One read-only mount of the model's cache folder, not the whole cache; no token inside.
+    let mounts = h.inspect(&container, "{{json .Mounts}}");
+    let mounts: Value = serde_json::from_str(&mounts).expect("mounts");
+    let model = mounts
+        .as_array()
+        .expect("mounts")
+        .iter()
+        .find(|m| m["Destination"] == "/enginekit/model")
+        .expect("the model mount");
+    assert_eq!(model["RW"], false, "{mounts}");
+    assert!(
+        model["Source"]
+            .as_str()
+            .unwrap()
+            .ends_with("hf-cache/models--org--tiny"),
+        "{mounts}"
+    );
+    let env_inside = h.inspect(&container, "{{json .Config.Env}}");
+    assert!(!env_inside.contains("hf_secret"), "{env_inside}");
+    let ps = h.run(&["ps", "--json"]);
+    let listed: Value = serde_json::from_slice(&ps.stdout).expect("ps json");
+    assert_eq!(listed[0]["model_repo"], "org/tiny", "{listed}");
+    assert_eq!(listed[0]["model_commit"], commit.as_str(), "{listed}");
+
+    let stop = h.run(&["stop", "tiny"]);
+    assert!(stop.status.success(), "{}", describe(&stop));
+    let _ = tiny.finish(30);
+    h.assert_nothing_left("a hub model stopped");
+
+    // Again, offline: the cache serves it and the hub is not asked.
+    let asked = hub.requests().len();
+    let mut offline_env = env.to_vec();
+    offline_env.push(("HF_HUB_OFFLINE", "1"));
+    let mut again = h.start_named("org/tiny", &[], &offline_env);
+    let ready = again.outcome(180);
+    assert_eq!(ready["event"], "ready", "{:?}", again.seen);
+    assert_eq!(ready["commit"], commit.as_str());
+    assert_eq!(hub.requests().len(), asked, "{:?}", hub.requests());
+    let stop = h.run(&["stop", "tiny"]);
+    assert!(stop.status.success(), "{}", describe(&stop));
+    let _ = again.finish(30);
+    h.assert_nothing_left("the offline start stopped");
 }
 
 fn error_of(event: &Value) -> (String, String, String) {

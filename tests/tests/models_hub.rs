@@ -733,3 +733,144 @@ fn a_pull_killed_mid_way_resumes_its_segments_in_a_new_process() {
     );
     assert!(!part.exists());
 }
+
+/// Llama-3.1-8B's recorded config.json (broker/tests/fixtures/models): a design the fit sizes.
+fn llama_config() -> Vec<u8> {
+    std::fs::read(
+        enginekit_integration::bench::workspace_root()
+            .join("broker/tests/fixtures/models/meta-llama--Llama-3.1-8B/config.json"),
+    )
+    .unwrap()
+}
+
+fn recorded_facts() -> PathBuf {
+    enginekit_integration::bench::workspace_root()
+        .join("broker/tests/facts/ubuntu2404-rtx4090-ready.json")
+}
+
+/// A weights file was asked for (the hub's resolve/ or the CDN), not only small files.
+fn asked_for_weights(requests: &[Request]) -> Vec<String> {
+    requests
+        .iter()
+        .filter(|r| {
+            r.server == "cdn" || r.path.contains(".safetensors") && !r.path.ends_with(".index.json")
+        })
+        .map(|r| format!("{} {}", r.server, r.path))
+        .collect()
+}
+
+#[test]
+fn fit_by_name_sizes_from_the_hubs_small_files_and_never_asks_for_the_weights() {
+    let hub = StandinHub::start();
+    // Two shards named by an index that says 200 GB: no RTX 4090 holds that.
+    let shard = safetensors(1000);
+    let index = json!({
+        "metadata": {"total_size": 200_000_000_000u64},
+        "weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}
+    })
+    .to_string();
+    let config = llama_config();
+    hub.add_repo(
+        "org/big",
+        &[
+            ("config.json", &config),
+            ("model.safetensors.index.json", index.as_bytes()),
+            ("model-00001-of-00002.safetensors", &shard),
+            ("model-00002-of-00002.safetensors", &shard),
+        ],
+        None,
+    );
+    // No index: the listed size of the one safetensors file.
+    let weights = safetensors(WEIGHTS);
+    hub.add_repo(
+        "org/small",
+        &[("config.json", &config), ("model.safetensors", &weights)],
+        None,
+    );
+    let pull = Pull::new(&hub);
+    let facts = recorded_facts();
+    let facts = facts.to_str().unwrap();
+
+    let (out, lines) = pull.run(
+        &["models", "fit", "org/big", "--facts", facts, "--json"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let doc = &lines[0];
+    assert_eq!(doc["fits"], false, "{doc}");
+    assert_eq!(doc["error"]["code"], "MODEL_DOES_NOT_FIT", "{doc}");
+    assert_eq!(doc["weights_bytes"], 200_000_000_000u64, "{doc}");
+    assert_eq!(doc["weights_source"]["from"], "index", "{doc}");
+    assert_eq!(doc["model"], "org/big");
+    assert_eq!(doc["commit"].as_str().unwrap().len(), 40, "{doc}");
+
+    let (out, lines) = pull.run(
+        &["models", "fit", "org/small", "--facts", facts, "--json"],
+        &[],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let doc = &lines[0];
+    assert_eq!(doc["fits"], true, "{doc}");
+    assert_eq!(doc["weights_bytes"], weights.len() as u64, "{doc}");
+    assert_eq!(doc["weights_source"]["from"], "listing", "{doc}");
+
+    let requests = hub.requests();
+    assert!(asked_for_weights(&requests).is_empty(), "{requests:?}");
+    assert!(
+        requests.iter().any(|r| r.path.ends_with("/config.json")),
+        "{requests:?}"
+    );
+    assert!(
+        !pull
+            .cache
+            .path()
+            .join("models--org--big")
+            .join("blobs")
+            .exists()
+            || std::fs::read_dir(pull.cache.path().join("models--org--big/blobs"))
+                .unwrap()
+                .next()
+                .is_none(),
+        "fit wrote nothing to the cache"
+    );
+
+    // Pulled, the same name is sized from the cache without a request.
+    assert_eq!(pull.pull("org/small", &[], &[])["event"], "done");
+    let asked = hub.requests().len();
+    let (out, lines) = pull.run(
+        &["models", "fit", "org/small", "--facts", facts, "--json"],
+        &[("HF_HUB_OFFLINE", "1")],
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        lines[0]["weights_source"]["from"], "headers",
+        "{}",
+        lines[0]
+    );
+    assert_eq!(
+        hub.requests().len(),
+        asked,
+        "a cached model asks the hub nothing"
+    );
+    // models list judges what the cache holds on the same facts.
+    let (out, lines) = pull.run(&["models", "list", "--json", "--facts", facts], &[]);
+    assert!(out.status.success(), "{out:?}");
+    let listed = &lines[0]["models"][0];
+    assert_eq!(listed["model"], "org/small", "{listed}");
+    assert_eq!(listed["fit"]["verdict"], "fits", "{listed}");
+    assert_eq!(listed["fit"]["gpus"], 1, "{listed}");
+    let (out, _) = pull.run(&["models", "list", "--facts", facts], &[]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("fits ("),
+        "{out:?}"
+    );
+
+    // Offline and not cached: said, and nothing asked.
+    let (out, lines) = pull.run(
+        &["models", "fit", "org/big", "--facts", facts, "--json"],
+        &[("HF_HUB_OFFLINE", "1")],
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(code(&lines[0]), "MODEL_NOT_FOUND", "{}", lines[0]);
+    assert_eq!(hub.requests().len(), asked);
+}

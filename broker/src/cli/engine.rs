@@ -27,7 +27,7 @@ pub struct StartArgs {
     /// The engine to run (it must be set up: `enginekit setup`).
     #[arg(long, default_value = "vllm")]
     pub engine: String,
-    /// The model folder (a checkpoint with a config.json), mounted read-only.
+    /// The model: a folder (a checkpoint with a config.json), or a hub name org/name[@revision] that is fitted, pulled into the Hugging Face cache and served from there; mounted read-only.
     #[arg(long)]
     pub model: PathBuf,
     /// The session name, also the served model name (default: from the folder's name).
@@ -144,6 +144,22 @@ fn describe(event: &LoadEvent) -> String {
         LoadEvent::Redirected { status } => {
             format!("/health answered {status}, a redirect: never followed, not ready")
         }
+        LoadEvent::Downloading { model, done, total } => format!(
+            "downloading {model}: {} of {}",
+            indicatif::HumanBytes(*done),
+            indicatif::HumanBytes(*total)
+        ),
+        LoadEvent::Pulled {
+            model,
+            commit,
+            from_cache,
+        } => {
+            if *from_cache {
+                format!("{model} is in the Hugging Face cache at commit {commit}")
+            } else {
+                format!("pulled {model} at commit {commit} into the Hugging Face cache")
+            }
+        }
         LoadEvent::Fitted {
             gpus,
             utilization_pct,
@@ -168,6 +184,17 @@ fn describe(event: &LoadEvent) -> String {
             }
         }
     }
+}
+
+fn download_bar(model: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(0);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{spinner} {msg} [{bar:30}] {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} eta {eta}",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(format!("pulling {model}"));
+    bar
 }
 
 pub fn start(args: StartArgs) -> ExitCode {
@@ -195,12 +222,24 @@ pub fn start(args: StartArgs) -> ExitCode {
     with_runtime(json, move |runtime| async move {
         let cancel = CancellationToken::new();
         cancel_on_signals(cancel.clone());
+        // A download's progress is a bar on stderr (as `models pull` draws it), not a line
+        // every half second; JSON gets every event.
+        let mut bar: Option<indicatif::ProgressBar> = None;
         let mut on = |event: LoadEvent| {
             if json {
                 emit(true, serde_json::to_value(&event).unwrap_or_default());
-            } else {
-                eprintln!("enginekit: {}", describe(&event));
+                return;
             }
+            if let LoadEvent::Downloading { model, done, total } = &event {
+                let bar = bar.get_or_insert_with(|| download_bar(model));
+                bar.set_length(*total);
+                bar.set_position(*done);
+                return;
+            }
+            if let Some(bar) = bar.take() {
+                bar.finish_and_clear();
+            }
+            eprintln!("enginekit: {}", describe(&event));
         };
         let loaded = match runtime.load(engine, &request, &mut on, &cancel).await {
             Ok(l) => l,
@@ -214,6 +253,8 @@ pub fn start(args: StartArgs) -> ExitCode {
                     "event": "ready",
                     "name": loaded.record.name,
                     "model": loaded.record.name,
+                    "repo": loaded.record.model_repo,
+                    "commit": loaded.record.model_commit,
                     "base_url": base_url,
                     "gpu": loaded.record.gpu,
                     "gpus": loaded.record.gpus().collect::<Vec<_>>(),

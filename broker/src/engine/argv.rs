@@ -32,6 +32,9 @@ pub struct LaunchParams {
     /// Cards the model is split across (vLLM `--tensor-parallel-size`); 1 is one card, and
     /// then no flag is passed, so a one-card launch reads as it always did.
     pub tensor_parallel: u32,
+    /// The model's folder in the container: [`MODEL_MOUNT`], or a hub snapshot inside it
+    /// (`served::ServedModel::engine_path`).
+    pub model_path: String,
 }
 
 impl LaunchParams {
@@ -43,6 +46,7 @@ impl LaunchParams {
             max_sequences: 1,
             memory_fraction: 0.90,
             tensor_parallel: 1,
+            model_path: MODEL_MOUNT.to_owned(),
         }
     }
 }
@@ -86,8 +90,12 @@ pub fn launch(engine: KnownEngine, params: &LaunchParams) -> Launch {
                 ("VLLM_CACHE_ROOT".to_owned(), cache("vllm")),
                 ("FLASHINFER_WORKSPACE_BASE".to_owned(), cache("flashinfer")),
             ]);
-            let mut argv = owned(&["vllm", "serve", MODEL_MOUNT, "--served-model-name"]);
-            argv.push(params.served_name.clone());
+            let mut argv = owned(&["vllm", "serve"]);
+            argv.extend([
+                params.model_path.clone(),
+                "--served-model-name".to_owned(),
+                params.served_name.clone(),
+            ]);
             argv.extend(owned(&["--host", "0.0.0.0", "--port"]));
             argv.push(ENGINE_PORT.to_string());
             argv.extend(["--max-model-len".to_owned(), context]);
@@ -110,7 +118,9 @@ pub fn launch(engine: KnownEngine, params: &LaunchParams) -> Launch {
                 ("TRTLLM_NO_USAGE_STATS".to_owned(), "1".to_owned()),
                 ("CUDA_CACHE_PATH".to_owned(), cache("nvcc")),
             ]);
-            let mut argv = owned(&["trtllm-serve", "serve", MODEL_MOUNT, "--host", "0.0.0.0"]);
+            let mut argv = owned(&["trtllm-serve", "serve"]);
+            argv.push(params.model_path.clone());
+            argv.extend(owned(&["--host", "0.0.0.0"]));
             argv.extend(["--port".to_owned(), ENGINE_PORT.to_string()]);
             argv.extend(["--max_seq_len".to_owned(), context.clone()]);
             argv.extend(["--max_num_tokens".to_owned(), context]);
@@ -186,6 +196,22 @@ mod tests {
         );
         let one = launch(KnownEngine::Vllm, &LaunchParams::new("m", 4096));
         assert!(!one.argv.iter().any(|w| w.contains("tensor-parallel")));
+    }
+
+    #[test]
+    fn a_hub_snapshot_is_served_from_inside_its_mounted_model_folder_offline() {
+        let commit = "0123456789abcdef0123456789abcdef01234567";
+        let p = LaunchParams {
+            model_path: format!("{MODEL_MOUNT}/snapshots/{commit}"),
+            ..LaunchParams::new("tiny", 4096)
+        };
+        let l = launch(KnownEngine::Vllm, &p);
+        assert_eq!(
+            l.argv[..5].join(" "),
+            format!("vllm serve /enginekit/model/snapshots/{commit} --served-model-name tiny")
+        );
+        assert_eq!(env_of(&l, "HF_HUB_OFFLINE").as_deref(), Some("1"));
+        assert!(!l.env.iter().any(|(k, _)| k.contains("TOKEN")));
     }
 
     #[test]

@@ -82,6 +82,8 @@ mod tests {
             host_port: None,
             base_url: None,
             model_dir: "/m".into(),
+            model_repo: None,
+            model_commit: None,
             context: 8192,
             heartbeat_dir: "/h".into(),
             owner: Owner::Cli,

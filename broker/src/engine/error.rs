@@ -63,6 +63,10 @@ pub enum EngineError {
     /// before any Docker call).
     #[error("{}", error.message)]
     DoesNotFit { error: Box<CodedError> },
+    /// A model named on the hub could not be sized or pulled (not found, access refused,
+    /// offline and not cached, a digest lie, …): the hub client's own error and code.
+    #[error("{}", error.message)]
+    Hub { error: Box<CodedError> },
     /// Another session holds a card this load needs and could not be stopped; no card was
     /// reserved for this load.
     #[error("{holder} holds GPU {gpu} and could not be stopped, so no GPU was reserved for this load; run `enginekit stop {holder}`, then start again")]
@@ -106,6 +110,7 @@ impl EngineError {
             EngineError::Docker(err) => err.kind(),
             EngineError::Journal(_) => "engine.journal",
             EngineError::DoesNotFit { .. } => "engine.does_not_fit",
+            EngineError::Hub { .. } => "engine.model_hub",
             EngineError::GpuBusy { .. } => "engine.gpu_busy",
             EngineError::GroupCardGone { .. } => "engine.group_card_gone",
         }
@@ -130,7 +135,7 @@ impl EngineError {
             EngineError::Heartbeat { .. } | EngineError::Io { .. } => ErrorCode::IoError,
             EngineError::Docker(err) => err.code(),
             EngineError::Journal(err) => err.code(),
-            EngineError::DoesNotFit { error } => error.code,
+            EngineError::DoesNotFit { error } | EngineError::Hub { error } => error.code,
             EngineError::GpuBusy { .. } => ErrorCode::GpuBusy,
         }
     }
@@ -145,7 +150,7 @@ impl EngineError {
             }
             EngineError::StopUnconfirmed { reason, .. } => Some(reason.clone()),
             EngineError::Docker(err) => err.to_coded().details,
-            EngineError::DoesNotFit { error } => error.details.clone(),
+            EngineError::DoesNotFit { error } | EngineError::Hub { error } => error.details.clone(),
             EngineError::GpuBusy { reason, .. } => Some(reason.clone()),
             _ => None,
         };

@@ -12,6 +12,7 @@
 //! - `health`: the readiness probe (`GET /health`, never following a redirect);
 //! - `watchdog`: the PID-1 script that stops the engine when the heartbeat goes stale;
 //! - `heartbeat`: the broker's side of it, a thread rewriting the heartbeat file;
+//! - `served`: what the container mounts of the model (a folder, or a hub snapshot's model folder);
 //! - `sessions`: session records on disk, which are also the GPU reservations;
 //! - `runtime`: load, crash monitor, confirmed stop, listing and logs over the Docker layer.
 
@@ -24,6 +25,7 @@ pub mod health;
 pub mod heartbeat;
 pub mod options;
 pub mod runtime;
+pub mod served;
 pub mod sessions;
 pub mod sizing;
 pub mod stages;

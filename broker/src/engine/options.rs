@@ -1,11 +1,12 @@
-//! The options of one load, checked before any Docker call: the model folder (a readable folder
-//! with a `config.json`), the session name (also the served model name and part of the
+//! The options of one load, checked before any Docker call: the model (a readable folder with a
+//! `config.json`, or a hub name `org/name[@rev]` when no such folder exists), the session name (also the served model name and part of the
 //! container name), the context length, the host port and the GPU id.
 
 use std::path::{Path, PathBuf};
 
 use super::error::{EngineError, Result};
 use crate::docker::GpuUuid;
+use crate::models::id::{HubModelId, ModelRef, Revision};
 
 /// Smallest context length accepted (tokens).
 pub const MIN_CONTEXT: u32 = 256;
@@ -25,6 +26,7 @@ pub const MODEL_CONFIG: &str = "config.json";
 /// What a caller asks for, unchecked (CLI flags, bus arguments).
 #[derive(Debug, Clone, Default)]
 pub struct LoadRequest {
+    /// The model as named: a folder, or `org/name[@rev]` on the hub when no such folder exists.
     pub model_dir: PathBuf,
     pub name: Option<String>,
     pub context: Option<u32>,
@@ -87,11 +89,44 @@ impl SessionName {
 
 enginekit_shared::string_newtype!(SessionName => SessionName::parse);
 
+/// The model a load serves, as checked before any download or Docker call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelChoice {
+    /// A folder, resolved (symlinks followed): what is mounted is what was checked.
+    Folder(PathBuf),
+    /// A repository on the hub; sized, pulled into the hub cache and served from there.
+    Hub {
+        id: HubModelId,
+        revision: Option<Revision>,
+    },
+}
+
+impl ModelChoice {
+    /// An existing path is a folder, as it always was (so `models/qwen` on disk is not taken
+    /// for a hub name); else `org/name[@rev]` is a hub name; else the folder's own error.
+    pub fn parse(named: &Path) -> Result<ModelChoice> {
+        if named.as_os_str().is_empty() || std::fs::symlink_metadata(named).is_ok() {
+            return check_model_folder(named).map(ModelChoice::Folder);
+        }
+        match named.to_str().map(ModelRef::parse) {
+            Some(Ok(ModelRef::Hub { id, revision })) => Ok(ModelChoice::Hub { id, revision }),
+            _ => check_model_folder(named).map(ModelChoice::Folder),
+        }
+    }
+
+    /// The session name when none is asked: the folder's name, or the repository's.
+    fn default_name(&self) -> SessionName {
+        match self {
+            ModelChoice::Folder(dir) => SessionName::from_folder(dir),
+            ModelChoice::Hub { id, .. } => SessionName::from_folder(Path::new(id.name())),
+        }
+    }
+}
+
 /// Checked options.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadOptions {
-    /// The model folder, resolved (symlinks followed): what is mounted is what was checked.
-    pub model_dir: PathBuf,
+    pub model: ModelChoice,
     pub name: SessionName,
     pub context: u32,
     pub gpu: Option<GpuUuid>,
@@ -140,13 +175,13 @@ impl LoadRequest {
                 )
             }
         };
-        let model_dir = check_model_folder(&self.model_dir)?;
+        let model = ModelChoice::parse(&self.model_dir)?;
         let name = match &self.name {
             Some(text) => SessionName::parse(text)?,
-            None => SessionName::from_folder(&model_dir),
+            None => model.default_name(),
         };
         Ok(LoadOptions {
-            model_dir,
+            model,
             name,
             context,
             gpu,
@@ -213,7 +248,10 @@ mod tests {
             "{}",
             opts.name
         );
-        assert_eq!(opts.model_dir, std::fs::canonicalize(dir.path()).unwrap());
+        assert_eq!(
+            opts.model,
+            ModelChoice::Folder(std::fs::canonicalize(dir.path()).unwrap())
+        );
         assert_eq!(opts.port, None);
         assert_eq!(
             SessionName::from_folder(Path::new("/m/___")).as_str(),
@@ -283,6 +321,38 @@ mod tests {
             ..base
         };
         assert!(ok.check().is_ok());
+    }
+
+    #[test]
+    fn a_hub_name_is_a_hub_model_unless_such_a_folder_exists() {
+        let hub = LoadRequest {
+            model_dir: "Qwen/Qwen2.5-0.5B-Instruct@main".into(),
+            ..LoadRequest::default()
+        }
+        .check()
+        .unwrap();
+        assert_eq!(
+            hub.model,
+            ModelChoice::Hub {
+                id: HubModelId::parse("Qwen/Qwen2.5-0.5B-Instruct").unwrap(),
+                revision: Some(Revision::main()),
+            }
+        );
+        assert_eq!(hub.name.as_str(), "qwen2.5-0.5b-instruct");
+        // A folder that exists under the same shape of name stays a folder.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("org/m")).unwrap();
+        std::fs::write(dir.path().join("org/m/config.json"), "{}").unwrap();
+        let named = dir.path().join("org/m");
+        assert!(matches!(
+            ModelChoice::parse(&named).unwrap(),
+            ModelChoice::Folder(_)
+        ));
+        // Neither a folder nor a hub name: the folder's error, as before.
+        let err = ModelChoice::parse(Path::new("no such model")).unwrap_err();
+        assert_eq!(err.kind(), "engine.model_folder", "{err}");
+        let err = ModelChoice::parse(Path::new("/no/such/folder")).unwrap_err();
+        assert!(err.to_string().contains("cannot be resolved"), "{err}");
     }
 
     #[test]

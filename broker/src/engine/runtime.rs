@@ -26,7 +26,8 @@ use super::error::{EngineError, Result};
 use super::gpu::{self, Card, Selection};
 use super::health::{self, Probe};
 use super::heartbeat::{self, Ticker};
-use super::options::{LoadOptions, LoadRequest};
+use super::options::{LoadOptions, LoadRequest, ModelChoice};
+use super::served::ServedModel;
 use super::sessions::{Owner, SessionRecord, SessionState, Sessions};
 use super::sizing::{self, Sizing, Verdict};
 use super::stages::{Stage, StageTracker};
@@ -40,7 +41,10 @@ use crate::installations::{InstallationStatus, Installations};
 use crate::journal::{
     ContainerName, ContainerRecord, InstanceId, Journal, LifecycleError, ReconcileLimits,
 };
+use crate::models::cache::HubCache;
 use crate::models::fit::{CardMemory, ModelNeeds};
+use crate::models::hub::{self, HubEnv, HubError, Progress, PullOptions};
+use crate::models::id::{CommitId, HubModelId, Revision};
 
 /// Port attempts on a collision.
 pub const PORT_ATTEMPTS: u32 = 3;
@@ -96,6 +100,19 @@ pub enum LoadEvent {
         context_chosen: bool,
         max_context: u64,
     },
+    /// A model named on the hub is being downloaded into the hub cache: bytes so far of all.
+    Downloading {
+        model: String,
+        done: u64,
+        total: u64,
+    },
+    /// The model named on the hub is in the hub cache at `commit` (`from_cache`: nothing was
+    /// downloaded).
+    Pulled {
+        model: String,
+        commit: String,
+        from_cache: bool,
+    },
 }
 
 /// A ready engine and the heartbeat that keeps it alive.
@@ -137,6 +154,119 @@ pub struct Runtime {
     data_dir: PathBuf,
     owner: Owner,
     pub watchdog: watchdog::Settings,
+}
+
+/// How long the hub may say nothing, sizing or pulling a model for a load.
+const HUB_STALL: Duration = Duration::from_secs(60);
+/// How often a download's progress is reported as a load event.
+const DOWNLOAD_REPORT: Duration = Duration::from_millis(500);
+
+fn hub_error(err: &HubError) -> EngineError {
+    EngineError::Hub {
+        error: Box::new(err.to_coded()),
+    }
+}
+
+/// A folder's needs for the fit check; `None` (not judged, the engine decides) when its files
+/// cannot be sized.
+fn folder_needs(dir: &Path) -> Option<ModelNeeds> {
+    let model = crate::models::config::read(dir).and_then(|config| {
+        let weights = crate::models::weights::read(dir)?;
+        Ok(ModelNeeds::new(&config, weights.bytes))
+    });
+    match model {
+        Ok(needs) => Some(needs),
+        Err(e) => {
+            tracing::info!(error = %e, "the model's fit was not checked");
+            None
+        }
+    }
+}
+
+/// A hub model's needs and the commit they are of, from the cache or the hub's small files
+/// (no weights downloaded). A model the hub does not have, refuses, or that offline mode
+/// cannot reach is an error now (the download would fail anyway); one whose files cannot be
+/// sized is not judged, as for a folder.
+async fn hub_needs(
+    id: &HubModelId,
+    revision: Option<&Revision>,
+) -> Result<Option<(ModelNeeds, CommitId)>> {
+    let cache = HubCache::from_env().map_err(|e| hub_error(&e.into()))?;
+    let env = HubEnv::from_env().map_err(|e| hub_error(&e))?;
+    match hub::remote::size(&cache, env, id, revision, HUB_STALL).await {
+        Ok(sized) => Ok(Some((
+            ModelNeeds::new(&sized.config, sized.weights.bytes),
+            sized.commit,
+        ))),
+        Err(HubError::Model(e)) => {
+            tracing::info!(error = %e, "the model's fit was not checked");
+            Ok(None)
+        }
+        Err(e) => Err(hub_error(&e)),
+    }
+}
+
+/// Pulls `id` at `pull_at` (the commit the fit check sized, else what was asked) into the hub
+/// cache, reporting progress; `asked`, a branch or tag, is pointed at the pulled commit so a
+/// later offline start finds it. Cancel ends it at once (partial files stay for a resume).
+async fn fetch_hub_model(
+    id: &HubModelId,
+    pull_at: Option<&Revision>,
+    asked: Option<&Revision>,
+    on: &mut (dyn FnMut(LoadEvent) + Send),
+    cancel: CancellationToken,
+) -> Result<ServedModel> {
+    let cache = HubCache::from_env().map_err(|e| hub_error(&e.into()))?;
+    let env = HubEnv::from_env().map_err(|e| hub_error(&e))?;
+    let progress = std::sync::Arc::new(Progress::default());
+    let options = PullOptions {
+        stall: HUB_STALL,
+        ..PullOptions::default()
+    };
+    let pull = hub::pull(&cache, env, id, pull_at, &options, progress.clone(), cancel);
+    tokio::pin!(pull);
+    let mut last = None;
+    let pulled = loop {
+        tokio::select! {
+            pulled = &mut pull => break pulled,
+            _ = tokio::time::sleep(DOWNLOAD_REPORT) => {
+                let p = progress.read();
+                if p.total > 0 && last != Some(p.done) {
+                    last = Some(p.done);
+                    on(LoadEvent::Downloading { model: id.to_string(), done: p.done, total: p.total });
+                }
+            }
+        }
+    };
+    let pulled = match pulled {
+        Ok(pulled) => pulled,
+        Err(HubError::Cancelled { .. }) => return Err(EngineError::Cancelled { cleaned: true }),
+        Err(e) => return Err(hub_error(&e)),
+    };
+    let repo = cache.repo(id);
+    point_ref(&repo, asked, pull_at, &pulled.snapshot.commit).map_err(|e| hub_error(&e.into()))?;
+    on(LoadEvent::Pulled {
+        model: id.to_string(),
+        commit: pulled.snapshot.commit.to_string(),
+        from_cache: pulled.from_cache,
+    });
+    ServedModel::snapshot(&repo, &pulled.snapshot)
+}
+
+/// After a pull pinned to a commit, the branch or tag that was asked (`main` when none was)
+/// names that commit, as a pull by name would have written it: a later start, offline
+/// included, finds the model by the same name.
+fn point_ref(
+    repo: &crate::models::cache::RepoDir,
+    asked: Option<&Revision>,
+    pull_at: Option<&Revision>,
+    commit: &CommitId,
+) -> std::result::Result<(), crate::models::cache::CacheError> {
+    let asked = asked.cloned().unwrap_or_else(Revision::main);
+    match (&asked, pull_at) {
+        (Revision::Named(name), Some(Revision::Commit(_))) => repo.write_ref(name, commit),
+        _ => Ok(()),
+    }
 }
 
 fn io_err<'a>(
@@ -454,17 +584,14 @@ impl Runtime {
 
     /// The fit check: `Some` when the load is sized, `None` when it cannot be told (the engine
     /// then decides, as before the check), an error when it surely fits no card.
-    async fn size(&self, opts: &LoadOptions, asked: Option<u32>) -> Result<Option<Sizing>> {
-        let model = crate::models::config::read(&opts.model_dir).and_then(|config| {
-            let weights = crate::models::weights::read(&opts.model_dir)?;
-            Ok(ModelNeeds::new(&config, weights.bytes))
-        });
-        let needs = match model {
-            Ok(needs) => needs,
-            Err(e) => {
-                tracing::info!(error = %e, "the model's fit was not checked");
-                return Ok(None);
-            }
+    async fn size(
+        &self,
+        needs: Option<ModelNeeds>,
+        opts: &LoadOptions,
+        asked: Option<u32>,
+    ) -> Result<Option<Sizing>> {
+        let Some(needs) = needs else {
+            return Ok(None);
         };
         // A card one of our sessions holds is freed by this load (the holder is stopped first),
         // so its free memory now says nothing about the load: unknown, not judged.
@@ -517,8 +644,22 @@ impl Runtime {
         // The cards of a tensor-parallel group, when the fit check chose one; else one card is
         // selected below as always.
         let mut group: Vec<crate::docker::GpuUuid> = Vec::new();
+        // The commit the fit check sized, for a model on the hub: the one pulled and served.
+        let mut sized_commit: Option<CommitId> = None;
         if engine == KnownEngine::Vllm {
-            if let Some(sizing) = self.size(&opts, request.context).await? {
+            let needs = match &opts.model {
+                ModelChoice::Folder(dir) => folder_needs(dir),
+                ModelChoice::Hub { id, revision } => {
+                    match hub_needs(id, revision.as_ref()).await? {
+                        Some((needs, commit)) => {
+                            sized_commit = Some(commit);
+                            Some(needs)
+                        }
+                        None => None,
+                    }
+                }
+            };
+            if let Some(sizing) = self.size(needs, &opts, request.context).await? {
                 if sizing.gpus.len() > 1 {
                     group = sizing.gpus.clone();
                 } else if opts.gpu.is_none() {
@@ -553,6 +694,20 @@ impl Runtime {
                 });
             }
         }
+
+        // A model on the hub comes into the hub cache now, after the fit check and before any
+        // Docker call: a refusal above costs no download, a failed download no container.
+        let served = match &opts.model {
+            ModelChoice::Folder(dir) => ServedModel::folder_or_snapshot(dir)?,
+            ModelChoice::Hub { id, revision } => {
+                let pin = sized_commit.map(Revision::Commit);
+                let asked = revision.as_ref();
+                // An owned token: a borrowed one held across the pull's awaits makes the load's
+                // future fail the Send check where the bus service spawns it.
+                let cancel = cancel.child_token();
+                fetch_hub_model(id, pin.as_ref().or(asked), asked, on, cancel).await?
+            }
+        };
 
         self.reconcile().await?;
         if let Some(leftover) = self.sessions.get(&name) {
@@ -598,7 +753,9 @@ impl Runtime {
             container_id: None,
             host_port: None,
             base_url: None,
-            model_dir: opts.model_dir.clone(),
+            model_dir: served.host_dir(),
+            model_repo: served.hub.as_ref().map(|h| h.repo.to_string()),
+            model_commit: served.hub.as_ref().map(|h| h.commit.to_string()),
             context: opts.context,
             heartbeat_dir: heartbeat_dir.clone(),
             owner: self.owner,
@@ -617,6 +774,7 @@ impl Runtime {
             .start_and_wait(
                 engine,
                 &opts,
+                &served,
                 memory_fraction,
                 &image,
                 &cards,
@@ -648,6 +806,7 @@ impl Runtime {
         &self,
         engine: KnownEngine,
         opts: &super::options::LoadOptions,
+        served: &ServedModel,
         memory_fraction: f64,
         image: &ImageRef,
         cards: &[Card],
@@ -677,6 +836,7 @@ impl Runtime {
         let params = LaunchParams {
             memory_fraction,
             tensor_parallel: u32::try_from(cards.len()).unwrap_or(u32::MAX),
+            model_path: served.engine_path(),
             ..LaunchParams::new(opts.name.as_str(), opts.context)
         };
         let launch = argv::launch(engine, &params);
@@ -707,7 +867,7 @@ impl Runtime {
                 })
             };
         spec.mounts = vec![
-            mount("model", &opts.model_dir, MODEL_MOUNT, true)?,
+            mount("model", &served.mount_source, MODEL_MOUNT, true)?,
             mount("engine-cache", &cache, CACHE_MOUNT, false)?,
             mount("heartbeat", &record.heartbeat_dir, HEARTBEAT_MOUNT, true)?,
             mount("watchdog", &watchdog_dir, WATCHDOG_MOUNT, true)?,
@@ -918,6 +1078,29 @@ impl Evict for Runtime {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pull_pinned_to_the_sized_commit_points_the_asked_name_at_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = HubCache::at(tmp.path()).repo(&HubModelId::parse("org/tiny").unwrap());
+        let commit = CommitId::parse(&"a".repeat(40)).unwrap();
+        let pinned = Revision::Commit(commit.clone());
+        // No revision asked: main, so that `start org/tiny` finds it again offline.
+        point_ref(&repo, None, Some(&pinned), &commit).unwrap();
+        assert_eq!(
+            repo.resolve(&Revision::main()).unwrap(),
+            Some(commit.clone())
+        );
+        let tag = Revision::parse("v1").unwrap();
+        point_ref(&repo, Some(&tag), Some(&pinned), &commit).unwrap();
+        assert_eq!(repo.resolve(&tag).unwrap(), Some(commit.clone()));
+        // A commit asked, or a pull by name (which writes its own ref): nothing more.
+        let other = tempfile::tempdir().unwrap();
+        let repo = HubCache::at(other.path()).repo(&HubModelId::parse("org/tiny").unwrap());
+        point_ref(&repo, Some(&pinned), Some(&pinned), &commit).unwrap();
+        point_ref(&repo, None, None, &commit).unwrap();
+        assert_eq!(repo.resolve(&Revision::main()).unwrap(), None);
+    }
 
     #[test]
     fn port_collisions_are_told_from_other_failures() {

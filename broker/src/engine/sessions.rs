@@ -62,6 +62,13 @@ pub struct SessionRecord {
     pub host_port: Option<u16>,
     pub base_url: Option<String>,
     pub model_dir: PathBuf,
+    /// The hub repository (`org/name`) of a model served from the hub cache; not written for
+    /// a folder, so such a record reads as it always did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_repo: Option<String>,
+    /// The commit of that repository that is served (what `model_dir` is a snapshot of).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_commit: Option<String>,
     pub context: u32,
     pub heartbeat_dir: PathBuf,
     pub owner: Owner,
@@ -191,6 +198,8 @@ mod tests {
             host_port: None,
             base_url: None,
             model_dir: "/m".into(),
+            model_repo: None,
+            model_commit: None,
             context: 8192,
             heartbeat_dir: "/h".into(),
             owner: Owner::Cli,

@@ -302,6 +302,35 @@ impl RepoDir {
         Ok(())
     }
 
+    /// [`Self::check_snapshot`], and more for a snapshot served from a mount of this model's
+    /// folder alone: no blob may itself be a link (huggingface_hub 2.x's cache-wide Xet store
+    /// lies outside the model's folder, so such a link would not resolve in the container).
+    pub fn check_self_contained(&self, dir: &Path) -> Result<(), CacheError> {
+        self.check_snapshot(dir)?;
+        for entry in fs::read_dir(dir).map_err(CacheError::io("reading", dir))? {
+            let entry = entry.map_err(CacheError::io("reading", dir))?;
+            let path = entry.path();
+            let kind = entry
+                .file_type()
+                .map_err(CacheError::io("reading", &path))?;
+            if kind.is_dir() {
+                self.check_self_contained(&path)?;
+            } else if kind.is_symlink() {
+                let target = fs::read_link(&path).map_err(CacheError::io("reading", &path))?;
+                // check_snapshot has proven the link relative, in blobs/ and resolvable.
+                let blob = normalize(&dir.join(target)).unwrap_or_default();
+                let plain = fs::symlink_metadata(&blob).is_ok_and(|m| m.is_file());
+                if !plain {
+                    return Err(CacheError::Unsafe {
+                        path: blob,
+                        reason: "the blob links into the cache-wide Xet store, outside the model's folder that an engine container is given",
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// A blob that is itself a link: huggingface_hub 2.x's cache-wide store of Xet files
     /// (`<cache>/blobs/<2 hex>/<xet hash>`, linked from the model's `blobs/<etag>`). It must be
     /// relative and stay in that store.
@@ -666,6 +695,22 @@ mod tests {
             repo.lookup(&Revision::main()),
             Err(CacheError::Unsafe { .. })
         ));
+    }
+
+    #[test]
+    fn a_served_snapshot_holds_its_blobs_in_the_models_folder() {
+        let (tmp, repo, commit, blob) = model();
+        let snapshot = repo.snapshot_dir(&commit);
+        repo.check_self_contained(&snapshot).unwrap();
+        // A blob in the cache-wide Xet store is fine for a lookup, not for a mount of the model.
+        let store = tmp.path().join("blobs/ab");
+        fs::create_dir_all(&store).unwrap();
+        fs::write(store.join("xet"), b"shared weights").unwrap();
+        fs::remove_file(repo.blob(&blob)).unwrap();
+        std::os::unix::fs::symlink("../../blobs/ab/xet", repo.blob(&blob)).unwrap();
+        repo.check_snapshot(&snapshot).unwrap();
+        let err = repo.check_self_contained(&snapshot).unwrap_err();
+        assert!(err.to_string().contains("Xet store"), "{err}");
     }
 
     #[test]

@@ -35,6 +35,9 @@ pub enum WeightsSource {
     Index,
     /// The sum over the headers of this many `*.safetensors` files.
     Headers { files: usize },
+    /// The sum of the hub listing's sizes of this many `*.safetensors` files (headers
+    /// included, so a little more than the tensors), for a model not downloaded yet.
+    Listing { files: usize },
 }
 
 /// The weights' bytes and their source.

@@ -1,6 +1,8 @@
 //! `enginekit models fit MODEL` says whether a model's
 //! weights and KV cache fit this machine's cards before anything moves ([`crate::models::fit`]);
 //! `--facts FILE` judges recorded host facts instead of probing, as `plan` and `doctor` do.
+//! MODEL is a folder, or a hub name (`org/name[@rev]`) sized from the cache or from the hub's
+//! small files without downloading the weights ([`crate::models::hub::remote`]).
 //!
 //! Exit status of `fit`: 0 when it fits a card (or several together), and when it cannot be
 //! told (a KV cache the formula does not size, a card whose memory is unknown: `start` then
@@ -10,17 +12,21 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Args;
 use enginekit_shared::error::{CodedError, ErrorCode};
 use serde_json::json;
 
-use crate::cli::common::report_error;
+use crate::cli::common::{report_error, runtime};
 use crate::cli::plan::{live_facts, read_facts_file};
 use crate::cli::EXIT_FAILURE;
 use crate::i18n::tr;
+use crate::models::cache::HubCache;
 use crate::models::config::{KvLayout, ModelConfig};
 use crate::models::fit::{self, gib, CardMemory, Judgment, ModelNeeds};
+use crate::models::hub::{remote, HubEnv};
+use crate::models::id::{CommitId, ModelRef};
 use crate::models::weights::{Weights, WeightsSource};
 use crate::probe::facts::{Fact, HostFacts};
 
@@ -28,7 +34,10 @@ use crate::probe::facts::{Fact, HostFacts};
 /// and the exit status (one literal per line: po/update refuses backslash continuations).
 const FIT_HELP: &str = concat!(
     "The weights' size comes from model.safetensors.index.json (metadata.total_size), else from ",
-    "the safetensors headers; nothing is loaded. Each card is judged on its free memory: vLLM's ",
+    "the safetensors headers; nothing is loaded. A hub name (org/name[@revision]) that is not ",
+    "in the cache is sized from the hub's listing, config.json and the index (or the listed sizes ",
+    "of the safetensors files) without downloading the weights; HF_HUB_OFFLINE, HF_ENDPOINT and ",
+    "HF_TOKEN apply as for models pull. Each card is judged on its free memory: vLLM's ",
     "--gpu-memory-utilization (0.90, or less when less is free), minus the weights and the ",
     "engine's overhead, leaves the KV cache. When no card alone holds the model, the smallest ",
     "group of cards that does (tensor parallelism) is reported; `enginekit start` runs the same ",
@@ -42,8 +51,8 @@ const FIT_HELP: &str = concat!(
 #[derive(Debug, Args)]
 #[command(after_long_help = FIT_HELP)]
 pub struct FitArgs {
-    /// The model folder: a snapshot, or a folder holding config.json and the safetensors index or files.
-    pub model: PathBuf,
+    /// The model: a hub name (org/name, org/name@revision), or a folder holding config.json and the safetensors index or files.
+    pub model: String,
     /// The context length to judge, in tokens (default: the longest that fits, at least 2048).
     #[arg(long)]
     pub context: Option<u32>,
@@ -58,18 +67,57 @@ pub struct FitArgs {
     pub json: bool,
 }
 
-/// A model folder read for the fit: its config and its weights.
+/// A model read for the fit: its config and its weights, and where they came from.
 #[derive(Debug, Clone)]
 pub struct FolderModel {
+    /// The model as the user named it (a folder, or `org/name[@rev]`).
+    pub label: String,
     pub config: ModelConfig,
     pub weights: Weights,
+    /// The hub commit, for a model named on the hub.
+    pub commit: Option<CommitId>,
 }
+
+/// How long a hub sizing may wait for an answer or the next bytes.
+const HUB_STALL: Duration = Duration::from_secs(60);
 
 impl FolderModel {
     pub fn read(dir: &Path) -> Result<FolderModel, CodedError> {
         let config = crate::models::config::read(dir).map_err(|e| e.to_coded())?;
         let weights = crate::models::weights::read(dir).map_err(|e| e.to_coded())?;
-        Ok(FolderModel { config, weights })
+        Ok(FolderModel {
+            label: dir.display().to_string(),
+            config,
+            weights,
+            commit: None,
+        })
+    }
+
+    /// MODEL as `models fit` and `start` take it: an existing folder is a folder (so `models/x`
+    /// on disk keeps working), anything else that parses as `org/name[@rev]` is on the hub.
+    pub fn resolve(text: &str) -> Result<FolderModel, CodedError> {
+        if Path::new(text).is_dir() {
+            return FolderModel::read(Path::new(text));
+        }
+        match ModelRef::parse(text).map_err(|e| e.to_coded())? {
+            ModelRef::Folder(dir) => FolderModel::read(&dir),
+            ModelRef::Hub { id, revision } => {
+                let cache = HubCache::from_env().map_err(|e| e.to_coded())?;
+                let env = HubEnv::from_env().map_err(|e| e.to_coded())?;
+                let rt = runtime().map_err(|_| {
+                    CodedError::new(ErrorCode::IoError, "the async runtime did not start")
+                })?;
+                let sized = rt
+                    .block_on(remote::size(&cache, env, &id, revision.as_ref(), HUB_STALL))
+                    .map_err(|e| e.to_coded())?;
+                Ok(FolderModel {
+                    label: text.to_owned(),
+                    config: sized.config,
+                    weights: sized.weights,
+                    commit: Some(sized.commit),
+                })
+            }
+        }
     }
 
     pub fn needs(&self) -> ModelNeeds {
@@ -116,7 +164,8 @@ pub fn run(args: FitArgs) -> ExitCode {
     let json = args.json;
     let judged = (|| {
         let context = check_context(args.context)?;
-        let model = FolderModel::read(&args.model)?;
+        // The model first: a name the hub does not know is said before the cards are probed.
+        let model = FolderModel::resolve(&args.model)?;
         let facts = match &args.facts {
             Some(path) => read_facts_file(path)?,
             None => live_facts()?,
@@ -132,10 +181,10 @@ pub fn run(args: FitArgs) -> ExitCode {
     let surely_not = !judgment.fits() && all_refused(&judgment);
     let refusal = surely_not.then(|| fit::does_not_fit(&judgment));
     if json {
-        let document = json_report(&args.model, &model, &judgment, refusal.as_ref());
+        let document = json_report(&model, &judgment, refusal.as_ref());
         println!("{document}");
     } else {
-        print!("{}", human_report(&args.model, &model, &judgment));
+        print!("{}", human_report(&model, &judgment));
         if let Some(err) = &refusal {
             return report_error(false, err);
         }
@@ -148,12 +197,11 @@ pub fn run(args: FitArgs) -> ExitCode {
 }
 
 /// Every card (and no group) is a confident no; an empty card list is one too.
-fn all_refused(j: &Judgment) -> bool {
+pub(crate) fn all_refused(j: &Judgment) -> bool {
     j.cards.iter().all(|c| c.placement.fits == Some(false))
 }
 
 fn json_report(
-    path: &Path,
     model: &FolderModel,
     j: &Judgment,
     refusal: Option<&CodedError>,
@@ -163,7 +211,10 @@ fn json_report(
         Err(e) => json!({"error": e.to_string()}),
     };
     if let Some(map) = doc.as_object_mut() {
-        map.insert("model".into(), json!(path.display().to_string()));
+        map.insert("model".into(), json!(model.label));
+        if let Some(commit) = &model.commit {
+            map.insert("commit".into(), json!(commit.as_str()));
+        }
         map.insert("model_type".into(), json!(model.config.model_type));
         map.insert("quantization".into(), json!(model.config.quantization));
         map.insert("experts".into(), json!(model.config.experts));
@@ -224,14 +275,17 @@ fn card_name(c: &CardMemory) -> String {
     }
 }
 
-fn human_report(path: &Path, model: &FolderModel, j: &Judgment) -> String {
+fn human_report(model: &FolderModel, j: &Judgment) -> String {
     let mut out = String::new();
     let kind = model.config.model_type.as_deref().unwrap_or("?");
     let _ = writeln!(
         out,
         "{}",
-        tr!("Model {path} ({kind})", path = path.display(), kind = kind)
+        tr!("Model {path} ({kind})", path = model.label, kind = kind)
     );
+    if let Some(commit) = &model.commit {
+        let _ = writeln!(out, "  {}", tr!("hub commit: {commit}", commit = commit));
+    }
     let source = match model.weights.source {
         WeightsSource::Index => tr!("from model.safetensors.index.json"),
         WeightsSource::Headers { files } => {
@@ -240,6 +294,10 @@ fn human_report(path: &Path, model: &FolderModel, j: &Judgment) -> String {
                 files = files
             )
         }
+        WeightsSource::Listing { files } => tr!(
+            "from the listed sizes of {files} safetensors files on the hub (headers included)",
+            files = files
+        ),
     };
     let _ = writeln!(
         out,

@@ -4,7 +4,8 @@
 //! - `pull MODEL` (`org/name`, `org/name@rev`): the cache first; else the files an engine
 //!   needs, with a progress bar (stderr) or `--json` lines on stdout (`progress`, then `done` or
 //!   `error`). Ctrl-C cancels at once; a later pull resumes the partial files.
-//! - `list [--json]`: each model's size, commits and refs.
+//! - `list [--json] [--facts FILE]`: each model's size, commits and refs, and whether it fits
+//!   this machine's cards (the `models fit` judgment of its `main` snapshot, else its first).
 //! - `rm MODEL`: removes a model from the cache, refused while a pull holds one of its locks.
 
 use std::process::ExitCode;
@@ -19,9 +20,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::common::{emit, report_error, runtime};
 use crate::i18n::tr;
-use crate::models::cache::{list_json, HubCache};
+use std::path::Path;
+
+use crate::cli::models::fit::{all_refused, cards_of, FolderModel};
+use crate::cli::plan::{live_facts, read_facts_file};
+use crate::models::cache::{list_json, CachedModel, HubCache};
+use crate::models::fit::CardMemory;
 use crate::models::hub::{self, HubEnv, Progress, PullOptions};
 use crate::models::id::ModelRef;
+use crate::models::id::{CommitId, HubModelId};
 
 #[derive(Debug, Subcommand)]
 pub enum StoreCommand {
@@ -46,11 +53,14 @@ pub enum StoreCommand {
         #[arg(long, hide = true)]
         range_bytes: Option<u64>,
     },
-    /// The models in the Hugging Face cache: size, commits, refs.
+    /// The models in the Hugging Face cache: size, commits, refs, and whether each fits this machine's GPUs.
     List {
         /// Print the list as JSON on stdout.
         #[arg(long)]
         json: bool,
+        /// Judge the fit on recorded facts (the output of `enginekit probe --json`) instead of probing.
+        #[arg(long, value_name = "FILE")]
+        facts: Option<std::path::PathBuf>,
     },
     /// Remove a model from the Hugging Face cache (refused while it is being downloaded).
     Rm {
@@ -86,7 +96,7 @@ pub fn run(command: StoreCommand) -> ExitCode {
             }
             rt.block_on(pull(&model, json, &options))
         }
-        StoreCommand::List { json } => list(json),
+        StoreCommand::List { json, facts } => list(json, facts.as_deref()),
         StoreCommand::Rm { model, json } => remove(&model, json),
     }
 }
@@ -220,22 +230,120 @@ async fn pull(text: &str, json: bool, options: &PullOptions) -> ExitCode {
     }
 }
 
-fn list(json: bool) -> ExitCode {
-    let listed = HubCache::from_env()
-        .and_then(|cache| cache.list())
-        .map_err(|e| e.to_coded());
-    let models = match listed {
-        Ok(models) => models,
+/// Whether a cached model fits, as `models list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case", tag = "verdict")]
+enum ListFit {
+    /// On one card, or on a group of `gpus` cards together, up to `max_context` tokens.
+    Fits {
+        gpus: usize,
+        max_context: u64,
+    },
+    DoesNotFit,
+    /// Not sized (an attention design the formula does not cover, an unreadable snapshot, a
+    /// card of unknown memory, no facts).
+    CannotTell,
+}
+
+impl ListFit {
+    fn text(&self) -> String {
+        match self {
+            ListFit::Fits {
+                gpus: 1,
+                max_context,
+            } => {
+                tr!("fits ({context} tokens)", context = max_context)
+            }
+            ListFit::Fits { gpus, max_context } => tr!(
+                "fits on {count} GPUs ({context} tokens)",
+                count = gpus,
+                context = max_context
+            ),
+            ListFit::DoesNotFit => tr!("does not fit"),
+            ListFit::CannotTell => tr!("fit unknown"),
+        }
+    }
+}
+
+/// The fit of `model`'s `main` snapshot (else its first) on `cards`, as `models fit` judges it.
+fn fit_of(cache: &HubCache, model: &CachedModel, cards: &[CardMemory]) -> ListFit {
+    let commit = model
+        .refs
+        .iter()
+        .find(|(name, _)| name == "main")
+        .map(|(_, commit)| commit)
+        .or_else(|| model.commits.first());
+    let dir = match (
+        HubModelId::parse(&model.id),
+        commit.and_then(|c| CommitId::parse(c)),
+    ) {
+        (Ok(id), Some(commit)) => cache.repo(&id).snapshot_dir(&commit),
+        _ => return ListFit::CannotTell,
+    };
+    let Ok(read) = FolderModel::read(&dir) else {
+        return ListFit::CannotTell;
+    };
+    let judgment = crate::models::fit::judge(&read.needs(), None, cards);
+    match judgment.placement() {
+        Some(p) => ListFit::Fits {
+            gpus: p.tensor_parallel(),
+            max_context: p.max_context.unwrap_or(0),
+        },
+        None if all_refused(&judgment) => ListFit::DoesNotFit,
+        None => ListFit::CannotTell,
+    }
+}
+
+/// The cards to judge on: the recorded facts, else a probe of this machine. A probe that
+/// cannot run leaves every fit unknown rather than failing the list.
+fn list_cards(facts: Option<&Path>) -> Result<Option<Vec<CardMemory>>, CodedError> {
+    let facts = match facts {
+        Some(path) => read_facts_file(path)?,
+        None => match live_facts() {
+            Ok(facts) => facts,
+            Err(e) => {
+                tracing::info!(error = %e.message, "models list: no fit without the probe");
+                return Ok(None);
+            }
+        },
+    };
+    cards_of(&facts, None).map(Some)
+}
+
+fn list(json: bool, facts: Option<&Path>) -> ExitCode {
+    let listed = HubCache::from_env().and_then(|cache| Ok((cache.list()?, cache)));
+    let (models, cache) = match listed.map_err(|e| e.to_coded()) {
+        Ok(listed) => listed,
         Err(e) => return report_error(json, &e),
     };
+    // No probe for an empty cache: nothing to judge.
+    let cards = match (models.is_empty(), list_cards(facts)) {
+        (true, _) => None,
+        (false, Ok(cards)) => cards,
+        (false, Err(e)) => return report_error(json, &e),
+    };
+    let fits: Vec<ListFit> = models
+        .iter()
+        .map(|m| match &cards {
+            Some(cards) => fit_of(&cache, m, cards),
+            None => ListFit::CannotTell,
+        })
+        .collect();
     if json {
-        emit(true, list_json(&models));
+        // The bus's shape (`Models`), each model with its fit on this machine's cards.
+        let mut listed = list_json(&models);
+        if let Some(items) = listed["models"].as_array_mut() {
+            for (item, fit) in items.iter_mut().zip(&fits) {
+                item["fit"] = json!(fit);
+            }
+        }
+        emit(true, listed);
         return ExitCode::SUCCESS;
     }
     if models.is_empty() {
         println!("{}", tr!("no models in the Hugging Face cache"));
     }
-    for m in &models {
+    for (m, fit) in models.iter().zip(&fits) {
         let refs: Vec<String> = m
             .refs
             .iter()
@@ -243,9 +351,10 @@ fn list(json: bool) -> ExitCode {
             .collect();
         let commits: Vec<&str> = m.commits.iter().map(|c| &c[..c.len().min(12)]).collect();
         println!(
-            "{:<48} {:>10}  {}  {}",
+            "{:<48} {:>10}  {:<28}  {}  {}",
             m.id,
             HumanBytes(m.size).to_string(),
+            fit.text(),
             commits.join(","),
             refs.join(" ")
         );

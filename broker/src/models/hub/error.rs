@@ -16,6 +16,9 @@ pub enum HubError {
     /// The cache could not be read or written.
     #[error(transparent)]
     Cache(#[from] CacheError),
+    /// A file of the model (its config, its index, a cached snapshot's weights) is unusable.
+    #[error(transparent)]
+    Model(#[from] crate::models::ModelError),
     /// `HF_HUB_OFFLINE` is set and the cache does not have the model.
     #[error("{model} is not in the hub cache and HF_HUB_OFFLINE is set, so the hub was not asked")]
     Offline { model: String },
@@ -73,6 +76,7 @@ impl HubError {
         match self {
             HubError::Id(e) => e.code(),
             HubError::Cache(e) => e.code(),
+            HubError::Model(e) => e.code(),
             HubError::Offline { .. } | HubError::NotFound { .. } => ErrorCode::ModelNotFound,
             HubError::AccessDenied { .. } => ErrorCode::ModelAccessDenied,
             HubError::FormatUnsafe { .. } => ErrorCode::ModelFormatUnsafe,

@@ -16,6 +16,7 @@
 //! - [`segments`]: a large file in parallel ranges, resumable from its ledger.
 //! - [`verify`]: SHA-256 and git blob ids.
 //! - [`pull`]: the whole pull.
+//! - [`remote`]: a model sized from the cache or the hub's small files, before a download.
 
 pub mod env;
 pub mod error;
@@ -23,6 +24,7 @@ pub mod http;
 pub mod listing;
 pub mod progress;
 pub mod pull;
+pub mod remote;
 pub mod retry;
 pub mod segments;
 mod transfer;

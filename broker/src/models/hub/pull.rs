@@ -119,7 +119,8 @@ pub async fn pull(
     }
 }
 
-async fn listing(
+/// The revision's listing, pinned to its commit (retried by the pull's rules).
+pub(crate) async fn listing(
     http: &HubHttp,
     repo: &RepoDir,
     revision: &Revision,
@@ -218,8 +219,12 @@ async fn download(
         stall: options.stall,
         retry: options.retry,
     };
-    futures_util::stream::iter(manifest.files.iter())
-        .map(|file| transfers.fetch(file))
+    // The futures are made first and then streamed: a stream that maps with a closure over
+    // borrowed files cannot be proven Send by rustc (#102211), and `start` runs this pull
+    // inside the load the bus service spawns. A future does nothing until polled, so at most
+    // `parallel` run at once as before.
+    let fetches: Vec<_> = manifest.files.iter().map(|f| transfers.fetch(f)).collect();
+    futures_util::stream::iter(fetches)
         .buffer_unordered(options.parallel.max(1))
         .try_collect::<Vec<()>>()
         .await?;
