@@ -153,7 +153,7 @@ impl BrokerObject {
         Ok(paths)
     }
 
-    /// Load a model folder on an installed engine. `options`: `name` (s), `context` (u),
+    /// Load a model (a folder, or a Hugging Face name ORG/NAME[@rev]) on an installed engine. `options`: `name` (s), `context` (u),
     /// `gpu` (s), `port` (u), `timeout` (u). Refusals that need no Docker call come back as
     /// errors; the load goes on in the returned session object.
     #[zbus(out_args("session"))]

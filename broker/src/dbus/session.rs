@@ -307,6 +307,12 @@ impl Engines {
                             stage: Some(stage.as_str().to_owned()),
                             ..Update::default()
                         },
+                        // A model named on the hub: its bytes are in the pull's own progress
+                        // (`PullModel`); the session says which step it is in.
+                        LoadEvent::Downloading { .. } => Update {
+                            stage: Some("downloading".to_owned()),
+                            ..Update::default()
+                        },
                         _ => continue,
                     };
                     apply(&forward_conn, &forward_path, update).await;
