@@ -10,8 +10,8 @@ use crate::models::id::{HubModelId, ModelRef, Revision};
 
 /// Smallest context length accepted (tokens).
 pub const MIN_CONTEXT: u32 = 256;
-/// Largest context length accepted (tokens): 1 Mi, the longest any engine here supports.
-pub const MAX_CONTEXT: u32 = 1 << 20;
+/// Largest context length accepted (tokens): the fit's bound (`models::fit::MAX_CONTEXT`).
+pub const MAX_CONTEXT: u32 = crate::models::fit::MAX_CONTEXT as u32;
 /// Context length when none is asked for.
 pub const DEFAULT_CONTEXT: u32 = 8192;
 /// Lowest host port a caller may ask for (below are privileged services).

@@ -34,8 +34,10 @@ pub const TENSOR_PARALLEL_OVERHEAD_BYTES: u64 = 2 * GIB;
 pub const MIN_CONTEXT_WITHOUT_ASK: u64 = 2048;
 /// vLLM allocates the KV cache in blocks of 16 tokens (`CacheConfig.block_size` default).
 pub const KV_BLOCK_TOKENS: u64 = 16;
-/// The longest context reported (`engine::options::MAX_CONTEXT`).
-pub const MAX_CONTEXT: u64 = crate::engine::options::MAX_CONTEXT as u64;
+/// The longest context reported, and the longest `start` accepts (`engine::options` takes it
+/// from here, so models depend on no engine code): 1 Mi tokens, the longest any engine here
+/// supports.
+pub const MAX_CONTEXT: u64 = 1 << 20;
 
 const MIB: u64 = 1024 * 1024;
 const GIB: u64 = 1024 * MIB;
