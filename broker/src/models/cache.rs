@@ -271,6 +271,17 @@ impl RepoDir {
     /// Every entry of a snapshot: a folder, a regular file (a cache without links), or a
     /// relative link whose target, resolved by name, stays in this model's folder and exists.
     pub fn check_snapshot(&self, dir: &Path) -> Result<(), CacheError> {
+        self.check_tree(dir, false)
+    }
+
+    /// [`Self::check_snapshot`], and more for a snapshot served from a mount of this model's
+    /// folder alone: no blob may itself be a link (huggingface_hub 2.x's cache-wide Xet store
+    /// lies outside the model's folder, so such a link would not resolve in the container).
+    pub fn check_self_contained(&self, dir: &Path) -> Result<(), CacheError> {
+        self.check_tree(dir, true)
+    }
+
+    fn check_tree(&self, dir: &Path, self_contained: bool) -> Result<(), CacheError> {
         for entry in fs::read_dir(dir).map_err(CacheError::io("reading", dir))? {
             let entry = entry.map_err(CacheError::io("reading", dir))?;
             let path = entry.path();
@@ -278,7 +289,7 @@ impl RepoDir {
                 .file_type()
                 .map_err(CacheError::io("reading", &path))?;
             if kind.is_dir() {
-                self.check_snapshot(&path)?;
+                self.check_tree(&path, self_contained)?;
             } else if kind.is_symlink() {
                 let target = fs::read_link(&path).map_err(CacheError::io("reading", &path))?;
                 let unsafe_entry = |reason| CacheError::Unsafe {
@@ -297,32 +308,10 @@ impl RepoDir {
                 if !resolved.is_file() {
                     return Err(unsafe_entry("the link's blob is missing"));
                 }
-            }
-        }
-        Ok(())
-    }
-
-    /// [`Self::check_snapshot`], and more for a snapshot served from a mount of this model's
-    /// folder alone: no blob may itself be a link (huggingface_hub 2.x's cache-wide Xet store
-    /// lies outside the model's folder, so such a link would not resolve in the container).
-    pub fn check_self_contained(&self, dir: &Path) -> Result<(), CacheError> {
-        self.check_snapshot(dir)?;
-        for entry in fs::read_dir(dir).map_err(CacheError::io("reading", dir))? {
-            let entry = entry.map_err(CacheError::io("reading", dir))?;
-            let path = entry.path();
-            let kind = entry
-                .file_type()
-                .map_err(CacheError::io("reading", &path))?;
-            if kind.is_dir() {
-                self.check_self_contained(&path)?;
-            } else if kind.is_symlink() {
-                let target = fs::read_link(&path).map_err(CacheError::io("reading", &path))?;
-                // check_snapshot has proven the link relative, in blobs/ and resolvable.
-                let blob = normalize(&dir.join(target)).unwrap_or_default();
-                let plain = fs::symlink_metadata(&blob).is_ok_and(|m| m.is_file());
-                if !plain {
+                let plain = fs::symlink_metadata(&resolved).is_ok_and(|m| m.is_file());
+                if self_contained && !plain {
                     return Err(CacheError::Unsafe {
-                        path: blob,
+                        path: resolved,
                         reason: "the blob links into the cache-wide Xet store, outside the model's folder that an engine container is given",
                     });
                 }
