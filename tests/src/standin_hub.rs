@@ -109,6 +109,13 @@ impl StandinHub {
         dir
     }
 
+    /// Creates repository `repo` holding [`tiny_model`] with `weights`, and its `.standin.json`.
+    pub fn add_tiny_model(&self, repo: &str, weights: &[u8], standin: Option<Value>) -> PathBuf {
+        let files = tiny_model(weights);
+        let refs: Vec<(&str, &[u8])> = files.iter().map(|(n, c)| (*n, c.as_slice())).collect();
+        self.add_repo(repo, &refs, standin)
+    }
+
     /// Every request so far.
     pub fn requests(&self) -> Vec<Request> {
         let text =

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use broker_bus_support::{broker, signals, NAME};
 use enginekit_integration::bench::bin;
-use enginekit_integration::standin_hub::{safetensors, tiny_model, StandinHub};
+use enginekit_integration::standin_hub::{safetensors, StandinHub};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use zbus::{Connection, MessageStream, OwnedObjectPath, Proxy};
@@ -116,12 +116,6 @@ impl Drop for Service {
     }
 }
 
-fn repo_with(hub: &StandinHub, repo: &str, weights: &[u8], standin: Option<Value>) {
-    let files = tiny_model(weights);
-    let refs: Vec<(&str, &[u8])> = files.iter().map(|(n, c)| (*n, c.as_slice())).collect();
-    hub.add_repo(repo, &refs, standin);
-}
-
 async fn pull_proxy(conn: &Connection, path: &str) -> Proxy<'static> {
     zbus::proxy::Builder::new(conn)
         .destination(NAME)
@@ -211,8 +205,7 @@ fn a_pull_over_the_bus_reports_its_progress_to_done_and_the_model_is_listed_then
     let hub = StandinHub::start();
     let weights = safetensors(WEIGHTS);
     // Slowed a little, so the transfer spans several progress rounds.
-    repo_with(
-        &hub,
+    hub.add_tiny_model(
         "org/tiny",
         &weights,
         Some(json!({"slow": {"file": "model.safetensors", "delay": 0.05}})),
@@ -320,8 +313,7 @@ fn a_cancel_ends_a_slow_pull_at_once_and_a_new_pull_resumes_its_partial_files() 
     let hub = StandinHub::start();
     let weights = safetensors(WEIGHTS);
     // About 6 s for the weights: long enough to be caught mid-way.
-    repo_with(
-        &hub,
+    hub.add_tiny_model(
         "org/slow",
         &weights,
         Some(json!({"slow": {"file": "model.safetensors", "delay": 0.3}})),
@@ -424,7 +416,7 @@ fn a_cancel_ends_a_slow_pull_at_once_and_a_new_pull_resumes_its_partial_files() 
 #[test]
 fn offline_with_nothing_cached_is_refused_before_any_request() {
     let hub = StandinHub::start();
-    repo_with(&hub, "org/tiny", &safetensors(1000), None);
+    hub.add_tiny_model("org/tiny", &safetensors(1000), None);
     let service = Service::start_with(&hub, &[("HF_HUB_OFFLINE", "1")]);
     runtime().block_on(async {
         let conn = service.connect().await;

@@ -11,7 +11,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use enginekit_integration::bench::bin;
-use enginekit_integration::standin_hub::{hf_python, safetensors, tiny_model, Request, StandinHub};
+use enginekit_integration::standin_hub::{hf_python, safetensors, Request, StandinHub};
 use serde_json::{json, Value};
 
 /// A weights file of a bit over 1 MiB: several 64 KiB chunks, so a cut falls mid-file.
@@ -118,17 +118,11 @@ fn served(requests: &[Request], server: &str) -> u64 {
         .sum()
 }
 
-fn repo_with(hub: &StandinHub, repo: &str, weights: &[u8], standin: Option<Value>) {
-    let files = tiny_model(weights);
-    let refs: Vec<(&str, &[u8])> = files.iter().map(|(n, c)| (*n, c.as_slice())).collect();
-    hub.add_repo(repo, &refs, standin);
-}
-
 #[test]
 fn a_pull_places_a_verified_snapshot_that_list_shows_and_a_second_pull_serves_from_the_cache() {
     let hub = StandinHub::start();
     let weights = safetensors(WEIGHTS);
-    repo_with(&hub, "org/tiny", &weights, None);
+    hub.add_tiny_model("org/tiny", &weights, None);
     let pull = Pull::new(&hub);
     let token = [("HF_TOKEN", "hf_secret_token")];
     let done = pull.pull("org/tiny", &[], &token);
@@ -204,8 +198,7 @@ fn a_pull_cut_half_way_resumes_in_a_new_process_fetching_nothing_twice() {
     let hub = StandinHub::start();
     let weights = safetensors(WEIGHTS);
     let half = weights.len() / 2;
-    repo_with(
-        &hub,
+    hub.add_tiny_model(
         "org/cut",
         &weights,
         Some(json!({"cut": {"file": "model.safetensors", "after": half}})),
@@ -239,8 +232,7 @@ fn a_pull_cut_half_way_resumes_in_a_new_process_fetching_nothing_twice() {
 fn a_cut_transfer_that_moved_bytes_is_retried_within_the_pull() {
     let hub = StandinHub::start();
     let weights = safetensors(WEIGHTS);
-    repo_with(
-        &hub,
+    hub.add_tiny_model(
         "org/cut",
         &weights,
         Some(json!({"cut": {"file": "model.safetensors", "after": 100_000}})),
@@ -257,8 +249,7 @@ fn a_cut_transfer_that_moved_bytes_is_retried_within_the_pull() {
 #[test]
 fn a_digest_lie_is_refused_and_nothing_enters_the_snapshot() {
     let hub = StandinHub::start();
-    repo_with(
-        &hub,
+    hub.add_tiny_model(
         "org/liar",
         &safetensors(1000),
         Some(json!({"lie_sha256": ["model.safetensors"]})),
@@ -284,8 +275,7 @@ fn a_digest_lie_is_refused_and_nothing_enters_the_snapshot() {
 #[test]
 fn a_listing_with_a_path_out_of_the_snapshot_is_refused_before_any_download() {
     let hub = StandinHub::start();
-    repo_with(
-        &hub,
+    hub.add_tiny_model(
         "org/evil",
         &safetensors(10),
         Some(json!({"extra_siblings": ["../x"]})),
@@ -307,8 +297,7 @@ fn a_listing_with_a_path_out_of_the_snapshot_is_refused_before_any_download() {
 #[test]
 fn a_gated_repository_wants_the_right_token_and_names_the_page_to_ask() {
     let hub = StandinHub::start();
-    repo_with(
-        &hub,
+    hub.add_tiny_model(
         "org/gated",
         &safetensors(10),
         Some(json!({"gated_token": "hf_good"})),
@@ -350,7 +339,7 @@ fn a_missing_repository_is_not_found() {
 #[test]
 fn a_busy_hub_is_asked_again() {
     let hub = StandinHub::start();
-    repo_with(&hub, "org/busy", &safetensors(10), Some(json!({"busy": 2})));
+    hub.add_tiny_model("org/busy", &safetensors(10), Some(json!({"busy": 2})));
     let pull = Pull::new(&hub);
     let done = pull.pull("org/busy", &[], &[]);
     assert_eq!(done["event"], "done", "{done}");
@@ -360,7 +349,7 @@ fn a_busy_hub_is_asked_again() {
 #[test]
 fn offline_means_no_request_at_all() {
     let hub = StandinHub::start();
-    repo_with(&hub, "org/tiny", &safetensors(10), None);
+    hub.add_tiny_model("org/tiny", &safetensors(10), None);
     let pull = Pull::new(&hub);
     let offline = [("HF_HUB_OFFLINE", "1")];
     let failed = pull.pull("org/tiny", &[], &offline);
@@ -404,8 +393,7 @@ fn a_repository_of_pickles_only_is_unsafe_and_says_why() {
 fn a_stalled_transfer_is_abandoned_and_a_cancel_ends_at_once() {
     let hub = StandinHub::start();
     let weights = safetensors(WEIGHTS);
-    repo_with(
-        &hub,
+    hub.add_tiny_model(
         "org/stall",
         &weights,
         Some(json!({"stall": {"file": "model.safetensors", "after": 200_000, "times": 5}})),
@@ -471,8 +459,7 @@ fn a_stalled_transfer_is_abandoned_and_a_cancel_ends_at_once() {
 #[test]
 fn a_hub_that_never_answers_the_listing_is_given_up() {
     let hub = StandinHub::start();
-    repo_with(
-        &hub,
+    hub.add_tiny_model(
         "org/mute",
         &safetensors(10),
         Some(json!({"stall_listing": true})),
@@ -492,7 +479,7 @@ fn a_hub_that_never_answers_the_listing_is_given_up() {
 #[test]
 fn removal_is_refused_while_a_pull_holds_a_lock() {
     let hub = StandinHub::start();
-    repo_with(&hub, "org/tiny", &safetensors(10), None);
+    hub.add_tiny_model("org/tiny", &safetensors(10), None);
     let pull = Pull::new(&hub);
     pull.pull("org/tiny", &[], &[]);
     let lock_dir = pull.cache.path().join(".locks/models--org--tiny");
@@ -539,7 +526,7 @@ fn huggingface_hub(pull: &Pull, script: &str) -> String {
 fn huggingface_hub_finds_what_enginekit_pulled_without_asking_the_hub() {
     let hub = StandinHub::start();
     let weights = safetensors(WEIGHTS);
-    repo_with(&hub, "org/tiny", &weights, None);
+    hub.add_tiny_model("org/tiny", &weights, None);
     let pull = Pull::new(&hub);
     let done = pull.pull("org/tiny", &[], &[]);
     let asked = hub.requests().len();
@@ -562,7 +549,7 @@ fn huggingface_hub_finds_what_enginekit_pulled_without_asking_the_hub() {
 #[test]
 fn enginekit_serves_what_huggingface_hub_downloaded_without_asking_the_hub() {
     let hub = StandinHub::start();
-    repo_with(&hub, "org/tiny", &safetensors(WEIGHTS), None);
+    hub.add_tiny_model("org/tiny", &safetensors(WEIGHTS), None);
     let pull = Pull::new(&hub);
     let path = huggingface_hub(
         &pull,
@@ -596,8 +583,7 @@ fn enginekit_serves_what_huggingface_hub_downloaded_without_asking_the_hub() {
 fn two_pulls_of_one_model_at_once_fetch_each_file_once() {
     let hub = StandinHub::start();
     let weights = safetensors(WEIGHTS);
-    repo_with(
-        &hub,
+    hub.add_tiny_model(
         "org/slow",
         &weights,
         Some(json!({"slow": {"file": "model.safetensors", "delay": 0.05}})),
@@ -638,8 +624,7 @@ const SMALL_RANGE: &str = "65536";
 fn a_large_file_comes_in_parallel_ranges_and_a_cut_segment_is_retried() {
     let hub = StandinHub::start();
     let weights = safetensors(WEIGHTS);
-    repo_with(
-        &hub,
+    hub.add_tiny_model(
         "org/ranges",
         &weights,
         Some(json!({"cut": {"file": "model.safetensors", "after": weights.len() / 2}})),
@@ -672,8 +657,7 @@ fn a_large_file_comes_in_parallel_ranges_and_a_cut_segment_is_retried() {
 fn a_pull_killed_mid_way_resumes_its_segments_in_a_new_process() {
     let hub = StandinHub::start();
     let weights = safetensors(WEIGHTS);
-    repo_with(
-        &hub,
+    hub.add_tiny_model(
         "org/killed",
         &weights,
         Some(json!({"slow": {"file": "model.safetensors", "delay": 0.05}})),
