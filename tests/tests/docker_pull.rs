@@ -417,7 +417,7 @@ async fn a_pull_cut_half_way_by_a_throttling_registry_is_retried_to_the_end_with
         proxy.answered_busy.load(Ordering::SeqCst) >= 1,
         "the daemon's own retries of the cut layer met the 429 and gave up, so ours took over"
     );
-    assert_eq!(proxy.manifests_while_busy.load(Ordering::SeqCst), 1);
+    assert_eq!(proxy.pulls_while_busy.load(Ordering::SeqCst), 1);
     assert_eq!(outcome.attempts, 2, "{outcome:?}");
     assert_monotonic(&seen);
     let last = *seen.last().unwrap();
@@ -448,7 +448,7 @@ async fn a_registry_that_stays_busy_fails_when_the_attempts_are_spent_and_leaves
     assert_monotonic(&seen);
     assert_eq!(proxy.cuts.load(Ordering::SeqCst), 1);
     assert_eq!(
-        proxy.manifests_while_busy.load(Ordering::SeqCst),
+        proxy.pulls_while_busy.load(Ordering::SeqCst),
         2,
         "attempts 2 and 3 were made, and no fourth"
     );
@@ -481,8 +481,9 @@ async fn a_cancel_during_the_pause_between_attempts_stops_at_once() {
     };
     let cancel = CancellationToken::new();
     let trigger = cancel.clone();
-    let busy = proxy.manifests_while_busy.clone();
-    // The first attempt has failed once its manifest met the 429; the pull then waits 60 s.
+    let busy = proxy.pulls_while_busy.clone();
+    // The first attempt has begun (its ping) and fails at once on its manifest's 429; the pull
+    // then waits 60 s.
     let watcher = tokio::spawn(async move {
         while busy.load(Ordering::SeqCst) == 0 {
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -503,7 +504,7 @@ async fn a_cancel_during_the_pause_between_attempts_stops_at_once() {
         cancelled_at.elapsed()
     );
     assert_eq!(
-        proxy.manifests_while_busy.load(Ordering::SeqCst),
+        proxy.pulls_while_busy.load(Ordering::SeqCst),
         1,
         "no second attempt"
     );

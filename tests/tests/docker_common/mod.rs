@@ -299,7 +299,8 @@ pub async fn raw_pull(api: &bollard::Docker, reference: &str) {
 /// direction, and counts the bytes it forwarded that way. It can also play a registry that
 /// breaks down mid-pull ([`ProxyFault`]): once `cut_after` bytes went through it drops every
 /// open connection and answers blob requests with `429 Too Many Requests` (the registry's JSON
-/// error body, code TOOMANYREQUESTS) until, if ever, a new pull starts (a manifest request).
+/// error body, code TOOMANYREQUESTS) until, if ever, a new pull starts (its `GET /v2/` ping: a
+/// manifest request would not do, as the daemon may take the manifest from its own content store).
 /// While busy it reads the head of each new connection's first request and lets through one
 /// request per connection, so a kept-alive connection cannot slip past it.
 pub struct RegistryProxy {
@@ -309,8 +310,9 @@ pub struct RegistryProxy {
     pub stalled: Arc<AtomicBool>,
     /// Requests answered with 429.
     pub answered_busy: Arc<AtomicUsize>,
-    /// Manifest requests seen while busy (each is a new pull attempt).
-    pub manifests_while_busy: Arc<AtomicUsize>,
+    /// Pull attempts that began while busy, counted by their `GET /v2/` ping (the daemon's own
+    /// retries of a layer within one pull do not ping again).
+    pub pulls_while_busy: Arc<AtomicUsize>,
     /// Times every connection was dropped at once.
     pub cuts: Arc<AtomicUsize>,
 }
@@ -321,7 +323,7 @@ pub struct ProxyFault {
     /// Bytes forwarded before all connections are dropped and the registry turns busy (0: busy
     /// from the start, with nothing to drop).
     pub cut_after: u64,
-    /// Busy until the next pull asks for its manifest (true), or for good, manifests included.
+    /// Busy until the next pull begins (true), or for good, manifests included.
     pub until_next_pull: bool,
 }
 
@@ -331,7 +333,7 @@ struct ProxyState {
     open: Arc<AtomicUsize>,
     stalled: Arc<AtomicBool>,
     answered_busy: Arc<AtomicUsize>,
-    manifests_while_busy: Arc<AtomicUsize>,
+    pulls_while_busy: Arc<AtomicUsize>,
     cuts: Arc<AtomicUsize>,
     /// Bytes at which to cut (u64::MAX: never, or already done).
     cut_at: AtomicU64,
@@ -392,7 +394,7 @@ impl RegistryProxy {
             open_connections: state.open.clone(),
             stalled: state.stalled.clone(),
             answered_busy: state.answered_busy.clone(),
-            manifests_while_busy: state.manifests_while_busy.clone(),
+            pulls_while_busy: state.pulls_while_busy.clone(),
             cuts: state.cuts.clone(),
         }
     }
@@ -478,12 +480,15 @@ impl ProxyState {
         }
         let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
         let line = String::from_utf8_lossy(line);
-        if line.contains("/manifests/") {
-            self.manifests_while_busy.fetch_add(1, Ordering::SeqCst);
+        if line.starts_with("GET /v2/ ") {
+            self.pulls_while_busy.fetch_add(1, Ordering::SeqCst);
             if self.until_next_pull {
                 self.busy.store(false, Ordering::SeqCst);
                 return BusyVerdict::Pass;
             }
+            return BusyVerdict::PassOnce;
+        }
+        if line.contains("/manifests/") {
             return BusyVerdict::Refuse;
         }
         if line.contains("/blobs/") {
