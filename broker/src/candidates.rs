@@ -243,7 +243,7 @@ async fn ask_apt(query: &RepositoryQuery) -> RepositoryAnswer {
         .packages
         .iter()
         .map(String::as_str)
-        .filter(|p| !has_candidate(&out.stdout, p))
+        .filter(|p| !enginekit_shared::recipe::sources::has_candidate(&out.stdout, p))
         .collect();
     if missing.is_empty() {
         RepositoryAnswer::Serves
@@ -255,18 +255,6 @@ async fn ask_apt(query: &RepositoryQuery) -> RepositoryAnswer {
 }
 
 /// `pkg:` followed (in its block) by `Candidate: X` with X not `(none)`.
-fn has_candidate(policy: &str, package: &str) -> bool {
-    let header = format!("{package}:");
-    let mut lines = policy.lines().skip_while(|l| l.trim_end() != header);
-    if lines.next().is_none() {
-        return false;
-    }
-    lines
-        .take_while(|l| l.starts_with(' '))
-        .find_map(|l| l.trim().strip_prefix("Candidate:"))
-        .is_some_and(|c| c.trim() != "(none)")
-}
-
 /// Writes the source (signed by a private copy of the key), an empty dpkg status and the
 /// folders apt wants; returns the folder.
 fn sandbox(query: &RepositoryQuery) -> std::io::Result<PathBuf> {
@@ -337,16 +325,6 @@ fn apt_options(dir: &Path, deb_arch: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const POLICY: &str = "docker-ce:\n  Installed: (none)\n  Candidate: 5:28.0.1-1~debian.12~bookworm\n  Version table:\n     5:28.0.1-1~debian.12~bookworm 500\ncontainerd.io:\n  Installed: (none)\n  Candidate: (none)\n  Version table:\n";
-
-    #[test]
-    fn a_candidate_is_read_from_its_own_block() {
-        assert!(has_candidate(POLICY, "docker-ce"));
-        assert!(!has_candidate(POLICY, "containerd.io"), "(none)");
-        assert!(!has_candidate(POLICY, "docker-ce-cli"), "not listed at all");
-        assert!(!has_candidate(POLICY, "docker"), "no prefix match");
-    }
 
     #[test]
     fn the_built_in_recipe_asks_dockers_repository_for_its_three_packages() {

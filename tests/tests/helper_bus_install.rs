@@ -26,10 +26,11 @@ use helper_support::*;
 use serde_json::{json, Value};
 
 const COMPONENTS: [&str; 3] = ["nvidia-container-toolkit", "nvidia-runtime", "docker-group"];
-const ACTION_IDS: [&str; 7] = [
+const ACTION_IDS: [&str; 8] = [
+    "conflicts",
+    "repositories",
     "nvidia-key",
     "nvidia-source",
-    "conflicts",
     "refresh",
     "packages",
     "nvidia-runtime",
@@ -187,7 +188,7 @@ fn a_signed_recipe_installs_the_stand_in_toolkit_through_the_bus_and_a_second_st
     let codes: Vec<&str> = actions.iter().map(|(c, _)| c.as_str()).collect();
     assert_eq!(codes, ACTION_IDS, "{receipt}");
     for (code, tail) in &actions {
-        let expected = if code == "conflicts" {
+        let expected = if code == "conflicts" || code == "repositories" {
             "satisfied: "
         } else {
             "applied: "

@@ -144,9 +144,10 @@ fn installs_the_stand_in_toolkit_from_the_signed_local_repository_then_changes_n
     assert_eq!(
         ids,
         [
+            "conflicts",
+            "repositories",
             "nvidia-key",
             "nvidia-source",
-            "conflicts",
             "refresh",
             "packages",
             "nvidia-runtime",
@@ -154,7 +155,7 @@ fn installs_the_stand_in_toolkit_from_the_signed_local_repository_then_changes_n
         ]
     );
     for a in &first.actions {
-        let expected = if a.id == "conflicts" {
+        let expected = if a.id == "conflicts" || a.id == "repositories" {
             ActionStatus::Satisfied
         } else {
             ActionStatus::Applied
@@ -187,8 +188,15 @@ fn installs_the_stand_in_toolkit_from_the_signed_local_repository_then_changes_n
 
     // Every action is in the records with its argv and exit status.
     let records = first.records();
-    assert_eq!(records.len(), 7);
+    assert_eq!(records.len(), 8);
     let by_code = |code: &str| records.iter().find(|r| r.code == code).unwrap();
+    // The repository was asked first, in a configuration of its own that is gone afterwards.
+    let check = by_code("repositories");
+    assert_eq!(check.argv[..2], ["/usr/bin/apt-cache", "policy"]);
+    assert!(
+        !std::path::Path::new("/var/cache/enginekit-helper/repository-check").exists(),
+        "the private configuration is removed"
+    );
     let install = by_code("packages");
     assert_eq!(install.exit_status, Some(0));
     assert_eq!(install.argv[0], "/usr/bin/apt-get");

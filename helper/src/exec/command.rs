@@ -11,6 +11,7 @@ use enginekit_shared::safe::{SafeArg, UnsafeValue};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Program {
     AptGet,
+    AptCache,
     DpkgQuery,
     Dpkg,
     Dnf,
@@ -36,6 +37,7 @@ impl Program {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Program::AptGet => "apt-get",
+            Program::AptCache => "apt-cache",
             Program::DpkgQuery => "dpkg-query",
             Program::Dpkg => "dpkg",
             Program::Dnf => "dnf",

@@ -13,15 +13,15 @@ use super::ActionStatus;
 /// How an action that did not fail ended, and what it says about it.
 pub(super) type Done = Result<(ActionStatus, String), Failure>;
 
-fn applied(detail: impl Into<String>) -> Done {
+pub(super) fn applied(detail: impl Into<String>) -> Done {
     Ok((ActionStatus::Applied, detail.into()))
 }
 
-fn satisfied(detail: impl Into<String>) -> Done {
+pub(super) fn satisfied(detail: impl Into<String>) -> Done {
     Ok((ActionStatus::Satisfied, detail.into()))
 }
 
-fn fail<T>(detail: impl Into<String>) -> Result<T, Failure> {
+pub(super) fn fail<T>(detail: impl Into<String>) -> Result<T, Failure> {
     Err(Failure(detail.into()))
 }
 
@@ -53,21 +53,33 @@ pub(super) fn install_key(
             Err(e) => fail(format!("{path} already exists and is not a usable key ({e}); it was left as it is")),
         };
     }
-    let binary = openpgp::dearmor(armored)
-        .map_err(|e| Failure(format!("the recipe's key for {path}: {e}")))?;
-    // Checked on parse already; checked again right before the write.
-    let served = openpgp::primary_fingerprints(&binary)?;
-    if let Some(bad) = served.iter().find(|f| !pinned.contains(f)) {
-        return fail(format!(
-            "the key for {path} is {bad}, not the pinned {pinned_list}; nothing was written"
-        ));
-    }
-    let bytes = match encoding {
-        KeyEncoding::Armored => armored.as_bytes().to_vec(),
-        KeyEncoding::Binary => binary,
-    };
+    let bytes = pinned_key(path, encoding, armored, pinned)?;
     files::write_atomic(&r.ctx.file_root, &target, &bytes, 0o644)?;
     applied(format!("wrote {path} ({pinned_list})"))
+}
+
+/// The recipe's key for `path` as it is written, once its primary keys are found pinned
+/// (checked on parse already; checked again right before a write).
+pub(super) fn pinned_key(
+    path: &str,
+    encoding: KeyEncoding,
+    armored: &str,
+    pinned: &[openpgp::Fingerprint],
+) -> Result<Vec<u8>, Failure> {
+    let binary = openpgp::dearmor(armored)
+        .map_err(|e| Failure(format!("the recipe's key for {path}: {e}")))?;
+    let served = openpgp::primary_fingerprints(&binary)?;
+    if let Some(bad) = served.iter().find(|f| !pinned.contains(f)) {
+        let pins: Vec<&str> = pinned.iter().map(|f| f.as_str()).collect();
+        return fail(format!(
+            "the key for {path} is {bad}, not the pinned {}; nothing was written",
+            pins.join(", ")
+        ));
+    }
+    Ok(match encoding {
+        KeyEncoding::Armored => armored.as_bytes().to_vec(),
+        KeyEncoding::Binary => binary,
+    })
 }
 
 pub(super) fn write_source(r: &mut Executor<'_>, path: &str, body: &str) -> Done {
@@ -223,9 +235,6 @@ pub(super) async fn check_conflicts(
         let (name, blocked) = &found[0];
         return fail(conflict_refusal(r.family, name, blocked, &found));
     }
-    if r.family == Family::Dnf {
-        obsoletes(r, wanted, &missing).await?;
-    }
     if found.is_empty() {
         return satisfied("no conflicting package is installed");
     }
@@ -255,42 +264,6 @@ fn conflict_refusal(
         names(blocked),
         all.join(" ")
     )
-}
-
-/// dnf has no switch to turn Obsoletes off: ask what each missing package would replace.
-async fn obsoletes(
-    r: &mut Executor<'_>,
-    wanted: &[PlannedPackage],
-    missing: &[PlannedPackage],
-) -> Result<(), Failure> {
-    for p in missing {
-        let out = r.run(&cmd::dnf_obsoletes(&p.name)?, false).await?;
-        if !out.success() {
-            return fail(format!(
-                "could not ask what {} obsoletes: {}",
-                p.name,
-                out.describe()
-            ));
-        }
-        let Some(names) = cmd::obsoleted_names(&out.stdout) else {
-            return fail(format!(
-                "{} obsoletes something that is not a package name",
-                p.name
-            ));
-        };
-        for first in names {
-            if wanted.iter().any(|w| w.name == first) {
-                continue;
-            }
-            if is_installed(r, first).await? {
-                return fail(format!(
-                    "{first} is installed, and {} would replace it (RPM Obsoletes). Nothing was installed and nothing was removed.",
-                    p.name
-                ));
-            }
-        }
-    }
-    Ok(())
 }
 
 pub(super) async fn refresh(

@@ -101,7 +101,7 @@ pub(crate) fn permits(
         Ok(out)
     };
     let mut out = Vec::new();
-    let mut chosen = None;
+    let mut chosen = Vec::new();
     match action {
         A::InstallKey { .. } | A::WriteSource { .. } => {}
         A::CheckConflicts {
@@ -114,14 +114,27 @@ pub(crate) fn permits(
             for c in conflicts {
                 out.push(query(&c.name)?);
             }
-            if !apt {
-                for p in wanted {
-                    out.push(dnf_obsoletes(&p.name)?);
-                }
-            }
             if *remove && !conflicts.is_empty() {
                 let names: Vec<String> = conflicts.iter().map(|c| c.name.clone()).collect();
-                chosen = Some((dpkg_remove(&names)?, names.len()));
+                chosen.push((dpkg_remove(&names)?, names.len()));
+            }
+        }
+        A::CheckRepositories { wanted, .. } => {
+            out.extend(queries(wanted)?);
+            let dir = super::files::under_root(file_root, REPOSITORY_CHECK_DIR);
+            let dir = dir.display().to_string();
+            if apt {
+                let names: Vec<&str> = wanted.iter().map(|p| p.name.as_str()).collect();
+                for ext in ["list", "sources"] {
+                    let list = format!("{dir}/{PRIVATE_SOURCES}.{ext}");
+                    out.push(apt_private_update(&dir, &list)?);
+                    chosen.push((apt_private_policy(&dir, &list, &names)?, names.len()));
+                }
+            } else {
+                for p in wanted {
+                    out.push(dnf_available(&dir, &p.name)?);
+                    out.push(dnf_obsoletes(&dir, &p.name)?);
+                }
             }
         }
         A::RefreshMetadata {
@@ -140,7 +153,7 @@ pub(crate) fn permits(
             } else {
                 dnf_install(packages)?
             };
-            chosen = Some((full, packages.len()));
+            chosen.push((full, packages.len()));
         }
         A::ConfigureRuntime { .. } => out.extend([
             docker_active()?,
@@ -173,7 +186,7 @@ pub(crate) fn permits(
         }
     }
     let mut permits: Vec<Permit> = out.into_iter().map(Permit::exact).collect();
-    if let Some((full, names)) = chosen {
+    for (full, names) in chosen {
         let fixed = full.args.len() - names;
         permits.push(Permit { full, fixed });
     }
@@ -228,8 +241,8 @@ impl Allowed {
     /// After a permitted `dnf repoquery --obsoletes` printed `stdout`: the one query each name it
     /// lists may be asked (`rpm --query` of the obsoleted name), and nothing else.
     pub(crate) fn learn(&mut self, cmd: &Command, stdout: &str) {
-        let is_obsoletes = cmd.program == Program::Dnf
-            && cmd.args.first().map(SafeArg::as_str) == Some(DNF_OBSOLETES[0]);
+        let is_obsoletes =
+            cmd.program == Program::Dnf && cmd.args.iter().any(|a| a.as_str() == "--obsoletes");
         if !is_obsoletes || self.permit(cmd).is_err() {
             return;
         }
@@ -272,6 +285,22 @@ mod tests {
     }
 
     /// What the whole plan may run, every action's set together.
+    /// `dnf repoquery` in the repository check's private configuration, before its query words.
+    fn private_repoquery() -> Vec<String> {
+        let dir = REPOSITORY_CHECK_DIR;
+        ["repoquery", "--quiet", "-y", "--setopt=skip_if_unavailable=False"]
+            .iter()
+            .map(|w| w.to_string())
+            .chain([
+                format!("--setopt=reposdir={dir}/repos"),
+                format!("--setopt=cachedir={dir}/cache"),
+                format!("--setopt=system_cachedir={dir}/cache"),
+                format!("--setopt=logdir={dir}/log"),
+                format!("--setopt=persistdir={dir}/persist"),
+            ])
+            .collect()
+    }
+
     fn allowed(family: Family, plan: &[PlannedAction]) -> Allowed {
         let sets = Allowed::per_action(family, plan, Path::new("/")).unwrap();
         Allowed(sets.into_iter().flat_map(|set| set.0).collect())
@@ -347,8 +376,10 @@ mod tests {
         both.0.extend(allowed(Family::Dnf, &dnf_plan()).0);
         let list = r"--queryformat=%{NAME}\n";
         let obsoletes = |extra: &[&str], name: &str| {
-            let mut words = DNF_OBSOLETES.to_vec();
-            words.extend(extra);
+            let mut words = private_repoquery();
+            words.push("--obsoletes".into());
+            words.extend(extra.iter().map(|w| w.to_string()));
+            let mut words: Vec<&str> = words.iter().map(String::as_str).collect();
             words.push(name);
             cmd(Program::Dnf, &words)
         };
@@ -499,8 +530,9 @@ mod tests {
         update.extend(["-o", "Dir::Etc::sourceparts=-"]);
         let mut install = APT_INSTALL.to_vec();
         install.push("docker-ce");
-        let mut query = DNF_OBSOLETES.to_vec();
-        query.push("docker-ce");
+        let query = private_repoquery();
+        let mut query: Vec<&str> = query.iter().map(String::as_str).collect();
+        query.extend(["--obsoletes", "docker-ce"]);
         let broken = [
             without(Program::AptGet, &install, "--no-remove"),
             without(Program::AptGet, &update, "Dir::Etc::sourceparts=-"),
@@ -573,15 +605,15 @@ mod tests {
         let lxc = installed_query(Family::Dnf, "lxc-docker").unwrap();
         assert!(dnf.permit(&lxc).is_err());
         // Taught nothing by a query outside the plan, or by output that is not names.
-        dnf.learn(&dnf_obsoletes("evil").unwrap(), "lxc-docker\n");
-        dnf.learn(&dnf_obsoletes("docker-ce").unwrap(), "lxc-docker\n-rf /\n");
+        dnf.learn(&dnf_obsoletes(REPOSITORY_CHECK_DIR, "evil").unwrap(), "lxc-docker\n");
+        dnf.learn(&dnf_obsoletes(REPOSITORY_CHECK_DIR, "docker-ce").unwrap(), "lxc-docker\n-rf /\n");
         dnf.learn(
             &installed_query(Family::Dnf, "docker-ce").unwrap(),
             "lxc-docker\n",
         );
         assert!(dnf.permit(&lxc).is_err());
         dnf.learn(
-            &dnf_obsoletes("docker-ce").unwrap(),
+            &dnf_obsoletes(REPOSITORY_CHECK_DIR, "docker-ce").unwrap(),
             "lxc-docker 1.9.1-1.fc41\n\nrunc\n",
         );
         dnf.permit(&lxc).unwrap();

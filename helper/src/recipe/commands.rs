@@ -42,6 +42,45 @@ pub(crate) fn apt_refresh(source_path: &str) -> Built {
         .build()
 }
 
+/// Where the repository check keeps its private apt or dnf configuration, made afresh for each
+/// check and removed after it.
+pub(crate) const REPOSITORY_CHECK_DIR: &str = "/var/cache/enginekit-helper/repository-check";
+/// The private source list's name, without its extension (apt reads a `.sources` file as
+/// deb822 and a `.list` file as one-line entries).
+pub(crate) const PRIVATE_SOURCES: &str = "sources";
+
+/// apt pointed at the private folder `dir` only: its source list, lists, cache, an empty dpkg
+/// status and no preferences; nothing of the system's apt is read or written.
+fn apt_private(program: Program, dir: &str, list: &str, first: &str) -> CommandBuilder {
+    let mut b = CommandBuilder::new(program).arg(first);
+    for (key, value) in [
+        ("Dir::Etc::sourcelist", list.to_owned()),
+        ("Dir::Etc::sourceparts", "-".to_owned()),
+        ("Dir::Etc::Preferences", format!("{dir}/none")),
+        ("Dir::Etc::PreferencesParts", format!("{dir}/prefs")),
+        ("Dir::State::Lists", format!("{dir}/lists")),
+        ("Dir::State::status", format!("{dir}/status")),
+        ("Dir::Cache", format!("{dir}/cache")),
+    ] {
+        b = b.flag("-o").arg(format!("{key}={value}"));
+    }
+    b
+}
+
+/// `apt-get update` of the private source list `list` (inside `dir`).
+pub(crate) fn apt_private_update(dir: &str, list: &str) -> Built {
+    apt_private(Program::AptGet, dir, list, "update").build()
+}
+
+/// `apt-cache policy` of `names` in the private configuration: which have a candidate.
+pub(crate) fn apt_private_policy(dir: &str, list: &str, names: &[&str]) -> Built {
+    let mut b = apt_private(Program::AptCache, dir, list, "policy");
+    for n in names {
+        b = b.arg(*n);
+    }
+    b.build()
+}
+
 /// The apt install prefix; the missing packages are appended.
 pub const APT_INSTALL: &[&str] = &[
     "install",
@@ -126,20 +165,36 @@ pub(crate) fn dnf_install(packages: &[PlannedPackage]) -> Built {
     install(Program::Dnf, DNF_INSTALL, packages)
 }
 
-pub(crate) const DNF_OBSOLETES: &[&str] = &[
+const DNF_REPOQUERY: &[&str] = &[
     "repoquery",
     "--quiet",
     "-y",
     "--setopt=skip_if_unavailable=False",
-    "--obsoletes",
 ];
 
-/// `dnf repoquery … --obsoletes <package>`: what installing it would replace.
-pub(crate) fn dnf_obsoletes(package: &str) -> Built {
+/// `dnf repoquery …` in the private configuration (`dir`'s `.repo` files and cache only),
+/// `extra` words, then `package`.
+fn dnf_private_query(dir: &str, extra: &[&str], package: &str) -> Built {
     CommandBuilder::new(Program::Dnf)
-        .words(DNF_OBSOLETES)
+        .words(DNF_REPOQUERY)
+        .flag(&format!("--setopt=reposdir={dir}/repos"))
+        .flag(&format!("--setopt=cachedir={dir}/cache"))
+        .flag(&format!("--setopt=system_cachedir={dir}/cache"))
+        .flag(&format!("--setopt=logdir={dir}/log"))
+        .flag(&format!("--setopt=persistdir={dir}/persist"))
+        .words(extra)
         .arg(package)
         .build()
+}
+
+/// What the private repositories offer of `package` (one line per version; none: not served).
+pub(crate) fn dnf_available(dir: &str, package: &str) -> Built {
+    dnf_private_query(dir, &[], package)
+}
+
+/// What installing `package` would replace (RPM Obsoletes), asked of the private repositories.
+pub(crate) fn dnf_obsoletes(dir: &str, package: &str) -> Built {
+    dnf_private_query(dir, &["--obsoletes"], package)
 }
 
 /// What a [`dnf_obsoletes`] output lists: each line's first word, or `None` when one is not a

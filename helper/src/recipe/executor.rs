@@ -79,7 +79,8 @@ impl<'a> Executor<'a> {
         mutating: bool,
     ) -> Result<CommandResult, Failure> {
         self.allowed.permit(cmd)?;
-        let is_pm = cmd.program.is_package_manager();
+        // A read in a private configuration (the repository check) leaves cancel open.
+        let is_pm = cmd.program.is_package_manager() && mutating;
         if is_pm && !self.package_manager_started {
             self.package_manager_started = true;
             self.report();

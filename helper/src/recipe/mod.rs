@@ -35,6 +35,7 @@ pub(crate) mod allow;
 pub mod commands;
 mod executor;
 pub(crate) mod files;
+mod repository_check;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -190,6 +191,9 @@ fn phase_of(action: &PlannedAction) -> String {
         PlannedAction::InstallKey { path, .. } => format!("adding the repository key {path}"),
         PlannedAction::WriteSource { path, .. } => format!("writing {path}"),
         PlannedAction::CheckConflicts { .. } => "checking for conflicting packages".into(),
+        PlannedAction::CheckRepositories { .. } => {
+            "asking the repositories for the packages, with the pinned keys".into()
+        }
         PlannedAction::RefreshMetadata { .. } => "refreshing package lists".into(),
         PlannedAction::InstallPackages { packages, .. } => {
             format!("installing {}", actions::names(packages))
@@ -307,6 +311,9 @@ pub async fn run_plan(
                 remove,
                 ..
             } => actions::check_conflicts(&mut r, wanted, conflicts, *remove).await,
+            PlannedAction::CheckRepositories { wanted, .. } => {
+                repository_check::check_repositories(&mut r, plan, wanted).await
+            }
             PlannedAction::RefreshMetadata {
                 sources, wanted, ..
             } => actions::refresh(&mut r, sources, wanted).await,

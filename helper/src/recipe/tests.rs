@@ -90,9 +90,23 @@ fn reference_argv(family: &str) -> BTreeSet<Vec<String>> {
             let source = f["repositories"][c]["source"]["path"].as_str().unwrap();
             out.insert(fill(&argv_of(&f["refresh"]), "source", source));
         }
-    } else {
-        for p in &packages {
-            out.insert(fill(&argv_of(&f["obsoletes"]), "package", p));
+    }
+    // Beyond the reference: before anything is written, the repositories are asked in a private
+    // configuration (repository_check), and dnf's Obsoletes question moved there with them.
+    let dir = commands::REPOSITORY_CHECK_DIR;
+    let names: Vec<&str> = packages.iter().map(String::as_str).collect();
+    for p in &names {
+        if family == "apt" {
+            continue;
+        }
+        out.insert(commands::dnf_available(dir, p).unwrap().argv());
+        out.insert(commands::dnf_obsoletes(dir, p).unwrap().argv());
+    }
+    if family == "apt" {
+        for ext in ["list", "sources"] {
+            let list = format!("{dir}/{}.{ext}", commands::PRIVATE_SOURCES);
+            out.insert(commands::apt_private_update(dir, &list).unwrap().argv());
+            out.insert(commands::apt_private_policy(dir, &list, &names).unwrap().argv());
         }
     }
     for section in ["runtime", "cdi", "service"] {

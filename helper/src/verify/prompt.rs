@@ -121,7 +121,9 @@ impl Changes {
                         "add {user} to the docker group; members of docker can gain root on this computer"
                     ));
                 }
-                PlannedAction::CheckConflicts { .. } | PlannedAction::RefreshMetadata { .. } => {}
+                PlannedAction::CheckConflicts { .. }
+                | PlannedAction::CheckRepositories { .. }
+                | PlannedAction::RefreshMetadata { .. } => {}
             }
         }
         c

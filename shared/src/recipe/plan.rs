@@ -74,6 +74,14 @@ pub enum PlannedAction {
         conflicts: Vec<PlannedConflict>,
         remove: bool,
     },
+    /// Not a recipe action: the planner puts it right after the conflict check, before anything
+    /// is written. The repositories the plan adds are fetched in a private configuration, with
+    /// the pinned keys, and asked for the packages still missing (the plan's keys and sources
+    /// are the other actions').
+    CheckRepositories {
+        id: String,
+        wanted: Vec<PlannedPackage>,
+    },
     RefreshMetadata {
         id: String,
         /// One refresh per selected vendor source file, in recipe order.
@@ -108,6 +116,7 @@ impl PlannedAction {
             PlannedAction::InstallKey { id, .. }
             | PlannedAction::WriteSource { id, .. }
             | PlannedAction::CheckConflicts { id, .. }
+            | PlannedAction::CheckRepositories { id, .. }
             | PlannedAction::RefreshMetadata { id, .. }
             | PlannedAction::InstallPackages { id, .. }
             | PlannedAction::ConfigureRuntime { id, .. }
@@ -123,6 +132,7 @@ impl PlannedAction {
             PlannedAction::InstallKey { .. } => "install-key",
             PlannedAction::WriteSource { .. } => "write-source",
             PlannedAction::CheckConflicts { .. } => "check-conflicts",
+            PlannedAction::CheckRepositories { .. } => "check-repositories",
             PlannedAction::RefreshMetadata { .. } => "refresh-metadata",
             PlannedAction::InstallPackages { .. } => "install-packages",
             PlannedAction::ConfigureRuntime { .. } => "configure-runtime",
@@ -132,6 +142,9 @@ impl PlannedAction {
         }
     }
 }
+
+/// The id of the synthesized [`PlannedAction::CheckRepositories`]; no recipe action may take it.
+pub const REPOSITORY_CHECK_ID: &str = "repositories";
 
 fn unsupported(what: String) -> RecipeError {
     RecipeError::Unsupported(what)
@@ -250,6 +263,9 @@ pub(super) fn steps_for(
         })
         .collect();
 
+    // Checks that change nothing run before the first write (keys, sources), whatever the
+    // recipe's order: a refused step must leave the host as it found it.
+    let mut checks = Vec::new();
     let mut out = Vec::new();
     for action in actions {
         match action {
@@ -302,7 +318,7 @@ pub(super) fn steps_for(
                         })
                     })
                     .collect();
-                out.push(PlannedAction::CheckConflicts {
+                checks.push(PlannedAction::CheckConflicts {
                     id: id.clone(),
                     wanted: wanted.clone(),
                     conflicts,
@@ -343,5 +359,12 @@ pub(super) fn steps_for(
             _ => {}
         }
     }
-    Ok(out)
+    if !wanted.is_empty() && !sources.is_empty() {
+        checks.push(PlannedAction::CheckRepositories {
+            id: REPOSITORY_CHECK_ID.to_owned(),
+            wanted,
+        });
+    }
+    checks.extend(out);
+    Ok(checks)
 }

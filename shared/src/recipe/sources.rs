@@ -79,9 +79,33 @@ fn after_options<'a>(words: &[&'a str]) -> Vec<&'a str> {
     }
 }
 
+/// Whether `apt-cache policy` output gives `package` a candidate: the line `Candidate:` of the
+/// package's own block, and not `(none)`.
+pub fn has_candidate(policy: &str, package: &str) -> bool {
+    let header = format!("{package}:");
+    let mut lines = policy.lines().skip_while(|l| l.trim_end() != header);
+    if lines.next().is_none() {
+        return false;
+    }
+    lines
+        .take_while(|l| l.starts_with(' '))
+        .find_map(|l| l.trim().strip_prefix("Candidate:"))
+        .is_some_and(|c| c.trim() != "(none)")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const POLICY: &str = "docker-ce:\n  Installed: (none)\n  Candidate: 5:28.0.1-1~debian.12~bookworm\n  Version table:\n     5:28.0.1-1~debian.12~bookworm 500\ncontainerd.io:\n  Installed: (none)\n  Candidate: (none)\n  Version table:\n";
+
+    #[test]
+    fn a_candidate_is_read_from_its_own_block() {
+        assert!(has_candidate(POLICY, "docker-ce"));
+        assert!(!has_candidate(POLICY, "containerd.io"), "(none)");
+        assert!(!has_candidate(POLICY, "docker-ce-cli"), "not listed at all");
+        assert!(!has_candidate(POLICY, "docker"), "no prefix match");
+    }
 
     fn urls(text: &str) -> Vec<(&str, Option<&str>)> {
         source_urls(text).iter().map(|u| (u.url, u.suite)).collect()

@@ -193,7 +193,9 @@ fn apt_sources_render_the_reference_suite_and_arch() {
 }
 
 #[test]
-fn steps_follow_the_reference_order_and_selection() {
+fn steps_check_before_they_write_then_follow_the_reference_order_and_selection() {
+    // The two checks come first, on purpose unlike the reference (§8.5): a refused step must
+    // have written nothing.
     let recipe = builtin().unwrap();
     let ids = |family, distro, version, components| -> Vec<String> {
         recipe
@@ -206,11 +208,12 @@ fn steps_follow_the_reference_order_and_selection() {
     assert_eq!(
         ids(Family::Apt, "ubuntu", "24.04", all_components()),
         [
+            "conflicts",
+            "repositories",
             "docker-key",
             "docker-source",
             "nvidia-key",
             "nvidia-source",
-            "conflicts",
             "refresh",
             "packages",
             "nvidia-runtime",
@@ -222,11 +225,12 @@ fn steps_follow_the_reference_order_and_selection() {
     assert_eq!(
         ids(Family::Dnf, "fedora", "41", all_components()),
         [
+            "conflicts",
+            "repositories",
             "docker-key",
             "docker-source",
             "nvidia-key",
             "nvidia-source",
-            "conflicts",
             "packages",
             "nvidia-runtime",
             "nvidia-cdi",
@@ -242,9 +246,10 @@ fn steps_follow_the_reference_order_and_selection() {
             vec![Component::NvidiaContainerToolkit]
         ),
         [
+            "conflicts",
+            "repositories",
             "nvidia-key",
             "nvidia-source",
-            "conflicts",
             "refresh",
             "packages"
         ]
@@ -574,9 +579,10 @@ fn validated_parameters_plan_like_their_target_and_the_tables_agree() {
     assert_eq!(
         ids,
         [
+            "conflicts",
+            "repositories",
             "docker-key",
             "docker-source",
-            "conflicts",
             "refresh",
             "packages",
             "docker-group"

@@ -208,8 +208,13 @@ fn check_actions(actions: &[ActionSpec], apt: bool) -> Result<(), RecipeError> {
     let keys = InstalledKeys::of(actions)?;
     for action in actions {
         let id = action.id();
-        if !is_word(id, 40, b"-") || !ids.insert(id.to_string()) {
-            return Err(bad(format!("action id {id:?} is malformed or repeated")));
+        if !is_word(id, 40, b"-")
+            || !ids.insert(id.to_string())
+            || id == super::plan::REPOSITORY_CHECK_ID
+        {
+            return Err(bad(format!(
+                "action id {id:?} is malformed, repeated or reserved"
+            )));
         }
         let kind = match action {
             ActionSpec::InstallKey {

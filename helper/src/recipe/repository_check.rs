@@ -1,0 +1,202 @@
+//! The repositories a plan adds, asked before anything is written. Private copies of the plan's
+//! keys and sources under [`cmd::REPOSITORY_CHECK_DIR`] make an apt or dnf configuration of
+//! their own: the pinned key must verify the repository, and the repository must serve every
+//! package still missing, for this release and architecture; on dnf, what those packages would
+//! replace is asked there too. The system's sources, lists and caches are neither read nor
+//! written, and the folder is removed afterwards, whatever the answer. A refusal here leaves
+//! the host exactly as it was, where the same failure at `apt-get update` after the writes left
+//! a source that broke every later update.
+
+use std::path::{Path, PathBuf};
+
+use enginekit_shared::recipe::{Family, PlannedAction, PlannedPackage};
+
+use super::actions::{self, fail, missing, names, satisfied, Done};
+use super::commands as cmd;
+use super::executor::{Executor, Failure};
+use super::files;
+
+pub(super) async fn check_repositories(
+    r: &mut Executor<'_>,
+    plan: &[PlannedAction],
+    wanted: &[PlannedPackage],
+) -> Done {
+    let missing = missing(r, wanted).await?;
+    if missing.is_empty() {
+        return satisfied("every recipe package is installed; no repository was asked");
+    }
+    let dir = files::under_root(&r.ctx.file_root, cmd::REPOSITORY_CHECK_DIR);
+    // A check killed half-way leaves its folder; apt's own files in it are never trusted.
+    let _ = std::fs::remove_dir_all(&dir);
+    let answer = ask(r, plan, &dir, wanted, &missing).await;
+    // std's remove_dir_all never follows a link inside the folder.
+    let _ = std::fs::remove_dir_all(&dir);
+    answer
+}
+
+async fn ask(
+    r: &mut Executor<'_>,
+    plan: &[PlannedAction],
+    dir: &Path,
+    wanted: &[PlannedPackage],
+    missing: &[PlannedPackage],
+) -> Done {
+    let list = private_copies(&r.ctx.file_root, plan, dir)?;
+    let dir_text = dir.display().to_string();
+    let served = match r.family {
+        Family::Apt => {
+            let list = list.display().to_string();
+            let update = r
+                .run(&cmd::apt_private_update(&dir_text, &list)?, false)
+                .await?;
+            if !update.success() {
+                return refused(update.describe());
+            }
+            let asked: Vec<&str> = missing.iter().map(|p| p.name.as_str()).collect();
+            let policy = r
+                .must(&cmd::apt_private_policy(&dir_text, &list, &asked)?, false)
+                .await?;
+            let lacking: Vec<&str> = asked
+                .into_iter()
+                .filter(|p| !enginekit_shared::recipe::sources::has_candidate(&policy.stdout, p))
+                .collect();
+            if !lacking.is_empty() {
+                // apt-get update says "W: Failed to fetch" and still exits 0 on some failures.
+                let said = update.stderr.trim();
+                return refused(format!(
+                    "they offer no {} for this release and architecture{}",
+                    lacking.join(" "),
+                    if said.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (apt-get update said: {said})")
+                    }
+                ));
+            }
+            names(missing)
+        }
+        Family::Dnf => {
+            for p in missing {
+                let out = r
+                    .run(&cmd::dnf_available(&dir_text, &p.name)?, false)
+                    .await?;
+                if !out.success() {
+                    return refused(out.describe());
+                }
+                if out.stdout.trim().is_empty() {
+                    return refused(format!(
+                        "they offer no {} for this release and architecture",
+                        p.name
+                    ));
+                }
+            }
+            obsoletes(r, &dir_text, wanted, missing).await?;
+            names(missing)
+        }
+    };
+    satisfied(format!(
+        "the repositories verify with the pinned keys and serve {served}"
+    ))
+}
+
+fn refused<T>(why: String) -> Result<T, Failure> {
+    fail(format!(
+        "the repositories the setup would add were asked first, in a configuration of their own, and {why}. Nothing was written."
+    ))
+}
+
+/// Writes the plan's keys (checked against their pins) and its sources, signed by those private
+/// copies, under `dir`; returns apt's source list (dnf reads every `.repo` in `dir/repos`).
+fn private_copies(root: &Path, plan: &[PlannedAction], dir: &Path) -> Result<PathBuf, Failure> {
+    let mut keys = Vec::new();
+    for action in plan {
+        if let PlannedAction::InstallKey {
+            path,
+            encoding,
+            armored,
+            fingerprints,
+            ..
+        } = action
+        {
+            let copy = dir.join("keys").join(file_name(path)?);
+            let bytes = actions::pinned_key(path, *encoding, armored, fingerprints)?;
+            files::write_atomic(root, &copy, &bytes, 0o644)?;
+            keys.push((path.as_str(), copy.display().to_string()));
+        }
+    }
+    let mut list = dir.join(format!("{}.list", cmd::PRIVATE_SOURCES));
+    let mut apt_text = String::new();
+    for action in plan {
+        if let PlannedAction::WriteSource { path, body, .. } = action {
+            let body = keys
+                .iter()
+                .fold(body.clone(), |b, (from, to)| b.replace(from, to));
+            if path.ends_with(".repo") {
+                files::write_atomic(
+                    root,
+                    &dir.join("repos").join(file_name(path)?),
+                    body.as_bytes(),
+                    0o644,
+                )?;
+                continue;
+            }
+            if path.ends_with(".sources") {
+                list.set_extension("sources");
+            }
+            // deb822 stanzas are separated by a blank line.
+            apt_text.push_str(&body);
+            apt_text.push('\n');
+        }
+    }
+    files::write_atomic(root, &list, apt_text.as_bytes(), 0o644)?;
+    files::write_atomic(root, &dir.join("status"), b"", 0o644)?;
+    for sub in ["lists/partial", "cache/archives/partial", "prefs", "repos"] {
+        std::fs::create_dir_all(dir.join(sub))
+            .map_err(|e| Failure(format!("{}: {e}", dir.display())))?;
+    }
+    Ok(list)
+}
+
+fn file_name(path: &str) -> Result<&str, Failure> {
+    Path::new(path)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| Failure(format!("{path} has no file name")))
+}
+
+/// dnf has no switch to turn Obsoletes off: ask what each missing package would replace.
+async fn obsoletes(
+    r: &mut Executor<'_>,
+    dir: &str,
+    wanted: &[PlannedPackage],
+    missing: &[PlannedPackage],
+) -> Result<(), Failure> {
+    for p in missing {
+        let out = r.run(&cmd::dnf_obsoletes(dir, &p.name)?, false).await?;
+        if !out.success() {
+            return fail(format!(
+                "could not ask what {} obsoletes: {}",
+                p.name,
+                out.describe()
+            ));
+        }
+        let Some(names) = cmd::obsoleted_names(&out.stdout) else {
+            return fail(format!(
+                "{} obsoletes something that is not a package name",
+                p.name
+            ));
+        };
+        for first in names {
+            if wanted.iter().any(|w| w.name == first) {
+                continue;
+            }
+            if actions::is_installed(r, first).await? {
+                return fail(format!(
+                    "{first} is installed, and {} would replace it (RPM Obsoletes). Nothing was installed and nothing was removed.",
+                    p.name
+                ));
+            }
+        }
+    }
+    Ok(())
+}
