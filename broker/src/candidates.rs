@@ -40,7 +40,8 @@ const KEEP_FAILURE: Duration = Duration::from_secs(60);
 /// One vendor repository, as the recipe would add it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RepositoryQuery {
-    /// The source line (`deb [signed-by=…] URL SUITE COMPONENT`), as written to the system.
+    /// The source text (a deb822 stanza, or a one-line `deb [signed-by=…] URL SUITE COMPONENT`),
+    /// as written to the system.
     pub source: String,
     /// The path of the key the line is signed by, and the armored key.
     pub key_path: String,
@@ -49,6 +50,17 @@ pub struct RepositoryQuery {
     pub packages: Vec<String>,
     /// dpkg's architecture (`amd64`).
     pub deb_arch: String,
+}
+
+impl RepositoryQuery {
+    /// The private source list's name: apt reads `.sources` as deb822, `.list` as one-line.
+    fn list_name(&self) -> &'static str {
+        if self.source.lines().any(|l| l.starts_with("Types:")) {
+            "sources.sources"
+        } else {
+            "sources.list"
+        }
+    }
 }
 
 /// What the repository said.
@@ -97,9 +109,13 @@ pub fn query_for(recipe: &Recipe, params: &HostParameters) -> Option<RepositoryQ
         }
     }
     let source = source?;
+    // The key the source is signed by: a one-line `signed-by=` option or a deb822 field.
     let (key_path, key_armored) = keys.into_iter().find(|(path, _)| {
         source.contains(&format!("signed-by={path}]"))
             || source.contains(&format!("signed-by={path} "))
+            || source
+                .lines()
+                .any(|l| l.trim() == format!("Signed-By: {path}"))
     })?;
     (!packages.is_empty()).then(|| RepositoryQuery {
         source,
@@ -206,7 +222,7 @@ async fn ask_apt(query: &RepositoryQuery) -> RepositoryAnswer {
         CHECK_TIMEOUT,
         dir.join("docker-config"),
     );
-    let options = apt_options(&dir, &query.deb_arch);
+    let options = apt_options(&dir, query.list_name(), &query.deb_arch);
     let mut update: Vec<&str> = options.iter().map(String::as_str).collect();
     update.push("update");
     let out = match commands.run("apt-get", &update).await {
@@ -277,11 +293,10 @@ fn sandbox(query: &RepositoryQuery) -> std::io::Result<PathBuf> {
     // apt reads an armored key only from a file named .asc.
     let key = dir.join("key.asc");
     std::fs::write(&key, &query.key_armored)?;
-    let line = query.source.replace(
-        &format!("signed-by={}", query.key_path),
-        &format!("signed-by={}", key.display()),
-    );
-    std::fs::write(dir.join("sources.list"), format!("{line}\n"))?;
+    let text = query
+        .source
+        .replace(&query.key_path, &key.display().to_string());
+    std::fs::write(dir.join(query.list_name()), format!("{text}\n"))?;
     std::fs::write(dir.join("status"), b"")?;
     Ok(dir)
 }
@@ -291,14 +306,14 @@ fn cache_root() -> Option<PathBuf> {
 }
 
 /// apt pointed at the private folder only: no system source, preference, key or status.
-fn apt_options(dir: &Path, deb_arch: &str) -> Vec<String> {
+fn apt_options(dir: &Path, list: &str, deb_arch: &str) -> Vec<String> {
     let at = |sub: &str| dir.join(sub).display().to_string();
     let sandbox_user = nix::unistd::User::from_uid(nix::unistd::getuid())
         .ok()
         .flatten()
         .map_or_else(|| "root".to_owned(), |u| u.name);
     [
-        ("Dir::Etc::SourceList", at("sources.list")),
+        ("Dir::Etc::SourceList", at(list)),
         ("Dir::Etc::SourceParts", at("parts")),
         ("Dir::Etc::Preferences", at("prefs/none")),
         ("Dir::Etc::PreferencesParts", at("prefs")),
@@ -345,10 +360,11 @@ mod tests {
         assert_eq!(q.key_path, "/etc/apt/keyrings/docker.asc");
         assert!(
             q.source
-                .contains("https://download.docker.com/linux/ubuntu noble stable"),
+                .contains("URIs: https://download.docker.com/linux/ubuntu\nSuites: noble\n"),
             "{}",
             q.source
         );
+        assert_eq!(q.list_name(), "sources.sources");
         assert_eq!(q.packages, ["docker-ce", "docker-ce-cli", "containerd.io"]);
         assert!(q
             .key_armored

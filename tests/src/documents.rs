@@ -114,16 +114,16 @@ pub fn docker_from_nothing_recipe(
                 let path = action["path"].as_str().unwrap_or_default().to_owned();
                 let keyring = action["template"]
                     .as_str()
-                    .and_then(|t| t.split("signed-by=").nth(1))
-                    .and_then(|t| t.split(']').next())
+                    .and_then(|t| t.split("Signed-By: ").nth(1))
+                    .and_then(|t| t.lines().next())
                     .unwrap_or_default()
                     .to_owned();
                 assert!(
-                    !keyring.is_empty(),
+                    !keyring.is_empty() && path.ends_with(".sources"),
                     "the built-in nvidia-source changed: {action}"
                 );
                 action["template"] = json!(format!(
-                    "deb [signed-by={keyring}] {}/stable/deb/$(ARCH) /\n",
+                    "Types: deb\nURIs: {}/stable/deb/${{deb_arch}}\nSuites: /\nSigned-By: {keyring}\n",
                     repo.url
                 ));
                 action["path"] = json!(path);

@@ -340,6 +340,18 @@ impl BootedSystemd {
         )
     }
 
+    /// Every entry under `dirs` (those that exist): path, type, mode and owner, and a regular
+    /// file's SHA-256, sorted. Two equal snapshots mean the trees are the same, file for file.
+    pub fn tree_snapshot(&self, dirs: &[&str]) -> String {
+        let dirs = dirs.join(" ");
+        self.sh(&format!(
+            "for d in {dirs}; do [ -e \"$d\" ] || continue; \
+               find \"$d\" -exec stat -c '%n %F %a %U:%G' {{}} +; \
+               find \"$d\" -type f -exec sha256sum {{}} +; \
+             done | sort"
+        ))
+    }
+
     /// A polkit rule answering `result` (`YES`, `NO`, `AUTH_ADMIN`, …) for the helper's action
     /// when `user` asks, then polkitd restarted: it reloads on inotify, a restart makes the rule
     /// certain before the first call.

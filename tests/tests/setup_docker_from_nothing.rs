@@ -42,7 +42,7 @@ use serde_json::{json, Value};
 const KEY_NAME: &str = "ekt-docker-from-nothing";
 /// Where the built-in recipe puts Docker's key and source (it writes them; the test reads them).
 const DOCKER_KEY: &str = "/etc/apt/keyrings/docker.asc";
-const DOCKER_LIST: &str = "/etc/apt/sources.list.d/docker.list";
+const DOCKER_LIST: &str = "/etc/apt/sources.list.d/docker.sources";
 
 /// Which repository the recipe's `docker-engine` component points at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,13 +215,15 @@ echo "start-exit=$?"
 /// The plan offers everything a host without Docker needs, from the recipe's repositories.
 /// Starts, as root inside the host, a process that takes dpkg's frontend lock (an fcntl lock, as
 /// apt and dpkg take it) and lets go three seconds after an `apt-get … install` appears (five
-/// minutes at most); returns its pid once the lock is held.
+/// minutes at most); returns its pid once the lock is held. While apt waits, it lists logind's
+/// inhibitors into `/tmp/inhibitors-during-install`.
 fn hold_dpkg_lock_until_apt_installs(booted: &BootedSystemd) -> u32 {
     let pid = booted.sh(
         "perl -e 'use Fcntl; open(my $f, \">>\", \"/var/lib/dpkg/lock-frontend\") or die; \
            my $l = pack(\"s s x4 q q l x4\", F_WRLCK, 0, 0, 0, 0); fcntl($f, F_SETLKW, $l) or die; \
            for (1..300) { my $seen = grep { my $h; open($h, \"<\", $_) && (<$h> // \"\") =~ /apt-get\\0.*\\binstall\\0/ } \
-             glob \"/proc/[0-9]*/cmdline\"; last if $seen; sleep 1 } sleep 3' \
+             glob \"/proc/[0-9]*/cmdline\"; last if $seen; sleep 1 } \
+           system(\"systemd-inhibit --list --no-pager >/tmp/inhibitors-during-install 2>&1\"); sleep 3' \
            </dev/null >/dev/null 2>&1 & echo $!",
     );
     let pid: u32 = pid.trim().parse().expect("the lock holder's pid");
@@ -327,6 +329,19 @@ fn from_no_docker_at_all_setup_adds_dockers_repository_installs_it_and_the_toolk
         "no progress event says {waited:?}: {}",
         describe(&first)
     );
+    // While the package manager ran, the helper held logind's shutdown and sleep inhibitor,
+    // in block mode, with a reason a desktop shows; released when it ended.
+    let during = host.sh("cat /tmp/inhibitors-during-install");
+    let line = during.lines().find(|l| l.contains("enginekit"));
+    assert!(
+        line.is_some_and(|l| l.contains("shutdown:sleep")
+            && l.contains("block")
+            && l.contains("Installing the container runtime")),
+        "{during}"
+    );
+    assert!(!host
+        .sh("systemd-inhibit --list --no-pager")
+        .contains("enginekit"));
     assert_eq!(host.burnt_nonces().len(), 1, "{}", host.journal());
     assert!(host.image_present(host.engine_ref()));
     assert!(host.image_present(&host.env.gpu_check_ref));
@@ -349,8 +364,8 @@ fn from_no_docker_at_all_setup_adds_dockers_repository_installs_it_and_the_toolk
     let list = host.sh(&format!("cat {DOCKER_LIST}"));
     assert!(
         list.contains(&format!(
-            "signed-by={DOCKER_KEY}] {}/linux/debian {} stable",
-            docker.url, docker.codename
+            "URIs: {}/linux/debian\nSuites: {}\nComponents: stable\nArchitectures: {}\nSigned-By: {DOCKER_KEY}\n",
+            docker.url, docker.codename, host.sh("dpkg --print-architecture").trim()
         )),
         "{list}"
     );
@@ -420,6 +435,7 @@ fn the_key_pin_holds_for_real_a_repository_signed_by_another_key_is_refused_by_a
 ) {
     let host = NoDockerHost::start(DockerSource::Resigned, false);
     let docker = host.env.docker_repo();
+    let apt_before = host.tree_snapshot(APT_TREES);
     let before = host.plan();
     assert_plan_from_nothing(&host, &before);
     // Asked beforehand, the repository's signature does not verify with the pinned key: the
@@ -439,11 +455,13 @@ fn the_key_pin_holds_for_real_a_repository_signed_by_another_key_is_refused_by_a
         describe(&out)
     );
     assert_eq!(host.burnt_nonces().len(), 1, "{}", host.journal());
-    // The helper's job failed at the refresh of Docker's repository, and says so.
+    // The helper asked Docker's repository first, in a configuration of its own, and refused
+    // it there, before writing anything.
     let receipt = host.last_receipt();
     assert_eq!(receipt["outcome"], "failed", "{receipt}");
-    let refresh = receipt_action(&receipt, "refresh");
+    let refresh = receipt_action(&receipt, "repositories");
     assert!(refresh.starts_with("failed: "), "{refresh}");
+    assert!(refresh.contains("Nothing was written."), "{refresh}");
     let other = &docker.other_key_fingerprint[24..];
     assert!(
         refresh.contains(&format!("NO_PUBKEY {other}")) || refresh.contains("not signed"),
@@ -452,7 +470,7 @@ fn the_key_pin_holds_for_real_a_repository_signed_by_another_key_is_refused_by_a
     assert!(
         receipt["error"]["message"]
             .as_str()
-            .is_some_and(|m| m.starts_with("refresh: ")),
+            .is_some_and(|m| m.starts_with("repositories: ")),
         "{receipt}"
     );
     // What the user is told names the failed action and carries apt's refusal.
@@ -463,7 +481,7 @@ fn the_key_pin_holds_for_real_a_repository_signed_by_another_key_is_refused_by_a
     let details = result["error"]["details"].as_str().unwrap_or_default();
     eprintln!("the user is told, under the wrong key:\n{details}");
     assert!(
-        details.starts_with("MANAGED_PREREQUISITE_BLOCKED: refresh: "),
+        details.starts_with("MANAGED_PREREQUISITE_BLOCKED: repositories: "),
         "the failed action is named: {result}"
     );
     assert!(details.contains(&format!("NO_PUBKEY {other}")), "{result}");
@@ -475,8 +493,14 @@ fn the_key_pin_holds_for_real_a_repository_signed_by_another_key_is_refused_by_a
         )),
         "{result}"
     );
-    let packages = receipt_action(&receipt, "packages");
-    assert!(packages.starts_with("not-run: "), "{packages}");
+    for id in ["docker-key", "docker-source", "refresh", "packages"] {
+        let action = receipt_action(&receipt, id);
+        assert!(action.starts_with("not-run: "), "{id}: {action}");
+    }
+    // Nothing written: apt's tree is as it was, and the system's apt-get update as clean.
+    assert_eq!(host.tree_snapshot(APT_TREES), apt_before);
+    assert!(!host.exists(DOCKER_LIST) && !host.exists(DOCKER_KEY));
+    assert_apt_update_is_clean(&host);
 
     // Nothing half-installed: no package of Docker's or the toolkit's in any state, no
     // group, no unit, no user in a group.
@@ -501,6 +525,20 @@ fn the_key_pin_holds_for_real_a_repository_signed_by_another_key_is_refused_by_a
     };
     assert_eq!(codes(&after), codes(&before), "{after}");
     assert_plan_from_nothing(&host, &after);
+}
+
+/// What a refused setup must leave as it found it.
+const APT_TREES: &[&str] = &["/etc/apt", "/etc/docker", "/etc/cdi", "/var/run/cdi"];
+
+/// The system's own `apt-get update` succeeds without a warning or an error.
+fn assert_apt_update_is_clean(host: &NoDockerHost) {
+    let out = host.sh("apt-get update -q 2>&1; echo exit=$?");
+    assert!(out.trim_end().ends_with("exit=0"), "{out}");
+    assert!(
+        !out.lines()
+            .any(|l| l.starts_with("W:") || l.starts_with("E:")),
+        "{out}"
+    );
 }
 
 /// The built-in recipe's docker-engine conflicts, in its order.
@@ -533,6 +571,7 @@ fn conflict_is_refused_then_removed(debian: &str) {
     let names: Vec<&str> = found.iter().map(|(p, _)| *p).collect();
     let first = names[0];
     assert!(host.dpkg_states(&DOCKER_PACKAGES).is_empty());
+    let apt_before = host.tree_snapshot(APT_TREES);
 
     // The built-in conflict check (remove: false) refuses, naming the package and the remedy.
     let refused = host.enginekit("setup --engine vllm --yes --json");
@@ -572,10 +611,19 @@ fn conflict_is_refused_then_removed(debian: &str) {
     let mut all: Vec<&str> = DOCKER_PACKAGES.to_vec();
     all.extend(TOOLKIT_PACKAGES);
     assert_eq!(host.dpkg_states(&all), Vec::<String>::new());
-    for id in ["refresh", "packages"] {
+    // The conflict check runs first: no key, no source, apt as it was.
+    for id in [
+        "repositories",
+        "docker-key",
+        "docker-source",
+        "refresh",
+        "packages",
+    ] {
         let action = receipt_action(&receipt, id);
         assert!(action.starts_with("not-run: "), "{id}: {action}");
     }
+    assert_eq!(host.tree_snapshot(APT_TREES), apt_before);
+    assert_apt_update_is_clean(&host);
 
     // A signed recipe that says remove: true removes them for real, and the setup goes on.
     host.install_documents(DockerSource::Pinned, true, 1001);

@@ -253,6 +253,14 @@ impl RhelHost {
 fn a_toolkit_repository_whose_metadata_another_key_signed_is_refused_by_dnf_naming_the_action_and_nothing_is_half_installed(
 ) {
     let host = RhelHost::start(ToolkitSource::Resigned);
+    let trees = [
+        "/etc/yum.repos.d",
+        "/etc/pki/rpm-gpg",
+        "/etc/docker",
+        "/var/run/cdi",
+    ];
+    let dnf_before = host.tree_snapshot(&trees);
+    let keys_before = host.sh("rpm -q gpg-pubkey 2>&1 | sort");
     let before = host.plan();
     assert_dnf_plan(&before);
 
@@ -268,9 +276,9 @@ fn a_toolkit_repository_whose_metadata_another_key_signed_is_refused_by_dnf_nami
     assert_eq!(host.burnt_nonces().len(), 1, "{}", host.journal());
     let receipt = host.last_receipt();
     assert_eq!(receipt["outcome"], "failed", "{receipt}");
-    // dnf reads every repository's metadata first, in the conflict check's Obsoletes query:
-    // that is where the signature is refused, before any package is installed.
-    let conflicts = receipt_action(&receipt, "conflicts");
+    // The repositories are asked first, in a configuration of their own: that is where the
+    // metadata's signature is refused, before any file is written.
+    let conflicts = receipt_action(&receipt, "repositories");
     assert!(conflicts.starts_with("failed: "), "{conflicts}");
     assert!(
         conflicts.to_lowercase().contains("signature") || conflicts.contains("GPG"),
@@ -281,10 +289,14 @@ fn a_toolkit_repository_whose_metadata_another_key_signed_is_refused_by_dnf_nami
     let details = result["error"]["details"].as_str().unwrap_or_default();
     eprintln!("the user is told, under the wrong metadata key:\n{details}");
     assert!(
-        details.starts_with("MANAGED_PREREQUISITE_BLOCKED: conflicts: "),
+        details.starts_with("MANAGED_PREREQUISITE_BLOCKED: repositories: "),
         "the failed action is named: {result}"
     );
     host.assert_nothing_installed();
+    assert_eq!(host.tree_snapshot(&trees), dnf_before, "nothing written");
+    assert_eq!(host.sh("rpm -q gpg-pubkey 2>&1 | sort"), keys_before);
+    let makecache = host.sh("dnf makecache -q 2>&1; echo exit=$?");
+    assert!(makecache.trim_end().ends_with("exit=0"), "{makecache}");
     // The plan afterwards offers the same step.
     let after = host.plan();
     let codes = |plan: &Value| -> Vec<(String, String)> {

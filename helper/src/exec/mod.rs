@@ -3,4 +3,5 @@
 //! per-kind timeouts ([`spawn`]).
 
 pub(crate) mod command;
+pub(crate) mod inhibit;
 pub(crate) mod spawn;

@@ -288,17 +288,22 @@ mod tests {
     /// `dnf repoquery` in the repository check's private configuration, before its query words.
     fn private_repoquery() -> Vec<String> {
         let dir = REPOSITORY_CHECK_DIR;
-        ["repoquery", "--quiet", "-y", "--setopt=skip_if_unavailable=False"]
-            .iter()
-            .map(|w| w.to_string())
-            .chain([
-                format!("--setopt=reposdir={dir}/repos"),
-                format!("--setopt=cachedir={dir}/cache"),
-                format!("--setopt=system_cachedir={dir}/cache"),
-                format!("--setopt=logdir={dir}/log"),
-                format!("--setopt=persistdir={dir}/persist"),
-            ])
-            .collect()
+        [
+            "repoquery",
+            "--quiet",
+            "-y",
+            "--setopt=skip_if_unavailable=False",
+        ]
+        .iter()
+        .map(|w| w.to_string())
+        .chain([
+            format!("--setopt=reposdir={dir}/repos"),
+            format!("--setopt=cachedir={dir}/cache"),
+            format!("--setopt=system_cachedir={dir}/cache"),
+            format!("--setopt=logdir={dir}/log"),
+            format!("--setopt=persistdir={dir}/persist"),
+        ])
+        .collect()
     }
 
     fn allowed(family: Family, plan: &[PlannedAction]) -> Allowed {
@@ -500,7 +505,7 @@ mod tests {
             ],
         );
         assert!(apt
-            .permit(&apt_refresh("/etc/apt/sources.list.d/docker.list").unwrap())
+            .permit(&apt_refresh("/etc/apt/sources.list.d/docker.sources").unwrap())
             .is_ok());
         let err = apt.permit(&with_extra("--allow-downgrades")).unwrap_err();
         assert_eq!(
@@ -605,8 +610,14 @@ mod tests {
         let lxc = installed_query(Family::Dnf, "lxc-docker").unwrap();
         assert!(dnf.permit(&lxc).is_err());
         // Taught nothing by a query outside the plan, or by output that is not names.
-        dnf.learn(&dnf_obsoletes(REPOSITORY_CHECK_DIR, "evil").unwrap(), "lxc-docker\n");
-        dnf.learn(&dnf_obsoletes(REPOSITORY_CHECK_DIR, "docker-ce").unwrap(), "lxc-docker\n-rf /\n");
+        dnf.learn(
+            &dnf_obsoletes(REPOSITORY_CHECK_DIR, "evil").unwrap(),
+            "lxc-docker\n",
+        );
+        dnf.learn(
+            &dnf_obsoletes(REPOSITORY_CHECK_DIR, "docker-ce").unwrap(),
+            "lxc-docker\n-rf /\n",
+        );
         dnf.learn(
             &installed_query(Family::Dnf, "docker-ce").unwrap(),
             "lxc-docker\n",

@@ -85,6 +85,11 @@ impl<'a> Executor<'a> {
             self.package_manager_started = true;
             self.report();
         }
+        // Held while this command changes packages, released when it ends.
+        let _inhibitor = match is_pm {
+            true => crate::exec::inhibit::hold().await,
+            false => None,
+        };
         let started = Instant::now();
         let result = spawn::run(cmd, &self.env, &self.ctx.timeouts).await;
         if result.success() {

@@ -87,8 +87,10 @@ fn reference_argv(family: &str) -> BTreeSet<Vec<String>> {
     out.insert(install);
     if family == "apt" {
         for c in ["docker-engine", "nvidia-container-toolkit"] {
+            // The reference's source, written as deb822 (`.sources`).
             let source = f["repositories"][c]["source"]["path"].as_str().unwrap();
-            out.insert(fill(&argv_of(&f["refresh"]), "source", source));
+            let source = format!("{}.sources", source.trim_end_matches(".list"));
+            out.insert(fill(&argv_of(&f["refresh"]), "source", &source));
         }
     }
     // Beyond the reference: before anything is written, the repositories are asked in a private
@@ -106,7 +108,11 @@ fn reference_argv(family: &str) -> BTreeSet<Vec<String>> {
         for ext in ["list", "sources"] {
             let list = format!("{dir}/{}.{ext}", commands::PRIVATE_SOURCES);
             out.insert(commands::apt_private_update(dir, &list).unwrap().argv());
-            out.insert(commands::apt_private_policy(dir, &list, &names).unwrap().argv());
+            out.insert(
+                commands::apt_private_policy(dir, &list, &names)
+                    .unwrap()
+                    .argv(),
+            );
         }
     }
     for section in ["runtime", "cdi", "service"] {
@@ -199,8 +205,23 @@ fn the_builtin_recipe_writes_exactly_the_reference_files_on_every_host() {
                     PlannedAction::WriteSource { id, path, body }
                         if id == &format!("{prefix}-source") =>
                     {
-                        assert_eq!(path, repo["source"]["path"].as_str().unwrap());
-                        assert_eq!(body, &expected_body, "{distro} {version} {id}");
+                        let reference_path = repo["source"]["path"].as_str().unwrap();
+                        if family == "apt" {
+                            // Beyond the reference: the same repository, suite, components and
+                            // key, written as deb822 (`.sources`), as current apt writes it.
+                            let stem = reference_path.trim_end_matches(".list");
+                            assert_eq!(path, &format!("{stem}.sources"));
+                            assert!(
+                                enginekit_shared::recipe::sources::same_apt_repository(
+                                    &expected_body,
+                                    body
+                                ),
+                                "{distro} {version} {id}: {body} is not {expected_body}"
+                            );
+                        } else {
+                            assert_eq!(path, reference_path);
+                            assert_eq!(body, &expected_body, "{distro} {version} {id}");
+                        }
                         sources += 1;
                     }
                     PlannedAction::InstallKey {
@@ -351,9 +372,9 @@ async fn keys_and_sources_are_written_then_kept() {
     .unwrap();
     assert_eq!(nvidia_key[0], 0x99, "dearmored in-process");
     let list =
-        std::fs::read_to_string(dir.path().join("etc/apt/sources.list.d/docker.list")).unwrap();
-    assert!(list.contains("https://download.docker.com/linux/ubuntu noble stable"));
-    let mode = std::fs::metadata(dir.path().join("etc/apt/sources.list.d/docker.list"))
+        std::fs::read_to_string(dir.path().join("etc/apt/sources.list.d/docker.sources")).unwrap();
+    assert!(list.contains("URIs: https://download.docker.com/linux/ubuntu\nSuites: noble\n"));
+    let mode = std::fs::metadata(dir.path().join("etc/apt/sources.list.d/docker.sources"))
         .unwrap()
         .mode();
     assert_eq!(mode & 0o777, 0o644);
@@ -373,7 +394,7 @@ async fn keys_and_sources_are_written_then_kept() {
 #[tokio::test]
 async fn a_differing_source_or_a_foreign_key_is_reported_and_left_alone() {
     let dir = tempfile::tempdir().unwrap();
-    let list = dir.path().join("etc/apt/sources.list.d/docker.list");
+    let list = dir.path().join("etc/apt/sources.list.d/docker.sources");
     std::fs::create_dir_all(list.parent().unwrap()).unwrap();
     std::fs::write(&list, "deb http://evil.invalid/ x main\n").unwrap();
     let out = run_files(dir.path()).await;

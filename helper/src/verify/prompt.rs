@@ -199,7 +199,7 @@ mod tests {
         );
         assert_eq!(
             repository_locations("Types: deb\nURIs: https://c.example/deb\nSuites: x\n"),
-            vec!["https://c.example/deb"]
+            vec!["https://c.example/deb x"]
         );
     }
 

@@ -427,7 +427,7 @@ fn polkit_details_list_what_the_job_will_do() {
         "docker-ce; docker-ce-cli; containerd.io; nvidia-container-toolkit"
     );
     assert!(details["files"].contains("/etc/docker/daemon.json"));
-    assert!(details["files"].contains("/etc/apt/sources.list.d/docker.list"));
+    assert!(details["files"].contains("/etc/apt/sources.list.d/docker.sources"));
     // No restart was approved, but the packages may start Docker: the implicit restart shows.
     assert!(details["services"].contains("restart docker.service if it was not running"));
     assert!(details["docker_group"].contains("can gain root"));

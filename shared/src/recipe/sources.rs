@@ -32,8 +32,20 @@ impl SourceUrl<'_> {
 /// list) can hide one.
 pub fn source_urls(text: &str) -> Vec<SourceUrl<'_>> {
     let mut out: Vec<SourceUrl<'_>> = Vec::new();
+    // deb822: each stanza's URIs, with its first suite (the built-in recipe writes one stanza).
+    fn field<'t>(line: &'t str, name: &str) -> Option<&'t str> {
+        let (key, value) = line.split_once(':')?;
+        key.trim().eq_ignore_ascii_case(name).then_some(value)
+    }
+    let suite = text
+        .lines()
+        .find_map(|l| field(l, "suites"))
+        .and_then(|v| v.split_whitespace().next());
     for line in text.lines() {
         let words: Vec<&str> = line.split_whitespace().collect();
+        if let Some(uris) = field(line, "uris") {
+            out.extend(uris.split_whitespace().map(|url| SourceUrl { url, suite }));
+        }
         if words.first() == Some(&"deb") {
             let rest = after_options(&words[1..]);
             if let Some(uri) = rest.first() {
@@ -77,6 +89,92 @@ fn after_options<'a>(words: &[&'a str]) -> Vec<&'a str> {
         }
         _ => words.to_vec(),
     }
+}
+
+/// One apt repository as a source names it.
+#[derive(Debug, PartialEq, Eq)]
+struct AptEntry<'a> {
+    uri: &'a str,
+    suite: &'a str,
+    components: Vec<&'a str>,
+    signed_by: Option<&'a str>,
+}
+
+/// The only `deb` line of a one-line source (comments and blank lines aside).
+fn one_line_entry(text: &str) -> Option<AptEntry<'_>> {
+    let mut lines = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'));
+    let line = lines.next()?;
+    if lines.next().is_some() {
+        return None;
+    }
+    let words: Vec<&str> = line.split_whitespace().collect();
+    if words.first() != Some(&"deb") {
+        return None;
+    }
+    let options: Vec<&str> = match words.get(1) {
+        Some(w) if w.starts_with('[') => words[1..]
+            .iter()
+            .take_while(|w| !w.starts_with("http"))
+            .flat_map(|w| w.trim_matches(|c| c == '[' || c == ']').split_whitespace())
+            .collect(),
+        _ => Vec::new(),
+    };
+    let rest = after_options(&words[1..]);
+    Some(AptEntry {
+        uri: rest.first()?,
+        suite: rest.get(1)?,
+        components: rest.get(2..).map(<[&str]>::to_vec).unwrap_or_default(),
+        signed_by: options.iter().find_map(|o| o.strip_prefix("signed-by=")),
+    })
+}
+
+/// The only stanza of a deb822 source, with one URI and one suite.
+fn deb822_entry(text: &str) -> Option<AptEntry<'_>> {
+    let field = |name: &str| {
+        text.lines().find_map(|l| {
+            let (key, value) = l.split_once(':')?;
+            key.trim().eq_ignore_ascii_case(name).then(|| value.trim())
+        })
+    };
+    fn one(value: &str) -> Option<&str> {
+        let mut words = value.split_whitespace();
+        words.next().filter(|_| words.next().is_none())
+    }
+    Some(AptEntry {
+        uri: one(field("uris")?)?,
+        suite: one(field("suites")?)?,
+        components: field("components")
+            .map(|c| c.split_whitespace().collect())
+            .unwrap_or_default(),
+        signed_by: field("signed-by"),
+    })
+    .filter(|_| field("types").map(str::trim) == Some("deb"))
+}
+
+/// Whether a one-line `.list` names the same repository, suite, components and key as a deb822
+/// stanza, apt's `$(ARCH)` in the one-line URI standing for any one path segment: the file
+/// enginekit wrote before it wrote `.sources`, which setup replaces rather than doubles.
+pub fn same_apt_repository(one_line: &str, deb822: &str) -> bool {
+    let (Some(old), Some(new)) = (one_line_entry(one_line), deb822_entry(deb822)) else {
+        return false;
+    };
+    let segments = |uri: &str| -> Vec<String> {
+        uri.trim_end_matches('/')
+            .split('/')
+            .map(str::to_owned)
+            .collect()
+    };
+    let (a, b) = (segments(old.uri), segments(new.uri));
+    a.len() == b.len()
+        && a.iter()
+            .zip(&b)
+            .all(|(x, y)| x == y || (x == "$(ARCH)" && !y.is_empty()))
+        && old.suite == new.suite
+        && old.components == new.components
+        && old.signed_by == new.signed_by
 }
 
 /// Whether `apt-cache policy` output gives `package` a candidate: the line `Candidate:` of the
@@ -125,8 +223,49 @@ mod tests {
                 ("file:///etc/k", None)
             ]
         );
+        assert_eq!(
+            urls("Types: deb\nuris: https://d.example/linux/debian https://m.example/d\nSuites: trixie\nSigned-By: /k.asc\n"),
+            [
+                ("https://d.example/linux/debian", Some("trixie")),
+                ("https://m.example/d", Some("trixie"))
+            ],
+            "deb822: each URI with the stanza's suite, the field name in any case"
+        );
         assert_eq!(urls("no url, only ://"), []);
         assert_eq!(urls("é://x ü"), [], "a scheme is ASCII; nothing panics");
+    }
+
+    #[test]
+    fn a_one_line_source_is_the_same_repository_as_its_deb822_form_and_no_other() {
+        let stanza =
+            "Types: deb\nURIs: https://n.example/deb/amd64\nSuites: /\nSigned-By: /k.gpg\n";
+        assert!(same_apt_repository(
+            "deb [signed-by=/k.gpg] https://n.example/deb/$(ARCH) /\n",
+            stanza
+        ));
+        assert!(same_apt_repository(
+            "# ours\ndeb [signed-by=/k.gpg] https://n.example/deb/amd64 /\n",
+            stanza
+        ));
+        let docker = "Types: deb\nURIs: https://d.example/linux/debian\nSuites: bookworm\nComponents: stable\nArchitectures: amd64\nSigned-By: /d.asc\n";
+        assert!(same_apt_repository(
+            "deb [arch=amd64 signed-by=/d.asc] https://d.example/linux/debian bookworm stable\n",
+            docker
+        ));
+        for other in [
+            "deb [signed-by=/other.gpg] https://n.example/deb/$(ARCH) /\n",
+            "deb https://n.example/deb/$(ARCH) /\n",
+            "deb [signed-by=/k.gpg] https://evil.example/deb/$(ARCH) /\n",
+            "deb [signed-by=/k.gpg] https://n.example/deb/$(ARCH) / main\n",
+            "deb [signed-by=/k.gpg] https://n.example/deb/$(ARCH) /\ndeb https://x.example/ y z\n",
+            "deb-src [signed-by=/k.gpg] https://n.example/deb/$(ARCH) /\n",
+        ] {
+            assert!(!same_apt_repository(other, stanza), "{other}");
+        }
+        assert!(!same_apt_repository(
+            "deb [signed-by=/k.gpg] https://n.example/deb/$(ARCH) /\n",
+            "Types: deb-src\nURIs: https://n.example/deb/amd64\nSuites: /\nSigned-By: /k.gpg\n"
+        ));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use crate::safe::UserName;
 /// The digest of `builtin.json`. Changing the production recipe changes this value: update it
 /// deliberately, together with the recipe's `serial`.
 const BUILTIN_DIGEST: &str =
-    "sha256:11e201c6ba8268a49dcd29bbd726f15cf31f58cd1e5f188b869cd1112ec634cd";
+    "sha256:29735a47327f1d2481fe23606be84400f22fb0fc83a8910ab3d236ed6a851b5c";
 
 const REFERENCE_REV2: &str = include_str!("testdata/reference-recipe-rev2.json");
 
@@ -172,14 +172,14 @@ fn every_builtin_key_is_the_pinned_vendor_key() {
 }
 
 #[test]
-fn apt_sources_render_the_reference_suite_and_arch() {
+fn apt_sources_render_the_reference_suite_and_arch_as_deb822() {
     let recipe = builtin().unwrap();
     for (distro, version, arch, expected) in [
-        ("ubuntu", "22.04", "x86_64", "deb [arch=amd64 signed-by=/etc/apt/keyrings/docker.asc] https://download.docker.com/linux/ubuntu jammy stable\n"),
-        ("ubuntu", "24.04", "x86_64", "deb [arch=amd64 signed-by=/etc/apt/keyrings/docker.asc] https://download.docker.com/linux/ubuntu noble stable\n"),
-        ("ubuntu", "26.04", "aarch64", "deb [arch=arm64 signed-by=/etc/apt/keyrings/docker.asc] https://download.docker.com/linux/ubuntu resolute stable\n"),
-        ("debian", "12", "x86_64", "deb [arch=amd64 signed-by=/etc/apt/keyrings/docker.asc] https://download.docker.com/linux/debian bookworm stable\n"),
-        ("debian", "13", "aarch64", "deb [arch=arm64 signed-by=/etc/apt/keyrings/docker.asc] https://download.docker.com/linux/debian trixie stable\n"),
+        ("ubuntu", "22.04", "x86_64", "Types: deb\nURIs: https://download.docker.com/linux/ubuntu\nSuites: jammy\nComponents: stable\nArchitectures: amd64\nSigned-By: /etc/apt/keyrings/docker.asc\n"),
+        ("ubuntu", "24.04", "x86_64", "Types: deb\nURIs: https://download.docker.com/linux/ubuntu\nSuites: noble\nComponents: stable\nArchitectures: amd64\nSigned-By: /etc/apt/keyrings/docker.asc\n"),
+        ("ubuntu", "26.04", "aarch64", "Types: deb\nURIs: https://download.docker.com/linux/ubuntu\nSuites: resolute\nComponents: stable\nArchitectures: arm64\nSigned-By: /etc/apt/keyrings/docker.asc\n"),
+        ("debian", "12", "x86_64", "Types: deb\nURIs: https://download.docker.com/linux/debian\nSuites: bookworm\nComponents: stable\nArchitectures: amd64\nSigned-By: /etc/apt/keyrings/docker.asc\n"),
+        ("debian", "13", "aarch64", "Types: deb\nURIs: https://download.docker.com/linux/debian\nSuites: trixie\nComponents: stable\nArchitectures: arm64\nSigned-By: /etc/apt/keyrings/docker.asc\n"),
     ] {
         let steps = recipe
             .steps_for_target(&target(Family::Apt, distro, version, arch, vec![Component::DockerEngine]))

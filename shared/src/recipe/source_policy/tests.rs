@@ -26,6 +26,14 @@ fn with_template(family: &str, index: usize, template: &str) -> Value {
     let action = &mut payload[family]["actions"][index];
     assert_eq!(action["action"], "write-source", "{family} action {index}");
     action["template"] = json!(template);
+    // The built-in apt sources are deb822; a one-line case is written as a `.list` file.
+    if family == "apt" && !template.contains("Types:") {
+        let path = action["path"]
+            .as_str()
+            .unwrap_or_default()
+            .replace(".sources", ".list");
+        action["path"] = json!(path);
+    }
     payload
 }
 
@@ -84,7 +92,7 @@ fn the_builtin_sources_are_accepted() {
     let recipe = builtin().unwrap();
     accepted("builtin, again", recipe.payload().clone());
     let body = recipe.body();
-    // The forms the policy must keep: one-line apt with a flat `/` suite, dnf with
+    // The forms the policy must keep: deb822 apt with a flat `/` suite, dnf with
     // `repo_gpgcheck=1` and `gpgcheck=0` (NVIDIA signs metadata only).
     let templates: Vec<&str> = body
         .apt
@@ -97,7 +105,7 @@ fn the_builtin_sources_are_accepted() {
         })
         .collect();
     assert_eq!(templates.len(), 4);
-    assert!(templates.iter().any(|t| t.contains("$(ARCH) /\n")));
+    assert!(templates.iter().any(|t| t.contains("\nSuites: /\n")));
     assert!(templates
         .iter()
         .any(|t| t.contains("repo_gpgcheck=1\ngpgcheck=0\n")));
