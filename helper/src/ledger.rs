@@ -7,6 +7,8 @@
 //!   most `RECEIPTS_PER_UID` per uid, the oldest removed first (a receipt is a convenience for
 //!   a broker that lost its job; the nonce record is what stops a replay, and it stays).
 //! - `serials/<hex of recipe id>`: the highest recipe serial accepted so far, with its digest.
+//! - `journals/<uid>-<nonce>.{open,before.jsonl,restored.jsonl}`: what the files a job changed
+//!   were before (`crate::recipe::journal`); created only by a job that changes a file.
 //!
 //! A burn is [`durable::create_exclusive`]: the record is written to a temporary file, fsynced,
 //! then hard-linked to its final name; `link(2)` fails if the name exists, so the nonce file
@@ -93,6 +95,7 @@ impl Ledger {
             root.join("nonces"),
             root.join("receipts"),
             root.join("serials"),
+            root.join("journals"),
         ] {
             match fs::DirBuilder::new().mode(0o700).create(&dir) {
                 Ok(()) => {}
@@ -245,6 +248,10 @@ impl Ledger {
             .root
             .join("receipts")
             .join(format!("{uid}-{}", checked_key(nonce)?)))
+    }
+
+    pub(crate) fn journal_dir(&self) -> PathBuf {
+        self.root.join("journals")
     }
 
     fn serial_path(&self, recipe_id: &str) -> PathBuf {

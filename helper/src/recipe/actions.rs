@@ -66,6 +66,7 @@ pub(super) fn install_key(
         KeyEncoding::Armored => armored.as_bytes().to_vec(),
         KeyEncoding::Binary => binary,
     };
+    r.journal.record(path)?;
     files::write_atomic(&r.ctx.file_root, &target, &bytes, 0o644)?;
     applied(format!("wrote {path} ({pinned_list})"))
 }
@@ -82,6 +83,7 @@ pub(super) fn write_source(r: &mut Executor<'_>, path: &str, body: &str) -> Done
             ))
         };
     }
+    r.journal.record(path)?;
     files::write_atomic(&r.ctx.file_root, &target, body.as_bytes(), 0o644)?;
     applied(format!("wrote {path}"))
 }
@@ -437,6 +439,7 @@ pub(super) async fn configure_runtime(
     let was_registered = registered(before.as_deref());
     let mut changed = false;
     if !was_registered {
+        r.journal.record(cmd::DAEMON_JSON)?;
         r.must(&cmd::runtime_configure()?, true).await?;
         changed = daemon_json(r) != before;
     }
@@ -474,6 +477,8 @@ pub(super) async fn generate_cdi(r: &mut Executor<'_>) -> Done {
     }
     let mut notes = Vec::new();
     let mut changed = false;
+    // Both the generation and the mode change below rewrite the spec.
+    r.journal.record(cmd::CDI_SPEC)?;
     if !lists_gpu(r).await? {
         r.must(&cmd::cdi_generate()?, true).await?;
         changed = true;
@@ -484,7 +489,7 @@ pub(super) async fn generate_cdi(r: &mut Executor<'_>) -> Done {
     }
     // Containers run as the user read the spec; fixed on the open file, never through a path
     // a link could redirect between a look and a change.
-    match files::make_readable(std::path::Path::new(cmd::CDI_SPEC)) {
+    match files::make_readable(&files::under_root(&r.ctx.file_root, cmd::CDI_SPEC)) {
         Ok(files::Readable::Already) | Ok(files::Readable::Missing) => {}
         Ok(files::Readable::Made) => {
             changed = true;

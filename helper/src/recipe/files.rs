@@ -33,6 +33,11 @@ pub(crate) fn under_root(root: &Path, path: &str) -> PathBuf {
 
 /// The file's bytes, `None` when it does not exist. A symlink or non-regular file is an error.
 pub(crate) fn read_existing(path: &Path) -> Result<Option<Vec<u8>>, FileError> {
+    Ok(read_state(path)?.map(|(bytes, _)| bytes))
+}
+
+/// [`read_existing`] with the permission bits of the file that was read.
+pub(crate) fn read_state(path: &Path) -> Result<Option<(Vec<u8>, u32)>, FileError> {
     let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -54,11 +59,10 @@ pub(crate) fn read_existing(path: &Path) -> Result<Option<Vec<u8>>, FileError> {
         .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
         .open(path)
         .map_err(|e| FileError::Io(path.to_path_buf(), e))?;
-    if !file
+    let opened = file
         .metadata()
-        .map_err(|e| FileError::Io(path.to_path_buf(), e))?
-        .is_file()
-    {
+        .map_err(|e| FileError::Io(path.to_path_buf(), e))?;
+    if !opened.is_file() {
         return Err(FileError::NotRegular(path.to_path_buf()));
     }
     let mut bytes = Vec::new();
@@ -66,7 +70,7 @@ pub(crate) fn read_existing(path: &Path) -> Result<Option<Vec<u8>>, FileError> {
         .take(MAX_READ_BYTES + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| FileError::Io(path.to_path_buf(), e))?;
-    Ok(Some(bytes))
+    Ok(Some((bytes, opened.mode() & 0o7777)))
 }
 
 /// Creates `parent` (0755) if needed, then requires it and every directory above it up to
@@ -166,6 +170,17 @@ pub(crate) fn write_atomic(
         }
     }
     enginekit_shared::durable::write_atomic(path, bytes, mode).map_err(io)
+}
+
+/// Removes `path` (a file or a link, never what a link points to) once every directory above it
+/// up to `root` is trusted; a missing file is nothing to do.
+pub(crate) fn remove(root: &Path, path: &Path) -> Result<(), FileError> {
+    let io = |e| FileError::Io(path.to_path_buf(), e);
+    let parent = path
+        .parent()
+        .ok_or_else(|| io(std::io::Error::other("no parent directory")))?;
+    check_ancestors(root, parent, nix::unistd::geteuid().as_raw(), true)?;
+    enginekit_shared::durable::remove_durable(path).map_err(io)
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use enginekit_shared::recipe::{builtin, Component, Family, PlannedAction};
 use enginekit_shared::wire::host_step::HostParameters;
@@ -293,6 +293,10 @@ fn key_plan() -> Vec<PlannedAction> {
 }
 
 async fn run_files(root: &Path) -> ExecutionOutcome {
+    run_files_journalled(root, None).await
+}
+
+async fn run_files_journalled(root: &Path, journal: Option<PathBuf>) -> ExecutionOutcome {
     let recipe = builtin().unwrap();
     let p = params(
         "apt",
@@ -303,6 +307,7 @@ async fn run_files(root: &Path) -> ExecutionOutcome {
     );
     let ctx = ExecContext {
         file_root: root.to_path_buf(),
+        journal,
         ..ExecContext::new(1000)
     };
     run_plan(
@@ -411,6 +416,43 @@ async fn a_differing_source_or_a_foreign_key_is_reported_and_left_alone() {
         "{}",
         failed.detail
     );
+}
+
+#[tokio::test]
+async fn a_later_failure_puts_back_every_file_the_step_wrote_newest_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let list = root.join("etc/apt/sources.list.d/nvidia-container-toolkit.list");
+    std::fs::create_dir_all(list.parent().unwrap()).unwrap();
+    std::fs::write(&list, "deb http://elsewhere.invalid/ x main\n").unwrap();
+    let journal = dir.path().join("1000-n.open");
+    let out = run_files_journalled(&root, Some(journal.clone())).await;
+    assert_eq!(out.outcome, Outcome::Failed);
+    let applied: Vec<&str> = out
+        .actions
+        .iter()
+        .filter(|a| a.status == ActionStatus::Applied)
+        .map(|a| a.id.as_str())
+        .collect();
+    assert_eq!(applied.len(), 3, "{:?}", out.actions);
+    assert_eq!(
+        out.restored,
+        vec![
+            "/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg".to_owned(),
+            "/etc/apt/sources.list.d/docker.list".to_owned(),
+            "/etc/apt/keyrings/docker.asc".to_owned(),
+        ]
+    );
+    for path in &out.restored {
+        assert!(!root.join(&path[1..]).exists(), "{path} is still there");
+    }
+    assert_eq!(
+        std::fs::read_to_string(&list).unwrap(),
+        "deb http://elsewhere.invalid/ x main\n",
+        "the file the step refused to replace is left alone"
+    );
+    assert!(!journal.exists());
+    assert!(dir.path().join("1000-n.restored.jsonl").exists());
 }
 
 #[tokio::test]
