@@ -21,9 +21,9 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use enginekit_shared::durable;
 use enginekit_shared::nonce::Nonce;
 use enginekit_shared::signed::HighWater;
+use enginekit_shared::{durable, ownership};
 use serde::{Deserialize, Serialize};
 
 /// Largest record or receipt file the ledger reads back (a receipt holds bounded log tails).
@@ -271,23 +271,10 @@ fn checked_key(nonce: &str) -> Result<&str, LedgerError> {
 /// A directory that already existed is trusted only if nobody else could have put a record in
 /// it: a real directory (not a link) of this process's user, with no access for anyone else.
 fn check_private_dir(dir: &Path) -> Result<(), LedgerError> {
-    use std::os::unix::fs::MetadataExt;
     let meta = fs::symlink_metadata(dir).map_err(io_error(dir))?;
-    let found = if meta.file_type().is_symlink() {
-        "a symbolic link".to_owned()
-    } else if !meta.is_dir() {
-        "not a directory".to_owned()
-    } else if meta.uid() != nix::unistd::geteuid().as_raw() {
-        format!("owned by uid {}", meta.uid())
-    } else if meta.mode() & 0o077 != 0 {
-        format!("mode {:o}", meta.mode() & 0o7777)
-    } else {
-        return Ok(());
-    };
-    Err(LedgerError::NotPrivate {
-        path: dir.to_owned(),
-        found,
-    })
+    let path = dir.to_owned();
+    let euid = nix::unistd::geteuid().as_raw();
+    ownership::private_dir(&meta, euid).map_err(|found| LedgerError::NotPrivate { path, found })
 }
 
 fn now_secs() -> u64 {
