@@ -40,7 +40,7 @@ pub(super) fn install_key(
         .map(|f| f.as_str())
         .collect::<Vec<_>>()
         .join(", ");
-    if let Some(existing) = files::read_existing(&target)? {
+    if let Some((existing, _)) = files::read_state(&target)? {
         // Stricter than the reference (§12.2): an existing key must be the pinned key.
         return match openpgp::fingerprints_of_file(&existing) {
             Ok(found) if found.iter().all(|f| pinned.contains(f)) => {
@@ -73,7 +73,7 @@ pub(super) fn install_key(
 
 pub(super) fn write_source(r: &mut Executor<'_>, path: &str, body: &str) -> Done {
     let target = files::under_root(&r.ctx.file_root, path);
-    if let Some(existing) = files::read_existing(&target)? {
+    if let Some((existing, _)) = files::read_state(&target)? {
         // Stricter than the reference (§12.2): a differing source is reported, never trusted.
         return if existing == body.as_bytes() {
             satisfied(format!("{path} already has the recipe's content"))
@@ -379,9 +379,8 @@ pub(super) async fn install_packages(r: &mut Executor<'_>, packages: &[PlannedPa
 // --- Docker and the NVIDIA runtime --------------------------------------------------------------
 
 fn daemon_json(r: &Executor<'_>) -> Option<Vec<u8>> {
-    files::read_existing(&files::under_root(&r.ctx.file_root, cmd::DAEMON_JSON))
-        .ok()
-        .flatten()
+    let read = files::read_state(&files::under_root(&r.ctx.file_root, cmd::DAEMON_JSON));
+    read.ok().flatten().map(|(bytes, _)| bytes)
 }
 
 /// daemon.json parses and has `runtimes.nvidia`; one that does not parse is not registered.

@@ -31,12 +31,8 @@ pub(crate) fn under_root(root: &Path, path: &str) -> PathBuf {
     root.join(path.trim_start_matches('/'))
 }
 
-/// The file's bytes, `None` when it does not exist. A symlink or non-regular file is an error.
-pub(crate) fn read_existing(path: &Path) -> Result<Option<Vec<u8>>, FileError> {
-    Ok(read_state(path)?.map(|(bytes, _)| bytes))
-}
-
-/// [`read_existing`] with the permission bits of the file that was read.
+/// The file's bytes and permission bits, `None` when it does not exist. A symlink or
+/// non-regular file is an error.
 pub(crate) fn read_state(path: &Path) -> Result<Option<(Vec<u8>, u32)>, FileError> {
     let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
@@ -192,7 +188,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let target = under_root(dir.path(), "/etc/apt/sources.list.d/x.list");
         write_atomic(dir.path(), &target, b"deb x\n", 0o644).unwrap();
-        assert_eq!(read_existing(&target).unwrap().unwrap(), b"deb x\n");
+        assert_eq!(read_state(&target).unwrap().unwrap().0, b"deb x\n");
         assert_eq!(std::fs::metadata(&target).unwrap().mode() & 0o777, 0o644);
         let leftovers: Vec<_> = std::fs::read_dir(target.parent().unwrap())
             .unwrap()
@@ -207,7 +203,7 @@ mod tests {
         std::fs::write(&victim, b"keep").unwrap();
         let link = dir.path().join("link.list");
         std::os::unix::fs::symlink(&victim, &link).unwrap();
-        assert!(matches!(read_existing(&link), Err(FileError::Symlink(_))));
+        assert!(matches!(read_state(&link), Err(FileError::Symlink(_))));
         assert!(matches!(
             write_atomic(dir.path(), &link, b"x", 0o644),
             Err(FileError::Symlink(_))

@@ -147,10 +147,8 @@ fn put_back(root: &Path, entry: &Entry) -> Result<bool, FileError> {
 /// serves anything; a journal a live helper still holds is left to it.
 pub fn restore_interrupted(dir: &Path, root: &Path) {
     let names = std::fs::read_dir(dir).into_iter().flatten().flatten();
-    for name in names.map(|e| e.file_name().to_string_lossy().into_owned()) {
-        if !name.ends_with(".open") {
-            continue;
-        }
+    let names = names.map(|e| e.file_name().to_string_lossy().into_owned());
+    for name in names.filter(|n| n.ends_with(".open")) {
         match reopen(&dir.join(&name), root) {
             Ok(Some(mut journal)) => {
                 let restored = journal.finish(false);
