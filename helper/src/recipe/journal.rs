@@ -16,6 +16,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use enginekit_shared::durable;
+use enginekit_shared::recipe::is_key_or_source_path;
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
@@ -47,7 +48,7 @@ pub(crate) struct Journal {
 /// A key or source path a valid recipe may name (the plan's come from one), daemon.json or the
 /// CDI spec: nothing else is recorded, or put back from a journal read back.
 fn allowed(path: &str) -> bool {
-    [DAEMON_JSON, CDI_SPEC].contains(&path) || enginekit_shared::recipe::is_key_or_source_path(path)
+    [DAEMON_JSON, CDI_SPEC].contains(&path) || is_key_or_source_path(path)
 }
 
 impl Journal {
@@ -135,6 +136,13 @@ impl Journal {
 /// it already is as it was.
 fn put_back(root: &Path, entry: &Entry) -> Result<bool, FileError> {
     let target = files::under_root(root, &entry.path);
+    // nvidia-ctk writes through links on the way (`/var/run` is `/run` on systemd hosts): its
+    // files go back where it wrote them, those real directories checked like any other.
+    let real = target.parent().and_then(|d| d.canonicalize().ok());
+    let target = match (real, target.file_name()) {
+        (Some(dir), Some(name)) if !is_key_or_source_path(&entry.path) => dir.join(name),
+        _ => target,
+    };
     match (files::read_state(&target), &entry.before) {
         (Ok(now), before) if now == *before => return Ok(false),
         (_, None) => files::remove(root, &target)?,
@@ -264,6 +272,20 @@ mod tests {
         assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
         let mode = std::fs::metadata(&victim).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn the_cdi_spec_goes_back_where_nvidia_ctk_wrote_it_through_var_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("run/cdi")).unwrap();
+        std::fs::create_dir_all(root.join("var")).unwrap();
+        std::os::unix::fs::symlink("../run", root.join("var/run")).unwrap();
+        let mut j = journal(root, None);
+        j.record(CDI_SPEC).unwrap();
+        std::fs::write(root.join("run/cdi/nvidia.yaml"), b"kind: nvidia.com/gpu").unwrap();
+        assert_eq!(j.finish(false), vec![CDI_SPEC.to_owned()]);
+        assert!(!root.join("run/cdi/nvidia.yaml").exists());
     }
 
     #[test]
