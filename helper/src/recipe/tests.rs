@@ -455,6 +455,53 @@ async fn a_later_failure_puts_back_every_file_the_step_wrote_newest_first() {
     assert!(dir.path().join("1000-n.restored.jsonl").exists());
 }
 
+/// Cancels the job once the executor says it is writing the docker source.
+struct CancelAtSource(CancelToken);
+
+impl ProgressSink for CancelAtSource {
+    fn progress(&mut self, phase: &str, _percent: i32, _allow_cancel: bool) {
+        if phase.ends_with("docker.list") {
+            self.0.cancel();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_cancel_after_a_write_puts_the_written_files_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = builtin().unwrap();
+    let p = params(
+        "apt",
+        "ubuntu",
+        "24.04",
+        "x86_64",
+        &[Component::DockerEngine, Component::NvidiaContainerToolkit],
+    );
+    let ctx = ExecContext {
+        file_root: dir.path().to_path_buf(),
+        ..ExecContext::new(1000)
+    };
+    let cancel = CancelToken::default();
+    let mut sink = CancelAtSource(cancel.clone());
+    let out = run_plan(recipe, &p, &key_plan(), &ctx, &mut sink, &cancel).await;
+    assert_eq!(out.outcome, Outcome::Cancelled);
+    let status: Vec<ActionStatus> = out.actions.iter().map(|a| a.status).collect();
+    use ActionStatus::{Applied, NotRun};
+    assert_eq!(status, vec![Applied, Applied, NotRun, NotRun]);
+    assert_eq!(
+        out.restored,
+        vec![
+            "/etc/apt/sources.list.d/docker.list".to_owned(),
+            "/etc/apt/keyrings/docker.asc".to_owned(),
+        ]
+    );
+    assert!(!dir.path().join("etc/apt/keyrings/docker.asc").exists());
+    assert!(!dir
+        .path()
+        .join("etc/apt/sources.list.d/docker.list")
+        .exists());
+}
+
 #[tokio::test]
 async fn a_cancel_before_the_package_manager_stops_the_job_and_runs_nothing() {
     let dir = tempfile::tempdir().unwrap();
