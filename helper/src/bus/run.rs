@@ -56,10 +56,8 @@ pub(super) async fn run_job(
         async move {
             let mut sink = ChannelSink(tx);
             // Exactly the plan polkit was asked about, frozen in the verified step.
-            let ctx = ExecContext {
-                journal: Some(journal),
-                ..ExecContext::new(caller_uid)
-            };
+            let mut ctx = ExecContext::new(caller_uid);
+            ctx.journal = Some(journal);
             let step = &exec_step;
             recipe::run_plan(
                 &step.recipe,

@@ -171,11 +171,9 @@ pub(crate) fn write_atomic(
 /// Removes `path` (a file or a link, never what a link points to) once every directory above it
 /// up to `root` is trusted; a missing file is nothing to do.
 pub(crate) fn remove(root: &Path, path: &Path) -> Result<(), FileError> {
+    let euid = nix::unistd::geteuid().as_raw();
+    check_ancestors(root, path.parent().unwrap_or(root), euid, true)?;
     let io = |e| FileError::Io(path.to_path_buf(), e);
-    let parent = path
-        .parent()
-        .ok_or_else(|| io(std::io::Error::other("no parent directory")))?;
-    check_ancestors(root, parent, nix::unistd::geteuid().as_raw(), true)?;
     enginekit_shared::durable::remove_durable(path).map_err(io)
 }
 

@@ -1,14 +1,13 @@
-//! A host step is all or nothing for files: before an action writes, replaces or removes one,
-//! what was there (mode and content, or nothing) is appended to the job's journal and fsynced;
-//! a step that fails or is cancelled puts the files back, newest first, and a helper killed
-//! mid-step does it at its next start ([`restore_interrupted`]). Packages are not journalled:
-//! the package manager's transaction is the unit.
+//! A host step is all or nothing for files: what a file was (content and mode, or nothing) is
+//! appended to the job's journal and fsynced before an action changes it; a step that fails or
+//! is cancelled puts the files back, newest first, and so does the next start of a helper killed
+//! mid-step ([`restore_interrupted`]). Packages are not journalled: the package manager's
+//! transaction is the unit.
 //!
-//! JSON lines in the ledger's `journals/`, one `{"path", "before": null | [bytes, mode]}` per
-//! path, its first state only. While the step runs it is `<uid>-<nonce>.open`, under an
-//! exclusive `flock` so that a helper instance starting meanwhile leaves a live job alone; then
-//! `.before.jsonl` when the step succeeded (the record of what was there before, for a later
-//! undo), or `.restored.jsonl`.
+//! JSON lines, one `{"path", "before": null | [bytes, mode]}` per path, in `journals/`:
+//! `<uid>-<nonce>.open` while the step runs (under `flock`: a helper starting meanwhile leaves it
+//! be), then `.before.jsonl` if it succeeded (what was there before, for a later undo) or
+//! `.restored.jsonl`.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -45,8 +44,7 @@ pub(crate) struct Journal {
     file: Option<Flock<File>>,
 }
 
-/// A key or source path a valid recipe may name (the plan's come from one), daemon.json or the
-/// CDI spec: nothing else is recorded, or put back from a journal read back.
+/// A key or source path a valid recipe may name, daemon.json or the CDI spec: nothing else.
 fn allowed(path: &str) -> bool {
     [DAEMON_JSON, CDI_SPEC].contains(&path) || is_key_or_source_path(path)
 }
@@ -61,8 +59,7 @@ impl Journal {
         }
     }
 
-    /// Records what is at `path` now, durably, once per step. An error refuses the action
-    /// before it changes anything.
+    /// Records what is at `path` now, durably, once per step; an error refuses the action.
     pub(crate) fn record(&mut self, path: &str) -> Result<(), Failure> {
         if self.entries.iter().any(|e| e.path == path) {
             return Ok(());
@@ -106,9 +103,10 @@ impl Journal {
     }
 
     /// Ends the step's journal: kept as the record of what was there when the step
-    /// `succeeded`, else every file put back, newest first. Returns the paths put back.
+    /// `succeeded`, else every file put back, newest first. Returns the paths put back; one
+    /// that could not be is tried again at the next start (the journal stays open).
     pub(crate) fn finish(&mut self, succeeded: bool) -> Vec<String> {
-        let mut restored = Vec::new();
+        let (mut restored, mut all) = (Vec::new(), true);
         for entry in self.entries.iter().rev().filter(|_| !succeeded) {
             match put_back(&self.root, entry) {
                 Ok(false) => {}
@@ -116,11 +114,14 @@ impl Journal {
                     tracing::warn!(path = %entry.path, "put back as it was before the step");
                     restored.push(entry.path.clone());
                 }
-                Err(e) => tracing::error!(path = %entry.path, error = %e, "could not put back"),
+                Err(e) => {
+                    all = false;
+                    tracing::error!(path = %entry.path, error = %e, "could not put back");
+                }
             }
         }
         // Renamed while still locked; a journal never created has nothing to keep.
-        if let (Some(path), Some(_held)) = (&self.path, self.file.take()) {
+        if let (Some(path), Some(_held), true) = (&self.path, self.file.take(), all) {
             let end = if succeeded { "before" } else { "restored" };
             let to = path.with_extension(format!("{end}.jsonl"));
             let dir = path.parent().unwrap_or(Path::new("/"));
@@ -256,7 +257,8 @@ mod tests {
         std::fs::write(&victim, b"keep").unwrap();
         std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
         write(root, LIST, b"deb old\n", 0o644);
-        let mut j = journal(root, None);
+        let open = root.join("1-s.open");
+        let mut j = journal(root, Some(open.clone()));
         j.record(KEY).unwrap();
         j.record(LIST).unwrap();
         for path in [KEY, LIST] {
@@ -272,6 +274,10 @@ mod tests {
         assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
         let mode = std::fs::metadata(&victim).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
+        assert!(
+            open.exists(),
+            "a file not put back is tried again at the next start"
+        );
     }
 
     #[test]
