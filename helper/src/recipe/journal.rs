@@ -87,11 +87,14 @@ impl Journal {
         let file = match self.file.as_mut() {
             Some(file) => file,
             None => {
+                // Locked before its name appears: a helper starting now never takes it as left.
+                let fresh = path.with_extension("new");
                 let mut options = OpenOptions::new();
                 options.append(true).create_new(true).mode(durable::PRIVATE);
-                let file = options.custom_flags(nix::libc::O_NOFOLLOW).open(path)?;
+                let file = options.custom_flags(nix::libc::O_NOFOLLOW).open(&fresh)?;
                 let file = Flock::lock(file, FlockArg::LockExclusiveNonblock)
                     .map_err(|(_, e)| io::Error::from(e))?;
+                std::fs::rename(&fresh, path)?;
                 durable::sync_dir(path.parent().unwrap_or(Path::new("/")))?;
                 self.file.insert(file)
             }
