@@ -223,6 +223,10 @@ pub fn summarise(text: &str, step_id: &str, nonce: &str) -> Result<ReceiptSummar
         )
         .with_details(e.to_string())
     })?;
+    if !receipt.restored.is_empty() {
+        // A cancelled step's summary shows no tail: its journal line says it.
+        tracing::info!(outcome = receipt.outcome.as_str(), restored = ?receipt.restored, "the helper put files back as they were before the step");
+    }
     let tail = shown_tail(&receipt.actions, &receipt.restored);
     let cause = receipt
         .actions
