@@ -43,7 +43,7 @@ pub fn command() -> clap::Command {
         .after_long_help(
             "Files:\n\n\
              /etc/enginekit/helper.conf: the configuration (optional).\n\n\
-             /var/lib/enginekit-helper/: the nonce ledger and receipts (root, 0700).\n\n\
+             /var/lib/enginekit-helper/: the nonce ledger, receipts and what each step's files were before it (root, 0700).\n\n\
              /usr/share/enginekit/keys/, /etc/enginekit/keys.d/: keys trusted for signed recipes.\n\n\
              /usr/share/polkit-1/actions/org.enginekit.helper.policy: the polkit action.\n\n\
              /usr/lib/systemd/system/enginekit-helper.service: the unit the bus activates.\n\n\

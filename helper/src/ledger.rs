@@ -7,6 +7,8 @@
 //!   most `RECEIPTS_PER_UID` per uid, the oldest removed first (a receipt is a convenience for
 //!   a broker that lost its job; the nonce record is what stops a replay, and it stays).
 //! - `serials/<hex of recipe id>`: the highest recipe serial accepted so far, with its digest.
+//! - `journals/<uid>-<nonce>.{open,before.jsonl,restored.jsonl}`: what the files a job changed
+//!   were before (`crate::recipe::journal`); created only by a job that changes a file.
 //!
 //! A burn is [`durable::create_exclusive`]: the record is written to a temporary file, fsynced,
 //! then hard-linked to its final name; `link(2)` fails if the name exists, so the nonce file
@@ -19,9 +21,9 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use enginekit_shared::durable;
 use enginekit_shared::nonce::Nonce;
 use enginekit_shared::signed::HighWater;
+use enginekit_shared::{durable, ownership};
 use serde::{Deserialize, Serialize};
 
 /// Largest record or receipt file the ledger reads back (a receipt holds bounded log tails).
@@ -93,6 +95,7 @@ impl Ledger {
             root.join("nonces"),
             root.join("receipts"),
             root.join("serials"),
+            root.join("journals"),
         ] {
             match fs::DirBuilder::new().mode(0o700).create(&dir) {
                 Ok(()) => {}
@@ -247,6 +250,10 @@ impl Ledger {
             .join(format!("{uid}-{}", checked_key(nonce)?)))
     }
 
+    pub(crate) fn journal_dir(&self) -> PathBuf {
+        self.root.join("journals")
+    }
+
     fn serial_path(&self, recipe_id: &str) -> PathBuf {
         // Hex keeps any id a plain file name, whatever the recipe validator allowed.
         self.root.join("serials").join(hex::encode(recipe_id))
@@ -264,23 +271,10 @@ fn checked_key(nonce: &str) -> Result<&str, LedgerError> {
 /// A directory that already existed is trusted only if nobody else could have put a record in
 /// it: a real directory (not a link) of this process's user, with no access for anyone else.
 fn check_private_dir(dir: &Path) -> Result<(), LedgerError> {
-    use std::os::unix::fs::MetadataExt;
     let meta = fs::symlink_metadata(dir).map_err(io_error(dir))?;
-    let found = if meta.file_type().is_symlink() {
-        "a symbolic link".to_owned()
-    } else if !meta.is_dir() {
-        "not a directory".to_owned()
-    } else if meta.uid() != nix::unistd::geteuid().as_raw() {
-        format!("owned by uid {}", meta.uid())
-    } else if meta.mode() & 0o077 != 0 {
-        format!("mode {:o}", meta.mode() & 0o7777)
-    } else {
-        return Ok(());
-    };
-    Err(LedgerError::NotPrivate {
-        path: dir.to_owned(),
-        found,
-    })
+    let path = dir.to_owned();
+    let euid = nix::unistd::geteuid().as_raw();
+    ownership::private_dir(&meta, euid).map_err(|found| LedgerError::NotPrivate { path, found })
 }
 
 fn now_secs() -> u64 {

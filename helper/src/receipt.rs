@@ -38,6 +38,7 @@ pub(crate) fn build(
         outcome: report.outcome,
         actions: report.records(),
         error,
+        restored: report.restored.clone(),
     };
     encode(&receipt)
 }

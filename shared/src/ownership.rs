@@ -20,6 +20,22 @@ pub fn only_writable_by(meta: &Metadata, owner: u32) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether `meta` (from `symlink_metadata`) is a real directory of `owner` closed to everyone
+/// else, so nobody else could have put anything in it; what it is instead, if not.
+pub fn private_dir(meta: &Metadata, owner: u32) -> Result<(), String> {
+    if meta.file_type().is_symlink() {
+        Err("a symbolic link".to_owned())
+    } else if !meta.is_dir() {
+        Err("not a directory".to_owned())
+    } else if meta.uid() != owner {
+        Err(format!("owned by uid {}", meta.uid()))
+    } else if meta.mode() & 0o077 != 0 {
+        Err(format!("mode {:o}", meta.mode() & 0o7777))
+    } else {
+        Ok(())
+    }
+}
+
 /// Owned by root and writable by no one else.
 pub fn is_root_only(meta: &Metadata) -> bool {
     only_writable_by(meta, 0).is_ok()
@@ -50,6 +66,29 @@ mod tests {
             "group- or world-writable"
         );
         assert!(!is_root_only(&meta));
+    }
+
+    #[test]
+    fn a_private_dir_is_a_real_directory_of_its_owner_closed_to_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = nix_uid();
+        let private = dir.path().join("p");
+        std::fs::create_dir(&private).unwrap();
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let meta = |p: &std::path::Path| std::fs::symlink_metadata(p).unwrap();
+        assert!(private_dir(&meta(&private), me).is_ok());
+        assert_eq!(
+            private_dir(&meta(&private), me + 1).unwrap_err(),
+            format!("owned by uid {me}")
+        );
+        let link = dir.path().join("l");
+        std::os::unix::fs::symlink(&private, &link).unwrap();
+        assert_eq!(
+            private_dir(&meta(&link), me).unwrap_err(),
+            "a symbolic link"
+        );
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o750)).unwrap();
+        assert_eq!(private_dir(&meta(&private), me).unwrap_err(), "mode 750");
     }
 
     fn nix_uid() -> u32 {

@@ -830,6 +830,65 @@ fn a_polkit_answer_slower_than_the_timeout_is_a_refusal() {
     assert!(line.contains("authz=\"timed-out\""), "{line}");
 }
 
+/// A helper killed between two writes of a step leaves its file journal open; the next helper
+/// puts those files back (a file that was absent removed, one that was replaced given its
+/// content and mode back) before it answers any call. The kill is stood in for by the journal it
+/// leaves, written here as the helper writes it: a test of `kill -9` between the two writes
+/// themselves needs a pause point in the helper (see the journal's unit tests meanwhile).
+#[test]
+fn an_open_journal_left_by_a_killed_helper_is_restored_before_the_next_call_is_answered() {
+    use std::os::unix::fs::PermissionsExt;
+    let _serial = serial();
+    let helper = InstalledHelper::install("restore", "");
+    let tag = bench::unique_name("ek-restore");
+    let added = std::path::PathBuf::from(format!("/etc/apt/keyrings/{tag}.asc"));
+    let replaced = std::path::PathBuf::from(format!("/etc/apt/keyrings/{tag}-old.gpg"));
+    std::fs::create_dir_all("/etc/apt/keyrings").unwrap();
+    for path in [&added, &replaced] {
+        std::fs::write(path, b"written by the killed step").unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let journals = helper.state_dir.join("journals");
+    for dir in [&helper.state_dir, &journals] {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let nonce = "0123456789abcdef0123456789abcdef";
+    let open = journals.join(format!("{}-{nonce}.open", helper.user().uid));
+    let lines = [
+        json!({"path": added, "before": null}),
+        json!({"path": replaced, "before": [b"the key before".to_vec(), 0o600]}),
+    ]
+    .map(|l| format!("{l}\n"))
+    .concat();
+    std::fs::write(&open, lines).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    // Any call activates a helper; it serves only once the files are back.
+    let ping = helper.call_as(
+        helper.user(),
+        &["receipt", "00000000000000000000000000000000"],
+    );
+    let added_gone = !added.exists();
+    let restored_replaced = std::fs::read(&replaced);
+    let mode = std::fs::metadata(&replaced).map(|m| m.permissions().mode() & 0o777);
+    let _ = std::fs::remove_file(&replaced);
+    let _ = std::fs::remove_file(&added);
+    ping.assert_refused("NoReceipt", "MANAGED_OPERATION_NOT_FOUND");
+    assert!(added_gone, "the key the step added is still there");
+    assert_eq!(restored_replaced.unwrap(), b"the key before");
+    assert_eq!(mode.unwrap(), 0o600);
+    assert!(!open.exists(), "the journal is still open");
+    assert!(journals
+        .join(format!("{}-{nonce}.restored.jsonl", helper.user().uid))
+        .exists());
+    let log = helper.log();
+    assert!(log.contains("restored after an interrupted step"), "{log}");
+    // The receipt of that step stays missing: an interrupted job never leaves one.
+    let missing = helper.call_as(helper.user(), &["receipt", nonce]);
+    missing.assert_refused("NoReceipt", "MANAGED_OPERATION_NOT_FOUND");
+}
+
 #[test]
 fn the_helper_exits_when_idle_and_is_activated_again() {
     let _serial = serial();

@@ -144,7 +144,6 @@ async fn wait_ready(child: &mut Child) -> Result<(), String> {
 
 /// `$XDG_RUNTIME_DIR/enginekit`, created 0700; the runtime folder must be ours and private.
 fn private_runtime_dir() -> Result<PathBuf, RelayError> {
-    use std::os::unix::fs::MetadataExt;
     let base = std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())
@@ -153,13 +152,12 @@ fn private_runtime_dir() -> Result<PathBuf, RelayError> {
     let private = |path: &Path| -> Result<(), RelayError> {
         let meta =
             std::fs::symlink_metadata(path).map_err(|e| RelayError::NoRuntimeDir(e.to_string()))?;
-        if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
-            return Err(RelayError::NoRuntimeDir(format!(
-                "{} is not a folder of uid {uid} closed to others",
+        enginekit_shared::ownership::private_dir(&meta, uid).map_err(|found| {
+            RelayError::NoRuntimeDir(format!(
+                "{} is not a folder of uid {uid} closed to others: {found}",
                 path.display()
-            )));
-        }
-        Ok(())
+            ))
+        })
     };
     private(&base)?;
     let dir = base.join("enginekit");

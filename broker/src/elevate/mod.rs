@@ -223,7 +223,11 @@ pub fn summarise(text: &str, step_id: &str, nonce: &str) -> Result<ReceiptSummar
         )
         .with_details(e.to_string())
     })?;
-    let tail = failed_actions(&receipt.actions);
+    if !receipt.restored.is_empty() {
+        // A cancelled step's summary shows no tail: its journal line says it.
+        tracing::info!(outcome = receipt.outcome.as_str(), restored = ?receipt.restored, "the helper put files back as they were before the step");
+    }
+    let tail = shown_tail(&receipt.actions, &receipt.restored);
     let cause = receipt
         .actions
         .iter()
@@ -309,6 +313,26 @@ impl Elevator for SystemHelper {
     }
 }
 
+/// The failed actions, then the files the helper put back as they were because the step did
+/// not finish (a failure or a cancel after a write).
+fn shown_tail(
+    actions: &[enginekit_shared::wire::receipt::ActionRecord],
+    restored: &[String],
+) -> String {
+    let restored = (!restored.is_empty()).then(|| {
+        format!(
+            "Put back as they were before the step: {}",
+            restored.join(", ")
+        )
+    });
+    [Some(failed_actions(actions)), restored]
+        .into_iter()
+        .flatten()
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// What the user is shown of a failed job: the actions whose status the helper recorded as
 /// failed (a query that answered non-zero, or an action that ran no command, is not a failure),
 /// each with its exit status and log tail.
@@ -330,7 +354,7 @@ fn failed_actions(actions: &[enginekit_shared::wire::receipt::ActionRecord]) -> 
 
 #[cfg(test)]
 mod tests {
-    use super::failed_actions;
+    use super::{failed_actions, shown_tail};
     use enginekit_shared::wire::receipt::{ActionRecord, ActionStatus};
 
     fn action(
@@ -405,6 +429,30 @@ mod tests {
         assert_eq!(
             cut,
             "packages (exit status 100):\n...E: Unable to locate package x"
+        );
+    }
+
+    #[test]
+    fn the_files_put_back_are_said_after_the_failed_actions() {
+        let failed = [action(
+            "refresh",
+            ActionStatus::Failed,
+            Some(100),
+            "failed: apt",
+        )];
+        let restored = ["/etc/apt/sources.list.d/docker.list".to_owned()];
+        assert_eq!(
+            shown_tail(&failed, &restored),
+            "refresh (exit status 100):\nfailed: apt\nPut back as they were before the step: /etc/apt/sources.list.d/docker.list"
+        );
+        // A cancelled step has no failed action: the files alone.
+        assert_eq!(
+            shown_tail(&[], &restored),
+            "Put back as they were before the step: /etc/apt/sources.list.d/docker.list"
+        );
+        assert_eq!(
+            shown_tail(&failed, &[]),
+            "refresh (exit status 100):\nfailed: apt"
         );
     }
 }

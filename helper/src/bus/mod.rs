@@ -43,6 +43,8 @@ pub enum ServeError {
 /// name and returns.
 pub async fn serve(config: Config) -> Result<(), ServeError> {
     let ledger = Arc::new(Ledger::open(&config.state_dir)?);
+    // Files of a step a killed helper left half done are put back before any call is served.
+    crate::recipe::journal::restore_interrupted(&ledger.journal_dir(), std::path::Path::new("/"));
     // A step may be burnt up to its window plus the time polkit took to answer; its nonce
     // record is kept at least that long, or a late replay would find it forgotten.
     let keep = config.step_window + config.clock_skew + config.polkit_timeout;

@@ -48,13 +48,16 @@ pub(super) async fn run_job(
     let step = Arc::new(step);
     let exec_step = Arc::clone(&step);
     let caller_uid = shared.owner.uid;
+    let journal = format!("{caller_uid}-{}.open", step.nonce());
+    let journal = ledger.journal_dir().join(journal);
     // The executor's lines (each action, each command) belong to the job's span too.
     let span = tracing::Span::current();
     let mut executor = tokio::spawn(
         async move {
             let mut sink = ChannelSink(tx);
             // Exactly the plan polkit was asked about, frozen in the verified step.
-            let ctx = ExecContext::new(caller_uid);
+            let mut ctx = ExecContext::new(caller_uid);
+            ctx.journal = Some(journal);
             let step = &exec_step;
             recipe::run_plan(
                 &step.recipe,

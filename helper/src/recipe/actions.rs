@@ -40,7 +40,7 @@ pub(super) fn install_key(
         .map(|f| f.as_str())
         .collect::<Vec<_>>()
         .join(", ");
-    if let Some(existing) = files::read_existing(&target)? {
+    if let Some((existing, _)) = files::read_state(&target)? {
         // Stricter than the reference (§12.2): an existing key must be the pinned key.
         return match openpgp::fingerprints_of_file(&existing) {
             Ok(found) if found.iter().all(|f| pinned.contains(f)) => {
@@ -54,6 +54,7 @@ pub(super) fn install_key(
         };
     }
     let bytes = pinned_key(path, encoding, armored, pinned)?;
+    r.journal.record(path)?;
     files::write_atomic(&r.ctx.file_root, &target, &bytes, 0o644)?;
     applied(format!("wrote {path} ({pinned_list})"))
 }
@@ -84,7 +85,7 @@ pub(super) fn pinned_key(
 
 pub(super) fn write_source(r: &mut Executor<'_>, path: &str, body: &str) -> Done {
     let target = files::under_root(&r.ctx.file_root, path);
-    if let Some(existing) = files::read_existing(&target)? {
+    if let Some((existing, _)) = files::read_state(&target)? {
         // Stricter than the reference (§12.2): a differing source is reported, never trusted.
         return if existing == body.as_bytes() {
             satisfied(format!("{path} already has the recipe's content"))
@@ -94,6 +95,7 @@ pub(super) fn write_source(r: &mut Executor<'_>, path: &str, body: &str) -> Done
             ))
         };
     }
+    r.journal.record(path)?;
     files::write_atomic(&r.ctx.file_root, &target, body.as_bytes(), 0o644)?;
     applied(format!("wrote {path}"))
 }
@@ -350,9 +352,8 @@ pub(super) async fn install_packages(r: &mut Executor<'_>, packages: &[PlannedPa
 // --- Docker and the NVIDIA runtime --------------------------------------------------------------
 
 fn daemon_json(r: &Executor<'_>) -> Option<Vec<u8>> {
-    files::read_existing(&files::under_root(&r.ctx.file_root, cmd::DAEMON_JSON))
-        .ok()
-        .flatten()
+    let read = files::read_state(&files::under_root(&r.ctx.file_root, cmd::DAEMON_JSON));
+    read.ok().flatten().map(|(bytes, _)| bytes)
 }
 
 /// daemon.json parses and has `runtimes.nvidia`; one that does not parse is not registered.
@@ -410,6 +411,7 @@ pub(super) async fn configure_runtime(
     let was_registered = registered(before.as_deref());
     let mut changed = false;
     if !was_registered {
+        r.journal.record(cmd::DAEMON_JSON)?;
         r.must(&cmd::runtime_configure()?, true).await?;
         changed = daemon_json(r) != before;
     }
@@ -447,6 +449,8 @@ pub(super) async fn generate_cdi(r: &mut Executor<'_>) -> Done {
     }
     let mut notes = Vec::new();
     let mut changed = false;
+    // Both the generation and the mode change below rewrite the spec.
+    r.journal.record(cmd::CDI_SPEC)?;
     if !lists_gpu(r).await? {
         r.must(&cmd::cdi_generate()?, true).await?;
         changed = true;
@@ -457,7 +461,7 @@ pub(super) async fn generate_cdi(r: &mut Executor<'_>) -> Done {
     }
     // Containers run as the user read the spec; fixed on the open file, never through a path
     // a link could redirect between a look and a change.
-    match files::make_readable(std::path::Path::new(cmd::CDI_SPEC)) {
+    match files::make_readable(&files::under_root(&r.ctx.file_root, cmd::CDI_SPEC)) {
         Ok(files::Readable::Already) | Ok(files::Readable::Missing) => {}
         Ok(files::Readable::Made) => {
             changed = true;

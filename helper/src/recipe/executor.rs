@@ -7,6 +7,7 @@ use enginekit_shared::recipe::Family;
 use enginekit_shared::wire::receipt::bounded_tail;
 
 use super::allow::Allowed;
+use super::journal::Journal;
 use super::{CommandRecord, ExecContext, ProgressSink};
 use crate::exec::command::Command;
 use crate::exec::spawn::{self, CommandResult};
@@ -38,6 +39,8 @@ pub(super) struct Executor<'a> {
     pub(crate) package_manager_started: bool,
     /// The commands of the action being run.
     pub(crate) commands: Vec<CommandRecord>,
+    /// What the files this step changes were before.
+    pub(crate) journal: Journal,
 }
 
 impl<'a> Executor<'a> {
@@ -57,6 +60,7 @@ impl<'a> Executor<'a> {
             percent: 0,
             package_manager_started: false,
             commands: Vec::new(),
+            journal: Journal::new(&ctx.file_root, ctx.journal.clone()),
         }
     }
 

@@ -31,8 +31,9 @@ pub(crate) fn under_root(root: &Path, path: &str) -> PathBuf {
     root.join(path.trim_start_matches('/'))
 }
 
-/// The file's bytes, `None` when it does not exist. A symlink or non-regular file is an error.
-pub(crate) fn read_existing(path: &Path) -> Result<Option<Vec<u8>>, FileError> {
+/// The file's bytes and permission bits, `None` when it does not exist. A symlink or
+/// non-regular file is an error.
+pub(crate) fn read_state(path: &Path) -> Result<Option<(Vec<u8>, u32)>, FileError> {
     let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -54,11 +55,10 @@ pub(crate) fn read_existing(path: &Path) -> Result<Option<Vec<u8>>, FileError> {
         .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
         .open(path)
         .map_err(|e| FileError::Io(path.to_path_buf(), e))?;
-    if !file
+    let opened = file
         .metadata()
-        .map_err(|e| FileError::Io(path.to_path_buf(), e))?
-        .is_file()
-    {
+        .map_err(|e| FileError::Io(path.to_path_buf(), e))?;
+    if !opened.is_file() {
         return Err(FileError::NotRegular(path.to_path_buf()));
     }
     let mut bytes = Vec::new();
@@ -66,7 +66,7 @@ pub(crate) fn read_existing(path: &Path) -> Result<Option<Vec<u8>>, FileError> {
         .take(MAX_READ_BYTES + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| FileError::Io(path.to_path_buf(), e))?;
-    Ok(Some(bytes))
+    Ok(Some((bytes, opened.mode() & 0o7777)))
 }
 
 /// Creates `parent` (0755) if needed, then requires it and every directory above it up to
@@ -168,6 +168,15 @@ pub(crate) fn write_atomic(
     enginekit_shared::durable::write_atomic(path, bytes, mode).map_err(io)
 }
 
+/// Removes `path` (a file or a link, never what a link points to) once every directory above it
+/// up to `root` is trusted; a missing file is nothing to do.
+pub(crate) fn remove(root: &Path, path: &Path) -> Result<(), FileError> {
+    let euid = nix::unistd::geteuid().as_raw();
+    check_ancestors(root, path.parent().unwrap_or(root), euid, true)?;
+    let io = |e| FileError::Io(path.to_path_buf(), e);
+    enginekit_shared::durable::remove_durable(path).map_err(io)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,7 +186,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let target = under_root(dir.path(), "/etc/apt/sources.list.d/x.list");
         write_atomic(dir.path(), &target, b"deb x\n", 0o644).unwrap();
-        assert_eq!(read_existing(&target).unwrap().unwrap(), b"deb x\n");
+        assert_eq!(read_state(&target).unwrap().unwrap().0, b"deb x\n");
         assert_eq!(std::fs::metadata(&target).unwrap().mode() & 0o777, 0o644);
         let leftovers: Vec<_> = std::fs::read_dir(target.parent().unwrap())
             .unwrap()
@@ -192,7 +201,7 @@ mod tests {
         std::fs::write(&victim, b"keep").unwrap();
         let link = dir.path().join("link.list");
         std::os::unix::fs::symlink(&victim, &link).unwrap();
-        assert!(matches!(read_existing(&link), Err(FileError::Symlink(_))));
+        assert!(matches!(read_state(&link), Err(FileError::Symlink(_))));
         assert!(matches!(
             write_atomic(dir.path(), &link, b"x", 0o644),
             Err(FileError::Symlink(_))

@@ -22,6 +22,9 @@
 //!   coded error when it failed: `MANAGED_PREREQUISITE_BLOCKED` for a failed action (the
 //!   detail is the message), `MANAGED_HOST_STEP_INVALID` for a plan that cannot be built.
 //!   [`ExecutionOutcome::records`] gives the receipt's `ActionRecord`s.
+//! - Files are all or nothing ([`journal`]): what a key, source, daemon.json or the CDI spec was
+//!   is recorded before the change, and put back when the step fails or is cancelled
+//!   ([`ExecutionOutcome::restored`]). Package transactions are not undone.
 //!
 //! Every command must be one its action may run (`allow::Allowed::permit`, checked just before
 //! it is spawned; a plan whose commands cannot be built is `MANAGED_HOST_STEP_INVALID` before
@@ -35,6 +38,7 @@ pub(crate) mod allow;
 pub mod commands;
 mod executor;
 pub(crate) mod files;
+pub(crate) mod journal;
 mod repository_check;
 
 use std::path::PathBuf;
@@ -58,6 +62,8 @@ pub struct ExecContext {
     /// Prefix for the key and source files the recipe writes; `/` in production.
     pub(crate) file_root: PathBuf,
     pub(crate) timeouts: Timeouts,
+    /// The job's journal file (see [`journal`]); `None` keeps it in memory only.
+    pub(crate) journal: Option<PathBuf>,
 }
 
 impl ExecContext {
@@ -67,6 +73,7 @@ impl ExecContext {
             caller_uid,
             file_root: PathBuf::from("/"),
             timeouts: Timeouts::default(),
+            journal: None,
         }
     }
 }
@@ -113,6 +120,8 @@ pub struct ExecutionOutcome {
     pub outcome: Outcome,
     pub actions: Vec<ActionReport>,
     pub error: Option<CodedError>,
+    /// The files put back as they were because the step did not succeed, newest first.
+    pub restored: Vec<String>,
 }
 
 impl ExecutionOutcome {
@@ -122,6 +131,7 @@ impl ExecutionOutcome {
             outcome,
             actions: Vec::new(),
             error: Some(CodedError::new(code, why)),
+            restored: Vec::new(),
         }
     }
 
@@ -361,6 +371,7 @@ pub async fn run_plan(
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         });
     }
+    let restored = r.journal.finish(outcome == Outcome::Succeeded);
     let end_phase = match outcome {
         Outcome::Succeeded => "done",
         Outcome::Failed => "failed",
@@ -371,6 +382,7 @@ pub async fn run_plan(
         outcome,
         actions: reports,
         error,
+        restored,
     }
 }
 

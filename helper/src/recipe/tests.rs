@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use enginekit_shared::recipe::{builtin, Component, Family, PlannedAction};
 use enginekit_shared::wire::host_step::HostParameters;
@@ -328,6 +328,10 @@ fn key_plan() -> Vec<PlannedAction> {
 }
 
 async fn run_files(root: &Path) -> ExecutionOutcome {
+    run_files_journalled(root, None).await
+}
+
+async fn run_files_journalled(root: &Path, journal: Option<PathBuf>) -> ExecutionOutcome {
     let recipe = builtin().unwrap();
     let p = params(
         "apt",
@@ -338,6 +342,7 @@ async fn run_files(root: &Path) -> ExecutionOutcome {
     );
     let ctx = ExecContext {
         file_root: root.to_path_buf(),
+        journal,
         ..ExecContext::new(1000)
     };
     run_plan(
@@ -446,6 +451,90 @@ async fn a_differing_source_or_a_foreign_key_is_reported_and_left_alone() {
         "{}",
         failed.detail
     );
+}
+
+#[tokio::test]
+async fn a_later_failure_puts_back_every_file_the_step_wrote_newest_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let list = root.join("etc/apt/sources.list.d/nvidia-container-toolkit.sources");
+    std::fs::create_dir_all(list.parent().unwrap()).unwrap();
+    std::fs::write(&list, "deb http://elsewhere.invalid/ x main\n").unwrap();
+    let journal = dir.path().join("1000-n.open");
+    let out = run_files_journalled(&root, Some(journal.clone())).await;
+    assert_eq!(out.outcome, Outcome::Failed);
+    let applied: Vec<&str> = out
+        .actions
+        .iter()
+        .filter(|a| a.status == ActionStatus::Applied)
+        .map(|a| a.id.as_str())
+        .collect();
+    assert_eq!(applied.len(), 3, "{:?}", out.actions);
+    assert_eq!(
+        out.restored,
+        vec![
+            "/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg".to_owned(),
+            "/etc/apt/sources.list.d/docker.sources".to_owned(),
+            "/etc/apt/keyrings/docker.asc".to_owned(),
+        ]
+    );
+    for path in &out.restored {
+        assert!(!root.join(&path[1..]).exists(), "{path} is still there");
+    }
+    assert_eq!(
+        std::fs::read_to_string(&list).unwrap(),
+        "deb http://elsewhere.invalid/ x main\n",
+        "the file the step refused to replace is left alone"
+    );
+    assert!(!journal.exists());
+    assert!(dir.path().join("1000-n.restored.jsonl").exists());
+}
+
+/// Cancels the job once the executor says it is writing the docker source.
+struct CancelAtSource(CancelToken);
+
+impl ProgressSink for CancelAtSource {
+    fn progress(&mut self, phase: &str, _percent: i32, _allow_cancel: bool) {
+        if phase.ends_with("docker.sources") {
+            self.0.cancel();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_cancel_after_a_write_puts_the_written_files_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = builtin().unwrap();
+    let p = params(
+        "apt",
+        "ubuntu",
+        "24.04",
+        "x86_64",
+        &[Component::DockerEngine, Component::NvidiaContainerToolkit],
+    );
+    let ctx = ExecContext {
+        file_root: dir.path().to_path_buf(),
+        ..ExecContext::new(1000)
+    };
+    let cancel = CancelToken::default();
+    let mut sink = CancelAtSource(cancel.clone());
+    let out = run_plan(recipe, &p, &key_plan(), &ctx, &mut sink, &cancel).await;
+    assert_eq!(out.outcome, Outcome::Cancelled);
+    let status: Vec<ActionStatus> = out.actions.iter().map(|a| a.status).collect();
+    use ActionStatus::{Applied, NotRun};
+    assert_eq!(status, vec![Applied, Applied, NotRun, NotRun]);
+    assert_eq!(
+        out.restored,
+        vec![
+            "/etc/apt/sources.list.d/docker.sources".to_owned(),
+            "/etc/apt/keyrings/docker.asc".to_owned(),
+        ]
+    );
+    assert!(!dir.path().join("etc/apt/keyrings/docker.asc").exists());
+    assert!(!dir
+        .path()
+        .join("etc/apt/sources.list.d/docker.list")
+        .exists());
 }
 
 #[tokio::test]

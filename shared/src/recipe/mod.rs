@@ -40,7 +40,7 @@ pub use crate::wire::host_step::{Arch, Family};
 pub use model::{ActionSpec, KeyEncoding, RecipeBody};
 pub use plan::{PlannedAction, PlannedConflict, PlannedPackage, Target};
 pub(crate) use validate::is_word;
-pub use validate::{is_package_name, is_version, PATH_DIRS, RECIPE_ID};
+pub use validate::{is_key_or_source_path, is_package_name, is_version, PATH_DIRS, RECIPE_ID};
 
 /// The largest recipe payload accepted, in bytes of JSON.
 pub const MAX_RECIPE_BYTES: usize = 1024 * 1024;

@@ -94,6 +94,16 @@ fn check_file_path(
     }
 }
 
+/// Whether `path` is a key or source path a valid recipe may name (the rules of
+/// [`check_body`]): the helper reads back only such paths from its record of what it changed.
+pub fn is_key_or_source_path(path: &str) -> bool {
+    let ok = |dirs: &[&str], suffixes: &[&str]| check_file_path(path, dirs, suffixes, "").is_ok();
+    ok(APT_KEY_DIRS, &[".asc", ".gpg"])
+        || ok(&[APT_SOURCE_DIR], &[".list", ".sources"])
+        || ok(&[DNF_SOURCE_DIR], &[".repo"])
+        || (ok(&[DNF_KEY_DIR], &[""]) && path.contains("RPM-GPG-KEY-"))
+}
+
 fn check_text(body: &str, what: &str) -> Result<(), RecipeError> {
     if body.len() > MAX_SOURCE_BYTES {
         return Err(bad(format!(
@@ -416,6 +426,28 @@ mod tests {
             "é",
         ] {
             assert!(check_text(bad_text, "t").is_err(), "{bad_text:?}");
+        }
+    }
+
+    #[test]
+    fn key_and_source_paths_are_those_a_recipe_may_name() {
+        for good in [
+            "/etc/apt/keyrings/docker.asc",
+            "/usr/share/keyrings/nvidia.gpg",
+            "/etc/apt/sources.list.d/docker.list",
+            "/etc/yum.repos.d/docker-ce.repo",
+            "/etc/pki/rpm-gpg/RPM-GPG-KEY-docker",
+        ] {
+            assert!(is_key_or_source_path(good), "{good}");
+        }
+        for bad_path in [
+            "/etc/passwd",
+            "/etc/apt/keyrings/../../passwd",
+            "/etc/apt/keyrings/a/b.gpg",
+            "/etc/pki/rpm-gpg/other",
+            "etc/apt/keyrings/docker.asc",
+        ] {
+            assert!(!is_key_or_source_path(bad_path), "{bad_path}");
         }
     }
 

@@ -161,6 +161,11 @@ pub struct Receipt {
     /// Present when the step failed (and possibly when cancelled); absent on success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<CodedError>,
+    /// The files the helper put back as they were before the step, because it failed or was
+    /// cancelled after writing them, newest first. Absent when none (and in older receipts);
+    /// not part of the identity.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub restored: Vec<String>,
 }
 
 /// Why a receipt was refused.
@@ -285,6 +290,7 @@ mod tests {
                 log_tail: "done\n".to_owned(),
             }],
             error: None,
+            restored: Vec::new(),
         }
     }
 
@@ -305,6 +311,25 @@ mod tests {
         let mut v: Value = serde_json::from_slice(&bytes).unwrap();
         v["outcome"] = Value::String("completed".to_owned());
         assert!(Receipt::parse(&serde_json::to_vec(&v).unwrap()).is_err());
+    }
+
+    #[test]
+    fn restored_files_are_written_only_when_there_are_some_and_are_not_the_identity() {
+        let r = sample();
+        let bytes = r.to_bytes().unwrap();
+        assert!(!String::from_utf8_lossy(&bytes).contains("restored"));
+        let mut failed = r.clone();
+        failed.outcome = Outcome::Failed;
+        failed.error = Some(CodedError::new(ErrorCode::PrerequisiteBlocked, "x"));
+        failed.restored = vec!["/etc/apt/keyrings/docker.asc".to_owned()];
+        let parsed = Receipt::parse(&failed.to_bytes().unwrap()).unwrap();
+        assert_eq!(parsed.restored, failed.restored);
+        let mut same = failed.clone();
+        same.restored.clear();
+        assert_eq!(
+            failed.identity_digest().unwrap(),
+            same.identity_digest().unwrap()
+        );
     }
 
     #[test]

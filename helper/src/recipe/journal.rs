@@ -1,0 +1,373 @@
+//! A host step is all or nothing for files: what a file was (content and mode, or nothing) is
+//! appended to the job's journal and fsynced before an action changes it; a step that fails or
+//! is cancelled puts the files back, newest first, and so does the next start of a helper killed
+//! mid-step ([`restore_interrupted`]). Packages are not journalled: the package manager's
+//! transaction is the unit.
+//!
+//! JSON lines, one `{"path", "before": null | [bytes, mode]}` per path, in `journals/`:
+//! `<uid>-<nonce>.open` while the step runs (under `flock`: a helper starting meanwhile leaves it
+//! be), then `.before.jsonl` if it succeeded (what was there before, for a later undo) or
+//! `.restored.jsonl`.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use enginekit_shared::durable;
+use enginekit_shared::recipe::is_key_or_source_path;
+use nix::fcntl::{Flock, FlockArg};
+use serde::{Deserialize, Serialize};
+
+use super::commands::{CDI_SPEC, DAEMON_JSON};
+use super::executor::Failure;
+use super::files::{self, FileError};
+
+/// Largest journal read back: a few files of at most `MAX_READ_BYTES`, as JSON numbers.
+const MAX_JOURNAL_BYTES: u64 = 16 * files::MAX_READ_BYTES;
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Entry {
+    path: String,
+    /// Content and mode; `None`: there was no file.
+    before: Option<(Vec<u8>, u32)>,
+}
+
+/// The files one step changed, and what they were before.
+#[derive(Debug, Default)]
+pub(crate) struct Journal {
+    root: PathBuf,
+    entries: Vec<Entry>,
+    /// Where the durable copy goes; `None` keeps it in memory only (tests, benchmarks).
+    path: Option<PathBuf>,
+    file: Option<Flock<File>>,
+}
+
+/// A key or source path a valid recipe may name, daemon.json or the CDI spec: nothing else.
+fn allowed(path: &str) -> bool {
+    [DAEMON_JSON, CDI_SPEC].contains(&path) || is_key_or_source_path(path)
+}
+
+impl Journal {
+    pub(crate) fn new(root: &Path, path: Option<PathBuf>) -> Journal {
+        let root = root.to_path_buf();
+        Journal {
+            root,
+            path,
+            ..Journal::default()
+        }
+    }
+
+    /// Records what is at `path` now, durably, once per step; an error refuses the action.
+    pub(crate) fn record(&mut self, path: &str) -> Result<(), Failure> {
+        if self.entries.iter().any(|e| e.path == path) {
+            return Ok(());
+        }
+        let refuse = |e: String| Failure(format!("{path} was not changed: {e}"));
+        if !allowed(path) {
+            return Err(refuse("not a file a recipe may change".into()));
+        }
+        let before = files::read_state(&files::under_root(&self.root, path));
+        let before = before.map_err(|e| refuse(e.to_string()))?;
+        let entry = Entry {
+            path: path.to_owned(),
+            before,
+        };
+        self.append(&entry)
+            .map_err(|e| refuse(format!("the journal: {e}")))?;
+        self.entries.push(entry);
+        Ok(())
+    }
+
+    fn append(&mut self, entry: &Entry) -> io::Result<()> {
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        let file = match self.file.as_mut() {
+            Some(file) => file,
+            None => {
+                // Locked before its name appears: a helper starting now never takes it as left.
+                let fresh = path.with_extension("new");
+                let mut options = OpenOptions::new();
+                options.append(true).create_new(true).mode(durable::PRIVATE);
+                let file = options.custom_flags(nix::libc::O_NOFOLLOW).open(&fresh)?;
+                let file = Flock::lock(file, FlockArg::LockExclusiveNonblock)
+                    .map_err(|(_, e)| io::Error::from(e))?;
+                std::fs::rename(&fresh, path)?;
+                durable::sync_dir(path.parent().unwrap_or(Path::new("/")))?;
+                self.file.insert(file)
+            }
+        };
+        let mut line = serde_json::to_vec(entry)?;
+        line.push(b'\n');
+        file.write_all(&line)?;
+        file.sync_all()
+    }
+
+    /// Ends the step's journal: kept as the record of what was there when the step
+    /// `succeeded`, else every file put back, newest first. Returns the paths put back; one
+    /// that could not be is tried again at the next start (the journal stays open).
+    pub(crate) fn finish(&mut self, succeeded: bool) -> Vec<String> {
+        let (mut restored, mut all) = (Vec::new(), true);
+        for entry in self.entries.iter().rev().filter(|_| !succeeded) {
+            match put_back(&self.root, entry) {
+                Ok(false) => {}
+                Ok(true) => {
+                    tracing::warn!(path = %entry.path, "put back as it was before the step");
+                    restored.push(entry.path.clone());
+                }
+                Err(e) => {
+                    all = false;
+                    tracing::error!(path = %entry.path, error = %e, "could not put back");
+                }
+            }
+        }
+        // Renamed while still locked; a journal never created has nothing to keep.
+        if let (Some(path), Some(_held), true) = (&self.path, self.file.take(), all) {
+            let end = if succeeded { "before" } else { "restored" };
+            let to = path.with_extension(format!("{end}.jsonl"));
+            let dir = path.parent().unwrap_or(Path::new("/"));
+            if let Err(e) = std::fs::rename(path, &to).and_then(|()| durable::sync_dir(dir)) {
+                tracing::error!(journal = %path.display(), error = %e, "could not close");
+            }
+        }
+        restored
+    }
+}
+
+/// Puts one file back with the actions' own safe write (a link is never followed); false when
+/// it already is as it was.
+fn put_back(root: &Path, entry: &Entry) -> Result<bool, FileError> {
+    let target = files::under_root(root, &entry.path);
+    // nvidia-ctk writes through links on the way (`/var/run` is `/run` on systemd hosts): its
+    // files go back where it wrote them, those real directories checked like any other.
+    let real = target.parent().and_then(|d| d.canonicalize().ok());
+    let target = match (real, target.file_name()) {
+        (Some(dir), Some(name)) if !is_key_or_source_path(&entry.path) => dir.join(name),
+        _ => target,
+    };
+    match (files::read_state(&target), &entry.before) {
+        (Ok(now), before) if now == *before => return Ok(false),
+        (_, None) => files::remove(root, &target)?,
+        (_, Some((bytes, mode))) => files::write_atomic(root, &target, bytes, mode & 0o7777)?,
+    }
+    Ok(true)
+}
+
+/// Puts back the files of every step a killed helper left open in `dir`, before this helper
+/// serves anything; a journal a live helper still holds is left to it.
+pub fn restore_interrupted(dir: &Path, root: &Path) {
+    let names = std::fs::read_dir(dir).into_iter().flatten().flatten();
+    let names = names.map(|e| e.file_name().to_string_lossy().into_owned());
+    for name in names.filter(|n| n.ends_with(".open")) {
+        match reopen(&dir.join(&name), root) {
+            Ok(Some(mut journal)) => {
+                let restored = journal.finish(false);
+                tracing::warn!(journal = %name, ?restored, "restored after an interrupted step");
+            }
+            Ok(None) => tracing::info!(journal = %name, "a running helper holds this journal"),
+            Err(e) => tracing::error!(journal = %name, error = %e, "left as it is: damaged"),
+        }
+    }
+}
+
+/// The open journal at `path`, locked and checked; `None` when another process holds it.
+fn reopen(path: &Path, root: &Path) -> io::Result<Option<Journal>> {
+    let how = nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK;
+    let file = OpenOptions::new().read(true).custom_flags(how).open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::other("not a regular file"));
+    }
+    let file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(file) => file,
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => return Ok(None),
+        Err((_, e)) => return Err(e.into()),
+    };
+    let text = durable::read_bounded(path, MAX_JOURNAL_BYTES)?;
+    let text = text.ok_or_else(|| io::Error::other("too large"))?;
+    let mut journal = Journal::new(root, Some(path.to_path_buf()));
+    // Only the last line can lack its newline: the helper died writing it, before its change.
+    let lines = text.split_inclusive(|b| *b == b'\n');
+    for line in lines.filter(|l| l.ends_with(b"\n")) {
+        let entry: Entry = serde_json::from_slice(line)?;
+        if !allowed(&entry.path) || journal.entries.iter().any(|e| e.path == entry.path) {
+            return Err(io::Error::other("a path it may not restore"));
+        }
+        journal.entries.push(entry);
+    }
+    journal.file = Some(file);
+    Ok(Some(journal))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    const KEY: &str = "/etc/apt/keyrings/docker.asc";
+    const LIST: &str = "/etc/apt/sources.list.d/docker.list";
+
+    fn journal(root: &Path, path: Option<PathBuf>) -> Journal {
+        Journal::new(root, path)
+    }
+
+    fn write(root: &Path, path: &str, bytes: &[u8], mode: u32) {
+        files::write_atomic(root, &files::under_root(root, path), bytes, mode).unwrap();
+    }
+
+    fn state(root: &Path, path: &str) -> Option<(Vec<u8>, u32)> {
+        files::read_state(&files::under_root(root, path)).unwrap()
+    }
+
+    #[test]
+    fn an_absent_file_is_removed_and_an_existing_one_gets_its_content_and_mode_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        write(root, LIST, b"deb old\n", 0o640);
+        let mut j = journal(root, None);
+        j.record(KEY).unwrap();
+        write(root, KEY, b"key", 0o644);
+        j.record(LIST).unwrap();
+        write(root, LIST, b"deb new\n", 0o644);
+        // Only the first state of a path counts.
+        j.record(KEY).unwrap();
+        assert_eq!(j.finish(false), vec![LIST.to_owned(), KEY.to_owned()]);
+        assert_eq!(state(root, KEY), None);
+        assert_eq!(state(root, LIST), Some((b"deb old\n".to_vec(), 0o640)));
+    }
+
+    #[test]
+    fn files_are_put_back_newest_first_and_one_as_it_was_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let mut j = journal(root, None);
+        j.record(LIST).unwrap();
+        j.record(KEY).unwrap();
+        j.record(DAEMON_JSON).unwrap();
+        write(root, LIST, b"deb\n", 0o644);
+        write(root, KEY, b"key", 0o644);
+        // daemon.json was recorded but never changed: nothing to put back, nothing reported.
+        assert_eq!(j.finish(false), vec![KEY.to_owned(), LIST.to_owned()]);
+    }
+
+    #[test]
+    fn a_symlink_planted_before_the_restore_is_never_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let victim = root.join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+        write(root, LIST, b"deb old\n", 0o644);
+        let open = root.join("1-s.open");
+        let mut j = journal(root, Some(open.clone()));
+        j.record(KEY).unwrap();
+        j.record(LIST).unwrap();
+        for path in [KEY, LIST] {
+            let target = files::under_root(root, path);
+            let _ = std::fs::remove_file(&target);
+            std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+            std::os::unix::fs::symlink(&victim, &target).unwrap();
+        }
+        // The key was absent: its link goes, the target stays. The list is not written through
+        // its link.
+        assert_eq!(j.finish(false), vec![KEY.to_owned()]);
+        assert!(std::fs::symlink_metadata(files::under_root(root, KEY)).is_err());
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        let mode = std::fs::metadata(&victim).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert!(
+            open.exists(),
+            "a file not put back is tried again at the next start"
+        );
+    }
+
+    #[test]
+    fn the_cdi_spec_goes_back_where_nvidia_ctk_wrote_it_through_var_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("run/cdi")).unwrap();
+        std::fs::create_dir_all(root.join("var")).unwrap();
+        std::os::unix::fs::symlink("../run", root.join("var/run")).unwrap();
+        let mut j = journal(root, None);
+        j.record(CDI_SPEC).unwrap();
+        std::fs::write(root.join("run/cdi/nvidia.yaml"), b"kind: nvidia.com/gpu").unwrap();
+        assert_eq!(j.finish(false), vec![CDI_SPEC.to_owned()]);
+        assert!(!root.join("run/cdi/nvidia.yaml").exists());
+    }
+
+    #[test]
+    fn a_path_no_recipe_may_name_is_refused_before_anything_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = journal(dir.path(), Some(dir.path().join("1-n.open")));
+        for path in ["/etc/shadow", "/etc/apt/keyrings/../../shadow", "etc/apt/x"] {
+            assert!(j.record(path).is_err(), "{path}");
+        }
+        assert!(!dir.path().join("1-n.open").exists());
+    }
+
+    #[test]
+    fn a_step_that_succeeded_keeps_its_journal_as_the_record_of_what_was_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let open = root.join("1-n.open");
+        let mut j = journal(root, Some(open.clone()));
+        j.record(KEY).unwrap();
+        write(root, KEY, b"key", 0o644);
+        assert!(j.finish(true).is_empty());
+        assert_eq!(state(root, KEY), Some((b"key".to_vec(), 0o644)));
+        assert!(!open.exists());
+        let kept = std::fs::read_to_string(root.join("1-n.before.jsonl")).unwrap();
+        let lines: Vec<&str> = kept.lines().collect();
+        assert_eq!(lines.len(), 1, "{kept}");
+        assert_eq!(lines[0], format!(r#"{{"path":"{KEY}","before":null}}"#));
+    }
+
+    #[test]
+    fn an_open_journal_is_restored_at_start_unless_a_live_helper_holds_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        let journals = dir.path().join("journals");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&journals).unwrap();
+        write(&root, LIST, b"deb old\n", 0o600);
+        let mut live = journal(&root, Some(journals.join("1-a.open")));
+        live.record(LIST).unwrap();
+        let mut killed = journal(&root, Some(journals.join("2-b.open")));
+        killed.record(KEY).unwrap();
+        write(&root, KEY, b"key", 0o644);
+        // A write the helper died in the middle of: its change never began.
+        let mut torn = OpenOptions::new()
+            .append(true)
+            .open(journals.join("2-b.open"))
+            .unwrap();
+        torn.write_all(br#"{"path":"/etc/apt/sources.list.d/docker.li"#)
+            .unwrap();
+        drop(killed); // killed: its lock goes with the process
+        restore_interrupted(&journals, &root);
+        assert_eq!(state(&root, KEY), None);
+        assert_eq!(state(&root, LIST), Some((b"deb old\n".to_vec(), 0o600)));
+        assert!(journals.join("2-b.restored.jsonl").exists());
+        assert!(
+            journals.join("1-a.open").exists(),
+            "a live job is left alone"
+        );
+        assert!(live.finish(true).is_empty());
+    }
+
+    #[test]
+    fn a_journal_naming_a_path_it_may_not_restore_is_left_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        write(root, "/etc/passwd", b"root\n", 0o644);
+        let open = root.join("3-c.open");
+        std::fs::write(&open, "{\"path\":\"/etc/passwd\",\"before\":null}\n").unwrap();
+        restore_interrupted(root, root);
+        assert!(open.exists());
+        assert_eq!(
+            state(root, "/etc/passwd"),
+            Some((b"root\n".to_vec(), 0o644))
+        );
+    }
+}
