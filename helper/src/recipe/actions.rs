@@ -2,6 +2,7 @@
 //! a half-done host finishes the job and a second run changes nothing.
 
 use enginekit_shared::recipe::openpgp;
+use enginekit_shared::recipe::sources;
 use enginekit_shared::recipe::{Family, KeyEncoding, PlannedConflict, PlannedPackage};
 use enginekit_shared::safe::UserName;
 
@@ -85,19 +86,34 @@ pub(super) fn pinned_key(
 
 pub(super) fn write_source(r: &mut Executor<'_>, path: &str, body: &str) -> Done {
     let target = files::under_root(&r.ctx.file_root, path);
+    // The one-line `.list` enginekit wrote before it wrote deb822 (the same repository, suite
+    // and key) is replaced, not kept beside the `.sources`: apt would read the repository twice.
+    let mut said = String::new();
+    if let Some(list) = path.strip_suffix(".sources").map(|s| format!("{s}.list")) {
+        let old = files::under_root(&r.ctx.file_root, &list);
+        if let Some((text, _)) = files::read_state(&old)? {
+            if sources::same_apt_repository(&String::from_utf8_lossy(&text), body) {
+                r.journal.record(&list)?;
+                files::remove(&r.ctx.file_root, &old)?;
+                said = format!("; removed {list}, the same repository in the one-line format");
+            }
+        }
+    }
     if let Some((existing, _)) = files::read_state(&target)? {
         // Stricter than the reference (§12.2): a differing source is reported, never trusted.
-        return if existing == body.as_bytes() {
-            satisfied(format!("{path} already has the recipe's content"))
-        } else {
+        return if existing != body.as_bytes() {
             fail(format!(
                 "{path} already exists and differs from the recipe's; it was left as it is"
             ))
+        } else if said.is_empty() {
+            satisfied(format!("{path} already has the recipe's content"))
+        } else {
+            applied(format!("{path} already has the recipe's content{said}"))
         };
     }
     r.journal.record(path)?;
     files::write_atomic(&r.ctx.file_root, &target, body.as_bytes(), 0o644)?;
-    applied(format!("wrote {path}"))
+    applied(format!("wrote {path}{said}"))
 }
 
 // --- package queries ----------------------------------------------------------------------------

@@ -593,3 +593,37 @@ async fn records_carry_status_detail_and_commands() {
         records[0].log_tail
     );
 }
+
+#[tokio::test]
+async fn the_one_line_list_enginekit_wrote_before_is_replaced_by_the_sources_file_and_another_kept()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let lists = dir.path().join("etc/apt/sources.list.d");
+    std::fs::create_dir_all(&lists).unwrap();
+    // What the built-in recipe wrote before it wrote deb822, and a list of the person's own.
+    let ours = "deb [arch=amd64 signed-by=/etc/apt/keyrings/docker.asc] https://download.docker.com/linux/ubuntu noble stable\n";
+    std::fs::write(lists.join("docker.list"), ours).unwrap();
+    let theirs = "deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] https://mirror.example/libnvidia-container/stable/deb/$(ARCH) /\n";
+    std::fs::write(lists.join("nvidia-container-toolkit.list"), theirs).unwrap();
+    let out = run_files(dir.path()).await;
+    assert_eq!(out.outcome, Outcome::Succeeded, "{:?}", out.error);
+    let docker = out
+        .actions
+        .iter()
+        .find(|a| a.id == "docker-source")
+        .unwrap();
+    assert!(
+        docker
+            .detail
+            .contains("removed /etc/apt/sources.list.d/docker.list"),
+        "{}",
+        docker.detail
+    );
+    assert!(!lists.join("docker.list").exists());
+    assert!(lists.join("docker.sources").exists());
+    assert_eq!(
+        std::fs::read_to_string(lists.join("nvidia-container-toolkit.list")).unwrap(),
+        theirs,
+        "another repository's list is not enginekit's to remove"
+    );
+}
