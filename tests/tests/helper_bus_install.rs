@@ -222,3 +222,83 @@ fn a_signed_recipe_installs_the_stand_in_toolkit_through_the_bus_and_a_second_st
         assert!(tail.starts_with("satisfied: "), "{code}: {tail}");
     }
 }
+
+/// `/etc/apt` and the recipe's keyring, entry by entry with their modes and contents.
+fn apt_snapshot() -> String {
+    let out = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "{ find /etc/apt /usr/share/keyrings -exec stat -c '%n %F %a' {} +; \
+               find /etc/apt /usr/share/keyrings -type f -exec sha256sum {} +; } | sort",
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn a_helper_killed_between_two_writes_puts_the_first_back_before_it_answers_again() {
+    use std::os::unix::fs::PermissionsExt;
+    let _serial = serial();
+    let env = bench::require(&[Service::AptRepo, Service::TestUser]);
+    let helper = InstalledHelper::install("killed", "");
+    let user = helper.user().clone();
+    let _host = HostGuard::new(&user.name);
+    let _rule = bench::install_polkit_rule("helper-killed", &allow_test_user_rule(&user.name));
+    let key = SigningKey::generate().unwrap();
+    let payload = test_recipe_payload(&env);
+    let digest = digest_of(&payload).unwrap();
+    let recipe = SignedDocument::sign(payload, DocumentKind::Recipe, &key)
+        .unwrap()
+        .to_value();
+    helper.trust(&key, "killed");
+    let before = apt_snapshot();
+
+    // Armed (a debug build's test hook): the helper dies as a kill -9 would right before it
+    // records its second file, the source, after it wrote the first, the key.
+    let journals = helper.state_dir.join("journals");
+    for dir in [&helper.state_dir, &journals] {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let arm = journals.join("kill-before-record");
+    std::fs::write(&arm, "1").unwrap();
+    let step = mint(
+        &parameters(&user.name, &COMPONENTS),
+        Some(recipe),
+        &digest,
+        0,
+    );
+    let nonce = step["nonce"].as_str().unwrap().to_owned();
+    let started = helper.start(&to_bytes(&step), &[]);
+    assert!(started.ok, "Start was refused: {}", started.json);
+    let open = journals.join(format!("{}-{nonce}.open", user.uid));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !(open.exists() && std::path::Path::new(KEYRING).exists()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the step never wrote its key: {}",
+            helper.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    std::fs::remove_file(&arm).unwrap();
+    // Half-done on disk: the key is there, the source is not, the journal is still open.
+    assert!(!std::path::Path::new(SOURCE).exists());
+    assert_ne!(apt_snapshot(), before);
+
+    // The next call activates a new helper, which puts the key back before it answers.
+    let missing = helper.call_as(&user, &["receipt", &nonce]);
+    missing.assert_refused("NoReceipt", "MANAGED_OPERATION_NOT_FOUND");
+    assert_eq!(
+        apt_snapshot(),
+        before,
+        "the tree is as it was before the step"
+    );
+    assert!(!open.exists());
+    assert!(journals
+        .join(format!("{}-{nonce}.restored.jsonl", user.uid))
+        .exists());
+    assert!(helper.log().contains("restored after an interrupted step"));
+}

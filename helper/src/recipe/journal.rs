@@ -68,6 +68,19 @@ impl Journal {
         if !allowed(path) {
             return Err(refuse("not a file a recipe may change".into()));
         }
+        // Test hook, debug builds only: die as a kill -9 would, before the Nth record.
+        #[cfg(debug_assertions)]
+        if let Some(arm) = self
+            .path
+            .as_ref()
+            .map(|p| p.with_file_name("kill-before-record"))
+        {
+            if std::fs::read_to_string(arm)
+                .is_ok_and(|n| n.trim() == self.entries.len().to_string())
+            {
+                let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+            }
+        }
         let before = files::read_state(&files::under_root(&self.root, path));
         let before = before.map_err(|e| refuse(e.to_string()))?;
         let entry = Entry {
