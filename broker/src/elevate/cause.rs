@@ -21,9 +21,15 @@ pub fn package_cause(log_tail: &str) -> Option<String> {
             repository.as_deref().unwrap_or("of this step")
         ));
     }
+    // dnf5 before 5.4.3 prints "Signing key not found" on every first fetch of a
+    // repo_gpgcheck repository, then imports the key and goes on: not a cause then.
+    let key_imported = lines
+        .iter()
+        .any(|l| l.contains("The key was successfully imported"));
+    let transient = |l: &str| key_imported && l.contains("Signing key not found");
     if let Some(line) = lines.iter().find(|l| {
-        l.contains("GPG check FAILED")
-            || l.contains("GPG signature verification error")
+        !transient(l) && l.contains("GPG check FAILED")
+            || !transient(l) && l.contains("GPG signature verification error")
             || (l.contains("OpenPGP check for package") && l.contains("has failed"))
             || l.contains("Public key for ") && l.contains(" is not installed")
     }) {
@@ -65,9 +71,13 @@ pub fn package_cause(log_tail: &str) -> Option<String> {
             ));
         }
     }
+    // dnf5: `Failed to download metadata (baseurl: "…") for repository "ID": …`.
     let unreachable = find("Failed to fetch ")
         .or_else(|| find("Failed to download metadata for repo "))
-        .map(|r| first_word(r).trim_matches(['\'', ':']).to_owned());
+        .or_else(|| {
+            find("Failed to download metadata (").and_then(|r| after(r, ") for repository "))
+        })
+        .map(|r| first_word(r).trim_matches(['\'', '"', ':']).to_owned());
     unreachable.map(|r| format!("the repository {r} could not be reached"))
 }
 
@@ -157,6 +167,18 @@ mod tests {
         assert_eq!(
             package_cause(down).as_deref(),
             Some("the repository docker-ce-stable could not be reached")
+        );
+        // dnf5's wording (libdnf5/repo/repo.cpp), from its source: no dnf5 runs on this bench.
+        let down5 = "Failed to download metadata (baseurl: \"https://download.docker.com/linux/fedora/43/x86_64/stable\") for repository \"docker-ce-stable\": Usable URL not found";
+        assert_eq!(
+            package_cause(down5).as_deref(),
+            Some("the repository docker-ce-stable could not be reached")
+        );
+        // dnf5 < 5.4.3's first fetch of a repo_gpgcheck repository, which then goes on.
+        let transient = ">>> repomd.xml GPG signature verification error: Signing key not found\n>>> The key was successfully imported.\nNo match for argument: nvidia-container-toolkit";
+        assert_eq!(
+            package_cause(transient).as_deref(),
+            Some("the repositories offer no package nvidia-container-toolkit for this release and architecture")
         );
     }
 
