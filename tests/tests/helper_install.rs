@@ -302,6 +302,11 @@ fn a_caller_who_is_not_the_user_is_refused_and_a_missing_package_fails_cleanly()
     }
     let code = out.error.as_ref().unwrap().code;
     assert_eq!(code.as_str(), "MANAGED_PREREQUISITE_BLOCKED");
+    // All or nothing: the key and the source written before apt failed are gone again.
+    assert_eq!(out.restored, [SOURCE, KEYRING]);
+    for path in [KEYRING, SOURCE] {
+        assert!(!std::path::Path::new(path).exists(), "{path} was left");
+    }
 
     // Fix the pin; the same uid mismatch now stops the run at the group action.
     let recipe = signed_and_verified(test_recipe_payload(&env));
@@ -439,4 +444,41 @@ fn a_toolkit_below_the_recipes_minimum_is_upgraded_by_apt_for_real_and_one_above
         installed_version("nvidia-container-toolkit").as_deref(),
         Some(newest.as_str())
     );
+}
+
+#[test]
+fn a_package_the_repository_lacks_is_refused_before_anything_is_written() {
+    let env = bench::require(&[Service::AptRepo, Service::TestUser]);
+    let user = env.test_user.clone();
+    let _host = HostGuard::new(&user.name);
+    let mut payload = test_recipe_payload(&env);
+    let actions = payload["apt"]["actions"].as_array_mut().unwrap();
+    actions[4]["packages"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"component": "nvidia-container-toolkit", "name": "ekt-no-such-package", "version": null}));
+    let recipe = signed_and_verified(payload);
+    let ctx = ExecContext::new(user.uid);
+    let mut progress = Progress { events: Vec::new() };
+    let out = run_recipe(&recipe, &params(&user.name), &ctx, &mut progress);
+    assert_eq!(out.outcome, Outcome::Failed);
+    let check = out.actions.iter().find(|a| a.id == "repositories").unwrap();
+    assert_eq!(check.status, ActionStatus::Failed);
+    assert!(
+        check.detail.contains("they offer no ekt-no-such-package")
+            && check.detail.ends_with("Nothing was written."),
+        "{}",
+        check.detail
+    );
+    let ran: Vec<&str> = out
+        .actions
+        .iter()
+        .filter(|a| a.status != ActionStatus::NotRun)
+        .map(|a| a.id.as_str())
+        .collect();
+    assert_eq!(ran, ["conflicts", "repositories"]);
+    assert!(out.restored.is_empty(), "{:?}", out.restored);
+    for path in [KEYRING, SOURCE] {
+        assert!(!std::path::Path::new(path).exists(), "{path} was written");
+    }
 }
