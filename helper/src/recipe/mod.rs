@@ -10,8 +10,10 @@
 //!   `/`, the production timeouts. Tests may point `ExecContext::file_root` elsewhere; it only
 //!   moves where keys and source files are written and read (and the source list `apt-get
 //!   update` reads). Every other path is fixed in [`commands`].
+//! - The plan's checks come first (the conflicts, then [`repository_check`]: the repositories
+//!   asked in a private configuration), so a refusal happens before anything is written.
 //! - `sink` gets `(phase, percent, allow_cancel)`: one phase per action, percent over the
-//!   actions, `allow_cancel` false from the moment a package manager starts. While apt/dnf waits
+//!   actions, `allow_cancel` false from the moment a package manager starts changing packages. While apt/dnf waits
 //!   for a lock held by someone else (`DPkg::Lock::Timeout=300`), the broker, following the job,
 //!   names the holder (it needs no root for that).
 //! - `cancel` is honoured before each action while no package manager has started; the
