@@ -10,7 +10,7 @@
 //!   `/`, the production timeouts. Tests may point `ExecContext::file_root` elsewhere; it only
 //!   moves where keys and source files are written and read (and the source list `apt-get
 //!   update` reads). Every other path is fixed in [`commands`].
-//! - The plan's checks come first (the conflicts, then [`repository_check`]: the repositories
+//! - The plan's checks come first (the conflicts, then `repository_check`: the repositories
 //!   asked in a private configuration), so a refusal happens before anything is written.
 //! - `sink` gets `(phase, percent, allow_cancel)`: one phase per action, percent over the
 //!   actions, `allow_cancel` false from the moment a package manager starts changing packages. While apt/dnf waits
@@ -24,7 +24,7 @@
 //!   coded error when it failed: `MANAGED_PREREQUISITE_BLOCKED` for a failed action (the
 //!   detail is the message), `MANAGED_HOST_STEP_INVALID` for a plan that cannot be built.
 //!   [`ExecutionOutcome::records`] gives the receipt's `ActionRecord`s.
-//! - Files are all or nothing ([`journal`]): what a key, source, daemon.json or the CDI spec was
+//! - Files are all or nothing (`journal`): what a key, source, daemon.json or the CDI spec was
 //!   is recorded before the change, and put back when the step fails or is cancelled
 //!   ([`ExecutionOutcome::restored`]). Package transactions are not undone.
 //!
