@@ -106,20 +106,34 @@ const START: &str = "dbus-send --system --print-reply --dest=org.enginekit.Helpe
 
 /// Mints a step for `user` on this (Debian 12) machine and puts it in the container.
 fn put_step(booted: &BootedSystemd, user: &str) -> String {
-    put_step_for(booted, user, &["docker-service"], user)
+    put_step_for(booted, user, &["docker-service"], user, None)
 }
 
 /// Mints a step for `user` with `components` as `/tmp/step-<file>.json` in the container.
-fn put_step_for(booted: &BootedSystemd, user: &str, components: &[&str], file: &str) -> String {
+/// A host step for `components` as `user`, under the built-in recipe, or under `recipe` (a
+/// signed document the helper in `booted` trusts).
+fn put_step_for(
+    booted: &BootedSystemd,
+    user: &str,
+    components: &[&str],
+    file: &str,
+    recipe: Option<&serde_json::Value>,
+) -> String {
     let (arch, family, distro_id, version_id) = helper_support_machine();
     let params = serde_json::json!({"user": user, "arch": arch, "family": family,
         "distro_id": distro_id, "version_id": version_id, "components": components});
     let parameters = enginekit_shared::wire::host_step::HostParameters::validate(&params).unwrap();
-    let recipe = enginekit_shared::recipe::builtin().unwrap();
+    let digest = match recipe {
+        Some(signed) => enginekit_shared::digest::digest_of(&signed["payload"]).unwrap(),
+        None => enginekit_shared::recipe::builtin()
+            .unwrap()
+            .digest()
+            .clone(),
+    };
     let step = enginekit_shared::wire::host_step::HostRequest::new(
         "linux.install-container-runtime".parse().unwrap(),
-        recipe.digest().clone(),
-        None,
+        digest,
+        recipe.cloned(),
         parameters,
     )
     .unwrap()
@@ -253,14 +267,17 @@ fn in_an_active_session_auth_admin_needs_interaction_and_the_example_rule_still_
     assert_eq!(recorded("ekother", "after"), "1");
 }
 
-/// The built-in recipe's docker-engine component for real inside the container, as root (so
-/// `user` is root and the docker group is not selected): it checks conflicts and refreshes
-/// package lists (this needs the container to reach deb.debian.org and download.docker.com, as
-/// DESIGN.md says it does), then apt waits for the dpkg lock another process holds. The
-/// container is thrown away afterwards, with whatever apt would have installed.
+/// The docker-engine component for real inside the container, as root (so `user` is root and
+/// the docker group is not selected), from the bench's STAND-IN Docker repository under a signed
+/// recipe: it checks conflicts, asks the repository, writes the key and source and refreshes,
+/// then apt waits for the dpkg lock another process holds. The container is thrown away
+/// afterwards, with whatever apt would have installed.
 #[test]
 fn a_job_waiting_for_the_package_manager_makes_start_busy_and_cancel_refused() {
-    let booted = boot_with_helper();
+    // On the host's network, where the bench's Docker repository answers.
+    bench::require(&[Service::Docker, Service::SystemdImage]);
+    let booted = BootedSystemd::boot_without_docker("ekt-helper-systemd-wait");
+    booted.install_package();
     // Another package manager holds dpkg's frontend lock (an fcntl lock, as apt and dpkg take it).
     docker(&[
         "exec", "-d", booted.name(), "perl", "-e",
@@ -278,7 +295,30 @@ fn a_job_waiting_for_the_package_manager_makes_start_busy_and_cancel_refused() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    put_step_for(&booted, "root", &["docker-engine"], "first");
+    // The bench's Docker repository (STAND-IN packages, its own pinned key): the helper asks it
+    // before writing anything, so it must answer.
+    let env = bench::require(&[Service::DockerRepo]);
+    let key = enginekit_shared::signed::SigningKey::generate().unwrap();
+    booted.write(
+        "/etc/enginekit/keys.d/helper-systemd.pub",
+        key.public_key().to_text().as_bytes(),
+        0o644,
+        "root:root",
+    );
+    let payload = enginekit_integration::documents::docker_from_nothing_recipe(
+        &env,
+        &env.docker_repo().url,
+        false,
+        1000,
+    );
+    let recipe = enginekit_shared::signed::SignedDocument::sign(
+        payload,
+        enginekit_shared::signed::DocumentKind::Recipe,
+        &key,
+    )
+    .unwrap()
+    .to_value();
+    put_step_for(&booted, "root", &["docker-engine"], "first", Some(&recipe));
     let started = booted.sh(
         "busctl call org.enginekit.Helper1 /org/enginekit/Helper1 org.enginekit.Helper1 Start s \"$(cat /tmp/step-first.json)\"",
     );
@@ -306,7 +346,13 @@ fn a_job_waiting_for_the_package_manager_makes_start_busy_and_cancel_refused() {
         let state = property("State");
         assert!(
             state.contains("running"),
-            "the job ended ({state}) before waiting; phases {phases:?}"
+            "the job ended ({state}) before waiting; phases {phases:?}\n{}",
+            booted
+                .sh("journalctl -u enginekit-helper -n 60 --no-pager -o json")
+                .lines()
+                .filter(|l| l.contains("\"MESSAGE\":\"action\""))
+                .collect::<Vec<_>>()
+                .join("\n")
         );
         assert!(
             Instant::now() < deadline,
@@ -317,7 +363,7 @@ fn a_job_waiting_for_the_package_manager_makes_start_busy_and_cancel_refused() {
     eprintln!("phases: {phases:?}");
     assert!(property("AllowCancel").contains("b false"));
     // One job at a time: another step is Busy, and nothing of it is burnt.
-    let second_nonce = put_step_for(&booted, "root", &["docker-engine"], "second");
+    let second_nonce = put_step_for(&booted, "root", &["docker-engine"], "second", Some(&recipe));
     let busy = booted.sh(
         "dbus-send --system --print-reply --dest=org.enginekit.Helper1 /org/enginekit/Helper1 \
          org.enginekit.Helper1.Start string:\"$(cat /tmp/step-second.json)\"",

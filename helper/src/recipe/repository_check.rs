@@ -62,7 +62,10 @@ async fn ask(
                 .collect();
             if !lacking.is_empty() {
                 // apt-get update says "W: Failed to fetch" and still exits 0 on some failures.
-                let said = update.stderr.trim();
+                let said = update.stderr.trim().trim_end_matches('.');
+                if said.contains("Failed to fetch") {
+                    return refused(format!("apt could not fetch them: {said}"));
+                }
                 return refused(format!(
                     "they offer no {} for this release and architecture{}",
                     lacking.join(" "),
