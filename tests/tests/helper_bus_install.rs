@@ -71,6 +71,19 @@ fn actions_of(receipt: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The bench's test recipe signed by a fresh key: the key, the signed document, its digest.
+fn signed_test_recipe(
+    env: &enginekit_integration::bench::BenchEnv,
+) -> (SigningKey, Value, enginekit_shared::digest::Digest) {
+    let key = SigningKey::generate().unwrap();
+    let payload = test_recipe_payload(env);
+    let digest = digest_of(&payload).unwrap();
+    let recipe = SignedDocument::sign(payload, DocumentKind::Recipe, &key)
+        .unwrap()
+        .to_value();
+    (key, recipe, digest)
+}
+
 /// A process holding dpkg's frontend lock (an fcntl lock, as apt and dpkg take it) until dropped.
 struct DpkgLockHolder(std::process::Child);
 
@@ -132,12 +145,7 @@ fn a_signed_recipe_installs_the_stand_in_toolkit_through_the_bus_and_a_second_st
     let _host = HostGuard::new(&user.name);
     let _rule = bench::install_polkit_rule("helper-bus-install", &allow_test_user_rule(&user.name));
 
-    let key = SigningKey::generate().unwrap();
-    let payload = test_recipe_payload(&env);
-    let digest = digest_of(&payload).unwrap();
-    let recipe = SignedDocument::sign(payload, DocumentKind::Recipe, &key)
-        .unwrap()
-        .to_value();
+    let (key, recipe, digest) = signed_test_recipe(&env);
     let params = parameters(&user.name, &COMPONENTS);
 
     // Before the key is trusted the same step is refused and nothing is installed.
@@ -245,12 +253,7 @@ fn a_helper_killed_between_two_writes_puts_the_first_back_before_it_answers_agai
     let user = helper.user().clone();
     let _host = HostGuard::new(&user.name);
     let _rule = bench::install_polkit_rule("helper-killed", &allow_test_user_rule(&user.name));
-    let key = SigningKey::generate().unwrap();
-    let payload = test_recipe_payload(&env);
-    let digest = digest_of(&payload).unwrap();
-    let recipe = SignedDocument::sign(payload, DocumentKind::Recipe, &key)
-        .unwrap()
-        .to_value();
+    let (key, recipe, digest) = signed_test_recipe(&env);
     helper.trust(&key, "killed");
     let before = apt_snapshot();
 
