@@ -33,17 +33,10 @@ impl SourceUrl<'_> {
 pub fn source_urls(text: &str) -> Vec<SourceUrl<'_>> {
     let mut out: Vec<SourceUrl<'_>> = Vec::new();
     // deb822: each stanza's URIs, with its first suite (the built-in recipe writes one stanza).
-    fn field<'t>(line: &'t str, name: &str) -> Option<&'t str> {
-        let (key, value) = line.split_once(':')?;
-        key.trim().eq_ignore_ascii_case(name).then_some(value)
-    }
-    let suite = text
-        .lines()
-        .find_map(|l| field(l, "suites"))
-        .and_then(|v| v.split_whitespace().next());
+    let suite = deb822_value(text, "suites").and_then(|v| v.split_whitespace().next());
     for line in text.lines() {
         let words: Vec<&str> = line.split_whitespace().collect();
-        if let Some(uris) = field(line, "uris") {
+        if let Some(uris) = field_value(line, "uris") {
             out.extend(uris.split_whitespace().map(|url| SourceUrl { url, suite }));
         }
         if words.first() == Some(&"deb") {
@@ -131,14 +124,20 @@ fn one_line_entry(text: &str) -> Option<AptEntry<'_>> {
     })
 }
 
+/// The value of `line` when it is the deb822 field `name` (field names are case-insensitive).
+fn field_value<'t>(line: &'t str, name: &str) -> Option<&'t str> {
+    let (key, value) = line.split_once(':')?;
+    key.trim().eq_ignore_ascii_case(name).then_some(value)
+}
+
+/// The value of the first deb822 field `name` in `text`.
+fn deb822_value<'t>(text: &'t str, name: &str) -> Option<&'t str> {
+    text.lines().find_map(|l| field_value(l, name))
+}
+
 /// The only stanza of a deb822 source, with one URI and one suite.
 fn deb822_entry(text: &str) -> Option<AptEntry<'_>> {
-    let field = |name: &str| {
-        text.lines().find_map(|l| {
-            let (key, value) = l.split_once(':')?;
-            key.trim().eq_ignore_ascii_case(name).then(|| value.trim())
-        })
-    };
+    let field = |name: &str| deb822_value(text, name).map(str::trim);
     fn one(value: &str) -> Option<&str> {
         let mut words = value.split_whitespace();
         words.next().filter(|_| words.next().is_none())
