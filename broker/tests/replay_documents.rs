@@ -665,7 +665,7 @@ fn a_newer_signed_recipe_travels_inline_in_the_host_step_and_an_older_or_invalid
     let payload = newer_recipe(7, |p| {
         for action in p["apt"]["actions"].as_array_mut().expect("actions") {
             if action["id"] == "nvidia-source" {
-                action["template"] = json!("deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] https://mirror.example.org/libnvidia-container/stable/deb/$(ARCH) /\n");
+                action["template"] = json!("Types: deb\nURIs: https://mirror.example.org/libnvidia-container/stable/deb/${deb_arch}\nSuites: /\nSigned-By: /usr/share/keyrings/nvidia-container-toolkit-keyring.gpg\n");
             }
             if action["id"] == "packages" {
                 for package in action["packages"].as_array_mut().expect("packages") {
