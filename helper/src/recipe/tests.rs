@@ -533,7 +533,7 @@ async fn a_cancel_after_a_write_puts_the_written_files_back() {
     assert!(!dir.path().join("etc/apt/keyrings/docker.asc").exists());
     assert!(!dir
         .path()
-        .join("etc/apt/sources.list.d/docker.list")
+        .join("etc/apt/sources.list.d/docker.sources")
         .exists());
 }
 
