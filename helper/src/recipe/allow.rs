@@ -493,7 +493,7 @@ mod tests {
                     .unwrap(),
                 // Another source list, or the plan's under another root.
                 apt_refresh("/etc/apt/sources.list.d/evil.list").unwrap(),
-                apt_refresh("/tmp/root/etc/apt/sources.list.d/docker.list").unwrap(),
+                apt_refresh("/tmp/root/etc/apt/sources.list.d/docker.sources").unwrap(),
                 // Another user; a removal the plan does not allow (its `remove` is false).
                 user_uid(&bob).unwrap(),
                 user_groups(&bob).unwrap(),
