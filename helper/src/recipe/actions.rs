@@ -123,44 +123,31 @@ pub(super) fn write_source(r: &mut Executor<'_>, path: &str, body: &str) -> Done
 
 /// Whether a package is installed, read fail-closed in the C locale's exact wording.
 pub(super) async fn is_installed(r: &mut Executor<'_>, name: &str) -> Result<bool, Failure> {
-    let unsure = || Failure(format!("could not tell whether {name} is installed"));
     let out = r.run(&cmd::installed_query(r.family, name)?, false).await?;
-    let stdout = out.stdout.as_str();
-    let stderr = out.stderr.as_str();
-    match r.family {
-        Family::Apt => {
-            let words: Vec<&str> = stdout.split_whitespace().collect();
-            match out.exit_code {
-                Some(0) if words.last() == Some(&"installed") && words.len() == 3 => Ok(true),
-                // Known to dpkg but not installed (removed with config files left, or only
-                // known from an index).
-                Some(0)
-                    if words.len() == 3
-                        && words[1] == "ok"
-                        && matches!(words[2], "not-installed" | "config-files") =>
-                {
-                    Ok(false)
-                }
-                Some(1)
-                    if stdout.is_empty()
-                        && stderr.trim()
-                            == format!("dpkg-query: no packages found matching {name}") =>
-                {
-                    Ok(false)
-                }
-                _ => Err(unsure()),
-            }
+    let (stdout, stderr) = (out.stdout.as_str(), out.stderr.as_str());
+    let words: Vec<&str> = stdout.split_whitespace().collect();
+    match (r.family, out.exit_code, words.as_slice()) {
+        (Family::Apt, Some(0), [_, _, "installed"]) => Ok(true),
+        // Known to dpkg but not installed (removed with config files left, or only known from an
+        // index).
+        (Family::Apt, Some(0), [_, "ok", "not-installed" | "config-files"]) => Ok(false),
+        (Family::Apt, Some(1), _)
+            if stdout.is_empty()
+                && stderr.trim() == format!("dpkg-query: no packages found matching {name}") =>
+        {
+            Ok(false)
         }
-        Family::Dnf => match out.exit_code {
-            Some(0) if !stdout.trim().is_empty() && stdout.lines().all(|l| l == name) => Ok(true),
-            Some(1)
-                if stderr.is_empty()
-                    && stdout.trim() == format!("package {name} is not installed") =>
-            {
-                Ok(false)
-            }
-            _ => Err(unsure()),
-        },
+        (Family::Dnf, Some(0), _)
+            if !stdout.trim().is_empty() && stdout.lines().all(|l| l == name) =>
+        {
+            Ok(true)
+        }
+        (Family::Dnf, Some(1), _)
+            if stderr.is_empty() && stdout.trim() == format!("package {name} is not installed") =>
+        {
+            Ok(false)
+        }
+        _ => fail(format!("could not tell whether {name} is installed")),
     }
 }
 
