@@ -74,11 +74,8 @@ pub(crate) fn apt_private_update(dir: &str, list: &str) -> Built {
 
 /// `apt-cache policy` of `names` in the private configuration: which have a candidate.
 pub(crate) fn apt_private_policy(dir: &str, list: &str, names: &[&str]) -> Built {
-    let mut b = apt_private(Program::AptCache, dir, list, "policy");
-    for n in names {
-        b = b.arg(*n);
-    }
-    b.build()
+    let b = apt_private(Program::AptCache, dir, list, "policy");
+    names.iter().fold(b, |b, n| b.arg(*n)).build()
 }
 
 /// The apt install prefix; the missing packages are appended.
@@ -122,41 +119,33 @@ pub(crate) fn apt_install(packages: &[PlannedPackage]) -> Built {
 /// `dpkg --remove <names>`: removes exactly the named packages, and refuses (without removing
 /// anything) when another installed package depends on one of them.
 pub(crate) fn dpkg_remove(names: &[String]) -> Built {
-    let mut b = CommandBuilder::new(Program::Dpkg)
-        .flag("--remove")
-        .long_running();
-    for n in names {
-        b = b.arg(n.clone());
-    }
-    b.build()
+    let remove = CommandBuilder::new(Program::Dpkg).flag("--remove");
+    let b = names.iter().fold(remove, |b, n| b.arg(n.as_str()));
+    b.long_running().build()
 }
 
 /// Whether `package` is installed, asked of the family's package database (rpm expands the two
 /// characters `\` `n`).
 pub(crate) fn installed_query(family: Family, package: &str) -> Built {
-    let (program, words) = match family {
-        Family::Apt => (Program::DpkgQuery, ["--show", "--showformat=${Status}"]),
-        Family::Dnf => (Program::Rpm, ["--query", r"--queryformat=%{NAME}\n"]),
-    };
-    CommandBuilder::new(program)
-        .words(&words)
-        .arg(package)
-        .build()
+    package_query(family, "${Status}", r"%{NAME}\n", package)
 }
 
 /// The installed version of `package` (pinned, or with a minimum), asked of the same database.
 pub(crate) fn version_query(family: Family, package: &str) -> Built {
-    let (program, words) = match family {
-        Family::Apt => (Program::DpkgQuery, ["--show", "--showformat=${Version}"]),
-        Family::Dnf => (
-            Program::Rpm,
-            ["--query", r"--queryformat=%{VERSION}-%{RELEASE}\n"],
-        ),
+    package_query(family, "${Version}", r"%{VERSION}-%{RELEASE}\n", package)
+}
+
+/// `dpkg-query --show --showformat=<dpkg>` or `rpm --query --queryformat=<rpm>`, of `package`.
+fn package_query(family: Family, dpkg: &str, rpm: &str, package: &str) -> Built {
+    let b = match family {
+        Family::Apt => CommandBuilder::new(Program::DpkgQuery)
+            .flag("--show")
+            .flag(&format!("--showformat={dpkg}")),
+        Family::Dnf => CommandBuilder::new(Program::Rpm)
+            .flag("--query")
+            .flag(&format!("--queryformat={rpm}")),
     };
-    CommandBuilder::new(program)
-        .words(&words)
-        .arg(package)
-        .build()
+    b.arg(package).build()
 }
 
 pub(crate) const DNF_INSTALL: &[&str] = &["install", "-y", "--setopt=install_weak_deps=False"];
