@@ -21,10 +21,6 @@ pub(crate) type Built = Result<Command, UnsafeValue>;
 
 const APT_LOCK_TIMEOUT: &str = "DPkg::Lock::Timeout=300";
 
-fn words(program: Program, words: &[&str]) -> Built {
-    CommandBuilder::new(program).words(words).build()
-}
-
 /// `apt-get update` of one source list only.
 pub(crate) fn apt_refresh(source_path: &str) -> Built {
     CommandBuilder::new(Program::AptGet)
@@ -195,30 +191,27 @@ pub(crate) fn obsoleted_names(stdout: &str) -> Option<Vec<&str>> {
         .collect()
 }
 
-pub(crate) fn runtime_configure() -> Built {
-    words(
-        Program::NvidiaCtk,
-        &["runtime", "configure", "--runtime=docker"],
-    )
+/// The commands whose words are all fixed, a function each: `name = Program [words];`.
+macro_rules! fixed_commands {
+    ($($name:ident = $program:ident [$($word:expr),+];)+) => {$(
+        pub(crate) fn $name() -> Built {
+            CommandBuilder::new(Program::$program).words(&[$($word),+]).build()
+        }
+    )+};
 }
 
-pub(crate) fn docker_active() -> Built {
-    words(Program::Systemctl, &["is-active", "--quiet", "docker"])
-}
-
-pub(crate) fn runtime_loaded() -> Built {
-    words(Program::Docker, &["info", "--format", "{{json .Runtimes}}"])
-}
-
-pub(crate) fn docker_restart() -> Built {
-    words(Program::Systemctl, &["restart", "docker"])
-}
-
-pub(crate) fn docker_reset_failed() -> Built {
-    words(
-        Program::Systemctl,
-        &["reset-failed", "docker.service", "docker.socket"],
-    )
+fixed_commands! {
+    runtime_configure = NvidiaCtk ["runtime", "configure", "--runtime=docker"];
+    docker_active = Systemctl ["is-active", "--quiet", "docker"];
+    runtime_loaded = Docker ["info", "--format", "{{json .Runtimes}}"];
+    docker_restart = Systemctl ["restart", "docker"];
+    docker_reset_failed = Systemctl ["reset-failed", "docker.service", "docker.socket"];
+    cdi_list = NvidiaCtk ["cdi", "list"];
+    cdi_refresh_present = Systemctl ["list-unit-files", "--no-legend", CDI_REFRESH_UNIT];
+    cdi_refresh_enabled = Systemctl ["is-enabled", CDI_REFRESH_UNIT];
+    cdi_refresh_enable = Systemctl ["enable", "--now", CDI_REFRESH_UNIT];
+    docker_enabled = Systemctl ["is-enabled", "docker"];
+    docker_enable = Systemctl ["enable", "--now", "docker"];
 }
 
 pub(crate) fn docker_journal() -> Built {
@@ -236,38 +229,11 @@ pub(crate) fn docker_journal() -> Built {
         .build()
 }
 
-pub(crate) fn cdi_list() -> Built {
-    words(Program::NvidiaCtk, &["cdi", "list"])
-}
-
 pub(crate) fn cdi_generate() -> Built {
     CommandBuilder::new(Program::NvidiaCtk)
         .words(&["cdi", "generate"])
         .flag(&format!("--output={CDI_SPEC}"))
         .build()
-}
-
-pub(crate) fn cdi_refresh_present() -> Built {
-    words(
-        Program::Systemctl,
-        &["list-unit-files", "--no-legend", CDI_REFRESH_UNIT],
-    )
-}
-
-pub(crate) fn cdi_refresh_enabled() -> Built {
-    words(Program::Systemctl, &["is-enabled", CDI_REFRESH_UNIT])
-}
-
-pub(crate) fn cdi_refresh_enable() -> Built {
-    words(Program::Systemctl, &["enable", "--now", CDI_REFRESH_UNIT])
-}
-
-pub(crate) fn docker_enabled() -> Built {
-    words(Program::Systemctl, &["is-enabled", "docker"])
-}
-
-pub(crate) fn docker_enable() -> Built {
-    words(Program::Systemctl, &["enable", "--now", "docker"])
 }
 
 pub(crate) fn user_uid(user: &UserName) -> Built {
