@@ -5,32 +5,28 @@
 //!   state and always returns an outcome; a command is awaited, never waited for on a thread.
 //! - `recipe` and `params` must already be verified (signature/built-in, digests, machine and
 //!   caller checks).
-//! - [`ExecContext::new`]`(caller_uid)` is the production context: the uid the bus daemon
-//!   reported for the caller (the docker-group action adds only that uid's user), the file root
-//!   `/`, the production timeouts. Tests may point `ExecContext::file_root` elsewhere; it only
-//!   moves where keys and source files are written and read (and the source list `apt-get
-//!   update` reads). Every other path is fixed in [`commands`].
+//! - [`ExecContext::new`]`(caller_uid)` is the production context (the docker-group action adds
+//!   only that uid's user). Tests may point `file_root` elsewhere: it moves only where keys and
+//!   sources are written and read (and the list `apt-get update` reads); every other path is
+//!   fixed in [`commands`].
 //! - The plan's checks come first (the conflicts, then `repository_check`: the repositories
 //!   asked in a private configuration), so a refusal happens before anything is written.
 //! - `sink` gets `(phase, percent, allow_cancel)`: one phase per action, percent over the
-//!   actions, `allow_cancel` false from the moment a package manager starts changing packages. While apt/dnf waits
-//!   for a lock held by someone else (`DPkg::Lock::Timeout=300`), the broker, following the job,
-//!   names the holder (it needs no root for that).
+//!   actions, `allow_cancel` false from the moment a package manager starts changing packages.
+//!   While apt/dnf waits for a lock held by someone else (`DPkg::Lock::Timeout=300`), the
+//!   broker, following the job, names the holder (it needs no root for that).
 //! - `cancel` is honoured before each action while no package manager has started; the
 //!   outcome is then `cancelled` and the remaining actions are `not-run`.
-//! - [`ExecutionOutcome`]: `outcome` (succeeded/failed/cancelled), one [`ActionReport`] per
-//!   planned action (status applied/satisfied/failed/not-run, a detail line, every command
-//!   with its absolute argv, exit status, duration and bounded stderr tail), and a
-//!   coded error when it failed: `MANAGED_PREREQUISITE_BLOCKED` for a failed action (the
-//!   detail is the message), `MANAGED_HOST_STEP_INVALID` for a plan that cannot be built.
-//!   [`ExecutionOutcome::records`] gives the receipt's `ActionRecord`s.
+//! - [`ExecutionOutcome`]: the outcome, one [`ActionReport`] per planned action, and a coded
+//!   error when it failed: `MANAGED_PREREQUISITE_BLOCKED` for a failed action (the detail is the
+//!   message), `MANAGED_HOST_STEP_INVALID` for a plan whose commands cannot be built (before
+//!   anything runs).
 //! - Files are all or nothing (`journal`): what a key, source, daemon.json or the CDI spec was
 //!   is recorded before the change, and put back when the step fails or is cancelled
 //!   ([`ExecutionOutcome::restored`]). Package transactions are not undone.
 //!
 //! Every command must be one its action may run (`allow::Allowed::permit`, checked just before
-//! it is spawned; a plan whose commands cannot be built is `MANAGED_HOST_STEP_INVALID` before
-//! anything runs), and runs with `env_clear()` plus the recipe's environment, stdin from
+//! it is spawned), and runs with `env_clear()` plus the recipe's environment, stdin from
 //! /dev/null and its own process group (see `crate::exec`). Nothing is ever removed or
 //! upgraded, except listed conflicts in a recipe that says `remove: true` (`dpkg --remove` of
 //! those packages found installed).
