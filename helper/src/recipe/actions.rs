@@ -392,12 +392,9 @@ async fn must_start_docker(r: &mut Executor<'_>, start: &Command) -> Result<(), 
         return Ok(());
     }
     if let Ok(j) = r.run(&cmd::docker_journal()?, false).await {
-        let reason = j.stdout.as_str();
+        let reason = j.stdout.trim_end();
         if j.success() && !reason.trim().is_empty() {
-            r.append_to_last_stderr(&format!(
-                "\njournalctl -u docker.service:\n{}",
-                reason.trim_end()
-            ));
+            r.append_to_last_stderr(&format!("\njournalctl -u docker.service:\n{reason}"));
         }
     }
     fail(out.describe())
@@ -462,12 +459,8 @@ pub(super) async fn generate_cdi(r: &mut Executor<'_>) -> Done {
     // Containers run as the user read the spec; fixed on the open file, never through a path
     // a link could redirect between a look and a change.
     let spec = files::under_root(&r.ctx.file_root, cmd::CDI_SPEC);
-    let unreadable = |e| {
-        Failure(format!(
-            "could not make the CDI specification readable: {e}"
-        ))
-    };
-    if files::make_readable(&spec).map_err(unreadable)? {
+    let unreadable = "could not make the CDI specification readable";
+    if files::make_readable(&spec).map_err(|e| Failure(format!("{unreadable}: {e}")))? {
         changed = true;
         notes.push(format!("made {} readable", cmd::CDI_SPEC));
     }
