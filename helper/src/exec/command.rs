@@ -138,9 +138,7 @@ impl CommandBuilder {
     fn push(mut self, arg: Result<SafeArg, UnsafeValue>) -> Self {
         match arg {
             Ok(a) => self.args.push(a),
-            Err(e) => {
-                self.error.get_or_insert(e);
-            }
+            Err(e) => self.error = self.error.take().or(Some(e)),
         }
         self
     }
