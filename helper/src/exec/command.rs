@@ -2,7 +2,7 @@
 //! to an absolute path in root-owned system directories) and an argv of [`SafeArg`]s.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use enginekit_shared::ownership::is_root_only;
 use enginekit_shared::safe::{SafeArg, UnsafeValue};
@@ -60,15 +60,11 @@ impl Program {
 
     /// The absolute path to run: the first trusted directory holding a trusted executable.
     pub(crate) fn resolve(self) -> Result<PathBuf, ResolveError> {
-        for dir in PROGRAM_DIRS {
-            let dir_path = PathBuf::from(dir);
-            let Ok(dir_meta) = std::fs::metadata(&dir_path) else {
-                continue;
-            };
-            if !is_root_only(&dir_meta) {
+        for dir in PROGRAM_DIRS.iter().map(Path::new) {
+            if !std::fs::metadata(dir).is_ok_and(|meta| is_root_only(&meta)) {
                 continue;
             }
-            let path = dir_path.join(self.name());
+            let path = dir.join(self.name());
             let Ok(meta) = std::fs::metadata(&path) else {
                 continue;
             };
@@ -142,9 +138,7 @@ impl CommandBuilder {
     fn push(mut self, arg: Result<SafeArg, UnsafeValue>) -> Self {
         match arg {
             Ok(a) => self.args.push(a),
-            Err(e) => {
-                self.error.get_or_insert(e);
-            }
+            Err(e) => self.error = self.error.take().or(Some(e)),
         }
         self
     }
@@ -182,14 +176,15 @@ impl CommandBuilder {
     }
 
     pub(crate) fn build(self) -> Result<Command, UnsafeValue> {
-        match self.error {
-            Some(e) => Err(e),
-            None => Ok(Command {
-                program: self.program,
-                args: self.args,
-                duration: self.duration,
+        let (program, args, duration) = (self.program, self.args, self.duration);
+        self.error.map_or(
+            Ok(Command {
+                program,
+                args,
+                duration,
             }),
-        }
+            Err,
+        )
     }
 }
 

@@ -10,13 +10,9 @@ use zbus::OwnedFd;
 /// What a desktop shows beside the inhibitor.
 const WHY: &str = "Installing the container runtime and the NVIDIA Container Toolkit; switching off now could leave packages half-installed";
 
-/// Held until dropped: closing the descriptor releases it.
-pub(crate) struct Inhibitor {
-    _fd: OwnedFd,
-}
-
-/// Asks logind for a blocking shutdown-and-sleep inhibitor, for at most two seconds.
-pub(crate) async fn hold() -> Option<Inhibitor> {
+/// Asks logind for a blocking shutdown-and-sleep inhibitor, for at most two seconds. It is held
+/// until the descriptor is dropped: closing it releases it.
+pub(crate) async fn hold() -> Option<OwnedFd> {
     let ask = async {
         let bus = zbus::Connection::system().await?;
         let reply = bus
@@ -31,14 +27,9 @@ pub(crate) async fn hold() -> Option<Inhibitor> {
         reply.body().deserialize::<OwnedFd>()
     };
     match tokio::time::timeout(Duration::from_secs(2), ask).await {
-        Ok(Ok(fd)) => Some(Inhibitor { _fd: fd }),
-        Ok(Err(e)) => {
-            tracing::debug!(error = %e, "no logind inhibitor: logind did not grant one");
-            None
-        }
-        Err(_) => {
-            tracing::debug!("no logind inhibitor: logind did not answer in time");
-            None
-        }
+        Ok(Ok(fd)) => return Some(fd),
+        Ok(Err(e)) => tracing::debug!(error = %e, "no logind inhibitor: logind did not grant one"),
+        Err(_) => tracing::debug!("no logind inhibitor: logind did not answer in time"),
     }
+    None
 }

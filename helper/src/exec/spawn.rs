@@ -137,13 +137,12 @@ pub(crate) async fn run(
     env: &[(String, String)],
     timeouts: &Timeouts,
 ) -> CommandResult {
-    let names = cmd.argv();
+    let mut argv = cmd.argv();
     let path = match cmd.program.resolve() {
         Ok(p) => p,
-        Err(e) => return CommandResult::not_started(names, e.to_string()),
+        Err(e) => return CommandResult::not_started(argv, e.to_string()),
     };
-    let mut argv = vec![path.display().to_string()];
-    argv.extend(names.into_iter().skip(1));
+    argv[0] = path.display().to_string();
 
     let mut child = match tokio::process::Command::new(&path)
         .args(&cmd.args)

@@ -10,6 +10,7 @@ use super::commands as cmd;
 use super::executor::{Executor, Failure};
 use super::files;
 use super::ActionStatus;
+use crate::exec::command::Command;
 
 /// How an action that did not fail ended, and what it says about it.
 pub(super) type Done = Result<(ActionStatus, String), Failure>;
@@ -36,11 +37,6 @@ pub(super) fn install_key(
     pinned: &[openpgp::Fingerprint],
 ) -> Done {
     let target = files::under_root(&r.ctx.file_root, path);
-    let pinned_list = pinned
-        .iter()
-        .map(|f| f.as_str())
-        .collect::<Vec<_>>()
-        .join(", ");
     if let Some((existing, _)) = files::read_state(&target)? {
         // Stricter than the reference (§12.2): an existing key must be the pinned key.
         return match openpgp::fingerprints_of_file(&existing) {
@@ -48,16 +44,24 @@ pub(super) fn install_key(
                 satisfied(format!("kept the existing {path}, whose keys are pinned"))
             }
             Ok(found) => fail(format!(
-                "{path} already exists and holds {}, not the pinned {pinned_list}; it was left as it is",
-                found.iter().map(|f| f.as_str()).collect::<Vec<_>>().join(", ")
+                "{path} already exists and holds {}, not the pinned {}; it was left as it is",
+                fingerprint_list(&found),
+                fingerprint_list(pinned)
             )),
-            Err(e) => fail(format!("{path} already exists and is not a usable key ({e}); it was left as it is")),
+            Err(e) => fail(format!(
+                "{path} already exists and is not a usable key ({e}); it was left as it is"
+            )),
         };
     }
     let bytes = pinned_key(path, encoding, armored, pinned)?;
     r.journal.record(path)?;
     files::write_atomic(&r.ctx.file_root, &target, &bytes, 0o644)?;
-    applied(format!("wrote {path} ({pinned_list})"))
+    applied(format!("wrote {path} ({})", fingerprint_list(pinned)))
+}
+
+fn fingerprint_list(fingerprints: &[openpgp::Fingerprint]) -> String {
+    let all: Vec<&str> = fingerprints.iter().map(|f| f.as_str()).collect();
+    all.join(", ")
 }
 
 /// The recipe's key for `path` as it is written, once its primary keys are found pinned
@@ -72,10 +76,9 @@ pub(super) fn pinned_key(
         .map_err(|e| Failure(format!("the recipe's key for {path}: {e}")))?;
     let served = openpgp::primary_fingerprints(&binary)?;
     if let Some(bad) = served.iter().find(|f| !pinned.contains(f)) {
-        let pins: Vec<&str> = pinned.iter().map(|f| f.as_str()).collect();
         return fail(format!(
             "the key for {path} is {bad}, not the pinned {}; nothing was written",
-            pins.join(", ")
+            fingerprint_list(pinned)
         ));
     }
     Ok(match encoding {
@@ -120,44 +123,31 @@ pub(super) fn write_source(r: &mut Executor<'_>, path: &str, body: &str) -> Done
 
 /// Whether a package is installed, read fail-closed in the C locale's exact wording.
 pub(super) async fn is_installed(r: &mut Executor<'_>, name: &str) -> Result<bool, Failure> {
-    let unsure = || Failure(format!("could not tell whether {name} is installed"));
     let out = r.run(&cmd::installed_query(r.family, name)?, false).await?;
-    let stdout = out.stdout.as_str();
-    let stderr = out.stderr.as_str();
-    match r.family {
-        Family::Apt => {
-            let words: Vec<&str> = stdout.split_whitespace().collect();
-            match out.exit_code {
-                Some(0) if words.last() == Some(&"installed") && words.len() == 3 => Ok(true),
-                // Known to dpkg but not installed (removed with config files left, or only
-                // known from an index).
-                Some(0)
-                    if words.len() == 3
-                        && words[1] == "ok"
-                        && matches!(words[2], "not-installed" | "config-files") =>
-                {
-                    Ok(false)
-                }
-                Some(1)
-                    if stdout.is_empty()
-                        && stderr.trim()
-                            == format!("dpkg-query: no packages found matching {name}") =>
-                {
-                    Ok(false)
-                }
-                _ => Err(unsure()),
-            }
+    let (stdout, stderr) = (out.stdout.as_str(), out.stderr.as_str());
+    let words: Vec<&str> = stdout.split_whitespace().collect();
+    match (r.family, out.exit_code, words.as_slice()) {
+        (Family::Apt, Some(0), [_, _, "installed"]) => Ok(true),
+        // Known to dpkg but not installed (removed with config files left, or only known from an
+        // index).
+        (Family::Apt, Some(0), [_, "ok", "not-installed" | "config-files"]) => Ok(false),
+        (Family::Apt, Some(1), _)
+            if stdout.is_empty()
+                && stderr.trim() == format!("dpkg-query: no packages found matching {name}") =>
+        {
+            Ok(false)
         }
-        Family::Dnf => match out.exit_code {
-            Some(0) if !stdout.trim().is_empty() && stdout.lines().all(|l| l == name) => Ok(true),
-            Some(1)
-                if stderr.is_empty()
-                    && stdout.trim() == format!("package {name} is not installed") =>
-            {
-                Ok(false)
-            }
-            _ => Err(unsure()),
-        },
+        (Family::Dnf, Some(0), _)
+            if !stdout.trim().is_empty() && stdout.lines().all(|l| l == name) =>
+        {
+            Ok(true)
+        }
+        (Family::Dnf, Some(1), _)
+            if stderr.is_empty() && stdout.trim() == format!("package {name} is not installed") =>
+        {
+            Ok(false)
+        }
+        _ => fail(format!("could not tell whether {name} is installed")),
     }
 }
 
@@ -240,10 +230,7 @@ pub(super) async fn check_conflicts(
             .filter(|m| m.component == c.component)
             .cloned()
             .collect();
-        if blocked.is_empty() {
-            continue;
-        }
-        if is_installed(r, &c.name).await? {
+        if !blocked.is_empty() && is_installed(r, &c.name).await? {
             found.push((c.name.clone(), blocked));
         }
     }
@@ -383,7 +370,7 @@ fn registered(bytes: Option<&[u8]>) -> bool {
         })
 }
 
-async fn docker_is_active(r: &mut Executor<'_>) -> Result<bool, Failure> {
+pub(super) async fn docker_is_active(r: &mut Executor<'_>) -> Result<bool, Failure> {
     Ok(r.run(&cmd::docker_active()?, false).await?.success())
 }
 
@@ -396,23 +383,18 @@ async fn runtime_loaded(r: &mut Executor<'_>) -> Result<bool, Failure> {
             .is_some_and(|v| v.get(cmd::RUNTIME_NAME).is_some()))
 }
 
-/// Starts (or restarts) Docker; on failure the journal's tail joins the command's stderr.
-async fn must_start_docker(
-    r: &mut Executor<'_>,
-    start: &crate::exec::command::Command,
-) -> Result<(), Failure> {
+/// Clears Docker's failed state, then starts (or restarts) it with `start`; on failure the
+/// journal's tail joins the command's stderr.
+async fn must_start_docker(r: &mut Executor<'_>, start: &Command) -> Result<(), Failure> {
+    let _ = r.run(&cmd::docker_reset_failed()?, true).await?;
     let out = r.run(start, true).await?;
     if out.success() {
         return Ok(());
     }
-    let journal = r.run(&cmd::docker_journal()?, false).await;
-    if let Ok(j) = journal {
-        let reason = j.stdout.as_str();
+    if let Ok(j) = r.run(&cmd::docker_journal()?, false).await {
+        let reason = j.stdout.trim_end();
         if j.success() && !reason.trim().is_empty() {
-            r.append_to_last_stderr(&format!(
-                "\njournalctl -u docker.service:\n{}",
-                reason.trim_end()
-            ));
+            r.append_to_last_stderr(&format!("\njournalctl -u docker.service:\n{reason}"));
         }
     }
     fail(out.describe())
@@ -453,7 +435,6 @@ pub(super) async fn configure_runtime(
             "Docker was not restarted: the approved plan did not include a restart. The NVIDIA runtime loads at its next start.",
         );
     }
-    let _ = r.run(&cmd::docker_reset_failed()?, true).await?;
     must_start_docker(r, &cmd::docker_restart()?).await?;
     applied("registered the NVIDIA runtime and restarted Docker")
 }
@@ -477,30 +458,18 @@ pub(super) async fn generate_cdi(r: &mut Executor<'_>) -> Done {
     }
     // Containers run as the user read the spec; fixed on the open file, never through a path
     // a link could redirect between a look and a change.
-    match files::make_readable(&files::under_root(&r.ctx.file_root, cmd::CDI_SPEC)) {
-        Ok(files::Readable::Already) | Ok(files::Readable::Missing) => {}
-        Ok(files::Readable::Made) => {
-            changed = true;
-            notes.push(format!("made {} readable", cmd::CDI_SPEC));
-        }
-        Err(e) => {
-            return fail(format!(
-                "could not make the CDI specification readable: {e}"
-            ))
-        }
+    let spec = files::under_root(&r.ctx.file_root, cmd::CDI_SPEC);
+    let unreadable = "could not make the CDI specification readable";
+    if files::make_readable(&spec).map_err(|e| Failure(format!("{unreadable}: {e}")))? {
+        changed = true;
+        notes.push(format!("made {} readable", cmd::CDI_SPEC));
     }
     // The refresh unit never fails the step.
     let present = r.run(&cmd::cdi_refresh_present()?, false).await?;
     if present.success() && present.stdout.as_str().contains(cmd::CDI_REFRESH_UNIT) {
-        let state_out = r.run(&cmd::cdi_refresh_enabled()?, false).await?;
-        let state = state_out
-            .stdout
-            .lines()
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_string();
-        if matches!(state.as_str(), "disabled" | "linked" | "linked-runtime") {
+        let state = r.run(&cmd::cdi_refresh_enabled()?, false).await?;
+        let state = state.stdout.lines().next().map(str::trim);
+        if matches!(state, Some("disabled" | "linked" | "linked-runtime")) {
             let en = r.run(&cmd::cdi_refresh_enable()?, true).await?;
             if en.success() {
                 changed = true;
@@ -534,7 +503,6 @@ pub(super) async fn enable_service(r: &mut Executor<'_>) -> Done {
     if is_enabled && docker_is_active(r).await? {
         return satisfied("docker.service is enabled and running");
     }
-    let _ = r.run(&cmd::docker_reset_failed()?, true).await?;
     must_start_docker(r, &cmd::docker_enable()?).await?;
     applied("enabled and started docker.service")
 }
@@ -544,10 +512,8 @@ pub(super) async fn add_to_docker_group(r: &mut Executor<'_>, user: &UserName) -
     if !uid_out.success() {
         return fail(format!("there is no user {user}"));
     }
-    let uid: u32 = match uid_out.stdout.as_str().trim().parse() {
-        Ok(u) => u,
-        Err(_) => return fail(format!("could not read the uid of {user}")),
-    };
+    let unreadable = |_| Failure(format!("could not read the uid of {user}"));
+    let uid: u32 = uid_out.stdout.trim().parse().map_err(unreadable)?;
     if uid == 0 {
         return fail(format!(
             "{user} is uid 0; root is never added to the docker group"

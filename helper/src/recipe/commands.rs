@@ -21,10 +21,6 @@ pub(crate) type Built = Result<Command, UnsafeValue>;
 
 const APT_LOCK_TIMEOUT: &str = "DPkg::Lock::Timeout=300";
 
-fn words(program: Program, words: &[&str]) -> Built {
-    CommandBuilder::new(program).words(words).build()
-}
-
 /// `apt-get update` of one source list only.
 pub(crate) fn apt_refresh(source_path: &str) -> Built {
     CommandBuilder::new(Program::AptGet)
@@ -74,11 +70,8 @@ pub(crate) fn apt_private_update(dir: &str, list: &str) -> Built {
 
 /// `apt-cache policy` of `names` in the private configuration: which have a candidate.
 pub(crate) fn apt_private_policy(dir: &str, list: &str, names: &[&str]) -> Built {
-    let mut b = apt_private(Program::AptCache, dir, list, "policy");
-    for n in names {
-        b = b.arg(*n);
-    }
-    b.build()
+    let b = apt_private(Program::AptCache, dir, list, "policy");
+    names.iter().fold(b, |b, n| b.arg(*n)).build()
 }
 
 /// The apt install prefix; the missing packages are appended.
@@ -122,41 +115,33 @@ pub(crate) fn apt_install(packages: &[PlannedPackage]) -> Built {
 /// `dpkg --remove <names>`: removes exactly the named packages, and refuses (without removing
 /// anything) when another installed package depends on one of them.
 pub(crate) fn dpkg_remove(names: &[String]) -> Built {
-    let mut b = CommandBuilder::new(Program::Dpkg)
-        .flag("--remove")
-        .long_running();
-    for n in names {
-        b = b.arg(n.clone());
-    }
-    b.build()
+    let remove = CommandBuilder::new(Program::Dpkg).flag("--remove");
+    let b = names.iter().fold(remove, |b, n| b.arg(n.as_str()));
+    b.long_running().build()
 }
 
 /// Whether `package` is installed, asked of the family's package database (rpm expands the two
 /// characters `\` `n`).
 pub(crate) fn installed_query(family: Family, package: &str) -> Built {
-    let (program, words) = match family {
-        Family::Apt => (Program::DpkgQuery, ["--show", "--showformat=${Status}"]),
-        Family::Dnf => (Program::Rpm, ["--query", r"--queryformat=%{NAME}\n"]),
-    };
-    CommandBuilder::new(program)
-        .words(&words)
-        .arg(package)
-        .build()
+    package_query(family, "${Status}", r"%{NAME}\n", package)
 }
 
 /// The installed version of `package` (pinned, or with a minimum), asked of the same database.
 pub(crate) fn version_query(family: Family, package: &str) -> Built {
-    let (program, words) = match family {
-        Family::Apt => (Program::DpkgQuery, ["--show", "--showformat=${Version}"]),
-        Family::Dnf => (
-            Program::Rpm,
-            ["--query", r"--queryformat=%{VERSION}-%{RELEASE}\n"],
-        ),
+    package_query(family, "${Version}", r"%{VERSION}-%{RELEASE}\n", package)
+}
+
+/// `dpkg-query --show --showformat=<dpkg>` or `rpm --query --queryformat=<rpm>`, of `package`.
+fn package_query(family: Family, dpkg: &str, rpm: &str, package: &str) -> Built {
+    let b = match family {
+        Family::Apt => CommandBuilder::new(Program::DpkgQuery)
+            .flag("--show")
+            .flag(&format!("--showformat={dpkg}")),
+        Family::Dnf => CommandBuilder::new(Program::Rpm)
+            .flag("--query")
+            .flag(&format!("--queryformat={rpm}")),
     };
-    CommandBuilder::new(program)
-        .words(&words)
-        .arg(package)
-        .build()
+    b.arg(package).build()
 }
 
 pub(crate) const DNF_INSTALL: &[&str] = &["install", "-y", "--setopt=install_weak_deps=False"];
@@ -206,30 +191,27 @@ pub(crate) fn obsoleted_names(stdout: &str) -> Option<Vec<&str>> {
         .collect()
 }
 
-pub(crate) fn runtime_configure() -> Built {
-    words(
-        Program::NvidiaCtk,
-        &["runtime", "configure", "--runtime=docker"],
-    )
+/// The commands whose words are all fixed, a function each: `name = Program [words];`.
+macro_rules! fixed_commands {
+    ($($name:ident = $program:ident [$($word:expr),+];)+) => {$(
+        pub(crate) fn $name() -> Built {
+            CommandBuilder::new(Program::$program).words(&[$($word),+]).build()
+        }
+    )+};
 }
 
-pub(crate) fn docker_active() -> Built {
-    words(Program::Systemctl, &["is-active", "--quiet", "docker"])
-}
-
-pub(crate) fn runtime_loaded() -> Built {
-    words(Program::Docker, &["info", "--format", "{{json .Runtimes}}"])
-}
-
-pub(crate) fn docker_restart() -> Built {
-    words(Program::Systemctl, &["restart", "docker"])
-}
-
-pub(crate) fn docker_reset_failed() -> Built {
-    words(
-        Program::Systemctl,
-        &["reset-failed", "docker.service", "docker.socket"],
-    )
+fixed_commands! {
+    runtime_configure = NvidiaCtk ["runtime", "configure", "--runtime=docker"];
+    docker_active = Systemctl ["is-active", "--quiet", "docker"];
+    runtime_loaded = Docker ["info", "--format", "{{json .Runtimes}}"];
+    docker_restart = Systemctl ["restart", "docker"];
+    docker_reset_failed = Systemctl ["reset-failed", "docker.service", "docker.socket"];
+    cdi_list = NvidiaCtk ["cdi", "list"];
+    cdi_refresh_present = Systemctl ["list-unit-files", "--no-legend", CDI_REFRESH_UNIT];
+    cdi_refresh_enabled = Systemctl ["is-enabled", CDI_REFRESH_UNIT];
+    cdi_refresh_enable = Systemctl ["enable", "--now", CDI_REFRESH_UNIT];
+    docker_enabled = Systemctl ["is-enabled", "docker"];
+    docker_enable = Systemctl ["enable", "--now", "docker"];
 }
 
 pub(crate) fn docker_journal() -> Built {
@@ -247,38 +229,11 @@ pub(crate) fn docker_journal() -> Built {
         .build()
 }
 
-pub(crate) fn cdi_list() -> Built {
-    words(Program::NvidiaCtk, &["cdi", "list"])
-}
-
 pub(crate) fn cdi_generate() -> Built {
     CommandBuilder::new(Program::NvidiaCtk)
         .words(&["cdi", "generate"])
         .flag(&format!("--output={CDI_SPEC}"))
         .build()
-}
-
-pub(crate) fn cdi_refresh_present() -> Built {
-    words(
-        Program::Systemctl,
-        &["list-unit-files", "--no-legend", CDI_REFRESH_UNIT],
-    )
-}
-
-pub(crate) fn cdi_refresh_enabled() -> Built {
-    words(Program::Systemctl, &["is-enabled", CDI_REFRESH_UNIT])
-}
-
-pub(crate) fn cdi_refresh_enable() -> Built {
-    words(Program::Systemctl, &["enable", "--now", CDI_REFRESH_UNIT])
-}
-
-pub(crate) fn docker_enabled() -> Built {
-    words(Program::Systemctl, &["is-enabled", "docker"])
-}
-
-pub(crate) fn docker_enable() -> Built {
-    words(Program::Systemctl, &["enable", "--now", "docker"])
 }
 
 pub(crate) fn user_uid(user: &UserName) -> Built {

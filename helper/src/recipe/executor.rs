@@ -65,9 +65,8 @@ impl<'a> Executor<'a> {
     }
 
     pub(crate) fn report(&mut self) {
-        let phase = self.phase.clone();
         self.sink
-            .progress(&phase, self.percent, !self.package_manager_started);
+            .progress(&self.phase, self.percent, !self.package_manager_started);
     }
 
     pub(crate) fn set_phase(&mut self, phase: String, percent: i32) {

@@ -34,10 +34,11 @@ pub(crate) fn under_root(root: &Path, path: &str) -> PathBuf {
 /// The file's bytes and permission bits, `None` when it does not exist. A symlink or
 /// non-regular file is an error.
 pub(crate) fn read_state(path: &Path) -> Result<Option<(Vec<u8>, u32)>, FileError> {
+    let io = |e| FileError::Io(path.to_path_buf(), e);
     let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(FileError::Io(path.to_path_buf(), e)),
+        Err(e) => return Err(io(e)),
     };
     if meta.file_type().is_symlink() {
         return Err(FileError::Symlink(path.to_path_buf()));
@@ -54,10 +55,8 @@ pub(crate) fn read_state(path: &Path) -> Result<Option<(Vec<u8>, u32)>, FileErro
         .read(true)
         .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
         .open(path)
-        .map_err(|e| FileError::Io(path.to_path_buf(), e))?;
-    let opened = file
-        .metadata()
-        .map_err(|e| FileError::Io(path.to_path_buf(), e))?;
+        .map_err(io)?;
+    let opened = file.metadata().map_err(io)?;
     if !opened.is_file() {
         return Err(FileError::NotRegular(path.to_path_buf()));
     }
@@ -65,7 +64,7 @@ pub(crate) fn read_state(path: &Path) -> Result<Option<(Vec<u8>, u32)>, FileErro
     Read::by_ref(&mut file)
         .take(MAX_READ_BYTES + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| FileError::Io(path.to_path_buf(), e))?;
+        .map_err(io)?;
     Ok(Some((bytes, opened.mode() & 0o7777)))
 }
 
@@ -106,17 +105,10 @@ fn check_ancestors(
     Ok(())
 }
 
-/// What [`make_readable`] found or did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Readable {
-    Missing,
-    Already,
-    Made,
-}
-
 /// Adds read permission for everyone to a root-owned regular file, on the open descriptor
-/// (`O_NOFOLLOW`, `fstat`, `fchmod`), so a symlink or a swapped file is never changed.
-pub(crate) fn make_readable(path: &Path) -> Result<Readable, FileError> {
+/// (`O_NOFOLLOW`, `fstat`, `fchmod`), so a symlink or a swapped file is never changed. True when
+/// this call changed the mode; a missing file is nothing to do.
+pub(crate) fn make_readable(path: &Path) -> Result<bool, FileError> {
     let io = |e| FileError::Io(path.to_path_buf(), e);
     let file = match OpenOptions::new()
         .read(true)
@@ -124,7 +116,7 @@ pub(crate) fn make_readable(path: &Path) -> Result<Readable, FileError> {
         .open(path)
     {
         Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Readable::Missing),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
             return Err(FileError::Symlink(path.to_path_buf()))
         }
@@ -140,11 +132,11 @@ pub(crate) fn make_readable(path: &Path) -> Result<Readable, FileError> {
     }
     let mode = meta.mode() & 0o7777;
     if mode & 0o444 == 0o444 {
-        return Ok(Readable::Already);
+        return Ok(false);
     }
     file.set_permissions(std::fs::Permissions::from_mode(mode | 0o444))
         .map_err(io)?;
-    Ok(Readable::Made)
+    Ok(true)
 }
 
 /// Writes `bytes` to `path` with `mode`, atomically. The parent and every directory above it up
@@ -160,10 +152,8 @@ pub(crate) fn write_atomic(
         .parent()
         .ok_or_else(|| io(std::io::Error::other("no parent directory")))?;
     ensure_parent(root, parent, nix::unistd::geteuid().as_raw())?;
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        if meta.file_type().is_symlink() {
-            return Err(FileError::Symlink(path.to_path_buf()));
-        }
+    if std::fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_symlink()) {
+        return Err(FileError::Symlink(path.to_path_buf()));
     }
     enginekit_shared::durable::write_atomic(path, bytes, mode).map_err(io)
 }
@@ -228,13 +218,17 @@ mod tests {
     fn make_readable_works_on_the_file_and_never_through_a_link() {
         let dir = tempfile::tempdir().unwrap();
         let spec = dir.path().join("nvidia.yaml");
-        assert_eq!(make_readable(&spec).unwrap(), Readable::Missing);
+        assert!(
+            !make_readable(&spec).unwrap(),
+            "a missing file is nothing to do"
+        );
+        assert!(!spec.exists());
         std::fs::write(&spec, b"x").unwrap();
         std::fs::set_permissions(&spec, std::fs::Permissions::from_mode(0o600)).unwrap();
-        assert_eq!(make_readable(&spec).unwrap(), Readable::Made);
+        assert!(make_readable(&spec).unwrap());
         let mode = std::fs::metadata(&spec).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o644);
-        assert_eq!(make_readable(&spec).unwrap(), Readable::Already);
+        assert!(!make_readable(&spec).unwrap(), "already readable");
         let secret = dir.path().join("secret");
         std::fs::write(&secret, b"s").unwrap();
         std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();

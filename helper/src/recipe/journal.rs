@@ -51,9 +51,8 @@ fn allowed(path: &str) -> bool {
 
 impl Journal {
     pub(crate) fn new(root: &Path, path: Option<PathBuf>) -> Journal {
-        let root = root.to_path_buf();
         Journal {
-            root,
+            root: root.to_path_buf(),
             path,
             ..Journal::default()
         }

@@ -5,32 +5,28 @@
 //!   state and always returns an outcome; a command is awaited, never waited for on a thread.
 //! - `recipe` and `params` must already be verified (signature/built-in, digests, machine and
 //!   caller checks).
-//! - [`ExecContext::new`]`(caller_uid)` is the production context: the uid the bus daemon
-//!   reported for the caller (the docker-group action adds only that uid's user), the file root
-//!   `/`, the production timeouts. Tests may point `ExecContext::file_root` elsewhere; it only
-//!   moves where keys and source files are written and read (and the source list `apt-get
-//!   update` reads). Every other path is fixed in [`commands`].
+//! - [`ExecContext::new`]`(caller_uid)` is the production context (the docker-group action adds
+//!   only that uid's user). Tests may point `file_root` elsewhere: it moves only where keys and
+//!   sources are written and read (and the list `apt-get update` reads); every other path is
+//!   fixed in [`commands`].
 //! - The plan's checks come first (the conflicts, then `repository_check`: the repositories
 //!   asked in a private configuration), so a refusal happens before anything is written.
 //! - `sink` gets `(phase, percent, allow_cancel)`: one phase per action, percent over the
-//!   actions, `allow_cancel` false from the moment a package manager starts changing packages. While apt/dnf waits
-//!   for a lock held by someone else (`DPkg::Lock::Timeout=300`), the broker, following the job,
-//!   names the holder (it needs no root for that).
+//!   actions, `allow_cancel` false from the moment a package manager starts changing packages.
+//!   While apt/dnf waits for a lock held by someone else (`DPkg::Lock::Timeout=300`), the
+//!   broker, following the job, names the holder (it needs no root for that).
 //! - `cancel` is honoured before each action while no package manager has started; the
 //!   outcome is then `cancelled` and the remaining actions are `not-run`.
-//! - [`ExecutionOutcome`]: `outcome` (succeeded/failed/cancelled), one [`ActionReport`] per
-//!   planned action (status applied/satisfied/failed/not-run, a detail line, every command
-//!   with its absolute argv, exit status, duration and bounded stderr tail), and a
-//!   coded error when it failed: `MANAGED_PREREQUISITE_BLOCKED` for a failed action (the
-//!   detail is the message), `MANAGED_HOST_STEP_INVALID` for a plan that cannot be built.
-//!   [`ExecutionOutcome::records`] gives the receipt's `ActionRecord`s.
+//! - [`ExecutionOutcome`]: the outcome, one [`ActionReport`] per planned action, and a coded
+//!   error when it failed: `MANAGED_PREREQUISITE_BLOCKED` for a failed action (the detail is the
+//!   message), `MANAGED_HOST_STEP_INVALID` for a plan whose commands cannot be built (before
+//!   anything runs).
 //! - Files are all or nothing (`journal`): what a key, source, daemon.json or the CDI spec was
 //!   is recorded before the change, and put back when the step fails or is cancelled
 //!   ([`ExecutionOutcome::restored`]). Package transactions are not undone.
 //!
 //! Every command must be one its action may run (`allow::Allowed::permit`, checked just before
-//! it is spawned; a plan whose commands cannot be built is `MANAGED_HOST_STEP_INVALID` before
-//! anything runs), and runs with `env_clear()` plus the recipe's environment, stdin from
+//! it is spawned), and runs with `env_clear()` plus the recipe's environment, stdin from
 //! /dev/null and its own process group (see `crate::exec`). Nothing is ever removed or
 //! upgraded, except listed conflicts in a recipe that says `remove: true` (`dpkg --remove` of
 //! those packages found installed).
@@ -199,29 +195,29 @@ pub(crate) fn child_environment(recipe: &Recipe) -> Vec<(String, String)> {
 }
 
 fn phase_of(action: &PlannedAction) -> String {
+    use PlannedAction as A;
     match action {
-        PlannedAction::InstallKey { path, .. } => format!("adding the repository key {path}"),
-        PlannedAction::WriteSource { path, .. } => format!("writing {path}"),
-        PlannedAction::CheckConflicts { .. } => "checking for conflicting packages".into(),
-        PlannedAction::CheckRepositories { .. } => {
+        A::InstallKey { path, .. } => format!("adding the repository key {path}"),
+        A::WriteSource { path, .. } => format!("writing {path}"),
+        A::CheckConflicts { .. } => "checking for conflicting packages".into(),
+        A::CheckRepositories { .. } => {
             "asking the repositories for the packages, with the pinned keys".into()
         }
-        PlannedAction::RefreshMetadata { .. } => "refreshing package lists".into(),
-        PlannedAction::InstallPackages { packages, .. } => {
-            format!("installing {}", actions::names(packages))
-        }
-        PlannedAction::ConfigureRuntime { .. } => {
-            "configuring the NVIDIA runtime for Docker".into()
-        }
-        PlannedAction::GenerateCdi { .. } => "generating the CDI specification".into(),
-        PlannedAction::EnableService { .. } => "enabling docker.service".into(),
-        PlannedAction::AddToDockerGroup { user, .. } => {
-            format!("adding {user} to the docker group")
-        }
+        A::RefreshMetadata { .. } => "refreshing package lists".into(),
+        A::InstallPackages { packages, .. } => format!("installing {}", actions::names(packages)),
+        A::ConfigureRuntime { .. } => "configuring the NVIDIA runtime for Docker".into(),
+        A::GenerateCdi { .. } => "generating the CDI specification".into(),
+        A::EnableService { .. } => "enabling docker.service".into(),
+        A::AddToDockerGroup { user, .. } => format!("adding {user} to the docker group"),
     }
 }
 
-fn not_run(action: &PlannedAction, why: &str) -> ActionReport {
+/// An action left alone after the step was cancelled or an earlier action failed.
+fn not_run(action: &PlannedAction, after: Outcome) -> ActionReport {
+    let why = match after {
+        Outcome::Cancelled => "cancelled",
+        _ => "an earlier action failed",
+    };
     ActionReport {
         id: action.id().to_string(),
         status: ActionStatus::NotRun,
@@ -262,84 +258,66 @@ pub async fn run_plan(
     let mut error = None;
 
     // Whether Docker was running before anything ran: an approved restart is needed only for a
-    // daemon that was already up; one the package scripts started may be restarted.
+    // daemon that was already up; one the package scripts started may be restarted. The
+    // question is that action's own, asked before anything runs; its record goes with the
+    // first action's.
     let mut active_at_start = false;
-    let mut first_commands = Vec::new();
     let configures = plan
         .iter()
         .position(|a| matches!(a, PlannedAction::ConfigureRuntime { .. }));
     if let Some(at) = configures {
-        // The question is that action's own, asked before anything runs.
         r.allowed = allowed[at].clone();
-        if let Ok(c) = commands::docker_active() {
-            active_at_start = r.run(&c, false).await.map(|o| o.success()).unwrap_or(false);
-        }
-        first_commands = std::mem::take(&mut r.commands);
+        active_at_start = actions::docker_is_active(&mut r).await.unwrap_or(false);
     }
 
+    use PlannedAction as A;
     for (i, action) in plan.iter().enumerate() {
-        if outcome != Outcome::Succeeded {
-            let why = if outcome == Outcome::Cancelled {
-                "cancelled"
-            } else {
-                "an earlier action failed"
-            };
-            reports.push(not_run(action, why));
-            continue;
-        }
-        if cancel.is_cancelled() && !r.package_manager_started {
+        if outcome == Outcome::Succeeded && cancel.is_cancelled() && !r.package_manager_started {
             tracing::info!(
                 uid = ctx.caller_uid,
                 action = action.id(),
                 "cancelled before the action"
             );
             outcome = Outcome::Cancelled;
-            reports.push(not_run(action, "cancelled"));
+        }
+        if outcome != Outcome::Succeeded {
+            reports.push(not_run(action, outcome));
             continue;
         }
         r.allowed = std::mem::take(&mut allowed[i]);
         let percent = i32::try_from(i * 100 / total).unwrap_or(0);
         r.set_phase(phase_of(action), percent);
         let started = Instant::now();
-        r.commands = if i == 0 {
-            std::mem::take(&mut first_commands)
-        } else {
-            Vec::new()
-        };
         let done = match action {
-            PlannedAction::InstallKey {
+            A::InstallKey {
                 path,
                 encoding,
                 armored,
                 fingerprints,
                 ..
             } => actions::install_key(&mut r, path, *encoding, armored, fingerprints),
-            PlannedAction::WriteSource { path, body, .. } => {
-                actions::write_source(&mut r, path, body)
-            }
-            PlannedAction::CheckConflicts {
+            A::WriteSource { path, body, .. } => actions::write_source(&mut r, path, body),
+            A::CheckConflicts {
                 wanted,
                 conflicts,
                 remove,
                 ..
             } => actions::check_conflicts(&mut r, wanted, conflicts, *remove).await,
-            PlannedAction::CheckRepositories { wanted, .. } => {
+            A::CheckRepositories { wanted, .. } => {
                 repository_check::check_repositories(&mut r, plan, wanted).await
             }
-            PlannedAction::RefreshMetadata {
+            A::RefreshMetadata {
                 sources, wanted, ..
             } => actions::refresh(&mut r, sources, wanted).await,
-            PlannedAction::InstallPackages { packages, .. } => {
+            A::InstallPackages { packages, .. } => {
                 actions::install_packages(&mut r, packages).await
             }
-            PlannedAction::ConfigureRuntime {
+            A::ConfigureRuntime {
                 restart_approved, ..
             } => actions::configure_runtime(&mut r, *restart_approved, active_at_start).await,
-            PlannedAction::GenerateCdi { .. } => actions::generate_cdi(&mut r).await,
-            PlannedAction::EnableService { .. } => actions::enable_service(&mut r).await,
-            PlannedAction::AddToDockerGroup { user, .. } => {
-                actions::add_to_docker_group(&mut r, user).await
-            }
+            A::GenerateCdi { .. } => actions::generate_cdi(&mut r).await,
+            A::EnableService { .. } => actions::enable_service(&mut r).await,
+            A::AddToDockerGroup { user, .. } => actions::add_to_docker_group(&mut r, user).await,
         };
         let (status, detail) = match done {
             Ok(ok) => ok,

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use enginekit_shared::recipe::{Family, PlannedAction, PlannedPackage};
+use enginekit_shared::recipe::{sources, Family, PlannedAction, PlannedPackage};
 
 use super::actions::{self, fail, missing, names, satisfied, Done};
 use super::commands as cmd;
@@ -43,7 +43,7 @@ async fn ask(
 ) -> Done {
     let list = private_copies(&r.ctx.file_root, plan, dir)?;
     let dir_text = dir.display().to_string();
-    let served = match r.family {
+    match r.family {
         Family::Apt => {
             let list = list.display().to_string();
             let update = r
@@ -58,7 +58,7 @@ async fn ask(
                 .await?;
             let lacking: Vec<&str> = asked
                 .into_iter()
-                .filter(|p| !enginekit_shared::recipe::sources::has_candidate(&policy.stdout, p))
+                .filter(|p| !sources::has_candidate(&policy.stdout, p))
                 .collect();
             if !lacking.is_empty() {
                 // apt-get update says "W: Failed to fetch" and still exits 0 on some failures.
@@ -76,7 +76,6 @@ async fn ask(
                     }
                 ));
             }
-            names(missing)
         }
         Family::Dnf => {
             for p in missing {
@@ -94,11 +93,11 @@ async fn ask(
                 }
             }
             obsoletes(r, &dir_text, wanted, missing).await?;
-            names(missing)
         }
-    };
+    }
     satisfied(format!(
-        "the repositories verify with the pinned keys and serve {served}"
+        "the repositories verify with the pinned keys and serve {}",
+        names(missing)
     ))
 }
 
@@ -190,10 +189,7 @@ async fn obsoletes(
             ));
         };
         for first in names {
-            if wanted.iter().any(|w| w.name == first) {
-                continue;
-            }
-            if actions::is_installed(r, first).await? {
+            if !wanted.iter().any(|w| w.name == first) && actions::is_installed(r, first).await? {
                 return fail(format!(
                     "{first} is installed, and {} would replace it (RPM Obsoletes). Nothing was installed and nothing was removed.",
                     p.name
