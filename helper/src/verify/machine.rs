@@ -3,7 +3,6 @@
 
 use std::fs;
 use std::io::Read;
-use std::path::Path;
 
 use enginekit_shared::os_release::OsRelease;
 use enginekit_shared::wire::host_step::Family;
@@ -61,20 +60,15 @@ impl MachineFacts {
 fn read_os_release() -> Result<String, MachineError> {
     let mut last = String::from("no os-release file");
     for path in OS_RELEASE_PATHS {
-        match read_bounded(Path::new(path)) {
-            Ok(text) => return Ok(text),
+        let mut text = String::new();
+        let read = fs::File::open(path)
+            .and_then(|file| file.take(MAX_OS_RELEASE_BYTES).read_to_string(&mut text));
+        match read {
+            Ok(_) => return Ok(text),
             Err(e) => last = format!("{path}: {e}"),
         }
     }
     Err(MachineError::OsRelease(last))
-}
-
-fn read_bounded(path: &Path) -> std::io::Result<String> {
-    let mut text = String::new();
-    fs::File::open(path)?
-        .take(MAX_OS_RELEASE_BYTES)
-        .read_to_string(&mut text)?;
-    Ok(text)
 }
 
 #[cfg(test)]
