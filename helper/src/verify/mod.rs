@@ -141,12 +141,7 @@ pub(crate) fn check_step(
             NothingToDo,
             "recipe {} plans no action for the components {}",
             recipe.id(),
-            parameters
-                .components()
-                .iter()
-                .map(|c| c.as_str())
-                .collect::<Vec<_>>()
-                .join(",")
+            components(parameters)
         ));
     }
     Ok(VerifiedStep {
@@ -164,6 +159,12 @@ pub(crate) fn check_step(
 pub(crate) fn recheck(verified: &VerifiedStep, checks: &Checks<'_>) -> Result<(), Refusal> {
     check_window(verified.step.issued_at().as_offset_date_time(), checks)?;
     check_recipe_is_current(&verified.recipe, checks)
+}
+
+/// The step's components, comma-separated.
+fn components(parameters: &HostParameters) -> String {
+    let names: Vec<&str> = parameters.components().iter().map(|c| c.as_str()).collect();
+    names.join(",")
 }
 
 fn step_error(e: HostStepError) -> Refusal {
@@ -190,10 +191,11 @@ fn rollback_mark(
         serial: builtin.serial(),
         digest: builtin.digest().clone(),
     });
-    Ok(match (stored, builtin_mark) {
-        (Some(a), Some(b)) => Some(if a.serial >= b.serial { a } else { b }),
-        (a, b) => a.or(b),
-    })
+    // On a tie the stored mark (the last of the two) wins.
+    Ok(builtin_mark
+        .into_iter()
+        .chain(stored)
+        .max_by_key(|m| m.serial))
 }
 
 /// The built-in recipe when the step carries none; otherwise the inline signed recipe, which
@@ -298,23 +300,12 @@ fn recipe_refusal(e: VerifyError) -> Refusal {
 
 fn check_machine(parameters: &HostParameters, machine: &MachineFacts) -> Result<(), Refusal> {
     // A machine no recipe family serves is "none", which no step's family can be.
-    let pairs = [
-        ("arch", parameters.arch().as_str(), machine.arch.as_str()),
-        (
-            "family",
-            parameters.family().as_str(),
-            machine.family.unwrap_or("none"),
-        ),
-        (
-            "distro_id",
-            parameters.distro_id(),
-            machine.distro_id.as_str(),
-        ),
-        (
-            "version_id",
-            parameters.version_id(),
-            machine.version_id.as_str(),
-        ),
+    let family = machine.family.unwrap_or("none");
+    let pairs: [(&str, &str, &str); 4] = [
+        ("arch", parameters.arch().as_str(), &machine.arch),
+        ("family", parameters.family().as_str(), family),
+        ("distro_id", parameters.distro_id(), &machine.distro_id),
+        ("version_id", parameters.version_id(), &machine.version_id),
     ];
     let wrong: Vec<String> = pairs
         .iter()
@@ -322,14 +313,13 @@ fn check_machine(parameters: &HostParameters, machine: &MachineFacts) -> Result<
         .map(|(name, step, here)| format!("{name} {step} (this machine: {here})"))
         .collect();
     if wrong.is_empty() {
-        Ok(())
-    } else {
-        Err(refuse!(
-            WrongMachine,
-            "the step is for another machine: {}",
-            wrong.join(", ")
-        ))
+        return Ok(());
     }
+    let wrong = wrong.join(", ");
+    Err(refuse!(
+        WrongMachine,
+        "the step is for another machine: {wrong}"
+    ))
 }
 
 fn check_window(issued_at: OffsetDateTime, checks: &Checks<'_>) -> Result<(), Refusal> {

@@ -18,15 +18,7 @@ pub(crate) fn details(step: &VerifiedStep) -> Vec<(&'static str, String)> {
         ("recipe_digest", step.recipe_digest().to_owned()),
         ("parameters_digest", step.parameters_digest().to_owned()),
         ("user", parameters.user().as_str().to_owned()),
-        (
-            "components",
-            parameters
-                .components()
-                .iter()
-                .map(|c| c.as_str())
-                .collect::<Vec<_>>()
-                .join(","),
-        ),
+        ("components", super::components(parameters)),
     ];
     let lists = [
         ("repositories", &changes.repositories),
