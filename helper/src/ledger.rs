@@ -90,19 +90,12 @@ pub struct Ledger {
 impl Ledger {
     /// Opens the ledger at `root`, creating it and its subdirectories with mode 0700.
     pub fn open(root: &Path) -> Result<Ledger, LedgerError> {
-        for dir in [
-            root.to_owned(),
-            root.join("nonces"),
-            root.join("receipts"),
-            root.join("serials"),
-            root.join("journals"),
-        ] {
+        let subdirs = ["nonces", "receipts", "serials", "journals"].map(|sub| root.join(sub));
+        for dir in std::iter::once(root.to_owned()).chain(subdirs) {
             match fs::DirBuilder::new().mode(0o700).create(&dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-                Err(source) => return Err(LedgerError::Io { path: dir, source }),
+                Err(e) if e.kind() != ErrorKind::AlreadyExists => return Err(io_error(&dir)(e)),
+                _ => check_private_dir(&dir)?,
             }
-            check_private_dir(&dir)?;
         }
         Ok(Ledger {
             root: root.to_owned(),
@@ -133,7 +126,7 @@ impl Ledger {
         if earlier.step_digest != step_digest || earlier.uid != uid {
             return Ok(Burn::Conflict);
         }
-        let receipt = self.read_receipt_record(nonce, uid)?.map(|r| r.receipt);
+        let receipt = self.receipt_for(nonce, uid)?;
         Ok(Burn::Replay { receipt })
     }
 
@@ -185,10 +178,8 @@ impl Ledger {
     /// The receipt for `nonce` if it exists and belongs to `uid`. Another uid's receipt and a
     /// missing one look the same to the caller.
     pub(crate) fn receipt_for(&self, nonce: &str, uid: u32) -> Result<Option<String>, LedgerError> {
-        Ok(self
-            .read_receipt_record(nonce, uid)?
-            .filter(|r| r.uid == uid)
-            .map(|r| r.receipt))
+        let record: Option<ReceiptRecord> = read_json_if_any(&self.receipt_path(nonce, uid)?)?;
+        Ok(record.filter(|r| r.uid == uid).map(|r| r.receipt))
     }
 
     /// The anti-rollback mark of `recipe_id`: the last accepted serial and payload digest.
@@ -229,14 +220,6 @@ impl Ledger {
                 .is_ok_and(|r| r.issued_at.saturating_add(RECEIPT_RETENTION_SECS) < now)
         })?;
         Ok(removed)
-    }
-
-    fn read_receipt_record(
-        &self,
-        nonce: &str,
-        uid: u32,
-    ) -> Result<Option<ReceiptRecord>, LedgerError> {
-        read_json_if_any(&self.receipt_path(nonce, uid)?)
     }
 
     fn nonce_path(&self, nonce: &str) -> Result<PathBuf, LedgerError> {
