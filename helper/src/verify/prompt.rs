@@ -123,25 +123,22 @@ impl Changes {
 
     /// One line per change, for agents that show a single text.
     fn summary(&self) -> String {
-        let mut lines = Vec::new();
-        for r in &self.repositories {
-            lines.push(format!("add the repository {r}"));
-        }
-        for k in &self.keys {
-            lines.push(format!("trust the key {k}"));
-        }
-        if !self.install.is_empty() {
-            lines.push(format!("install {}", self.install.join(", ")));
-        }
-        for r in &self.remove {
-            lines.push(format!("remove {r}"));
-        }
-        if !self.files.is_empty() {
-            lines.push(format!("write {}", self.files.join(", ")));
-        }
-        lines.extend(self.services.iter().cloned());
-        lines.extend(self.docker_group.iter().cloned());
-        lines.join("\n")
+        let each =
+            |items: &[String], verb: &str| items.iter().map(|i| format!("{verb}{i}")).collect();
+        let all = |items: &[String], verb: &str| match items {
+            [] => vec![],
+            _ => vec![format!("{verb}{}", items.join(", "))],
+        };
+        let lines: [Vec<String>; 7] = [
+            each(&self.repositories, "add the repository "),
+            each(&self.keys, "trust the key "),
+            all(&self.install, "install "),
+            each(&self.remove, "remove "),
+            all(&self.files, "write "),
+            self.services.clone(),
+            self.docker_group.clone(),
+        ];
+        lines.concat().join("\n")
     }
 }
 
