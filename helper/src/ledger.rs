@@ -19,7 +19,7 @@ use std::fs;
 use std::io::ErrorKind;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use enginekit_shared::nonce::Nonce;
 use enginekit_shared::signed::HighWater;
@@ -210,16 +210,15 @@ impl Ledger {
     /// is not.
     pub(crate) fn prune(&self, keep_secs: u64) -> Result<usize, LedgerError> {
         let now = now_secs();
-        let mut removed = 0;
-        removed += prune_dir(&self.root.join("nonces"), |path| {
+        let nonces = prune_dir(&self.root.join("nonces"), |path| {
             read_json::<NonceRecord>(path)
                 .is_ok_and(|r| r.issued_at.saturating_add(keep_secs) < now)
         })?;
-        removed += prune_dir(&self.root.join("receipts"), |path| {
+        let receipts = prune_dir(&self.root.join("receipts"), |path| {
             read_json::<ReceiptRecord>(path)
                 .is_ok_and(|r| r.issued_at.saturating_add(RECEIPT_RETENTION_SECS) < now)
         })?;
-        Ok(removed)
+        Ok(nonces + receipts)
     }
 
     fn nonce_path(&self, nonce: &str) -> Result<PathBuf, LedgerError> {
@@ -261,10 +260,7 @@ fn check_private_dir(dir: &Path) -> Result<(), LedgerError> {
 }
 
 fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    u64::try_from(time::OffsetDateTime::now_utc().unix_timestamp()).unwrap_or(0)
 }
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> LedgerError + '_ {
