@@ -24,21 +24,12 @@ pub(crate) struct MachineFacts {
     pub(crate) version_id: String,
 }
 
-/// Why the machine's facts could not be read; the step is refused.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum MachineError {
-    #[error("cannot read os-release: {0}")]
-    OsRelease(String),
-    #[error("uname failed: {0}")]
-    Uname(String),
-}
-
 impl MachineFacts {
-    /// Reads the running machine.
-    pub(crate) fn read() -> Result<MachineFacts, MachineError> {
+    /// Reads the running machine; why not, if it cannot (the step is refused).
+    pub(crate) fn read() -> Result<MachineFacts, String> {
         let text = read_os_release()?;
         let arch = nix::sys::utsname::uname()
-            .map_err(|e| MachineError::Uname(e.to_string()))?
+            .map_err(|e| format!("uname failed: {e}"))?
             .machine()
             .to_string_lossy()
             .into_owned();
@@ -57,7 +48,7 @@ impl MachineFacts {
     }
 }
 
-fn read_os_release() -> Result<String, MachineError> {
+fn read_os_release() -> Result<String, String> {
     let mut last = String::from("no os-release file");
     for path in OS_RELEASE_PATHS {
         let mut text = String::new();
@@ -68,7 +59,7 @@ fn read_os_release() -> Result<String, MachineError> {
             Err(e) => last = format!("{path}: {e}"),
         }
     }
-    Err(MachineError::OsRelease(last))
+    Err(format!("cannot read os-release: {last}"))
 }
 
 #[cfg(test)]
