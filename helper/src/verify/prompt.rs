@@ -20,21 +20,32 @@ pub(crate) fn details(step: &VerifiedStep) -> Vec<(&'static str, String)> {
         ("user", parameters.user().as_str().to_owned()),
         ("components", super::components(parameters)),
     ];
-    let lists = [
-        ("repositories", &changes.repositories),
-        ("keys", &changes.keys),
-        ("install", &changes.install),
-        ("remove", &changes.remove),
-        ("files", &changes.files),
-        ("services", &changes.services),
-        ("docker_group", &changes.docker_group),
+    // Each kind of change: its key, its items, and how the one-text summary ("actions") words
+    // them: each item on a line after its verb, or (true) all of them on one line.
+    let kinds = [
+        (
+            "repositories",
+            &changes.repositories,
+            "add the repository ",
+            false,
+        ),
+        ("keys", &changes.keys, "trust the key ", false),
+        ("install", &changes.install, "install ", true),
+        ("remove", &changes.remove, "remove ", false),
+        ("files", &changes.files, "write ", true),
+        ("services", &changes.services, "", false),
+        ("docker_group", &changes.docker_group, "", false),
     ];
-    for (key, values) in lists {
-        if !values.is_empty() {
-            out.push((key, values.join("; ")));
+    let mut summary = Vec::new();
+    for (key, items, verb, one_line) in kinds.into_iter().filter(|k| !k.1.is_empty()) {
+        out.push((key, items.join("; ")));
+        if one_line {
+            summary.push(format!("{verb}{}", items.join(", ")));
+        } else {
+            summary.extend(items.iter().map(|item| format!("{verb}{item}")));
         }
     }
-    out.push(("actions", changes.summary()));
+    out.push(("actions", summary.join("\n")));
     out
 }
 
@@ -119,26 +130,6 @@ impl Changes {
             }
         }
         c
-    }
-
-    /// One line per change, for agents that show a single text.
-    fn summary(&self) -> String {
-        let each =
-            |items: &[String], verb: &str| items.iter().map(|i| format!("{verb}{i}")).collect();
-        let all = |items: &[String], verb: &str| match items {
-            [] => vec![],
-            _ => vec![format!("{verb}{}", items.join(", "))],
-        };
-        let lines: [Vec<String>; 7] = [
-            each(&self.repositories, "add the repository "),
-            each(&self.keys, "trust the key "),
-            all(&self.install, "install "),
-            each(&self.remove, "remove "),
-            all(&self.files, "write "),
-            self.services.clone(),
-            self.docker_group.clone(),
-        ];
-        lines.concat().join("\n")
     }
 }
 
