@@ -227,13 +227,8 @@ fn resolve_recipe(
             "the inline recipe is not a signed document: {e}"
         )
     })?;
-    let claimed_id = document
-        .payload()
-        .get("id")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    let mark = rollback_mark(&claimed_id, builtin, checks.ledger)?;
+    let claimed_id = document.payload().get("id").and_then(Value::as_str);
+    let mark = rollback_mark(claimed_id.unwrap_or_default(), builtin, checks.ledger)?;
     let verified = signed::verify(
         &document,
         DocumentKind::Recipe,
@@ -260,8 +255,7 @@ fn resolve_recipe(
     }
     let recipe = Recipe::from_payload(verified.payload_value())
         .map_err(|e| refuse!(RecipeInvalid, "the inline recipe: {e}"))?;
-    let high_water = verified.high_water();
-    Ok((recipe, Some(high_water)))
+    Ok((recipe, Some(verified.high_water())))
 }
 
 /// A recipe the helper runs, built in or signed, is refused once a newer one has been accepted
