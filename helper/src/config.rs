@@ -11,13 +11,10 @@ use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use enginekit_shared::ownership::is_root_only;
+use enginekit_shared::signed::HELPER_KEY_DIRS;
 
 /// Where the configuration file is read from unless `--config` names another.
 pub(crate) const DEFAULT_CONFIG_PATH: &str = "/etc/enginekit/helper.conf";
-/// The nonce ledger, receipts and anti-rollback marks.
-pub(crate) const DEFAULT_STATE_DIR: &str = "/var/lib/enginekit-helper";
-/// Pinned recipe-signing keys: the packaged set, then the administrator's.
-pub(crate) const DEFAULT_KEY_DIRS: [&str; 2] = enginekit_shared::signed::HELPER_KEY_DIRS;
 /// Largest configuration file accepted; it holds a handful of lines.
 const MAX_CONFIG_BYTES: u64 = 16 * 1024;
 
@@ -46,8 +43,9 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
-            key_dirs: DEFAULT_KEY_DIRS.iter().map(PathBuf::from).collect(),
+            state_dir: PathBuf::from("/var/lib/enginekit-helper"),
+            // The packaged keys, then the administrator's.
+            key_dirs: HELPER_KEY_DIRS.iter().map(PathBuf::from).collect(),
             idle_exit: Duration::from_secs(60),
             step_window: Duration::from_secs(15 * 60),
             clock_skew: Duration::from_secs(120),
