@@ -193,10 +193,8 @@ impl Ledger {
         recipe_id: &str,
         mark: &HighWater,
     ) -> Result<(), LedgerError> {
-        if self
-            .high_water(recipe_id)?
-            .is_some_and(|current| current.serial >= mark.serial)
-        {
+        let current = self.high_water(recipe_id)?;
+        if current.is_some_and(|current| current.serial >= mark.serial) {
             return Ok(());
         }
         let path = self.serial_path(recipe_id);

@@ -112,12 +112,11 @@ pub(crate) fn check_step(
 ) -> Result<VerifiedStep, Refusal> {
     let ReceivedStep { step, step_digest } = received;
     let parameters = step.parameters();
-    if parameters.user().as_str() != checks.caller_name {
+    let (user, caller) = (parameters.user().as_str(), checks.caller_name);
+    if user != caller {
         return Err(refuse!(
             IdentityMismatch,
-            "user {} is not the caller ({})",
-            parameters.user().as_str(),
-            checks.caller_name
+            "user {user} is not the caller ({caller})"
         ));
     }
     check_machine(parameters, checks.machine)?;
