@@ -78,7 +78,7 @@ async fn ask(conn: &Connection, question: &Question<'_>) -> Result<Decision, Str
     let bus = DBusProxy::new(conn).await.map_err(|e| e.to_string())?;
     // Subscribe before asking whether the caller is still there, so that no departure between
     // the two is missed.
-    let mut departures = bus
+    let departures = bus
         .receive_name_owner_changed_with_args(&[(0, sender.as_str())])
         .await
         .map_err(|e| e.to_string())?;
@@ -94,14 +94,10 @@ async fn ask(conn: &Connection, question: &Question<'_>) -> Result<Decision, Str
     let cancel_id = cancellation_id();
     let asked =
         authority.check_authorization(&subject, ACTION_ID, &question.details, flags, &cancel_id);
-    let left = async {
-        while let Some(change) = departures.next().await {
-            if change.args().is_ok_and(|a| a.new_owner().is_none()) {
-                return;
-            }
-        }
-        // The stream ended: the connection to the bus is gone, so is any answer.
-    };
+    // True when the caller's name loses its owner; false when the stream ends, the connection
+    // to the bus gone and any answer with it: either way the caller is lost.
+    let left = departures
+        .any(|change| async move { change.args().is_ok_and(|a| a.new_owner().is_none()) });
     let decision = tokio::select! {
         answer = asked => match answer {
             Ok(result) if result.is_authorized => Decision::Authorized,
@@ -110,7 +106,7 @@ async fn ask(conn: &Connection, question: &Question<'_>) -> Result<Decision, Str
             Ok(_) => Decision::NotAuthorized,
             Err(e) => Decision::Unavailable(e.to_string()),
         },
-        () = left => {
+        _ = left => {
             cancel(&authority, &cancel_id).await;
             Decision::CallerLeft
         }
