@@ -242,10 +242,8 @@ impl Ledger {
 
 /// A nonce becomes a file name only when it is one: [`Nonce`]'s format, 32 lowercase hex digits.
 fn checked_key(nonce: &str) -> Result<&str, LedgerError> {
-    match nonce.parse::<Nonce>() {
-        Ok(_) => Ok(nonce),
-        Err(_) => Err(LedgerError::BadKey(nonce.chars().take(80).collect())),
-    }
+    let bad = |_| LedgerError::BadKey(nonce.chars().take(80).collect());
+    nonce.parse::<Nonce>().map(|_| nonce).map_err(bad)
 }
 
 /// A directory that already existed is trusted only if nobody else could have put a record in
