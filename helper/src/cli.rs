@@ -65,11 +65,10 @@ pub enum Parsed {
 /// just "no arguments"), so `args` is `std::env::args_os().skip(1)`.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Parsed {
     match command().no_binary_name(true).try_get_matches_from(args) {
-        Ok(matches) => Parsed::Run {
+        Ok(mut matches) => Parsed::Run {
             config: matches
-                .get_one::<PathBuf>("config")
-                .cloned()
-                .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH)),
+                .remove_one("config")
+                .unwrap_or_else(|| DEFAULT_CONFIG_PATH.into()),
         },
         Err(e) => Parsed::Exit {
             message: e.render().to_string(),

@@ -7,15 +7,14 @@
 //! write such a file is already root.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
+
+use enginekit_shared::ownership::is_root_only;
+use enginekit_shared::signed::HELPER_KEY_DIRS;
 
 /// Where the configuration file is read from unless `--config` names another.
 pub(crate) const DEFAULT_CONFIG_PATH: &str = "/etc/enginekit/helper.conf";
-/// The nonce ledger, receipts and anti-rollback marks.
-pub(crate) const DEFAULT_STATE_DIR: &str = "/var/lib/enginekit-helper";
-/// Pinned recipe-signing keys: the packaged set, then the administrator's.
-pub(crate) const DEFAULT_KEY_DIRS: [&str; 2] = enginekit_shared::signed::HELPER_KEY_DIRS;
 /// Largest configuration file accepted; it holds a handful of lines.
 const MAX_CONFIG_BYTES: u64 = 16 * 1024;
 
@@ -44,8 +43,9 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
-            key_dirs: DEFAULT_KEY_DIRS.iter().map(PathBuf::from).collect(),
+            state_dir: PathBuf::from("/var/lib/enginekit-helper"),
+            // The packaged keys, then the administrator's.
+            key_dirs: HELPER_KEY_DIRS.iter().map(PathBuf::from).collect(),
             idle_exit: Duration::from_secs(60),
             step_window: Duration::from_secs(15 * 60),
             clock_skew: Duration::from_secs(120),
@@ -103,15 +103,14 @@ impl Config {
     /// with settings nobody intended).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let path_buf = || path.to_owned();
+        let read_error = |source| ConfigError::Read {
+            path: path_buf(),
+            source,
+        };
         let meta = match fs::symlink_metadata(path) {
             Ok(meta) => meta,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
-            Err(source) => {
-                return Err(ConfigError::Read {
-                    path: path_buf(),
-                    source,
-                })
-            }
+            Err(e) => return Err(read_error(e)),
         };
         if !is_root_only(&meta) || !meta.is_file() || !parent_is_root_only(path) {
             return Err(ConfigError::NotRootOwned { path: path_buf() });
@@ -119,10 +118,7 @@ impl Config {
         if meta.len() > MAX_CONFIG_BYTES {
             return Err(ConfigError::TooLarge { path: path_buf() });
         }
-        let text = fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path_buf(),
-            source,
-        })?;
+        let text = fs::read_to_string(path).map_err(read_error)?;
         Config::parse(&text).map_err(|(line, reason)| ConfigError::Syntax {
             path: path_buf(),
             line,
@@ -136,26 +132,11 @@ impl Config {
         let mut config = Config::default();
         let mut key_dirs: Vec<PathBuf> = Vec::new();
         for (index, raw) in text.lines().enumerate() {
-            let line_no = index + 1;
             let line = raw.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let Some((key, value)) = line.split_once('=') else {
-                return Err((line_no, "expected key = value".to_owned()));
-            };
-            let (key, value) = (key.trim(), value.trim());
-            match key {
-                "state_dir" => config.state_dir = absolute_path(value, line_no)?,
-                "key_dir" => key_dirs.push(absolute_path(value, line_no)?),
-                "idle_exit_seconds" => config.idle_exit = seconds(value, line_no)?,
-                "step_window_seconds" => config.step_window = seconds(value, line_no)?,
-                "clock_skew_seconds" => config.clock_skew = seconds(value, line_no)?,
-                "polkit_timeout_seconds" => config.polkit_timeout = seconds(value, line_no)?,
-                "log_file" => config.log_file = Some(absolute_path(value, line_no)?),
-                "max_calls_in_flight" => config.admission.total = count(value, line_no)?,
-                "max_calls_per_uid" => config.admission.per_uid = count(value, line_no)?,
-                other => return Err((line_no, format!("unknown setting {other:?}"))),
+            if !line.is_empty() && !line.starts_with('#') {
+                config
+                    .set(line, &mut key_dirs)
+                    .map_err(|reason| (index + 1, reason))?;
             }
         }
         if !key_dirs.is_empty() {
@@ -163,54 +144,60 @@ impl Config {
         }
         Ok(config)
     }
+
+    /// Applies one `key = value` line; `key_dir`s are collected apart.
+    fn set(&mut self, line: &str, key_dirs: &mut Vec<PathBuf>) -> Result<(), String> {
+        let (key, value) = line.split_once('=').ok_or("expected key = value")?;
+        let value = value.trim();
+        match key.trim() {
+            "state_dir" => self.state_dir = absolute_path(value)?,
+            "key_dir" => key_dirs.push(absolute_path(value)?),
+            "idle_exit_seconds" => self.idle_exit = seconds(value)?,
+            "step_window_seconds" => self.step_window = seconds(value)?,
+            "clock_skew_seconds" => self.clock_skew = seconds(value)?,
+            "polkit_timeout_seconds" => self.polkit_timeout = seconds(value)?,
+            "log_file" => self.log_file = Some(absolute_path(value)?),
+            "max_calls_in_flight" => self.admission.total = count(value)?,
+            "max_calls_per_uid" => self.admission.per_uid = count(value)?,
+            other => return Err(format!("unknown setting {other:?}")),
+        }
+        Ok(())
+    }
 }
 
-fn absolute_path(value: &str, line: usize) -> Result<PathBuf, (usize, String)> {
+fn absolute_path(value: &str) -> Result<PathBuf, String> {
     let path = PathBuf::from(value);
-    let plain = path.components().all(|c| {
-        matches!(
-            c,
-            std::path::Component::RootDir | std::path::Component::Normal(_)
-        )
-    });
+    let plain = path
+        .components()
+        .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
     if path.is_absolute() && plain {
         Ok(path)
     } else {
-        Err((
-            line,
-            format!("{value:?} is not an absolute path without . or .."),
-        ))
+        Err(format!("{value:?} is not an absolute path without . or .."))
     }
 }
 
 /// A bound between 1 and 1024.
-fn count(value: &str, line: usize) -> Result<usize, (usize, String)> {
+fn count(value: &str) -> Result<usize, String> {
     match value.parse::<usize>() {
         Ok(n) if (1..=1024).contains(&n) => Ok(n),
-        _ => Err((line, format!("{value:?} is not a count from 1 to 1024"))),
+        _ => Err(format!("{value:?} is not a count from 1 to 1024")),
     }
 }
 
-fn seconds(value: &str, line: usize) -> Result<Duration, (usize, String)> {
+fn seconds(value: &str) -> Result<Duration, String> {
     match value.parse::<u64>() {
         Ok(n) if (1..=86_400).contains(&n) => Ok(Duration::from_secs(n)),
-        _ => Err((
-            line,
-            format!("{value:?} is not a number of seconds in 1..=86400"),
-        )),
+        _ => Err(format!("{value:?} is not a number of seconds in 1..=86400")),
     }
 }
 
-pub(crate) use enginekit_shared::ownership::is_root_only;
-
 fn parent_is_root_only(path: &Path) -> bool {
-    let Some(parent) = path.parent() else {
-        return false;
-    };
-    let parent = if parent.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        parent
+    let parent = match path.parent() {
+        // A bare file name is in the current directory.
+        Some(parent) if parent.as_os_str().is_empty() => Path::new("."),
+        Some(parent) => parent,
+        None => return false,
     };
     fs::metadata(parent).is_ok_and(|meta| is_root_only(&meta))
 }

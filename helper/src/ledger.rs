@@ -19,7 +19,7 @@ use std::fs;
 use std::io::ErrorKind;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use enginekit_shared::nonce::Nonce;
 use enginekit_shared::signed::HighWater;
@@ -90,19 +90,12 @@ pub struct Ledger {
 impl Ledger {
     /// Opens the ledger at `root`, creating it and its subdirectories with mode 0700.
     pub fn open(root: &Path) -> Result<Ledger, LedgerError> {
-        for dir in [
-            root.to_owned(),
-            root.join("nonces"),
-            root.join("receipts"),
-            root.join("serials"),
-            root.join("journals"),
-        ] {
+        let subdirs = ["nonces", "receipts", "serials", "journals"].map(|sub| root.join(sub));
+        for dir in std::iter::once(root.to_owned()).chain(subdirs) {
             match fs::DirBuilder::new().mode(0o700).create(&dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-                Err(source) => return Err(LedgerError::Io { path: dir, source }),
+                Err(e) if e.kind() != ErrorKind::AlreadyExists => return Err(io_error(&dir)(e)),
+                _ => check_private_dir(&dir)?,
             }
-            check_private_dir(&dir)?;
         }
         Ok(Ledger {
             root: root.to_owned(),
@@ -133,7 +126,7 @@ impl Ledger {
         if earlier.step_digest != step_digest || earlier.uid != uid {
             return Ok(Burn::Conflict);
         }
-        let receipt = self.read_receipt_record(nonce, uid)?.map(|r| r.receipt);
+        let receipt = self.receipt_for(nonce, uid)?;
         Ok(Burn::Replay { receipt })
     }
 
@@ -185,10 +178,8 @@ impl Ledger {
     /// The receipt for `nonce` if it exists and belongs to `uid`. Another uid's receipt and a
     /// missing one look the same to the caller.
     pub(crate) fn receipt_for(&self, nonce: &str, uid: u32) -> Result<Option<String>, LedgerError> {
-        Ok(self
-            .read_receipt_record(nonce, uid)?
-            .filter(|r| r.uid == uid)
-            .map(|r| r.receipt))
+        let record: Option<ReceiptRecord> = read_json_if_any(&self.receipt_path(nonce, uid)?)?;
+        Ok(record.filter(|r| r.uid == uid).map(|r| r.receipt))
     }
 
     /// The anti-rollback mark of `recipe_id`: the last accepted serial and payload digest.
@@ -202,10 +193,8 @@ impl Ledger {
         recipe_id: &str,
         mark: &HighWater,
     ) -> Result<(), LedgerError> {
-        if self
-            .high_water(recipe_id)?
-            .is_some_and(|current| current.serial >= mark.serial)
-        {
+        let current = self.high_water(recipe_id)?;
+        if current.is_some_and(|current| current.serial >= mark.serial) {
             return Ok(());
         }
         let path = self.serial_path(recipe_id);
@@ -219,24 +208,15 @@ impl Ledger {
     /// is not.
     pub(crate) fn prune(&self, keep_secs: u64) -> Result<usize, LedgerError> {
         let now = now_secs();
-        let mut removed = 0;
-        removed += prune_dir(&self.root.join("nonces"), |path| {
+        let nonces = prune_dir(&self.root.join("nonces"), |path| {
             read_json::<NonceRecord>(path)
                 .is_ok_and(|r| r.issued_at.saturating_add(keep_secs) < now)
         })?;
-        removed += prune_dir(&self.root.join("receipts"), |path| {
+        let receipts = prune_dir(&self.root.join("receipts"), |path| {
             read_json::<ReceiptRecord>(path)
                 .is_ok_and(|r| r.issued_at.saturating_add(RECEIPT_RETENTION_SECS) < now)
         })?;
-        Ok(removed)
-    }
-
-    fn read_receipt_record(
-        &self,
-        nonce: &str,
-        uid: u32,
-    ) -> Result<Option<ReceiptRecord>, LedgerError> {
-        read_json_if_any(&self.receipt_path(nonce, uid)?)
+        Ok(nonces + receipts)
     }
 
     fn nonce_path(&self, nonce: &str) -> Result<PathBuf, LedgerError> {
@@ -262,10 +242,8 @@ impl Ledger {
 
 /// A nonce becomes a file name only when it is one: [`Nonce`]'s format, 32 lowercase hex digits.
 fn checked_key(nonce: &str) -> Result<&str, LedgerError> {
-    match nonce.parse::<Nonce>() {
-        Ok(_) => Ok(nonce),
-        Err(_) => Err(LedgerError::BadKey(nonce.chars().take(80).collect())),
-    }
+    let bad = |_| LedgerError::BadKey(nonce.chars().take(80).collect());
+    nonce.parse::<Nonce>().map(|_| nonce).map_err(bad)
 }
 
 /// A directory that already existed is trusted only if nobody else could have put a record in
@@ -278,10 +256,7 @@ fn check_private_dir(dir: &Path) -> Result<(), LedgerError> {
 }
 
 fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    u64::try_from(time::OffsetDateTime::now_utc().unix_timestamp()).unwrap_or(0)
 }
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> LedgerError + '_ {

@@ -35,13 +35,11 @@ pub fn init(log_file: Option<&Path>) {
             .with_ansi(false)
             .with_target(false)
     });
-    let journald = if Path::new(JOURNAL_SOCKET).exists() {
-        tracing_journald::layer()
-            .ok()
-            .map(|layer| layer.with_syslog_identifier("enginekit-helper".to_owned()))
-    } else {
-        None
-    };
+    let journald = Path::new(JOURNAL_SOCKET)
+        .exists()
+        .then(tracing_journald::layer)
+        .and_then(Result::ok)
+        .map(|layer| layer.with_syslog_identifier("enginekit-helper".to_owned()));
     let stderr = journald.is_none().then(|| {
         tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)

@@ -46,12 +46,8 @@ pub(crate) fn build(
 /// A receipt for a job that never ran an action (the caller left after the nonce was burnt).
 pub(crate) fn not_run(step: &VerifiedStep, outcome: Outcome, code: ErrorCode, why: &str) -> String {
     let now = SystemTime::now();
-    build(
-        step,
-        now,
-        now,
-        &ExecutionOutcome::nothing_run(outcome, code, why),
-    )
+    let report = ExecutionOutcome::nothing_run(outcome, code, why);
+    build(step, now, now, &report)
 }
 
 fn encode(receipt: &Receipt) -> String {

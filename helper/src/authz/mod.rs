@@ -65,35 +65,27 @@ pub(crate) struct Question<'a> {
 }
 
 /// Asks polkitd. Never returns `Authorized` for a caller that has left the bus by the time the
-/// answer arrives.
+/// answer arrives. Every failure to ask is [`Decision::Unavailable`].
 pub(crate) async fn check(conn: &Connection, question: &Question<'_>) -> Decision {
-    let Some(sender) = question.header.sender() else {
-        return Decision::Unavailable("the call has no sender".to_owned());
-    };
-    let subject = match Subject::new_for_message_header(question.header) {
-        Ok(subject) => subject,
-        Err(e) => return Decision::Unavailable(e.to_string()),
-    };
-    let bus = match DBusProxy::new(conn).await {
-        Ok(bus) => bus,
-        Err(e) => return Decision::Unavailable(e.to_string()),
-    };
+    ask(conn, question)
+        .await
+        .unwrap_or_else(Decision::Unavailable)
+}
+
+async fn ask(conn: &Connection, question: &Question<'_>) -> Result<Decision, String> {
+    let sender = question.header.sender().ok_or("the call has no sender")?;
+    let subject = Subject::new_for_message_header(question.header).map_err(|e| e.to_string())?;
+    let bus = DBusProxy::new(conn).await.map_err(|e| e.to_string())?;
     // Subscribe before asking whether the caller is still there, so that no departure between
     // the two is missed.
-    let mut departures = match bus
+    let departures = bus
         .receive_name_owner_changed_with_args(&[(0, sender.as_str())])
         .await
-    {
-        Ok(stream) => stream,
-        Err(e) => return Decision::Unavailable(e.to_string()),
-    };
+        .map_err(|e| e.to_string())?;
     if !caller_present(&bus, sender).await {
-        return Decision::CallerLeft;
+        return Ok(Decision::CallerLeft);
     }
-    let authority = match AuthorityProxy::new(conn).await {
-        Ok(authority) => authority,
-        Err(e) => return Decision::Unavailable(e.to_string()),
-    };
+    let authority = AuthorityProxy::new(conn).await.map_err(|e| e.to_string())?;
     let flags = if question.interactive {
         CheckAuthorizationFlags::ALLOW_USER_INTERACTION
     } else {
@@ -102,14 +94,10 @@ pub(crate) async fn check(conn: &Connection, question: &Question<'_>) -> Decisio
     let cancel_id = cancellation_id();
     let asked =
         authority.check_authorization(&subject, ACTION_ID, &question.details, flags, &cancel_id);
-    let left = async {
-        while let Some(change) = departures.next().await {
-            if change.args().is_ok_and(|a| a.new_owner().is_none()) {
-                return;
-            }
-        }
-        // The stream ended: the connection to the bus is gone, so is any answer.
-    };
+    // True when the caller's name loses its owner; false when the stream ends, the connection
+    // to the bus gone and any answer with it: either way the caller is lost.
+    let left = departures
+        .any(|change| async move { change.args().is_ok_and(|a| a.new_owner().is_none()) });
     let decision = tokio::select! {
         answer = asked => match answer {
             Ok(result) if result.is_authorized => Decision::Authorized,
@@ -118,7 +106,7 @@ pub(crate) async fn check(conn: &Connection, question: &Question<'_>) -> Decisio
             Ok(_) => Decision::NotAuthorized,
             Err(e) => Decision::Unavailable(e.to_string()),
         },
-        () = left => {
+        _ = left => {
             cancel(&authority, &cancel_id).await;
             Decision::CallerLeft
         }
@@ -129,9 +117,9 @@ pub(crate) async fn check(conn: &Connection, question: &Question<'_>) -> Decisio
     };
     // polkitd resolved the subject when it was asked; the caller must still be there now.
     if decision == Decision::Authorized && !caller_present(&bus, sender).await {
-        return Decision::CallerLeft;
+        return Ok(Decision::CallerLeft);
     }
-    decision
+    Ok(decision)
 }
 
 /// Whether `name` is still connected. Any error counts as "gone".
@@ -150,8 +138,7 @@ async fn cancel(authority: &AuthorityProxy<'_>, cancel_id: &str) {
 /// Unique for this process: pid, a counter and random bits.
 fn cancellation_id() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(1);
-    let mut random = [0u8; 8];
-    let _ = getrandom::fill(&mut random);
+    let random = enginekit_shared::nonce::random_bytes::<8>().unwrap_or_default();
     format!(
         "enginekit-helper-{}-{}-{}",
         std::process::id(),

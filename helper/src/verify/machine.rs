@@ -3,7 +3,6 @@
 
 use std::fs;
 use std::io::Read;
-use std::path::Path;
 
 use enginekit_shared::os_release::OsRelease;
 use enginekit_shared::wire::host_step::Family;
@@ -25,21 +24,12 @@ pub(crate) struct MachineFacts {
     pub(crate) version_id: String,
 }
 
-/// Why the machine's facts could not be read; the step is refused.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum MachineError {
-    #[error("cannot read os-release: {0}")]
-    OsRelease(String),
-    #[error("uname failed: {0}")]
-    Uname(String),
-}
-
 impl MachineFacts {
-    /// Reads the running machine.
-    pub(crate) fn read() -> Result<MachineFacts, MachineError> {
+    /// Reads the running machine; why not, if it cannot (the step is refused).
+    pub(crate) fn read() -> Result<MachineFacts, String> {
         let text = read_os_release()?;
         let arch = nix::sys::utsname::uname()
-            .map_err(|e| MachineError::Uname(e.to_string()))?
+            .map_err(|e| format!("uname failed: {e}"))?
             .machine()
             .to_string_lossy()
             .into_owned();
@@ -58,23 +48,18 @@ impl MachineFacts {
     }
 }
 
-fn read_os_release() -> Result<String, MachineError> {
+fn read_os_release() -> Result<String, String> {
     let mut last = String::from("no os-release file");
     for path in OS_RELEASE_PATHS {
-        match read_bounded(Path::new(path)) {
-            Ok(text) => return Ok(text),
+        let mut text = String::new();
+        let read = fs::File::open(path)
+            .and_then(|file| file.take(MAX_OS_RELEASE_BYTES).read_to_string(&mut text));
+        match read {
+            Ok(_) => return Ok(text),
             Err(e) => last = format!("{path}: {e}"),
         }
     }
-    Err(MachineError::OsRelease(last))
-}
-
-fn read_bounded(path: &Path) -> std::io::Result<String> {
-    let mut text = String::new();
-    fs::File::open(path)?
-        .take(MAX_OS_RELEASE_BYTES)
-        .read_to_string(&mut text)?;
-    Ok(text)
+    Err(format!("cannot read os-release: {last}"))
 }
 
 #[cfg(test)]

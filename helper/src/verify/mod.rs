@@ -112,12 +112,11 @@ pub(crate) fn check_step(
 ) -> Result<VerifiedStep, Refusal> {
     let ReceivedStep { step, step_digest } = received;
     let parameters = step.parameters();
-    if parameters.user().as_str() != checks.caller_name {
+    let (user, caller) = (parameters.user().as_str(), checks.caller_name);
+    if user != caller {
         return Err(refuse!(
             IdentityMismatch,
-            "user {} is not the caller ({})",
-            parameters.user().as_str(),
-            checks.caller_name
+            "user {user} is not the caller ({caller})"
         ));
     }
     check_machine(parameters, checks.machine)?;
@@ -141,12 +140,7 @@ pub(crate) fn check_step(
             NothingToDo,
             "recipe {} plans no action for the components {}",
             recipe.id(),
-            parameters
-                .components()
-                .iter()
-                .map(|c| c.as_str())
-                .collect::<Vec<_>>()
-                .join(",")
+            components(parameters)
         ));
     }
     Ok(VerifiedStep {
@@ -164,6 +158,12 @@ pub(crate) fn check_step(
 pub(crate) fn recheck(verified: &VerifiedStep, checks: &Checks<'_>) -> Result<(), Refusal> {
     check_window(verified.step.issued_at().as_offset_date_time(), checks)?;
     check_recipe_is_current(&verified.recipe, checks)
+}
+
+/// The step's components, comma-separated.
+fn components(parameters: &HostParameters) -> String {
+    let names: Vec<&str> = parameters.components().iter().map(|c| c.as_str()).collect();
+    names.join(",")
 }
 
 fn step_error(e: HostStepError) -> Refusal {
@@ -190,10 +190,11 @@ fn rollback_mark(
         serial: builtin.serial(),
         digest: builtin.digest().clone(),
     });
-    Ok(match (stored, builtin_mark) {
-        (Some(a), Some(b)) => Some(if a.serial >= b.serial { a } else { b }),
-        (a, b) => a.or(b),
-    })
+    // On a tie the stored mark (the last of the two) wins.
+    Ok(builtin_mark
+        .into_iter()
+        .chain(stored)
+        .max_by_key(|m| m.serial))
 }
 
 /// The built-in recipe when the step carries none; otherwise the inline signed recipe, which
@@ -225,13 +226,8 @@ fn resolve_recipe(
             "the inline recipe is not a signed document: {e}"
         )
     })?;
-    let claimed_id = document
-        .payload()
-        .get("id")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    let mark = rollback_mark(&claimed_id, builtin, checks.ledger)?;
+    let claimed_id = document.payload().get("id").and_then(Value::as_str);
+    let mark = rollback_mark(claimed_id.unwrap_or_default(), builtin, checks.ledger)?;
     let verified = signed::verify(
         &document,
         DocumentKind::Recipe,
@@ -258,8 +254,7 @@ fn resolve_recipe(
     }
     let recipe = Recipe::from_payload(verified.payload_value())
         .map_err(|e| refuse!(RecipeInvalid, "the inline recipe: {e}"))?;
-    let high_water = verified.high_water();
-    Ok((recipe, Some(high_water)))
+    Ok((recipe, Some(verified.high_water())))
 }
 
 /// A recipe the helper runs, built in or signed, is refused once a newer one has been accepted
@@ -298,23 +293,12 @@ fn recipe_refusal(e: VerifyError) -> Refusal {
 
 fn check_machine(parameters: &HostParameters, machine: &MachineFacts) -> Result<(), Refusal> {
     // A machine no recipe family serves is "none", which no step's family can be.
-    let pairs = [
-        ("arch", parameters.arch().as_str(), machine.arch.as_str()),
-        (
-            "family",
-            parameters.family().as_str(),
-            machine.family.unwrap_or("none"),
-        ),
-        (
-            "distro_id",
-            parameters.distro_id(),
-            machine.distro_id.as_str(),
-        ),
-        (
-            "version_id",
-            parameters.version_id(),
-            machine.version_id.as_str(),
-        ),
+    let family = machine.family.unwrap_or("none");
+    let pairs: [(&str, &str, &str); 4] = [
+        ("arch", parameters.arch().as_str(), &machine.arch),
+        ("family", parameters.family().as_str(), family),
+        ("distro_id", parameters.distro_id(), &machine.distro_id),
+        ("version_id", parameters.version_id(), &machine.version_id),
     ];
     let wrong: Vec<String> = pairs
         .iter()
@@ -322,14 +306,13 @@ fn check_machine(parameters: &HostParameters, machine: &MachineFacts) -> Result<
         .map(|(name, step, here)| format!("{name} {step} (this machine: {here})"))
         .collect();
     if wrong.is_empty() {
-        Ok(())
-    } else {
-        Err(refuse!(
-            WrongMachine,
-            "the step is for another machine: {}",
-            wrong.join(", ")
-        ))
+        return Ok(());
     }
+    let wrong = wrong.join(", ");
+    Err(refuse!(
+        WrongMachine,
+        "the step is for another machine: {wrong}"
+    ))
 }
 
 fn check_window(issued_at: OffsetDateTime, checks: &Checks<'_>) -> Result<(), Refusal> {

@@ -18,31 +18,34 @@ pub(crate) fn details(step: &VerifiedStep) -> Vec<(&'static str, String)> {
         ("recipe_digest", step.recipe_digest().to_owned()),
         ("parameters_digest", step.parameters_digest().to_owned()),
         ("user", parameters.user().as_str().to_owned()),
+        ("components", super::components(parameters)),
+    ];
+    // Each kind of change: its key, its items, and how the one-text summary ("actions") words
+    // them: each item on a line after its verb, or (true) all of them on one line.
+    let kinds = [
         (
-            "components",
-            parameters
-                .components()
-                .iter()
-                .map(|c| c.as_str())
-                .collect::<Vec<_>>()
-                .join(","),
+            "repositories",
+            &changes.repositories,
+            "add the repository ",
+            false,
         ),
+        ("keys", &changes.keys, "trust the key ", false),
+        ("install", &changes.install, "install ", true),
+        ("remove", &changes.remove, "remove ", false),
+        ("files", &changes.files, "write ", true),
+        ("services", &changes.services, "", false),
+        ("docker_group", &changes.docker_group, "", false),
     ];
-    let lists = [
-        ("repositories", &changes.repositories),
-        ("keys", &changes.keys),
-        ("install", &changes.install),
-        ("remove", &changes.remove),
-        ("files", &changes.files),
-        ("services", &changes.services),
-        ("docker_group", &changes.docker_group),
-    ];
-    for (key, values) in lists {
-        if !values.is_empty() {
-            out.push((key, values.join("; ")));
+    let mut summary = Vec::new();
+    for (key, items, verb, one_line) in kinds.into_iter().filter(|k| !k.1.is_empty()) {
+        out.push((key, items.join("; ")));
+        if one_line {
+            summary.push(format!("{verb}{}", items.join(", ")));
+        } else {
+            summary.extend(items.iter().map(|item| format!("{verb}{item}")));
         }
     }
-    out.push(("actions", changes.summary()));
+    out.push(("actions", summary.join("\n")));
     out
 }
 
@@ -127,29 +130,6 @@ impl Changes {
             }
         }
         c
-    }
-
-    /// One line per change, for agents that show a single text.
-    fn summary(&self) -> String {
-        let mut lines = Vec::new();
-        for r in &self.repositories {
-            lines.push(format!("add the repository {r}"));
-        }
-        for k in &self.keys {
-            lines.push(format!("trust the key {k}"));
-        }
-        if !self.install.is_empty() {
-            lines.push(format!("install {}", self.install.join(", ")));
-        }
-        for r in &self.remove {
-            lines.push(format!("remove {r}"));
-        }
-        if !self.files.is_empty() {
-            lines.push(format!("write {}", self.files.join(", ")));
-        }
-        lines.extend(self.services.iter().cloned());
-        lines.extend(self.docker_group.iter().cloned());
-        lines.join("\n")
     }
 }
 
