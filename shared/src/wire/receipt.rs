@@ -10,6 +10,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::changes::HostChanges;
 use super::host_step::{is_uuid_shaped, random_uuid, StepId};
 use super::Timestamp;
 use crate::canonical::{self, CanonicalError, ParseError};
@@ -166,6 +167,11 @@ pub struct Receipt {
     /// not part of the identity.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub restored: Vec<String>,
+    /// What the step changed on the machine, before → after ([`HostChanges`]): the facts an
+    /// undo is planned from. Absent when nothing changed (and in older receipts); not part of
+    /// the identity.
+    #[serde(default, skip_serializing_if = "HostChanges::is_empty")]
+    pub changes: HostChanges,
 }
 
 /// Why a receipt was refused.
@@ -217,6 +223,7 @@ impl Receipt {
         if self.finished_at < self.started_at {
             return shape("finished_at is before started_at");
         }
+        self.changes.check().map_err(ReceiptError::Shape)?;
         match (self.outcome, &self.error) {
             (Outcome::Succeeded, Some(_)) => shape("a succeeded receipt carries an error"),
             (Outcome::Failed, None) => shape("a failed receipt carries no error"),
@@ -291,6 +298,7 @@ mod tests {
             }],
             error: None,
             restored: Vec::new(),
+            changes: HostChanges::default(),
         }
     }
 
