@@ -39,6 +39,7 @@ pub(crate) fn build(
         actions: report.records(),
         error,
         restored: report.restored.clone(),
+        changes: report.changes.clone(),
     };
     encode(&receipt)
 }

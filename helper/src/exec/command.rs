@@ -105,6 +105,8 @@ pub(crate) struct Command {
     pub(crate) program: Program,
     pub(crate) args: Vec<SafeArg>,
     pub(crate) duration: Duration,
+    /// Its whole stdout is read (up to [`super::spawn::LISTED`]), not only the end: a list.
+    pub(crate) listing: bool,
 }
 
 impl Command {
@@ -122,6 +124,7 @@ pub(crate) struct CommandBuilder {
     program: Program,
     args: Vec<SafeArg>,
     duration: Duration,
+    listing: bool,
     error: Option<UnsafeValue>,
 }
 
@@ -131,6 +134,7 @@ impl CommandBuilder {
             program,
             args: Vec::new(),
             duration: Duration::Ordinary,
+            listing: false,
             error: None,
         }
     }
@@ -175,13 +179,20 @@ impl CommandBuilder {
         self
     }
 
+    pub(crate) fn listing(mut self) -> Self {
+        self.listing = true;
+        self
+    }
+
     pub(crate) fn build(self) -> Result<Command, UnsafeValue> {
         let (program, args, duration) = (self.program, self.args, self.duration);
+        let listing = self.listing;
         self.error.map_or(
             Ok(Command {
                 program,
                 args,
                 duration,
+                listing,
             }),
             Err,
         )

@@ -17,6 +17,8 @@ use super::command::{self, Command};
 
 /// Bytes of each output stream kept: its end.
 pub(crate) const CAPTURED: usize = 16 * 1024;
+/// Bytes of a listing's stdout kept ([`Command::listing`]): its whole, up to this.
+pub(crate) const LISTED: usize = 4 * 1024 * 1024;
 
 /// Time limits per kind of command (REFERENCE.md §8.11).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,23 +88,23 @@ impl CommandResult {
     }
 }
 
-/// Reads `pipe` to its end into `kept`, keeping only the last [`CAPTURED`] bytes (trimmed in
+/// Reads `pipe` to its end into `kept`, keeping only the last `limit` bytes (trimmed in
 /// batches, so memory stays within twice that).
-async fn capture(pipe: Option<impl AsyncRead + Unpin>, kept: &mut Vec<u8>) {
+async fn capture(pipe: Option<impl AsyncRead + Unpin>, kept: &mut Vec<u8>, limit: usize) {
     let Some(mut pipe) = pipe else {
         return;
     };
     let mut buf = [0u8; 8192];
     while let Ok(n @ 1..) = pipe.read(&mut buf).await {
         kept.extend_from_slice(&buf[..n]);
-        if kept.len() > 2 * CAPTURED {
-            kept.drain(..kept.len() - CAPTURED);
+        if kept.len() > 2 * limit {
+            kept.drain(..kept.len() - limit);
         }
     }
 }
 
-fn text(bytes: &[u8]) -> String {
-    bounded_tail(&String::from_utf8_lossy(bytes), CAPTURED)
+fn text(bytes: &[u8], limit: usize) -> String {
+    bounded_tail(&String::from_utf8_lossy(bytes), limit)
 }
 
 /// Waits for `child` within its limit; past it, the group gets SIGTERM and the grace period (a
@@ -165,9 +167,14 @@ pub(crate) async fn run(
     let group = Pid::from_raw(group);
     let (out_pipe, err_pipe) = (child.stdout.take(), child.stderr.take());
     let (mut out, mut err) = (Vec::new(), Vec::new());
+    let out_limit = if cmd.listing { LISTED } else { CAPTURED };
     let (status, timed_out) = {
-        let reading =
-            async { tokio::join!(capture(out_pipe, &mut out), capture(err_pipe, &mut err)) };
+        let reading = async {
+            tokio::join!(
+                capture(out_pipe, &mut out, out_limit),
+                capture(err_pipe, &mut err, CAPTURED)
+            )
+        };
         tokio::pin!(reading);
         let ended = wait_within(&mut child, group, cmd.duration, timeouts);
         tokio::pin!(ended);
@@ -192,8 +199,8 @@ pub(crate) async fn run(
         argv,
         exit_code: status.and_then(|s| s.code()),
         signal: status.and_then(|s| s.signal()),
-        stdout: text(&out),
-        stderr: text(&err),
+        stdout: text(&out, out_limit),
+        stderr: text(&err, CAPTURED),
         timed_out,
         spawn_error: None,
     }
@@ -238,14 +245,14 @@ mod tests {
     async fn captured_output_keeps_its_end_within_the_bound() {
         let stream: Vec<u8> = (0..5 * CAPTURED).map(|i| b'a' + (i % 26) as u8).collect();
         let mut kept = Vec::new();
-        capture(Some(&stream[..]), &mut kept).await;
+        capture(Some(&stream[..]), &mut kept, CAPTURED).await;
         assert!(kept.len() <= 2 * CAPTURED);
-        let kept = text(&kept);
+        let kept = text(&kept, CAPTURED);
         assert_eq!(kept.len(), CAPTURED);
         assert!(String::from_utf8_lossy(&stream).ends_with(&kept));
         let mut small = Vec::new();
-        capture(Some(&b"abc"[..]), &mut small).await;
-        assert_eq!(text(&small), "abc");
+        capture(Some(&b"abc"[..]), &mut small, CAPTURED).await;
+        assert_eq!(text(&small, CAPTURED), "abc");
     }
 
     #[tokio::test]

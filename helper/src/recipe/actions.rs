@@ -473,6 +473,7 @@ pub(super) async fn generate_cdi(r: &mut Executor<'_>) -> Done {
             let en = r.run(&cmd::cdi_refresh_enable()?, true).await?;
             if en.success() {
                 changed = true;
+                r.units_enabled.push(cmd::CDI_REFRESH_UNIT.to_owned());
                 notes.push(format!("enabled {}", cmd::CDI_REFRESH_UNIT));
             } else {
                 notes.push(format!(
@@ -504,6 +505,9 @@ pub(super) async fn enable_service(r: &mut Executor<'_>) -> Done {
         return satisfied("docker.service is enabled and running");
     }
     must_start_docker(r, &cmd::docker_enable()?).await?;
+    if !is_enabled {
+        r.units_enabled.push("docker.service".to_owned());
+    }
     applied("enabled and started docker.service")
 }
 

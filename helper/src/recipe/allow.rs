@@ -209,6 +209,11 @@ impl Allowed {
             .collect()
     }
 
+    /// Exactly one command, outside any action (the package list read before and after them).
+    pub(crate) fn only(cmd: Command) -> Allowed {
+        Allowed(vec![Permit::exact(cmd)])
+    }
+
     /// Whether `cmd` may run.
     pub(crate) fn permit(&self, cmd: &Command) -> Result<(), Refused> {
         let refuse = |why| {

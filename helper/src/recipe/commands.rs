@@ -5,6 +5,7 @@
 
 use enginekit_shared::recipe::{Family, PlannedPackage};
 use enginekit_shared::safe::{UnsafeValue, UserName};
+use enginekit_shared::wire::changes::{DPKG_LIST_FORMAT, RPM_LIST_FORMAT};
 
 use crate::exec::command::{Command, CommandBuilder, Program};
 
@@ -142,6 +143,21 @@ fn package_query(family: Family, dpkg: &str, rpm: &str, package: &str) -> Built 
             .flag(&format!("--queryformat={rpm}")),
     };
     b.arg(package).build()
+}
+
+/// Every installed package with its version, for what a step changed (`wire::changes`): the
+/// whole list, read before the first action and after the last.
+pub(crate) fn package_list(family: Family) -> Built {
+    let b = match family {
+        Family::Apt => CommandBuilder::new(Program::DpkgQuery)
+            .flag("--show")
+            .flag(&format!("--showformat={DPKG_LIST_FORMAT}")),
+        Family::Dnf => CommandBuilder::new(Program::Rpm)
+            .flag("--query")
+            .flag("--all")
+            .flag(&format!("--queryformat={RPM_LIST_FORMAT}")),
+    };
+    b.listing().build()
 }
 
 pub(crate) const DNF_INSTALL: &[&str] = &["install", "-y", "--setopt=install_weak_deps=False"];

@@ -41,6 +41,8 @@ pub(super) struct Executor<'a> {
     pub(crate) commands: Vec<CommandRecord>,
     /// What the files this step changes were before.
     pub(crate) journal: Journal,
+    /// The systemd units the actions enabled.
+    pub(crate) units_enabled: Vec<String>,
 }
 
 impl<'a> Executor<'a> {
@@ -61,6 +63,7 @@ impl<'a> Executor<'a> {
             package_manager_started: false,
             commands: Vec::new(),
             journal: Journal::new(&ctx.file_root, ctx.journal.clone()),
+            units_enabled: Vec::new(),
         }
     }
 

@@ -14,8 +14,10 @@ use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use enginekit_shared::digest::Digest;
 use enginekit_shared::durable;
 use enginekit_shared::recipe::is_key_or_source_path;
+use enginekit_shared::wire::changes::Change;
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
@@ -115,6 +117,23 @@ impl Journal {
         line.push(b'\n');
         file.write_all(&line)?;
         file.sync_all()
+    }
+
+    /// Each journalled file whose content is not what it was: its digest before and now.
+    pub(crate) fn changes(&self) -> Vec<Change<Digest>> {
+        let digest = |state: Option<&(Vec<u8>, u32)>| state.map(|(b, _)| Digest::of_bytes(b));
+        self.entries
+            .iter()
+            .filter_map(|e| {
+                let now = files::read_state(&files::under_root(&self.root, &e.path));
+                let (before, after) = (digest(e.before.as_ref()), digest(now.ok()?.as_ref()));
+                (before != after).then(|| Change {
+                    name: e.path.clone(),
+                    before,
+                    after,
+                })
+            })
+            .collect()
     }
 
     /// Ends the step's journal: kept as the record of what was there when the step

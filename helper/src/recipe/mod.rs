@@ -33,6 +33,7 @@
 
 pub(crate) mod actions;
 pub(crate) mod allow;
+mod changes;
 pub mod commands;
 mod executor;
 pub(crate) mod files;
@@ -44,6 +45,7 @@ use std::time::Instant;
 
 use enginekit_shared::error::{CodedError, ErrorCode};
 use enginekit_shared::recipe::{PlannedAction, Recipe};
+use enginekit_shared::wire::changes::HostChanges;
 use enginekit_shared::wire::host_step::HostParameters;
 pub use enginekit_shared::wire::receipt::ActionStatus;
 use enginekit_shared::wire::receipt::{bounded_log_tail, ActionRecord, Outcome};
@@ -120,6 +122,8 @@ pub struct ExecutionOutcome {
     pub error: Option<CodedError>,
     /// The files put back as they were because the step did not succeed, newest first.
     pub restored: Vec<String>,
+    /// What the step changed on the machine, for the receipt.
+    pub changes: HostChanges,
 }
 
 impl ExecutionOutcome {
@@ -130,6 +134,7 @@ impl ExecutionOutcome {
             actions: Vec::new(),
             error: Some(CodedError::new(code, why)),
             restored: Vec::new(),
+            changes: HostChanges::default(),
         }
     }
 
@@ -256,6 +261,14 @@ pub async fn run_plan(
     let mut reports = Vec::with_capacity(plan.len());
     let mut outcome = Outcome::Succeeded;
     let mut error = None;
+    let before = match changes::before(&mut r).await {
+        Ok(before) => before,
+        Err(Failure(why)) => {
+            let why = format!("nothing was run: what is installed could not be read ({why})");
+            tracing::warn!(uid = ctx.caller_uid, error = %why, "refused to run");
+            return ExecutionOutcome::nothing_run(Outcome::Failed, ErrorCode::IoError, &why);
+        }
+    };
 
     // Whether Docker was running before anything ran: an approved restart is needed only for a
     // daemon that was already up; one the package scripts started may be restarted. The
@@ -351,6 +364,7 @@ pub async fn run_plan(
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         });
     }
+    let changes = changes::since(&mut r, &before, outcome == Outcome::Succeeded).await;
     let restored = r.journal.finish(outcome == Outcome::Succeeded);
     let end_phase = match outcome {
         Outcome::Succeeded => "done",
@@ -363,6 +377,7 @@ pub async fn run_plan(
         actions: reports,
         error,
         restored,
+        changes,
     }
 }
 

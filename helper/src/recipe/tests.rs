@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use enginekit_shared::digest::Digest;
 use enginekit_shared::recipe::{builtin, Component, Family, PlannedAction};
 use enginekit_shared::wire::host_step::HostParameters;
 use serde_json::{json, Value};
@@ -383,9 +384,25 @@ async fn keys_and_sources_are_written_then_kept() {
         .unwrap()
         .mode();
     assert_eq!(mode & 0o777, 0o644);
+    // The receipt's record of what changed: each file written, absent before, as it is now.
+    let written: Vec<(&str, Option<&Digest>, Option<&Digest>)> = first
+        .changes
+        .files
+        .iter()
+        .map(|c| (c.name.as_str(), c.before.as_ref(), c.after.as_ref()))
+        .collect();
+    assert_eq!(written.len(), 4, "{written:?}");
+    let source_digest = Digest::of_bytes(list.as_bytes());
+    assert!(written.contains(&(
+        "/etc/apt/sources.list.d/docker.sources",
+        None,
+        Some(&source_digest)
+    )));
+    assert!(first.changes.packages.is_empty() && first.changes.groups.is_empty());
 
     let second = run_files(dir.path()).await;
     assert_eq!(second.outcome, Outcome::Succeeded);
+    assert!(second.changes.is_empty(), "{:?}", second.changes);
     assert!(
         second
             .actions
@@ -488,6 +505,7 @@ async fn a_later_failure_puts_back_every_file_the_step_wrote_newest_first() {
     );
     assert!(!journal.exists());
     assert!(dir.path().join("1000-n.restored.jsonl").exists());
+    assert!(out.changes.files.is_empty(), "put back: {:?}", out.changes);
 }
 
 /// Cancels the job once the executor says it is writing the docker source.
