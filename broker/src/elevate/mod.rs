@@ -223,6 +223,10 @@ pub fn summarise(text: &str, step_id: &str, nonce: &str) -> Result<ReceiptSummar
         )
         .with_details(e.to_string())
     })?;
+    if !receipt.changes.is_empty() {
+        // What an undo will be planned from; the probe after the step is still the evidence.
+        tracing::info!(outcome = receipt.outcome.as_str(), changes = %receipt.changes.summary(), "what the host step changed");
+    }
     if !receipt.restored.is_empty() {
         // A cancelled step's summary shows no tail: its journal line says it.
         tracing::info!(outcome = receipt.outcome.as_str(), restored = ?receipt.restored, "the helper put files back as they were before the step");
