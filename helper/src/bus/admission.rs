@@ -44,20 +44,11 @@ struct State {
     per_uid: HashMap<u32, usize>,
 }
 
-/// Why a call was not admitted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum NoRoom {
-    /// Every slot is taken.
-    Full,
-    /// This uid has its share in flight.
-    UidFull,
-}
-
 /// One admitted call; dropping it frees its slots.
 #[derive(Debug)]
 pub(crate) struct Ticket {
     admission: Arc<Admission>,
-    uid: Option<u32>,
+    uid: u32,
 }
 
 impl Admission {
@@ -94,7 +85,7 @@ impl Admission {
                 )
             })?
             .map_err(|_| refuse!(Internal, "the helper is stopping"))?;
-        let caller = Caller::identify(conn, header).await?;
+        let caller = Caller::identify(conn, sender).await?;
         let mut known = self.known();
         if known.len() >= REMEMBERED {
             known.clear();
@@ -110,18 +101,7 @@ impl Admission {
         header: &Header<'_>,
     ) -> Result<(Caller, Ticket), Refusal> {
         let caller = self.identify(conn, header).await?;
-        let mut ticket = self.enter().map_err(|_| {
-            refuse!(
-                Busy,
-                "the helper is serving too many calls; try again shortly"
-            )
-        })?;
-        ticket.bind(caller.uid).map_err(|_| {
-            refuse!(
-                Busy,
-                "too many calls of this user are in flight; wait for them to finish"
-            )
-        })?;
+        let ticket = self.charge(caller.uid)?;
         Ok((caller, ticket))
     }
 
@@ -129,34 +109,28 @@ impl Admission {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A slot of the total.
-    pub(crate) fn enter(self: &Arc<Self>) -> Result<Ticket, NoRoom> {
+    /// A slot of the total and one of `uid`'s share; `Busy` when either is taken.
+    fn charge(self: &Arc<Self>, uid: u32) -> Result<Ticket, Refusal> {
         let mut state = self.state();
         if state.total >= self.limits.total {
-            return Err(NoRoom::Full);
+            return Err(refuse!(
+                Busy,
+                "the helper is serving too many calls; try again shortly"
+            ));
         }
+        let count = state.per_uid.entry(uid).or_insert(0);
+        if *count >= self.limits.per_uid {
+            return Err(refuse!(
+                Busy,
+                "too many calls of this user are in flight; wait for them to finish"
+            ));
+        }
+        *count += 1;
         state.total += 1;
         Ok(Ticket {
             admission: Arc::clone(self),
-            uid: None,
+            uid,
         })
-    }
-}
-
-impl Ticket {
-    /// Charges this call to `uid`; refused when that uid already has its share in flight.
-    pub(crate) fn bind(&mut self, uid: u32) -> Result<(), NoRoom> {
-        if self.uid.is_some() {
-            return Ok(());
-        }
-        let mut state = self.admission.state();
-        let count = state.per_uid.entry(uid).or_insert(0);
-        if *count >= self.admission.limits.per_uid {
-            return Err(NoRoom::UidFull);
-        }
-        *count += 1;
-        self.uid = Some(uid);
-        Ok(())
     }
 }
 
@@ -164,12 +138,10 @@ impl Drop for Ticket {
     fn drop(&mut self) {
         let mut state = self.admission.state();
         state.total = state.total.saturating_sub(1);
-        if let Some(uid) = self.uid {
-            if let Some(count) = state.per_uid.get_mut(&uid) {
-                *count = count.saturating_sub(1);
-                if *count == 0 {
-                    state.per_uid.remove(&uid);
-                }
+        if let Some(count) = state.per_uid.get_mut(&self.uid) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                state.per_uid.remove(&self.uid);
             }
         }
     }
@@ -185,23 +157,22 @@ mod tests {
         (state.total, state.per_uid.get(&uid).copied().unwrap_or(0))
     }
 
+    /// The message of the `Busy` refusal `charge` gave.
+    fn busy(refused: Result<Ticket, Refusal>) -> String {
+        let refusal = refused.unwrap_err();
+        assert_eq!(refusal.kind, crate::refusal::RefusalKind::Busy);
+        refusal.message().to_owned()
+    }
+
     #[test]
     fn one_uid_gets_its_share_and_the_rest_stays_for_others() {
         let admission = Admission::new(Limits {
             total: 5,
             per_uid: 2,
         });
-        let mut flood = Vec::new();
-        for _ in 0..2 {
-            let mut t = admission.enter().unwrap();
-            t.bind(1000).unwrap();
-            flood.push(t);
-        }
-        let mut third = admission.enter().unwrap();
-        assert_eq!(third.bind(1000), Err(NoRoom::UidFull));
-        drop(third);
-        let mut other = admission.enter().unwrap();
-        assert_eq!(other.bind(1001), Ok(()));
+        let flood: Vec<_> = (0..2).map(|_| admission.charge(1000).unwrap()).collect();
+        assert!(busy(admission.charge(1000)).contains("too many calls of this user"));
+        let other = admission.charge(1001).unwrap();
         assert_eq!(in_flight(&admission, 1000), (3, 2));
         drop(flood);
         assert_eq!(in_flight(&admission, 1000), (1, 0));
@@ -210,15 +181,16 @@ mod tests {
     }
 
     #[test]
-    fn the_total_is_a_hard_bound_before_anyone_is_known() {
+    fn the_total_is_a_hard_bound_whoever_calls() {
         let admission = Admission::new(Limits {
             total: 2,
             per_uid: 2,
         });
-        let a = admission.enter().unwrap();
-        let _b = admission.enter().unwrap();
-        assert_eq!(admission.enter().unwrap_err(), NoRoom::Full);
+        let a = admission.charge(1000).unwrap();
+        let _b = admission.charge(1001).unwrap();
+        assert!(busy(admission.charge(1002)).contains("serving too many calls"));
+        assert_eq!(in_flight(&admission, 1002), (2, 0));
         drop(a);
-        assert!(admission.enter().is_ok());
+        assert!(admission.charge(1002).is_ok());
     }
 }
