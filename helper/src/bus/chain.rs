@@ -139,14 +139,14 @@ pub(super) async fn start(
     let verified = judge(helper, &caller, |checks| {
         verify::check_step(received, checks)
     })?;
-    if helper.activity.running_job().is_some() {
+    if helper.activity.job_running() {
         return Err(busy());
     }
     // 5: polkit.
     authorise(helper, conn, header, &caller, &verified, log).await?;
     // 6: the job slot, then the nonce.
     let nonce = verified.nonce().to_owned();
-    let Some(slot) = helper.activity.reserve_job(&nonce) else {
+    let Some(slot) = helper.activity.reserve_job() else {
         return Err(busy());
     };
     // The prompt may have stayed open for minutes: the window and the recipe's standing
