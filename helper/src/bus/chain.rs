@@ -187,29 +187,15 @@ pub(super) async fn start(
             drop(slot);
             let outcome =
                 Receipt::parse(receipt.as_bytes()).map_or(Outcome::Failed, |r| r.outcome);
-            let shared = Arc::new(JobShared::new(
-                owner,
-                nonce,
-                JobStatus {
-                    state: JobState::Over(outcome),
-                    phase: "finished earlier".to_owned(),
-                    percent: 100,
-                    allow_cancel: false,
-                    receipt,
-                },
-            ));
+            let status = JobStatus::over(outcome, "finished earlier", receipt);
+            let shared = Arc::new(JobShared::new(owner, nonce, status));
             helper
                 .jobs
                 .export(server, &path, Arc::clone(&shared), &helper.admission)
                 .await
                 .map_err(|e| refuse!(Internal, "cannot export the job: {e}"))?;
             let jobs = Arc::clone(&helper.jobs);
-            let retired_path = path.clone();
-            let server_conn = conn.clone();
-            tokio::spawn(async move {
-                jobs.retire(server_conn.object_server(), retired_path, shared)
-                    .await;
-            });
+            tokio::spawn(jobs.retire(conn.clone(), path.clone(), shared));
             return Ok(path);
         }
     }
@@ -257,19 +243,20 @@ pub(super) async fn start(
         .export(server, &path, Arc::clone(&shared), &helper.admission)
         .await
         .map_err(|e| not_run(format!("cannot export the job: {e}")))?;
-    let job_conn = conn.clone();
-    let ledger = Arc::clone(&helper.ledger);
-    let jobs = Arc::clone(&helper.jobs);
-    let job_path = path.clone();
+    let (ledger, jobs) = (Arc::clone(&helper.ledger), Arc::clone(&helper.jobs));
+    let job = run_job(
+        conn.clone(),
+        path.clone(),
+        shared,
+        verified,
+        ledger,
+        jobs,
+        slot,
+    );
     // The job outlives the call: a span of its own (not a child of the call's), with both ids.
     let job_span =
         tracing::info_span!(parent: None, "job", job_id = %path.as_str(), step_id = %step_id);
-    tokio::spawn(
-        async move {
-            run_job(job_conn, job_path, shared, verified, ledger, jobs, slot).await;
-        }
-        .instrument(job_span),
-    );
+    tokio::spawn(job.instrument(job_span));
     Ok(path)
 }
 
