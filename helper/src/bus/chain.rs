@@ -18,7 +18,6 @@ use enginekit_shared::error::ErrorCode;
 use enginekit_shared::wire::receipt::{Outcome, Receipt};
 use tracing::Instrument;
 use zbus::message::{Flags, Header};
-use zbus::object_server::ObjectServer;
 use zbus::Connection;
 use zbus::OwnedObjectPath;
 
@@ -122,7 +121,6 @@ pub(super) async fn start(
     bytes: &[u8],
     header: &Header<'_>,
     conn: &Connection,
-    server: &ObjectServer,
     log: &mut DecisionLog,
 ) -> Result<OwnedObjectPath, Refusal> {
     // 1-2: size, strict parse and schema, before anything else is looked at.
@@ -188,12 +186,9 @@ pub(super) async fn start(
             let outcome =
                 Receipt::parse(receipt.as_bytes()).map_or(Outcome::Failed, |r| r.outcome);
             let status = JobStatus::over(outcome, "finished earlier", receipt);
-            let shared = Arc::new(JobShared::new(owner, nonce, status));
-            helper
-                .jobs
-                .export(server, &path, Arc::clone(&shared), &helper.admission)
-                .await
-                .map_err(|e| refuse!(Internal, "cannot export the job: {e}"))?;
+            let job = JobShared::new(owner, nonce, status);
+            let exported = helper.jobs.export(conn, &path, job, &helper.admission).await;
+            let shared = exported.map_err(|e| refuse!(Internal, "cannot export the job: {e}"))?;
             let jobs = Arc::clone(&helper.jobs);
             tokio::spawn(jobs.retire(conn.clone(), path.clone(), shared));
             return Ok(path);
@@ -227,7 +222,7 @@ pub(super) async fn start(
         leave_receipt(Outcome::Cancelled, ErrorCode::ElevationDeclined, why);
         return Err(refuse!(NotAuthorized, "{why}"));
     }
-    let shared = Arc::new(JobShared::new(
+    let job = JobShared::new(
         owner,
         nonce.clone(),
         JobStatus {
@@ -237,22 +232,15 @@ pub(super) async fn start(
             allow_cancel: true,
             receipt: String::new(),
         },
-    ));
-    helper
-        .jobs
-        .export(server, &path, Arc::clone(&shared), &helper.admission)
-        .await
-        .map_err(|e| not_run(format!("cannot export the job: {e}")))?;
-    let (ledger, jobs) = (Arc::clone(&helper.ledger), Arc::clone(&helper.jobs));
-    let job = run_job(
-        conn.clone(),
-        path.clone(),
-        shared,
-        verified,
-        ledger,
-        jobs,
-        slot,
     );
+    let exported = helper
+        .jobs
+        .export(conn, &path, job, &helper.admission)
+        .await;
+    let shared = exported.map_err(|e| not_run(format!("cannot export the job: {e}")))?;
+    let (ledger, jobs) = (Arc::clone(&helper.ledger), Arc::clone(&helper.jobs));
+    let (job_conn, job_path) = (conn.clone(), path.clone());
+    let job = run_job(job_conn, job_path, shared, verified, ledger, jobs, slot);
     // The job outlives the call: a span of its own (not a child of the call's), with both ids.
     let job_span =
         tracing::info_span!(parent: None, "job", job_id = %path.as_str(), step_id = %step_id);

@@ -17,8 +17,8 @@ use std::time::Duration;
 use enginekit_shared::wire::receipt::Outcome;
 use tokio::sync::Notify;
 use zbus::message::Header;
-use zbus::names::{BusName, OwnedUniqueName};
-use zbus::object_server::{ObjectServer, SignalEmitter};
+use zbus::names::OwnedUniqueName;
+use zbus::object_server::SignalEmitter;
 use zbus::{Connection, OwnedObjectPath};
 
 use super::admission::Admission;
@@ -113,16 +113,6 @@ impl JobShared {
         self.status
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// An emitter whose signals reach the owner's connection only.
-    pub(crate) fn owner_emitter(
-        &self,
-        conn: &Connection,
-        path: &OwnedObjectPath,
-    ) -> zbus::Result<SignalEmitter<'static>> {
-        Ok(SignalEmitter::new(conn, path.clone())?
-            .set_destination(BusName::Unique(self.owner.name.clone().into_inner())))
     }
 }
 
@@ -284,15 +274,16 @@ impl JobTable {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Exports `shared` at `path`, first removing the owner's oldest finished jobs beyond
+    /// Exports `job` at `path`, first removing the owner's oldest finished jobs beyond
     /// `LIVE_PER_UID`.
     pub(crate) async fn export(
         &self,
-        server: &ObjectServer,
+        conn: &Connection,
         path: &OwnedObjectPath,
-        shared: Arc<JobShared>,
+        job: JobShared,
         admission: &Arc<Admission>,
-    ) -> zbus::Result<()> {
+    ) -> zbus::Result<Arc<JobShared>> {
+        let shared = Arc::new(job);
         let evicted = {
             let mut live = self.live();
             let mine = live.entry(shared.owner.uid).or_default();
@@ -309,19 +300,17 @@ impl JobTable {
             mine.push_back((path.clone(), Arc::clone(&shared)));
             evicted
         };
+        let server = conn.object_server();
         for old in evicted {
             let _ = server.remove::<Job, _>(&old).await;
         }
-        server
-            .at(
-                path.clone(),
-                Job {
-                    shared,
-                    admission: Arc::clone(admission),
-                },
-            )
-            .await
-            .map(|_| ())
+        let admission = Arc::clone(admission);
+        let job = Job {
+            shared: Arc::clone(&shared),
+            admission,
+        };
+        server.at(path.clone(), job).await?;
+        Ok(shared)
     }
 
     /// Removes a finished job once its owner has read the receipt (after a grace) or after the

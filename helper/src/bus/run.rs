@@ -7,6 +7,8 @@ use enginekit_shared::error::ErrorCode;
 use enginekit_shared::wire::receipt::Outcome;
 use tokio::sync::mpsc;
 use tracing::Instrument;
+use zbus::names::BusName;
+use zbus::object_server::SignalEmitter;
 use zbus::Connection;
 use zbus::OwnedObjectPath;
 
@@ -37,7 +39,10 @@ pub(super) async fn run_job(
     slot: JobSlot,
 ) {
     let iface = conn.object_server().interface::<_, Job>(&path).await.ok();
-    let emitter = shared.owner_emitter(&conn, &path).ok();
+    // Its signals, property changes included, reach the owner's connection only.
+    let owner = BusName::Unique(shared.owner.name.clone().into_inner());
+    let emitter = SignalEmitter::new(&conn, path.clone()).map(|e| e.set_destination(owner));
+    let emitter = emitter.ok();
     let started = SystemTime::now();
     let (mut tx, mut rx) = mpsc::unbounded_channel();
     let cancel = shared.cancel.clone();
