@@ -54,10 +54,7 @@ pub(crate) struct Ticket {
 impl Admission {
     pub fn new(limits: Limits) -> Arc<Admission> {
         Arc::new(Admission {
-            limits: Limits {
-                total: limits.total.max(1),
-                per_uid: limits.per_uid.max(1),
-            },
+            limits,
             state: Mutex::new(State::default()),
             lookups: Semaphore::new(LOOKUPS),
             known: Mutex::new(HashMap::new()),
@@ -112,14 +109,14 @@ impl Admission {
     /// A slot of the total and one of `uid`'s share; `Busy` when either is taken.
     fn charge(self: &Arc<Self>, uid: u32) -> Result<Ticket, Refusal> {
         let mut state = self.state();
-        if state.total >= self.limits.total {
+        if state.total >= self.limits.total.max(1) {
             return Err(refuse!(
                 Busy,
                 "the helper is serving too many calls; try again shortly"
             ));
         }
         let count = state.per_uid.entry(uid).or_insert(0);
-        if *count >= self.limits.per_uid {
+        if *count >= self.limits.per_uid.max(1) {
             return Err(refuse!(
                 Busy,
                 "too many calls of this user are in flight; wait for them to finish"

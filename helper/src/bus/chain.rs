@@ -44,7 +44,7 @@ fn judge<T>(
     for rejected in trust.rejected() {
         tracing::warn!(path = %rejected.path.display(), reason = %rejected.reason, "key file ignored");
     }
-    let checks = Checks {
+    check(&Checks {
         trust: &trust,
         ledger: &helper.ledger,
         machine: &machine,
@@ -52,8 +52,7 @@ fn judge<T>(
         now: time::OffsetDateTime::now_utc(),
         window: helper.config.step_window,
         skew: helper.config.clock_skew,
-    };
-    check(&checks)
+    })
 }
 
 /// Step 5: polkit, asked about the caller's bus name with what the job will do.
@@ -150,14 +149,10 @@ pub(super) async fn start(
     // The prompt may have stayed open for minutes: the window and the recipe's standing
     // are judged again now, before anything is written.
     judge(helper, &caller, |checks| verify::recheck(&verified, checks))?;
+    let issued_at = verified.issued_at_unix();
     let burn = helper
         .ledger
-        .burn(
-            &nonce,
-            verified.step_digest(),
-            caller.uid,
-            verified.issued_at_unix(),
-        )
+        .burn(&nonce, verified.step_digest(), caller.uid, issued_at)
         .map_err(|e| refuse!(Internal, "{e}"))?;
     let path = helper.job_path();
     let owner = Owner {
@@ -198,7 +193,6 @@ pub(super) async fn start(
     // answer instead of ReceiptMissing.
     let leave_receipt = |outcome: Outcome, code: ErrorCode, why: &str| {
         let receipt = crate::receipt::not_run(&verified, outcome, code, why);
-        let issued_at = verified.issued_at_unix();
         let _ = helper
             .ledger
             .store_receipt(&nonce, caller.uid, issued_at, &receipt);
@@ -233,11 +227,10 @@ pub(super) async fn start(
             receipt: String::new(),
         },
     );
-    let exported = helper
-        .jobs
-        .export(conn, &path, job, &helper.admission)
-        .await;
-    let shared = exported.map_err(|e| not_run(format!("cannot export the job: {e}")))?;
+    let exported = helper.jobs.export(conn, &path, job, &helper.admission);
+    let shared = exported
+        .await
+        .map_err(|e| not_run(format!("cannot export the job: {e}")))?;
     let (ledger, jobs) = (Arc::clone(&helper.ledger), Arc::clone(&helper.jobs));
     let (job_conn, job_path) = (conn.clone(), path.clone());
     let job = run_job(job_conn, job_path, shared, verified, ledger, jobs, slot);
