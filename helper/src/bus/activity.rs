@@ -2,9 +2,11 @@
 //! only when neither is in use for the whole idle period; `Start` reserves the slot atomically
 //! so that two steps can never run at once.
 
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 
 /// Shared between the interface objects and the idle loop.
@@ -68,9 +70,12 @@ impl Activity {
         self.calls.load(Ordering::SeqCst) == 0 && !self.job_running()
     }
 
-    /// Resolves on the next change of calls or slot (register before checking to miss none).
-    pub(crate) fn changed(&self) -> tokio::sync::futures::Notified<'_> {
-        self.changed.notified()
+    /// Resolves on the next change of calls or slot; registered at once, so a change between
+    /// this call and a check of [`Activity::is_idle`] is not missed.
+    pub(crate) fn changed(&self) -> Pin<Box<Notified<'_>>> {
+        let mut changed = Box::pin(self.changed.notified());
+        changed.as_mut().enable();
+        changed
     }
 }
 

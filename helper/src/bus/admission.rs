@@ -10,7 +10,7 @@
 //!   made for it, so that one uid never holds more than its share and the rest stays for others.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
@@ -19,6 +19,7 @@ use zbus::names::OwnedUniqueName;
 use zbus::Connection;
 
 use super::caller::Caller;
+use super::lock;
 use crate::config::Limits;
 use crate::refusal::{refuse, Refusal};
 
@@ -61,16 +62,12 @@ impl Admission {
         })
     }
 
-    fn known(&self) -> MutexGuard<'_, HashMap<OwnedUniqueName, Caller>> {
-        self.known.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Who is calling: remembered, or asked of the bus (a few lookups at a time).
     async fn identify(&self, conn: &Connection, header: &Header<'_>) -> Result<Caller, Refusal> {
         let Some(sender) = header.sender() else {
             return Err(refuse!(NotAuthorized, "the call carries no sender"));
         };
-        if let Some(caller) = self.known().get(sender.as_str()) {
+        if let Some(caller) = lock(&self.known).get(sender.as_str()) {
             return Ok(caller.clone());
         }
         let _slot = tokio::time::timeout(LOOKUP_WAIT, self.lookups.acquire())
@@ -83,7 +80,7 @@ impl Admission {
             })?
             .map_err(|_| refuse!(Internal, "the helper is stopping"))?;
         let caller = Caller::identify(conn, sender).await?;
-        let mut known = self.known();
+        let mut known = lock(&self.known);
         if known.len() >= REMEMBERED {
             known.clear();
         }
@@ -102,13 +99,9 @@ impl Admission {
         Ok((caller, ticket))
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// A slot of the total and one of `uid`'s share; `Busy` when either is taken.
     fn charge(self: &Arc<Self>, uid: u32) -> Result<Ticket, Refusal> {
-        let mut state = self.state();
+        let mut state = lock(&self.state);
         if state.total >= self.limits.total.max(1) {
             return Err(refuse!(
                 Busy,
@@ -133,7 +126,7 @@ impl Admission {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        let mut state = self.admission.state();
+        let mut state = lock(&self.admission.state);
         state.total = state.total.saturating_sub(1);
         if let Some(count) = state.per_uid.get_mut(&self.uid) {
             *count = count.saturating_sub(1);
@@ -150,7 +143,7 @@ mod tests {
 
     /// Calls in flight now, in total and for `uid`.
     fn in_flight(admission: &Admission, uid: u32) -> (usize, usize) {
-        let state = admission.state();
+        let state = lock(&admission.state);
         (state.total, state.per_uid.get(&uid).copied().unwrap_or(0))
     }
 

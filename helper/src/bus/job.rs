@@ -22,6 +22,7 @@ use zbus::object_server::SignalEmitter;
 use zbus::{Connection, OwnedObjectPath};
 
 use super::admission::Admission;
+use super::lock;
 use crate::execution::CancelToken;
 use crate::refusal::{refuse, Refusal, RefusalKind};
 
@@ -108,11 +109,8 @@ impl JobShared {
         }
     }
 
-    /// The status, even if a panicking writer poisoned the lock (the data is plain values).
     pub(crate) fn status(&self) -> MutexGuard<'_, JobStatus> {
-        self.status
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.status)
     }
 }
 
@@ -270,10 +268,6 @@ pub(crate) struct JobTable {
 }
 
 impl JobTable {
-    fn live(&self) -> MutexGuard<'_, HashMap<u32, LiveJobs>> {
-        self.live.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Exports `job` at `path`, first removing the owner's oldest finished jobs beyond
     /// `LIVE_PER_UID`.
     pub(crate) async fn export(
@@ -285,7 +279,7 @@ impl JobTable {
     ) -> zbus::Result<Arc<JobShared>> {
         let shared = Arc::new(job);
         let evicted = {
-            let mut live = self.live();
+            let mut live = lock(&self.live);
             let mine = live.entry(shared.owner.uid).or_default();
             let mut evicted = Vec::new();
             while mine.len() >= LIVE_PER_UID {
@@ -329,7 +323,7 @@ impl JobTable {
             () = tokio::time::sleep(RETENTION) => {}
         }
         let _ = conn.object_server().remove::<Job, _>(&path).await;
-        let mut live = self.live();
+        let mut live = lock(&self.live);
         if let Some(mine) = live.get_mut(&shared.owner.uid) {
             mine.retain(|(p, _)| p != &path);
             if mine.is_empty() {
@@ -340,7 +334,7 @@ impl JobTable {
 
     /// Tells the job of `nonce`, if it is still on the bus, that its owner read the receipt.
     pub(crate) fn receipt_fetched(&self, uid: u32, nonce: &str) {
-        if let Some(mine) = self.live().get(&uid) {
+        if let Some(mine) = lock(&self.live).get(&uid) {
             for (_, shared) in mine.iter().filter(|(_, s)| s.nonce == nonce) {
                 shared.fetched.notify_one();
             }

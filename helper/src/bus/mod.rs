@@ -10,7 +10,7 @@ pub mod job;
 pub(crate) mod run;
 pub mod service;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use zbus::Connection;
@@ -81,6 +81,13 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     Ok(())
 }
 
+/// Locks `mutex` even if a panicking holder poisoned it (the data are plain values).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 fn prune(ledger: &Ledger, keep: Duration) {
     match ledger.prune(keep.as_secs()) {
         Ok(0) => {}
@@ -93,21 +100,13 @@ async fn wait_until_idle(conn: &Connection, activity: &Activity, idle: Duration)
     let mut terminate =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     loop {
-        let changed = activity.changed();
-        tokio::pin!(changed);
-        changed.as_mut().enable();
-        let sigterm = async {
-            match terminate.as_mut() {
-                Some(signal) => signal.recv().await,
-                None => std::future::pending().await,
-            }
-        };
+        let mut changed = activity.changed();
         let busy = !activity.is_idle();
         tokio::select! {
             () = tokio::time::sleep(idle), if !busy => if activity.is_idle() { return },
             () = conn.monitor_activity(), if !busy => {}
             () = &mut changed => {}
-            _ = sigterm => {
+            Some(()) = async { terminate.as_mut()?.recv().await } => {
                 if busy {
                     tracing::info!("SIGTERM while busy: exiting once the job is over");
                 }
@@ -121,8 +120,6 @@ async fn wait_until_idle(conn: &Connection, activity: &Activity, idle: Duration)
 async fn quiet_for(activity: &Activity, quiet: Duration) {
     loop {
         let changed = activity.changed();
-        tokio::pin!(changed);
-        changed.as_mut().enable();
         if !activity.is_idle() {
             changed.await;
         } else if tokio::time::timeout(quiet, changed).await.is_err() && activity.is_idle() {
