@@ -34,15 +34,10 @@ const REMEMBERED: usize = 4096;
 #[derive(Debug)]
 pub struct Admission {
     limits: Limits,
-    state: Mutex<State>,
+    /// Calls in flight per uid; every admitted call has a uid, so the total is their sum.
+    in_flight: Mutex<HashMap<u32, usize>>,
     lookups: Semaphore,
     known: Mutex<HashMap<OwnedUniqueName, Caller>>,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    total: usize,
-    per_uid: HashMap<u32, usize>,
 }
 
 /// One admitted call; dropping it frees its slots.
@@ -56,7 +51,7 @@ impl Admission {
     pub fn new(limits: Limits) -> Arc<Admission> {
         Arc::new(Admission {
             limits,
-            state: Mutex::new(State::default()),
+            in_flight: Mutex::new(HashMap::new()),
             lookups: Semaphore::new(LOOKUPS),
             known: Mutex::new(HashMap::new()),
         })
@@ -101,14 +96,14 @@ impl Admission {
 
     /// A slot of the total and one of `uid`'s share; `Busy` when either is taken.
     fn charge(self: &Arc<Self>, uid: u32) -> Result<Ticket, Refusal> {
-        let mut state = lock(&self.state);
-        if state.total >= self.limits.total.max(1) {
+        let mut in_flight = lock(&self.in_flight);
+        if in_flight.values().sum::<usize>() >= self.limits.total.max(1) {
             return Err(refuse!(
                 Busy,
                 "the helper is serving too many calls; try again shortly"
             ));
         }
-        let count = state.per_uid.entry(uid).or_insert(0);
+        let count = in_flight.entry(uid).or_insert(0);
         if *count >= self.limits.per_uid.max(1) {
             return Err(refuse!(
                 Busy,
@@ -116,7 +111,6 @@ impl Admission {
             ));
         }
         *count += 1;
-        state.total += 1;
         Ok(Ticket {
             admission: Arc::clone(self),
             uid,
@@ -126,12 +120,11 @@ impl Admission {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        let mut state = lock(&self.admission.state);
-        state.total = state.total.saturating_sub(1);
-        if let Some(count) = state.per_uid.get_mut(&self.uid) {
+        let mut in_flight = lock(&self.admission.in_flight);
+        if let Some(count) = in_flight.get_mut(&self.uid) {
             *count = count.saturating_sub(1);
             if *count == 0 {
-                state.per_uid.remove(&self.uid);
+                in_flight.remove(&self.uid);
             }
         }
     }
@@ -143,8 +136,9 @@ mod tests {
 
     /// Calls in flight now, in total and for `uid`.
     fn in_flight(admission: &Admission, uid: u32) -> (usize, usize) {
-        let state = lock(&admission.state);
-        (state.total, state.per_uid.get(&uid).copied().unwrap_or(0))
+        let in_flight = lock(&admission.in_flight);
+        let total = in_flight.values().sum();
+        (total, in_flight.get(&uid).copied().unwrap_or(0))
     }
 
     /// The message of the `Busy` refusal `charge` gave.

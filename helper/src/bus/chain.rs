@@ -184,8 +184,7 @@ pub(super) async fn start(
             let job = JobShared::new(owner, nonce, status);
             let exported = helper.jobs.export(conn, &path, job, &helper.admission).await;
             let shared = exported.map_err(|e| refuse!(Internal, "cannot export the job: {e}"))?;
-            let jobs = Arc::clone(&helper.jobs);
-            tokio::spawn(jobs.retire(conn.clone(), path.clone(), shared));
+            tokio::spawn(Arc::clone(&helper.jobs).retire(conn.clone(), path.clone(), shared));
             return Ok(path);
         }
     }
