@@ -2,16 +2,18 @@
 //! only when neither is in use for the whole idle period; `Start` reserves the slot atomically
 //! so that two steps can never run at once.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 
+use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 
 /// Shared between the interface objects and the idle loop.
 #[derive(Debug, Default)]
 pub struct Activity {
     calls: AtomicUsize,
-    job: Mutex<Option<String>>,
+    job: AtomicBool,
     changed: Notify,
 }
 
@@ -32,9 +34,7 @@ pub(crate) struct JobSlot(Arc<Activity>);
 
 impl Drop for JobSlot {
     fn drop(&mut self) {
-        if let Ok(mut job) = self.0.job.lock() {
-            *job = None;
-        }
+        self.0.job.store(false, Ordering::SeqCst);
         self.0.changed.notify_waiters();
     }
 }
@@ -50,31 +50,32 @@ impl Activity {
         CallGuard(Arc::clone(self))
     }
 
-    /// The nonce of the job holding the slot, if any.
-    pub(crate) fn running_job(&self) -> Option<String> {
-        self.job.lock().ok().and_then(|job| job.clone())
+    /// Whether a job holds the slot.
+    pub(crate) fn job_running(&self) -> bool {
+        self.job.load(Ordering::SeqCst)
     }
 
-    /// Takes the slot for the job of `nonce`, or `None` when another job holds it.
-    pub(crate) fn reserve_job(self: &Arc<Self>, nonce: &str) -> Option<JobSlot> {
-        let mut job = self.job.lock().ok()?;
-        if job.is_some() {
-            return None;
-        }
-        *job = Some(nonce.to_owned());
-        drop(job);
+    /// Takes the job slot, or `None` when another job holds it.
+    pub(crate) fn reserve_job(self: &Arc<Self>) -> Option<JobSlot> {
+        let taken = self
+            .job
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst);
+        taken.ok()?;
         self.changed.notify_waiters();
         Some(JobSlot(Arc::clone(self)))
     }
 
     /// No call in flight and no job.
     pub(crate) fn is_idle(&self) -> bool {
-        self.calls.load(Ordering::SeqCst) == 0 && self.running_job().is_none()
+        self.calls.load(Ordering::SeqCst) == 0 && !self.job_running()
     }
 
-    /// Resolves on the next change of calls or slot (register before checking to miss none).
-    pub(crate) fn changed(&self) -> tokio::sync::futures::Notified<'_> {
-        self.changed.notified()
+    /// Resolves on the next change of calls or slot; registered at once, so a change between
+    /// this call and a check of [`Activity::is_idle`] is not missed.
+    pub(crate) fn changed(&self) -> Pin<Box<Notified<'_>>> {
+        let mut changed = Box::pin(self.changed.notified());
+        changed.as_mut().enable();
+        changed
     }
 }
 
@@ -88,13 +89,13 @@ mod tests {
         assert!(activity.is_idle());
         let call = activity.call_started();
         assert!(!activity.is_idle());
-        let slot = activity.reserve_job("aa").unwrap();
-        assert!(activity.reserve_job("bb").is_none());
-        assert_eq!(activity.running_job().as_deref(), Some("aa"));
+        let slot = activity.reserve_job().unwrap();
+        assert!(activity.reserve_job().is_none());
+        assert!(activity.job_running());
         drop(call);
         assert!(!activity.is_idle());
         drop(slot);
         assert!(activity.is_idle());
-        assert!(activity.reserve_job("bb").is_some());
+        assert!(activity.reserve_job().is_some());
     }
 }

@@ -10,7 +10,7 @@
 //!   made for it, so that one uid never holds more than its share and the rest stays for others.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
@@ -19,6 +19,7 @@ use zbus::names::OwnedUniqueName;
 use zbus::Connection;
 
 use super::caller::Caller;
+use super::lock;
 use crate::config::Limits;
 use crate::refusal::{refuse, Refusal};
 
@@ -33,48 +34,27 @@ const REMEMBERED: usize = 4096;
 #[derive(Debug)]
 pub struct Admission {
     limits: Limits,
-    state: Mutex<State>,
+    /// Calls in flight per uid; every admitted call has a uid, so the total is their sum.
+    in_flight: Mutex<HashMap<u32, usize>>,
     lookups: Semaphore,
     known: Mutex<HashMap<OwnedUniqueName, Caller>>,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    total: usize,
-    per_uid: HashMap<u32, usize>,
-}
-
-/// Why a call was not admitted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum NoRoom {
-    /// Every slot is taken.
-    Full,
-    /// This uid has its share in flight.
-    UidFull,
 }
 
 /// One admitted call; dropping it frees its slots.
 #[derive(Debug)]
 pub(crate) struct Ticket {
     admission: Arc<Admission>,
-    uid: Option<u32>,
+    uid: u32,
 }
 
 impl Admission {
     pub fn new(limits: Limits) -> Arc<Admission> {
         Arc::new(Admission {
-            limits: Limits {
-                total: limits.total.max(1),
-                per_uid: limits.per_uid.max(1),
-            },
-            state: Mutex::new(State::default()),
+            limits,
+            in_flight: Mutex::new(HashMap::new()),
             lookups: Semaphore::new(LOOKUPS),
             known: Mutex::new(HashMap::new()),
         })
-    }
-
-    fn known(&self) -> MutexGuard<'_, HashMap<OwnedUniqueName, Caller>> {
-        self.known.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Who is calling: remembered, or asked of the bus (a few lookups at a time).
@@ -82,7 +62,7 @@ impl Admission {
         let Some(sender) = header.sender() else {
             return Err(refuse!(NotAuthorized, "the call carries no sender"));
         };
-        if let Some(caller) = self.known().get(sender.as_str()) {
+        if let Some(caller) = lock(&self.known).get(sender.as_str()) {
             return Ok(caller.clone());
         }
         let _slot = tokio::time::timeout(LOOKUP_WAIT, self.lookups.acquire())
@@ -94,8 +74,8 @@ impl Admission {
                 )
             })?
             .map_err(|_| refuse!(Internal, "the helper is stopping"))?;
-        let caller = Caller::identify(conn, header).await?;
-        let mut known = self.known();
+        let caller = Caller::identify(conn, sender).await?;
+        let mut known = lock(&self.known);
         if known.len() >= REMEMBERED {
             known.clear();
         }
@@ -110,66 +90,41 @@ impl Admission {
         header: &Header<'_>,
     ) -> Result<(Caller, Ticket), Refusal> {
         let caller = self.identify(conn, header).await?;
-        let mut ticket = self.enter().map_err(|_| {
-            refuse!(
-                Busy,
-                "the helper is serving too many calls; try again shortly"
-            )
-        })?;
-        ticket.bind(caller.uid).map_err(|_| {
-            refuse!(
-                Busy,
-                "too many calls of this user are in flight; wait for them to finish"
-            )
-        })?;
+        let ticket = self.charge(caller.uid)?;
         Ok((caller, ticket))
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// A slot of the total.
-    pub(crate) fn enter(self: &Arc<Self>) -> Result<Ticket, NoRoom> {
-        let mut state = self.state();
-        if state.total >= self.limits.total {
-            return Err(NoRoom::Full);
+    /// A slot of the total and one of `uid`'s share; `Busy` when either is taken.
+    fn charge(self: &Arc<Self>, uid: u32) -> Result<Ticket, Refusal> {
+        let mut in_flight = lock(&self.in_flight);
+        if in_flight.values().sum::<usize>() >= self.limits.total.max(1) {
+            return Err(refuse!(
+                Busy,
+                "the helper is serving too many calls; try again shortly"
+            ));
         }
-        state.total += 1;
-        Ok(Ticket {
-            admission: Arc::clone(self),
-            uid: None,
-        })
-    }
-}
-
-impl Ticket {
-    /// Charges this call to `uid`; refused when that uid already has its share in flight.
-    pub(crate) fn bind(&mut self, uid: u32) -> Result<(), NoRoom> {
-        if self.uid.is_some() {
-            return Ok(());
-        }
-        let mut state = self.admission.state();
-        let count = state.per_uid.entry(uid).or_insert(0);
-        if *count >= self.admission.limits.per_uid {
-            return Err(NoRoom::UidFull);
+        let count = in_flight.entry(uid).or_insert(0);
+        if *count >= self.limits.per_uid.max(1) {
+            return Err(refuse!(
+                Busy,
+                "too many calls of this user are in flight; wait for them to finish"
+            ));
         }
         *count += 1;
-        self.uid = Some(uid);
-        Ok(())
+        Ok(Ticket {
+            admission: Arc::clone(self),
+            uid,
+        })
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        let mut state = self.admission.state();
-        state.total = state.total.saturating_sub(1);
-        if let Some(uid) = self.uid {
-            if let Some(count) = state.per_uid.get_mut(&uid) {
-                *count = count.saturating_sub(1);
-                if *count == 0 {
-                    state.per_uid.remove(&uid);
-                }
+        let mut in_flight = lock(&self.admission.in_flight);
+        if let Some(count) = in_flight.get_mut(&self.uid) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                in_flight.remove(&self.uid);
             }
         }
     }
@@ -181,8 +136,16 @@ mod tests {
 
     /// Calls in flight now, in total and for `uid`.
     fn in_flight(admission: &Admission, uid: u32) -> (usize, usize) {
-        let state = admission.state();
-        (state.total, state.per_uid.get(&uid).copied().unwrap_or(0))
+        let in_flight = lock(&admission.in_flight);
+        let total = in_flight.values().sum();
+        (total, in_flight.get(&uid).copied().unwrap_or(0))
+    }
+
+    /// The message of the `Busy` refusal `charge` gave.
+    fn busy(refused: Result<Ticket, Refusal>) -> String {
+        let refusal = refused.unwrap_err();
+        assert_eq!(refusal.kind, crate::refusal::RefusalKind::Busy);
+        refusal.message().to_owned()
     }
 
     #[test]
@@ -191,17 +154,9 @@ mod tests {
             total: 5,
             per_uid: 2,
         });
-        let mut flood = Vec::new();
-        for _ in 0..2 {
-            let mut t = admission.enter().unwrap();
-            t.bind(1000).unwrap();
-            flood.push(t);
-        }
-        let mut third = admission.enter().unwrap();
-        assert_eq!(third.bind(1000), Err(NoRoom::UidFull));
-        drop(third);
-        let mut other = admission.enter().unwrap();
-        assert_eq!(other.bind(1001), Ok(()));
+        let flood: Vec<_> = (0..2).map(|_| admission.charge(1000).unwrap()).collect();
+        assert!(busy(admission.charge(1000)).contains("too many calls of this user"));
+        let other = admission.charge(1001).unwrap();
         assert_eq!(in_flight(&admission, 1000), (3, 2));
         drop(flood);
         assert_eq!(in_flight(&admission, 1000), (1, 0));
@@ -210,15 +165,16 @@ mod tests {
     }
 
     #[test]
-    fn the_total_is_a_hard_bound_before_anyone_is_known() {
+    fn the_total_is_a_hard_bound_whoever_calls() {
         let admission = Admission::new(Limits {
             total: 2,
             per_uid: 2,
         });
-        let a = admission.enter().unwrap();
-        let _b = admission.enter().unwrap();
-        assert_eq!(admission.enter().unwrap_err(), NoRoom::Full);
+        let a = admission.charge(1000).unwrap();
+        let _b = admission.charge(1001).unwrap();
+        assert!(busy(admission.charge(1002)).contains("serving too many calls"));
+        assert_eq!(in_flight(&admission, 1002), (2, 0));
         drop(a);
-        assert!(admission.enter().is_ok());
+        assert!(admission.charge(1002).is_ok());
     }
 }

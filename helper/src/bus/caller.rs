@@ -3,8 +3,7 @@
 //! from the message body. Any failure to learn the caller is a refusal.
 
 use zbus::fdo::DBusProxy;
-use zbus::message::Header;
-use zbus::names::OwnedUniqueName;
+use zbus::names::{OwnedUniqueName, UniqueName};
 use zbus::Connection;
 
 use crate::refusal::{refuse, Refusal};
@@ -18,14 +17,11 @@ pub(crate) struct Caller {
 }
 
 impl Caller {
-    /// Asks the bus daemon about the sender of `header`.
+    /// Asks the bus daemon about `sender`, the unique name in a call's header.
     pub(crate) async fn identify(
         conn: &Connection,
-        header: &Header<'_>,
+        sender: &UniqueName<'_>,
     ) -> Result<Caller, Refusal> {
-        let Some(sender) = header.sender() else {
-            return Err(refuse!(NotAuthorized, "the call carries no sender"));
-        };
         let bus = DBusProxy::new(conn)
             .await
             .map_err(|e| refuse!(NotAuthorized, "cannot ask the bus who is calling: {e}"))?;
@@ -33,12 +29,9 @@ impl Caller {
             .get_connection_credentials(sender.clone().into())
             .await
             .map_err(|e| refuse!(NotAuthorized, "the bus did not say who is calling: {e}"))?;
-        let Some(uid) = creds.unix_user_id() else {
-            return Err(refuse!(
-                NotAuthorized,
-                "the bus reported no uid for the caller"
-            ));
-        };
+        let uid = creds
+            .unix_user_id()
+            .ok_or_else(|| refuse!(NotAuthorized, "the bus reported no uid for the caller"))?;
         Ok(Caller {
             unique_name: OwnedUniqueName::from(sender.to_owned()),
             uid,

@@ -18,7 +18,6 @@ use enginekit_shared::error::ErrorCode;
 use enginekit_shared::wire::receipt::{Outcome, Receipt};
 use tracing::Instrument;
 use zbus::message::{Flags, Header};
-use zbus::object_server::ObjectServer;
 use zbus::Connection;
 use zbus::OwnedObjectPath;
 
@@ -45,7 +44,7 @@ fn judge<T>(
     for rejected in trust.rejected() {
         tracing::warn!(path = %rejected.path.display(), reason = %rejected.reason, "key file ignored");
     }
-    let checks = Checks {
+    check(&Checks {
         trust: &trust,
         ledger: &helper.ledger,
         machine: &machine,
@@ -53,8 +52,7 @@ fn judge<T>(
         now: time::OffsetDateTime::now_utc(),
         window: helper.config.step_window,
         skew: helper.config.clock_skew,
-    };
-    check(&checks)
+    })
 }
 
 /// Step 5: polkit, asked about the caller's bus name with what the job will do.
@@ -122,7 +120,6 @@ pub(super) async fn start(
     bytes: &[u8],
     header: &Header<'_>,
     conn: &Connection,
-    server: &ObjectServer,
     log: &mut DecisionLog,
 ) -> Result<OwnedObjectPath, Refusal> {
     // 1-2: size, strict parse and schema, before anything else is looked at.
@@ -139,27 +136,23 @@ pub(super) async fn start(
     let verified = judge(helper, &caller, |checks| {
         verify::check_step(received, checks)
     })?;
-    if helper.activity.running_job().is_some() {
+    if helper.activity.job_running() {
         return Err(busy());
     }
     // 5: polkit.
     authorise(helper, conn, header, &caller, &verified, log).await?;
     // 6: the job slot, then the nonce.
     let nonce = verified.nonce().to_owned();
-    let Some(slot) = helper.activity.reserve_job(&nonce) else {
+    let Some(slot) = helper.activity.reserve_job() else {
         return Err(busy());
     };
     // The prompt may have stayed open for minutes: the window and the recipe's standing
     // are judged again now, before anything is written.
     judge(helper, &caller, |checks| verify::recheck(&verified, checks))?;
+    let issued_at = verified.issued_at_unix();
     let burn = helper
         .ledger
-        .burn(
-            &nonce,
-            verified.step_digest(),
-            caller.uid,
-            verified.issued_at_unix(),
-        )
+        .burn(&nonce, verified.step_digest(), caller.uid, issued_at)
         .map_err(|e| refuse!(Internal, "{e}"))?;
     let path = helper.job_path();
     let owner = Owner {
@@ -187,29 +180,11 @@ pub(super) async fn start(
             drop(slot);
             let outcome =
                 Receipt::parse(receipt.as_bytes()).map_or(Outcome::Failed, |r| r.outcome);
-            let shared = Arc::new(JobShared::new(
-                owner,
-                nonce,
-                JobStatus {
-                    state: JobState::Over(outcome),
-                    phase: "finished earlier".to_owned(),
-                    percent: 100,
-                    allow_cancel: false,
-                    receipt,
-                },
-            ));
-            helper
-                .jobs
-                .export(server, &path, Arc::clone(&shared), &helper.admission)
-                .await
-                .map_err(|e| refuse!(Internal, "cannot export the job: {e}"))?;
-            let jobs = Arc::clone(&helper.jobs);
-            let retired_path = path.clone();
-            let server_conn = conn.clone();
-            tokio::spawn(async move {
-                jobs.retire(server_conn.object_server(), retired_path, shared)
-                    .await;
-            });
+            let status = JobStatus::over(outcome, "finished earlier", receipt);
+            let job = JobShared::new(owner, nonce, status);
+            let exported = helper.jobs.export(conn, &path, job, &helper.admission).await;
+            let shared = exported.map_err(|e| refuse!(Internal, "cannot export the job: {e}"))?;
+            tokio::spawn(Arc::clone(&helper.jobs).retire(conn.clone(), path.clone(), shared));
             return Ok(path);
         }
     }
@@ -217,7 +192,6 @@ pub(super) async fn start(
     // answer instead of ReceiptMissing.
     let leave_receipt = |outcome: Outcome, code: ErrorCode, why: &str| {
         let receipt = crate::receipt::not_run(&verified, outcome, code, why);
-        let issued_at = verified.issued_at_unix();
         let _ = helper
             .ledger
             .store_receipt(&nonce, caller.uid, issued_at, &receipt);
@@ -241,7 +215,7 @@ pub(super) async fn start(
         leave_receipt(Outcome::Cancelled, ErrorCode::ElevationDeclined, why);
         return Err(refuse!(NotAuthorized, "{why}"));
     }
-    let shared = Arc::new(JobShared::new(
+    let job = JobShared::new(
         owner,
         nonce.clone(),
         JobStatus {
@@ -251,25 +225,18 @@ pub(super) async fn start(
             allow_cancel: true,
             receipt: String::new(),
         },
-    ));
-    helper
-        .jobs
-        .export(server, &path, Arc::clone(&shared), &helper.admission)
+    );
+    let exported = helper.jobs.export(conn, &path, job, &helper.admission);
+    let shared = exported
         .await
         .map_err(|e| not_run(format!("cannot export the job: {e}")))?;
-    let job_conn = conn.clone();
-    let ledger = Arc::clone(&helper.ledger);
-    let jobs = Arc::clone(&helper.jobs);
-    let job_path = path.clone();
+    let (ledger, jobs) = (Arc::clone(&helper.ledger), Arc::clone(&helper.jobs));
+    let (job_conn, job_path) = (conn.clone(), path.clone());
+    let job = run_job(job_conn, job_path, shared, verified, ledger, jobs, slot);
     // The job outlives the call: a span of its own (not a child of the call's), with both ids.
     let job_span =
         tracing::info_span!(parent: None, "job", job_id = %path.as_str(), step_id = %step_id);
-    tokio::spawn(
-        async move {
-            run_job(job_conn, job_path, shared, verified, ledger, jobs, slot).await;
-        }
-        .instrument(job_span),
-    );
+    tokio::spawn(job.instrument(job_span));
     Ok(path)
 }
 

@@ -17,11 +17,12 @@ use std::time::Duration;
 use enginekit_shared::wire::receipt::Outcome;
 use tokio::sync::Notify;
 use zbus::message::Header;
-use zbus::names::{BusName, OwnedUniqueName};
-use zbus::object_server::{ObjectServer, SignalEmitter};
+use zbus::names::OwnedUniqueName;
+use zbus::object_server::SignalEmitter;
 use zbus::{Connection, OwnedObjectPath};
 
 use super::admission::Admission;
+use super::lock;
 use crate::execution::CancelToken;
 use crate::refusal::{refuse, Refusal, RefusalKind};
 
@@ -64,6 +65,19 @@ pub struct JobStatus {
     pub receipt: String,
 }
 
+impl JobStatus {
+    /// A job that is over: its outcome and receipt, nothing left to cancel.
+    pub(crate) fn over(outcome: Outcome, phase: &str, receipt: String) -> JobStatus {
+        JobStatus {
+            state: JobState::Over(outcome),
+            phase: phase.to_owned(),
+            percent: 100,
+            allow_cancel: false,
+            receipt,
+        }
+    }
+}
+
 /// Who started a job: the only uid (besides root) that may see it, and the bus name its signals
 /// go to.
 #[derive(Debug, Clone)]
@@ -95,21 +109,8 @@ impl JobShared {
         }
     }
 
-    /// The status, even if a panicking writer poisoned the lock (the data is plain values).
     pub(crate) fn status(&self) -> MutexGuard<'_, JobStatus> {
-        self.status
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// An emitter whose signals reach the owner's connection only.
-    pub(crate) fn owner_emitter(
-        &self,
-        conn: &Connection,
-        path: &OwnedObjectPath,
-    ) -> zbus::Result<SignalEmitter<'static>> {
-        Ok(SignalEmitter::new(conn, path.clone())?
-            .set_destination(BusName::Unique(self.owner.name.clone().into_inner())))
+        lock(&self.status)
     }
 }
 
@@ -121,21 +122,21 @@ pub struct Job {
 }
 
 impl Job {
-    /// Lets the owner's connection, another connection of the owner's uid, or root read the job;
+    /// The status, for the owner's connection, another connection of the owner's uid, or root;
     /// everyone else gets `AccessDenied`. `None` is the object server itself (change signals).
-    async fn may_read(
+    async fn read(
         &self,
         conn: &Connection,
         header: Option<&Header<'_>>,
-    ) -> zbus::fdo::Result<()> {
+    ) -> zbus::fdo::Result<MutexGuard<'_, JobStatus>> {
         let Some(header) = header else {
-            return Ok(());
+            return Ok(self.shared.status());
         };
         if header
             .sender()
             .is_some_and(|s| s.as_str() == self.shared.owner.name.as_str())
         {
-            return Ok(());
+            return Ok(self.shared.status());
         }
         let denied = || zbus::fdo::Error::AccessDenied("this job belongs to another user".into());
         let (caller, _ticket) = self
@@ -147,7 +148,7 @@ impl Job {
                 _ => denied(),
             })?;
         if caller.uid == self.shared.owner.uid || caller.uid == 0 {
-            Ok(())
+            Ok(self.shared.status())
         } else {
             tracing::warn!(uid = caller.uid, pid = caller.pid, nonce = %self.shared.nonce, "a job's properties were asked for by another user");
             Err(denied())
@@ -164,8 +165,8 @@ impl Job {
         #[zbus(header)] header: Option<Header<'_>>,
         #[zbus(connection)] conn: &Connection,
     ) -> zbus::fdo::Result<String> {
-        self.may_read(conn, header.as_ref()).await?;
-        Ok(self.shared.status().state.as_str().to_owned())
+        let status = self.read(conn, header.as_ref()).await?;
+        Ok(status.state.as_str().to_owned())
     }
 
     /// What the job is doing now, in words.
@@ -175,8 +176,7 @@ impl Job {
         #[zbus(header)] header: Option<Header<'_>>,
         #[zbus(connection)] conn: &Connection,
     ) -> zbus::fdo::Result<String> {
-        self.may_read(conn, header.as_ref()).await?;
-        Ok(self.shared.status().phase.clone())
+        Ok(self.read(conn, header.as_ref()).await?.phase.clone())
     }
 
     /// Progress within the phase, 0..=100, or −1 when unknown.
@@ -186,8 +186,7 @@ impl Job {
         #[zbus(header)] header: Option<Header<'_>>,
         #[zbus(connection)] conn: &Connection,
     ) -> zbus::fdo::Result<i32> {
-        self.may_read(conn, header.as_ref()).await?;
-        Ok(self.shared.status().percent)
+        Ok(self.read(conn, header.as_ref()).await?.percent)
     }
 
     /// Whether Cancel would still be honoured (false once the package manager has started).
@@ -197,8 +196,7 @@ impl Job {
         #[zbus(header)] header: Option<Header<'_>>,
         #[zbus(connection)] conn: &Connection,
     ) -> zbus::fdo::Result<bool> {
-        self.may_read(conn, header.as_ref()).await?;
-        Ok(self.shared.status().allow_cancel)
+        Ok(self.read(conn, header.as_ref()).await?.allow_cancel)
     }
 
     /// The receipt once the job has finished (so a client that subscribed late loses nothing);
@@ -209,8 +207,7 @@ impl Job {
         #[zbus(header)] header: Option<Header<'_>>,
         #[zbus(connection)] conn: &Connection,
     ) -> zbus::fdo::Result<String> {
-        self.may_read(conn, header.as_ref()).await?;
-        let receipt = self.shared.status().receipt.clone();
+        let receipt = self.read(conn, header.as_ref()).await?.receipt.clone();
         if header.is_some() && !receipt.is_empty() {
             self.shared.fetched.notify_one();
         }
@@ -271,57 +268,50 @@ pub(crate) struct JobTable {
 }
 
 impl JobTable {
-    fn live(&self) -> MutexGuard<'_, HashMap<u32, LiveJobs>> {
-        self.live.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Exports `shared` at `path`, first removing the owner's oldest finished jobs beyond
+    /// Exports `job` at `path`, first removing the owner's oldest finished jobs beyond
     /// `LIVE_PER_UID`.
     pub(crate) async fn export(
         &self,
-        server: &ObjectServer,
+        conn: &Connection,
         path: &OwnedObjectPath,
-        shared: Arc<JobShared>,
+        job: JobShared,
         admission: &Arc<Admission>,
-    ) -> zbus::Result<()> {
+    ) -> zbus::Result<Arc<JobShared>> {
+        let shared = Arc::new(job);
         let evicted = {
-            let mut live = self.live();
+            let mut live = lock(&self.live);
             let mine = live.entry(shared.owner.uid).or_default();
             let mut evicted = Vec::new();
             while mine.len() >= LIVE_PER_UID {
-                let Some(at) = mine
+                match mine
                     .iter()
                     .position(|(_, s)| s.status().state != JobState::Running)
-                else {
-                    break;
-                };
-                if let Some((old, _)) = mine.remove(at) {
-                    evicted.push(old);
+                {
+                    Some(at) => evicted.extend(mine.remove(at).map(|(old, _)| old)),
+                    None => break,
                 }
             }
             mine.push_back((path.clone(), Arc::clone(&shared)));
             evicted
         };
+        let server = conn.object_server();
         for old in evicted {
             let _ = server.remove::<Job, _>(&old).await;
         }
-        server
-            .at(
-                path.clone(),
-                Job {
-                    shared,
-                    admission: Arc::clone(admission),
-                },
-            )
-            .await
-            .map(|_| ())
+        let admission = Arc::clone(admission);
+        let job = Job {
+            shared: Arc::clone(&shared),
+            admission,
+        };
+        server.at(path.clone(), job).await?;
+        Ok(shared)
     }
 
     /// Removes a finished job once its owner has read the receipt (after a grace) or after the
     /// retention period, whichever comes first.
     pub(crate) async fn retire(
-        &self,
-        server: &ObjectServer,
+        self: Arc<Self>,
+        conn: Connection,
         path: OwnedObjectPath,
         shared: Arc<JobShared>,
     ) {
@@ -332,8 +322,8 @@ impl JobTable {
             } => {}
             () = tokio::time::sleep(RETENTION) => {}
         }
-        let _ = server.remove::<Job, _>(&path).await;
-        let mut live = self.live();
+        let _ = conn.object_server().remove::<Job, _>(&path).await;
+        let mut live = lock(&self.live);
         if let Some(mine) = live.get_mut(&shared.owner.uid) {
             mine.retain(|(p, _)| p != &path);
             if mine.is_empty() {
@@ -344,7 +334,7 @@ impl JobTable {
 
     /// Tells the job of `nonce`, if it is still on the bus, that its owner read the receipt.
     pub(crate) fn receipt_fetched(&self, uid: u32, nonce: &str) {
-        if let Some(mine) = self.live().get(&uid) {
+        if let Some(mine) = lock(&self.live).get(&uid) {
             for (_, shared) in mine.iter().filter(|(_, s)| s.nonce == nonce) {
                 shared.fetched.notify_one();
             }

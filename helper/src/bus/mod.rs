@@ -10,7 +10,7 @@ pub mod job;
 pub(crate) mod run;
 pub mod service;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use zbus::Connection;
@@ -49,15 +49,9 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     // record is kept at least that long, or a late replay would find it forgotten.
     let keep = config.step_window + config.clock_skew + config.polkit_timeout;
     prune(&ledger, keep);
-    let activity = Activity::new();
-    let admission = Admission::new(config.admission);
+    let (activity, admission) = (Activity::new(), Admission::new(config.admission));
     let config = Arc::new(config);
-    let helper = Helper::new(
-        Arc::clone(&config),
-        Arc::clone(&ledger),
-        Arc::clone(&activity),
-        admission,
-    );
+    let helper = Helper::new(config.clone(), ledger.clone(), activity.clone(), admission);
     let conn = zbus::connection::Builder::system()
         .serve_at(HELPER_PATH, helper)
         .name(BUS_NAME)
@@ -66,10 +60,8 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     tracing::info!(name = BUS_NAME, idle_exit_s = config.idle_exit.as_secs(), state_dir = %config.state_dir.display(), "serving");
     // A helper kept busy for days still forgets nonces whose window has closed.
     let pruner = tokio::spawn(async move {
-        let mut every = tokio::time::interval(PRUNE_EVERY);
-        every.tick().await;
         loop {
-            every.tick().await;
+            tokio::time::sleep(PRUNE_EVERY).await;
             prune(&ledger, keep);
         }
     });
@@ -84,20 +76,16 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     // completion): an authorised Start is never dropped. New callers of the well-known name now
     // reach a fresh instance. A short quiet period catches a call dispatched just before the
     // release whose handler has not yet registered itself.
-    loop {
-        let changed = activity.changed();
-        tokio::pin!(changed);
-        changed.as_mut().enable();
-        if !activity.is_idle() {
-            changed.await;
-            continue;
-        }
-        if tokio::time::timeout(QUIET, changed).await.is_err() && activity.is_idle() {
-            break;
-        }
-    }
+    quiet_for(&activity, QUIET).await;
     tracing::info!("idle: exiting");
     Ok(())
+}
+
+/// Locks `mutex` even if a panicking holder poisoned it (the data are plain values).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn prune(ledger: &Ledger, keep: Duration) {
@@ -111,38 +99,31 @@ fn prune(ledger: &Ledger, keep: Duration) {
 async fn wait_until_idle(conn: &Connection, activity: &Activity, idle: Duration) {
     let mut terminate =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    let mut stop_requested = false;
+    loop {
+        let mut changed = activity.changed();
+        let busy = !activity.is_idle();
+        tokio::select! {
+            () = tokio::time::sleep(idle), if !busy => if activity.is_idle() { return },
+            () = conn.monitor_activity(), if !busy => {}
+            () = &mut changed => {}
+            Some(()) = async { terminate.as_mut()?.recv().await } => {
+                if busy {
+                    tracing::info!("SIGTERM while busy: exiting once the job is over");
+                }
+                return quiet_for(activity, Duration::ZERO).await;
+            }
+        }
+    }
+}
+
+/// Resolves once no call is in flight and no job holds the slot, and nothing changed for `quiet`.
+async fn quiet_for(activity: &Activity, quiet: Duration) {
     loop {
         let changed = activity.changed();
-        tokio::pin!(changed);
-        changed.as_mut().enable();
-        let sigterm = async {
-            match terminate.as_mut() {
-                Some(signal) => {
-                    signal.recv().await;
-                }
-                None => std::future::pending::<()>().await,
-            }
-        };
-        if activity.is_idle() {
-            if stop_requested {
-                return;
-            }
-            let used = conn.monitor_activity();
-            tokio::select! {
-                () = tokio::time::sleep(idle) => if activity.is_idle() { return },
-                () = used => {}
-                () = &mut changed => {}
-                () = sigterm => stop_requested = true,
-            }
-        } else {
-            tokio::select! {
-                () = &mut changed => {}
-                () = sigterm => {
-                    tracing::info!("SIGTERM while busy: exiting once the job is over");
-                    stop_requested = true;
-                }
-            }
+        if !activity.is_idle() {
+            changed.await;
+        } else if tokio::time::timeout(quiet, changed).await.is_err() && activity.is_idle() {
+            return;
         }
     }
 }
@@ -150,22 +131,42 @@ async fn wait_until_idle(conn: &Connection, activity: &Activity, idle: Duration)
 /// `sd_notify("STOPPING=1")` when started by systemd (NOTIFY_SOCKET is systemd's, set for the
 /// unit; the launch-helper path has none). Best effort.
 fn notify_stopping() {
-    use std::os::unix::net::UnixDatagram;
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
     let Some(socket) = std::env::var_os("NOTIFY_SOCKET") else {
         return;
     };
-    let Ok(datagram) = UnixDatagram::unbound() else {
-        return;
+    let addr = match socket.as_encoded_bytes().strip_prefix(b"@") {
+        Some(name) => SocketAddr::from_abstract_name(name),
+        None => SocketAddr::from_pathname(&socket),
     };
-    let bytes = socket.as_encoded_bytes();
-    let sent = if let Some(name) = bytes.strip_prefix(b"@") {
-        use std::os::linux::net::SocketAddrExt;
-        std::os::unix::net::SocketAddr::from_abstract_name(name)
-            .and_then(|addr| datagram.send_to_addr(b"STOPPING=1", &addr))
-    } else {
-        datagram.send_to(b"STOPPING=1", std::path::Path::new(&socket))
-    };
+    let sent = addr.and_then(|addr| UnixDatagram::unbound()?.send_to_addr(b"STOPPING=1", &addr));
     if let Err(e) = sent {
         tracing::warn!(error = %e, "sd_notify failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn quiet_waits_for_the_last_call_then_the_quiet_period() {
+        let activity = Activity::new();
+        let call = activity.call_started();
+        let slot = activity.reserve_job();
+        let waiting = tokio::spawn({
+            let activity = Arc::clone(&activity);
+            async move { quiet_for(&activity, Duration::from_millis(50)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        drop(call);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!waiting.is_finished(), "a job still holds the slot");
+        drop(slot);
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("quiet once idle")
+            .expect("no panic");
     }
 }

@@ -7,24 +7,22 @@ use enginekit_shared::error::ErrorCode;
 use enginekit_shared::wire::receipt::Outcome;
 use tokio::sync::mpsc;
 use tracing::Instrument;
+use zbus::names::BusName;
+use zbus::object_server::SignalEmitter;
 use zbus::Connection;
 use zbus::OwnedObjectPath;
 
 use super::activity::JobSlot;
-use super::job::{Job, JobShared, JobState, JobTable};
+use super::job::{Job, JobShared, JobStatus, JobTable};
 use crate::execution::ProgressSink;
 use crate::ledger::Ledger;
 use crate::recipe::{self, ExecContext, ExecutionOutcome};
 use crate::verify::VerifiedStep;
 
 /// Progress from the executor's task to the job task.
-struct ChannelSink(mpsc::UnboundedSender<(String, i32, bool)>);
-
-impl ProgressSink for ChannelSink {
+impl ProgressSink for mpsc::UnboundedSender<(String, i32, bool)> {
     fn progress(&mut self, phase: &str, percent: i32, allow_cancel: bool) {
-        let _ = self
-            .0
-            .send((phase.to_owned(), percent.clamp(-1, 100), allow_cancel));
+        let _ = self.send((phase.to_owned(), percent.clamp(-1, 100), allow_cancel));
     }
 }
 
@@ -41,35 +39,37 @@ pub(super) async fn run_job(
     slot: JobSlot,
 ) {
     let iface = conn.object_server().interface::<_, Job>(&path).await.ok();
-    let emitter = shared.owner_emitter(&conn, &path).ok();
+    // Its signals, property changes included, reach the owner's connection only.
+    let owner = BusName::Unique(shared.owner.name.clone().into_inner());
+    let emitter = SignalEmitter::new(&conn, path.clone()).map(|e| e.set_destination(owner));
+    let emitter = emitter.ok();
     let started = SystemTime::now();
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (mut tx, mut rx) = mpsc::unbounded_channel();
     let cancel = shared.cancel.clone();
     let step = Arc::new(step);
     let exec_step = Arc::clone(&step);
-    let caller_uid = shared.owner.uid;
-    let journal = format!("{caller_uid}-{}.open", step.nonce());
-    let journal = ledger.journal_dir().join(journal);
-    // The executor's lines (each action, each command) belong to the job's span too.
-    let span = tracing::Span::current();
+    let uid = shared.owner.uid;
+    let journal = format!("{uid}-{}.open", step.nonce());
+    let ctx = ExecContext {
+        journal: Some(ledger.journal_dir().join(journal)),
+        ..ExecContext::new(uid)
+    };
+    // Exactly the plan polkit was asked about, frozen in the verified step; the executor's
+    // lines (each action, each command) belong to the job's span too.
     let mut executor = tokio::spawn(
         async move {
-            let mut sink = ChannelSink(tx);
-            // Exactly the plan polkit was asked about, frozen in the verified step.
-            let mut ctx = ExecContext::new(caller_uid);
-            ctx.journal = Some(journal);
             let step = &exec_step;
             recipe::run_plan(
                 &step.recipe,
                 step.parameters(),
                 &step.plan,
                 &ctx,
-                &mut sink,
+                &mut tx,
                 &cancel,
             )
             .await
         }
-        .instrument(span),
+        .in_current_span(),
     );
     let report = loop {
         tokio::select! {
@@ -110,14 +110,7 @@ pub(super) async fn run_job(
     ) {
         tracing::error!(nonce = step.nonce(), error = %e, "could not store the receipt");
     }
-    {
-        let mut status = shared.status();
-        status.state = JobState::Over(report.outcome);
-        status.phase = "finished".to_owned();
-        status.percent = 100;
-        status.allow_cancel = false;
-        status.receipt = receipt.clone();
-    }
+    *shared.status() = JobStatus::over(report.outcome, "finished", receipt.clone());
     tracing::info!(
         uid = shared.owner.uid,
         action = crate::authz::ACTION_ID,
@@ -137,5 +130,5 @@ pub(super) async fn run_job(
         let _ = Job::finished(emitter, &receipt).await;
     }
     drop(slot);
-    jobs.retire(conn.object_server(), path, shared).await;
+    jobs.retire(conn, path, shared).await;
 }

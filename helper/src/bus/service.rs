@@ -6,9 +6,8 @@ use std::sync::Arc;
 
 use tracing::Instrument;
 use zbus::message::Header;
-use zbus::object_server::ObjectServer;
 use zbus::Connection;
-use zbus::OwnedObjectPath;
+use zbus::{ObjectPath, OwnedObjectPath};
 
 use super::activity::Activity;
 use super::admission::Admission;
@@ -49,12 +48,8 @@ impl Helper {
     /// A new job's object path.
     pub(super) fn job_path(&self) -> OwnedObjectPath {
         let n = self.next_job.fetch_add(1, Ordering::Relaxed);
-        // The prefix is a valid path and N is decimal, so this cannot fail.
-        OwnedObjectPath::try_from(format!("{JOB_PATH_PREFIX}{n}")).unwrap_or_else(|_| {
-            OwnedObjectPath::from(zbus::ObjectPath::from_static_str_unchecked(
-                "/org/enginekit/Helper1/job/0",
-            ))
-        })
+        // The prefix is a valid path and N is decimal: valid by construction.
+        ObjectPath::from_string_unchecked(format!("{JOB_PATH_PREFIX}{n}")).into()
     }
 }
 
@@ -67,14 +62,13 @@ impl Helper {
         step: &str,
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] conn: &Connection,
-        #[zbus(object_server)] server: &ObjectServer,
     ) -> Result<OwnedObjectPath, Refusal> {
         let _call = self.activity.call_started();
         let mut log = DecisionLog::default();
         // One span per step, its id recorded once parsed: the decision and the job's lines
         // carry the step id the broker logged when it issued the step.
         let span = tracing::info_span!("host_step", step_id = tracing::field::Empty);
-        let result = chain::start(self, step.as_bytes(), &header, conn, server, &mut log)
+        let result = chain::start(self, step.as_bytes(), &header, conn, &mut log)
             .instrument(span.clone())
             .await;
         span.in_scope(|| log.emit(header.sender().map(|s| s.as_str()).unwrap_or("?"), &result));
@@ -94,27 +88,41 @@ impl Helper {
         let parsed: enginekit_shared::nonce::Nonce = nonce
             .parse()
             .map_err(|_| refuse!(InvalidArgument, "a nonce is 32 lowercase hex digits"))?;
+        let nonce = parsed.as_str();
         let found = self
             .ledger
-            .receipt_for(parsed.as_str(), caller.uid)
+            .receipt_for(nonce, caller.uid)
             .map_err(|e| refuse!(Internal, "{e}"))?;
         if found.is_some() {
-            self.jobs.receipt_fetched(caller.uid, parsed.as_str());
+            self.jobs.receipt_fetched(caller.uid, nonce);
         }
         tracing::info!(
             uid = caller.uid,
             pid = caller.pid,
             action = "get-receipt",
-            nonce = parsed.as_str(),
+            nonce,
             outcome = if found.is_some() { "found" } else { "none" },
             "receipt lookup"
         );
-        found.ok_or_else(|| {
-            refuse!(
-                NoReceipt,
-                "no receipt of yours for nonce {}",
-                parsed.as_str()
-            )
-        })
+        found.ok_or_else(|| refuse!(NoReceipt, "no receipt of yours for nonce {nonce}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_paths_are_valid_and_new_each_time() {
+        let state = tempfile::tempdir().unwrap();
+        let helper = Helper::new(
+            Arc::new(Config::default()),
+            Arc::new(Ledger::open(&state.path().join("ledger")).unwrap()),
+            Activity::new(),
+            Admission::new(crate::config::Limits::default()),
+        );
+        let (a, b) = (helper.job_path(), helper.job_path());
+        assert!(ObjectPath::try_from(a.as_str()).is_ok());
+        assert_eq!(b.as_str(), format!("{JOB_PATH_PREFIX}2"));
     }
 }
