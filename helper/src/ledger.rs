@@ -7,8 +7,12 @@
 //!   most `RECEIPTS_PER_UID` per uid, the oldest removed first (a receipt is a convenience for
 //!   a broker that lost its job; the nonce record is what stops a replay, and it stays).
 //! - `serials/<hex of recipe id>`: the highest recipe serial accepted so far, with its digest.
+//! - `setups/<uid>-<nonce>`: a second link to the receipt of a job that changed the machine
+//!   (its `changes`), neither trimmed nor pruned: what an undo of that setup is checked against.
 //! - `journals/<uid>-<nonce>.{open,before.jsonl,restored.jsonl}`: what the files a job changed
-//!   were before (`crate::recipe::journal`); created only by a job that changes a file.
+//!   were before (`crate::recipe::journal`); created only by a job that changes a file. A
+//!   `.before.jsonl` is kept with its setup; a `.restored.jsonl` (files already put back) goes
+//!   with the receipts, after [`RECEIPT_RETENTION_SECS`].
 //!
 //! A burn is [`durable::create_exclusive`]: the record is written to a temporary file, fsynced,
 //! then hard-linked to its final name; `link(2)` fails if the name exists, so the nonce file
@@ -90,7 +94,8 @@ pub struct Ledger {
 impl Ledger {
     /// Opens the ledger at `root`, creating it and its subdirectories with mode 0700.
     pub fn open(root: &Path) -> Result<Ledger, LedgerError> {
-        let subdirs = ["nonces", "receipts", "serials", "journals"].map(|sub| root.join(sub));
+        let subdirs =
+            ["nonces", "receipts", "serials", "journals", "setups"].map(|sub| root.join(sub));
         for dir in std::iter::once(root.to_owned()).chain(subdirs) {
             match fs::DirBuilder::new().mode(0o700).create(&dir) {
                 Err(e) if e.kind() != ErrorKind::AlreadyExists => return Err(io_error(&dir)(e)),
@@ -149,6 +154,18 @@ impl Ledger {
         self.trim_receipts(uid)
     }
 
+    /// Keeps the stored receipt of `nonce` for good, as the record of a setup that changed the
+    /// machine (a hard link: trimming the receipts leaves it).
+    pub(crate) fn keep_setup(&self, nonce: &str, uid: u32) -> Result<(), LedgerError> {
+        let from = self.receipt_path(nonce, uid)?;
+        let dir = self.root.join("setups");
+        let to = dir.join(from.file_name().unwrap_or_default());
+        match fs::hard_link(&from, &to) {
+            Err(e) if e.kind() != ErrorKind::AlreadyExists => Err(io_error(&to)(e)),
+            _ => durable::sync_dir(&dir).map_err(io_error(&dir)),
+        }
+    }
+
     /// Keeps the newest `RECEIPTS_PER_UID` receipts of `uid`.
     fn trim_receipts(&self, uid: u32) -> Result<(), LedgerError> {
         let dir = self.root.join("receipts");
@@ -203,7 +220,7 @@ impl Ledger {
     }
 
     /// Removes nonce records whose step's window has closed (`issued_at + keep_secs` in the
-    /// past) and receipts older than [`RECEIPT_RETENTION_SECS`]. Returns how many files went.
+    /// past), and receipts and restored journals older than [`RECEIPT_RETENTION_SECS`]. Returns how many files went.
     /// A record that cannot be read is kept: refusing a nonce wrongly is safe, forgetting one
     /// is not.
     pub(crate) fn prune(&self, keep_secs: u64) -> Result<usize, LedgerError> {
@@ -216,7 +233,13 @@ impl Ledger {
             read_json::<ReceiptRecord>(path)
                 .is_ok_and(|r| r.issued_at.saturating_add(RECEIPT_RETENTION_SECS) < now)
         })?;
-        Ok(nonces + receipts)
+        let journals = prune_dir(&self.journal_dir(), |path| {
+            let modified = fs::metadata(path).and_then(|m| m.modified()).ok();
+            let age = modified.and_then(|m| m.elapsed().ok()).unwrap_or_default();
+            path.to_string_lossy().ends_with(".restored.jsonl")
+                && age.as_secs() > RECEIPT_RETENTION_SECS
+        })?;
+        Ok(nonces + receipts + journals)
     }
 
     fn nonce_path(&self, nonce: &str) -> Result<PathBuf, LedgerError> {
@@ -310,6 +333,7 @@ fn prune_dir(dir: &Path, expired: impl Fn(&Path) -> bool) -> Result<usize, Ledge
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
     use std::os::unix::fs::PermissionsExt;
 
     const NONCE: &str = "00112233445566778899aabbccddeeff";
@@ -340,6 +364,50 @@ mod tests {
             .is_some());
         assert!(ledger.receipt_for(&nonce(999), 1001).unwrap().is_some());
         assert!(ledger.receipt_for(&nonce(999), 1000).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_kept_setup_outlives_trimming_and_pruning_and_so_does_its_journal() {
+        let (_dir, ledger) = ledger();
+        let nonce = |i: usize| format!("{i:032x}");
+        ledger
+            .store_receipt(&nonce(0), 1000, 1, "{\"changes\":1}")
+            .unwrap();
+        ledger.keep_setup(&nonce(0), 1000).unwrap();
+        ledger.keep_setup(&nonce(0), 1000).unwrap();
+        for i in 1..=RECEIPTS_PER_UID {
+            ledger.store_receipt(&nonce(i), 1000, 1, "{}").unwrap();
+        }
+        assert!(ledger.receipt_for(&nonce(0), 1000).unwrap().is_none());
+        // Journals: what was there before a kept setup stays; files already put back go.
+        let journals = ledger.journal_dir();
+        let long_ago = std::time::SystemTime::now()
+            - std::time::Duration::from_secs(RECEIPT_RETENTION_SECS + 60);
+        for name in [
+            "1000-a.before.jsonl",
+            "1000-b.restored.jsonl",
+            "1000-c.restored.jsonl",
+        ] {
+            let file = std::fs::File::create(journals.join(name)).unwrap();
+            if name != "1000-c.restored.jsonl" {
+                file.set_modified(long_ago).unwrap();
+            }
+        }
+        ledger.prune(900).unwrap();
+        let setup = ledger
+            .root
+            .join("setups")
+            .join(format!("1000-{}", nonce(0)));
+        let record: ReceiptRecord = read_json(&setup).unwrap();
+        assert_eq!(record.receipt, "{\"changes\":1}");
+        let left: BTreeSet<String> = std::fs::read_dir(&journals)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            left,
+            BTreeSet::from(["1000-a.before.jsonl".into(), "1000-c.restored.jsonl".into()])
+        );
     }
 
     #[test]

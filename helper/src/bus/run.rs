@@ -109,6 +109,10 @@ pub(super) async fn run_job(
         &receipt,
     ) {
         tracing::error!(nonce = step.nonce(), error = %e, "could not store the receipt");
+    } else if !report.changes.is_empty() {
+        if let Err(e) = ledger.keep_setup(step.nonce(), shared.owner.uid) {
+            tracing::error!(nonce = step.nonce(), error = %e, "could not keep the setup's record");
+        }
     }
     *shared.status() = JobStatus::over(report.outcome, "finished", receipt.clone());
     tracing::info!(
