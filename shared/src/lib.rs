@@ -12,6 +12,7 @@
 //! | [`error`] | the stable [`error::ErrorCode`] strings and the `{code, message, details?}` object |
 //! | [`nonce`], [`image`], [`safe`] | newtypes: nonce, digest-pinned image reference, argv-safe values |
 //! | [`recipe`] | the host-step recipe as signed data |
+//! | [`undo`] | what undoing the setups would do: one rule over their recorded changes and the machine now, for both sides |
 //! | [`ownership`] | the one "owned by this uid and writable by no one else" check |
 //! | [`release`] | how a dnf distribution numbers its releases (Fedora `41`, the RHEL family `9.4`) |
 //!
@@ -30,6 +31,7 @@ pub mod recipe;
 pub mod release;
 pub mod safe;
 pub mod signed;
+pub mod undo;
 pub mod wire;
 
 #[doc(hidden)]

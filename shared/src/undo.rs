@@ -1,0 +1,439 @@
+//! What undoing enginekit's setups on this machine would do: a pure rule over the setups'
+//! recorded changes ([`HostChanges`], oldest first) and the machine as it is now. The broker
+//! calls it to show the plan (unprivileged reads); the helper calls it again, as root, on its
+//! own ledger's records before it undoes anything, so both judge by the same rule.
+//!
+//! Only what a setup added and is still as that setup left it is undone. What someone changed
+//! since (a file edited by hand, a package at another version, a group with other members) is
+//! named in [`UndoPlan::left`] and left alone, and so is what a setup changed but must not be
+//! reverted: a package it upgraded is not downgraded, a package it removed is not reinstalled.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::digest::Digest;
+use crate::wire::changes::{Change, HostChanges, PackageSet};
+
+/// The machine now, read by either side: the packages installed, the digest of each file the
+/// setups changed (`None`: absent), `/etc/group`, and which of the setups' units are enabled.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MachineNow {
+    pub packages: PackageSet,
+    pub files: BTreeMap<String, Option<Digest>>,
+    pub groups: BTreeMap<String, Vec<String>>,
+    pub units_enabled: BTreeSet<String>,
+    /// Files that could not be read (by a reader without root): neither undone nor judged.
+    pub unreadable: BTreeMap<String, String>,
+}
+
+/// A file put back as it was before the first setup that changed it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileUndo {
+    pub path: String,
+    /// Its content now, which is what the last setup left (checked again right before).
+    pub now: Digest,
+    /// What it goes back to; `None`: it is removed.
+    pub back_to: Option<Digest>,
+}
+
+/// A group a setup created or added members to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupUndo {
+    pub group: String,
+    /// The members setups added that are still in it: taken out.
+    pub remove_members: Vec<String>,
+    /// A setup created the group and nobody else is in it now: it is deleted.
+    pub delete: bool,
+}
+
+/// Something a setup changed that is not undone, and why, in a sentence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Left {
+    pub name: String,
+    pub why: String,
+}
+
+/// What an undo does, in the order it runs: units disabled, files put back, packages removed,
+/// then groups. Empty lists are left out of the JSON the plan's digest is taken over.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UndoPlan {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disable_units: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<FileUndo>,
+    /// Packages the setups installed (with what they pulled in), still at the version left.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remove_packages: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<GroupUndo>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left: Vec<Left>,
+}
+
+impl UndoPlan {
+    /// Whether it would change nothing (what is left is only said).
+    pub fn is_empty(&self) -> bool {
+        self.disable_units.is_empty()
+            && self.files.is_empty()
+            && self.remove_packages.is_empty()
+            && self.groups.is_empty()
+    }
+
+    /// Leaves `package` installed because `why` (e.g. another package needs it).
+    pub fn keep_package(&mut self, package: &str, why: String) {
+        if let Some(at) = self.remove_packages.iter().position(|p| p == package) {
+            self.remove_packages.remove(at);
+            self.left.push(Left {
+                name: package.to_owned(),
+                why,
+            });
+        }
+    }
+}
+
+/// One thing across all setups: as it was before the first that changed it, as the last left it.
+fn composed<T: Clone>(lists: impl Iterator<Item = Vec<Change<T>>>) -> Vec<Change<T>> {
+    let mut by_name: BTreeMap<String, Change<T>> = BTreeMap::new();
+    for change in lists.flatten() {
+        by_name
+            .entry(change.name.clone())
+            .and_modify(|c| c.after = change.after.clone())
+            .or_insert(change);
+    }
+    by_name.into_values().collect()
+}
+
+fn versions(v: &Option<Vec<String>>) -> String {
+    v.as_ref().map_or("absent".to_owned(), |v| v.join(", "))
+}
+
+/// The undo of `setups` (each one's recorded changes, oldest first) on the machine `now`.
+pub fn plan(setups: &[HostChanges], now: &MachineNow) -> UndoPlan {
+    let mut plan = UndoPlan::default();
+    let left = |plan: &mut UndoPlan, name: &str, why: String| {
+        plan.left.push(Left {
+            name: name.to_owned(),
+            why,
+        })
+    };
+
+    let mut units: Vec<&String> = setups.iter().flat_map(|s| &s.units_enabled).collect();
+    units.sort();
+    units.dedup();
+    plan.disable_units = units
+        .into_iter()
+        .filter(|u| now.units_enabled.contains(*u))
+        .cloned()
+        .collect();
+
+    for f in composed(setups.iter().map(|s| s.files.clone())) {
+        if let Some(why) = now.unreadable.get(&f.name) {
+            left(&mut plan, &f.name, format!("it could not be read ({why})"));
+            continue;
+        }
+        let is_now = now.files.get(&f.name).cloned().flatten();
+        match (&f.before, &f.after) {
+            _ if is_now == f.before => {} // already as it was
+            (_, Some(after)) if is_now.as_ref() == Some(after) => plan.files.push(FileUndo {
+                path: f.name,
+                now: after.clone(),
+                back_to: f.before,
+            }),
+            (_, None) => left(
+                &mut plan,
+                &f.name,
+                "a setup removed it; it is not put back".into(),
+            ),
+            _ => left(
+                &mut plan,
+                &f.name,
+                "it was changed after the setup; it is left as it is".into(),
+            ),
+        }
+    }
+
+    for p in composed(setups.iter().map(|s| s.packages.clone())) {
+        let is_now = now.packages.get(&p.name).cloned();
+        match (&p.before, &p.after) {
+            (None, Some(_)) if is_now.is_none() => {} // removed since: nothing to do
+            (None, Some(_)) if is_now == p.after => plan.remove_packages.push(p.name),
+            (None, Some(after)) => left(
+                &mut plan,
+                &p.name,
+                format!(
+                    "it is at {} now, not the {} a setup installed; it is left installed",
+                    versions(&is_now),
+                    after.join(", ")
+                ),
+            ),
+            (Some(before), Some(after)) => left(
+                &mut plan,
+                &p.name,
+                format!(
+                    "a setup moved it from {} to {}; it is not moved back",
+                    before.join(", "),
+                    after.join(", ")
+                ),
+            ),
+            (Some(before), None) => left(
+                &mut plan,
+                &p.name,
+                format!(
+                    "a setup removed it ({}); it is not installed again",
+                    before.join(", ")
+                ),
+            ),
+            (None, None) => {}
+        }
+    }
+
+    for g in composed(setups.iter().map(|s| s.groups.clone())) {
+        let Some(members_now) = now.groups.get(&g.name) else {
+            continue; // gone since
+        };
+        let before: &[String] = g.before.as_deref().unwrap_or_default();
+        let after: &[String] = g.after.as_deref().unwrap_or_default();
+        if g.after.is_none() {
+            left(
+                &mut plan,
+                &g.name,
+                "a setup deleted the group; it is not made again".into(),
+            );
+            continue;
+        }
+        let added: Vec<String> = after
+            .iter()
+            .filter(|m| !before.contains(m) && members_now.contains(m))
+            .cloned()
+            .collect();
+        let others: Vec<&String> = members_now.iter().filter(|m| !added.contains(m)).collect();
+        let delete = g.before.is_none() && others.is_empty();
+        if g.before.is_none() && !others.is_empty() {
+            let others: Vec<&str> = others.iter().map(|m| m.as_str()).collect();
+            left(
+                &mut plan,
+                &g.name,
+                format!(
+                    "a setup created the group, and {} joined it since; the group is kept",
+                    others.join(", ")
+                ),
+            );
+        }
+        if !added.is_empty() || delete {
+            plan.groups.push(GroupUndo {
+                group: g.name,
+                remove_members: added,
+                delete,
+            });
+        }
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change<T>(name: &str, before: Option<T>, after: Option<T>) -> Change<T> {
+        Change {
+            name: name.into(),
+            before,
+            after,
+        }
+    }
+
+    fn v(list: &[&str]) -> Option<Vec<String>> {
+        Some(list.iter().map(|s| s.to_string()).collect())
+    }
+
+    fn setup() -> HostChanges {
+        HostChanges {
+            packages: vec![
+                change("docker-ce", None, v(&["5:27.3.1"])),
+                change("containerd.io", None, v(&["1.7.22"])),
+                change("nvidia-container-toolkit", v(&["1.16.0"]), v(&["1.17.8"])),
+                change("containerd", v(&["1.6.20"]), None),
+            ],
+            files: vec![
+                change(
+                    "/etc/apt/keyrings/docker.asc",
+                    None,
+                    Some(Digest::of_bytes(b"key")),
+                ),
+                change(
+                    "/etc/docker/daemon.json",
+                    Some(Digest::of_bytes(b"{}")),
+                    Some(Digest::of_bytes(b"{\"runtimes\":1}")),
+                ),
+            ],
+            groups: vec![change("docker", None, v(&["alice"]))],
+            units_enabled: vec!["docker.service".into()],
+        }
+    }
+
+    fn as_left(setup: &HostChanges) -> MachineNow {
+        MachineNow {
+            packages: setup
+                .packages
+                .iter()
+                .filter_map(|c| Some((c.name.clone(), c.after.clone()?)))
+                .collect(),
+            files: setup
+                .files
+                .iter()
+                .map(|c| (c.name.clone(), c.after.clone()))
+                .collect(),
+            groups: setup
+                .groups
+                .iter()
+                .filter_map(|c| Some((c.name.clone(), c.after.clone()?)))
+                .collect(),
+            units_enabled: setup.units_enabled.iter().cloned().collect(),
+            unreadable: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn a_machine_as_the_setup_left_it_is_undone_whole_but_an_upgrade_and_a_removal_are_said() {
+        let setup = setup();
+        let plan = plan(std::slice::from_ref(&setup), &as_left(&setup));
+        assert_eq!(plan.disable_units, ["docker.service"]);
+        assert_eq!(plan.remove_packages, ["containerd.io", "docker-ce"]);
+        assert_eq!(
+            plan.files,
+            vec![
+                FileUndo {
+                    path: "/etc/apt/keyrings/docker.asc".into(),
+                    now: Digest::of_bytes(b"key"),
+                    back_to: None,
+                },
+                FileUndo {
+                    path: "/etc/docker/daemon.json".into(),
+                    now: Digest::of_bytes(b"{\"runtimes\":1}"),
+                    back_to: Some(Digest::of_bytes(b"{}")),
+                },
+            ]
+        );
+        assert_eq!(
+            plan.groups,
+            vec![GroupUndo {
+                group: "docker".into(),
+                remove_members: vec!["alice".into()],
+                delete: true,
+            }]
+        );
+        let left: Vec<&str> = plan.left.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(left, ["containerd", "nvidia-container-toolkit"]);
+        assert!(
+            plan.left[1].why.contains("not moved back"),
+            "{:?}",
+            plan.left
+        );
+    }
+
+    #[test]
+    fn what_changed_since_is_named_and_left_and_the_rest_undone() {
+        let setup = setup();
+        let mut now = as_left(&setup);
+        now.files.insert(
+            "/etc/docker/daemon.json".into(),
+            Some(Digest::of_bytes(b"edited by hand")),
+        );
+        now.packages
+            .insert("docker-ce".into(), vec!["5:28.0.0".into()]);
+        now.groups
+            .insert("docker".into(), vec!["alice".into(), "bob".into()]);
+        now.units_enabled.clear();
+        now.unreadable.insert(
+            "/etc/apt/keyrings/docker.asc".into(),
+            "permission denied".into(),
+        );
+        let plan = plan(&[setup], &now);
+        assert!(plan.disable_units.is_empty());
+        assert_eq!(plan.remove_packages, ["containerd.io"]);
+        assert!(plan.files.is_empty(), "{:?}", plan.files);
+        assert_eq!(
+            plan.groups,
+            vec![GroupUndo {
+                group: "docker".into(),
+                remove_members: vec!["alice".into()],
+                delete: false,
+            }]
+        );
+        let why = |name: &str| {
+            plan.left
+                .iter()
+                .find(|l| l.name == name)
+                .map(|l| l.why.clone())
+                .unwrap_or_default()
+        };
+        assert!(why("/etc/docker/daemon.json").contains("changed after the setup"));
+        assert!(why("docker-ce").contains("5:28.0.0"));
+        assert!(why("docker").contains("bob joined it since"));
+        assert!(why("/etc/apt/keyrings/docker.asc").contains("permission denied"));
+    }
+
+    #[test]
+    fn two_setups_compose_from_the_first_before_to_the_last_after() {
+        let first = HostChanges {
+            packages: vec![change("docker-ce", None, v(&["1"]))],
+            files: vec![change(
+                "/etc/docker/daemon.json",
+                None,
+                Some(Digest::of_bytes(b"a")),
+            )],
+            ..HostChanges::default()
+        };
+        let second = HostChanges {
+            packages: vec![change("docker-ce", v(&["1"]), v(&["2"]))],
+            files: vec![change(
+                "/etc/docker/daemon.json",
+                Some(Digest::of_bytes(b"a")),
+                Some(Digest::of_bytes(b"b")),
+            )],
+            ..HostChanges::default()
+        };
+        let mut now = MachineNow::default();
+        now.packages.insert("docker-ce".into(), vec!["2".into()]);
+        now.files.insert(
+            "/etc/docker/daemon.json".into(),
+            Some(Digest::of_bytes(b"b")),
+        );
+        let plan = plan(&[first, second], &now);
+        assert_eq!(
+            plan.remove_packages,
+            ["docker-ce"],
+            "added, then upgraded: added"
+        );
+        assert_eq!(
+            plan.files[0].back_to, None,
+            "back to before the first setup"
+        );
+        assert!(plan.left.is_empty(), "{:?}", plan.left);
+    }
+
+    #[test]
+    fn nothing_to_undo_on_a_machine_already_back_and_a_kept_package_is_said() {
+        let setup = setup();
+        let mut now = MachineNow::default();
+        now.files.insert(
+            "/etc/docker/daemon.json".into(),
+            Some(Digest::of_bytes(b"{}")),
+        );
+        now.packages
+            .insert("nvidia-container-toolkit".into(), vec!["1.17.8".into()]);
+        let mut plan = plan(std::slice::from_ref(&setup), &now);
+        assert!(plan.is_empty(), "{plan:?}");
+        let mut full = super::plan(std::slice::from_ref(&setup), &as_left(&setup));
+        full.keep_package("containerd.io", "docker-compose-plugin needs it".into());
+        assert_eq!(full.remove_packages, ["docker-ce"]);
+        assert!(full.left.iter().any(|l| l.name == "containerd.io"));
+        plan.keep_package("absent", "nothing".into());
+        assert!(plan.left.iter().all(|l| l.name != "absent"));
+    }
+}
