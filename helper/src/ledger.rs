@@ -34,6 +34,8 @@ use serde::{Deserialize, Serialize};
 const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
 /// How long a receipt stays readable with `GetReceipt` after its step was issued.
 pub(crate) const RECEIPT_RETENTION_SECS: u64 = 7 * 24 * 3600;
+/// Setups an undo may compose, per uid (each one an authorised step that changed the machine).
+pub(crate) const SETUPS_PER_UID: usize = 64;
 /// Receipts kept per uid, so one user's jobs cannot fill the state directory.
 pub(crate) const RECEIPTS_PER_UID: usize = 64;
 
@@ -164,6 +166,33 @@ impl Ledger {
             Err(e) if e.kind() != ErrorKind::AlreadyExists => Err(io_error(&to)(e)),
             _ => durable::sync_dir(&dir).map_err(io_error(&dir)),
         }
+    }
+
+    /// The receipts of `uid`'s kept setups, oldest first; more than [`SETUPS_PER_UID`] is an
+    /// error rather than a silently shorter list (an undo plans from all of them).
+    pub(crate) fn setups(&self, uid: u32) -> Result<Vec<String>, LedgerError> {
+        let dir = self.root.join("setups");
+        let prefix = format!("{uid}-");
+        let mut found = Vec::new();
+        for entry in fs::read_dir(&dir).map_err(io_error(&dir))? {
+            let path = entry.map_err(io_error(&dir))?.path();
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            if !name.starts_with(&prefix) || durable::is_temp_name(&name) {
+                continue;
+            }
+            if found.len() == SETUPS_PER_UID {
+                return Err(damaged(
+                    &dir,
+                    format!("more than {SETUPS_PER_UID} setups of {uid}"),
+                ));
+            }
+            let record: ReceiptRecord = read_json(&path)?;
+            if record.uid == uid {
+                found.push((record.issued_at, record.receipt));
+            }
+        }
+        found.sort();
+        Ok(found.into_iter().map(|(_, receipt)| receipt).collect())
     }
 
     /// Keeps the newest `RECEIPTS_PER_UID` receipts of `uid`.

@@ -106,6 +106,27 @@ impl Helper {
         );
         found.ok_or_else(|| refuse!(NoReceipt, "no receipt of yours for nonce {nonce}"))
     }
+
+    /// The receipts of the caller's own setups that changed this machine, oldest first.
+    #[zbus(out_args("receipts"))]
+    async fn setups(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<Vec<String>, Refusal> {
+        let _call = self.activity.call_started();
+        let (caller, _ticket) = self.admission.admit(conn, &header).await?;
+        let found = self.ledger.setups(caller.uid);
+        let found = found.map_err(|e| refuse!(Internal, "{e}"))?;
+        tracing::info!(
+            uid = caller.uid,
+            pid = caller.pid,
+            action = "setups",
+            count = found.len(),
+            "setups listed"
+        );
+        Ok(found)
+    }
 }
 
 #[cfg(test)]
