@@ -10,6 +10,7 @@ pub mod doctor;
 pub mod documents;
 pub mod elevate;
 pub mod engine;
+pub mod host_changes;
 pub mod i18n;
 pub mod ids;
 pub mod installations;

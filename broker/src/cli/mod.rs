@@ -8,6 +8,7 @@ pub mod doctor;
 pub mod engine;
 pub mod engines;
 pub mod follow;
+pub mod host_changes;
 pub mod models;
 pub mod plan;
 pub mod probe;
@@ -60,6 +61,8 @@ pub enum Command {
     Doctor(doctor::DoctorArgs),
     /// Remove an engine and what its setup added (never Docker, the toolkit, groups or repositories).
     Remove(remove::RemoveArgs),
+    /// What your setups changed on this machine, and what undoing them would do and leave.
+    HostChanges(host_changes::HostChangesArgs),
     /// The installed engines and the operations not yet finished.
     Status(status::StatusArgs),
     /// The engines this build can set up: descriptor, image, sizes, minimums.
@@ -92,6 +95,7 @@ pub fn main() -> ExitCode {
         Command::Probe(args) => probe::run(args),
         Command::Setup(args) => setup::run(args),
         Command::Remove(args) => remove::run(args),
+        Command::HostChanges(args) => host_changes::run(args),
         Command::Status(args) => status::run(args),
         Command::Models(args) => models::run(args),
         Command::Serve(args) => serve::run(args),
@@ -115,8 +119,21 @@ mod tests {
         assert_eq!(
             names,
             [
-                "plan", "setup", "start", "ps", "logs", "stop", "models", "doctor", "remove",
-                "status", "engines", "docker", "probe", "serve"
+                "plan",
+                "setup",
+                "start",
+                "ps",
+                "logs",
+                "stop",
+                "models",
+                "doctor",
+                "remove",
+                "host-changes",
+                "status",
+                "engines",
+                "docker",
+                "probe",
+                "serve"
             ]
         );
     }

@@ -34,6 +34,7 @@ pub trait Helper1 {
     #[zbus(allow_interactive_auth)]
     fn start(&self, step: &str) -> zbus::Result<OwnedObjectPath>;
     fn get_receipt(&self, nonce: &str) -> zbus::Result<String>;
+    fn setups(&self) -> zbus::Result<Vec<String>>;
 }
 
 #[zbus::proxy(
@@ -85,6 +86,24 @@ impl SystemHelper {
                 })
             })
             .await
+    }
+
+    /// The receipts of this user's setups that changed the machine, oldest first, each parsed
+    /// and checked as any receipt is.
+    pub async fn setups(&self) -> Result<Vec<Receipt>, CodedError> {
+        let helper = Helper1Proxy::new(self.conn().await?)
+            .await
+            .map_err(bus_error)?;
+        let texts = helper.setups().await.map_err(bus_error)?;
+        texts
+            .iter()
+            .map(|text| {
+                Receipt::parse(text.as_bytes()).map_err(|e| {
+                    CodedError::new(e.code(), "A setup receipt from the helper is not valid.")
+                        .with_details(e.to_string())
+                })
+            })
+            .collect()
     }
 
     async fn job(&self, path: &str) -> Result<HelperJobProxy<'static>, CodedError> {

@@ -1,0 +1,95 @@
+//! `enginekit host-changes [--json]`: what this user's enginekit setups changed on this
+//! machine (the helper's kept receipts), and what undoing them would do and leave, judged
+//! against the machine now ([`crate::host_changes`]). Reads only; changes nothing.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::Args;
+use serde_json::json;
+
+use super::common::{emit, report_error, runtime};
+use crate::elevate::SystemHelper;
+use crate::host_changes::{report, ChangesReport};
+
+#[derive(Debug, Args)]
+pub struct HostChangesArgs {
+    /// One JSON document on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: HostChangesArgs) -> ExitCode {
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    let receipts = rt.block_on(async { SystemHelper::connect().await?.setups().await });
+    let changes = receipts.and_then(|receipts| report(Path::new("/"), &receipts));
+    match changes {
+        Ok(changes) => {
+            emit(
+                args.json,
+                json!({"event": "host-changes", "host_changes": changes}),
+            );
+            if !args.json {
+                print_report(&changes);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => report_error(args.json, &e),
+    }
+}
+
+fn print_report(r: &ChangesReport) {
+    if r.setups.is_empty() {
+        println!("No setup of yours has changed this machine (or none recorded it: setups by enginekit before receipts recorded their changes).");
+        return;
+    }
+    println!("Setups of yours that changed this machine:");
+    for s in &r.setups {
+        println!(
+            "  {} ({}, {}): {}",
+            s.finished_at, s.receipt_id, s.outcome, s.changed
+        );
+    }
+    let u = &r.undo;
+    if u.is_empty() {
+        println!(
+            "Undoing them would change nothing: nothing they changed is still as they left it."
+        );
+    } else {
+        println!("Undoing them would:");
+        if !u.disable_units.is_empty() {
+            println!("  disable {}", u.disable_units.join(", "));
+        }
+        for f in &u.files {
+            match &f.back_to {
+                Some(_) => println!("  put {} back as it was before", f.path),
+                None => println!("  remove {} (it was not there before)", f.path),
+            }
+        }
+        if !u.remove_packages.is_empty() {
+            println!("  remove the packages {}", u.remove_packages.join(" "));
+        }
+        for g in &u.groups {
+            if !g.remove_members.is_empty() {
+                println!(
+                    "  take {} out of the group {}",
+                    g.remove_members.join(", "),
+                    g.group
+                );
+            }
+            if g.delete {
+                println!("  delete the group {} (it was not there before)", g.group);
+            }
+        }
+    }
+    if !u.left.is_empty() {
+        println!("And leave as they are:");
+        for l in &u.left {
+            println!("  {}: {}", l.name, l.why);
+        }
+    }
+    println!("Undo plan digest: {}", r.undo_digest);
+}
