@@ -156,16 +156,19 @@ pub const DPKG_LIST_FORMAT: &str = r"${db:Status-Abbrev}\t${binary:Package}\t${V
 /// epoch, as rpm prints it); the escapes are rpm's to expand.
 pub const RPM_LIST_FORMAT: &str = r"%{NAME}.%{ARCH}\t%{EPOCH}:%{VERSION}-%{RELEASE}\n";
 
-/// The output of [`RPM_LIST_FORMAT`]; `gpg-pubkey` has no architecture (`(none)`), kept as rpm
-/// prints it.
+/// The output of [`RPM_LIST_FORMAT`]. An imported signing key is a `gpg-pubkey` package, one per
+/// key under the same name: each is its own entry, `gpg-pubkey-<version>-<release>` (the name
+/// `rpm -e` takes), so importing a key reads as an addition, not as a change of the others.
 pub fn parse_rpm_list(text: &str) -> PackageSet {
     let mut set = PackageSet::new();
     for line in text.lines() {
         if let Some((name, version)) = line.split_once('\t') {
             if !name.is_empty() && !version.is_empty() && !version.contains('\t') {
-                set.entry(name.to_owned())
-                    .or_default()
-                    .push(version.to_owned());
+                let name = match (name, version.strip_prefix("(none):")) {
+                    ("gpg-pubkey.(none)", Some(key)) => format!("gpg-pubkey-{key}"),
+                    _ => name.to_owned(),
+                };
+                set.entry(name).or_default().push(version.to_owned());
             }
         }
     }
@@ -252,7 +255,11 @@ mod tests {
             set["kernel.x86_64"],
             ["(none):5.14.0-362.el9", "(none):5.14.0-427.el9"]
         );
-        assert_eq!(set["gpg-pubkey.(none)"].len(), 2);
+        assert_eq!(
+            set["gpg-pubkey-8483c65d-5ccc5b19"],
+            ["(none):8483c65d-5ccc5b19"]
+        );
+        assert!(set.contains_key("gpg-pubkey-2f86d6a1-5cf7cefb"));
     }
 
     #[test]
