@@ -124,16 +124,31 @@ pub(crate) fn dpkg_remove(names: &[String]) -> Built {
 /// Whether `package` is installed, asked of the family's package database (rpm expands the two
 /// characters `\` `n`).
 pub(crate) fn installed_query(family: Family, package: &str) -> Built {
-    package_query(family, "${Status}", r"%{NAME}\n", package)
+    package_query(family, "${Status}", r"%{NAME}\n", Some(package)).build()
 }
 
 /// The installed version of `package` (pinned, or with a minimum), asked of the same database.
 pub(crate) fn version_query(family: Family, package: &str) -> Built {
-    package_query(family, "${Version}", r"%{VERSION}-%{RELEASE}\n", package)
+    package_query(
+        family,
+        "${Version}",
+        r"%{VERSION}-%{RELEASE}\n",
+        Some(package),
+    )
+    .build()
 }
 
-/// `dpkg-query --show --showformat=<dpkg>` or `rpm --query --queryformat=<rpm>`, of `package`.
-fn package_query(family: Family, dpkg: &str, rpm: &str, package: &str) -> Built {
+/// Every installed package with its version, for what a step changed (`wire::changes`): the
+/// whole list, read before the first action and after the last.
+pub(crate) fn package_list(family: Family) -> Built {
+    package_query(family, DPKG_LIST_FORMAT, RPM_LIST_FORMAT, None)
+        .listing()
+        .build()
+}
+
+/// `dpkg-query --show --showformat=<dpkg>` or `rpm --query --queryformat=<rpm>`, of `package`
+/// (of all, `None`).
+fn package_query(family: Family, dpkg: &str, rpm: &str, package: Option<&str>) -> CommandBuilder {
     let b = match family {
         Family::Apt => CommandBuilder::new(Program::DpkgQuery)
             .flag("--show")
@@ -142,22 +157,11 @@ fn package_query(family: Family, dpkg: &str, rpm: &str, package: &str) -> Built 
             .flag("--query")
             .flag(&format!("--queryformat={rpm}")),
     };
-    b.arg(package).build()
-}
-
-/// Every installed package with its version, for what a step changed (`wire::changes`): the
-/// whole list, read before the first action and after the last.
-pub(crate) fn package_list(family: Family) -> Built {
-    let b = match family {
-        Family::Apt => CommandBuilder::new(Program::DpkgQuery)
-            .flag("--show")
-            .flag(&format!("--showformat={DPKG_LIST_FORMAT}")),
-        Family::Dnf => CommandBuilder::new(Program::Rpm)
-            .flag("--query")
-            .flag("--all")
-            .flag(&format!("--queryformat={RPM_LIST_FORMAT}")),
-    };
-    b.listing().build()
+    match (package, family) {
+        (Some(package), _) => b.arg(package),
+        (None, Family::Apt) => b,
+        (None, Family::Dnf) => b.flag("--all"),
+    }
 }
 
 pub(crate) const DNF_INSTALL: &[&str] = &["install", "-y", "--setopt=install_weak_deps=False"];
