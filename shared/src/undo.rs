@@ -122,6 +122,13 @@ pub fn plan(setups: &[HostChanges], now: &MachineNow) -> UndoPlan {
         })
     };
 
+    for kind in setups.iter().flat_map(|s| &s.unknown) {
+        let why = "a setup could not read them after it ran: what it changed there is not known";
+        if !plan.left.iter().any(|l| &l.name == kind) {
+            left(&mut plan, kind, why.into());
+        }
+    }
+
     let mut units: Vec<&String> = setups.iter().flat_map(|s| &s.units_enabled).collect();
     units.sort();
     units.dedup();
@@ -273,6 +280,7 @@ mod tests {
             ],
             groups: vec![change("docker", None, v(&["alice"]))],
             units_enabled: vec!["docker.service".into()],
+            unknown: Vec::new(),
         }
     }
 
@@ -404,7 +412,11 @@ mod tests {
             "/etc/docker/daemon.json".into(),
             Some(Digest::of_bytes(b"b")),
         );
-        let plan = plan(&[first, second], &now);
+        let unread = HostChanges {
+            unknown: vec!["packages".into()],
+            ..HostChanges::default()
+        };
+        let plan = plan(&[first, second, unread.clone(), unread], &now);
         assert_eq!(
             plan.remove_packages,
             ["docker-ce"],
@@ -414,7 +426,8 @@ mod tests {
             plan.files[0].back_to, None,
             "back to before the first setup"
         );
-        assert!(plan.left.is_empty(), "{:?}", plan.left);
+        assert_eq!(plan.left.len(), 1, "said once: {:?}", plan.left);
+        assert!(plan.left[0].why.contains("not known"));
     }
 
     #[test]

@@ -32,23 +32,20 @@ pub(super) async fn before(r: &mut Executor<'_>) -> Result<Before, Failure> {
 
 /// What differs from `before` now; `files_kept` when the step's written files stay.
 pub(super) async fn since(r: &mut Executor<'_>, before: &Before, files_kept: bool) -> HostChanges {
-    let unknown = |what: &str, Failure(why)| {
-        tracing::error!(what, error = %why, "could not read what the step changed");
-    };
-    let packages = match packages(r).await {
-        Ok(now) => changes::diff(&before.packages, &now),
-        Err(e) => {
-            unknown("packages", e);
+    let mut unknown = Vec::new();
+    let mut or_unknown = |what: &str, read: Result<Vec<_>, Failure>| {
+        read.unwrap_or_else(|Failure(why)| {
+            tracing::error!(what, error = %why, "could not read what the step changed");
+            unknown.push(what.to_owned());
             Vec::new()
-        }
+        })
     };
-    let groups = match groups(r) {
-        Ok(now) => changes::diff(&before.groups, &now),
-        Err(e) => {
-            unknown("groups", e);
-            Vec::new()
-        }
-    };
+    let packages = packages(r)
+        .await
+        .map(|now| changes::diff(&before.packages, &now));
+    let packages = or_unknown("packages", packages);
+    let groups = groups(r).map(|now| changes::diff(&before.groups, &now));
+    let groups = or_unknown("groups", groups);
     HostChanges {
         packages,
         files: if files_kept {
@@ -58,6 +55,7 @@ pub(super) async fn since(r: &mut Executor<'_>, before: &Before, files_kept: boo
         },
         groups,
         units_enabled: std::mem::take(&mut r.units_enabled),
+        unknown,
     }
 }
 

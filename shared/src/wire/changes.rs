@@ -45,6 +45,10 @@ pub struct HostChanges {
     /// systemd units the step enabled.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub units_enabled: Vec<String>,
+    /// The kinds (`packages`, `groups`) the helper could not read after the step: what changed
+    /// there is not known, and an undo says so.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown: Vec<String>,
 }
 
 impl HostChanges {
@@ -53,6 +57,7 @@ impl HostChanges {
             && self.files.is_empty()
             && self.groups.is_empty()
             && self.units_enabled.is_empty()
+            && self.unknown.is_empty()
     }
 
     /// One line for a person or a journal: what was added, removed or changed, by kind.
@@ -83,6 +88,9 @@ impl HostChanges {
         if !self.units_enabled.is_empty() {
             parts.push(format!("units enabled: {}", self.units_enabled.join(", ")));
         }
+        if !self.unknown.is_empty() {
+            parts.push(format!("not known: {}", self.unknown.join(", ")));
+        }
         if parts.is_empty() {
             "nothing".to_owned()
         } else {
@@ -97,6 +105,7 @@ impl HostChanges {
             ("files", self.files.len()),
             ("groups", self.groups.len()),
             ("units", self.units_enabled.len()),
+            ("unknown", self.unknown.len()),
         ];
         if let Some((what, _)) = lists.iter().find(|(_, n)| *n > MAX_CHANGES) {
             return Err(format!("more than {MAX_CHANGES} changed {what}"));
@@ -110,7 +119,8 @@ impl HostChanges {
                 std::iter::once(&c.name).chain(values)
             })
             .chain(self.files.iter().map(|c| &c.name))
-            .chain(&self.units_enabled);
+            .chain(&self.units_enabled)
+            .chain(&self.unknown);
         for text in texts {
             if text.is_empty() || text.len() > MAX_CHANGE_TEXT || text.contains(char::is_control) {
                 return Err(
