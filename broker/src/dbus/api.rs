@@ -29,6 +29,13 @@ pub trait BrokerApi: Send + Sync + 'static {
     /// Drive the operation in the background; the result arrives as change events.
     fn spawn_drive(&self, id: OperationId);
     fn operations(&self) -> Result<Vec<Operation>, CodedError>;
+    /// The stored record of `id`, if there is one.
+    fn operation(&self, id: &OperationId) -> Result<Option<Operation>, CodedError> {
+        Ok(self
+            .operations()?
+            .into_iter()
+            .find(|op| &op.operation_id == id))
+    }
     fn installations(&self) -> Result<serde_json::Value, CodedError>;
     /// `enginekit doctor`'s findings over a fresh probe and the installations.
     fn doctor(&self) -> BoxFuture<'_, Result<serde_json::Value, CodedError>>;
@@ -129,6 +136,10 @@ impl<P: Provisioner + Probing, E: Elevator> BrokerApi for Broker<P, E> {
 
     fn operations(&self) -> Result<Vec<Operation>, CodedError> {
         Ok(self.runner.store().list()?.0)
+    }
+
+    fn operation(&self, id: &OperationId) -> Result<Option<Operation>, CodedError> {
+        self.runner.store().load(id)
     }
 
     fn installations(&self) -> Result<serde_json::Value, CodedError> {

@@ -216,16 +216,17 @@ impl BrokerObject {
     ) -> zbus::Result<()>;
 }
 
-/// Exports the stored operations and keeps their objects current from then on. The subscription
-/// comes first: a change recorded between reading the store and subscribing (the recovery of a
-/// service that just started) would otherwise never reach its object, which would show the
-/// older phase until the next change.
+/// Exports the stored operations and keeps their objects current from then on with `events`,
+/// which must come from a subscription made before anything read the store (see [`serve_on`]):
+/// a change recorded between a read and the subscription (the recovery of a service that just
+/// started) would otherwise never reach its object, which would show the older phase until the
+/// next change.
 pub(crate) fn publish_operations(
     conn: &Connection,
     api: &Arc<dyn BrokerApi>,
     watchers: &Arc<notify::Watchers>,
+    events: tokio::sync::broadcast::Receiver<RunnerEvent>,
 ) {
-    let events = api.subscribe();
     let (conn, api, watchers) = (conn.clone(), api.clone(), watchers.clone());
     tokio::spawn(async move {
         for op in api.operations().unwrap_or_default() {
@@ -332,6 +333,9 @@ pub async fn serve_on(
     };
     let watchers = Arc::new(notify::Watchers::default());
     let pulls = Arc::new(pulls::Pulls::default());
+    // Subscribed before the name is owned: a call can be answered (`Operations` reads the store)
+    // as soon as it is, before `publish_operations` runs.
+    let events = api.subscribe();
     let conn = builder
         .serve_at(
             OBJECT_PATH,
@@ -346,7 +350,7 @@ pub async fn serve_on(
         .build()
         .await
         .map_err(io)?;
-    publish_operations(&conn, &api, &watchers);
+    publish_operations(&conn, &api, &watchers, events);
     let started = std::time::Instant::now();
     loop {
         let quiet = tokio::time::timeout(idle, conn.monitor_activity())
@@ -385,15 +389,45 @@ mod tests {
     use crate::operations::record::Phase;
     use enginekit_shared::error::ErrorCode;
     use enginekit_shared::wire::plan::Plan;
+    use std::sync::Mutex;
     use tokio::sync::broadcast;
 
-    /// A broker whose store read races a change: while `operations()` reads the record at
-    /// revision 1, the runner records and announces revision 2 (what a new service's recovery
-    /// does while the service starts).
-    struct Racing {
+    /// A broker over one stored record and no runner: a change reaches the objects only through
+    /// what a test sends on `events`, so a late event is simply one not sent yet.
+    struct Fake {
         events: broadcast::Sender<RunnerEvent>,
-        stored: Operation,
-        newer: Operation,
+        stored: Mutex<Operation>,
+        /// Recorded and announced while `operations()` reads the store, which still answers the
+        /// older record (what a new service's recovery does while the service starts).
+        racing: Option<Operation>,
+        /// What an accepted `Resume` records; `None`: refused, as while another drive runs.
+        resumed: Option<Operation>,
+    }
+
+    impl Fake {
+        fn new(stored: &Operation) -> Fake {
+            Fake {
+                events: broadcast::channel(16).0,
+                stored: Mutex::new(stored.clone()),
+                racing: None,
+                resumed: None,
+            }
+        }
+
+        fn stored(&self) -> Operation {
+            self.stored.lock().expect("stored").clone()
+        }
+
+        /// The record moves on, its event not delivered yet.
+        fn record(&self, op: &Operation) {
+            *self.stored.lock().expect("stored") = op.clone();
+        }
+
+        fn announce(&self, op: &Operation) {
+            let _ = self.events.send(RunnerEvent::Changed {
+                operation: Box::new(op.clone()),
+            });
+        }
     }
 
     fn no<T>() -> Result<T, CodedError> {
@@ -403,7 +437,7 @@ mod tests {
         ))
     }
 
-    impl BrokerApi for Racing {
+    impl BrokerApi for Fake {
         fn probe(&self) -> BoxFuture<'_, Result<serde_json::Value, CodedError>> {
             Box::pin(async { no() })
         }
@@ -420,17 +454,30 @@ mod tests {
             no()
         }
         fn resume(&self, _: &OperationId) -> Result<Operation, CodedError> {
-            no()
+            match &self.resumed {
+                Some(op) => {
+                    self.record(op);
+                    Ok(op.clone())
+                }
+                None => Err(CodedError::new(
+                    ErrorCode::OperationConflict,
+                    "checking is already running",
+                )),
+            }
         }
         fn cancel(&self, _: &OperationId) -> Result<Operation, CodedError> {
             no()
         }
         fn spawn_drive(&self, _: OperationId) {}
         fn operations(&self) -> Result<Vec<Operation>, CodedError> {
-            let _ = self.events.send(RunnerEvent::Changed {
-                operation: Box::new(self.newer.clone()),
-            });
-            Ok(vec![self.stored.clone()])
+            let stored = self.stored();
+            if let Some(newer) = &self.racing {
+                self.announce(newer);
+            }
+            Ok(vec![stored])
+        }
+        fn operation(&self, _: &OperationId) -> Result<Option<Operation>, CodedError> {
+            Ok(Some(self.stored()))
         }
         fn installations(&self) -> Result<serde_json::Value, CodedError> {
             no()
@@ -452,42 +499,68 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_change_recorded_while_the_service_reads_the_store_reaches_the_object() {
-        let mut stored = crate::operations::reducer::setup_in(Phase::ReloginRequired);
-        stored.revision = 1;
-        let mut newer = stored.clone();
-        newer.phase = Phase::Checking;
-        newer.revision = 2;
-        let path = path_of(&stored.operation_id);
-        let api: Arc<dyn BrokerApi> = Arc::new(Racing {
-            events: broadcast::channel(16).0,
-            stored,
-            newer,
-        });
+    /// A setup waiting for a new sign-in at revision 1, and the same one checking at revision 2.
+    fn waiting_then_checking() -> (Operation, Operation) {
+        let mut waiting = crate::operations::reducer::setup_in(Phase::ReloginRequired);
+        waiting.revision = 1;
+        let mut checking = waiting.clone();
+        checking.phase = Phase::Checking;
+        checking.revision = 2;
+        (waiting, checking)
+    }
 
+    /// The service end (serving the broker object over `api`) and a client end of a
+    /// peer-to-peer connection.
+    async fn connected(api: &Arc<dyn BrokerApi>) -> (Connection, Connection) {
         let (server, client) = std::os::unix::net::UnixStream::pair().expect("socket pair");
+        let object = BrokerObject {
+            api: api.clone(),
+            engines: None,
+            watchers: Arc::default(),
+            pulls: Arc::default(),
+        };
         let server = zbus::connection::Builder::unix_stream(server)
             .server(zbus::Guid::generate())
             .p2p()
+            .serve_at(OBJECT_PATH, object)
             .build();
         let client = zbus::connection::Builder::unix_stream(client).p2p().build();
         let (server, client) = tokio::join!(server, client);
-        let (server, client) = (server.expect("server end"), client.expect("client end"));
-        publish_operations(&server, &api, &Arc::default());
+        (server.expect("server end"), client.expect("client end"))
+    }
 
+    /// A proxy that reads every property from the service (no cache that signals keep).
+    async fn proxy<'a>(client: &Connection, path: &'a str, interface: &'a str) -> zbus::Proxy<'a> {
         // A peer has no bus names; the destination is only a header field here.
-        let proxy = zbus::Proxy::new(
-            &client,
-            "org.enginekit.Peer",
-            path.as_str(),
-            "org.enginekit.Broker1.Operation",
-        )
-        .await
-        .expect("proxy");
+        zbus::proxy::Builder::<zbus::Proxy>::new(client)
+            .destination("org.enginekit.Peer")
+            .path(path)
+            .interface(interface)
+            .cache_properties(zbus::proxy::CacheProperties::No)
+            .build()
+            .await
+            .expect("proxy")
+    }
+
+    async fn phase_of(op: &zbus::Proxy<'_>) -> String {
+        op.get_property("Phase").await.expect("Phase")
+    }
+
+    #[tokio::test]
+    async fn a_change_recorded_while_the_service_reads_the_store_reaches_the_object() {
+        let (stored, newer) = waiting_then_checking();
+        let path = path_of(&stored.operation_id);
+        let api: Arc<dyn BrokerApi> = Arc::new(Fake {
+            racing: Some(newer),
+            ..Fake::new(&stored)
+        });
+        let (server, client) = connected(&api).await;
+        publish_operations(&server, &api, &Arc::default(), api.subscribe());
+
+        let op = proxy(&client, &path, "org.enginekit.Broker1.Operation").await;
         let mut seen = String::new();
         for _ in 0..50 {
-            let phase: zbus::Result<String> = proxy.get_property("Phase").await;
+            let phase: zbus::Result<String> = op.get_property("Phase").await;
             if let Ok(phase) = phase {
                 seen = phase;
                 if seen == "checking" {
@@ -497,5 +570,135 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
         panic!("the object still shows {seen:?}, not the change recorded at revision 2");
+    }
+
+    // The next three have no pump at all: the runner's event is as late as it can be, and what
+    // the client reads right after its call must not depend on it.
+
+    #[tokio::test]
+    async fn when_resume_answers_its_object_shows_the_resumed_operation() {
+        let (waiting, checking) = waiting_then_checking();
+        let path = path_of(&waiting.operation_id);
+        let api: Arc<dyn BrokerApi> = Arc::new(Fake {
+            resumed: Some(checking),
+            ..Fake::new(&waiting)
+        });
+        let (server, client) = connected(&api).await;
+        operation::export(server.object_server(), &api, &waiting)
+            .await
+            .expect("exported");
+        let op = proxy(&client, &path, "org.enginekit.Broker1.Operation").await;
+        assert_eq!(phase_of(&op).await, "relogin-required");
+
+        op.call::<_, _, ()>("Resume", &()).await.expect("Resume");
+        assert_eq!(phase_of(&op).await, "checking");
+    }
+
+    #[tokio::test]
+    async fn a_resume_refused_because_the_recovery_got_there_first_answers_with_the_object_up_to_date(
+    ) {
+        let (waiting, checking) = waiting_then_checking();
+        let path = path_of(&waiting.operation_id);
+        let fake = Arc::new(Fake::new(&waiting));
+        let api: Arc<dyn BrokerApi> = fake.clone();
+        let (server, client) = connected(&api).await;
+        operation::export(server.object_server(), &api, &waiting)
+            .await
+            .expect("exported");
+        // The service's own recovery takes the waiting setup over; its event is still on the way.
+        fake.record(&checking);
+        let op = proxy(&client, &path, "org.enginekit.Broker1.Operation").await;
+        assert_eq!(phase_of(&op).await, "relogin-required");
+
+        let refused = op
+            .call::<_, _, ()>("Resume", &())
+            .await
+            .expect_err("refused");
+        assert!(
+            refused.to_string().contains("MANAGED_OPERATION_CONFLICT"),
+            "{refused}"
+        );
+        assert_eq!(
+            phase_of(&op).await,
+            "checking",
+            "a client that follows the operation after the refusal must not read the phase it left"
+        );
+    }
+
+    #[tokio::test]
+    async fn operations_never_hands_out_an_object_older_than_the_store() {
+        let (waiting, checking) = waiting_then_checking();
+        let path = path_of(&waiting.operation_id);
+        let fake = Arc::new(Fake::new(&waiting));
+        let api: Arc<dyn BrokerApi> = fake.clone();
+        let (server, client) = connected(&api).await;
+        operation::export(server.object_server(), &api, &waiting)
+            .await
+            .expect("exported");
+        fake.record(&checking);
+
+        let broker = proxy(&client, OBJECT_PATH, "org.enginekit.Broker1").await;
+        let paths: Vec<OwnedObjectPath> = broker.call("Operations", &()).await.expect("Operations");
+        assert_eq!(
+            paths.iter().map(|p| p.as_str()).collect::<Vec<_>>(),
+            [path.as_str()]
+        );
+        let op = proxy(&client, &path, "org.enginekit.Broker1.Operation").await;
+        assert_eq!(phase_of(&op).await, "checking");
+    }
+
+    #[tokio::test]
+    async fn a_revision_a_call_already_showed_is_announced_once() {
+        use futures_util::StreamExt;
+        let (waiting, checking) = waiting_then_checking();
+        let mut activated = checking.clone();
+        activated.phase = Phase::PreparingEnvironment;
+        activated.revision = 3;
+        let path = path_of(&waiting.operation_id);
+        let fake = Arc::new(Fake {
+            resumed: Some(checking.clone()),
+            ..Fake::new(&waiting)
+        });
+        let api: Arc<dyn BrokerApi> = fake.clone();
+        let (server, client) = connected(&api).await;
+        let mut signals = zbus::MessageStream::from(&client);
+        publish_operations(&server, &api, &Arc::default(), api.subscribe());
+        let op = proxy(&client, &path, "org.enginekit.Broker1.Operation").await;
+        // Exported by the pump's first pass.
+        for _ in 0..50 {
+            if op.get_property::<String>("Phase").await.is_ok() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+
+        op.call::<_, _, ()>("Resume", &()).await.expect("Resume");
+        // The runner's events come after the answer: revision 2 again, then 3.
+        fake.announce(&checking);
+        fake.record(&activated);
+        fake.announce(&activated);
+
+        let mut changed = Vec::new();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while changed.last().map(|(_, r)| *r) != Some(3) {
+            let next = tokio::time::timeout_at(deadline, signals.next()).await;
+            let Ok(Some(Ok(msg))) = next else {
+                panic!("no Changed for revision 3; seen {changed:?}");
+            };
+            let header = msg.header();
+            if header.member().map(|m| m.as_str()) == Some("Changed")
+                && header.path().map(|p| p.as_str()) == Some(path.as_str())
+            {
+                let (phase, revision): (String, u64) = msg.body().deserialize().expect("Changed");
+                changed.push((phase, revision));
+            }
+        }
+        assert_eq!(
+            changed,
+            [
+                ("checking".to_owned(), 2),
+                ("preparing-environment".to_owned(), 3)
+            ]
+        );
     }
 }

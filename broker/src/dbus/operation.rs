@@ -22,6 +22,9 @@ pub struct OperationObject {
     api: Arc<dyn BrokerApi>,
     op: Operation,
     progress: Option<ProgressTick>,
+    /// The newest revision its signals announced: each revision is announced once, whether the
+    /// runner's event or a call of this object's brought the object up to it first.
+    announced: Option<u64>,
 }
 
 impl std::fmt::Debug for OperationObject {
@@ -32,7 +35,10 @@ impl std::fmt::Debug for OperationObject {
     }
 }
 
-/// Export `op` if it is not exported yet; the object path either way.
+/// Export `op` if it is not exported yet, else bring the object up to `op` when `op` is newer;
+/// the object path either way. A caller that read `op` from the store (`Operations`, a service
+/// that just started) must never hand out an object that shows an older record: a change the
+/// runner announced before anyone listened would otherwise not reach it until the next one.
 pub async fn export(
     server: &zbus::ObjectServer,
     api: &Arc<dyn BrokerApi>,
@@ -43,8 +49,21 @@ pub async fn export(
         api: api.clone(),
         op: op.clone(),
         progress: None,
+        announced: None,
     };
-    server.at(path.as_str(), object).await?;
+    if server.at(path.as_str(), object).await?.is_some() {
+        let iface = server
+            .interface::<_, OperationObject>(path.as_str())
+            .await?;
+        let behind = iface.get().await.op.revision < op.revision;
+        if behind {
+            iface
+                .get_mut()
+                .await
+                .update(op.clone(), iface.signal_emitter())
+                .await;
+        }
+    }
     OwnedObjectPath::try_from(path).map_err(BrokerError::ZBus)
 }
 
@@ -56,13 +75,15 @@ fn text(digest: &Option<Digest>) -> String {
 }
 
 impl OperationObject {
-    /// Take a newer record and announce what changed.
+    /// Take a newer record and announce what changed; an older one, or a revision already
+    /// announced, changes nothing.
     pub async fn update(&mut self, op: Operation, emitter: &SignalEmitter<'_>) {
-        if op.revision < self.op.revision {
+        if op.revision < self.op.revision || self.announced >= Some(op.revision) {
             return;
         }
         let phase_changed = op.phase != self.op.phase;
         self.op = op;
+        self.announced = Some(self.op.revision);
         if phase_changed {
             self.progress = None;
         }
@@ -73,6 +94,35 @@ impl OperationObject {
         let _ = self.plan_digest_changed(emitter).await;
         let _ = self.record_changed(emitter).await;
         let _ = OperationObject::changed(emitter, self.op.phase.as_str(), self.op.revision).await;
+    }
+
+    /// Bring the object up to the stored record (or to `known`, when the store cannot be read)
+    /// before a call of this object answers: a client that reads `Phase` after `Resume` answered
+    /// must see the resumed operation, or what moved it on (such as the recovery of a service
+    /// that just started), never the waiting phase it was called in. The runner's event for the
+    /// same revision comes later and finds it announced.
+    async fn catch_up(&mut self, known: Option<Operation>, emitter: &SignalEmitter<'_>) {
+        let stored = self.api.operation(&self.op.operation_id).ok().flatten();
+        if let Some(op) = stored.or(known) {
+            self.update(op, emitter).await;
+        }
+    }
+
+    /// The answer of a call that applied an event: drives the operation when asked to and the
+    /// event was accepted, and brings the object up to date either way (see [`Self::catch_up`];
+    /// a refusal such as `MANAGED_OPERATION_CONFLICT` means the record moved on without it).
+    async fn answered(
+        &mut self,
+        applied: Result<Operation, enginekit_shared::error::CodedError>,
+        drive: bool,
+        emitter: &SignalEmitter<'_>,
+    ) -> Result<(), BrokerError> {
+        if let (Ok(op), true) = (&applied, drive) {
+            self.api.spawn_drive(op.operation_id.clone());
+        }
+        self.catch_up(applied.as_ref().ok().cloned(), emitter).await;
+        applied?;
+        Ok(())
     }
 
     pub async fn record_progress(&mut self, tick: ProgressTick, emitter: &SignalEmitter<'_>) {
@@ -162,26 +212,34 @@ impl OperationObject {
     }
 
     /// Approve the plan the operation offers (after `MANAGED_PLAN_CHANGED`).
-    async fn approve(&self, plan_digest: &str) -> Result<(), BrokerError> {
+    async fn approve(
+        &mut self,
+        plan_digest: &str,
+        #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
+    ) -> Result<(), BrokerError> {
         let digest = plan_digest
             .parse::<Digest>()
             .map_err(enginekit_shared::error::CodedError::from)?;
-        let op = self.api.approve(&self.op.operation_id, digest)?;
-        self.api.spawn_drive(op.operation_id);
-        Ok(())
+        let approved = self.api.approve(&self.op.operation_id, digest);
+        self.answered(approved, true, &emitter).await
     }
 
     /// Look at the machine again and continue a failed, cancelled or waiting operation.
-    async fn resume(&self) -> Result<(), BrokerError> {
-        let op = self.api.resume(&self.op.operation_id)?;
-        self.api.spawn_drive(op.operation_id);
-        Ok(())
+    async fn resume(
+        &mut self,
+        #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
+    ) -> Result<(), BrokerError> {
+        let resumed = self.api.resume(&self.op.operation_id);
+        self.answered(resumed, true, &emitter).await
     }
 
     /// Cancel; during a package transaction only the wish is recorded.
-    async fn cancel(&self) -> Result<(), BrokerError> {
-        self.api.cancel(&self.op.operation_id)?;
-        Ok(())
+    async fn cancel(
+        &mut self,
+        #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
+    ) -> Result<(), BrokerError> {
+        let cancelled = self.api.cancel(&self.op.operation_id);
+        self.answered(cancelled, false, &emitter).await
     }
 
     #[zbus(signal)]
