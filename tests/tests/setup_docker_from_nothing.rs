@@ -37,6 +37,7 @@ use enginekit_integration::session_host::{
     assert_plan_installs_docker_and_the_toolkit, changes, receipt_action, SessionHost, USER,
 };
 use enginekit_integration::systemd::BootedSystemd;
+use enginekit_shared::wire::changes;
 use serde_json::{json, Value};
 
 const KEY_NAME: &str = "ekt-docker-from-nothing";
@@ -241,6 +242,67 @@ fn hold_dpkg_lock_until_apt_installs(booted: &BootedSystemd) -> u32 {
     pid
 }
 
+/// `sha256:` and the hex digest of a file in the container, as sha256sum reads it.
+fn file_digest(host: &NoDockerHost, path: &str) -> String {
+    let sum = host.sh(&format!("sha256sum {path}"));
+    format!("sha256:{}", sum.split_whitespace().next().unwrap_or(""))
+}
+
+/// The host's own list of installed packages, read as the helper reads it.
+fn installed_packages(host: &NoDockerHost) -> changes::PackageSet {
+    changes::parse_dpkg_list(&host.sh(&format!(
+        "dpkg-query --show --showformat='{}'",
+        changes::DPKG_LIST_FORMAT
+    )))
+}
+
+/// The receipt's `changes` are what the machine shows changed, read here independently: every
+/// package added (Docker's and the toolkit's with their dependencies, none that was there
+/// before), the key and source as they are now, the docker group created with the user in it.
+fn assert_receipt_names_what_changed(
+    host: &NoDockerHost,
+    receipt: &Value,
+    packages_before: &changes::PackageSet,
+    groups_before: &std::collections::BTreeMap<String, Vec<String>>,
+) {
+    let recorded: changes::HostChanges =
+        serde_json::from_value(receipt["changes"].clone()).expect("the receipt's changes");
+    let packages_now = installed_packages(host);
+    assert_eq!(
+        recorded.packages,
+        changes::diff(packages_before, &packages_now),
+        "{receipt}"
+    );
+    for package in DOCKER_PACKAGES.iter().chain(&TOOLKIT_PACKAGES) {
+        assert!(
+            recorded
+                .packages
+                .iter()
+                .any(|c| c.name.split(':').next() == Some(*package) && c.before.is_none()),
+            "{package} is not recorded as added: {receipt}"
+        );
+    }
+    for path in [DOCKER_LIST, DOCKER_KEY] {
+        let now = file_digest(host, path);
+        let file = recorded.files.iter().find(|c| c.name == path);
+        assert!(
+            file.is_some_and(|c| c.before.is_none()
+                && c.after.as_ref().map(|d| d.as_str()) == Some(now.as_str())),
+            "{path}: {receipt}"
+        );
+    }
+    let groups_now = changes::parse_group_file(&host.sh("cat /etc/group"));
+    assert_eq!(recorded.groups, changes::diff(groups_before, &groups_now));
+    assert!(
+        recorded.groups.iter().any(|c| c.name == "docker"
+            && c.before.is_none()
+            && c.after
+                .as_ref()
+                .is_some_and(|m| m.iter().any(|u| u == USER))),
+        "{receipt}"
+    );
+}
+
 fn assert_plan_from_nothing(host: &NoDockerHost, plan: &Value) {
     let docker = host.env.docker_repo();
     let changes = changes(plan);
@@ -281,6 +343,10 @@ fn from_no_docker_at_all_setup_adds_dockers_repository_installs_it_and_the_toolk
     let docker = host.env.docker_repo();
     assert!(host.dpkg_states(&DOCKER_PACKAGES).is_empty());
     assert!(!host.exists(DOCKER_LIST) && !host.exists(DOCKER_KEY));
+    let packages_before = installed_packages(&host);
+    // The bench's own daemon.json (its confinement of the Docker to come) is there before.
+    let daemon_json_before = file_digest(&host, "/etc/docker/daemon.json");
+    let groups_before = changes::parse_group_file(&host.sh("cat /etc/group"));
 
     // The plan, as the user sees it. It asked the repository it would add (without root, with
     // the real apt) and found the three packages for bookworm amd64: no blocker, no warning.
@@ -389,6 +455,7 @@ fn from_no_docker_at_all_setup_adds_dockers_repository_installs_it_and_the_toolk
     host.assert_docker_installed_with_the_nvidia_runtime();
     let receipt = host.last_receipt();
     assert_eq!(receipt["outcome"], "succeeded", "{receipt}");
+    assert_receipt_names_what_changed(&host, &receipt, &packages_before, &groups_before);
 
     // A new sign-in has the group: nothing left to do, ready as it is.
     host.assert_setup_finishes_without_the_helper();
@@ -428,6 +495,85 @@ fn from_no_docker_at_all_setup_adds_dockers_repository_installs_it_and_the_toolk
         host.sh("systemctl is-active docker.service").trim(),
         "active"
     );
+
+    // What the setup changed, and what undoing it would do: everything it added, as it is.
+    let undo = host_changes(&host);
+    assert_eq!(undo["left"], json!(null), "{undo}");
+    let removed: Vec<&str> = undo["remove_packages"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    for package in DOCKER_PACKAGES.iter().chain(&TOOLKIT_PACKAGES) {
+        assert!(
+            removed
+                .iter()
+                .any(|r| r.split(':').next() == Some(*package)),
+            "{package}: {undo}"
+        );
+    }
+    for (path, back_to) in [
+        (DOCKER_LIST, Value::Null),
+        (DOCKER_KEY, Value::Null),
+        ("/etc/docker/daemon.json", json!(daemon_json_before)),
+    ] {
+        assert!(
+            undo["files"].as_array().is_some_and(|f| f
+                .iter()
+                .any(|f| f["path"] == path && f["back_to"] == back_to)),
+            "{path} is not planned back to {back_to}: {undo}"
+        );
+    }
+    assert_eq!(
+        undo["groups"],
+        json!([{"group": "docker", "remove_members": [USER], "delete": true}]),
+        "{undo}"
+    );
+
+    // A hand edit of daemon.json and a package of the user's that needs Docker: both named and
+    // left, with what that package needs; the rest still undone.
+    host.sh(
+        "echo '{\"log-level\": \"warn\"}' > /etc/docker/daemon.json && \
+         mkdir -p /tmp/needs-docker/DEBIAN && printf '%s\\n' 'Package: needs-docker' \
+         'Version: 1' 'Architecture: all' 'Maintainer: test <t@example.org>' \
+         'Depends: docker-ce' 'Description: a package of the user that needs docker-ce' \
+         > /tmp/needs-docker/DEBIAN/control && dpkg-deb -b /tmp/needs-docker /tmp/needs-docker.deb \
+         >/dev/null && dpkg -i /tmp/needs-docker.deb >/dev/null",
+    );
+    assert!(host.installed_version("needs-docker").is_some());
+    let undo = host_changes(&host);
+    let why = |name: &str| {
+        undo["left"]
+            .as_array()
+            .and_then(|l| l.iter().find(|l| l["name"] == name))
+            .map(|l| l["why"].as_str().unwrap_or_default().to_owned())
+            .unwrap_or_else(|| panic!("{name} is not named as left: {undo}"))
+    };
+    assert!(why("/etc/docker/daemon.json").contains("changed after the setup"));
+    assert!(
+        why("docker-ce").contains("needs-docker still needs it"),
+        "{undo}"
+    );
+    let removed = undo["remove_packages"].to_string();
+    assert!(
+        !removed.contains("\"docker-ce") && !removed.contains("needs-docker"),
+        "{undo}"
+    );
+    assert!(removed.contains("nvidia-container-toolkit"), "{undo}");
+}
+
+/// `enginekit host-changes --json` as the user: the undo plan of the user's setups.
+fn host_changes(host: &NoDockerHost) -> Value {
+    let out = host.enginekit("host-changes --json");
+    let report = events(&out)
+        .into_iter()
+        .find(|e| e["event"] == "host-changes")
+        .unwrap_or_else(|| panic!("no host-changes event: {}", describe(&out)));
+    assert_eq!(
+        report["host_changes"]["setups"].as_array().map(Vec::len),
+        Some(1),
+        "{report}"
+    );
+    report["host_changes"]["undo"].clone()
 }
 
 #[test]
