@@ -113,41 +113,49 @@ async fn bounded_blocking<T: Send + 'static>(
 
 /// Reads a host file: `Ok(None)` only for ENOENT/ENOTDIR; other errors are errors.
 async fn read_host_file(ctx: &ProbeContext, absolute: &str) -> Result<Option<String>, String> {
-    let max = MAX_FILE_BYTES;
     let path = ctx.host_path(absolute);
     let shown = absolute.to_owned();
     bounded_blocking(ctx.options.read_timeout, absolute, move || {
-        let file = match std::fs::File::open(&path) {
-            Ok(f) => f,
-            Err(e) if is_absent(&e) => return Ok(None),
-            Err(e) => return Err(format!("{shown}: {e}")),
-        };
-        let mut text = Vec::new();
-        match file.take(max).read_to_end(&mut text) {
-            // Valid UTF-8 (the usual case) is kept without a second copy.
-            Ok(_) => Ok(Some(String::from_utf8(text).unwrap_or_else(|e| {
-                String::from_utf8_lossy(e.as_bytes()).into_owned()
-            }))),
-            Err(e) => Err(format!("{shown}: {e}")),
-        }
+        read_file(&path, &shown)
     })
     .await?
+}
+
+/// [`read_host_file`]'s blocking part, for reads that make several in one trip to the blocking
+/// pool (each trip wakes a thread, which is what a probe of small files mostly costs).
+fn read_file(path: &Path, shown: &str) -> Result<Option<String>, String> {
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if is_absent(&e) => return Ok(None),
+        Err(e) => return Err(format!("{shown}: {e}")),
+    };
+    let mut text = Vec::new();
+    match file.take(MAX_FILE_BYTES).read_to_end(&mut text) {
+        // Valid UTF-8 (the usual case) is kept without a second copy.
+        Ok(_) => Ok(Some(String::from_utf8(text).unwrap_or_else(|e| {
+            String::from_utf8_lossy(e.as_bytes()).into_owned()
+        }))),
+        Err(e) => Err(format!("{shown}: {e}")),
+    }
 }
 
 /// Whether a host path exists: false only for ENOENT/ENOTDIR; EACCES and the like are errors.
 async fn host_path_exists(ctx: &ProbeContext, absolute: &str) -> Result<bool, String> {
     let path = ctx.host_path(absolute);
     let shown = absolute.to_owned();
-    bounded_blocking(
-        ctx.options.read_timeout,
-        absolute,
-        move || match std::fs::symlink_metadata(&path) {
-            Ok(_) => Ok(true),
-            Err(e) if is_absent(&e) => Ok(false),
-            Err(e) => Err(format!("{shown}: {e}")),
-        },
-    )
+    bounded_blocking(ctx.options.read_timeout, absolute, move || {
+        path_exists(&path, &shown)
+    })
     .await?
+}
+
+/// [`host_path_exists`]'s blocking part.
+fn path_exists(path: &Path, shown: &str) -> Result<bool, String> {
+    match std::fs::symlink_metadata(path) {
+        Ok(_) => Ok(true),
+        Err(e) if is_absent(&e) => Ok(false),
+        Err(e) => Err(format!("{shown}: {e}")),
+    }
 }
 
 fn is_absent(e: &std::io::Error) -> bool {
@@ -178,18 +186,23 @@ pub fn architecture() -> Fact<String> {
 
 /// systemd is PID 1 when `/run/systemd/system` exists (`sd_booted()`); otherwise PID 1's name.
 pub async fn init_system(ctx: &ProbeContext) -> Fact<InitSystem> {
-    match host_path_exists(ctx, "/run/systemd/system").await {
-        Ok(true) => Fact::known(InitSystem::Systemd),
-        Ok(false) => {
-            let pid1 = read_host_file(ctx, "/proc/1/comm")
-                .await
-                .ok()
-                .flatten()
-                .map(|s| s.trim().to_owned())
-                .filter(|s| !s.is_empty());
-            Fact::known(InitSystem::Other { pid1 })
+    let marker = ctx.host_path("/run/systemd/system");
+    let comm = ctx.host_path("/proc/1/comm");
+    // Both in one trip to the blocking pool.
+    let work = move || {
+        if path_exists(&marker, "/run/systemd/system")? {
+            return Ok(InitSystem::Systemd);
         }
-        Err(e) => Fact::unknown(e),
+        let pid1 = read_file(&comm, "/proc/1/comm")
+            .ok()
+            .flatten()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty());
+        Ok(InitSystem::Other { pid1 })
+    };
+    match bounded_blocking(ctx.options.read_timeout, "/run/systemd/system", work).await {
+        Ok(Ok(init)) => Fact::known(init),
+        Ok(Err(e)) | Err(e) => Fact::unknown(e),
     }
 }
 
@@ -393,19 +406,21 @@ pub async fn packages(ctx: &ProbeContext) -> Fact<Vec<InstalledPackage>> {
     rpm_args.extend(&names);
     let mut pacman_args = vec!["-Q", "docker"];
     pacman_args.extend(&names);
-    let ask = |program: &'static str, args: Vec<&'static str>, databases| async move {
+    let ask = |program: &'static str, args: Vec<&'static str>, populated: bool| async move {
         // None: no system database to ask about.
-        if any_populated(ctx, databases).await {
+        if populated {
             Some(ctx.commands.run(program, &args).await)
         } else {
             None
         }
     };
-    let (dpkg, rpm, pacman) = tokio::join!(
-        dpkg_status_packages(ctx, &names),
-        ask("rpm", rpm_args, RPM_DATABASES),
-        ask("pacman", pacman_args, PACMAN_DATABASES),
-    );
+    let (dpkg, (rpm, pacman)) = tokio::join!(dpkg_status_packages(ctx, &names), async {
+        let [rpm_db, pacman_db] = populated(ctx, [RPM_DATABASES, PACMAN_DATABASES]).await;
+        tokio::join!(
+            ask("rpm", rpm_args, rpm_db),
+            ask("pacman", pacman_args, pacman_db),
+        )
+    });
     let mut found = Vec::new();
     let mut failures = Vec::new();
     let mut answered = false;
@@ -438,19 +453,25 @@ pub async fn packages(ctx: &ProbeContext) -> Fact<Vec<InstalledPackage>> {
     }
 }
 
-/// Whether one of `dirs` on the host is a directory with an entry in it; true when that cannot
-/// be told, so that the database's own tool is asked as before.
-async fn any_populated(ctx: &ProbeContext, dirs: &'static [&'static str]) -> bool {
-    let paths: Vec<PathBuf> = dirs.iter().map(|d| ctx.host_path(d)).collect();
-    let populated = move || {
-        paths.iter().any(|p| match std::fs::read_dir(p) {
-            Ok(mut entries) => entries.next().is_some(),
-            Err(e) => !is_absent(&e),
+/// For each list of `dirs`: whether one of them on the host is a directory with an entry in it;
+/// true when that cannot be told, so that the database's own tool is asked as before. All lists
+/// in one trip to the blocking pool.
+async fn populated<const N: usize>(
+    ctx: &ProbeContext,
+    lists: [&'static [&'static str]; N],
+) -> [bool; N] {
+    let paths = lists.map(|dirs| dirs.iter().map(|d| ctx.host_path(d)).collect::<Vec<_>>());
+    let work = move || {
+        paths.map(|dirs| {
+            dirs.iter().any(|p| match std::fs::read_dir(p) {
+                Ok(mut entries) => entries.next().is_some(),
+                Err(e) => !is_absent(&e),
+            })
         })
     };
-    bounded_blocking(ctx.options.read_timeout, dirs[0], populated)
+    bounded_blocking(ctx.options.read_timeout, "package databases", work)
         .await
-        .unwrap_or(true)
+        .unwrap_or([true; N])
 }
 
 /// The dpkg database's entries for `names`, read and parsed off the async thread (it is the one
@@ -470,7 +491,12 @@ async fn dpkg_status_packages(
                 Err(e) if is_absent(&e) => return Ok(None),
                 Err(e) => return Err(format!("/var/lib/dpkg/status: {e}")),
             };
-            let mut bytes = Vec::new();
+            // Sized from the file up front: `Take` hides the size from `read_to_end`, which would
+            // otherwise grow the buffer by doubling, copying the database several times over.
+            let size = file
+                .metadata()
+                .map_or(0, |m| m.len().min(MAX_DPKG_STATUS_BYTES));
+            let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
             file.take(MAX_DPKG_STATUS_BYTES)
                 .read_to_end(&mut bytes)
                 .map_err(|e| format!("/var/lib/dpkg/status: {e}"))?;
@@ -666,14 +692,18 @@ pub async fn kernel_module_version(ctx: &ProbeContext) -> Fact<Option<String>> {
 
 /// The NVIDIA devices on the PCI bus, the module and Secure Boot ([`super::nvidia_hardware`]).
 pub async fn nvidia_hardware(ctx: &ProbeContext) -> Fact<NvidiaHardware> {
-    let release = match read_host_file(ctx, "/proc/sys/kernel/osrelease").await {
-        Ok(Some(text)) => {
-            Some(text.trim().to_owned()).filter(|r| !r.is_empty() && !r.contains('/'))
-        }
-        Ok(None) | Err(_) => None,
-    };
+    let osrelease = ctx.host_path("/proc/sys/kernel/osrelease");
     let root = ctx.options.root.clone();
-    let work = move || super::nvidia_hardware::read(&root, release.as_deref());
+    // The kernel release and the walk in one trip to the blocking pool.
+    let work = move || {
+        let release = match read_file(&osrelease, "/proc/sys/kernel/osrelease") {
+            Ok(Some(text)) => {
+                Some(text.trim().to_owned()).filter(|r| !r.is_empty() && !r.contains('/'))
+            }
+            Ok(None) | Err(_) => None,
+        };
+        super::nvidia_hardware::read(&root, release.as_deref())
+    };
     match bounded_blocking(ctx.options.read_timeout, "NVIDIA hardware", work).await {
         Ok(Ok(hardware)) => Fact::known(hardware),
         Ok(Err(e)) | Err(e) => Fact::unknown(e),
@@ -934,14 +964,63 @@ mod tests {
             root: root.path().to_owned(),
             ..Default::default()
         });
-        assert!(!any_populated(&ctx, RPM_DATABASES).await, "absent");
+        let both = [RPM_DATABASES, PACMAN_DATABASES];
+        assert_eq!(populated(&ctx, both).await, [false, false], "absent");
         // What Debian's rpm package ships: the directory, empty.
         std::fs::create_dir_all(root.path().join("var/lib/rpm")).unwrap();
-        assert!(!any_populated(&ctx, RPM_DATABASES).await, "empty");
+        assert_eq!(populated(&ctx, both).await, [false, false], "empty");
         std::fs::create_dir_all(root.path().join("usr/lib/sysimage/rpm")).unwrap();
         std::fs::write(root.path().join("usr/lib/sysimage/rpm/rpmdb.sqlite"), b"").unwrap();
-        assert!(any_populated(&ctx, RPM_DATABASES).await, "a database");
-        assert!(!any_populated(&ctx, PACMAN_DATABASES).await);
+        assert_eq!(populated(&ctx, both).await, [true, false], "a database");
+        std::fs::create_dir_all(root.path().join("var/lib/pacman/local/docker-1")).unwrap();
+        assert_eq!(populated(&ctx, both).await, [true, true]);
+    }
+
+    #[tokio::test]
+    async fn init_system_from_the_marker_else_pid1s_name() {
+        let root = tempfile::tempdir().unwrap();
+        let ctx = ProbeContext::new(super::super::ProbeOptions {
+            root: root.path().to_owned(),
+            ..Default::default()
+        });
+        let other = |pid1: Option<&str>| {
+            Fact::known(InitSystem::Other {
+                pid1: pid1.map(str::to_owned),
+            })
+        };
+        assert_eq!(init_system(&ctx).await, other(None));
+        std::fs::create_dir_all(root.path().join("proc/1")).unwrap();
+        std::fs::write(root.path().join("proc/1/comm"), "tini\n").unwrap();
+        assert_eq!(init_system(&ctx).await, other(Some("tini")));
+        std::fs::create_dir_all(root.path().join("run/systemd/system")).unwrap();
+        assert_eq!(init_system(&ctx).await, Fact::known(InitSystem::Systemd));
+    }
+
+    #[tokio::test]
+    async fn the_module_is_looked_for_under_the_running_kernels_release() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        let ctx = ProbeContext::new(super::super::ProbeOptions {
+            root: r.to_owned(),
+            ..Default::default()
+        });
+        let card = r.join("sys/bus/pci/devices/0000:01:00.0");
+        std::fs::create_dir_all(&card).unwrap();
+        for (name, value) in [
+            ("vendor", "0x10de"),
+            ("class", "0x030000"),
+            ("device", "0x2684"),
+        ] {
+            std::fs::write(card.join(name), format!("{value}\n")).unwrap();
+        }
+        std::fs::create_dir_all(r.join("lib/modules/6.1.0-test/updates/dkms")).unwrap();
+        std::fs::write(r.join("lib/modules/6.1.0-test/updates/dkms/nvidia.ko"), b"").unwrap();
+        let built = |f: Fact<NvidiaHardware>| f.value().map(|h| (h.devices.len(), h.module_built));
+        // No kernel release: the tree is not walked.
+        assert_eq!(built(nvidia_hardware(&ctx).await), Some((1, false)));
+        std::fs::create_dir_all(r.join("proc/sys/kernel")).unwrap();
+        std::fs::write(r.join("proc/sys/kernel/osrelease"), "6.1.0-test\n").unwrap();
+        assert_eq!(built(nvidia_hardware(&ctx).await), Some((1, true)));
     }
 
     #[tokio::test]
