@@ -10,6 +10,7 @@ use std::path::Path;
 
 use enginekit_shared::digest::{digest_of, Digest};
 use enginekit_shared::error::{CodedError, ErrorCode};
+use enginekit_shared::os_release::{OsRelease, PackageFamily};
 use enginekit_shared::undo::{self, MachineNow, UndoPlan};
 use enginekit_shared::wire::changes::{self, HostChanges, PackageSet};
 use enginekit_shared::wire::receipt::Receipt;
@@ -43,14 +44,16 @@ enum Database {
     Rpm,
 }
 
-/// The system's package database (the package managers read only the real one).
+/// The system's package database, by the family os-release names, as the helper decides it
+/// (a machine can have another family's tools installed, e.g. rpm on Debian).
 fn database() -> Option<Database> {
-    if Path::new("/var/lib/dpkg/status").is_file() {
-        Some(Database::Dpkg)
-    } else if programs::find("rpm").is_some() {
-        Some(Database::Rpm)
-    } else {
-        None
+    let text = std::fs::read_to_string("/etc/os-release")
+        .or_else(|_| std::fs::read_to_string("/usr/lib/os-release"))
+        .unwrap_or_default();
+    match OsRelease::parse(&text).package_family() {
+        PackageFamily::Apt => Some(Database::Dpkg),
+        PackageFamily::Dnf => Some(Database::Rpm),
+        PackageFamily::Pacman | PackageFamily::Other => None,
     }
 }
 

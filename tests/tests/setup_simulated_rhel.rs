@@ -210,6 +210,51 @@ fn on_a_simulated_rocky_9_host_without_docker_setup_installs_the_pinned_rpms_wit
         service_action.starts_with("applied: enabled and started docker.service"),
         "{service_action}"
     );
+    // The receipt records what changed, as rpm lists it: the packages with their dependencies,
+    // Docker's key imported as its gpg-pubkey package, the docker.service the helper enabled.
+    let changes = &receipt["changes"];
+    let added: Vec<&str> = changes["packages"]
+        .as_array()
+        .map(|p| {
+            p.iter()
+                .filter(|c| c["before"].is_null())
+                .filter_map(|c| c["name"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    for package in DOCKER_PACKAGES.iter().chain(&TOOLKIT_PACKAGES) {
+        assert!(
+            added
+                .iter()
+                .any(|a| a.rsplit_once('.').map(|(n, _)| n) == Some(*package)),
+            "{package}: {changes}"
+        );
+    }
+    assert!(
+        changes["packages"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|c| c["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with(&format!("gpg-pubkey-{short}-")))
+                && c["before"].is_null())),
+        "the key import: {changes}"
+    );
+    assert!(
+        changes["units_enabled"]
+            .as_array()
+            .is_some_and(|u| u.iter().any(|u| u == "docker.service")),
+        "{changes}"
+    );
+    // And what undoing it would do: the same packages and the unit, the .repo files removed.
+    let undo = host.enginekit("host-changes --json");
+    let undo_text = String::from_utf8_lossy(&undo.stdout);
+    for expected in ["\"docker.service\"", DOCKER_REPO_FILE, "\"docker-ce."] {
+        assert!(
+            undo_text.contains(expected),
+            "{expected}: {}",
+            describe(&undo)
+        );
+    }
 
     // Bench plumbing: the registry forwarder joins containerd's namespace.
     let proxy = host.sh("systemctl start registry-proxy.socket && echo ok");
