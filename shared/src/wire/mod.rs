@@ -5,6 +5,7 @@ pub mod host_step;
 pub mod plan;
 pub mod receipt;
 pub mod refusal;
+pub mod undo_step;
 
 use std::fmt;
 use std::str::FromStr;
