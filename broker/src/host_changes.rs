@@ -8,12 +8,13 @@ use std::collections::BTreeMap;
 use std::io::ErrorKind;
 use std::path::Path;
 
-use enginekit_shared::digest::{digest_of, Digest};
+use enginekit_shared::digest::Digest;
 use enginekit_shared::error::{CodedError, ErrorCode};
 use enginekit_shared::os_release::{OsRelease, PackageFamily};
 use enginekit_shared::undo::{self, MachineNow, UndoPlan};
 use enginekit_shared::wire::changes::{self, HostChanges, PackageSet};
 use enginekit_shared::wire::receipt::Receipt;
+use enginekit_shared::wire::undo_step;
 use serde::Serialize;
 
 use crate::programs::{self, Reader};
@@ -33,7 +34,8 @@ pub struct SetupSeen {
 pub struct ChangesReport {
     pub setups: Vec<SetupSeen>,
     pub undo: UndoPlan,
-    /// The digest of `undo`'s canonical JSON: what a consent to run it will be bound to.
+    /// The digest of `undo`'s canonical JSON ([`undo_step::plan_digest`]): what a consent to
+    /// run it is bound to (`enginekit remove --host --digest`, `RemoveHost`).
     pub undo_digest: Digest,
 }
 
@@ -209,9 +211,8 @@ pub fn report(root: &Path, receipts: &[Receipt]) -> Result<ChangesReport, CodedE
             );
         }
     }
-    let undo_digest = serde_json::to_value(&plan)
-        .map_err(|e| failed("The undo plan", e))
-        .and_then(|v| digest_of(&v).map_err(|e| failed("The undo plan", e)))?;
+    // The very digest an undo step carries (and the helper checks).
+    let undo_digest = undo_step::plan_digest(&plan);
     Ok(ChangesReport {
         setups: receipts
             .iter()

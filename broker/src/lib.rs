@@ -11,6 +11,7 @@ pub mod documents;
 pub mod elevate;
 pub mod engine;
 pub mod host_changes;
+pub mod host_undo;
 pub mod i18n;
 pub mod ids;
 pub mod installations;

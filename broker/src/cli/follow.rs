@@ -84,14 +84,19 @@ impl View {
         if op.phase.is_terminal() || op.phase.is_waiting() {
             return;
         }
+        self.begin(op.phase);
+    }
+
+    /// A spinner for `phase`, the current bar from now on.
+    fn begin(&mut self, phase: Phase) {
         let bar = self.bars.add(ProgressBar::new_spinner());
         bar.set_style(
             ProgressStyle::with_template("{spinner} {msg}")
                 .unwrap_or_else(|_| ProgressStyle::default_spinner()),
         );
         bar.enable_steady_tick(std::time::Duration::from_millis(120));
-        bar.set_message(phase_text(op.phase).to_owned());
-        self.current = Some((op.phase, bar));
+        bar.set_message(phase_text(phase).to_owned());
+        self.current = Some((phase, bar));
     }
 
     fn progress(&mut self, phase: Phase, tick: &crate::operations::boundary::ProgressTick) {
@@ -139,6 +144,30 @@ impl View {
             }
             _ => bar.set_message(format!("{}: {}", phase_text(phase), tick.label)),
         }
+    }
+}
+
+/// The view of one host step run outside an operation (`enginekit remove --host`): the same
+/// spinner, authorization notice and `progress` events as a setup's host step shows.
+pub(crate) struct HostStepView(View);
+
+impl HostStepView {
+    pub(crate) fn start(json: bool) -> HostStepView {
+        let mut view = View::new(json);
+        if !json {
+            view.begin(Phase::PreparingHost);
+        }
+        HostStepView(view)
+    }
+
+    pub(crate) fn progress(&mut self, tick: &crate::operations::boundary::ProgressTick) {
+        self.0.progress(Phase::PreparingHost, tick);
+    }
+
+    /// Shows the bars again (after a prompt) and ends the spinner as done or stopped.
+    pub(crate) fn finish(&mut self, ok: bool) {
+        self.0.show();
+        self.0.finish_current(ok);
     }
 }
 

@@ -41,7 +41,8 @@ pub fn run(args: HostChangesArgs) -> ExitCode {
     }
 }
 
-fn print_report(r: &ChangesReport) {
+/// The report as a person reads it (also `enginekit remove --host`'s, before and after).
+pub(crate) fn print_report(r: &ChangesReport) {
     if r.setups.is_empty() {
         println!("No setup of yours has changed this machine (or none recorded it: setups by enginekit before receipts recorded their changes).");
         return;

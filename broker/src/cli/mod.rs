@@ -13,6 +13,7 @@ pub mod models;
 pub mod plan;
 pub mod probe;
 pub mod remove;
+mod remove_host;
 pub mod serve;
 pub mod setup;
 pub mod status;
@@ -59,7 +60,8 @@ pub enum Command {
     Models(models::ModelsArgs),
     /// What is wrong after setup, each finding with its remedy (driver, Docker, GPU runtime, CDI, toolkit).
     Doctor(doctor::DoctorArgs),
-    /// Remove an engine and what its setup added (never Docker, the toolkit, groups or repositories).
+    /// Remove an engine and what its setup added (never Docker, the toolkit, groups or repositories);
+    /// with --host, undo what your setups changed on this machine.
     Remove(remove::RemoveArgs),
     /// What your setups changed on this machine, and what undoing them would do and leave.
     HostChanges(host_changes::HostChangesArgs),

@@ -1,6 +1,10 @@
 //! `enginekit remove [--engine E] [--delete-models] [--yes] [--json]`: stop the engine's
 //! containers (confirmed), remove what its setup added, keep what others use. Docker, the
 //! toolkit, groups and repositories are never touched.
+//!
+//! `enginekit remove --host [--digest D] [--yes] [--json]`: undo what this user's setups changed
+//! on the machine (packages, files, groups, units), as `enginekit host-changes` shows it, with
+//! one authorization; then the machine is read again and what is still left is said.
 
 use std::process::ExitCode;
 
@@ -13,11 +17,19 @@ use super::follow::{conclude, drive_with_view};
 #[derive(Debug, Args)]
 pub struct RemoveArgs {
     /// The engine to remove.
-    #[arg(long, default_value = "vllm")]
+    #[arg(long, default_value = "vllm", conflicts_with = "host")]
     pub engine: String,
     /// Also delete the downloaded models.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "host")]
     pub delete_models: bool,
+    /// Instead of an engine: undo what your setups changed on this machine (packages, files,
+    /// groups, units), as `enginekit host-changes` shows it.
+    #[arg(long)]
+    pub host: bool,
+    /// With --host: go on only if the undo plan is still the one with this digest (the
+    /// "Undo plan digest" `enginekit host-changes` printed); otherwise nothing is changed.
+    #[arg(long, requires = "host", value_name = "UNDO_DIGEST")]
+    pub digest: Option<String>,
     /// Do not ask for confirmation.
     #[arg(long)]
     pub yes: bool,
@@ -31,6 +43,9 @@ pub fn run(args: RemoveArgs) -> ExitCode {
         Ok(rt) => rt,
         Err(code) => return code,
     };
+    if args.host {
+        return rt.block_on(super::remove_host::run(&args));
+    }
     rt.block_on(remove(args))
 }
 

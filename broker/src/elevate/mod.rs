@@ -22,6 +22,7 @@ use crate::operations::boundary::{
 use crate::operations::reducer::HostOutcome;
 use enginekit_shared::wire::host_step::HostStep;
 use enginekit_shared::wire::refusal::RefusalKind;
+use enginekit_shared::wire::undo_step::{ReceiptRef, UndoStep};
 
 pub const HELPER_NAME: &str = "org.enginekit.Helper1";
 
@@ -35,6 +36,10 @@ pub trait Helper1 {
     fn start(&self, step: &str) -> zbus::Result<OwnedObjectPath>;
     fn get_receipt(&self, nonce: &str) -> zbus::Result<String>;
     fn setups(&self) -> zbus::Result<Vec<String>>;
+    /// Undo the setups an undo step names; the same job object, progress and `Finished` as
+    /// `Start`'s, the receipt's nonce the step's.
+    #[zbus(allow_interactive_auth)]
+    fn undo(&self, step: &str) -> zbus::Result<OwnedObjectPath>;
 }
 
 #[zbus::proxy(
@@ -91,19 +96,50 @@ impl SystemHelper {
     /// The receipts of this user's setups that changed the machine, oldest first, each parsed
     /// and checked as any receipt is.
     pub async fn setups(&self) -> Result<Vec<Receipt>, CodedError> {
+        Ok(self
+            .kept_setups()
+            .await?
+            .into_iter()
+            .map(|s| s.receipt)
+            .collect())
+    }
+
+    /// [`SystemHelper::setups`] with each receipt's exact text as the helper returned it: an
+    /// undo step names a setup by the digest of that text.
+    pub async fn kept_setups(&self) -> Result<Vec<KeptSetup>, CodedError> {
         let helper = Helper1Proxy::new(self.conn().await?)
             .await
             .map_err(bus_error)?;
         let texts = helper.setups().await.map_err(bus_error)?;
-        texts
-            .iter()
-            .map(|text| {
-                Receipt::parse(text.as_bytes()).map_err(|e| {
-                    CodedError::new(e.code(), "A setup receipt from the helper is not valid.")
-                        .with_details(e.to_string())
-                })
-            })
-            .collect()
+        texts.into_iter().map(KeptSetup::parse).collect()
+    }
+
+    /// Asks the helper to run `step` (polkit may prompt), follows its job with `progress`, and
+    /// returns its receipt, refused unless it carries the step's nonce.
+    pub async fn run_undo(
+        &self,
+        step: &UndoStep,
+        progress: ProgressSink,
+    ) -> Result<UndoRun, CodedError> {
+        let helper = Helper1Proxy::new(self.conn().await?)
+            .await
+            .map_err(bus_error)?;
+        progress(tick(AWAITING_AUTHORIZATION, -1));
+        let path = match helper.undo(&step.to_json()).await {
+            Ok(path) => path,
+            Err(e) if is_declined(&e) => {
+                tracing::info!(error = %e, "the undo was not authorized");
+                return Ok(UndoRun::Declined);
+            }
+            Err(e) => return Err(bus_error(e)),
+        };
+        progress(tick("Authorized; the helper is working", -1));
+        let text = self.follow(path.as_str(), &progress).await?;
+        let receipt = undo_receipt(&text, step)?;
+        Ok(UndoRun::Finished {
+            text,
+            receipt: Box::new(receipt),
+        })
     }
 
     async fn job(&self, path: &str) -> Result<HelperJobProxy<'static>, CodedError> {
@@ -170,6 +206,53 @@ impl SystemHelper {
             }
         }
     }
+}
+
+/// One of this user's kept setups: the receipt's text exactly as `Setups` returned it, and
+/// the receipt parsed from it.
+#[derive(Debug, Clone)]
+pub struct KeptSetup {
+    pub text: String,
+    pub receipt: Receipt,
+}
+
+impl KeptSetup {
+    /// Parses and checks `text` as any receipt is.
+    pub fn parse(text: String) -> Result<KeptSetup, CodedError> {
+        let receipt = Receipt::parse(text.as_bytes()).map_err(|e| {
+            CodedError::new(e.code(), "A setup receipt from the helper is not valid.")
+                .with_details(e.to_string())
+        })?;
+        Ok(KeptSetup { text, receipt })
+    }
+
+    /// How an undo step names it: the id, and the digest of the exact text.
+    pub fn reference(&self) -> ReceiptRef {
+        ReceiptRef::of(self.receipt.receipt_id.clone(), self.text.as_bytes())
+    }
+}
+
+/// How an undo ended at the helper.
+#[derive(Debug, Clone)]
+pub enum UndoRun {
+    /// Nobody authorised it (polkit refused, or the dialog was dismissed): nothing ran.
+    Declined,
+    /// The helper's receipt, its text and parsed.
+    Finished { text: String, receipt: Box<Receipt> },
+}
+
+/// The helper's receipt of an undo, refused unless it is the receipt of `step`.
+pub fn undo_receipt(text: &str, step: &UndoStep) -> Result<Receipt, CodedError> {
+    let receipt = Receipt::parse(text.as_bytes()).map_err(|e| {
+        CodedError::new(e.code(), "The helper's receipt is not valid.").with_details(e.to_string())
+    })?;
+    if receipt.nonce != *step.nonce() {
+        return Err(CodedError::new(
+            ErrorCode::ReceiptConflict,
+            "That result does not match the undo this command asked for.",
+        ));
+    }
+    Ok(receipt)
 }
 
 /// The progress label while polkit decides (and an agent may be prompting on the terminal).
