@@ -5,6 +5,7 @@
 //! machine read again afterwards, not the helper's receipt, is what says what is left.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use enginekit_shared::digest::Digest;
 use enginekit_shared::error::{CodedError, ErrorCode};
@@ -12,7 +13,7 @@ use enginekit_shared::undo::UndoPlan;
 use enginekit_shared::wire::receipt::Receipt;
 use enginekit_shared::wire::undo_step::UndoStep;
 
-use crate::elevate::{KeptSetup, SystemHelper};
+use crate::elevate::{KeptSetup, SystemHelper, UndoRun};
 use crate::host_changes::{report, ChangesReport};
 
 /// This user's kept setups and the report over them, read together.
@@ -79,6 +80,24 @@ pub async fn read(helper: &SystemHelper) -> Result<Seen, CodedError> {
 /// What the machine shows after an undo: the report over the setups the helper keeps now.
 pub async fn read_after(helper: &SystemHelper) -> Result<ChangesReport, CodedError> {
     Ok(read(helper).await?.report)
+}
+
+/// The session service's `RemoveHost`: the report read now, the consent to `consented`
+/// checked against it, the step issued and run (polkit may prompt through the session's agent)
+/// and waited for. The helper's receipt text, whatever its outcome; `None` when the plan
+/// changes nothing (the helper is not asked).
+pub async fn remove_host(consented: &Digest) -> Result<Option<String>, CodedError> {
+    let helper = SystemHelper::connect().await?;
+    let seen = read(&helper).await?;
+    check_consent(consented, &seen.report)?;
+    if seen.report.undo.is_empty() {
+        return Ok(None);
+    }
+    let step = issue_step(&seen.setups, &seen.report.undo)?;
+    match helper.run_undo(&step, Arc::new(|_| {})).await? {
+        UndoRun::Declined => Err(declined()),
+        UndoRun::Finished { text, .. } => Ok(Some(text)),
+    }
 }
 
 /// The error for an undo nobody authorised.

@@ -10,6 +10,8 @@ use enginekit_shared::error::CodedError;
 use enginekit_shared::wire::plan::Plan;
 use tokio::sync::broadcast;
 
+use crate::elevate::SystemHelper;
+use crate::host_changes::ChangesReport;
 use crate::ids::EngineId;
 use crate::installations::Installations;
 use crate::operations::boundary::{Elevator, Provisioner};
@@ -39,6 +41,20 @@ pub trait BrokerApi: Send + Sync + 'static {
     fn installations(&self) -> Result<serde_json::Value, CodedError>;
     /// `enginekit doctor`'s findings over a fresh probe and the installations.
     fn doctor(&self) -> BoxFuture<'_, Result<serde_json::Value, CodedError>>;
+    /// What this user's setups changed on the machine and what undoing them would do and
+    /// leave (`enginekit host-changes`).
+    fn host_changes(&self) -> BoxFuture<'_, Result<ChangesReport, CodedError>> {
+        Box::pin(async { Err(no_host_undo()) })
+    }
+    /// Runs that undo under the consent of `undo_digest` and waits for it: the helper's
+    /// receipt, or `None` when the plan changes nothing.
+    fn remove_host(
+        &self,
+        undo_digest: Digest,
+    ) -> BoxFuture<'_, Result<Option<String>, CodedError>> {
+        let _ = undo_digest;
+        Box::pin(async { Err(no_host_undo()) })
+    }
     fn subscribe(&self) -> broadcast::Receiver<RunnerEvent>;
     /// Whether any operation is being driven, or any call answered, by this process.
     fn busy(&self) -> bool;
@@ -47,6 +63,14 @@ pub trait BrokerApi: Send + Sync + 'static {
     fn call_started(&self) -> CallGuard;
     /// How many calls were answered (or are being answered) so far.
     fn calls_seen(&self) -> usize;
+}
+
+/// What a broker without the system bus behind it (a test's, the specimens) answers.
+fn no_host_undo() -> CodedError {
+    CodedError::new(
+        enginekit_shared::error::ErrorCode::AdapterUnavailable,
+        "This service does not read or undo the machine's changes.",
+    )
 }
 
 /// Held while a bus call runs.
@@ -169,6 +193,20 @@ impl<P: Provisioner + Probing, E: Elevator> BrokerApi for Broker<P, E> {
                 "findings": findings,
             }))
         })
+    }
+
+    fn host_changes(&self) -> BoxFuture<'_, Result<ChangesReport, CodedError>> {
+        Box::pin(async {
+            let helper = SystemHelper::connect().await?;
+            Ok(crate::host_undo::read(&helper).await?.report)
+        })
+    }
+
+    fn remove_host(
+        &self,
+        undo_digest: Digest,
+    ) -> BoxFuture<'_, Result<Option<String>, CodedError>> {
+        Box::pin(async move { crate::host_undo::remove_host(&undo_digest).await })
     }
 
     fn subscribe(&self) -> broadcast::Receiver<RunnerEvent> {

@@ -1,7 +1,8 @@
 //! The session-bus service `org.enginekit.Broker1` (interface XML: dbus/org.enginekit.Broker1.xml).
 //!
 //! `/org/enginekit/Broker1` answers `Probe`, `Plan`, `Setup`, `Remove`, `Installations`,
-//! `Operations`. Each operation is an object `/org/enginekit/Broker1/operation/<id>` with its
+//! `Operations`, and `HostChanges` / `RemoveHost` (the undo of this user's setups, one call that
+//! waits for the helper). Each operation is an object `/org/enginekit/Broker1/operation/<id>` with its
 //! state as properties, `Approve`, `Resume`, `Cancel`, and `Changed` / `Progress` signals.
 //! `Load`, `Unload` and `Sessions` run models on the installed engine; each load is a session
 //! object (see `session`), owned by this service. `PullModel`, `Models` and `RemoveModel` keep
@@ -121,6 +122,25 @@ impl BrokerObject {
         let path = operation::export(server, &self.api, &op).await?;
         self.api.spawn_drive(op.operation_id.clone());
         Ok(path)
+    }
+
+    /// What this user's setups changed on the machine and what undoing them would do and leave,
+    /// as JSON (what `enginekit host-changes` prints in JSON); its undo_digest is what
+    /// RemoveHost takes as consent.
+    #[zbus(out_args("host_changes"))]
+    async fn host_changes(&self) -> Result<String, BrokerError> {
+        let _call = self.api.call_started();
+        json_text(&self.api.host_changes().await?)
+    }
+
+    /// Undo what this user's setups changed on the machine under the consent of undo_digest
+    /// (refused with PlanChanged when the plan now has another digest), and wait for it: the
+    /// helper's receipt as JSON, or the empty string when the plan changes nothing.
+    #[zbus(out_args("receipt"))]
+    async fn remove_host(&self, undo_digest: &str) -> Result<String, BrokerError> {
+        let _call = self.api.call_started();
+        let digest = crate::host_undo::parse_digest(undo_digest)?;
+        Ok(self.api.remove_host(digest).await?.unwrap_or_default())
     }
 
     /// What is wrong after setup, as JSON: `{verdict, findings: [{code, severity, message,
@@ -485,6 +505,17 @@ mod tests {
         fn doctor(&self) -> BoxFuture<'_, Result<serde_json::Value, CodedError>> {
             Box::pin(async { no() })
         }
+        fn host_changes(
+            &self,
+        ) -> BoxFuture<'_, Result<crate::host_changes::ChangesReport, CodedError>> {
+            Box::pin(async { Ok(host_report()) })
+        }
+        fn remove_host(&self, digest: Digest) -> BoxFuture<'_, Result<Option<String>, CodedError>> {
+            Box::pin(async move {
+                crate::host_undo::check_consent(&digest, &host_report())?;
+                Ok(Some("{\"receipt_id\":\"r\"}".to_owned()))
+            })
+        }
         fn subscribe(&self) -> broadcast::Receiver<RunnerEvent> {
             self.events.subscribe()
         }
@@ -496,6 +527,19 @@ mod tests {
         }
         fn calls_seen(&self) -> usize {
             0
+        }
+    }
+
+    /// The machine as the fake's `HostChanges` tells it: docker-ce to remove.
+    fn host_report() -> crate::host_changes::ChangesReport {
+        let undo = enginekit_shared::undo::UndoPlan {
+            remove_packages: vec!["docker-ce".into()],
+            ..Default::default()
+        };
+        crate::host_changes::ChangesReport {
+            setups: Vec::new(),
+            undo_digest: enginekit_shared::wire::undo_step::plan_digest(&undo),
+            undo,
         }
     }
 
@@ -699,6 +743,51 @@ mod tests {
                 ("checking".to_owned(), 2),
                 ("preparing-environment".to_owned(), 3)
             ]
+        );
+    }
+
+    #[tokio::test]
+    async fn remove_host_runs_only_under_the_digest_host_changes_shows() {
+        let (waiting, _) = waiting_then_checking();
+        let api: Arc<dyn BrokerApi> = Arc::new(Fake::new(&waiting));
+        let (_server, client) = connected(&api).await;
+        let broker = proxy(&client, OBJECT_PATH, "org.enginekit.Broker1").await;
+
+        let shown: String = broker.call("HostChanges", &()).await.expect("HostChanges");
+        let shown: serde_json::Value = serde_json::from_str(&shown).expect("JSON");
+        assert_eq!(shown["undo"]["remove_packages"][0], "docker-ce");
+        let digest = shown["undo_digest"]
+            .as_str()
+            .expect("undo_digest")
+            .to_owned();
+
+        let receipt: String = broker
+            .call("RemoveHost", &(digest.as_str(),))
+            .await
+            .expect("RemoveHost");
+        assert_eq!(receipt, "{\"receipt_id\":\"r\"}");
+
+        let other = format!("sha256:{}", "0".repeat(64));
+        let refused = broker
+            .call::<_, _, String>("RemoveHost", &(other.as_str(),))
+            .await
+            .expect_err("another plan's digest");
+        let text = refused.to_string();
+        assert!(
+            text.contains("org.enginekit.Broker1.Error.PlanChanged")
+                && text.contains("MANAGED_PLAN_CHANGED"),
+            "{text}"
+        );
+
+        let refused = broker
+            .call::<_, _, String>("RemoveHost", &("docker-ce",))
+            .await
+            .expect_err("not a digest");
+        let text = refused.to_string();
+        assert!(
+            text.contains("org.enginekit.Broker1.Error.InvalidArgument")
+                && text.contains("INVALID_ARGUMENT"),
+            "{text}"
         );
     }
 }
