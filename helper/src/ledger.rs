@@ -168,6 +168,19 @@ impl Ledger {
         }
     }
 
+    /// Forgets `uid`'s setups `nonces`, undone: their receipts stay until trimmed or pruned.
+    pub(crate) fn drop_setups(&self, uid: u32, nonces: &[String]) -> Result<(), LedgerError> {
+        let dir = self.root.join("setups");
+        for nonce in nonces {
+            let path = dir.join(format!("{uid}-{}", checked_key(nonce)?));
+            match fs::remove_file(&path) {
+                Err(e) if e.kind() != ErrorKind::NotFound => return Err(io_error(&path)(e)),
+                _ => {}
+            }
+        }
+        durable::sync_dir(&dir).map_err(io_error(&dir))
+    }
+
     /// The receipts of `uid`'s kept setups, oldest first; more than [`SETUPS_PER_UID`] is an
     /// error rather than a silently shorter list (an undo plans from all of them).
     pub(crate) fn setups(&self, uid: u32) -> Result<Vec<String>, LedgerError> {

@@ -8,11 +8,12 @@ use enginekit_shared::wire::receipt::{Outcome, Receipt, ReceiptId};
 use enginekit_shared::wire::Timestamp;
 
 use crate::recipe::ExecutionOutcome;
-use crate::verify::VerifiedStep;
+use crate::verify::Work;
 
-/// The canonical JSON of the receipt for `step` as `report` describes it.
+/// The canonical JSON of the receipt for `work` as `report` describes it (an undo's digests:
+/// [`crate::verify::Head`]).
 pub(crate) fn build(
-    step: &VerifiedStep,
+    work: &Work,
     started: SystemTime,
     finished: SystemTime,
     report: &ExecutionOutcome,
@@ -26,13 +27,14 @@ pub(crate) fn build(
         )),
         (_, error) => error.clone(),
     };
+    let head = work.head();
     let receipt = Receipt {
         receipt_id: ReceiptId::generate().unwrap_or_else(|_| ReceiptId::from_clock()),
-        step_id: step.step.step_id().clone(),
-        nonce: step.step.nonce().clone(),
-        expected_operation_revision: step.step.expected_operation_revision(),
-        recipe_digest: step.step.recipe_digest().clone(),
-        parameters_digest: step.step.parameters_digest().clone(),
+        step_id: head.step_id,
+        nonce: head.nonce,
+        expected_operation_revision: head.revision,
+        recipe_digest: head.recipe_digest,
+        parameters_digest: head.parameters_digest,
         started_at: Timestamp::from(time::OffsetDateTime::from(started)),
         finished_at: Timestamp::from(time::OffsetDateTime::from(finished.max(started))),
         outcome: report.outcome,
@@ -45,10 +47,10 @@ pub(crate) fn build(
 }
 
 /// A receipt for a job that never ran an action (the caller left after the nonce was burnt).
-pub(crate) fn not_run(step: &VerifiedStep, outcome: Outcome, code: ErrorCode, why: &str) -> String {
+pub(crate) fn not_run(work: &Work, outcome: Outcome, code: ErrorCode, why: &str) -> String {
     let now = SystemTime::now();
     let report = ExecutionOutcome::nothing_run(outcome, code, why);
-    build(step, now, now, &report)
+    build(work, now, now, &report)
 }
 
 fn encode(receipt: &Receipt) -> String {

@@ -16,8 +16,10 @@ use zbus::names::UniqueName;
 use zbus::Connection;
 use zbus_polkit::policykit1::{AuthorityProxy, CheckAuthorizationFlags, Subject};
 
-/// The one polkit action the helper checks.
+/// The polkit action of `Start`.
 pub(crate) const ACTION_ID: &str = "org.enginekit.helper.install-container-runtime";
+/// The polkit action of `Undo`.
+pub(crate) const UNDO_ACTION_ID: &str = "org.enginekit.helper.undo-setup";
 
 /// What polkit (or the lack of it) decided. Only [`Decision::Authorized`] lets a step go on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +57,8 @@ impl Decision {
 /// One authorisation question.
 #[derive(Debug)]
 pub(crate) struct Question<'a> {
+    /// The polkit action asked about.
+    pub(crate) action: &'a str,
     /// The header of the `Start` call: its sender is the subject.
     pub(crate) header: &'a Header<'a>,
     /// `recipe_id`, `recipe_digest`, `parameters_digest`, `summary`, … for rules and the dialog.
@@ -92,8 +96,13 @@ async fn ask(conn: &Connection, question: &Question<'_>) -> Result<Decision, Str
         CheckAuthorizationFlags::empty()
     };
     let cancel_id = cancellation_id();
-    let asked =
-        authority.check_authorization(&subject, ACTION_ID, &question.details, flags, &cancel_id);
+    let asked = authority.check_authorization(
+        &subject,
+        question.action,
+        &question.details,
+        flags,
+        &cancel_id,
+    );
     // True when the caller's name loses its owner; false when the stream ends, the connection
     // to the bus gone and any answer with it: either way the caller is lost.
     let left = departures

@@ -28,7 +28,7 @@ use super::service::Helper;
 use crate::authz::{self, Decision};
 use crate::ledger::Burn;
 use crate::refusal::{refuse, Refusal};
-use crate::verify::{self, Checks, MachineFacts, ReceivedStep, VerifiedStep};
+use crate::verify::{self, Checks, MachineFacts, ReceivedStep, Work};
 
 /// `check` against this machine, the pinned keys, the ledger and the clock as they are now:
 /// step 4 ([`verify::check_step`]), and again after polkit ([`verify::recheck`]).
@@ -55,17 +55,18 @@ fn judge<T>(
     })
 }
 
-/// Step 5: polkit, asked about the caller's bus name with what the job will do.
+/// Step 5: polkit, asked about the caller's bus name for `action`, told `details`.
 async fn authorise(
     helper: &Helper,
     conn: &Connection,
     header: &Header<'_>,
     caller: &Caller,
-    verified: &VerifiedStep,
+    action: &str,
+    details: &[(&'static str, String)],
     log: &mut DecisionLog,
 ) -> Result<(), Refusal> {
-    let details = verify::prompt::details(verified);
     let question = authz::Question {
+        action,
         header,
         details: details.iter().map(|(k, v)| (*k, v.as_str())).collect(),
         interactive: header
@@ -89,8 +90,7 @@ async fn authorise(
         )),
         Decision::NotAuthorized => Err(refuse!(
             NotAuthorized,
-            "polkit denied {} to uid {}",
-            authz::ACTION_ID,
+            "polkit denied {action} to uid {}",
             caller.uid
         )),
         Decision::CallerLeft => Err(refuse!(
@@ -139,20 +139,81 @@ pub(super) async fn start(
     if helper.activity.job_running() {
         return Err(busy());
     }
+    let details = verify::prompt::details(&verified);
+    launch(
+        helper,
+        header,
+        conn,
+        log,
+        &caller,
+        Work::Setup(verified),
+        details,
+    )
+    .await
+}
+
+/// `Undo`: the same chain, for an undo step ([`verify::undo`]): its parse; the caller; the
+/// window, the receipts exactly the caller's kept setups, its plan within the helper's own from
+/// the machine read as root, no job running; then polkit and the rest as for `Start`.
+pub(super) async fn undo(
+    helper: &Helper,
+    bytes: &[u8],
+    header: &Header<'_>,
+    conn: &Connection,
+    log: &mut DecisionLog,
+) -> Result<OwnedObjectPath, Refusal> {
+    let step = verify::undo::parse(bytes)?;
+    tracing::Span::current().record("step_id", tracing::field::display(step.step_id()));
+    log.nonce = step.nonce().as_str().to_owned();
+    log.recipe_digest = step.plan_digest().to_string();
+    let (caller, _ticket) = helper.admission.admit(conn, header).await?;
+    log.caller(&caller);
+    let uid = caller.uid;
+    let (family, receipts) = judge(helper, &caller, |c| verify::undo::check(&step, uid, c))?;
+    let verified = verify::undo::verify(step, uid, family, receipts).await?;
+    log.parameters_digest = verified.receipts_digest.to_string();
+    if helper.activity.job_running() {
+        return Err(busy());
+    }
+    let details = verify::undo::details(&verified);
+    launch(
+        helper,
+        header,
+        conn,
+        log,
+        &caller,
+        Work::Undo(verified),
+        details,
+    )
+    .await
+}
+
+/// Steps 5 to 7 for either kind of work: polkit; the job slot, the recheck, the nonce; the
+/// caller still there; the job.
+async fn launch(
+    helper: &Helper,
+    header: &Header<'_>,
+    conn: &Connection,
+    log: &mut DecisionLog,
+    caller: &Caller,
+    work: Work,
+    details: Vec<(&'static str, String)>,
+) -> Result<OwnedObjectPath, Refusal> {
     // 5: polkit.
-    authorise(helper, conn, header, &caller, &verified, log).await?;
+    let head = work.head();
+    authorise(helper, conn, header, caller, head.action, &details, log).await?;
     // 6: the job slot, then the nonce.
-    let nonce = verified.nonce().to_owned();
+    let nonce = head.nonce.as_str().to_owned();
     let Some(slot) = helper.activity.reserve_job() else {
         return Err(busy());
     };
-    // The prompt may have stayed open for minutes: the window and the recipe's standing
-    // are judged again now, before anything is written.
-    judge(helper, &caller, |checks| verify::recheck(&verified, checks))?;
-    let issued_at = verified.issued_at_unix();
+    // The prompt may have stayed open for minutes: the window, the recipe's standing and an
+    // undo's setups are judged again now, before anything is written.
+    judge(helper, caller, |checks| work.recheck(checks))?;
+    let issued_at = head.issued_at;
     let burn = helper
         .ledger
-        .burn(&nonce, verified.step_digest(), caller.uid, issued_at)
+        .burn(&nonce, head.step_digest.as_str(), caller.uid, issued_at)
         .map_err(|e| refuse!(Internal, "{e}"))?;
     let path = helper.job_path();
     let owner = Owner {
@@ -191,7 +252,7 @@ pub(super) async fn start(
     // From here on the nonce is burnt: every refusal leaves a receipt, so a replay gets an
     // answer instead of ReceiptMissing.
     let leave_receipt = |outcome: Outcome, code: ErrorCode, why: &str| {
-        let receipt = crate::receipt::not_run(&verified, outcome, code, why);
+        let receipt = crate::receipt::not_run(&work, outcome, code, why);
         let _ = helper
             .ledger
             .store_receipt(&nonce, caller.uid, issued_at, &receipt);
@@ -200,11 +261,9 @@ pub(super) async fn start(
         leave_receipt(Outcome::Failed, ErrorCode::IoError, &why);
         refuse!(Internal, "{why}")
     };
-    if let Some(mark) = verified.high_water() {
-        helper
-            .ledger
-            .raise_high_water(verified.recipe_id(), &mark)
-            .map_err(|e| not_run(format!("cannot record the recipe's serial: {e}")))?;
+    if let Some((v, mark)) = work.high_water() {
+        let raised = helper.ledger.raise_high_water(v.recipe_id(), &mark);
+        raised.map_err(|e| not_run(format!("cannot record the recipe's serial: {e}")))?;
     }
     // 7: the caller must still be there for the job to start.
     let bus = zbus::fdo::DBusProxy::new(conn)
@@ -232,17 +291,18 @@ pub(super) async fn start(
         .map_err(|e| not_run(format!("cannot export the job: {e}")))?;
     let (ledger, jobs) = (Arc::clone(&helper.ledger), Arc::clone(&helper.jobs));
     let (job_conn, job_path) = (conn.clone(), path.clone());
-    let job = run_job(job_conn, job_path, shared, verified, ledger, jobs, slot);
+    let job = run_job(job_conn, job_path, shared, work, ledger, jobs, slot);
     // The job outlives the call: a span of its own (not a child of the call's), with both ids.
-    let job_span =
-        tracing::info_span!(parent: None, "job", job_id = %path.as_str(), step_id = %step_id);
+    let job_span = tracing::info_span!(parent: None, "job", job_id = %path.as_str(), step_id = %head.step_id.as_str());
     tokio::spawn(job.instrument(job_span));
     Ok(path)
 }
 
-/// Collects what one `Start` decided, for a single journal entry.
+/// Collects what one `Start` or `Undo` decided, for a single journal entry.
 #[derive(Debug, Default)]
 pub(super) struct DecisionLog {
+    /// The polkit action the call is for (`Start`'s or `Undo`'s).
+    pub(super) action: &'static str,
     uid: Option<u32>,
     pid: Option<u32>,
     // Empty until known: the journal entry names what was learnt before the refusal.
@@ -278,7 +338,7 @@ impl DecisionLog {
         let (unit, cgroup, nonce) = (&self.unit, &self.cgroup, &self.nonce);
         let (recipe_id, recipe_digest) = (&self.recipe_id, &self.recipe_digest);
         let parameters_digest = &self.parameters_digest;
-        let authz = self.authz.unwrap_or("not-asked");
+        let (authz, action) = (self.authz.unwrap_or("not-asked"), self.action);
         match result {
             Ok(job) => tracing::info!(
                 sender,
@@ -286,7 +346,7 @@ impl DecisionLog {
                 pid,
                 unit,
                 cgroup,
-                action = authz::ACTION_ID,
+                action,
                 nonce,
                 recipe_id,
                 recipe_digest,
@@ -297,7 +357,7 @@ impl DecisionLog {
                 "step accepted"
             ),
             Err(e) => tracing::warn!(
-                sender, uid, pid, unit, cgroup, action = authz::ACTION_ID, nonce, recipe_id, recipe_digest,
+                sender, uid, pid, unit, cgroup, action, nonce, recipe_id, recipe_digest,
                 parameters_digest, authz, outcome = e.kind.kind(), error = %e.message(),
                 "step refused"
             ),

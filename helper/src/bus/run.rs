@@ -16,8 +16,8 @@ use super::activity::JobSlot;
 use super::job::{Job, JobShared, JobStatus, JobTable};
 use crate::execution::ProgressSink;
 use crate::ledger::Ledger;
-use crate::recipe::{self, ExecContext, ExecutionOutcome};
-use crate::verify::VerifiedStep;
+use crate::recipe::{self, undo, ExecContext, ExecutionOutcome};
+use crate::verify::Work;
 
 /// Progress from the executor's task to the job task.
 impl ProgressSink for mpsc::UnboundedSender<(String, i32, bool)> {
@@ -33,7 +33,7 @@ pub(super) async fn run_job(
     conn: Connection,
     path: OwnedObjectPath,
     shared: Arc<JobShared>,
-    step: VerifiedStep,
+    work: Work,
     ledger: Arc<Ledger>,
     jobs: Arc<JobTable>,
     slot: JobSlot,
@@ -46,28 +46,39 @@ pub(super) async fn run_job(
     let started = SystemTime::now();
     let (mut tx, mut rx) = mpsc::unbounded_channel();
     let cancel = shared.cancel.clone();
-    let step = Arc::new(step);
-    let exec_step = Arc::clone(&step);
-    let uid = shared.owner.uid;
-    let journal = format!("{uid}-{}.open", step.nonce());
+    let (head, uid) = (work.head(), shared.owner.uid);
+    let nonce = head.nonce.as_str();
+    let journal =
+        |end: &str, nonce: &str| ledger.journal_dir().join(format!("{uid}-{nonce}.{end}"));
     let ctx = ExecContext {
-        journal: Some(ledger.journal_dir().join(journal)),
+        journal: Some(journal("open", nonce)),
         ..ExecContext::new(uid)
+    };
+    let work = Arc::new(work);
+    let exec_work = Arc::clone(&work);
+    let setups = match &*work {
+        Work::Undo(u) => u
+            .setups
+            .iter()
+            .map(|n| journal("before.jsonl", n))
+            .collect(),
+        Work::Setup(_) => Vec::new(),
     };
     // Exactly the plan polkit was asked about, frozen in the verified step; the executor's
     // lines (each action, each command) belong to the job's span too.
     let mut executor = tokio::spawn(
         async move {
-            let step = &exec_step;
-            recipe::run_plan(
-                &step.recipe,
-                step.parameters(),
-                &step.plan,
-                &ctx,
-                &mut tx,
-                &cancel,
-            )
-            .await
+            let (ctx, tx) = (&ctx, &mut tx);
+            match &*exec_work {
+                Work::Setup(s) => {
+                    let (recipe, params) = (&s.recipe, s.parameters());
+                    recipe::run_plan(recipe, params, &s.plan, ctx, tx, &cancel).await
+                }
+                Work::Undo(u) => {
+                    let plan = u.step.plan();
+                    undo::run_undo(u.family, plan, &setups, ctx, tx, &cancel).await
+                }
+            }
         }
         .in_current_span(),
     );
@@ -101,26 +112,28 @@ pub(super) async fn run_job(
             }
         }
     };
-    let receipt = crate::receipt::build(&step, started, SystemTime::now(), &report);
-    if let Err(e) = ledger.store_receipt(
-        step.nonce(),
-        shared.owner.uid,
-        step.issued_at_unix(),
-        &receipt,
-    ) {
-        tracing::error!(nonce = step.nonce(), error = %e, "could not store the receipt");
-    } else if !report.changes.is_empty() {
-        if let Err(e) = ledger.keep_setup(step.nonce(), shared.owner.uid) {
-            tracing::error!(nonce = step.nonce(), error = %e, "could not keep the setup's record");
-        }
+    let receipt = crate::receipt::build(&work, started, SystemTime::now(), &report);
+    // A setup that changed the machine is kept; an undo that succeeded forgets what it undid.
+    let kept = match ledger.store_receipt(nonce, uid, head.issued_at, &receipt) {
+        Ok(()) => match &*work {
+            Work::Setup(_) if !report.changes.is_empty() => ledger.keep_setup(nonce, uid),
+            Work::Undo(u) if report.outcome == Outcome::Succeeded => {
+                ledger.drop_setups(uid, &u.setups)
+            }
+            _ => Ok(()),
+        },
+        stored => stored,
+    };
+    if let Err(e) = kept {
+        tracing::error!(nonce, error = %e, "could not store the receipt or the setups' record");
     }
     *shared.status() = JobStatus::over(report.outcome, "finished", receipt.clone());
     tracing::info!(
-        uid = shared.owner.uid,
-        action = crate::authz::ACTION_ID,
-        nonce = step.nonce(),
-        recipe_digest = step.recipe_digest(),
-        parameters_digest = step.parameters_digest(),
+        uid,
+        action = head.action,
+        nonce,
+        recipe_digest = head.recipe_digest.as_str(),
+        parameters_digest = head.parameters_digest.as_str(),
         outcome = report.outcome.as_str(),
         actions = report.actions.len(),
         "job finished"

@@ -1,5 +1,5 @@
-//! `/org/enginekit/Helper1`, interface `org.enginekit.Helper1`: `Start` (the chain of
-//! `super::chain`) and `GetReceipt`. The one place `Helper` is implemented.
+//! `/org/enginekit/Helper1`, interface `org.enginekit.Helper1`: `Start` and `Undo` (the chain of
+//! `super::chain`), `GetReceipt` and `Setups`. The one place `Helper` is implemented.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -13,6 +13,7 @@ use super::activity::Activity;
 use super::admission::Admission;
 use super::chain::{self, DecisionLog};
 use super::job::{JobTable, JOB_PATH_PREFIX};
+use crate::authz;
 use crate::config::Config;
 use crate::ledger::Ledger;
 use crate::refusal::{refuse, Refusal};
@@ -53,6 +54,35 @@ impl Helper {
     }
 }
 
+impl Helper {
+    /// `Start` or `Undo` (by its polkit `action`): the chain, and one journal entry of what it
+    /// decided.
+    async fn step_call(
+        &self,
+        action: &'static str,
+        step: &str,
+        header: &Header<'_>,
+        conn: &Connection,
+    ) -> Result<OwnedObjectPath, Refusal> {
+        let _call = self.activity.call_started();
+        let mut log = DecisionLog::default();
+        log.action = action;
+        // One span per step, its id recorded once parsed: the decision and the job's lines
+        // carry the step id the broker logged when it issued the step.
+        let span = tracing::info_span!("host_step", step_id = tracing::field::Empty);
+        let (bytes, log_ref) = (step.as_bytes(), &mut log);
+        let call = async move {
+            match action == authz::UNDO_ACTION_ID {
+                true => chain::undo(self, bytes, header, conn, log_ref).await,
+                false => chain::start(self, bytes, header, conn, log_ref).await,
+            }
+        };
+        let result = call.instrument(span.clone()).await;
+        span.in_scope(|| log.emit(header.sender().map(|s| s.as_str()).unwrap_or("?"), &result));
+        result
+    }
+}
+
 #[zbus::interface(name = "org.enginekit.Helper1")]
 impl Helper {
     /// Verifies and authorises one host step, then starts its job.
@@ -63,16 +93,19 @@ impl Helper {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<OwnedObjectPath, Refusal> {
-        let _call = self.activity.call_started();
-        let mut log = DecisionLog::default();
-        // One span per step, its id recorded once parsed: the decision and the job's lines
-        // carry the step id the broker logged when it issued the step.
-        let span = tracing::info_span!("host_step", step_id = tracing::field::Empty);
-        let result = chain::start(self, step.as_bytes(), &header, conn, &mut log)
-            .instrument(span.clone())
-            .await;
-        span.in_scope(|| log.emit(header.sender().map(|s| s.as_str()).unwrap_or("?"), &result));
-        result
+        self.step_call(authz::ACTION_ID, step, &header, conn).await
+    }
+
+    /// Verifies and authorises an undo of the caller's setups, then starts its job.
+    #[zbus(out_args("job"))]
+    async fn undo(
+        &self,
+        step: &str,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<OwnedObjectPath, Refusal> {
+        self.step_call(authz::UNDO_ACTION_ID, step, &header, conn)
+            .await
     }
 
     /// The receipt of the job `nonce` started, for the same uid only.

@@ -22,6 +22,8 @@ pub(crate) enum Program {
     Docker,
     Usermod,
     Journalctl,
+    Gpasswd,
+    Groupdel,
     /// Test only: `sleep`, to exercise timeouts.
     #[cfg(test)]
     Sleep,
@@ -48,14 +50,20 @@ impl Program {
             Program::Docker => "docker",
             Program::Usermod => "usermod",
             Program::Journalctl => "journalctl",
+            Program::Gpasswd => "gpasswd",
+            Program::Groupdel => "groupdel",
             #[cfg(test)]
             Program::Sleep => "sleep",
         }
     }
 
-    /// Whether this program changes packages (its start ends the window for cancelling).
+    /// Whether this program changes packages when run as mutating (its start ends the window for
+    /// cancelling; a logind inhibitor is held while it runs).
     pub(crate) fn is_package_manager(self) -> bool {
-        matches!(self, Program::AptGet | Program::Dnf | Program::Dpkg)
+        matches!(
+            self,
+            Program::AptGet | Program::Dnf | Program::Dpkg | Program::Rpm
+        )
     }
 
     /// The absolute path to run: the first trusted directory holding a trusted executable.

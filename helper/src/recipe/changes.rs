@@ -61,7 +61,7 @@ pub(super) async fn since(r: &mut Executor<'_>, before: &Before, files_kept: boo
 
 /// The package manager's list of what is installed; its command is the only one allowed here
 /// and is not an action's record.
-async fn packages(r: &mut Executor<'_>) -> Result<PackageSet, Failure> {
+pub(super) async fn packages(r: &mut Executor<'_>) -> Result<PackageSet, Failure> {
     let list = cmd::package_list(r.family)?;
     r.allowed = Allowed::only(list.clone());
     let out = r.must(&list, false).await;
@@ -78,7 +78,7 @@ async fn packages(r: &mut Executor<'_>) -> Result<PackageSet, Failure> {
     })
 }
 
-fn groups(r: &Executor<'_>) -> Result<BTreeMap<String, Vec<String>>, Failure> {
+pub(super) fn groups(r: &Executor<'_>) -> Result<BTreeMap<String, Vec<String>>, Failure> {
     let state = files::read_state(&files::under_root(&r.ctx.file_root, GROUP_FILE))?;
     let text = state.map(|(bytes, _)| String::from_utf8_lossy(&bytes).into_owned());
     Ok(changes::parse_group_file(&text.unwrap_or_default()))

@@ -121,6 +121,24 @@ pub(crate) fn dpkg_remove(names: &[String]) -> Built {
     b.long_running().build()
 }
 
+/// Undo: `dpkg --purge` or `rpm -e` of exactly `names` (as the package list names them: rpm
+/// takes `name.arch` and `gpg-pubkey-<version>-<release>`); both refuse, removing nothing, when
+/// an installed package still needs one of them.
+pub(crate) fn package_purge(family: Family, names: &[String]) -> Built {
+    let b = match family {
+        Family::Apt => CommandBuilder::new(Program::Dpkg).flag("--purge"),
+        Family::Dnf => CommandBuilder::new(Program::Rpm).flag("-e"),
+    };
+    let b = names.iter().fold(b, |b, n| b.arg(n.as_str()));
+    b.long_running().build()
+}
+
+/// A command of a fixed program and words, then `names`, e.g. `systemctl disable --now <unit>`.
+pub(crate) fn with_names(program: Program, words: &[&str], names: &[&str]) -> Built {
+    let b = CommandBuilder::new(program).words(words);
+    names.iter().fold(b, |b, n| b.arg(*n)).build()
+}
+
 /// Whether `package` is installed, asked of the family's package database (rpm expands the two
 /// characters `\` `n`).
 pub(crate) fn installed_query(family: Family, package: &str) -> Built {

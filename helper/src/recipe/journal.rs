@@ -218,17 +218,56 @@ fn reopen(path: &Path, root: &Path) -> io::Result<Option<Journal>> {
     let text = durable::read_bounded(path, MAX_JOURNAL_BYTES)?;
     let text = text.ok_or_else(|| io::Error::other("too large"))?;
     let mut journal = Journal::new(root, Some(path.to_path_buf()));
-    // Only the last line can lack its newline: the helper died writing it, before its change.
-    let lines = text.split_inclusive(|b| *b == b'\n');
-    for line in lines.filter(|l| l.ends_with(b"\n")) {
-        let entry: Entry = serde_json::from_slice(line)?;
-        if !allowed(&entry.path) || journal.entries.iter().any(|e| e.path == entry.path) {
-            return Err(io::Error::other("a path it may not restore"));
-        }
-        journal.entries.push(entry);
-    }
+    journal.entries = entries(&text)?;
     journal.file = Some(file);
     Ok(Some(journal))
+}
+
+/// A journal's entries. Only the last line can lack its newline: the helper died writing it,
+/// before its change.
+fn entries(text: &[u8]) -> io::Result<Vec<Entry>> {
+    let mut entries: Vec<Entry> = Vec::new();
+    for line in text
+        .split_inclusive(|b| *b == b'\n')
+        .filter(|l| l.ends_with(b"\n"))
+    {
+        let entry: Entry = serde_json::from_slice(line)?;
+        if !allowed(&entry.path) || entries.iter().any(|e| e.path == entry.path) {
+            return Err(io::Error::other("a path it may not restore"));
+        }
+        entries.push(entry);
+    }
+    Ok(entries)
+}
+
+/// Undo: puts `path` back as the earliest of the setups' kept journals (`.before.jsonl`, oldest
+/// first) recorded it with content `back_to`, or removes it (`None`); refused when none did.
+pub(crate) fn put_back_from(
+    root: &Path,
+    setups: &[PathBuf],
+    path: &str,
+    back_to: Option<&Digest>,
+) -> Result<(), Failure> {
+    let read = |j: &PathBuf| durable::read_bounded(j, MAX_JOURNAL_BYTES).ok().flatten();
+    let found = setups
+        .iter()
+        .filter_map(read)
+        .flat_map(|t| entries(&t).unwrap_or_default());
+    let mut found = found.filter(|e| e.path == path);
+    let entry = match back_to {
+        None => Entry {
+            path: path.to_owned(),
+            before: None,
+        },
+        Some(d) => found
+            .find(|e| {
+                e.before
+                    .as_ref()
+                    .is_some_and(|b| Digest::of_bytes(&b.0) == *d)
+            })
+            .ok_or_else(|| Failure(format!("no setup's journal holds {path} as {d}")))?,
+    };
+    put_back(root, &entry).map(drop).map_err(Failure::from)
 }
 
 #[cfg(test)]

@@ -39,6 +39,7 @@ mod executor;
 pub(crate) mod files;
 pub(crate) mod journal;
 mod repository_check;
+pub(crate) mod undo;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -217,20 +218,91 @@ fn phase_of(action: &PlannedAction) -> String {
     }
 }
 
-/// An action left alone after the step was cancelled or an earlier action failed.
-fn not_run(action: &PlannedAction, after: Outcome) -> ActionReport {
-    let why = match after {
-        Outcome::Cancelled => "cancelled",
-        _ => "an earlier action failed",
-    };
-    ActionReport {
-        id: action.id().to_string(),
-        status: ActionStatus::NotRun,
-        detail: why.to_string(),
-        commands: Vec::new(),
-        duration_ms: 0,
+/// A run's actions so far: how it goes, each one's report, the first failure's error.
+struct Actions {
+    outcome: Outcome,
+    reports: Vec<ActionReport>,
+    error: Option<CodedError>,
+}
+
+impl Actions {
+    /// Whether action `id` runs: not once the run failed or was cancelled (honoured before each
+    /// action while no package manager has started); an action that does not is `not-run`.
+    fn next(&mut self, r: &Executor<'_>, cancel: &CancelToken, id: &str) -> bool {
+        if self.outcome == Outcome::Succeeded && cancel.is_cancelled() && !r.package_manager_started
+        {
+            tracing::info!(
+                uid = r.ctx.caller_uid,
+                action = id,
+                "cancelled before the action"
+            );
+            self.outcome = Outcome::Cancelled;
+        }
+        let detail = match self.outcome {
+            Outcome::Succeeded => return true,
+            Outcome::Cancelled => "cancelled",
+            Outcome::Failed => "an earlier action failed",
+        };
+        let (commands, duration_ms) = (Vec::new(), 0);
+        let (id, status, detail) = (id.to_owned(), ActionStatus::NotRun, detail.to_owned());
+        self.reports.push(ActionReport {
+            id,
+            status,
+            detail,
+            commands,
+            duration_ms,
+        });
+        false
+    }
+
+    /// Records how action `id`, started at `started`, ended.
+    fn ended(
+        &mut self,
+        r: &mut Executor<'_>,
+        id: &str,
+        started: Instant,
+        done: Done,
+    ) -> &ActionReport {
+        let (status, detail) = done.unwrap_or_else(|Failure(why)| {
+            self.outcome = Outcome::Failed;
+            let error = CodedError::new(ErrorCode::PrerequisiteBlocked, format!("{id}: {why}"));
+            self.error = Some(error.with_details(why.clone()));
+            (ActionStatus::Failed, why)
+        });
+        self.reports.push(ActionReport {
+            id: id.to_owned(),
+            status,
+            detail,
+            commands: std::mem::take(&mut r.commands),
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        });
+        &self.reports[self.reports.len() - 1]
+    }
+
+    /// Ends the run: what it changed since `before`, the files put back unless it succeeded.
+    async fn end(self, mut r: Executor<'_>, before: &changes::Before) -> ExecutionOutcome {
+        let succeeded = self.outcome == Outcome::Succeeded;
+        let changes = changes::since(&mut r, before, succeeded).await;
+        let restored = r.journal.finish(succeeded);
+        let end_phase = match self.outcome {
+            Outcome::Succeeded => "done",
+            Outcome::Failed => "failed",
+            Outcome::Cancelled => "cancelled",
+        };
+        r.set_phase(end_phase.to_string(), 100);
+        let (outcome, actions, error) = (self.outcome, self.reports, self.error);
+        ExecutionOutcome {
+            outcome,
+            actions,
+            error,
+            restored,
+            changes,
+        }
     }
 }
+
+/// How one action ended: its status and detail, or why it failed.
+type Done = Result<(ActionStatus, String), Failure>;
 
 /// Runs an already planned list of actions (the one the prompt listed). See the module
 /// documentation.
@@ -258,16 +330,9 @@ pub async fn run_plan(
     };
     let mut r = Executor::new(ctx, family, child_environment(recipe), sink);
     let total = plan.len().max(1);
-    let mut reports = Vec::with_capacity(plan.len());
-    let mut outcome = Outcome::Succeeded;
-    let mut error = None;
     let before = match changes::before(&mut r).await {
         Ok(before) => before,
-        Err(Failure(why)) => {
-            let why = format!("nothing was run: what is installed could not be read ({why})");
-            tracing::warn!(uid = ctx.caller_uid, error = %why, "refused to run");
-            return ExecutionOutcome::nothing_run(Outcome::Failed, ErrorCode::IoError, &why);
-        }
+        Err(Failure(why)) => return not_read(ctx, &why),
     };
 
     // Whether Docker was running before anything ran: an approved restart is needed only for a
@@ -284,17 +349,13 @@ pub async fn run_plan(
     }
 
     use PlannedAction as A;
+    let mut run = Actions {
+        outcome: Outcome::Succeeded,
+        reports: Vec::with_capacity(plan.len()),
+        error: None,
+    };
     for (i, action) in plan.iter().enumerate() {
-        if outcome == Outcome::Succeeded && cancel.is_cancelled() && !r.package_manager_started {
-            tracing::info!(
-                uid = ctx.caller_uid,
-                action = action.id(),
-                "cancelled before the action"
-            );
-            outcome = Outcome::Cancelled;
-        }
-        if outcome != Outcome::Succeeded {
-            reports.push(not_run(action, outcome));
+        if !run.next(&r, cancel, action.id()) {
             continue;
         }
         r.allowed = std::mem::take(&mut allowed[i]);
@@ -332,53 +393,26 @@ pub async fn run_plan(
             A::EnableService { .. } => actions::enable_service(&mut r).await,
             A::AddToDockerGroup { user, .. } => actions::add_to_docker_group(&mut r, user).await,
         };
-        let (status, detail) = match done {
-            Ok(ok) => ok,
-            Err(Failure(why)) => {
-                outcome = Outcome::Failed;
-                error = Some(
-                    CodedError::new(
-                        ErrorCode::PrerequisiteBlocked,
-                        format!("{}: {why}", action.id()),
-                    )
-                    .with_details(why.clone()),
-                );
-                (ActionStatus::Failed, why)
-            }
-        };
+        let report = run.ended(&mut r, action.id(), started, done);
         tracing::info!(
             uid = ctx.caller_uid,
             action = action.id(),
             kind = action.kind(),
             recipe = %recipe.digest(),
             parameters = %params.digest(),
-            status = status.as_str(),
-            detail = %detail,
+            status = report.status.as_str(),
+            detail = %report.detail,
             "action"
         );
-        reports.push(ActionReport {
-            id: action.id().to_string(),
-            status,
-            detail,
-            commands: std::mem::take(&mut r.commands),
-            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        });
     }
-    let changes = changes::since(&mut r, &before, outcome == Outcome::Succeeded).await;
-    let restored = r.journal.finish(outcome == Outcome::Succeeded);
-    let end_phase = match outcome {
-        Outcome::Succeeded => "done",
-        Outcome::Failed => "failed",
-        Outcome::Cancelled => "cancelled",
-    };
-    r.set_phase(end_phase.to_string(), 100);
-    ExecutionOutcome {
-        outcome,
-        actions: reports,
-        error,
-        restored,
-        changes,
-    }
+    run.end(r, &before).await
+}
+
+/// Nothing run: what is installed could not be read before the first action.
+fn not_read(ctx: &ExecContext, why: &str) -> ExecutionOutcome {
+    let why = format!("nothing was run: what is installed could not be read ({why})");
+    tracing::warn!(uid = ctx.caller_uid, error = %why, "refused to run");
+    ExecutionOutcome::nothing_run(Outcome::Failed, ErrorCode::IoError, &why)
 }
 
 #[cfg(test)]

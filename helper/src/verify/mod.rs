@@ -15,17 +15,20 @@
 
 pub(crate) mod machine;
 pub(crate) mod prompt;
+pub(crate) mod undo;
 
 pub(crate) use machine::MachineFacts;
 
 use std::time::Duration;
 
 use enginekit_shared::digest::Digest;
+use enginekit_shared::nonce::Nonce;
 use enginekit_shared::recipe::{self, PlannedAction, Recipe};
 use enginekit_shared::signed::{
     self, DocumentKind, HighWater, SignedDocument, TrustStore, VerifyError,
 };
-use enginekit_shared::wire::host_step::{HostParameters, HostStep, HostStepError};
+use enginekit_shared::wire::host_step::{HostParameters, HostStep, HostStepError, StepId};
+use enginekit_shared::wire::Timestamp;
 use serde_json::Value;
 use time::OffsetDateTime;
 
@@ -79,18 +82,6 @@ pub(crate) struct VerifiedStep {
 }
 
 impl VerifiedStep {
-    pub(crate) fn nonce(&self) -> &str {
-        self.step.nonce().as_str()
-    }
-    pub(crate) fn step_digest(&self) -> &str {
-        self.step_digest.as_str()
-    }
-    pub(crate) fn issued_at_unix(&self) -> u64 {
-        u64::try_from(self.step.issued_at().unix_seconds()).unwrap_or(0)
-    }
-    pub(crate) fn high_water(&self) -> Option<HighWater> {
-        self.high_water.clone()
-    }
     pub(crate) fn recipe_id(&self) -> &str {
         self.step.recipe_id().as_str()
     }
@@ -102,6 +93,73 @@ impl VerifiedStep {
     }
     pub(crate) fn parameters(&self) -> &HostParameters {
         self.step.parameters()
+    }
+}
+
+/// What a job runs: a verified host step, or a verified undo.
+#[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)] // one per job, moved once into an Arc
+pub(crate) enum Work {
+    Setup(VerifiedStep),
+    Undo(undo::VerifiedUndo),
+}
+
+/// What a job's receipt, the ledger and the logs know its step by. An undo's `recipe_digest` is
+/// its plan's digest, its `parameters_digest` that of its receipts list, its revision 0.
+#[derive(Debug)]
+pub(crate) struct Head {
+    pub(crate) step_id: StepId,
+    pub(crate) nonce: Nonce,
+    pub(crate) issued_at: u64,
+    pub(crate) revision: u64,
+    pub(crate) recipe_digest: Digest,
+    pub(crate) parameters_digest: Digest,
+    pub(crate) step_digest: Digest,
+    /// The polkit action it is authorised as.
+    pub(crate) action: &'static str,
+}
+
+impl Work {
+    pub(crate) fn head(&self) -> Head {
+        let unix = |t: Timestamp| u64::try_from(t.unix_seconds()).unwrap_or(0);
+        match self {
+            Work::Setup(v) => Head {
+                step_id: v.step.step_id().clone(),
+                nonce: v.step.nonce().clone(),
+                issued_at: unix(v.step.issued_at()),
+                revision: v.step.expected_operation_revision(),
+                recipe_digest: v.step.recipe_digest().clone(),
+                parameters_digest: v.step.parameters_digest().clone(),
+                step_digest: v.step_digest.clone(),
+                action: crate::authz::ACTION_ID,
+            },
+            Work::Undo(u) => Head {
+                step_id: u.step.step_id().clone(),
+                nonce: u.step.nonce().clone(),
+                issued_at: unix(u.step.issued_at()),
+                revision: 0,
+                recipe_digest: u.step.plan_digest().clone(),
+                parameters_digest: u.receipts_digest.clone(),
+                step_digest: u.step_digest.clone(),
+                action: crate::authz::UNDO_ACTION_ID,
+            },
+        }
+    }
+
+    /// A setup's anti-rollback mark, to record once the nonce is burnt (inline recipes only).
+    pub(crate) fn high_water(&self) -> Option<(&VerifiedStep, HighWater)> {
+        match self {
+            Work::Setup(v) => v.high_water.clone().map(|mark| (v, mark)),
+            Work::Undo(_) => None,
+        }
+    }
+
+    /// Checked again after polkit, right before the nonce is burnt.
+    pub(crate) fn recheck(&self, checks: &Checks<'_>) -> Result<(), Refusal> {
+        match self {
+            Work::Setup(v) => recheck(v, checks),
+            Work::Undo(u) => undo::check(&u.step, u.uid, checks).map(drop),
+        }
     }
 }
 

@@ -130,7 +130,7 @@ fn a_step_for_the_builtin_recipe_passes() {
     let fx = Fixture::new();
     let ok = fx.check(&bytes(&good_step())).unwrap();
     assert_eq!(ok.recipe.digest(), builtin().digest());
-    assert!(ok.high_water().is_none());
+    assert!(ok.high_water.is_none());
     assert_eq!(ok.step_digest.as_str().len(), 71);
 }
 
@@ -191,7 +191,10 @@ fn an_inline_recipe_needs_a_pinned_key_and_no_rollback() {
         Timestamp::now(),
     );
     let ok = fx.check(&bytes(&step)).unwrap();
-    assert_eq!(ok.high_water().unwrap().serial, builtin().serial() + 5);
+    assert_eq!(
+        ok.high_water.as_ref().unwrap().serial,
+        builtin().serial() + 5
+    );
 
     let stranger = SigningKey::from_seed(&[9; 32]);
     let (doc, digest) = fx.signed_recipe(builtin().serial() + 5, &stranger);
