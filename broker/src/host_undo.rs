@@ -77,27 +77,53 @@ pub async fn read(helper: &SystemHelper) -> Result<Seen, CodedError> {
     Ok(Seen { setups, report })
 }
 
-/// What the machine shows after an undo: the report over the setups the helper keeps now.
-pub async fn read_after(helper: &SystemHelper) -> Result<ChangesReport, CodedError> {
-    Ok(read(helper).await?.report)
+/// The machine read again for the setups `seen` named: what of them is still to undo, and
+/// what is left and why. Not the helper's list of kept setups, which a successful undo empties:
+/// the machine, judged against the very receipts the step named, is the evidence.
+pub async fn read_again(seen: &Seen) -> Result<ChangesReport, CodedError> {
+    report_now(seen.setups.iter().map(|s| s.receipt.clone()).collect()).await
+}
+
+/// What `RemoveHost` answers.
+#[derive(Debug, Clone)]
+pub struct HostRemoved {
+    /// The helper's receipt, exactly as it sent it; `None` when the plan changed nothing and the
+    /// helper was not asked.
+    pub receipt: Option<String>,
+    /// The machine read again for the same setups; `None` when it could not be read (the undo
+    /// ran all the same: the receipt says how it ended).
+    pub after: Option<ChangesReport>,
 }
 
 /// The session service's `RemoveHost`: the report read now, the consent to `consented`
 /// checked against it, the step issued and run (polkit may prompt through the session's agent)
-/// and waited for. The helper's receipt text, whatever its outcome; `None` when the plan
-/// changes nothing (the helper is not asked).
-pub async fn remove_host(consented: &Digest) -> Result<Option<String>, CodedError> {
+/// and waited for, then the machine read again for the same setups.
+pub async fn remove_host(consented: &Digest) -> Result<HostRemoved, CodedError> {
     let helper = SystemHelper::connect().await?;
     let seen = read(&helper).await?;
     check_consent(consented, &seen.report)?;
     if seen.report.undo.is_empty() {
-        return Ok(None);
+        return Ok(HostRemoved {
+            receipt: None,
+            after: Some(seen.report),
+        });
     }
     let step = issue_step(&seen.setups, &seen.report.undo)?;
-    match helper.run_undo(&step, Arc::new(|_| {})).await? {
-        UndoRun::Declined => Err(declined()),
-        UndoRun::Finished { text, .. } => Ok(Some(text)),
-    }
+    let text = match helper.run_undo(&step, Arc::new(|_| {})).await? {
+        UndoRun::Declined => return Err(declined()),
+        UndoRun::Finished { text, .. } => text,
+    };
+    let after = match read_again(&seen).await {
+        Ok(after) => Some(after),
+        Err(e) => {
+            tracing::warn!(code = %e.code, message = %e.message, "the machine could not be read again after the undo");
+            None
+        }
+    };
+    Ok(HostRemoved {
+        receipt: Some(text),
+        after,
+    })
 }
 
 /// The error for an undo nobody authorised.

@@ -11,6 +11,7 @@ use serde_json::json;
 use super::common::{emit, report_error, runtime};
 use crate::elevate::SystemHelper;
 use crate::host_changes::{report, ChangesReport};
+use enginekit_shared::undo::UndoPlan;
 
 #[derive(Debug, Args)]
 pub struct HostChangesArgs {
@@ -61,36 +62,46 @@ pub(crate) fn print_report(r: &ChangesReport) {
         );
     } else {
         println!("Undoing them would:");
-        if !u.disable_units.is_empty() {
-            println!("  disable {}", u.disable_units.join(", "));
-        }
-        for f in &u.files {
-            match &f.back_to {
-                Some(_) => println!("  put {} back as it was before", f.path),
-                None => println!("  remove {} (it was not there before)", f.path),
-            }
-        }
-        if !u.remove_packages.is_empty() {
-            println!("  remove the packages {}", u.remove_packages.join(" "));
-        }
-        for g in &u.groups {
-            if !g.remove_members.is_empty() {
-                println!(
-                    "  take {} out of the group {}",
-                    g.remove_members.join(", "),
-                    g.group
-                );
-            }
-            if g.delete {
-                println!("  delete the group {} (it was not there before)", g.group);
-            }
+        print_actions(u);
+    }
+    print_left(u, "And leave as they are:");
+    println!("Undo plan digest: {}", r.undo_digest);
+}
+
+/// What `u` would do, one line each.
+pub(crate) fn print_actions(u: &UndoPlan) {
+    if !u.disable_units.is_empty() {
+        println!("  disable {}", u.disable_units.join(", "));
+    }
+    for f in &u.files {
+        match &f.back_to {
+            Some(_) => println!("  put {} back as it was before", f.path),
+            None => println!("  remove {} (it was not there before)", f.path),
         }
     }
+    if !u.remove_packages.is_empty() {
+        println!("  remove the packages {}", u.remove_packages.join(" "));
+    }
+    for g in &u.groups {
+        if !g.remove_members.is_empty() {
+            println!(
+                "  take {} out of the group {}",
+                g.remove_members.join(", "),
+                g.group
+            );
+        }
+        if g.delete {
+            println!("  delete the group {} (it was not there before)", g.group);
+        }
+    }
+}
+
+/// What `u` leaves and why, under `heading` (nothing when it leaves nothing).
+pub(crate) fn print_left(u: &UndoPlan, heading: &str) {
     if !u.left.is_empty() {
-        println!("And leave as they are:");
+        println!("{heading}");
         for l in &u.left {
             println!("  {}: {}", l.name, l.why);
         }
     }
-    println!("Undo plan digest: {}", r.undo_digest);
 }

@@ -6,7 +6,7 @@
 //!
 //! `--json`: one event per line: `host-changes` (the plan), `undo-step` (what was sent),
 //! `progress`, then `host-removed` (`outcome`, `receipt_id`, `receipt`, `host_changes`: the
-//! report read afterwards, `still_to_undo`) or `error`. Exit status 0 only when the helper
+//! report read afterwards for the same setups, `still_to_undo`) or `error`. Exit status 0 only when the helper
 //! succeeded and the machine read afterwards shows nothing of the plan still to undo (or there
 //! was nothing to undo); 1 for a failure, a refusal, a changed plan or a declined
 //! authorization; 2 for a bad `--digest`.
@@ -20,7 +20,7 @@ use serde_json::json;
 
 use super::common::{consent, emit, report_error};
 use super::follow::HostStepView;
-use super::host_changes::print_report;
+use super::host_changes::{print_actions, print_left, print_report};
 use super::remove::RemoveArgs;
 use super::EXIT_FAILURE;
 use crate::elevate::{SystemHelper, UndoRun};
@@ -106,8 +106,8 @@ pub(super) async fn run(args: &RemoveArgs) -> ExitCode {
         }
     };
     view.finish(receipt.outcome == Outcome::Succeeded);
-    // The helper's word is not the evidence: the machine is read again.
-    let after = host_undo::read_after(&helper).await;
+    // The helper's word is not the evidence: the machine is read again, for the same setups.
+    let after = host_undo::read_again(&seen).await;
     conclude(json, &receipt, after)
 }
 
@@ -167,9 +167,17 @@ fn conclude(json: bool, receipt: &Receipt, after: Result<ChangesReport, CodedErr
                 receipt.restored.join(", ")
             );
         }
-        println!("This machine, read again:");
+        println!("This machine, read again for the same setups:");
         match &after {
-            Ok(after) => print_report(after),
+            Ok(after) if after.undo.is_empty() => {
+                println!("  nothing they changed is still to undo.");
+                print_left(&after.undo, "Left as they are:");
+            }
+            Ok(after) => {
+                println!("  still to undo:");
+                print_actions(&after.undo);
+                print_left(&after.undo, "Left as they are:");
+            }
             Err(e) => println!("  it could not be read: {} ({})", e.message, e.code),
         }
     }

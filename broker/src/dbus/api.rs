@@ -12,6 +12,7 @@ use tokio::sync::broadcast;
 
 use crate::elevate::SystemHelper;
 use crate::host_changes::ChangesReport;
+use crate::host_undo::HostRemoved;
 use crate::ids::EngineId;
 use crate::installations::Installations;
 use crate::operations::boundary::{Elevator, Provisioner};
@@ -47,11 +48,8 @@ pub trait BrokerApi: Send + Sync + 'static {
         Box::pin(async { Err(no_host_undo()) })
     }
     /// Runs that undo under the consent of `undo_digest` and waits for it: the helper's
-    /// receipt, or `None` when the plan changes nothing.
-    fn remove_host(
-        &self,
-        undo_digest: Digest,
-    ) -> BoxFuture<'_, Result<Option<String>, CodedError>> {
+    /// receipt (`None` when the plan changes nothing) and the machine read again.
+    fn remove_host(&self, undo_digest: Digest) -> BoxFuture<'_, Result<HostRemoved, CodedError>> {
         let _ = undo_digest;
         Box::pin(async { Err(no_host_undo()) })
     }
@@ -202,10 +200,7 @@ impl<P: Provisioner + Probing, E: Elevator> BrokerApi for Broker<P, E> {
         })
     }
 
-    fn remove_host(
-        &self,
-        undo_digest: Digest,
-    ) -> BoxFuture<'_, Result<Option<String>, CodedError>> {
+    fn remove_host(&self, undo_digest: Digest) -> BoxFuture<'_, Result<HostRemoved, CodedError>> {
         Box::pin(async move { crate::host_undo::remove_host(&undo_digest).await })
     }
 

@@ -135,12 +135,19 @@ impl BrokerObject {
 
     /// Undo what this user's setups changed on the machine under the consent of undo_digest
     /// (refused with PlanChanged when the plan now has another digest), and wait for it: the
-    /// helper's receipt as JSON, or the empty string when the plan changes nothing.
-    #[zbus(out_args("receipt"))]
-    async fn remove_host(&self, undo_digest: &str) -> Result<String, BrokerError> {
+    /// helper's receipt as JSON (the empty string when the plan changes nothing), and the machine
+    /// read again for the same setups as HostChanges reports it (the empty string when it could
+    /// not be read).
+    #[zbus(out_args("receipt", "host_changes"))]
+    async fn remove_host(&self, undo_digest: &str) -> Result<(String, String), BrokerError> {
         let _call = self.api.call_started();
         let digest = crate::host_undo::parse_digest(undo_digest)?;
-        Ok(self.api.remove_host(digest).await?.unwrap_or_default())
+        let removed = self.api.remove_host(digest).await?;
+        let after = match &removed.after {
+            Some(after) => json_text(after)?,
+            None => String::new(),
+        };
+        Ok((removed.receipt.unwrap_or_default(), after))
     }
 
     /// What is wrong after setup, as JSON: `{verdict, findings: [{code, severity, message,
@@ -510,10 +517,18 @@ mod tests {
         ) -> BoxFuture<'_, Result<crate::host_changes::ChangesReport, CodedError>> {
             Box::pin(async { Ok(host_report()) })
         }
-        fn remove_host(&self, digest: Digest) -> BoxFuture<'_, Result<Option<String>, CodedError>> {
+        fn remove_host(
+            &self,
+            digest: Digest,
+        ) -> BoxFuture<'_, Result<crate::host_undo::HostRemoved, CodedError>> {
             Box::pin(async move {
                 crate::host_undo::check_consent(&digest, &host_report())?;
-                Ok(Some("{\"receipt_id\":\"r\"}".to_owned()))
+                let mut after = host_report();
+                after.undo.remove_packages.clear();
+                Ok(crate::host_undo::HostRemoved {
+                    receipt: Some("{\"receipt_id\":\"r\"}".to_owned()),
+                    after: Some(after),
+                })
             })
         }
         fn subscribe(&self) -> broadcast::Receiver<RunnerEvent> {
@@ -761,15 +776,17 @@ mod tests {
             .expect("undo_digest")
             .to_owned();
 
-        let receipt: String = broker
+        let (receipt, after): (String, String) = broker
             .call("RemoveHost", &(digest.as_str(),))
             .await
             .expect("RemoveHost");
         assert_eq!(receipt, "{\"receipt_id\":\"r\"}");
+        let after: serde_json::Value = serde_json::from_str(&after).expect("JSON");
+        assert!(after["undo"].get("remove_packages").is_none(), "{after}");
 
         let other = format!("sha256:{}", "0".repeat(64));
         let refused = broker
-            .call::<_, _, String>("RemoveHost", &(other.as_str(),))
+            .call::<_, _, (String, String)>("RemoveHost", &(other.as_str(),))
             .await
             .expect_err("another plan's digest");
         let text = refused.to_string();
@@ -780,7 +797,7 @@ mod tests {
         );
 
         let refused = broker
-            .call::<_, _, String>("RemoveHost", &("docker-ce",))
+            .call::<_, _, (String, String)>("RemoveHost", &("docker-ce",))
             .await
             .expect_err("not a digest");
         let text = refused.to_string();
