@@ -241,12 +241,13 @@ pub enum UndoRun {
     Finished { text: String, receipt: Box<Receipt> },
 }
 
-/// The helper's receipt of an undo, refused unless it is the receipt of `step`.
+/// The helper's receipt of an undo, refused unless it is the receipt of `step` (its nonce and
+/// step id).
 pub fn undo_receipt(text: &str, step: &UndoStep) -> Result<Receipt, CodedError> {
     let receipt = Receipt::parse(text.as_bytes()).map_err(|e| {
         CodedError::new(e.code(), "The helper's receipt is not valid.").with_details(e.to_string())
     })?;
-    if receipt.nonce != *step.nonce() {
+    if receipt.nonce != *step.nonce() || receipt.step_id != *step.step_id() {
         return Err(CodedError::new(
             ErrorCode::ReceiptConflict,
             "That result does not match the undo this command asked for.",
@@ -460,7 +461,48 @@ fn failed_actions(actions: &[enginekit_shared::wire::receipt::ActionRecord]) -> 
 
 #[cfg(test)]
 mod tests {
-    use super::{failed_actions, shown_tail};
+    use super::{failed_actions, shown_tail, undo_receipt};
+    use enginekit_shared::digest::Digest;
+    use enginekit_shared::error::ErrorCode;
+    use enginekit_shared::nonce::Nonce;
+    use enginekit_shared::undo::UndoPlan;
+    use enginekit_shared::wire::changes::HostChanges;
+    use enginekit_shared::wire::receipt::{Outcome, Receipt, ReceiptId};
+    use enginekit_shared::wire::undo_step::{ReceiptRef, UndoStep};
+
+    #[test]
+    fn an_undo_receipt_is_taken_only_for_its_own_step() {
+        let plan = UndoPlan {
+            remove_packages: vec!["docker-ce".into()],
+            ..UndoPlan::default()
+        };
+        let refs = vec![ReceiptRef::of(ReceiptId::generate().unwrap(), b"r")];
+        let step = UndoStep::issue(refs, plan).unwrap();
+        let mut receipt = Receipt {
+            receipt_id: ReceiptId::generate().unwrap(),
+            step_id: step.step_id().clone(),
+            nonce: step.nonce().clone(),
+            expected_operation_revision: 0,
+            recipe_digest: step.plan_digest().clone(),
+            parameters_digest: Digest::ZERO,
+            started_at: "2026-12-02T16:40:00Z".parse().unwrap(),
+            finished_at: "2026-12-02T16:41:00Z".parse().unwrap(),
+            outcome: Outcome::Succeeded,
+            actions: Vec::new(),
+            error: None,
+            restored: Vec::new(),
+            changes: HostChanges::default(),
+        };
+        let text = String::from_utf8(receipt.to_bytes().unwrap()).unwrap();
+        assert_eq!(undo_receipt(&text, &step).unwrap(), receipt);
+        receipt.nonce = Nonce::generate().unwrap();
+        let text = String::from_utf8(receipt.to_bytes().unwrap()).unwrap();
+        let err = undo_receipt(&text, &step).unwrap_err();
+        assert_eq!(err.code, ErrorCode::ReceiptConflict);
+        let err = undo_receipt("{}", &step).unwrap_err();
+        assert_ne!(err.code, ErrorCode::ReceiptConflict);
+    }
+
     use enginekit_shared::wire::receipt::{ActionRecord, ActionStatus};
 
     fn action(
