@@ -53,6 +53,7 @@ use enginekit_shared::wire::receipt::{bounded_log_tail, ActionRecord, Outcome};
 
 use crate::exec::spawn::Timeouts;
 pub use crate::execution::{CancelToken, ProgressSink};
+use actions::Done;
 use executor::{Executor, Failure};
 
 /// Where and as whom the executor works.
@@ -219,78 +220,62 @@ fn phase_of(action: &PlannedAction) -> String {
 }
 
 /// A run's actions so far: how it goes, each one's report, the first failure's error.
-struct Actions {
-    outcome: Outcome,
-    reports: Vec<ActionReport>,
-    error: Option<CodedError>,
-}
+struct Actions(Outcome, Vec<ActionReport>, Option<CodedError>);
 
 impl Actions {
     /// Whether action `id` runs: not once the run failed or was cancelled (honoured before each
     /// action while no package manager has started); an action that does not is `not-run`.
-    fn next(&mut self, r: &Executor<'_>, cancel: &CancelToken, id: &str) -> bool {
-        if self.outcome == Outcome::Succeeded && cancel.is_cancelled() && !r.package_manager_started
-        {
-            tracing::info!(
-                uid = r.ctx.caller_uid,
-                action = id,
-                "cancelled before the action"
-            );
-            self.outcome = Outcome::Cancelled;
+    fn next(&mut self, r: &mut Executor<'_>, cancel: &CancelToken, id: &str) -> bool {
+        if self.0 == Outcome::Succeeded && cancel.is_cancelled() && !r.package_manager_started {
+            tracing::info!(uid = r.ctx.caller_uid, action = id, "cancelled before");
+            self.0 = Outcome::Cancelled;
         }
-        let detail = match self.outcome {
+        let why = match self.0 {
             Outcome::Succeeded => return true,
             Outcome::Cancelled => "cancelled",
             Outcome::Failed => "an earlier action failed",
         };
-        let (commands, duration_ms) = (Vec::new(), 0);
-        let (id, status, detail) = (id.to_owned(), ActionStatus::NotRun, detail.to_owned());
-        self.reports.push(ActionReport {
+        self.ended(
+            r,
+            id,
+            Instant::now(),
+            Ok((ActionStatus::NotRun, why.into())),
+        );
+        false
+    }
+
+    /// Records how action `id`, started at `started`, ended.
+    fn ended(&mut self, r: &mut Executor<'_>, id: &str, at: Instant, done: Done) -> &ActionReport {
+        let (status, detail) = done.unwrap_or_else(|Failure(why)| {
+            self.0 = Outcome::Failed;
+            let error = CodedError::new(ErrorCode::PrerequisiteBlocked, format!("{id}: {why}"));
+            self.2 = Some(error.with_details(why.clone()));
+            (ActionStatus::Failed, why)
+        });
+        let (id, commands) = (id.to_owned(), std::mem::take(&mut r.commands));
+        let duration_ms = u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let report = ActionReport {
             id,
             status,
             detail,
             commands,
             duration_ms,
-        });
-        false
-    }
-
-    /// Records how action `id`, started at `started`, ended.
-    fn ended(
-        &mut self,
-        r: &mut Executor<'_>,
-        id: &str,
-        started: Instant,
-        done: Done,
-    ) -> &ActionReport {
-        let (status, detail) = done.unwrap_or_else(|Failure(why)| {
-            self.outcome = Outcome::Failed;
-            let error = CodedError::new(ErrorCode::PrerequisiteBlocked, format!("{id}: {why}"));
-            self.error = Some(error.with_details(why.clone()));
-            (ActionStatus::Failed, why)
-        });
-        self.reports.push(ActionReport {
-            id: id.to_owned(),
-            status,
-            detail,
-            commands: std::mem::take(&mut r.commands),
-            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        });
-        &self.reports[self.reports.len() - 1]
+        };
+        self.1.push(report);
+        &self.1[self.1.len() - 1]
     }
 
     /// Ends the run: what it changed since `before`, the files put back unless it succeeded.
     async fn end(self, mut r: Executor<'_>, before: &changes::Before) -> ExecutionOutcome {
-        let succeeded = self.outcome == Outcome::Succeeded;
-        let changes = changes::since(&mut r, before, succeeded).await;
-        let restored = r.journal.finish(succeeded);
-        let end_phase = match self.outcome {
+        let Actions(outcome, actions, error) = self;
+        let changes = changes::since(&mut r, before, outcome == Outcome::Succeeded).await;
+        let restored = r.journal.finish(outcome == Outcome::Succeeded);
+        let end_phase = match outcome {
             Outcome::Succeeded => "done",
             Outcome::Failed => "failed",
             Outcome::Cancelled => "cancelled",
         };
         r.set_phase(end_phase.to_string(), 100);
-        let (outcome, actions, error) = (self.outcome, self.reports, self.error);
         ExecutionOutcome {
             outcome,
             actions,
@@ -300,9 +285,6 @@ impl Actions {
         }
     }
 }
-
-/// How one action ended: its status and detail, or why it failed.
-type Done = Result<(ActionStatus, String), Failure>;
 
 /// Runs an already planned list of actions (the one the prompt listed). See the module
 /// documentation.
@@ -349,13 +331,9 @@ pub async fn run_plan(
     }
 
     use PlannedAction as A;
-    let mut run = Actions {
-        outcome: Outcome::Succeeded,
-        reports: Vec::with_capacity(plan.len()),
-        error: None,
-    };
+    let mut run = Actions(Outcome::Succeeded, Vec::with_capacity(plan.len()), None);
     for (i, action) in plan.iter().enumerate() {
-        if !run.next(&r, cancel, action.id()) {
+        if !run.next(&mut r, cancel, action.id()) {
             continue;
         }
         r.allowed = std::mem::take(&mut allowed[i]);
