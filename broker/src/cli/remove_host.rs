@@ -5,8 +5,10 @@
 //! machine is then read again: the helper's receipt says what it did, the machine what is left.
 //!
 //! `--json`: one event per line: `host-changes` (the plan), `undo-step` (what was sent),
-//! `progress`, then `host-removed` (`outcome`, `receipt_id`, `receipt`, `host_changes`: the
-//! report read afterwards for the same setups, `still_to_undo`) or `error`. Exit status 0 only when the helper
+//! `progress`, then `host-removed` (`outcome`, `receipt_id`, `receipt`, `changed`: the
+//! receipt's changes in one line, `restored`: the files the helper put back after a failure,
+//! `host_changes`: the report read afterwards for the same setups, `still_to_undo`, `error`)
+//! or `error`. Exit status 0 only when the helper
 //! succeeded and the machine read afterwards shows nothing of the plan still to undo (or there
 //! was nothing to undo); 1 for a failure, a refusal, a changed plan or a declined
 //! authorization; 2 for a bad `--digest`.
@@ -132,20 +134,28 @@ fn verdict(receipt: &Receipt, after: &Result<ChangesReport, CodedError>) -> Resu
     }
 }
 
+/// The last event of a run that reached the helper's receipt.
+fn removed_event(
+    receipt: &Receipt,
+    after: &Result<ChangesReport, CodedError>,
+    verdict: &Result<(), CodedError>,
+) -> serde_json::Value {
+    json!({
+        "event": "host-removed",
+        "outcome": receipt.outcome.as_str(),
+        "receipt_id": receipt.receipt_id,
+        "receipt": receipt,
+        "changed": receipt.changes.summary(),
+        "restored": receipt.restored,
+        "host_changes": after.as_ref().ok(),
+        "still_to_undo": after.as_ref().map(|a| !a.undo.is_empty()).ok(),
+        "error": verdict.as_ref().err(),
+    })
+}
+
 fn conclude(json: bool, receipt: &Receipt, after: Result<ChangesReport, CodedError>) -> ExitCode {
     let verdict = verdict(receipt, &after);
-    emit(
-        json,
-        json!({
-            "event": "host-removed",
-            "outcome": receipt.outcome.as_str(),
-            "receipt_id": receipt.receipt_id,
-            "receipt": receipt,
-            "host_changes": after.as_ref().ok(),
-            "still_to_undo": after.as_ref().map(|a| !a.undo.is_empty()).ok(),
-            "error": verdict.as_ref().err(),
-        }),
-    );
+    emit(json, removed_event(receipt, &after, &verdict));
     if !json {
         match receipt.outcome {
             Outcome::Succeeded => println!("The undo succeeded (receipt {}).", receipt.receipt_id),
@@ -277,5 +287,35 @@ mod tests {
         assert!(verdict(&receipt(Outcome::Succeeded), &left).is_err());
         let unread = Err(CodedError::new(ErrorCode::AdapterUnavailable, "no bus"));
         assert!(verdict(&receipt(Outcome::Succeeded), &unread).is_err());
+    }
+
+    #[test]
+    fn the_last_event_carries_the_outcome_the_receipt_and_the_machine_read_again() {
+        let mut failed = receipt(Outcome::Failed);
+        failed.restored = vec!["/etc/docker/daemon.json".into()];
+        let after = Ok(report(UndoPlan {
+            remove_packages: vec!["docker-ce".into()],
+            ..UndoPlan::default()
+        }));
+        let event = removed_event(&failed, &after, &verdict(&failed, &after));
+        assert_eq!(event["event"], "host-removed");
+        assert_eq!(event["outcome"], "failed");
+        assert_eq!(event["receipt_id"], failed.receipt_id.as_str());
+        assert_eq!(event["receipt"]["nonce"], failed.nonce.as_str());
+        assert_eq!(event["restored"][0], "/etc/docker/daemon.json");
+        assert_eq!(
+            event["host_changes"]["undo"]["remove_packages"][0],
+            "docker-ce"
+        );
+        assert_eq!(event["still_to_undo"], true);
+        assert_eq!(event["error"]["message"], "apt-get failed");
+
+        let done = receipt(Outcome::Succeeded);
+        let clean = Ok(report(UndoPlan::default()));
+        let event = removed_event(&done, &clean, &verdict(&done, &clean));
+        assert_eq!(event["outcome"], "succeeded");
+        assert_eq!(event["still_to_undo"], false);
+        assert!(event["error"].is_null());
+        assert!(event["host_changes"]["undo_digest"].is_string());
     }
 }
