@@ -3,7 +3,7 @@
 //! and prints one JSON line with the outcome.
 //!
 //! ```text
-//! helper-call start STEP_FILE [--interactive] [--wait] [--leave-after-ms N]
+//! helper-call start STEP_FILE [--interactive] [--wait] [--leave-after-ms N] [--undo]
 //! helper-call receipt NONCE
 //! helper-call cancel JOB_PATH
 //! helper-call introspect OBJECT_PATH
@@ -90,6 +90,11 @@ async fn start(file: &str, flags: &[String]) -> Result<Value, Value> {
     let step = String::from_utf8(step)
         .map_err(|_| json!({"error": "client", "message": "the step file is not UTF-8"}))?;
     let interactive = flags.iter().any(|f| f == "--interactive");
+    // `--undo`: the step is an undo step, sent to `Undo` instead.
+    let method = match flags.iter().any(|f| f == "--undo") {
+        true => "Undo",
+        false => "Start",
+    };
     let wait = flags.iter().any(|f| f == "--wait");
     let leave_after = flags
         .iter()
@@ -108,7 +113,7 @@ async fn start(file: &str, flags: &[String]) -> Result<Value, Value> {
     if let Some(ms) = leave_after {
         let body = (step.as_str(),);
         let call =
-            proxy.call_with_flags::<_, _, zbus::OwnedObjectPath>("Start", method_flags, &body);
+            proxy.call_with_flags::<_, _, zbus::OwnedObjectPath>(method, method_flags, &body);
         return match tokio::time::timeout(Duration::from_millis(ms), call).await {
             Err(_) => Ok(json!({"left": true})),
             Ok(Ok(Some(job))) => {
@@ -134,7 +139,7 @@ async fn start(file: &str, flags: &[String]) -> Result<Value, Value> {
         None
     };
     let job: zbus::OwnedObjectPath = proxy
-        .call_with_flags("Start", method_flags, &(step.as_str(),))
+        .call_with_flags(method, method_flags, &(step.as_str(),))
         .await
         .map_err(error_json)?
         .ok_or_else(|| json!({"error": "client", "message": "no reply"}))?;

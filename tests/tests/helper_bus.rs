@@ -1316,3 +1316,152 @@ fn the_shipped_policy_unit_and_activation_files_say_what_the_design_says() {
         .collect();
     assert!(complaints.is_empty(), "systemd-analyze verify: {text}");
 }
+
+// --- Undo ---------------------------------------------------------------------------------------
+
+const UNDO_ACTION_ID: &str = "org.enginekit.helper.undo-setup";
+/// A key path a setup may write (the journal's rule): the undo tests' file.
+const UNDO_KEY: &str = "/etc/apt/keyrings/enginekit-undo-test.asc";
+
+/// A setup of the test user kept in the helper's ledger, as a job that wrote `UNDO_KEY` (absent
+/// before, `content` after) leaves it; its receipt text and nonce.
+fn keep_undo_setup(helper: &InstalledHelper, content: &[u8]) -> (String, String) {
+    use enginekit_shared::wire::changes::{Change, HostChanges};
+    use enginekit_shared::wire::receipt::{Outcome, Receipt, ReceiptId};
+    use std::os::unix::fs::PermissionsExt;
+    let nonce = enginekit_shared::nonce::Nonce::generate().unwrap();
+    let receipt = Receipt {
+        receipt_id: ReceiptId::generate().unwrap(),
+        step_id: enginekit_shared::wire::host_step::StepId::generate().unwrap(),
+        nonce: nonce.clone(),
+        expected_operation_revision: 1,
+        recipe_digest: builtin_digest(),
+        parameters_digest: Digest::of_bytes(b"p"),
+        started_at: enginekit_shared::wire::Timestamp::now(),
+        finished_at: enginekit_shared::wire::Timestamp::now(),
+        outcome: Outcome::Succeeded,
+        actions: Vec::new(),
+        error: None,
+        restored: Vec::new(),
+        changes: HostChanges {
+            files: vec![Change {
+                name: UNDO_KEY.into(),
+                before: None,
+                after: Some(Digest::of_bytes(content)),
+            }],
+            ..HostChanges::default()
+        },
+    };
+    let text = String::from_utf8(receipt.to_bytes().unwrap()).unwrap();
+    let uid = helper.user().uid;
+    let name = format!("{uid}-{}", nonce.as_str());
+    for dir in ["", "receipts", "setups"] {
+        let dir = helper.state_dir.join(dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let record = json!({"uid": uid, "issued_at": 1, "receipt": text});
+    let at = helper.state_dir.join("receipts").join(&name);
+    std::fs::write(&at, record.to_string()).unwrap();
+    std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::hard_link(&at, helper.state_dir.join("setups").join(&name)).unwrap();
+    (text, nonce.as_str().to_owned())
+}
+
+/// The undo step of the kept setup `receipt`: `UNDO_KEY` removed.
+fn undo_step(receipt: &str, content: &[u8]) -> enginekit_shared::wire::undo_step::UndoStep {
+    use enginekit_shared::undo::{FileUndo, UndoPlan};
+    use enginekit_shared::wire::undo_step::{ReceiptRef, UndoStep};
+    let parsed = enginekit_shared::wire::receipt::Receipt::parse(receipt.as_bytes()).unwrap();
+    let plan = UndoPlan {
+        files: vec![FileUndo {
+            path: UNDO_KEY.into(),
+            now: Digest::of_bytes(content),
+            back_to: None,
+        }],
+        ..UndoPlan::default()
+    };
+    let reference = ReceiptRef::of(parsed.receipt_id, receipt.as_bytes());
+    UndoStep::issue(vec![reference], plan).unwrap()
+}
+
+#[test]
+fn undo_is_denied_without_a_rule_and_a_receipt_the_ledger_does_not_hold_is_refused_first() {
+    let _serial = serial();
+    let helper = InstalledHelper::install("undo-deny", "");
+    let content = b"undo test key\n";
+    std::fs::create_dir_all("/etc/apt/keyrings").unwrap();
+    std::fs::write(UNDO_KEY, content).unwrap();
+    let (receipt, setup_nonce) = keep_undo_setup(&helper, content);
+    let setup_link = helper
+        .state_dir
+        .join("setups")
+        .join(format!("{}-{setup_nonce}", helper.user().uid));
+
+    // Exactly the kept setup and the helper's own plan: polkit decides, and says no.
+    let step = undo_step(&receipt, content);
+    let result = helper.start(step.to_json().as_bytes(), &["--undo"]);
+    result.assert_refused("NotAuthorized", "MANAGED_ELEVATION_DECLINED");
+    let line = helper.decision(step.nonce().as_str(), "step refused");
+    for field in [
+        format!("action=\"{UNDO_ACTION_ID}\""),
+        "authz=\"not-authorized\"".to_owned(),
+        format!("recipe_digest=\"{}\"", step.plan_digest()),
+    ] {
+        assert!(line.contains(&field), "{field} missing in {line}");
+    }
+    assert!(!helper.nonce_burnt(step.nonce().as_str()));
+    assert!(setup_link.exists() && std::path::Path::new(UNDO_KEY).exists());
+
+    // A receipt the ledger does not hold: refused before polkit is asked.
+    let stranger = enginekit_shared::wire::undo_step::ReceiptRef::of(
+        enginekit_shared::wire::receipt::ReceiptId::generate().unwrap(),
+        b"{}",
+    );
+    let not_held =
+        enginekit_shared::wire::undo_step::UndoStep::issue(vec![stranger], step.plan().clone())
+            .unwrap();
+    let result = helper.start(not_held.to_json().as_bytes(), &["--undo"]);
+    result.assert_refused("ParametersInvalid", HOST_STEP_INVALID);
+    assert!(result.message().contains("not one of your kept setups"));
+    let line = helper.decision(not_held.nonce().as_str(), "step refused");
+    assert!(line.contains("authz=\"not-asked\""), "{line}");
+
+    // A plan that adds what the helper's own does not (the file edited since): refused too.
+    std::fs::write(UNDO_KEY, b"edited by hand\n").unwrap();
+    let result = helper.start(step.to_json().as_bytes(), &["--undo"]);
+    result.assert_refused("ParametersInvalid", HOST_STEP_INVALID);
+    assert!(result.message().contains(UNDO_KEY), "{}", result.message());
+    let _ = std::fs::remove_file(UNDO_KEY);
+}
+
+#[test]
+fn an_allowed_undo_removes_what_the_setup_wrote_and_forgets_the_setup() {
+    let _serial = serial();
+    let helper = InstalledHelper::install("undo-allow", "");
+    let user = helper.user().name.clone();
+    let rule = allow_test_user_rule(&user).replace(ACTION_ID, UNDO_ACTION_ID);
+    let _rule = bench::install_polkit_rule("helper-undo-allow", &rule);
+    let content = b"undo test key\n";
+    std::fs::create_dir_all("/etc/apt/keyrings").unwrap();
+    std::fs::write(UNDO_KEY, content).unwrap();
+    let (receipt, setup_nonce) = keep_undo_setup(&helper, content);
+    let step = undo_step(&receipt, content);
+    let result = helper.start(step.to_json().as_bytes(), &["--undo", "--wait"]);
+    assert!(result.ok, "Undo was refused: {}", result.json);
+    let receipt = result.receipt();
+    assert_eq!(receipt["outcome"], "succeeded", "{receipt}");
+    assert_eq!(receipt["recipe_digest"], step.plan_digest().as_str());
+    assert_eq!(
+        receipt["changes"]["files"][0]["name"], UNDO_KEY,
+        "{receipt}"
+    );
+    assert!(!std::path::Path::new(UNDO_KEY).exists());
+    let link = format!("{}-{setup_nonce}", helper.user().uid);
+    assert!(!helper.state_dir.join("setups").join(link).exists());
+    assert!(helper.nonce_burnt(step.nonce().as_str()));
+    // Nothing is left to undo: the same list again is stale.
+    let again = undo_step(&result.receipt().to_string(), content);
+    let result = helper.start(again.to_json().as_bytes(), &["--undo"]);
+    result.assert_refused("ParametersInvalid", HOST_STEP_INVALID);
+}

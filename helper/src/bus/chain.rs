@@ -341,20 +341,9 @@ impl DecisionLog {
         let (authz, action) = (self.authz.unwrap_or("not-asked"), self.action);
         match result {
             Ok(job) => tracing::info!(
-                sender,
-                uid,
-                pid,
-                unit,
-                cgroup,
-                action,
-                nonce,
-                recipe_id,
-                recipe_digest,
-                parameters_digest,
-                authz,
-                outcome = if self.replay { "replayed" } else { "started" },
-                job = job.as_str(),
-                "step accepted"
+                sender, uid, pid, unit, cgroup, action, nonce, recipe_id, recipe_digest,
+                parameters_digest, authz, outcome = if self.replay { "replayed" } else { "started" },
+                job = %job.as_str(), "step accepted"
             ),
             Err(e) => tracing::warn!(
                 sender, uid, pid, unit, cgroup, action, nonce, recipe_id, recipe_digest,

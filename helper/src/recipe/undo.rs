@@ -36,17 +36,11 @@ pub(crate) async fn machine_now(
 ) -> Result<MachineNow, Failure> {
     let mut sink = ();
     let mut r = executor(ctx, family, &mut sink);
-    let (packages, groups) = (changes::packages(&mut r).await?, changes::groups(&r)?);
-    let mut now = MachineNow {
-        packages,
-        groups,
-        ..MachineNow::default()
-    };
+    let mut now = MachineNow::default();
+    (now.packages, now.groups) = (changes::packages(&mut r).await?, changes::groups(&r)?);
     for path in setups.iter().flat_map(|s| &s.files).map(|c| c.name.clone()) {
         match files::read_state(&files::under_root(&ctx.file_root, &path)) {
-            Ok(state) => now
-                .files
-                .insert(path, state.map(|s| Digest::of_bytes(&s.0))),
+            Ok(s) => now.files.insert(path, s.map(|s| Digest::of_bytes(&s.0))),
             Err(e) => now.unreadable.insert(path, e.to_string()).map(|_| None),
         };
     }
@@ -79,20 +73,15 @@ pub(crate) async fn run_undo(
         Err(Failure(why)) => return super::not_read(ctx, &why),
     };
     let mut run = Actions(Outcome::Succeeded, Vec::new(), None);
-    let units = plan
-        .disable_units
-        .iter()
-        .map(|u| cmd(Systemctl, &["disable", "--now"], &[u]));
-    let packages =
-        (!plan.remove_packages.is_empty()).then(|| package_purge(family, &plan.remove_packages));
+    let (units, packages) = (plan.disable_units.iter(), &plan.remove_packages);
+    let units = units
+        .map(|u| cmd(Systemctl, &["disable", "--now"], &[u]))
+        .collect();
+    let packages = Vec::from_iter((!packages.is_empty()).then(|| package_purge(family, packages)));
     let phases = [
-        ("disable-units", "disabling services", units.collect()),
+        ("disable-units", "disabling services", units),
         ("restore-files", "putting files back", Vec::new()),
-        (
-            "remove-packages",
-            "removing packages",
-            packages.into_iter().collect(),
-        ),
+        ("remove-packages", "removing packages", packages),
         ("groups", "taking members out of groups", Vec::new()),
     ];
     for (i, (id, phase, commands)) in phases.into_iter().enumerate() {
@@ -113,13 +102,7 @@ pub(crate) async fn run_undo(
         };
         let report = run.ended(&mut r, id, started, done);
         let (status, detail) = (report.status.as_str(), &report.detail);
-        tracing::info!(
-            uid = ctx.caller_uid,
-            action = id,
-            status,
-            detail,
-            "undo action"
-        );
+        tracing::info!(uid = ctx.caller_uid, action = id, status, detail = %detail, "undo action");
     }
     run.end(r, &before).await
 }
