@@ -23,12 +23,12 @@ pub fn command() -> clap::Command {
             "The root side of enginekit. It is not run by hand: the system bus activates it \
              on the first call to org.enginekit.Helper1, through the systemd unit \
              enginekit-helper.service, and it exits on its own when idle.\n\n\
-             It does one kind of work: install the container runtime and the NVIDIA Container \
-             Toolkit from a signed recipe, as one frozen host step that the unprivileged broker \
-             (enginekit(1)) hands it. It takes the caller's identity from the bus, asks polkit \
-             (action org.enginekit.helper.install-container-runtime, an administrator's \
-             password by default), recomputes the step's digests, checks its parameters \
-             against this machine and burns the step's nonce before it runs anything.",
+             It installs the container runtime and the NVIDIA Container Toolkit from a signed \
+             recipe, as one frozen host step that the unprivileged broker (enginekit(1)) hands \
+             it, and undoes what those setups changed. It takes the caller's identity from the \
+             bus, asks polkit (actions org.enginekit.helper.install-container-runtime and \
+             org.enginekit.helper.undo-setup, an administrator's password by default), checks \
+             the step against this machine and its records and burns its nonce before it runs.",
         )
         .arg(
             Arg::new("config")

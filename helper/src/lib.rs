@@ -1,8 +1,8 @@
 //! `enginekit-helper`: the privileged half of enginekit. A root service on the system bus,
-//! activated on demand, that accepts one kind of work (a host step that installs the container
-//! runtime) and only after the whole chain in `bus::chain` has passed.
+//! activated on demand, that accepts two kinds of work (a host step that installs the container
+//! runtime; an undo of the caller's setups) and only after the whole chain in `bus::chain`.
 //!
-//! Modules: [`bus`] (the D-Bus service, the `Start` chain, caller identity and admission, jobs,
+//! Modules: [`bus`] (the D-Bus service, the `Start` and `Undo` chain, caller identity and admission, jobs,
 //! idle exit), `authz` (polkit), `verify` (step, recipe, parameters, machine, the prompt's
 //! details), [`ledger`] (nonces, receipts, anti-rollback), [`config`], [`cli`], [`logging`],
 //! `receipt` (a job's receipt), `refusal` (why a call is refused), `execution` (how a running

@@ -1,4 +1,5 @@
-//! polkit: may this bus name install the container runtime with these digests?
+//! polkit: may this bus name install the container runtime with these digests (`Start`), or
+//! undo its setups with this plan (`Undo`)?
 //!
 //! The subject is always the caller's unique bus name from the message header (polkitd asks the
 //! bus for its credentials), never a pid and never a value from the message body. Every error is

@@ -52,9 +52,7 @@ impl Helper {
         // The prefix is a valid path and N is decimal: valid by construction.
         ObjectPath::from_string_unchecked(format!("{JOB_PATH_PREFIX}{n}")).into()
     }
-}
 
-impl Helper {
     /// `Start` or `Undo` (by its polkit `action`): the chain, and one journal entry of what it
     /// decided.
     async fn step_call(

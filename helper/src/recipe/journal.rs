@@ -227,10 +227,8 @@ fn reopen(path: &Path, root: &Path) -> io::Result<Option<Journal>> {
 /// before its change.
 fn entries(text: &[u8]) -> io::Result<Vec<Entry>> {
     let mut entries: Vec<Entry> = Vec::new();
-    for line in text
-        .split_inclusive(|b| *b == b'\n')
-        .filter(|l| l.ends_with(b"\n"))
-    {
+    let lines = text.split_inclusive(|b| *b == b'\n');
+    for line in lines.filter(|l| l.ends_with(b"\n")) {
         let entry: Entry = serde_json::from_slice(line)?;
         if !allowed(&entry.path) || entries.iter().any(|e| e.path == entry.path) {
             return Err(io::Error::other("a path it may not restore"));
@@ -249,24 +247,19 @@ pub(crate) fn put_back_from(
     back_to: Option<&Digest>,
 ) -> Result<(), Failure> {
     let read = |j: &PathBuf| durable::read_bounded(j, MAX_JOURNAL_BYTES).ok().flatten();
-    let found = setups
-        .iter()
-        .filter_map(read)
-        .flat_map(|t| entries(&t).unwrap_or_default());
-    let mut found = found.filter(|e| e.path == path);
+    let found = setups.iter().filter_map(read);
+    let mut found = found.flat_map(|t| entries(&t).unwrap_or_default());
+    let digest = |e: &Entry| e.before.as_ref().map(|b| Digest::of_bytes(&b.0));
+    let (path, before) = (path.to_owned(), None);
     let entry = match back_to {
-        None => Entry {
-            path: path.to_owned(),
-            before: None,
-        },
-        Some(d) => found
-            .find(|e| {
-                e.before
-                    .as_ref()
-                    .is_some_and(|b| Digest::of_bytes(&b.0) == *d)
-            })
-            .ok_or_else(|| Failure(format!("no setup's journal holds {path} as {d}")))?,
+        None => Some(Entry {
+            path: path.clone(),
+            before,
+        }),
+        Some(d) => found.find(|e| e.path == path && digest(e).as_ref() == Some(d)),
     };
+    let why = || Failure(format!("no setup's journal holds what {path} was before"));
+    let entry = entry.ok_or_else(why)?;
     put_back(root, &entry).map(drop).map_err(Failure::from)
 }
 
