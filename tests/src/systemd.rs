@@ -354,12 +354,13 @@ impl BootedSystemd {
 
     /// A polkit rule answering `result` (`YES`, `NO`, `AUTH_ADMIN`, …) for the helper's action
     /// when `user` asks, then polkitd restarted: it reloads on inotify, a restart makes the rule
-    /// certain before the first call.
+    /// certain before the first call. It covers both of the helper's actions, the setup and its
+    /// undo.
     pub fn install_helper_polkit_rule(&self, user: &str, result: &str) {
         let rule = format!(
             "// enginekit test: the helper's action for {user}\n\
              polkit.addRule(function(action, subject) {{\n\
-             \x20   if (action.id == \"org.enginekit.helper.install-container-runtime\" && subject.user == \"{user}\") return polkit.Result.{result};\n\
+             \x20   if ((action.id == \"org.enginekit.helper.install-container-runtime\" || action.id == \"org.enginekit.helper.undo-setup\") && subject.user == \"{user}\") return polkit.Result.{result};\n\
              }});\n"
         );
         self.write(

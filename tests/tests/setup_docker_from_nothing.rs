@@ -347,6 +347,7 @@ fn from_no_docker_at_all_setup_adds_dockers_repository_installs_it_and_the_toolk
     // The bench's own daemon.json (its confinement of the Docker to come) is there before.
     let daemon_json_before = file_digest(&host, "/etc/docker/daemon.json");
     let groups_before = changes::parse_group_file(&host.sh("cat /etc/group"));
+    let snapshot_before = snapshot(&host);
 
     // The plan, as the user sees it. It asked the repository it would add (without root, with
     // the real apt) and found the three packages for bookworm amd64: no blocker, no warning.
@@ -531,14 +532,13 @@ fn from_no_docker_at_all_setup_adds_dockers_repository_installs_it_and_the_toolk
 
     // A hand edit of daemon.json and a package of the user's that needs Docker: both named and
     // left, with what that package needs; the rest still undone.
-    host.sh(
-        "echo '{\"log-level\": \"warn\"}' > /etc/docker/daemon.json && \
+    host.sh("cp /etc/docker/daemon.json /tmp/daemon.json.setup && \
+         echo '{\"log-level\": \"warn\"}' > /etc/docker/daemon.json && \
          mkdir -p /tmp/needs-docker/DEBIAN && printf '%s\\n' 'Package: needs-docker' \
          'Version: 1' 'Architecture: all' 'Maintainer: test <t@example.org>' \
          'Depends: docker-ce' 'Description: a package of the user that needs docker-ce' \
          > /tmp/needs-docker/DEBIAN/control && dpkg-deb -b /tmp/needs-docker /tmp/needs-docker.deb \
-         >/dev/null && dpkg -i /tmp/needs-docker.deb >/dev/null",
-    );
+         >/dev/null && dpkg -i /tmp/needs-docker.deb >/dev/null");
     assert!(host.installed_version("needs-docker").is_some());
     let undo = host_changes(&host);
     let why = |name: &str| {
@@ -559,6 +559,44 @@ fn from_no_docker_at_all_setup_adds_dockers_repository_installs_it_and_the_toolk
         "{undo}"
     );
     assert!(removed.contains("nvidia-container-toolkit"), "{undo}");
+
+    // The way back, for real. With the hand edit and the user's package undone first,
+    // everything the setup changed is as it left it: `remove --host` (polkit's undo action,
+    // the helper checking the step against its own receipts) puts the machine back as it was
+    // before the setup, package for package and file for file.
+    host.sh("cp /tmp/daemon.json.setup /etc/docker/daemon.json && dpkg --purge needs-docker");
+    let undone = host.enginekit("remove --host --yes --json");
+    let result = events(&undone)
+        .into_iter()
+        .find(|e| e["event"] == "host-removed")
+        .unwrap_or_else(|| panic!("no host-removed event: {}", describe(&undone)));
+    assert!(
+        undone.status.success() && result["outcome"] == "succeeded",
+        "{}\nhelper journal:\n{}",
+        describe(&undone),
+        host.journal()
+    );
+    assert_eq!(installed_packages(&host), packages_before);
+    assert_eq!(snapshot(&host), snapshot_before);
+    // Nothing of the setup is left to undo, and the undo leaves nothing to undo either.
+    let after = host.enginekit("host-changes --json");
+    let after = events(&after)
+        .into_iter()
+        .find(|e| e["event"] == "host-changes")
+        .unwrap_or_else(|| panic!("no host-changes event: {}", describe(&after)));
+    assert_eq!(after["host_changes"]["setups"], json!([]), "{after}");
+}
+
+/// What an undo must give back: the package set, the trees apt, Docker and CDI read, the
+/// group file and the enabled units.
+fn snapshot(host: &NoDockerHost) -> String {
+    let trees = host
+        .booted
+        .tree_snapshot(&["/etc/apt", "/etc/docker", "/etc/cdi", "/var/run/cdi"]);
+    let rest = host.sh(
+        "cat /etc/group; systemctl list-unit-files --state=enabled --no-legend --no-pager | sort",
+    );
+    format!("{trees}\n{rest}")
 }
 
 /// `enginekit host-changes --json` as the user: the undo plan of the user's setups.

@@ -27,7 +27,7 @@ use std::ops::Deref;
 
 use enginekit_integration::bench::{self, Service};
 use enginekit_integration::documents::{vllm_descriptor, DOCKER_PACKAGES, TOOLKIT_PACKAGES};
-use enginekit_integration::output::{describe, result_of};
+use enginekit_integration::output::{describe, events, result_of};
 use enginekit_integration::session_host::{
     assert_plan_installs_docker_and_the_toolkit, changes, receipt_action, SessionHost,
 };
@@ -140,6 +140,8 @@ fn on_a_simulated_rocky_9_host_without_docker_setup_installs_the_pinned_rpms_wit
     for package in DOCKER_PACKAGES.iter().chain(&TOOLKIT_PACKAGES) {
         assert_eq!(host.rpm_version(package), None, "{package}");
     }
+    let rpms_before = host.rpm_list();
+    let snapshot_before = host.snapshot();
 
     let plan = host.plan();
     assert_dnf_plan(&plan);
@@ -262,6 +264,64 @@ fn on_a_simulated_rocky_9_host_without_docker_setup_installs_the_pinned_rpms_wit
 
     // A new sign-in: GPU check, pull by digest, verify, record.
     host.assert_setup_finishes_without_the_helper();
+
+    // The way back with dnf's family, with one change made in between: daemon.json edited by
+    // hand is named and left as it is; everything else the setup changed is undone (rpm -e of
+    // what it installed, the key's gpg-pubkey included; the .repo files; docker.service; the
+    // group).
+    let edited = "{\"log-level\": \"warn\"}";
+    host.sh(&format!("echo '{edited}' > /etc/docker/daemon.json"));
+    let undone = host.enginekit("remove --host --yes --json");
+    let result = events(&undone)
+        .into_iter()
+        .find(|e| e["event"] == "host-removed")
+        .unwrap_or_else(|| panic!("no host-removed event: {}", describe(&undone)));
+    assert!(
+        undone.status.success() && result["outcome"] == "succeeded",
+        "{}\nhelper journal:\n{}",
+        describe(&undone),
+        host.journal()
+    );
+    assert!(
+        result.to_string().contains("/etc/docker/daemon.json"),
+        "the hand-edited daemon.json is named as left: {result}"
+    );
+    assert_eq!(host.sh("cat /etc/docker/daemon.json").trim(), edited);
+    assert_eq!(host.rpm_list(), rpms_before);
+    let without_daemon_json = |s: String| -> Vec<String> {
+        s.lines()
+            .filter(|l| !l.contains("/etc/docker/daemon.json"))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        without_daemon_json(host.snapshot()),
+        without_daemon_json(snapshot_before)
+    );
+}
+
+impl RhelHost {
+    /// `rpm -qa`, sorted: the package set an undo must give back.
+    fn rpm_list(&self) -> Vec<String> {
+        let mut list: Vec<String> = self.sh("rpm -qa").lines().map(str::to_owned).collect();
+        list.sort();
+        list
+    }
+
+    /// The trees dnf, Docker and CDI read, the group file and the enabled units.
+    fn snapshot(&self) -> String {
+        let trees = self.booted.tree_snapshot(&[
+            "/etc/yum.repos.d",
+            "/etc/pki/rpm-gpg",
+            "/etc/docker",
+            "/etc/cdi",
+            "/var/run/cdi",
+        ]);
+        let rest = self.sh(
+            "cat /etc/group; systemctl list-unit-files --state=enabled --no-legend --no-pager | sort",
+        );
+        format!("{trees}\n{rest}")
+    }
 }
 
 impl RhelHost {
