@@ -84,6 +84,72 @@ impl UndoPlan {
             && self.groups.is_empty()
     }
 
+    /// What it does, one line each, in its order: what the terminal shows and polkit is told.
+    pub fn actions(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .disable_units
+            .iter()
+            .map(|u| format!("disable {u}"))
+            .collect();
+        lines.extend(self.files.iter().map(|f| match f.back_to {
+            Some(_) => format!("put {} back as it was before", f.path),
+            None => format!("remove {} (it was not there before)", f.path),
+        }));
+        if !self.remove_packages.is_empty() {
+            lines.push(format!(
+                "remove the packages {}",
+                self.remove_packages.join(" ")
+            ));
+        }
+        for g in &self.groups {
+            let members = g.remove_members.join(", ");
+            lines.extend(
+                (!members.is_empty())
+                    .then(|| format!("take {members} out of the group {}", g.group)),
+            );
+            lines.extend(
+                g.delete
+                    .then(|| format!("delete the group {} (it was not there before)", g.group)),
+            );
+        }
+        lines
+    }
+
+    /// `Ok` when each of its actions is one `found` does: the same units, files (equal),
+    /// packages, and groups equal or with some of the same members taken out and not deleted.
+    /// Otherwise the first action that is not, in a sentence.
+    pub fn within(&self, found: &UndoPlan) -> Result<(), String> {
+        fn extra<'a, T: PartialEq>(asked: &'a [T], found: &[T]) -> Option<&'a T> {
+            asked.iter().find(|a| !found.contains(a))
+        }
+        let part_of = |g: &GroupUndo, h: &GroupUndo| {
+            let some = g
+                .remove_members
+                .iter()
+                .all(|m| h.remove_members.contains(m));
+            h == g || (h.group == g.group && !g.delete && some)
+        };
+        let what = if let Some(u) = extra(&self.disable_units, &found.disable_units) {
+            format!("disables {u}")
+        } else if let Some(f) = extra(&self.files, &found.files) {
+            format!("puts back {} (now {})", f.path, f.now)
+        } else if let Some(p) = extra(&self.remove_packages, &found.remove_packages) {
+            format!("removes the package {p}")
+        } else if let Some(g) =
+            (self.groups.iter()).find(|g| !found.groups.iter().any(|h| part_of(g, h)))
+        {
+            format!(
+                "takes {:?} out of {} (delete: {})",
+                g.remove_members, g.group, g.delete
+            )
+        } else {
+            return Ok(());
+        };
+        Err(format!(
+            "the undo plan {what}, which undoing your recorded setups does not"
+        ))
+    }
+
     /// Leaves `package` installed because `why` (e.g. another package needs it).
     pub fn keep_package(&mut self, package: &str, why: String) {
         if let Some(at) = self.remove_packages.iter().position(|p| p == package) {
@@ -93,6 +159,29 @@ impl UndoPlan {
                 why,
             });
         }
+    }
+}
+
+impl MachineNow {
+    /// The machine exactly as `setups` left it, by their own records: what the helper judges a
+    /// step's plan against. The most any undo of them may do; the machine read now (by the
+    /// broker, and right before each action) can only take things out of it.
+    pub fn as_left_by(setups: &[HostChanges]) -> MachineNow {
+        let mut now = MachineNow::default();
+        for p in composed(setups.iter().map(|s| s.packages.clone())) {
+            now.packages.extend(p.after.map(|v| (p.name, v)));
+        }
+        for f in composed(setups.iter().map(|s| s.files.clone())) {
+            now.files.insert(f.name, f.after);
+        }
+        for g in composed(setups.iter().map(|s| s.groups.clone())) {
+            now.groups.extend(g.after.map(|m| (g.name, m)));
+        }
+        now.units_enabled = setups
+            .iter()
+            .flat_map(|s| s.units_enabled.clone())
+            .collect();
+        now
     }
 }
 
@@ -285,25 +374,92 @@ mod tests {
     }
 
     fn as_left(setup: &HostChanges) -> MachineNow {
-        MachineNow {
-            packages: setup
-                .packages
-                .iter()
-                .filter_map(|c| Some((c.name.clone(), c.after.clone()?)))
-                .collect(),
-            files: setup
-                .files
-                .iter()
-                .map(|c| (c.name.clone(), c.after.clone()))
-                .collect(),
-            groups: setup
-                .groups
-                .iter()
-                .filter_map(|c| Some((c.name.clone(), c.after.clone()?)))
-                .collect(),
-            units_enabled: setup.units_enabled.iter().cloned().collect(),
-            unreadable: BTreeMap::new(),
-        }
+        MachineNow::as_left_by(std::slice::from_ref(setup))
+    }
+
+    #[test]
+    fn the_machine_as_left_is_what_the_records_say_after_every_setup() {
+        let first = setup();
+        let second = HostChanges {
+            packages: vec![change("docker-ce", v(&["5:27.3.1"]), v(&["5:28.0.0"]))],
+            groups: vec![change("docker", v(&["alice"]), v(&["alice", "bob"]))],
+            ..HostChanges::default()
+        };
+        let now = MachineNow::as_left_by(&[first, second]);
+        assert_eq!(now.packages["docker-ce"], ["5:28.0.0"]);
+        assert!(
+            !now.packages.contains_key("containerd"),
+            "removed by a setup"
+        );
+        assert_eq!(now.groups["docker"], ["alice", "bob"]);
+        assert_eq!(
+            now.files["/etc/apt/keyrings/docker.asc"],
+            Some(Digest::of_bytes(b"key"))
+        );
+        assert!(now.units_enabled.contains("docker.service"));
+    }
+
+    #[test]
+    fn a_plan_may_leave_out_never_add() {
+        let found = plan(&[setup()], &as_left(&setup()));
+        assert!(found.within(&found).is_ok());
+        let mut fewer = found.clone();
+        fewer.remove_packages.pop();
+        fewer.disable_units.clear();
+        fewer.files.clear();
+        fewer.groups[0].delete = false;
+        assert!(fewer.within(&found).is_ok());
+        fewer.groups[0].remove_members.clear();
+        assert!(fewer.within(&found).is_ok());
+
+        let refused = |edit: &dyn Fn(&mut UndoPlan), names: &str| {
+            let mut asked = found.clone();
+            edit(&mut asked);
+            let message = asked.within(&found).unwrap_err();
+            assert!(message.contains(names), "{message}");
+        };
+        refused(
+            &|p| p.remove_packages.push("bash".into()),
+            "removes the package bash",
+        );
+        refused(
+            &|p| p.disable_units.push("ssh.service".into()),
+            "disables ssh.service",
+        );
+        refused(
+            &|p| p.files[0].now = Digest::of_bytes(b"edited"),
+            "puts back /etc/apt/keyrings/docker.asc",
+        );
+        refused(
+            &|p| p.files[0].back_to = Some(Digest::of_bytes(b"x")),
+            "puts back",
+        );
+        refused(
+            &|p| p.groups[0].remove_members.push("carol".into()),
+            "out of docker",
+        );
+        // Deleting is only the whole group undo: never with fewer members taken out.
+        refused(
+            &|p| p.groups[0].remove_members.clear(),
+            "out of docker (delete: true)",
+        );
+        refused(&|p| p.groups[0].group = "wheel".into(), "out of wheel");
+    }
+
+    #[test]
+    fn each_action_is_one_line_in_the_plans_order() {
+        let plan = plan(&[setup()], &as_left(&setup()));
+        assert_eq!(
+            plan.actions(),
+            [
+                "disable docker.service",
+                "remove /etc/apt/keyrings/docker.asc (it was not there before)",
+                "put /etc/docker/daemon.json back as it was before",
+                "remove the packages containerd.io docker-ce",
+                "take alice out of the group docker",
+                "delete the group docker (it was not there before)",
+            ]
+        );
     }
 
     #[test]

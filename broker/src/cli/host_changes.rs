@@ -70,29 +70,8 @@ pub(crate) fn print_report(r: &ChangesReport) {
 
 /// What `u` would do, one line each.
 pub(crate) fn print_actions(u: &UndoPlan) {
-    if !u.disable_units.is_empty() {
-        println!("  disable {}", u.disable_units.join(", "));
-    }
-    for f in &u.files {
-        match &f.back_to {
-            Some(_) => println!("  put {} back as it was before", f.path),
-            None => println!("  remove {} (it was not there before)", f.path),
-        }
-    }
-    if !u.remove_packages.is_empty() {
-        println!("  remove the packages {}", u.remove_packages.join(" "));
-    }
-    for g in &u.groups {
-        if !g.remove_members.is_empty() {
-            println!(
-                "  take {} out of the group {}",
-                g.remove_members.join(", "),
-                g.group
-            );
-        }
-        if g.delete {
-            println!("  delete the group {} (it was not there before)", g.group);
-        }
+    for line in u.actions() {
+        println!("  {line}");
     }
 }
 

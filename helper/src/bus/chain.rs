@@ -153,8 +153,8 @@ pub(super) async fn start(
 }
 
 /// `Undo`: the same chain, for an undo step ([`verify::undo`]): its parse; the caller; the
-/// window, the receipts exactly the caller's kept setups, its plan within the helper's own from
-/// the machine read as root, no job running; then polkit and the rest as for `Start`.
+/// window, the receipts exactly the caller's kept setups, its plan within what the helper's
+/// records allow, no job running; then polkit and the rest as for `Start`.
 pub(super) async fn undo(
     helper: &Helper,
     bytes: &[u8],
@@ -169,8 +169,7 @@ pub(super) async fn undo(
     let (caller, _ticket) = helper.admission.admit(conn, header).await?;
     log.caller(&caller);
     let uid = caller.uid;
-    let (family, receipts) = judge(helper, &caller, |c| verify::undo::check(&step, uid, c))?;
-    let verified = verify::undo::verify(step, uid, family, receipts).await?;
+    let verified = judge(helper, &caller, |c| verify::undo::check(step, uid, c))?;
     log.parameters_digest = verified.receipts_digest.to_string();
     if helper.activity.job_running() {
         return Err(busy());

@@ -1,14 +1,12 @@
-//! `Undo`'s machine work: the machine read as root for the helper's own plan, then the plan run
-//! in its order, each command the only one allowed while it runs, each file journalled first (a
-//! failed or killed undo puts it back like any step's).
+//! `Undo`'s machine work: the plan run in its order, each command the only one allowed while
+//! it runs, each file journalled first (a failed or killed undo puts it back like any step's).
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use enginekit_shared::digest::Digest;
 use enginekit_shared::recipe::Family;
-use enginekit_shared::undo::{FileUndo, MachineNow, UndoPlan};
-use enginekit_shared::wire::changes::HostChanges;
+use enginekit_shared::undo::{FileUndo, UndoPlan};
 use enginekit_shared::wire::receipt::{ActionStatus, Outcome};
 
 use super::allow::Allowed;
@@ -17,42 +15,6 @@ use super::executor::{Executor, Failure};
 use super::{changes, files, journal, Actions, CancelToken, Done, ExecContext, ExecutionOutcome};
 use crate::exec::command::Program::{Gpasswd, Groupdel, Systemctl};
 use crate::execution::ProgressSink;
-
-impl ProgressSink for () {
-    fn progress(&mut self, _: &str, _: i32, _: bool) {}
-}
-
-fn executor<'a>(ctx: &'a ExecContext, f: Family, sink: &'a mut dyn ProgressSink) -> Executor<'a> {
-    let env = enginekit_shared::recipe::builtin().map(super::child_environment);
-    Executor::new(ctx, f, env.unwrap_or_default(), sink)
-}
-
-/// The machine now, read as root, for what `setups` changed: the package list (the receipts'
-/// own command), each file's digest, `/etc/group`, and which of their units are enabled.
-pub(crate) async fn machine_now(
-    family: Family,
-    setups: &[HostChanges],
-    ctx: &ExecContext,
-) -> Result<MachineNow, Failure> {
-    let mut sink = ();
-    let mut r = executor(ctx, family, &mut sink);
-    let mut now = MachineNow::default();
-    (now.packages, now.groups) = (changes::packages(&mut r).await?, changes::groups(&r)?);
-    for path in setups.iter().flat_map(|s| &s.files).map(|c| c.name.clone()) {
-        match files::read_state(&files::under_root(&ctx.file_root, &path)) {
-            Ok(s) => now.files.insert(path, s.map(|s| Digest::of_bytes(&s.0))),
-            Err(e) => now.unreadable.insert(path, e.to_string()).map(|_| None),
-        };
-    }
-    for unit in setups.iter().flat_map(|s| &s.units_enabled) {
-        let is_enabled = cmd(Systemctl, &["is-enabled", "--quiet"], &[unit])?;
-        r.allowed = Allowed::only(is_enabled.clone());
-        if r.run(&is_enabled, false).await?.success() {
-            now.units_enabled.insert(unit.clone());
-        }
-    }
-    Ok(now)
-}
 
 /// Runs `plan`, already found within the helper's own, for the setups whose kept journals
 /// (`.before.jsonl`, oldest first) are `journals`: `systemctl disable --now` of each unit, the
@@ -67,7 +29,8 @@ pub(crate) async fn run_undo(
     sink: &mut dyn ProgressSink,
     cancel: &CancelToken,
 ) -> ExecutionOutcome {
-    let mut r = executor(ctx, family, sink);
+    let env = enginekit_shared::recipe::builtin().map(super::child_environment);
+    let mut r = Executor::new(ctx, family, env.unwrap_or_default(), sink);
     let before = match changes::before(&mut r).await {
         Ok(before) => before,
         Err(Failure(why)) => return super::not_read(ctx, &why),
@@ -154,6 +117,10 @@ mod tests {
     use std::path::Path;
 
     use super::*;
+
+    impl ProgressSink for () {
+        fn progress(&mut self, _: &str, _: i32, _: bool) {}
+    }
 
     const DAEMON: &str = "/etc/docker/daemon.json";
     const KEY: &str = "/etc/apt/keyrings/docker.asc";

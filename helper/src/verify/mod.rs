@@ -158,7 +158,7 @@ impl Work {
     pub(crate) fn recheck(&self, checks: &Checks<'_>) -> Result<(), Refusal> {
         match self {
             Work::Setup(v) => recheck(v, checks),
-            Work::Undo(u) => undo::check(&u.step, u.uid, checks).map(drop),
+            Work::Undo(u) => undo::check(u.step.clone(), u.uid, checks).map(drop),
         }
     }
 }

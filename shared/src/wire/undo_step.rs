@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::host_step::{StepId, MAX_STEP_BYTES};
-use super::receipt::ReceiptId;
+use super::receipt::{Receipt, ReceiptId};
 use super::Timestamp;
 use crate::canonical::{self, ParseError};
 use crate::digest::{digest_of_serialize, Digest};
@@ -83,6 +83,17 @@ impl UndoStepError {
     }
 }
 
+/// Why an undo step's receipts are not the caller's kept setups.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeptMismatch {
+    #[error("a kept setup's receipt cannot be read: {0}")]
+    Damaged(String),
+    #[error("receipt {id} ({digest}) is not one of your kept setups (another user's, undone, or never kept)")]
+    NotKept { id: String, digest: Digest },
+    #[error("the step names {asked} setups, not your {kept} kept setups in their order: the list is stale")]
+    Stale { asked: usize, kept: usize },
+}
+
 /// The digest of a plan's canonical JSON: what the user's consent to an undo is bound to.
 pub fn plan_digest(plan: &UndoPlan) -> Digest {
     // A plan is strings and lists of strings: always representable.
@@ -137,6 +148,32 @@ impl UndoStep {
             return Err(UndoStepError::NothingToDo);
         }
         Ok(self)
+    }
+
+    /// The receipts of `kept` (the caller's kept setups as the ledger holds them, oldest
+    /// first) when the step names exactly those: the same ids, digests and order.
+    pub fn kept_setups(&self, kept: &[String]) -> Result<Vec<Receipt>, KeptMismatch> {
+        let mut receipts = Vec::new();
+        for text in kept {
+            let receipt = Receipt::parse(text.as_bytes());
+            receipts.push(receipt.map_err(|e| KeptMismatch::Damaged(e.to_string()))?);
+        }
+        let refs: Vec<ReceiptRef> = (receipts.iter().zip(kept))
+            .map(|(r, text)| ReceiptRef::of(r.receipt_id.clone(), text.as_bytes()))
+            .collect();
+        if let Some(r) = self.receipts.iter().find(|r| !refs.contains(r)) {
+            return Err(KeptMismatch::NotKept {
+                id: r.receipt_id.as_str().to_owned(),
+                digest: r.digest.clone(),
+            });
+        }
+        if self.receipts != refs {
+            return Err(KeptMismatch::Stale {
+                asked: self.receipts.len(),
+                kept: refs.len(),
+            });
+        }
+        Ok(receipts)
     }
 
     /// The step's JSON, as sent.
@@ -198,6 +235,65 @@ mod tests {
         let step = UndoStep::issue(vec![receipt(1), receipt(2)], plan()).unwrap();
         assert_eq!(UndoStep::parse(step.to_json().as_bytes()).unwrap(), step);
         assert_eq!(step.plan_digest(), &plan_digest(&plan()));
+    }
+
+    fn kept_receipt() -> String {
+        let receipt = Receipt {
+            receipt_id: ReceiptId::generate().unwrap(),
+            step_id: StepId::generate().unwrap(),
+            nonce: Nonce::generate().unwrap(),
+            expected_operation_revision: 1,
+            recipe_digest: Digest::of_bytes(b"r"),
+            parameters_digest: Digest::of_bytes(b"p"),
+            started_at: Timestamp::now(),
+            finished_at: Timestamp::now(),
+            outcome: crate::wire::receipt::Outcome::Succeeded,
+            actions: Vec::new(),
+            error: None,
+            restored: Vec::new(),
+            changes: Default::default(),
+        };
+        String::from_utf8(receipt.to_bytes().unwrap()).unwrap()
+    }
+
+    fn reference(text: &str) -> ReceiptRef {
+        let receipt = Receipt::parse(text.as_bytes()).unwrap();
+        ReceiptRef::of(receipt.receipt_id, text.as_bytes())
+    }
+
+    #[test]
+    fn the_receipts_must_be_the_kept_setups_exactly() {
+        let kept = [kept_receipt(), kept_receipt()];
+        let step = |refs: Vec<ReceiptRef>| UndoStep::issue(refs, plan()).unwrap();
+        let both = step(kept.iter().map(|t| reference(t)).collect());
+        let receipts = both.kept_setups(&kept).unwrap();
+        assert_eq!(receipts[1], Receipt::parse(kept[1].as_bytes()).unwrap());
+
+        let stale = step(vec![reference(&kept[0])]);
+        assert_eq!(
+            stale.kept_setups(&kept).unwrap_err(),
+            KeptMismatch::Stale { asked: 1, kept: 2 }
+        );
+        let reordered = step(vec![reference(&kept[1]), reference(&kept[0])]);
+        assert!(matches!(
+            reordered.kept_setups(&kept),
+            Err(KeptMismatch::Stale { .. })
+        ));
+        let stranger = step(vec![reference(&kept[0]), reference(&kept_receipt())]);
+        let err = stranger.kept_setups(&kept).unwrap_err();
+        assert!(matches!(err, KeptMismatch::NotKept { .. }), "{err}");
+        // The same receipt with other bytes (a re-serialised or edited copy) is not the one kept.
+        let mut edited = reference(&kept[0]);
+        edited.digest = Digest::of_bytes(b"edited");
+        let err = step(vec![edited, reference(&kept[1])])
+            .kept_setups(&kept)
+            .unwrap_err();
+        assert!(matches!(err, KeptMismatch::NotKept { .. }), "{err}");
+        let damaged = [kept[0].clone(), "{".to_owned()];
+        assert!(matches!(
+            both.kept_setups(&damaged),
+            Err(KeptMismatch::Damaged(_))
+        ));
     }
 
     #[test]
