@@ -299,7 +299,8 @@ pub(super) async fn install_packages(r: &mut Executor<'_>, packages: &[PlannedPa
     match r.family {
         // apt-get install upgrades an installed package to its candidate.
         Family::Apt => {
-            r.must(&cmd::apt_install(&all)?, true).await?;
+            r.must(&cmd::package_install(Family::Apt, &all)?, true)
+                .await?;
         }
         // dnf install leaves an installed package as it is, and `upgrade` is a word the
         // allowlist never lets through: the person upgrades it (the plan says so first).
@@ -313,7 +314,8 @@ pub(super) async fn install_packages(r: &mut Executor<'_>, packages: &[PlannedPa
                     p.name
                 ));
             }
-            r.must(&cmd::dnf_install(&absent)?, true).await?;
+            r.must(&cmd::package_install(Family::Dnf, &absent)?, true)
+                .await?;
         }
     }
     let still = todo(r, &all).await?;
