@@ -129,27 +129,24 @@ impl Command {
 /// Builds a [`Command`], collecting the first unsafe value instead of panicking.
 #[derive(Debug)]
 pub(crate) struct CommandBuilder {
-    program: Program,
-    args: Vec<SafeArg>,
-    duration: Duration,
-    listing: bool,
+    cmd: Command,
     error: Option<UnsafeValue>,
 }
 
 impl CommandBuilder {
     pub(crate) fn new(program: Program) -> CommandBuilder {
-        CommandBuilder {
+        let cmd = Command {
             program,
             args: Vec::new(),
             duration: Duration::Ordinary,
             listing: false,
-            error: None,
-        }
+        };
+        CommandBuilder { cmd, error: None }
     }
 
     fn push(mut self, arg: Result<SafeArg, UnsafeValue>) -> Self {
         match arg {
-            Ok(a) => self.args.push(a),
+            Ok(a) => self.cmd.args.push(a),
             Err(e) => self.error = self.error.take().or(Some(e)),
         }
         self
@@ -178,32 +175,22 @@ impl CommandBuilder {
     }
 
     pub(crate) fn long_running(mut self) -> Self {
-        self.duration = Duration::LongRunning;
+        self.cmd.duration = Duration::LongRunning;
         self
     }
 
     pub(crate) fn diagnostic(mut self) -> Self {
-        self.duration = Duration::Diagnostic;
+        self.cmd.duration = Duration::Diagnostic;
         self
     }
 
     pub(crate) fn listing(mut self) -> Self {
-        self.listing = true;
+        self.cmd.listing = true;
         self
     }
 
     pub(crate) fn build(self) -> Result<Command, UnsafeValue> {
-        let (program, args, duration) = (self.program, self.args, self.duration);
-        let listing = self.listing;
-        self.error.map_or(
-            Ok(Command {
-                program,
-                args,
-                duration,
-                listing,
-            }),
-            Err,
-        )
+        self.error.map_or(Ok(self.cmd), Err)
     }
 }
 
