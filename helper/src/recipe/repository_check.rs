@@ -66,14 +66,13 @@ async fn ask(
                 if said.contains("Failed to fetch") {
                     return refused(format!("apt could not fetch them: {said}"));
                 }
+                let lacking = lacking.join(" ");
+                let said = match said {
+                    "" => String::new(),
+                    said => format!(" (apt-get update said: {said})"),
+                };
                 return refused(format!(
-                    "they offer no {} for this release and architecture{}",
-                    lacking.join(" "),
-                    if said.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" (apt-get update said: {said})")
-                    }
+                    "they offer no {lacking} for this release and architecture{said}"
                 ));
             }
         }
@@ -86,9 +85,9 @@ async fn ask(
                     return refused(out.describe());
                 }
                 if out.stdout.trim().is_empty() {
+                    let name = &p.name;
                     return refused(format!(
-                        "they offer no {} for this release and architecture",
-                        p.name
+                        "they offer no {name} for this release and architecture"
                     ));
                 }
             }
@@ -134,12 +133,8 @@ fn private_copies(root: &Path, plan: &[PlannedAction], dir: &Path) -> Result<Pat
                 .iter()
                 .fold(body.clone(), |b, (from, to)| b.replace(from, to));
             if path.ends_with(".repo") {
-                files::write_atomic(
-                    root,
-                    &dir.join("repos").join(file_name(path)?),
-                    body.as_bytes(),
-                    0o644,
-                )?;
+                let repo = dir.join("repos").join(file_name(path)?);
+                files::write_atomic(root, &repo, body.as_bytes(), 0o644)?;
                 continue;
             }
             if path.ends_with(".sources") {
@@ -173,26 +168,23 @@ async fn obsoletes(
     wanted: &[PlannedPackage],
     missing: &[PlannedPackage],
 ) -> Result<(), Failure> {
-    for p in missing {
-        let out = r.run(&cmd::dnf_obsoletes(dir, &p.name)?, false).await?;
+    for name in missing.iter().map(|p| &p.name) {
+        let out = r.run(&cmd::dnf_obsoletes(dir, name)?, false).await?;
         if !out.success() {
             return fail(format!(
-                "could not ask what {} obsoletes: {}",
-                p.name,
+                "could not ask what {name} obsoletes: {}",
                 out.describe()
             ));
         }
         let Some(names) = cmd::obsoleted_names(&out.stdout) else {
             return fail(format!(
-                "{} obsoletes something that is not a package name",
-                p.name
+                "{name} obsoletes something that is not a package name"
             ));
         };
         for first in names {
             if !wanted.iter().any(|w| w.name == first) && actions::is_installed(r, first).await? {
                 return fail(format!(
-                    "{first} is installed, and {} would replace it (RPM Obsoletes). Nothing was installed and nothing was removed.",
-                    p.name
+                    "{first} is installed, and {name} would replace it (RPM Obsoletes). Nothing was installed and nothing was removed."
                 ));
             }
         }
