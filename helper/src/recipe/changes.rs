@@ -48,11 +48,7 @@ pub(super) async fn since(r: &mut Executor<'_>, before: &Before, files_kept: boo
     let groups = or_unknown("groups", groups);
     HostChanges {
         packages,
-        files: if files_kept {
-            r.journal.changes()
-        } else {
-            Vec::new()
-        },
+        files: files_kept.then(|| r.journal.changes()).unwrap_or_default(),
         groups,
         units_enabled: std::mem::take(&mut r.units_enabled),
         unknown,

@@ -24,18 +24,10 @@ const APT_LOCK_TIMEOUT: &str = "DPkg::Lock::Timeout=300";
 
 /// `apt-get update` of one source list only.
 pub(crate) fn apt_refresh(source_path: &str) -> Built {
+    let list = format!("Dir::Etc::sourcelist={source_path}");
     CommandBuilder::new(Program::AptGet)
-        .arg("update")
-        .flag("-o")
-        .arg(format!("Dir::Etc::sourcelist={source_path}"))
-        .words(&[
-            "-o",
-            "Dir::Etc::sourceparts=-",
-            "-o",
-            "APT::Get::List-Cleanup=0",
-            "-o",
-            APT_LOCK_TIMEOUT,
-        ])
+        .words(&["update", "-o", &list, "-o", "Dir::Etc::sourceparts=-"])
+        .words(&["-o", "APT::Get::List-Cleanup=0", "-o", APT_LOCK_TIMEOUT])
         .build()
 }
 
