@@ -71,14 +71,9 @@ impl Journal {
         }
         // Test hook, debug builds only: die as a kill -9 would, before the Nth record.
         #[cfg(debug_assertions)]
-        if let Some(arm) = self
-            .path
-            .as_ref()
-            .map(|p| p.with_file_name("kill-before-record"))
-        {
-            if std::fs::read_to_string(arm)
-                .is_ok_and(|n| n.trim() == self.entries.len().to_string())
-            {
+        if let Some(journal) = &self.path {
+            let armed = std::fs::read_to_string(journal.with_file_name("kill-before-record"));
+            if armed.is_ok_and(|n| n.trim() == self.entries.len().to_string()) {
                 let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
             }
         }
