@@ -49,13 +49,8 @@ pub(crate) fn read_state(path: &Path) -> Result<Option<(Vec<u8>, u32)>, FileErro
     if meta.len() > MAX_READ_BYTES {
         return Err(FileError::TooLarge(path.to_path_buf()));
     }
-    // O_NONBLOCK: a FIFO swapped in after the look above must not hang the job; what was
-    // opened is checked again.
-    let mut file = OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-        .open(path)
-        .map_err(io)?;
+    // What was opened is checked again: a file swapped in after the look above.
+    let mut file = open_to_read(path).map_err(io)?;
     let opened = file.metadata().map_err(io)?;
     if !opened.is_file() {
         return Err(FileError::NotRegular(path.to_path_buf()));
@@ -66,6 +61,13 @@ pub(crate) fn read_state(path: &Path) -> Result<Option<(Vec<u8>, u32)>, FileErro
         .read_to_end(&mut bytes)
         .map_err(io)?;
     Ok(Some((bytes, opened.mode() & 0o7777)))
+}
+
+/// Opens `path` to read, never through a symlink; `O_NONBLOCK`: a FIFO swapped in must not hang
+/// the job.
+fn open_to_read(path: &Path) -> std::io::Result<std::fs::File> {
+    let how = nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK;
+    OpenOptions::new().read(true).custom_flags(how).open(path)
 }
 
 /// Creates `parent` (0755) if needed, then requires it and every directory above it up to
@@ -110,11 +112,7 @@ fn check_ancestors(
 /// this call changed the mode; a missing file is nothing to do.
 pub(crate) fn make_readable(path: &Path) -> Result<bool, FileError> {
     let io = |e| FileError::Io(path.to_path_buf(), e);
-    let file = match OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-        .open(path)
-    {
+    let file = match open_to_read(path) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
