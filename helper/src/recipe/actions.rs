@@ -339,14 +339,9 @@ pub(super) async fn install_packages(r: &mut Executor<'_>, packages: &[PlannedPa
     }
     let mut said = Vec::new();
     if !absent.is_empty() {
-        said.push(format!(
-            "installed {}",
-            absent
-                .iter()
-                .map(|p| cmd::install_name(p, r.family == Family::Apt))
-                .collect::<Vec<_>>()
-                .join(" ")
-        ));
+        let apt = r.family == Family::Apt;
+        let installed: Vec<String> = absent.iter().map(|p| cmd::install_name(p, apt)).collect();
+        said.push(format!("installed {}", installed.join(" ")));
     }
     for (p, have) in &outdated {
         said.push(format!(
