@@ -7,26 +7,43 @@ use std::path::{Path, PathBuf};
 use enginekit_shared::ownership::is_root_only;
 use enginekit_shared::safe::{SafeArg, UnsafeValue};
 
-/// Every program the helper knows. Nothing else can be spawned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Program {
-    AptGet,
-    AptCache,
-    DpkgQuery,
-    Dpkg,
-    Dnf,
-    Rpm,
-    NvidiaCtk,
-    Systemctl,
-    Id,
-    Docker,
-    Usermod,
-    Journalctl,
-    Gpasswd,
-    Groupdel,
-    /// Test only: `sleep`, to exercise timeouts.
+/// Every program the helper knows, each with the name `argv[0]` shows and it is looked up by:
+/// `Variant = "name"`. Nothing else can be spawned.
+macro_rules! programs {
+    ($($(#[$cfg:meta])? $variant:ident = $name:literal,)+) => {
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub(crate) enum Program {
+            $($(#[$cfg])? $variant,)+
+        }
+
+        impl Program {
+            pub(crate) fn name(self) -> &'static str {
+                match self {
+                    $($(#[$cfg])? Program::$variant => $name,)+
+                }
+            }
+        }
+    };
+}
+
+programs! {
+    AptGet = "apt-get",
+    AptCache = "apt-cache",
+    DpkgQuery = "dpkg-query",
+    Dpkg = "dpkg",
+    Dnf = "dnf",
+    Rpm = "rpm",
+    NvidiaCtk = "nvidia-ctk",
+    Systemctl = "systemctl",
+    Id = "id",
+    Docker = "docker",
+    Usermod = "usermod",
+    Journalctl = "journalctl",
+    Gpasswd = "gpasswd",
+    Groupdel = "groupdel",
+    // Test only: `sleep`, to exercise timeouts.
     #[cfg(test)]
-    Sleep,
+    Sleep = "sleep",
 }
 
 /// Directories searched for a program: the system's, where packages put their programs, never
@@ -35,28 +52,6 @@ pub(crate) enum Program {
 pub(crate) const PROGRAM_DIRS: &[&str] = &["/usr/sbin", "/usr/bin", "/sbin", "/bin"];
 
 impl Program {
-    /// The name as `argv[0]` shows it and as it is looked up.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Program::AptGet => "apt-get",
-            Program::AptCache => "apt-cache",
-            Program::DpkgQuery => "dpkg-query",
-            Program::Dpkg => "dpkg",
-            Program::Dnf => "dnf",
-            Program::Rpm => "rpm",
-            Program::NvidiaCtk => "nvidia-ctk",
-            Program::Systemctl => "systemctl",
-            Program::Id => "id",
-            Program::Docker => "docker",
-            Program::Usermod => "usermod",
-            Program::Journalctl => "journalctl",
-            Program::Gpasswd => "gpasswd",
-            Program::Groupdel => "groupdel",
-            #[cfg(test)]
-            Program::Sleep => "sleep",
-        }
-    }
-
     /// Whether this program changes packages when run as mutating (its start ends the window for
     /// cancelling; a logind inhibitor is held while it runs).
     pub(crate) fn is_package_manager(self) -> bool {
