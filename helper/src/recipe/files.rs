@@ -70,20 +70,6 @@ fn open_to_read(path: &Path) -> std::io::Result<std::fs::File> {
     OpenOptions::new().read(true).custom_flags(how).open(path)
 }
 
-/// Creates `parent` (0755) if needed, then requires it and every directory above it up to
-/// `root` (`/` in production) to be trusted: a writable ancestor could swap a whole subtree under
-/// the helper between its check and its write.
-fn ensure_parent(root: &Path, parent: &Path, owner: u32) -> Result<(), FileError> {
-    // The existing chain first: `create_dir_all` must never follow a link someone planted.
-    check_ancestors(root, parent, owner, true)?;
-    DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(parent)
-        .map_err(|e| FileError::Io(parent.to_path_buf(), e))?;
-    check_ancestors(root, parent, owner, false)
-}
-
 /// Every directory from `parent` up to `root` is trusted; with `skip_missing`, those not made yet
 /// are passed over.
 fn check_ancestors(
@@ -137,8 +123,10 @@ pub(crate) fn make_readable(path: &Path) -> Result<bool, FileError> {
     Ok(true)
 }
 
-/// Writes `bytes` to `path` with `mode`, atomically. The parent and every directory above it up
-/// to `root` must belong to this process's effective uid (root in production).
+/// Writes `bytes` to `path` with `mode`, atomically. The parent is created (0755) if needed, and
+/// it and every directory above it up to `root` must be trusted, of this process's effective uid
+/// (root in production): a writable ancestor could swap a whole subtree under the helper between
+/// its check and its write.
 pub(crate) fn write_atomic(
     root: &Path,
     path: &Path,
@@ -149,7 +137,12 @@ pub(crate) fn write_atomic(
     let parent = path
         .parent()
         .ok_or_else(|| io(std::io::Error::other("no parent directory")))?;
-    ensure_parent(root, parent, nix::unistd::geteuid().as_raw())?;
+    let euid = nix::unistd::geteuid().as_raw();
+    // The existing chain first: `create_dir_all` must never follow a link someone planted.
+    check_ancestors(root, parent, euid, true)?;
+    let made = DirBuilder::new().recursive(true).mode(0o755).create(parent);
+    made.map_err(|e| FileError::Io(parent.to_path_buf(), e))?;
+    check_ancestors(root, parent, euid, false)?;
     if std::fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_symlink()) {
         return Err(FileError::Symlink(path.to_path_buf()));
     }
