@@ -101,15 +101,13 @@ impl<'a> Executor<'a> {
         if result.success() {
             self.allowed.learn(cmd, &result.stdout);
         }
+        let stderr = result.spawn_error.as_deref().unwrap_or(&result.stderr);
         let record = CommandRecord {
             argv: result.argv.clone(),
             exit_status: result.exit_code,
             signal: result.signal,
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            stderr_tail: bounded_tail(
-                result.spawn_error.as_deref().unwrap_or(&result.stderr),
-                STDERR_TAIL_BYTES,
-            ),
+            stderr_tail: bounded_tail(stderr, STDERR_TAIL_BYTES),
             mutating,
             diagnostic: matches!(cmd.duration, crate::exec::command::Duration::Diagnostic),
         };
