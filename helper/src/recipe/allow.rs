@@ -1,9 +1,7 @@
 //! The allowlist every command passes just before it is spawned (REFERENCE.md §8.10): exactly the
-//! commands the action being run may run, built from the verified plan's typed values (its
-//! packages, pins, conflicts, source paths and user) by the same builders the actions use. A
-//! builder bug or an injected argument cannot make a command outside that set, nor run one
-//! action's command (an install, a restart) while another action runs; the forbidden words are
-//! a second, cheap lock on the same door.
+//! commands the running action may run, built from the verified plan's typed values by the
+//! builders the actions use, so that neither a builder bug nor an injected argument runs anything
+//! else, or another action's command; the forbidden words are a second lock on the same door.
 
 use std::path::Path;
 

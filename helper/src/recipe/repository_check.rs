@@ -1,11 +1,9 @@
-//! The repositories a plan adds, asked before anything is written. Private copies of the plan's
-//! keys and sources under [`cmd::REPOSITORY_CHECK_DIR`] make an apt or dnf configuration of
-//! their own: the pinned key must verify the repository, and the repository must serve every
-//! package still missing, for this release and architecture; on dnf, what those packages would
-//! replace is asked there too. The system's sources, lists and caches are neither read nor
-//! written, and the folder is removed afterwards, whatever the answer. A refusal here leaves
-//! the host exactly as it was, where the same failure at `apt-get update` after the writes left
-//! a source that broke every later update.
+//! The repositories a plan adds, asked before anything is written, in an apt or dnf
+//! configuration of their own (private copies of the plan's keys and sources, removed after):
+//! the pinned key must verify each repository, which must serve every package still missing
+//! (on dnf, what those would replace is asked too). A refusal here leaves the host as it was,
+//! where the same failure at `apt-get update` after the writes left a source that broke every
+//! later update.
 
 use std::path::{Path, PathBuf};
 
