@@ -158,15 +158,13 @@ impl CommandBuilder {
     }
 
     /// Literal argv words as the reference writes them: options and positionals alike.
-    pub(crate) fn words(mut self, words: &[&str]) -> Self {
-        for word in words {
-            self = if word.starts_with('-') {
-                self.flag(word)
-            } else {
-                self.arg(*word)
-            };
-        }
-        self
+    pub(crate) fn words(self, words: &[&str]) -> Self {
+        words
+            .iter()
+            .fold(self, |b, word| match word.starts_with('-') {
+                true => b.flag(word),
+                false => b.arg(*word),
+            })
     }
 
     pub(crate) fn long_running(mut self) -> Self {
