@@ -210,11 +210,8 @@ async fn todo(
 }
 
 pub(super) fn names(packages: &[PlannedPackage]) -> String {
-    packages
-        .iter()
-        .map(|p| p.name.as_str())
-        .collect::<Vec<_>>()
-        .join(" ")
+    let all: Vec<&str> = packages.iter().map(|p| p.name.as_str()).collect();
+    all.join(" ")
 }
 
 pub(super) async fn check_conflicts(
