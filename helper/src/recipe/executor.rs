@@ -123,10 +123,9 @@ impl<'a> Executor<'a> {
         mutating: bool,
     ) -> Result<CommandResult, Failure> {
         let r = self.run(cmd, mutating).await?;
-        if r.success() {
-            Ok(r)
-        } else {
-            Err(Failure(r.describe()))
+        match r.success() {
+            true => Ok(r),
+            false => Err(Failure(r.describe())),
         }
     }
 

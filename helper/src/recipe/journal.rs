@@ -4,10 +4,9 @@
 //! mid-step ([`restore_interrupted`]). Packages are not journalled: the package manager's
 //! transaction is the unit.
 //!
-//! JSON lines, one `{"path", "before": null | [bytes, mode]}` per path, in `journals/`:
-//! `<uid>-<nonce>.open` while the step runs (under `flock`: a helper starting meanwhile leaves it
-//! be), then `.before.jsonl` if it succeeded (what was there before, for a later undo) or
-//! `.restored.jsonl`.
+//! JSON lines, `{"path", "before": null | [bytes, mode]}`, in `journals/<uid>-<nonce>.open` while
+//! the step runs (under `flock`: a helper starting meanwhile leaves it be), then `.before.jsonl`
+//! (succeeded: what was there, for a later undo) or `.restored.jsonl`.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};

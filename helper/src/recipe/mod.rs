@@ -124,10 +124,8 @@ impl ExecutionOutcome {
         }
     }
 
-    /// One receipt record per action: `code` is the action id, `status` how it ended,
-    /// `argv`/`exit_status` those of its deciding command (empty/`None` for in-process file
-    /// work; `Some(0)` is never invented), and the log tail starts with `<status>: <detail>`
-    /// followed by every command run, with its exit status and stderr tail.
+    /// One receipt record per action; `argv`/`exit_status` are its deciding command's (empty and
+    /// `None` for in-process file work: `Some(0)` is never invented).
     pub fn records(&self) -> Vec<ActionRecord> {
         self.actions
             .iter()
