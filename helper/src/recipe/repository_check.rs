@@ -40,20 +40,17 @@ async fn ask(
     missing: &[PlannedPackage],
 ) -> Done {
     let list = private_copies(&r.ctx.file_root, plan, dir)?;
-    let dir_text = dir.display().to_string();
+    let dir = dir.display().to_string();
     match r.family {
         Family::Apt => {
             let list = list.display().to_string();
-            let update = r
-                .run(&cmd::apt_private_update(&dir_text, &list)?, false)
-                .await?;
+            let update = r.run(&cmd::apt_private_update(&dir, &list)?, false).await?;
             if !update.success() {
                 return refused(update.describe());
             }
             let asked: Vec<&str> = missing.iter().map(|p| p.name.as_str()).collect();
-            let policy = r
-                .must(&cmd::apt_private_policy(&dir_text, &list, &asked)?, false)
-                .await?;
+            let policy = cmd::apt_private_policy(&dir, &list, &asked)?;
+            let policy = r.must(&policy, false).await?;
             let lacking: Vec<&str> = asked
                 .into_iter()
                 .filter(|p| !sources::has_candidate(&policy.stdout, p))
@@ -76,9 +73,7 @@ async fn ask(
         }
         Family::Dnf => {
             for p in missing {
-                let out = r
-                    .run(&cmd::dnf_available(&dir_text, &p.name)?, false)
-                    .await?;
+                let out = r.run(&cmd::dnf_available(&dir, &p.name)?, false).await?;
                 if !out.success() {
                     return refused(out.describe());
                 }
@@ -89,7 +84,7 @@ async fn ask(
                     ));
                 }
             }
-            obsoletes(r, &dir_text, wanted, missing).await?;
+            obsoletes(r, &dir, wanted, missing).await?;
         }
     }
     satisfied(format!(
