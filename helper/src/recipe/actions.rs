@@ -227,11 +227,8 @@ pub(super) async fn check_conflicts(
     let mut found = Vec::new();
     for c in conflicts {
         // Only a component that still has something to install can be blocked.
-        let blocked: Vec<PlannedPackage> = missing
-            .iter()
-            .filter(|m| m.component == c.component)
-            .cloned()
-            .collect();
+        let blocked = missing.iter().filter(|m| m.component == c.component);
+        let blocked: Vec<PlannedPackage> = blocked.cloned().collect();
         if !blocked.is_empty() && is_installed(r, &c.name).await? {
             found.push((c.name.clone(), blocked));
         }
