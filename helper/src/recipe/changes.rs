@@ -48,7 +48,11 @@ pub(super) async fn since(r: &mut Executor<'_>, before: &Before, files_kept: boo
     let groups = or_unknown("groups", groups);
     HostChanges {
         packages,
-        files: files_kept.then(|| r.journal.changes()).unwrap_or_default(),
+        files: if files_kept {
+            r.journal.changes()
+        } else {
+            Vec::new()
+        },
         groups,
         units_enabled: std::mem::take(&mut r.units_enabled),
         unknown,
