@@ -306,11 +306,10 @@ pub(super) async fn install_packages(r: &mut Executor<'_>, packages: &[PlannedPa
         Family::Dnf => {
             if let Some((p, have)) = outdated.first() {
                 return fail(format!(
-                    "{} {} is installed, below the recipe's minimum {}; upgrade it first (sudo dnf upgrade {}). Nothing was installed.",
+                    "{0} {1} is installed, below the recipe's minimum {2}; upgrade it first (sudo dnf upgrade {0}). Nothing was installed.",
                     p.name,
                     have.as_deref().unwrap_or("?"),
                     p.minimum_version.as_deref().unwrap_or("?"),
-                    p.name
                 ));
             }
             r.must(&cmd::package_install(Family::Dnf, &absent)?, true)

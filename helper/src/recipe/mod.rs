@@ -2,10 +2,9 @@
 //! commands and file writes, run check then act by [`run_plan`], which never panics on host
 //! state, awaits every command (no thread waits on one) and always returns an outcome.
 //!
-//! - The recipe, parameters and plan are verified already; the plan is exactly what polkit was
-//!   told. [`ExecContext::new`] is production; tests may move `file_root`, which moves only the
-//!   keys and sources (and the list `apt-get update` reads): every other path is fixed in
-//!   [`commands`].
+//! - The recipe, parameters and plan are verified already; the plan is what polkit was told.
+//!   Tests may move [`ExecContext`]'s `file_root`: the prefix of the files the helper reads and
+//!   writes itself, and of the lists `apt-get update` reads; commands' paths are in [`commands`].
 //! - The checks come first (the conflicts, then `repository_check`), so a refusal writes nothing.
 //! - The sink gets one phase per action; cancel is offered, and honoured before each action,
 //!   until a package manager starts changing packages (a lock another holds is named by the
