@@ -137,11 +137,8 @@ impl ExecutionOutcome {
                         (None, Some(sig)) => format!("signal {sig}"),
                         (None, None) => "not started".to_string(),
                     };
-                    log.push_str(&format!(
-                        "$ {} → {status} ({} ms)\n",
-                        c.argv.join(" "),
-                        c.duration_ms
-                    ));
+                    let (argv, ms) = (c.argv.join(" "), c.duration_ms);
+                    log.push_str(&format!("$ {argv} → {status} ({ms} ms)\n"));
                     if !c.stderr_tail.trim().is_empty()
                         && (c.exit_status != Some(0) || a.status == ActionStatus::Failed)
                     {
