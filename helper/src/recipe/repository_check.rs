@@ -164,10 +164,8 @@ async fn obsoletes(
     for name in missing.iter().map(|p| &p.name) {
         let out = r.run(&cmd::dnf_obsoletes(dir, name)?, false).await?;
         if !out.success() {
-            return fail(format!(
-                "could not ask what {name} obsoletes: {}",
-                out.describe()
-            ));
+            let why = out.describe();
+            return fail(format!("could not ask what {name} obsoletes: {why}"));
         }
         let Some(names) = cmd::obsoleted_names(&out.stdout) else {
             return fail(format!(
