@@ -7,26 +7,43 @@ use std::path::{Path, PathBuf};
 use enginekit_shared::ownership::is_root_only;
 use enginekit_shared::safe::{SafeArg, UnsafeValue};
 
-/// Every program the helper knows. Nothing else can be spawned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Program {
-    AptGet,
-    AptCache,
-    DpkgQuery,
-    Dpkg,
-    Dnf,
-    Rpm,
-    NvidiaCtk,
-    Systemctl,
-    Id,
-    Docker,
-    Usermod,
-    Journalctl,
-    Gpasswd,
-    Groupdel,
-    /// Test only: `sleep`, to exercise timeouts.
+/// Every program the helper knows, each with the name `argv[0]` shows and it is looked up by:
+/// `Variant = "name"`. Nothing else can be spawned.
+macro_rules! programs {
+    ($($(#[$cfg:meta])? $variant:ident = $name:literal,)+) => {
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub(crate) enum Program {
+            $($(#[$cfg])? $variant,)+
+        }
+
+        impl Program {
+            pub(crate) fn name(self) -> &'static str {
+                match self {
+                    $($(#[$cfg])? Program::$variant => $name,)+
+                }
+            }
+        }
+    };
+}
+
+programs! {
+    AptGet = "apt-get",
+    AptCache = "apt-cache",
+    DpkgQuery = "dpkg-query",
+    Dpkg = "dpkg",
+    Dnf = "dnf",
+    Rpm = "rpm",
+    NvidiaCtk = "nvidia-ctk",
+    Systemctl = "systemctl",
+    Id = "id",
+    Docker = "docker",
+    Usermod = "usermod",
+    Journalctl = "journalctl",
+    Gpasswd = "gpasswd",
+    Groupdel = "groupdel",
+    // Test only: `sleep`, to exercise timeouts.
     #[cfg(test)]
-    Sleep,
+    Sleep = "sleep",
 }
 
 /// Directories searched for a program: the system's, where packages put their programs, never
@@ -35,28 +52,6 @@ pub(crate) enum Program {
 pub(crate) const PROGRAM_DIRS: &[&str] = &["/usr/sbin", "/usr/bin", "/sbin", "/bin"];
 
 impl Program {
-    /// The name as `argv[0]` shows it and as it is looked up.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Program::AptGet => "apt-get",
-            Program::AptCache => "apt-cache",
-            Program::DpkgQuery => "dpkg-query",
-            Program::Dpkg => "dpkg",
-            Program::Dnf => "dnf",
-            Program::Rpm => "rpm",
-            Program::NvidiaCtk => "nvidia-ctk",
-            Program::Systemctl => "systemctl",
-            Program::Id => "id",
-            Program::Docker => "docker",
-            Program::Usermod => "usermod",
-            Program::Journalctl => "journalctl",
-            Program::Gpasswd => "gpasswd",
-            Program::Groupdel => "groupdel",
-            #[cfg(test)]
-            Program::Sleep => "sleep",
-        }
-    }
-
     /// Whether this program changes packages when run as mutating (its start ends the window for
     /// cancelling; a logind inhibitor is held while it runs).
     pub(crate) fn is_package_manager(self) -> bool {
@@ -129,27 +124,24 @@ impl Command {
 /// Builds a [`Command`], collecting the first unsafe value instead of panicking.
 #[derive(Debug)]
 pub(crate) struct CommandBuilder {
-    program: Program,
-    args: Vec<SafeArg>,
-    duration: Duration,
-    listing: bool,
+    cmd: Command,
     error: Option<UnsafeValue>,
 }
 
 impl CommandBuilder {
     pub(crate) fn new(program: Program) -> CommandBuilder {
-        CommandBuilder {
+        let cmd = Command {
             program,
             args: Vec::new(),
             duration: Duration::Ordinary,
             listing: false,
-            error: None,
-        }
+        };
+        CommandBuilder { cmd, error: None }
     }
 
     fn push(mut self, arg: Result<SafeArg, UnsafeValue>) -> Self {
         match arg {
-            Ok(a) => self.args.push(a),
+            Ok(a) => self.cmd.args.push(a),
             Err(e) => self.error = self.error.take().or(Some(e)),
         }
         self
@@ -166,44 +158,32 @@ impl CommandBuilder {
     }
 
     /// Literal argv words as the reference writes them: options and positionals alike.
-    pub(crate) fn words(mut self, words: &[&str]) -> Self {
-        for word in words {
-            self = if word.starts_with('-') {
-                self.flag(word)
-            } else {
-                self.arg(*word)
-            };
-        }
-        self
+    pub(crate) fn words(self, words: &[&str]) -> Self {
+        words
+            .iter()
+            .fold(self, |b, word| match word.starts_with('-') {
+                true => b.flag(word),
+                false => b.arg(*word),
+            })
     }
 
     pub(crate) fn long_running(mut self) -> Self {
-        self.duration = Duration::LongRunning;
+        self.cmd.duration = Duration::LongRunning;
         self
     }
 
     pub(crate) fn diagnostic(mut self) -> Self {
-        self.duration = Duration::Diagnostic;
+        self.cmd.duration = Duration::Diagnostic;
         self
     }
 
     pub(crate) fn listing(mut self) -> Self {
-        self.listing = true;
+        self.cmd.listing = true;
         self
     }
 
     pub(crate) fn build(self) -> Result<Command, UnsafeValue> {
-        let (program, args, duration) = (self.program, self.args, self.duration);
-        let listing = self.listing;
-        self.error.map_or(
-            Ok(Command {
-                program,
-                args,
-                duration,
-                listing,
-            }),
-            Err,
-        )
+        self.error.map_or(Ok(self.cmd), Err)
     }
 }
 

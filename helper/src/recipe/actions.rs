@@ -23,6 +23,13 @@ pub(super) fn satisfied(detail: impl Into<String>) -> Done {
     Ok((ActionStatus::Satisfied, detail.into()))
 }
 
+fn applied_if(changed: bool, detail: impl Into<String>) -> Done {
+    match changed {
+        true => applied(detail),
+        false => satisfied(detail),
+    }
+}
+
 pub(super) fn fail<T>(detail: impl Into<String>) -> Result<T, Failure> {
     Err(Failure(detail.into()))
 }
@@ -104,15 +111,13 @@ pub(super) fn write_source(r: &mut Executor<'_>, path: &str, body: &str) -> Done
     }
     if let Some((existing, _)) = files::read_state(&target)? {
         // Stricter than the reference (§12.2): a differing source is reported, never trusted.
-        return if existing != body.as_bytes() {
-            fail(format!(
+        if existing != body.as_bytes() {
+            return fail(format!(
                 "{path} already exists and differs from the recipe's; it was left as it is"
-            ))
-        } else if said.is_empty() {
-            satisfied(format!("{path} already has the recipe's content"))
-        } else {
-            applied(format!("{path} already has the recipe's content{said}"))
-        };
+            ));
+        }
+        let kept = format!("{path} already has the recipe's content{said}");
+        return applied_if(!said.is_empty(), kept);
     }
     r.journal.record(path)?;
     files::write_atomic(&r.ctx.file_root, &target, body.as_bytes(), 0o644)?;
@@ -205,11 +210,8 @@ async fn todo(
 }
 
 pub(super) fn names(packages: &[PlannedPackage]) -> String {
-    packages
-        .iter()
-        .map(|p| p.name.as_str())
-        .collect::<Vec<_>>()
-        .join(" ")
+    let all: Vec<&str> = packages.iter().map(|p| p.name.as_str()).collect();
+    all.join(" ")
 }
 
 pub(super) async fn check_conflicts(
@@ -225,11 +227,8 @@ pub(super) async fn check_conflicts(
     let mut found = Vec::new();
     for c in conflicts {
         // Only a component that still has something to install can be blocked.
-        let blocked: Vec<PlannedPackage> = missing
-            .iter()
-            .filter(|m| m.component == c.component)
-            .cloned()
-            .collect();
+        let blocked = missing.iter().filter(|m| m.component == c.component);
+        let blocked: Vec<PlannedPackage> = blocked.cloned().collect();
         if !blocked.is_empty() && is_installed(r, &c.name).await? {
             found.push((c.name.clone(), blocked));
         }
@@ -299,21 +298,22 @@ pub(super) async fn install_packages(r: &mut Executor<'_>, packages: &[PlannedPa
     match r.family {
         // apt-get install upgrades an installed package to its candidate.
         Family::Apt => {
-            r.must(&cmd::apt_install(&all)?, true).await?;
+            r.must(&cmd::package_install(Family::Apt, &all)?, true)
+                .await?;
         }
         // dnf install leaves an installed package as it is, and `upgrade` is a word the
         // allowlist never lets through: the person upgrades it (the plan says so first).
         Family::Dnf => {
             if let Some((p, have)) = outdated.first() {
                 return fail(format!(
-                    "{} {} is installed, below the recipe's minimum {}; upgrade it first (sudo dnf upgrade {}). Nothing was installed.",
+                    "{0} {1} is installed, below the recipe's minimum {2}; upgrade it first (sudo dnf upgrade {0}). Nothing was installed.",
                     p.name,
                     have.as_deref().unwrap_or("?"),
                     p.minimum_version.as_deref().unwrap_or("?"),
-                    p.name
                 ));
             }
-            r.must(&cmd::dnf_install(&absent)?, true).await?;
+            r.must(&cmd::package_install(Family::Dnf, &absent)?, true)
+                .await?;
         }
     }
     let still = todo(r, &all).await?;
@@ -332,14 +332,9 @@ pub(super) async fn install_packages(r: &mut Executor<'_>, packages: &[PlannedPa
     }
     let mut said = Vec::new();
     if !absent.is_empty() {
-        said.push(format!(
-            "installed {}",
-            absent
-                .iter()
-                .map(|p| cmd::install_name(p, r.family == Family::Apt))
-                .collect::<Vec<_>>()
-                .join(" ")
-        ));
+        let apt = r.family == Family::Apt;
+        let installed: Vec<String> = absent.iter().map(|p| cmd::install_name(p, apt)).collect();
+        said.push(format!("installed {}", installed.join(" ")));
     }
     for (p, have) in &outdated {
         said.push(format!(
@@ -361,13 +356,11 @@ fn daemon_json(r: &Executor<'_>) -> Option<Vec<u8>> {
 
 /// daemon.json parses and has `runtimes.nvidia`; one that does not parse is not registered.
 fn registered(bytes: Option<&[u8]>) -> bool {
-    bytes
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok())
-        .is_some_and(|v| {
-            v.get("runtimes")
-                .and_then(|r| r.get(cmd::RUNTIME_NAME))
-                .is_some()
-        })
+    let json = bytes.and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok());
+    json.is_some_and(|v| {
+        v.pointer(&format!("/runtimes/{}", cmd::RUNTIME_NAME))
+            .is_some()
+    })
 }
 
 pub(super) async fn docker_is_active(r: &mut Executor<'_>) -> Result<bool, Failure> {
@@ -377,10 +370,8 @@ pub(super) async fn docker_is_active(r: &mut Executor<'_>) -> Result<bool, Failu
 /// Whether the running daemon has loaded the runtime; unparseable output is "not loaded".
 async fn runtime_loaded(r: &mut Executor<'_>) -> Result<bool, Failure> {
     let out = r.run(&cmd::runtime_loaded()?, false).await?;
-    Ok(out.success()
-        && serde_json::from_str::<serde_json::Value>(out.stdout.as_str().trim())
-            .ok()
-            .is_some_and(|v| v.get(cmd::RUNTIME_NAME).is_some()))
+    let json = serde_json::from_str::<serde_json::Value>(out.stdout.trim()).ok();
+    Ok(out.success() && json.is_some_and(|v| v.get(cmd::RUNTIME_NAME).is_some()))
 }
 
 /// Clears Docker's failed state, then starts (or restarts) it with `start`; on failure the
@@ -465,37 +456,28 @@ pub(super) async fn generate_cdi(r: &mut Executor<'_>) -> Done {
         notes.push(format!("made {} readable", cmd::CDI_SPEC));
     }
     // The refresh unit never fails the step.
+    use cmd::CDI_REFRESH_UNIT as UNIT;
     let present = r.run(&cmd::cdi_refresh_present()?, false).await?;
-    if present.success() && present.stdout.as_str().contains(cmd::CDI_REFRESH_UNIT) {
+    if present.success() && present.stdout.as_str().contains(UNIT) {
         let state = r.run(&cmd::cdi_refresh_enabled()?, false).await?;
         let state = state.stdout.lines().next().map(str::trim);
         if matches!(state, Some("disabled" | "linked" | "linked-runtime")) {
             let en = r.run(&cmd::cdi_refresh_enable()?, true).await?;
             if en.success() {
                 changed = true;
-                r.units_enabled.push(cmd::CDI_REFRESH_UNIT.to_owned());
-                notes.push(format!("enabled {}", cmd::CDI_REFRESH_UNIT));
+                r.units_enabled.push(UNIT.to_owned());
+                notes.push(format!("enabled {UNIT}"));
             } else {
-                notes.push(format!(
-                    "could not enable {}: {}",
-                    cmd::CDI_REFRESH_UNIT,
-                    en.describe()
-                ));
+                notes.push(format!("could not enable {UNIT}: {}", en.describe()));
             }
         }
     } else {
-        notes.push(format!("{} is not installed", cmd::CDI_REFRESH_UNIT));
+        notes.push(format!("{UNIT} is not installed"));
     }
-    let detail = if notes.is_empty() {
-        "a GPU is listed in the CDI specification".to_string()
-    } else {
-        notes.join("; ")
-    };
-    if changed {
-        applied(detail)
-    } else {
-        satisfied(detail)
+    if notes.is_empty() {
+        notes.push("a GPU is listed in the CDI specification".into());
     }
+    applied_if(changed, notes.join("; "))
 }
 
 pub(super) async fn enable_service(r: &mut Executor<'_>) -> Done {

@@ -1,9 +1,7 @@
 //! The allowlist every command passes just before it is spawned (REFERENCE.md §8.10): exactly the
-//! commands the action being run may run, built from the verified plan's typed values (its
-//! packages, pins, conflicts, source paths and user) by the same builders the actions use. A
-//! builder bug or an injected argument cannot make a command outside that set, nor run one
-//! action's command (an install, a restart) while another action runs; the forbidden words are
-//! a second, cheap lock on the same door.
+//! commands the running action may run, built from the verified plan's typed values by the
+//! builders the actions use, so that neither a builder bug nor an injected argument runs anything
+//! else, or another action's command; the forbidden words are a second lock on the same door.
 
 use std::path::Path;
 
@@ -88,7 +86,6 @@ pub(crate) fn permits(
     file_root: &Path,
 ) -> Result<Vec<Permit>, UnsafeValue> {
     use PlannedAction as A;
-    let apt = family == Family::Apt;
     let query = |name: &str| installed_query(family, name);
     let queries = |wanted: &[PlannedPackage]| -> Result<Vec<Command>, UnsafeValue> {
         let mut out = Vec::new();
@@ -123,7 +120,7 @@ pub(crate) fn permits(
             out.extend(queries(wanted)?);
             let dir = super::files::under_root(file_root, REPOSITORY_CHECK_DIR);
             let dir = dir.display().to_string();
-            if apt {
+            if family == Family::Apt {
                 let names: Vec<&str> = wanted.iter().map(|p| p.name.as_str()).collect();
                 for ext in ["list", "sources"] {
                     let list = format!("{dir}/{PRIVATE_SOURCES}.{ext}");
@@ -148,12 +145,7 @@ pub(crate) fn permits(
         }
         A::InstallPackages { packages, .. } => {
             out.extend(queries(packages)?);
-            let full = if apt {
-                apt_install(packages)?
-            } else {
-                dnf_install(packages)?
-            };
-            chosen.push((full, packages.len()));
+            chosen.push((package_install(family, packages)?, packages.len()));
         }
         A::ConfigureRuntime { .. } => out.extend([
             docker_active()?,
@@ -222,11 +214,8 @@ impl Allowed {
                 why,
             })
         };
-        if cmd
-            .args
-            .iter()
-            .any(|a| FORBIDDEN_WORDS.contains(&a.as_str()))
-        {
+        let forbidden = |a: &SafeArg| FORBIDDEN_WORDS.contains(&a.as_str());
+        if cmd.args.iter().any(forbidden) {
             return refuse("it carries a word that removes or upgrades packages");
         }
         let first = cmd.args.first().map(SafeArg::as_str);
@@ -479,16 +468,16 @@ mod tests {
             &apt,
             vec![
                 // A package the plan does not name, alone or among the plan's.
-                apt_install(&[package("evil", None)]).unwrap(),
-                apt_install(&[first.clone(), package("evil", None)]).unwrap(),
+                package_install(Family::Apt, &[package("evil", None)]).unwrap(),
+                package_install(Family::Apt, &[first.clone(), package("evil", None)]).unwrap(),
                 installed_query(Family::Apt, "evil").unwrap(),
                 version_query(Family::Apt, "evil").unwrap(),
                 // The plan's package at a version the plan does not pin.
-                apt_install(&[package(&first.name, Some("1.0"))]).unwrap(),
+                package_install(Family::Apt, &[package(&first.name, Some("1.0"))]).unwrap(),
                 // Out of the plan's order, twice, none at all.
-                apt_install(&reversed).unwrap(),
-                apt_install(&[first.clone(), first.clone()]).unwrap(),
-                apt_install(&[]).unwrap(),
+                package_install(Family::Apt, &reversed).unwrap(),
+                package_install(Family::Apt, &[first.clone(), first.clone()]).unwrap(),
+                package_install(Family::Apt, &[]).unwrap(),
                 // An extra option; the same words with another timeout class.
                 with_extra("--allow-downgrades"),
                 CommandBuilder::new(Program::AptGet)
@@ -505,7 +494,7 @@ mod tests {
                 add_to_docker_group(&bob).unwrap(),
                 dpkg_remove(&["docker.io".into()]).unwrap(),
                 // The other family's commands.
-                dnf_install(&all).unwrap(),
+                package_install(Family::Dnf, &all).unwrap(),
                 installed_query(Family::Dnf, &first.name).unwrap(),
             ],
         );
@@ -567,10 +556,7 @@ mod tests {
             let all = packages(&plan);
             assert!(all.len() >= 4, "{all:?}");
             for subset in subsets(&all) {
-                let c = match family {
-                    Family::Apt => apt_install(&subset),
-                    Family::Dnf => dnf_install(&subset),
-                };
+                let c = package_install(family, &subset);
                 allowed.permit(&c.unwrap()).unwrap();
             }
         }
@@ -640,7 +626,7 @@ mod tests {
             vec![
                 version_query(Family::Dnf, "lxc-docker").unwrap(),
                 installed_query(Family::Dnf, "lxc").unwrap(),
-                dnf_install(&[package("lxc-docker", None)]).unwrap(),
+                package_install(Family::Dnf, &[package("lxc-docker", None)]).unwrap(),
             ],
         );
     }

@@ -40,9 +40,8 @@ pub(super) async fn since(r: &mut Executor<'_>, before: &Before, files_kept: boo
             Vec::new()
         })
     };
-    let packages = packages(r)
-        .await
-        .map(|now| changes::diff(&before.packages, &now));
+    let packages = packages(r).await;
+    let packages = packages.map(|now| changes::diff(&before.packages, &now));
     let packages = or_unknown("packages", packages);
     let groups = groups(r).map(|now| changes::diff(&before.groups, &now));
     let groups = or_unknown("groups", groups);

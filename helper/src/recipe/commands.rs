@@ -24,18 +24,10 @@ const APT_LOCK_TIMEOUT: &str = "DPkg::Lock::Timeout=300";
 
 /// `apt-get update` of one source list only.
 pub(crate) fn apt_refresh(source_path: &str) -> Built {
+    let list = format!("Dir::Etc::sourcelist={source_path}");
     CommandBuilder::new(Program::AptGet)
-        .arg("update")
-        .flag("-o")
-        .arg(format!("Dir::Etc::sourcelist={source_path}"))
-        .words(&[
-            "-o",
-            "Dir::Etc::sourceparts=-",
-            "-o",
-            "APT::Get::List-Cleanup=0",
-            "-o",
-            APT_LOCK_TIMEOUT,
-        ])
+        .words(&["update", "-o", &list, "-o", "Dir::Etc::sourceparts=-"])
+        .words(&["-o", "APT::Get::List-Cleanup=0", "-o", APT_LOCK_TIMEOUT])
         .build()
 }
 
@@ -99,18 +91,18 @@ pub(crate) fn install_name(package: &PlannedPackage, apt: bool) -> String {
     }
 }
 
-/// `prefix`, then each package as the package manager names it; long-running.
-fn install(program: Program, prefix: &[&str], packages: &[PlannedPackage]) -> Built {
-    let apt = program == Program::AptGet;
+/// The family's install prefix, then each package as the package manager names it;
+/// long-running.
+pub(crate) fn package_install(family: Family, packages: &[PlannedPackage]) -> Built {
+    let (program, prefix) = match family {
+        Family::Apt => (Program::AptGet, APT_INSTALL),
+        Family::Dnf => (Program::Dnf, DNF_INSTALL),
+    };
     let mut b = CommandBuilder::new(program).words(prefix).long_running();
     for p in packages {
-        b = b.arg(install_name(p, apt));
+        b = b.arg(install_name(p, family == Family::Apt));
     }
     b.build()
-}
-
-pub(crate) fn apt_install(packages: &[PlannedPackage]) -> Built {
-    install(Program::AptGet, APT_INSTALL, packages)
 }
 
 /// `dpkg --remove <names>`: removes exactly the named packages, and refuses (without removing
@@ -142,7 +134,7 @@ pub(crate) fn with_names(program: Program, words: &[&str], names: &[&str]) -> Bu
 /// Whether `package` is installed, asked of the family's package database (rpm expands the two
 /// characters `\` `n`).
 pub(crate) fn installed_query(family: Family, package: &str) -> Built {
-    package_query(family, "${Status}", r"%{NAME}\n", Some(package)).build()
+    package_query(family, "${Status}", r"%{NAME}\n", Some(package))
 }
 
 /// The installed version of `package` (pinned, or with a minimum), asked of the same database.
@@ -153,20 +145,17 @@ pub(crate) fn version_query(family: Family, package: &str) -> Built {
         r"%{VERSION}-%{RELEASE}\n",
         Some(package),
     )
-    .build()
 }
 
 /// Every installed package with its version, for what a step changed (`wire::changes`): the
 /// whole list, read before the first action and after the last.
 pub(crate) fn package_list(family: Family) -> Built {
     package_query(family, DPKG_LIST_FORMAT, RPM_LIST_FORMAT, None)
-        .listing()
-        .build()
 }
 
-/// `dpkg-query --show --showformat=<dpkg>` or `rpm --query --queryformat=<rpm>`, of `package`
-/// (of all, `None`).
-fn package_query(family: Family, dpkg: &str, rpm: &str, package: Option<&str>) -> CommandBuilder {
+/// `dpkg-query --show --showformat=<dpkg>` or `rpm --query --queryformat=<rpm>`, of `package`,
+/// or a listing of all (`None`).
+fn package_query(family: Family, dpkg: &str, rpm: &str, package: Option<&str>) -> Built {
     let b = match family {
         Family::Apt => CommandBuilder::new(Program::DpkgQuery)
             .flag("--show")
@@ -177,16 +166,13 @@ fn package_query(family: Family, dpkg: &str, rpm: &str, package: Option<&str>) -
     };
     match (package, family) {
         (Some(package), _) => b.arg(package),
-        (None, Family::Apt) => b,
-        (None, Family::Dnf) => b.flag("--all"),
+        (None, Family::Apt) => b.listing(),
+        (None, Family::Dnf) => b.flag("--all").listing(),
     }
+    .build()
 }
 
 pub(crate) const DNF_INSTALL: &[&str] = &["install", "-y", "--setopt=install_weak_deps=False"];
-
-pub(crate) fn dnf_install(packages: &[PlannedPackage]) -> Built {
-    install(Program::Dnf, DNF_INSTALL, packages)
-}
 
 const DNF_REPOQUERY: &[&str] = &[
     "repoquery",
@@ -229,11 +215,11 @@ pub(crate) fn obsoleted_names(stdout: &str) -> Option<Vec<&str>> {
         .collect()
 }
 
-/// The commands whose words are all fixed, a function each: `name = Program [words];`.
+/// The commands whose words are all fixed, a function each: `name = Program [words] .how();`.
 macro_rules! fixed_commands {
-    ($($name:ident = $program:ident [$($word:expr),+];)+) => {$(
+    ($($name:ident = $program:ident [$($word:expr),+] $(.$how:ident())?;)+) => {$(
         pub(crate) fn $name() -> Built {
-            CommandBuilder::new(Program::$program).words(&[$($word),+]).build()
+            CommandBuilder::new(Program::$program).words(&[$($word),+])$(.$how())?.build()
         }
     )+};
 }
@@ -244,7 +230,10 @@ fixed_commands! {
     runtime_loaded = Docker ["info", "--format", "{{json .Runtimes}}"];
     docker_restart = Systemctl ["restart", "docker"];
     docker_reset_failed = Systemctl ["reset-failed", "docker.service", "docker.socket"];
+    docker_journal = Journalctl ["-u", "docker.service", "-n", "40", "--no-pager", "-o", "cat"]
+        .diagnostic();
     cdi_list = NvidiaCtk ["cdi", "list"];
+    cdi_generate = NvidiaCtk ["cdi", "generate", format!("--output={CDI_SPEC}").as_str()];
     cdi_refresh_present = Systemctl ["list-unit-files", "--no-legend", CDI_REFRESH_UNIT];
     cdi_refresh_enabled = Systemctl ["is-enabled", CDI_REFRESH_UNIT];
     cdi_refresh_enable = Systemctl ["enable", "--now", CDI_REFRESH_UNIT];
@@ -252,46 +241,14 @@ fixed_commands! {
     docker_enable = Systemctl ["enable", "--now", "docker"];
 }
 
-pub(crate) fn docker_journal() -> Built {
-    CommandBuilder::new(Program::Journalctl)
-        .words(&[
-            "-u",
-            "docker.service",
-            "-n",
-            "40",
-            "--no-pager",
-            "-o",
-            "cat",
-        ])
-        .diagnostic()
-        .build()
-}
-
-pub(crate) fn cdi_generate() -> Built {
-    CommandBuilder::new(Program::NvidiaCtk)
-        .words(&["cdi", "generate"])
-        .flag(&format!("--output={CDI_SPEC}"))
-        .build()
-}
-
 pub(crate) fn user_uid(user: &UserName) -> Built {
-    CommandBuilder::new(Program::Id)
-        .flag("-u")
-        .arg(user.as_str())
-        .build()
+    with_names(Program::Id, &["-u"], &[user.as_str()])
 }
 
 pub(crate) fn user_groups(user: &UserName) -> Built {
-    CommandBuilder::new(Program::Id)
-        .flag("-nG")
-        .arg(user.as_str())
-        .build()
+    with_names(Program::Id, &["-nG"], &[user.as_str()])
 }
 
 pub(crate) fn add_to_docker_group(user: &UserName) -> Built {
-    CommandBuilder::new(Program::Usermod)
-        .flag("-aG")
-        .arg("docker")
-        .arg(user.as_str())
-        .build()
+    with_names(Program::Usermod, &["-aG", "docker"], &[user.as_str()])
 }

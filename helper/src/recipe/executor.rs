@@ -101,15 +101,13 @@ impl<'a> Executor<'a> {
         if result.success() {
             self.allowed.learn(cmd, &result.stdout);
         }
+        let stderr = result.spawn_error.as_deref().unwrap_or(&result.stderr);
         let record = CommandRecord {
             argv: result.argv.clone(),
             exit_status: result.exit_code,
             signal: result.signal,
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            stderr_tail: bounded_tail(
-                result.spawn_error.as_deref().unwrap_or(&result.stderr),
-                STDERR_TAIL_BYTES,
-            ),
+            stderr_tail: bounded_tail(stderr, STDERR_TAIL_BYTES),
             mutating,
             diagnostic: matches!(cmd.duration, crate::exec::command::Duration::Diagnostic),
         };
@@ -125,10 +123,9 @@ impl<'a> Executor<'a> {
         mutating: bool,
     ) -> Result<CommandResult, Failure> {
         let r = self.run(cmd, mutating).await?;
-        if r.success() {
-            Ok(r)
-        } else {
-            Err(Failure(r.describe()))
+        match r.success() {
+            true => Ok(r),
+            false => Err(Failure(r.describe())),
         }
     }
 

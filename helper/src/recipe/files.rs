@@ -49,13 +49,8 @@ pub(crate) fn read_state(path: &Path) -> Result<Option<(Vec<u8>, u32)>, FileErro
     if meta.len() > MAX_READ_BYTES {
         return Err(FileError::TooLarge(path.to_path_buf()));
     }
-    // O_NONBLOCK: a FIFO swapped in after the look above must not hang the job; what was
-    // opened is checked again.
-    let mut file = OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-        .open(path)
-        .map_err(io)?;
+    // What was opened is checked again: a file swapped in after the look above.
+    let mut file = open_to_read(path).map_err(io)?;
     let opened = file.metadata().map_err(io)?;
     if !opened.is_file() {
         return Err(FileError::NotRegular(path.to_path_buf()));
@@ -68,18 +63,11 @@ pub(crate) fn read_state(path: &Path) -> Result<Option<(Vec<u8>, u32)>, FileErro
     Ok(Some((bytes, opened.mode() & 0o7777)))
 }
 
-/// Creates `parent` (0755) if needed, then requires it and every directory above it up to
-/// `root` (`/` in production) to be trusted: a writable ancestor could swap a whole subtree under
-/// the helper between its check and its write.
-fn ensure_parent(root: &Path, parent: &Path, owner: u32) -> Result<(), FileError> {
-    // The existing chain first: `create_dir_all` must never follow a link someone planted.
-    check_ancestors(root, parent, owner, true)?;
-    DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(parent)
-        .map_err(|e| FileError::Io(parent.to_path_buf(), e))?;
-    check_ancestors(root, parent, owner, false)
+/// Opens `path` to read, never through a symlink; `O_NONBLOCK`: a FIFO swapped in must not hang
+/// the job.
+fn open_to_read(path: &Path) -> std::io::Result<std::fs::File> {
+    let how = nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK;
+    OpenOptions::new().read(true).custom_flags(how).open(path)
 }
 
 /// Every directory from `parent` up to `root` is trusted; with `skip_missing`, those not made yet
@@ -110,11 +98,7 @@ fn check_ancestors(
 /// this call changed the mode; a missing file is nothing to do.
 pub(crate) fn make_readable(path: &Path) -> Result<bool, FileError> {
     let io = |e| FileError::Io(path.to_path_buf(), e);
-    let file = match OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-        .open(path)
-    {
+    let file = match open_to_read(path) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
@@ -139,8 +123,10 @@ pub(crate) fn make_readable(path: &Path) -> Result<bool, FileError> {
     Ok(true)
 }
 
-/// Writes `bytes` to `path` with `mode`, atomically. The parent and every directory above it up
-/// to `root` must belong to this process's effective uid (root in production).
+/// Writes `bytes` to `path` with `mode`, atomically. The parent is created (0755) if needed, and
+/// it and every directory above it up to `root` must be trusted, of this process's effective uid
+/// (root in production): a writable ancestor could swap a whole subtree under the helper between
+/// its check and its write.
 pub(crate) fn write_atomic(
     root: &Path,
     path: &Path,
@@ -151,7 +137,12 @@ pub(crate) fn write_atomic(
     let parent = path
         .parent()
         .ok_or_else(|| io(std::io::Error::other("no parent directory")))?;
-    ensure_parent(root, parent, nix::unistd::geteuid().as_raw())?;
+    let euid = nix::unistd::geteuid().as_raw();
+    // The existing chain first: `create_dir_all` must never follow a link someone planted.
+    check_ancestors(root, parent, euid, true)?;
+    let made = DirBuilder::new().recursive(true).mode(0o755).create(parent);
+    made.map_err(|e| FileError::Io(parent.to_path_buf(), e))?;
+    check_ancestors(root, parent, euid, false)?;
     if std::fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_symlink()) {
         return Err(FileError::Symlink(path.to_path_buf()));
     }

@@ -4,10 +4,9 @@
 //! mid-step ([`restore_interrupted`]). Packages are not journalled: the package manager's
 //! transaction is the unit.
 //!
-//! JSON lines, one `{"path", "before": null | [bytes, mode]}` per path, in `journals/`:
-//! `<uid>-<nonce>.open` while the step runs (under `flock`: a helper starting meanwhile leaves it
-//! be), then `.before.jsonl` if it succeeded (what was there before, for a later undo) or
-//! `.restored.jsonl`.
+//! JSON lines, `{"path", "before": null | [bytes, mode]}`, in `journals/<uid>-<nonce>.open` while
+//! the step runs (under `flock`: a helper starting meanwhile leaves it be), then `.before.jsonl`
+//! (succeeded: what was there, for a later undo) or `.restored.jsonl`.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -71,14 +70,9 @@ impl Journal {
         }
         // Test hook, debug builds only: die as a kill -9 would, before the Nth record.
         #[cfg(debug_assertions)]
-        if let Some(arm) = self
-            .path
-            .as_ref()
-            .map(|p| p.with_file_name("kill-before-record"))
-        {
-            if std::fs::read_to_string(arm)
-                .is_ok_and(|n| n.trim() == self.entries.len().to_string())
-            {
+        if let Some(journal) = &self.path {
+            let armed = std::fs::read_to_string(journal.with_file_name("kill-before-record"));
+            if armed.is_ok_and(|n| n.trim() == self.entries.len().to_string()) {
                 let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
             }
         }

@@ -1,35 +1,18 @@
-//! The recipe executor: planned actions (from `enginekit_shared::recipe`) turned into commands
-//! and file writes, run check-then-act. What the job calls is [`run_plan`]:
+//! The recipe executor: a verified plan's actions (from `enginekit_shared::recipe`) turned into
+//! commands and file writes, run check then act by [`run_plan`], which never panics on host
+//! state, awaits every command (no thread waits on one) and always returns an outcome.
 //!
-//! - `plan` is the verified step's plan: exactly what polkit was told. It never panics on host
-//!   state and always returns an outcome; a command is awaited, never waited for on a thread.
-//! - `recipe` and `params` must already be verified (signature/built-in, digests, machine and
-//!   caller checks).
-//! - [`ExecContext::new`]`(caller_uid)` is the production context (the docker-group action adds
-//!   only that uid's user). Tests may point `file_root` elsewhere: it moves only where keys and
-//!   sources are written and read (and the list `apt-get update` reads); every other path is
-//!   fixed in [`commands`].
-//! - The plan's checks come first (the conflicts, then `repository_check`: the repositories
-//!   asked in a private configuration), so a refusal happens before anything is written.
-//! - `sink` gets `(phase, percent, allow_cancel)`: one phase per action, percent over the
-//!   actions, `allow_cancel` false from the moment a package manager starts changing packages.
-//!   While apt/dnf waits for a lock held by someone else (`DPkg::Lock::Timeout=300`), the
-//!   broker, following the job, names the holder (it needs no root for that).
-//! - `cancel` is honoured before each action while no package manager has started; the
-//!   outcome is then `cancelled` and the remaining actions are `not-run`.
-//! - [`ExecutionOutcome`]: the outcome, one [`ActionReport`] per planned action, and a coded
-//!   error when it failed: `MANAGED_PREREQUISITE_BLOCKED` for a failed action (the detail is the
-//!   message), `MANAGED_HOST_STEP_INVALID` for a plan whose commands cannot be built (before
-//!   anything runs).
-//! - Files are all or nothing (`journal`): what a key, source, daemon.json or the CDI spec was
-//!   is recorded before the change, and put back when the step fails or is cancelled
-//!   ([`ExecutionOutcome::restored`]). Package transactions are not undone.
-//!
-//! Every command must be one its action may run (`allow::Allowed::permit`, checked just before
-//! it is spawned), and runs with `env_clear()` plus the recipe's environment, stdin from
-//! /dev/null and its own process group (see `crate::exec`). Nothing is ever removed or
-//! upgraded, except listed conflicts in a recipe that says `remove: true` (`dpkg --remove` of
-//! those packages found installed).
+//! - The recipe, parameters and plan are verified already; the plan is what polkit was told.
+//!   Tests may move [`ExecContext`]'s `file_root`: the prefix of the files the helper reads and
+//!   writes itself, and of the lists `apt-get update` reads; commands' paths are in [`commands`].
+//! - The checks come first (the conflicts, then `repository_check`), so a refusal writes nothing.
+//! - The sink gets one phase per action; cancel is offered, and honoured before each action,
+//!   until a package manager starts changing packages (a lock another holds is named by the
+//!   broker). The actions left are then `not-run`.
+//! - Files are all or nothing (`journal`); package transactions are not undone.
+//! - Every command passes its action's allowlist (`allow`) just before it is spawned, and is
+//!   spawned clean (`crate::exec`). Nothing is removed or upgraded, except listed conflicts in a
+//!   recipe that says `remove: true` (`dpkg --remove` of those found installed).
 
 pub(crate) mod actions;
 pub(crate) mod allow;
@@ -140,10 +123,8 @@ impl ExecutionOutcome {
         }
     }
 
-    /// One receipt record per action: `code` is the action id, `status` how it ended,
-    /// `argv`/`exit_status` those of its deciding command (empty/`None` for in-process file
-    /// work; `Some(0)` is never invented), and the log tail starts with `<status>: <detail>`
-    /// followed by every command run, with its exit status and stderr tail.
+    /// One receipt record per action; `argv`/`exit_status` are its deciding command's (empty and
+    /// `None` for in-process file work: `Some(0)` is never invented).
     pub fn records(&self) -> Vec<ActionRecord> {
         self.actions
             .iter()
@@ -156,11 +137,8 @@ impl ExecutionOutcome {
                         (None, Some(sig)) => format!("signal {sig}"),
                         (None, None) => "not started".to_string(),
                     };
-                    log.push_str(&format!(
-                        "$ {} → {status} ({} ms)\n",
-                        c.argv.join(" "),
-                        c.duration_ms
-                    ));
+                    let (argv, ms) = (c.argv.join(" "), c.duration_ms);
+                    log.push_str(&format!("$ {argv} → {status} ({ms} ms)\n"));
                     if !c.stderr_tail.trim().is_empty()
                         && (c.exit_status != Some(0) || a.status == ActionStatus::Failed)
                     {
@@ -235,12 +213,8 @@ impl Actions {
             Outcome::Cancelled => "cancelled",
             Outcome::Failed => "an earlier action failed",
         };
-        self.ended(
-            r,
-            id,
-            Instant::now(),
-            Ok((ActionStatus::NotRun, why.into())),
-        );
+        let done = Ok((ActionStatus::NotRun, why.into()));
+        self.ended(r, id, Instant::now(), done);
         false
     }
 

@@ -1,11 +1,9 @@
-//! The repositories a plan adds, asked before anything is written. Private copies of the plan's
-//! keys and sources under [`cmd::REPOSITORY_CHECK_DIR`] make an apt or dnf configuration of
-//! their own: the pinned key must verify the repository, and the repository must serve every
-//! package still missing, for this release and architecture; on dnf, what those packages would
-//! replace is asked there too. The system's sources, lists and caches are neither read nor
-//! written, and the folder is removed afterwards, whatever the answer. A refusal here leaves
-//! the host exactly as it was, where the same failure at `apt-get update` after the writes left
-//! a source that broke every later update.
+//! The repositories a plan adds, asked before anything is written, in an apt or dnf
+//! configuration of their own (private copies of the plan's keys and sources, removed after):
+//! the pinned key must verify each repository, which must serve every package still missing
+//! (on dnf, what those would replace is asked too). A refusal here leaves the host as it was,
+//! where the same failure at `apt-get update` after the writes left a source that broke every
+//! later update.
 
 use std::path::{Path, PathBuf};
 
@@ -42,20 +40,17 @@ async fn ask(
     missing: &[PlannedPackage],
 ) -> Done {
     let list = private_copies(&r.ctx.file_root, plan, dir)?;
-    let dir_text = dir.display().to_string();
+    let dir = dir.display().to_string();
     match r.family {
         Family::Apt => {
             let list = list.display().to_string();
-            let update = r
-                .run(&cmd::apt_private_update(&dir_text, &list)?, false)
-                .await?;
+            let update = r.run(&cmd::apt_private_update(&dir, &list)?, false).await?;
             if !update.success() {
                 return refused(update.describe());
             }
             let asked: Vec<&str> = missing.iter().map(|p| p.name.as_str()).collect();
-            let policy = r
-                .must(&cmd::apt_private_policy(&dir_text, &list, &asked)?, false)
-                .await?;
+            let policy = cmd::apt_private_policy(&dir, &list, &asked)?;
+            let policy = r.must(&policy, false).await?;
             let lacking: Vec<&str> = asked
                 .into_iter()
                 .filter(|p| !sources::has_candidate(&policy.stdout, p))
@@ -66,33 +61,30 @@ async fn ask(
                 if said.contains("Failed to fetch") {
                     return refused(format!("apt could not fetch them: {said}"));
                 }
+                let lacking = lacking.join(" ");
+                let said = match said {
+                    "" => String::new(),
+                    said => format!(" (apt-get update said: {said})"),
+                };
                 return refused(format!(
-                    "they offer no {} for this release and architecture{}",
-                    lacking.join(" "),
-                    if said.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" (apt-get update said: {said})")
-                    }
+                    "they offer no {lacking} for this release and architecture{said}"
                 ));
             }
         }
         Family::Dnf => {
             for p in missing {
-                let out = r
-                    .run(&cmd::dnf_available(&dir_text, &p.name)?, false)
-                    .await?;
+                let out = r.run(&cmd::dnf_available(&dir, &p.name)?, false).await?;
                 if !out.success() {
                     return refused(out.describe());
                 }
                 if out.stdout.trim().is_empty() {
+                    let name = &p.name;
                     return refused(format!(
-                        "they offer no {} for this release and architecture",
-                        p.name
+                        "they offer no {name} for this release and architecture"
                     ));
                 }
             }
-            obsoletes(r, &dir_text, wanted, missing).await?;
+            obsoletes(r, &dir, wanted, missing).await?;
         }
     }
     satisfied(format!(
@@ -134,12 +126,8 @@ fn private_copies(root: &Path, plan: &[PlannedAction], dir: &Path) -> Result<Pat
                 .iter()
                 .fold(body.clone(), |b, (from, to)| b.replace(from, to));
             if path.ends_with(".repo") {
-                files::write_atomic(
-                    root,
-                    &dir.join("repos").join(file_name(path)?),
-                    body.as_bytes(),
-                    0o644,
-                )?;
+                let repo = dir.join("repos").join(file_name(path)?);
+                files::write_atomic(root, &repo, body.as_bytes(), 0o644)?;
                 continue;
             }
             if path.ends_with(".sources") {
@@ -173,26 +161,21 @@ async fn obsoletes(
     wanted: &[PlannedPackage],
     missing: &[PlannedPackage],
 ) -> Result<(), Failure> {
-    for p in missing {
-        let out = r.run(&cmd::dnf_obsoletes(dir, &p.name)?, false).await?;
+    for name in missing.iter().map(|p| &p.name) {
+        let out = r.run(&cmd::dnf_obsoletes(dir, name)?, false).await?;
         if !out.success() {
-            return fail(format!(
-                "could not ask what {} obsoletes: {}",
-                p.name,
-                out.describe()
-            ));
+            let why = out.describe();
+            return fail(format!("could not ask what {name} obsoletes: {why}"));
         }
         let Some(names) = cmd::obsoleted_names(&out.stdout) else {
             return fail(format!(
-                "{} obsoletes something that is not a package name",
-                p.name
+                "{name} obsoletes something that is not a package name"
             ));
         };
         for first in names {
             if !wanted.iter().any(|w| w.name == first) && actions::is_installed(r, first).await? {
                 return fail(format!(
-                    "{first} is installed, and {} would replace it (RPM Obsoletes). Nothing was installed and nothing was removed.",
-                    p.name
+                    "{first} is installed, and {name} would replace it (RPM Obsoletes). Nothing was installed and nothing was removed."
                 ));
             }
         }
