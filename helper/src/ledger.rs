@@ -118,7 +118,7 @@ impl Ledger {
         uid: u32,
         issued_at: u64,
     ) -> Result<Burn, LedgerError> {
-        let path = self.nonce_path(nonce)?;
+        let path = self.root.join("nonces").join(checked_key(nonce)?);
         let record = NonceRecord {
             step_digest: step_digest.to_owned(),
             uid,
@@ -282,10 +282,6 @@ impl Ledger {
                 && age.as_secs() > RECEIPT_RETENTION_SECS
         })?;
         Ok(nonces + receipts + journals)
-    }
-
-    fn nonce_path(&self, nonce: &str) -> Result<PathBuf, LedgerError> {
-        Ok(self.root.join("nonces").join(checked_key(nonce)?))
     }
 
     fn receipt_path(&self, nonce: &str, uid: u32) -> Result<PathBuf, LedgerError> {

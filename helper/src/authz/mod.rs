@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use zbus::fdo::DBusProxy;
-use zbus::message::Header;
+use zbus::message::{Flags, Header};
 use zbus::names::UniqueName;
 use zbus::Connection;
 use zbus_polkit::policykit1::{AuthorityProxy, CheckAuthorizationFlags, Subject};
@@ -64,20 +64,12 @@ pub(crate) struct Question<'a> {
     pub(crate) header: &'a Header<'a>,
     /// `recipe_id`, `recipe_digest`, `parameters_digest`, `summary`, … for rules and the dialog.
     pub(crate) details: HashMap<&'a str, &'a str>,
-    /// Whether the message carried ALLOW_INTERACTIVE_AUTHORIZATION.
-    pub(crate) interactive: bool,
     pub(crate) timeout: Duration,
 }
 
 /// Asks polkitd. Never returns `Authorized` for a caller that has left the bus by the time the
-/// answer arrives. Every failure to ask is [`Decision::Unavailable`].
-pub(crate) async fn check(conn: &Connection, question: &Question<'_>) -> Decision {
-    ask(conn, question)
-        .await
-        .unwrap_or_else(Decision::Unavailable)
-}
-
-async fn ask(conn: &Connection, question: &Question<'_>) -> Result<Decision, String> {
+/// answer arrives. Every failure to ask is an error, a denial ([`Decision::Unavailable`]).
+pub(crate) async fn check(conn: &Connection, question: &Question<'_>) -> Result<Decision, String> {
     let sender = question.header.sender().ok_or("the call has no sender")?;
     let subject = Subject::new_for_message_header(question.header).map_err(|e| e.to_string())?;
     let bus = DBusProxy::new(conn).await.map_err(|e| e.to_string())?;
@@ -91,10 +83,11 @@ async fn ask(conn: &Connection, question: &Question<'_>) -> Result<Decision, Str
         return Ok(Decision::CallerLeft);
     }
     let authority = AuthorityProxy::new(conn).await.map_err(|e| e.to_string())?;
-    let flags = if question.interactive {
-        CheckAuthorizationFlags::ALLOW_USER_INTERACTION
-    } else {
-        CheckAuthorizationFlags::empty()
+    // Interaction only when the message carried ALLOW_INTERACTIVE_AUTHORIZATION.
+    let flags = question.header.primary().flags();
+    let flags = match flags.contains(Flags::ALLOW_INTERACTIVE_AUTH) {
+        true => CheckAuthorizationFlags::ALLOW_USER_INTERACTION,
+        false => CheckAuthorizationFlags::empty(),
     };
     let cancel_id = cancellation_id();
     let asked = authority.check_authorization(

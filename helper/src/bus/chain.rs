@@ -17,7 +17,7 @@ use std::sync::Arc;
 use enginekit_shared::error::ErrorCode;
 use enginekit_shared::wire::receipt::{Outcome, Receipt};
 use tracing::Instrument;
-use zbus::message::{Flags, Header};
+use zbus::message::Header;
 use zbus::Connection;
 use zbus::OwnedObjectPath;
 
@@ -65,47 +65,35 @@ async fn authorise(
     details: &[(&'static str, String)],
     log: &mut DecisionLog,
 ) -> Result<(), Refusal> {
+    let (uid, timeout) = (caller.uid, helper.config.polkit_timeout);
     let question = authz::Question {
         action,
         header,
         details: details.iter().map(|(k, v)| (*k, v.as_str())).collect(),
-        interactive: header
-            .primary()
-            .flags()
-            .contains(Flags::ALLOW_INTERACTIVE_AUTH),
-        timeout: helper.config.polkit_timeout,
+        timeout,
     };
     let decision = authz::check(conn, &question).await;
+    let decision = decision.unwrap_or_else(Decision::Unavailable);
     log.authz = Some(decision.as_str());
-    match decision {
-        Decision::Authorized => Ok(()),
+    Err(match decision {
+        Decision::Authorized => return Ok(()),
         // The standard refusal when polkit would ask for a password the call may not ask for.
-        Decision::InteractionRequired => Err(refuse!(
+        Decision::InteractionRequired => refuse!(
             InteractionRequired,
             "authentication is required; call again allowing interactive authorization"
-        )),
-        Decision::Dismissed => Err(refuse!(
+        ),
+        Decision::Dismissed => refuse!(
             NotAuthorizedDismissed,
             "the authentication dialog was dismissed"
-        )),
-        Decision::NotAuthorized => Err(refuse!(
-            NotAuthorized,
-            "polkit denied {action} to uid {}",
-            caller.uid
-        )),
-        Decision::CallerLeft => Err(refuse!(
+        ),
+        Decision::NotAuthorized => refuse!(NotAuthorized, "polkit denied {action} to uid {uid}"),
+        Decision::CallerLeft => refuse!(
             NotAuthorized,
             "the caller left the bus before authorisation finished"
-        )),
-        Decision::TimedOut => Err(refuse!(
-            NotAuthorized,
-            "polkit did not answer within {:?}",
-            helper.config.polkit_timeout
-        )),
-        Decision::Unavailable(why) => {
-            Err(refuse!(NotAuthorized, "polkit could not be asked: {why}"))
-        }
-    }
+        ),
+        Decision::TimedOut => refuse!(NotAuthorized, "polkit did not answer within {timeout:?}"),
+        Decision::Unavailable(why) => refuse!(NotAuthorized, "polkit could not be asked: {why}"),
+    })
 }
 
 fn busy() -> Refusal {
@@ -133,23 +121,10 @@ pub(super) async fn start(
     log.caller(&caller);
     // 4: every check that needs no authorisation: a step that would be refused, or that
     // would change nothing, never raises a dialog.
-    let verified = judge(helper, &caller, |checks| {
-        verify::check_step(received, checks)
-    })?;
-    if helper.activity.job_running() {
-        return Err(busy());
-    }
+    let verified = judge(helper, &caller, |c| verify::check_step(received, c))?;
     let details = verify::prompt::details(&verified);
-    launch(
-        helper,
-        header,
-        conn,
-        log,
-        &caller,
-        Work::Setup(verified),
-        details,
-    )
-    .await
+    let work = Work::Setup(verified);
+    launch(helper, header, conn, log, &caller, work, details).await
 }
 
 /// `Undo`: the same chain, for an undo step ([`verify::undo`]): its parse; the caller; the
@@ -172,24 +147,13 @@ pub(super) async fn undo(
     let (family, receipts) = judge(helper, &caller, |c| verify::undo::check(&step, uid, c))?;
     let verified = verify::undo::verify(step, uid, family, receipts).await?;
     log.parameters_digest = verified.receipts_digest.to_string();
-    if helper.activity.job_running() {
-        return Err(busy());
-    }
     let details = verify::undo::details(&verified);
-    launch(
-        helper,
-        header,
-        conn,
-        log,
-        &caller,
-        Work::Undo(verified),
-        details,
-    )
-    .await
+    let work = Work::Undo(verified);
+    launch(helper, header, conn, log, &caller, work, details).await
 }
 
-/// Steps 5 to 7 for either kind of work: polkit; the job slot, the recheck, the nonce; the
-/// caller still there; the job.
+/// The end of step 4 (no other job running) and steps 5 to 7 for either kind of work: polkit;
+/// the job slot, the recheck, the nonce; the caller still there; the job.
 async fn launch(
     helper: &Helper,
     header: &Header<'_>,
@@ -199,6 +163,9 @@ async fn launch(
     work: Work,
     details: Vec<(&'static str, String)>,
 ) -> Result<OwnedObjectPath, Refusal> {
+    if helper.activity.job_running() {
+        return Err(busy());
+    }
     // 5: polkit.
     let head = work.head();
     authorise(helper, conn, header, caller, head.action, &details, log).await?;

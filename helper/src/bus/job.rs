@@ -5,10 +5,8 @@
 //! `AllowCancel` is true (before the package manager starts); the owner alone may call it.
 //!
 //! A job is private to the uid that started it (and root): its properties answer nobody else,
-//! and its signals (`Progress`, `Finished`, `PropertiesChanged`) are sent to the owner's unique
-//! bus name only, never broadcast. Job objects are removed once their owner has read the receipt,
-//! or after `RETENTION`, and a uid keeps at most `LIVE_PER_UID` of them; the receipt stays in
-//! the ledger for `GetReceipt`.
+//! and its signals (`Progress`, `Finished`, `PropertiesChanged`) go to the owner's unique bus
+//! name only. A [`JobTable`] removes job objects; the receipt stays in the ledger.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -44,7 +42,6 @@ pub enum JobState {
 }
 
 impl JobState {
-    /// `running`, or the outcome's own word.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             JobState::Running => "running",
@@ -66,7 +63,6 @@ pub struct JobStatus {
 }
 
 impl JobStatus {
-    /// A job that is over: its outcome and receipt, nothing left to cancel.
     pub(crate) fn over(outcome: Outcome, phase: &str, receipt: String) -> JobStatus {
         JobStatus {
             state: JobState::Over(outcome),
@@ -98,7 +94,6 @@ pub struct JobShared {
 }
 
 impl JobShared {
-    /// A job of `owner` for the step of `nonce`, with its own cancel token.
     pub fn new(owner: Owner, nonce: String, status: JobStatus) -> Self {
         JobShared {
             owner,
@@ -129,15 +124,10 @@ impl Job {
         conn: &Connection,
         header: Option<&Header<'_>>,
     ) -> zbus::fdo::Result<MutexGuard<'_, JobStatus>> {
-        let Some(header) = header else {
+        let owner = self.shared.owner.name.as_str();
+        let Some(header) = header.filter(|h| h.sender().is_none_or(|s| s.as_str() != owner)) else {
             return Ok(self.shared.status());
         };
-        if header
-            .sender()
-            .is_some_and(|s| s.as_str() == self.shared.owner.name.as_str())
-        {
-            return Ok(self.shared.status());
-        }
         let denied = || zbus::fdo::Error::AccessDenied("this job belongs to another user".into());
         let (caller, _ticket) = self
             .admission
@@ -165,8 +155,12 @@ impl Job {
         #[zbus(header)] header: Option<Header<'_>>,
         #[zbus(connection)] conn: &Connection,
     ) -> zbus::fdo::Result<String> {
-        let status = self.read(conn, header.as_ref()).await?;
-        Ok(status.state.as_str().to_owned())
+        Ok(self
+            .read(conn, header.as_ref())
+            .await?
+            .state
+            .as_str()
+            .to_owned())
     }
 
     /// What the job is doing now, in words.
@@ -258,7 +252,6 @@ impl Job {
     pub(crate) async fn finished(emitter: &SignalEmitter<'_>, receipt: &str) -> zbus::Result<()>;
 }
 
-/// One uid's job objects on the bus, oldest first.
 type LiveJobs = VecDeque<(OwnedObjectPath, Arc<JobShared>)>;
 
 /// The job objects on the bus, per uid, oldest first: removes what nobody needs any more.

@@ -86,10 +86,8 @@ pub(super) async fn run_job(
         tokio::select! {
             Some((phase, percent, allow_cancel)) = rx.recv() => {
                 {
-                    let mut status = shared.status();
-                    status.phase = phase.clone();
-                    status.percent = percent;
-                    status.allow_cancel = allow_cancel;
+                    let s = &mut *shared.status();
+                    (s.phase, s.percent, s.allow_cancel) = (phase.clone(), percent, allow_cancel);
                 }
                 if let (Some(iface), Some(emitter)) = (&iface, &emitter) {
                     let job = iface.get().await;
