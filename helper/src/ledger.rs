@@ -87,7 +87,7 @@ struct ReceiptRecord {
     receipt: String,
 }
 
-/// The state directory, opened (and created 0700 if missing).
+/// The state directory, opened.
 #[derive(Debug)]
 pub struct Ledger {
     root: PathBuf,
@@ -216,11 +216,8 @@ impl Ledger {
         for entry in fs::read_dir(&dir).map_err(io_error(&dir))? {
             let entry = entry.map_err(io_error(&dir))?;
             if entry.file_name().to_string_lossy().starts_with(&prefix) {
-                let modified = entry
-                    .metadata()
-                    .and_then(|m| m.modified())
-                    .unwrap_or(UNIX_EPOCH);
-                mine.push((modified, entry.path()));
+                let modified = entry.metadata().and_then(|m| m.modified());
+                mine.push((modified.unwrap_or(UNIX_EPOCH), entry.path()));
             }
         }
         if mine.len() <= RECEIPTS_PER_UID {
@@ -262,9 +259,9 @@ impl Ledger {
     }
 
     /// Removes nonce records whose step's window has closed (`issued_at + keep_secs` in the
-    /// past), and receipts and restored journals older than [`RECEIPT_RETENTION_SECS`]. Returns how many files went.
-    /// A record that cannot be read is kept: refusing a nonce wrongly is safe, forgetting one
-    /// is not.
+    /// past), and receipts and restored journals older than [`RECEIPT_RETENTION_SECS`]; returns
+    /// how many files went. A record that cannot be read is kept: refusing a nonce wrongly is
+    /// safe, forgetting one is not.
     pub(crate) fn prune(&self, keep_secs: u64) -> Result<usize, LedgerError> {
         let now = now_secs();
         let nonces = prune_dir(&self.root.join("nonces"), |path| {
@@ -285,10 +282,8 @@ impl Ledger {
     }
 
     fn receipt_path(&self, nonce: &str, uid: u32) -> Result<PathBuf, LedgerError> {
-        Ok(self
-            .root
-            .join("receipts")
-            .join(format!("{uid}-{}", checked_key(nonce)?)))
+        let name = format!("{uid}-{}", checked_key(nonce)?);
+        Ok(self.root.join("receipts").join(name))
     }
 
     pub(crate) fn journal_dir(&self) -> PathBuf {

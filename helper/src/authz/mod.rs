@@ -55,10 +55,8 @@ impl Decision {
     }
 }
 
-/// One authorisation question.
 #[derive(Debug)]
 pub(crate) struct Question<'a> {
-    /// The polkit action asked about.
     pub(crate) action: &'a str,
     /// The header of the `Start` call: its sender is the subject.
     pub(crate) header: &'a Header<'a>,

@@ -50,7 +50,6 @@ impl Activity {
         CallGuard(Arc::clone(self))
     }
 
-    /// Whether a job holds the slot.
     pub(crate) fn job_running(&self) -> bool {
         self.job.load(Ordering::SeqCst)
     }
@@ -65,7 +64,6 @@ impl Activity {
         Some(JobSlot(Arc::clone(self)))
     }
 
-    /// No call in flight and no job.
     pub(crate) fn is_idle(&self) -> bool {
         self.calls.load(Ordering::SeqCst) == 0 && !self.job_running()
     }

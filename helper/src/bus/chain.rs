@@ -28,7 +28,7 @@ use super::service::Helper;
 use crate::authz::{self, Decision};
 use crate::ledger::Burn;
 use crate::refusal::{refuse, Refusal};
-use crate::verify::{self, Checks, MachineFacts, ReceivedStep, Work};
+use crate::verify::{self, Checks, MachineFacts, Work};
 
 /// `check` against this machine, the pinned keys, the ledger and the clock as they are now:
 /// step 4 ([`verify::check_step`]), and again after polkit ([`verify::recheck`]).
@@ -112,9 +112,12 @@ pub(super) async fn start(
 ) -> Result<OwnedObjectPath, Refusal> {
     // 1-2: size, strict parse and schema, before anything else is looked at.
     let received = verify::parse_step(bytes)?;
-    let step_id = received.step().step_id().as_str().to_owned();
-    tracing::Span::current().record("step_id", tracing::field::display(&step_id));
-    log.received(&received);
+    let step = received.step();
+    tracing::Span::current().record("step_id", tracing::field::display(step.step_id().as_str()));
+    log.nonce = step.nonce().as_str().to_owned();
+    log.recipe_id = step.recipe_id().as_str().to_owned();
+    log.recipe_digest = step.recipe_digest().to_string();
+    log.parameters_digest = step.parameters_digest().to_string();
     // 3: who is calling (the bus daemon's word), and that uid's share of the calls in
     // flight, before any other bus call is made for this one.
     let (caller, _ticket) = helper.admission.admit(conn, header).await?;
@@ -187,30 +190,28 @@ async fn launch(
         uid: caller.uid,
         name: caller.unique_name.clone(),
     };
+    let used = format!("nonce {nonce} was already used by");
     match burn {
         Burn::Fresh => {}
-        Burn::Conflict => {
-            return Err(refuse!(
-                ReceiptConflict,
-                "nonce {nonce} was already used by a different step"
-            ))
-        }
+        Burn::Conflict => return Err(refuse!(ReceiptConflict, "{used} a different step")),
         Burn::Replay { receipt: None } => {
             return Err(refuse!(
-                ReceiptMissing,
-                "nonce {nonce} was already used by this step, whose job left no receipt; probe the machine and issue a new step"
-            ))
+            ReceiptMissing,
+            "{used} this step, whose job left no receipt; probe the machine and issue a new step"
+        ))
         }
         Burn::Replay {
             receipt: Some(receipt),
         } => {
             log.replay = true;
             drop(slot);
-            let outcome =
-                Receipt::parse(receipt.as_bytes()).map_or(Outcome::Failed, |r| r.outcome);
+            let outcome = Receipt::parse(receipt.as_bytes()).map_or(Outcome::Failed, |r| r.outcome);
             let status = JobStatus::over(outcome, "finished earlier", receipt);
             let job = JobShared::new(owner, nonce, status);
-            let exported = helper.jobs.export(conn, &path, job, &helper.admission).await;
+            let exported = helper
+                .jobs
+                .export(conn, &path, job, &helper.admission)
+                .await;
             let shared = exported.map_err(|e| refuse!(Internal, "cannot export the job: {e}"))?;
             tokio::spawn(Arc::clone(&helper.jobs).retire(conn.clone(), path.clone(), shared));
             return Ok(path);
@@ -284,14 +285,6 @@ pub(super) struct DecisionLog {
 }
 
 impl DecisionLog {
-    pub(super) fn received(&mut self, received: &ReceivedStep) {
-        let step = received.step();
-        self.nonce = step.nonce().as_str().to_owned();
-        self.recipe_id = step.recipe_id().as_str().to_owned();
-        self.recipe_digest = step.recipe_digest().to_string();
-        self.parameters_digest = step.parameters_digest().to_string();
-    }
-
     pub(super) fn caller(&mut self, caller: &Caller) {
         self.uid = Some(caller.uid);
         self.pid = caller.pid;

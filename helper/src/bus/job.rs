@@ -24,7 +24,6 @@ use super::lock;
 use crate::execution::CancelToken;
 use crate::refusal::{refuse, Refusal, RefusalKind};
 
-/// Object path prefix of job objects.
 pub const JOB_PATH_PREFIX: &str = "/org/enginekit/Helper1/job/";
 /// How long a finished job stays on the bus when nobody reads its receipt.
 pub(crate) const RETENTION: Duration = Duration::from_secs(300);
@@ -50,7 +49,6 @@ impl JobState {
     }
 }
 
-/// The job's observable status.
 #[derive(Debug, Clone)]
 pub struct JobStatus {
     pub state: JobState,
@@ -109,7 +107,6 @@ impl JobShared {
     }
 }
 
-/// The D-Bus face of a job.
 #[derive(Debug)]
 pub struct Job {
     pub shared: Arc<JobShared>,

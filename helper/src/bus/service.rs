@@ -18,7 +18,6 @@ use crate::config::Config;
 use crate::ledger::Ledger;
 use crate::refusal::{refuse, Refusal};
 
-/// The helper object.
 #[derive(Debug)]
 pub struct Helper {
     pub(crate) config: Arc<Config>,
@@ -46,7 +45,6 @@ impl Helper {
         }
     }
 
-    /// A new job's object path.
     pub(super) fn job_path(&self) -> OwnedObjectPath {
         let n = self.next_job.fetch_add(1, Ordering::Relaxed);
         // The prefix is a valid path and N is decimal: valid by construction.
@@ -120,10 +118,8 @@ impl Helper {
             .parse()
             .map_err(|_| refuse!(InvalidArgument, "a nonce is 32 lowercase hex digits"))?;
         let nonce = parsed.as_str();
-        let found = self
-            .ledger
-            .receipt_for(nonce, caller.uid)
-            .map_err(|e| refuse!(Internal, "{e}"))?;
+        let found = self.ledger.receipt_for(nonce, caller.uid);
+        let found = found.map_err(|e| refuse!(Internal, "{e}"))?;
         if found.is_some() {
             self.jobs.receipt_fetched(caller.uid, nonce);
         }
