@@ -20,14 +20,11 @@ const JOURNAL_SOCKET: &str = "/run/systemd/journal/socket";
 /// environment: the helper parses no environment. A log file that cannot be opened is skipped
 /// (the decision log still goes to the journal or stderr).
 pub fn init(log_file: Option<&Path>) {
+    let mut options = std::fs::OpenOptions::new();
+    options.create(true).append(true).mode(0o600);
     let file = log_file.and_then(|path| {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-            .open(path)
-            .ok()
+        let no_follow = nix::fcntl::OFlag::O_NOFOLLOW.bits();
+        options.custom_flags(no_follow).open(path).ok()
     });
     let file_layer = file.map(|f| {
         tracing_subscriber::fmt::layer()

@@ -35,11 +35,8 @@ fn main() -> ExitCode {
         }
     };
     enginekit_helper::logging::init(config.log_file.as_deref());
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    let runtime = match runtime.worker_threads(2).enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the async runtime");

@@ -71,15 +71,10 @@ impl Admission {
         if let Some(caller) = known {
             return self.charge(caller.uid).map(|ticket| (caller, ticket));
         }
-        let _slot = tokio::time::timeout(LOOKUP_WAIT, self.lookups.acquire())
-            .await
-            .map_err(|_| {
-                refuse!(
-                    Busy,
-                    "the helper is serving too many new callers; try again shortly"
-                )
-            })?
-            .map_err(|_| refuse!(Internal, "the helper is stopping"))?;
+        let waited = tokio::time::timeout(LOOKUP_WAIT, self.lookups.acquire()).await;
+        let too_many = "the helper is serving too many new callers; try again shortly";
+        let slot = waited.map_err(|_| refuse!(Busy, "{too_many}"))?;
+        let _slot = slot.map_err(|_| refuse!(Internal, "the helper is stopping"))?;
         let caller = Caller::identify(conn, sender).await?;
         let mut known = lock(&self.known);
         if known.len() >= REMEMBERED {

@@ -180,11 +180,9 @@ async fn launch(
     // The prompt may have stayed open for minutes: the window, the recipe's standing and an
     // undo's setups are judged again now, before anything is written.
     judge(helper, caller, |checks| work.recheck(checks))?;
-    let issued_at = head.issued_at;
-    let burn = helper
-        .ledger
-        .burn(&nonce, head.step_digest.as_str(), caller.uid, issued_at)
-        .map_err(|e| refuse!(Internal, "{e}"))?;
+    let (issued_at, ledger, jobs) = (head.issued_at, &helper.ledger, &helper.jobs);
+    let burn = ledger.burn(&nonce, head.step_digest.as_str(), caller.uid, issued_at);
+    let burn = burn.map_err(|e| refuse!(Internal, "{e}"))?;
     let path = helper.job_path();
     let owner = Owner {
         uid: caller.uid,
@@ -208,12 +206,9 @@ async fn launch(
             let outcome = Receipt::parse(receipt.as_bytes()).map_or(Outcome::Failed, |r| r.outcome);
             let status = JobStatus::over(outcome, "finished earlier", receipt);
             let job = JobShared::new(owner, nonce, status);
-            let exported = helper
-                .jobs
-                .export(conn, &path, job, &helper.admission)
-                .await;
+            let exported = jobs.export(conn, &path, job, &helper.admission).await;
             let shared = exported.map_err(|e| refuse!(Internal, "cannot export the job: {e}"))?;
-            tokio::spawn(Arc::clone(&helper.jobs).retire(conn.clone(), path.clone(), shared));
+            tokio::spawn(Arc::clone(jobs).retire(conn.clone(), path.clone(), shared));
             return Ok(path);
         }
     }
@@ -221,22 +216,19 @@ async fn launch(
     // answer instead of ReceiptMissing.
     let leave_receipt = |outcome: Outcome, code: ErrorCode, why: &str| {
         let receipt = crate::receipt::not_run(&work, outcome, code, why);
-        let _ = helper
-            .ledger
-            .store_receipt(&nonce, caller.uid, issued_at, &receipt);
+        let _ = ledger.store_receipt(&nonce, caller.uid, issued_at, &receipt);
     };
     let not_run = |why: String| {
         leave_receipt(Outcome::Failed, ErrorCode::IoError, &why);
         refuse!(Internal, "{why}")
     };
     if let Some((v, mark)) = work.high_water() {
-        let raised = helper.ledger.raise_high_water(v.recipe_id(), &mark);
+        let raised = ledger.raise_high_water(v.recipe_id(), &mark);
         raised.map_err(|e| not_run(format!("cannot record the recipe's serial: {e}")))?;
     }
     // 7: the caller must still be there for the job to start.
-    let bus = zbus::fdo::DBusProxy::new(conn)
-        .await
-        .map_err(|e| not_run(format!("cannot ask the bus: {e}")))?;
+    let bus = zbus::fdo::DBusProxy::new(conn).await;
+    let bus = bus.map_err(|e| not_run(format!("cannot ask the bus: {e}")))?;
     if !authz::caller_present(&bus, &caller.unique_name.as_ref()).await {
         let why = "the caller left the bus before the job started";
         leave_receipt(Outcome::Cancelled, ErrorCode::ElevationDeclined, why);
@@ -253,11 +245,9 @@ async fn launch(
             receipt: String::new(),
         },
     );
-    let exported = helper.jobs.export(conn, &path, job, &helper.admission);
-    let shared = exported
-        .await
-        .map_err(|e| not_run(format!("cannot export the job: {e}")))?;
-    let (ledger, jobs) = (Arc::clone(&helper.ledger), Arc::clone(&helper.jobs));
+    let exported = jobs.export(conn, &path, job, &helper.admission).await;
+    let shared = exported.map_err(|e| not_run(format!("cannot export the job: {e}")))?;
+    let (ledger, jobs) = (Arc::clone(ledger), Arc::clone(jobs));
     let (job_conn, job_path) = (conn.clone(), path.clone());
     let job = run_job(job_conn, job_path, shared, work, ledger, jobs, slot);
     // The job outlives the call: a span of its own (not a child of the call's), with both ids.

@@ -126,14 +126,11 @@ impl Job {
             return Ok(self.shared.status());
         };
         let denied = || zbus::fdo::Error::AccessDenied("this job belongs to another user".into());
-        let (caller, _ticket) = self
-            .admission
-            .admit(conn, header)
-            .await
-            .map_err(|refusal| match refusal.kind {
-                RefusalKind::Busy => zbus::fdo::Error::LimitsExceeded(refusal.message().to_owned()),
-                _ => denied(),
-            })?;
+        let admitted = self.admission.admit(conn, header).await;
+        let (caller, _ticket) = admitted.map_err(|refusal| match refusal.kind {
+            RefusalKind::Busy => zbus::fdo::Error::LimitsExceeded(refusal.message().to_owned()),
+            _ => denied(),
+        })?;
         if caller.uid == self.shared.owner.uid || caller.uid == 0 {
             Ok(self.shared.status())
         } else {

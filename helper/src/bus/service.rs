@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use enginekit_shared::nonce::Nonce;
 use tracing::Instrument;
 use zbus::message::Header;
 use zbus::Connection;
@@ -114,10 +115,8 @@ impl Helper {
     ) -> Result<String, Refusal> {
         let _call = self.activity.call_started();
         let (caller, _ticket) = self.admission.admit(conn, &header).await?;
-        let parsed: enginekit_shared::nonce::Nonce = nonce
-            .parse()
-            .map_err(|_| refuse!(InvalidArgument, "a nonce is 32 lowercase hex digits"))?;
-        let nonce = parsed.as_str();
+        let bad = |_| refuse!(InvalidArgument, "a nonce is 32 lowercase hex digits");
+        nonce.parse::<Nonce>().map_err(bad)?;
         let found = self.ledger.receipt_for(nonce, caller.uid);
         let found = found.map_err(|e| refuse!(Internal, "{e}"))?;
         if found.is_some() {
