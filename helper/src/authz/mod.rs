@@ -88,13 +88,8 @@ pub(crate) async fn check(conn: &Connection, question: &Question<'_>) -> Result<
         false => CheckAuthorizationFlags::empty(),
     };
     let cancel_id = cancellation_id();
-    let asked = authority.check_authorization(
-        &subject,
-        question.action,
-        &question.details,
-        flags,
-        &cancel_id,
-    );
+    let (action, details) = (question.action, &question.details);
+    let asked = authority.check_authorization(&subject, action, details, flags, &cancel_id);
     // True when the caller's name loses its owner; false when the stream ends, the connection
     // to the bus gone and any answer with it: either way the caller is lost.
     let left = departures

@@ -96,12 +96,7 @@ async fn authorise(
     })
 }
 
-fn busy() -> Refusal {
-    refuse!(
-        Busy,
-        "another job is running; try again when it has finished"
-    )
-}
+const BUSY: &str = "another job is running; try again when it has finished";
 
 pub(super) async fn start(
     helper: &Helper,
@@ -167,7 +162,7 @@ async fn launch(
     details: Vec<(&'static str, String)>,
 ) -> Result<OwnedObjectPath, Refusal> {
     if helper.activity.job_running() {
-        return Err(busy());
+        return Err(refuse!(Busy, "{BUSY}"));
     }
     // 5: polkit.
     let head = work.head();
@@ -175,7 +170,7 @@ async fn launch(
     // 6: the job slot, then the nonce.
     let nonce = head.nonce.as_str().to_owned();
     let Some(slot) = helper.activity.reserve_job() else {
-        return Err(busy());
+        return Err(refuse!(Busy, "{BUSY}"));
     };
     // The prompt may have stayed open for minutes: the window, the recipe's standing and an
     // undo's setups are judged again now, before anything is written.
