@@ -165,10 +165,8 @@ impl Config {
 
 fn absolute_path(value: &str) -> Result<PathBuf, String> {
     let path = PathBuf::from(value);
-    let plain = path
-        .components()
-        .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
-    if path.is_absolute() && plain {
+    let plain = |c| matches!(c, Component::RootDir | Component::Normal(_));
+    if path.is_absolute() && path.components().all(plain) {
         Ok(path)
     } else {
         Err(format!("{value:?} is not an absolute path without . or .."))

@@ -68,7 +68,6 @@ pub(crate) enum Burn {
     Conflict,
 }
 
-/// One burnt nonce, as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct NonceRecord {

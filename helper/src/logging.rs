@@ -1,11 +1,9 @@
 //! Where the helper's decisions are written: the journal when journald is listening, else stderr;
 //! and, when the root-owned configuration names one, a log file (the test bench has no journald).
 //!
-//! Every decision is one event with fields (`uid`, `action`, `recipe_digest`, `parameters_digest`,
-//! `outcome`), so `journalctl -u enginekit-helper` shows who obtained what and why it was refused.
-//! The events of one `Start` carry its step id (span `host_step`: `F_STEP_ID` in the journal), a
-//! job's events its job and step ids (span `job`: `F_JOB_ID`, `F_STEP_ID`): the ids the broker's
-//! journal gives the same step.
+//! Every decision is one event with fields, so `journalctl -u enginekit-helper` shows who obtained
+//! what and why it was refused; a step's events carry its step id (span `host_step`), a job's its
+//! job and step ids (span `job`): the ids the broker's journal gives the same step.
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;

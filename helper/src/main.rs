@@ -1,7 +1,6 @@
 //! `enginekit-helper`: started by systemd (or dbus-daemon's launch helper) as root on demand.
 //!
-//! Usage: `enginekit-helper [--config PATH]` (see `cli.rs`). The configuration file must be
-//! root-owned; see `config.rs`. Nothing is read from the environment.
+//! Usage: `enginekit-helper [--config PATH]` (`cli.rs`, `config.rs`); no environment is read.
 
 use std::process::ExitCode;
 

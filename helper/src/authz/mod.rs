@@ -135,12 +135,8 @@ async fn cancel(authority: &AuthorityProxy<'_>, cancel_id: &str) {
 fn cancellation_id() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     let random = enginekit_shared::nonce::random_bytes::<8>().unwrap_or_default();
-    format!(
-        "enginekit-helper-{}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed),
-        hex::encode(random)
-    )
+    let (pid, n) = (std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+    format!("enginekit-helper-{pid}-{n}-{}", hex::encode(random))
 }
 
 #[cfg(test)]

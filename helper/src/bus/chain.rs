@@ -1,7 +1,7 @@
 //! The chain `Start` runs, in this order, on the exact bytes received; it refuses at the first
 //! failure without writing anything:
-//! 1. (nothing that costs a bus call before:)
-//! 2. size limit, strict parse and schema (unknown members refused), parameters digest;
+//! 1-2. (before anything that costs a bus call:) size limit, strict parse and schema (unknown
+//!    members refused), parameters digest;
 //! 3. the caller's unique name, uid and pid from the bus daemon (remembered per connection);
 //!    a slot of that uid's share of the calls in flight, and of the total
 //!    ([`super::admission`]);
@@ -229,17 +229,14 @@ async fn launch(
         leave_receipt(Outcome::Cancelled, ErrorCode::ElevationDeclined, why);
         return Err(refuse!(NotAuthorized, "{why}"));
     }
-    let job = JobShared::new(
-        owner,
-        nonce.clone(),
-        JobStatus {
-            state: JobState::Running,
-            phase: "starting".to_owned(),
-            percent: -1,
-            allow_cancel: true,
-            receipt: String::new(),
-        },
-    );
+    let status = JobStatus {
+        state: JobState::Running,
+        phase: "starting".to_owned(),
+        percent: -1,
+        allow_cancel: true,
+        receipt: String::new(),
+    };
+    let job = JobShared::new(owner, nonce.clone(), status);
     let exported = jobs.export(conn, &path, job, &helper.admission).await;
     let shared = exported.map_err(|e| not_run(format!("cannot export the job: {e}")))?;
     let (ledger, jobs) = (Arc::clone(ledger), Arc::clone(jobs));
