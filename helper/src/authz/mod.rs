@@ -102,15 +102,14 @@ pub(crate) async fn check(conn: &Connection, question: &Question<'_>) -> Result<
             Ok(_) => Decision::NotAuthorized,
             Err(e) => Decision::Unavailable(e.to_string()),
         },
-        _ = left => {
-            cancel(&authority, &cancel_id).await;
-            Decision::CallerLeft
-        }
-        () = tokio::time::sleep(question.timeout) => {
-            cancel(&authority, &cancel_id).await;
-            Decision::TimedOut
-        }
+        _ = left => Decision::CallerLeft,
+        () = tokio::time::sleep(question.timeout) => Decision::TimedOut,
     };
+    if matches!(decision, Decision::CallerLeft | Decision::TimedOut) {
+        if let Err(e) = authority.cancel_check_authorization(&cancel_id).await {
+            tracing::warn!(cancel_id, error = %e, "could not cancel the polkit check");
+        }
+    }
     // polkitd resolved the subject when it was asked; the caller must still be there now.
     if decision == Decision::Authorized && !caller_present(&bus, sender).await {
         return Ok(Decision::CallerLeft);
@@ -123,12 +122,6 @@ pub(crate) async fn caller_present(bus: &DBusProxy<'_>, name: &UniqueName<'_>) -
     bus.name_has_owner(name.clone().into())
         .await
         .unwrap_or(false)
-}
-
-async fn cancel(authority: &AuthorityProxy<'_>, cancel_id: &str) {
-    if let Err(e) = authority.cancel_check_authorization(cancel_id).await {
-        tracing::warn!(cancel_id, error = %e, "could not cancel the polkit check");
-    }
 }
 
 /// Unique for this process: pid, a counter and random bits.

@@ -10,7 +10,7 @@ pub mod job;
 pub(crate) mod run;
 pub mod service;
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use zbus::Connection;
@@ -80,9 +80,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
 
 /// Locks `mutex` even if a panicking holder poisoned it (the data are plain values).
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn prune(ledger: &Ledger, keep: Duration) {
