@@ -6,7 +6,8 @@
 //!
 //! A job is private to the uid that started it (and root): its properties answer nobody else,
 //! and its signals (`Progress`, `Finished`, `PropertiesChanged`) go to the owner's unique bus
-//! name only. A [`JobTable`] removes job objects; the receipt stays in the ledger.
+//! name only. Job objects go once their owner has read the receipt or after `RETENTION`, at most
+//! `LIVE_PER_UID` per uid; the receipt stays in the ledger for `GetReceipt`.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -269,14 +270,12 @@ impl JobTable {
             let mut live = lock(&self.live);
             let mine = live.entry(shared.owner.uid).or_default();
             let mut evicted = Vec::new();
+            let over = |(_, s): &(_, Arc<JobShared>)| s.status().state != JobState::Running;
             while mine.len() >= LIVE_PER_UID {
-                match mine
-                    .iter()
-                    .position(|(_, s)| s.status().state != JobState::Running)
-                {
-                    Some(at) => evicted.extend(mine.remove(at).map(|(old, _)| old)),
-                    None => break,
-                }
+                let Some(at) = mine.iter().position(over) else {
+                    break;
+                };
+                evicted.extend(mine.remove(at).map(|(old, _)| old));
             }
             mine.push_back((path.clone(), Arc::clone(&shared)));
             evicted
