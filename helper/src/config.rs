@@ -131,12 +131,10 @@ impl Config {
     pub(crate) fn parse(text: &str) -> Result<Config, (usize, String)> {
         let mut config = Config::default();
         let mut key_dirs: Vec<PathBuf> = Vec::new();
-        for (index, raw) in text.lines().enumerate() {
-            let line = raw.trim();
+        for (index, line) in text.lines().map(str::trim).enumerate() {
             if !line.is_empty() && !line.starts_with('#') {
-                config
-                    .set(line, &mut key_dirs)
-                    .map_err(|reason| (index + 1, reason))?;
+                let set = config.set(line, &mut key_dirs);
+                set.map_err(|reason| (index + 1, reason))?;
             }
         }
         if !key_dirs.is_empty() {
@@ -167,10 +165,8 @@ impl Config {
 
 fn absolute_path(value: &str) -> Result<PathBuf, String> {
     let path = PathBuf::from(value);
-    let plain = path
-        .components()
-        .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
-    if path.is_absolute() && plain {
+    let plain = |c| matches!(c, Component::RootDir | Component::Normal(_));
+    if path.is_absolute() && path.components().all(plain) {
         Ok(path)
     } else {
         Err(format!("{value:?} is not an absolute path without . or .."))

@@ -68,7 +68,6 @@ pub(crate) enum Burn {
     Conflict,
 }
 
-/// One burnt nonce, as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct NonceRecord {
@@ -87,7 +86,7 @@ struct ReceiptRecord {
     receipt: String,
 }
 
-/// The state directory, opened (and created 0700 if missing).
+/// The state directory, opened.
 #[derive(Debug)]
 pub struct Ledger {
     root: PathBuf,
@@ -118,7 +117,7 @@ impl Ledger {
         uid: u32,
         issued_at: u64,
     ) -> Result<Burn, LedgerError> {
-        let path = self.nonce_path(nonce)?;
+        let path = self.root.join("nonces").join(checked_key(nonce)?);
         let record = NonceRecord {
             step_digest: step_digest.to_owned(),
             uid,
@@ -216,11 +215,8 @@ impl Ledger {
         for entry in fs::read_dir(&dir).map_err(io_error(&dir))? {
             let entry = entry.map_err(io_error(&dir))?;
             if entry.file_name().to_string_lossy().starts_with(&prefix) {
-                let modified = entry
-                    .metadata()
-                    .and_then(|m| m.modified())
-                    .unwrap_or(UNIX_EPOCH);
-                mine.push((modified, entry.path()));
+                let modified = entry.metadata().and_then(|m| m.modified());
+                mine.push((modified.unwrap_or(UNIX_EPOCH), entry.path()));
             }
         }
         if mine.len() <= RECEIPTS_PER_UID {
@@ -262,9 +258,9 @@ impl Ledger {
     }
 
     /// Removes nonce records whose step's window has closed (`issued_at + keep_secs` in the
-    /// past), and receipts and restored journals older than [`RECEIPT_RETENTION_SECS`]. Returns how many files went.
-    /// A record that cannot be read is kept: refusing a nonce wrongly is safe, forgetting one
-    /// is not.
+    /// past), and receipts and restored journals older than [`RECEIPT_RETENTION_SECS`]; returns
+    /// how many files went. A record that cannot be read is kept: refusing a nonce wrongly is
+    /// safe, forgetting one is not.
     pub(crate) fn prune(&self, keep_secs: u64) -> Result<usize, LedgerError> {
         let now = now_secs();
         let nonces = prune_dir(&self.root.join("nonces"), |path| {
@@ -284,15 +280,9 @@ impl Ledger {
         Ok(nonces + receipts + journals)
     }
 
-    fn nonce_path(&self, nonce: &str) -> Result<PathBuf, LedgerError> {
-        Ok(self.root.join("nonces").join(checked_key(nonce)?))
-    }
-
     fn receipt_path(&self, nonce: &str, uid: u32) -> Result<PathBuf, LedgerError> {
-        Ok(self
-            .root
-            .join("receipts")
-            .join(format!("{uid}-{}", checked_key(nonce)?)))
+        let name = format!("{uid}-{}", checked_key(nonce)?);
+        Ok(self.root.join("receipts").join(name))
     }
 
     pub(crate) fn journal_dir(&self) -> PathBuf {

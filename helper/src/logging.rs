@@ -1,11 +1,9 @@
 //! Where the helper's decisions are written: the journal when journald is listening, else stderr;
 //! and, when the root-owned configuration names one, a log file (the test bench has no journald).
 //!
-//! Every decision is one event with fields (`uid`, `action`, `recipe_digest`, `parameters_digest`,
-//! `outcome`), so `journalctl -u enginekit-helper` shows who obtained what and why it was refused.
-//! The events of one `Start` carry its step id (span `host_step`: `F_STEP_ID` in the journal), a
-//! job's events its job and step ids (span `job`: `F_JOB_ID`, `F_STEP_ID`): the ids the broker's
-//! journal gives the same step.
+//! Every decision is one event with fields, so `journalctl -u enginekit-helper` shows who obtained
+//! what and why it was refused; a step's events carry its step id (span `host_step`), a job's its
+//! job and step ids (span `job`): the ids the broker's journal gives the same step.
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -20,14 +18,11 @@ const JOURNAL_SOCKET: &str = "/run/systemd/journal/socket";
 /// environment: the helper parses no environment. A log file that cannot be opened is skipped
 /// (the decision log still goes to the journal or stderr).
 pub fn init(log_file: Option<&Path>) {
+    let mut options = std::fs::OpenOptions::new();
+    options.create(true).append(true).mode(0o600);
     let file = log_file.and_then(|path| {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-            .open(path)
-            .ok()
+        let no_follow = nix::fcntl::OFlag::O_NOFOLLOW.bits();
+        options.custom_flags(no_follow).open(path).ok()
     });
     let file_layer = file.map(|f| {
         tracing_subscriber::fmt::layer()

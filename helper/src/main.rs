@@ -1,7 +1,6 @@
 //! `enginekit-helper`: started by systemd (or dbus-daemon's launch helper) as root on demand.
 //!
-//! Usage: `enginekit-helper [--config PATH]` (see `cli.rs`). The configuration file must be
-//! root-owned; see `config.rs`. Nothing is read from the environment.
+//! Usage: `enginekit-helper [--config PATH]` (`cli.rs`, `config.rs`); no environment is read.
 
 use std::process::ExitCode;
 
@@ -35,11 +34,8 @@ fn main() -> ExitCode {
         }
     };
     enginekit_helper::logging::init(config.log_file.as_deref());
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    let runtime = match runtime.worker_threads(2).enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the async runtime");

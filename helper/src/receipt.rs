@@ -43,17 +43,6 @@ pub(crate) fn build(
         restored: report.restored.clone(),
         changes: report.changes.clone(),
     };
-    encode(&receipt)
-}
-
-/// A receipt for a job that never ran an action (the caller left after the nonce was burnt).
-pub(crate) fn not_run(work: &Work, outcome: Outcome, code: ErrorCode, why: &str) -> String {
-    let now = SystemTime::now();
-    let report = ExecutionOutcome::nothing_run(outcome, code, why);
-    build(work, now, now, &report)
-}
-
-fn encode(receipt: &Receipt) -> String {
     match receipt.to_bytes().map(String::from_utf8) {
         Ok(Ok(text)) => text,
         // Canonical JSON of these types cannot fail; if it ever does, say so in JSON.
@@ -62,4 +51,11 @@ fn encode(receipt: &Receipt) -> String {
             receipt.nonce.as_str()
         ),
     }
+}
+
+/// A receipt for a job that never ran an action (the caller left after the nonce was burnt).
+pub(crate) fn not_run(work: &Work, outcome: Outcome, code: ErrorCode, why: &str) -> String {
+    let now = SystemTime::now();
+    let report = ExecutionOutcome::nothing_run(outcome, code, why);
+    build(work, now, now, &report)
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use zbus::fdo::DBusProxy;
-use zbus::message::Header;
+use zbus::message::{Flags, Header};
 use zbus::names::UniqueName;
 use zbus::Connection;
 use zbus_polkit::policykit1::{AuthorityProxy, CheckAuthorizationFlags, Subject};
@@ -55,29 +55,19 @@ impl Decision {
     }
 }
 
-/// One authorisation question.
 #[derive(Debug)]
 pub(crate) struct Question<'a> {
-    /// The polkit action asked about.
     pub(crate) action: &'a str,
     /// The header of the `Start` call: its sender is the subject.
     pub(crate) header: &'a Header<'a>,
     /// `recipe_id`, `recipe_digest`, `parameters_digest`, `summary`, … for rules and the dialog.
     pub(crate) details: HashMap<&'a str, &'a str>,
-    /// Whether the message carried ALLOW_INTERACTIVE_AUTHORIZATION.
-    pub(crate) interactive: bool,
     pub(crate) timeout: Duration,
 }
 
 /// Asks polkitd. Never returns `Authorized` for a caller that has left the bus by the time the
-/// answer arrives. Every failure to ask is [`Decision::Unavailable`].
-pub(crate) async fn check(conn: &Connection, question: &Question<'_>) -> Decision {
-    ask(conn, question)
-        .await
-        .unwrap_or_else(Decision::Unavailable)
-}
-
-async fn ask(conn: &Connection, question: &Question<'_>) -> Result<Decision, String> {
+/// answer arrives. Every failure to ask is an error, a denial ([`Decision::Unavailable`]).
+pub(crate) async fn check(conn: &Connection, question: &Question<'_>) -> Result<Decision, String> {
     let sender = question.header.sender().ok_or("the call has no sender")?;
     let subject = Subject::new_for_message_header(question.header).map_err(|e| e.to_string())?;
     let bus = DBusProxy::new(conn).await.map_err(|e| e.to_string())?;
@@ -91,19 +81,15 @@ async fn ask(conn: &Connection, question: &Question<'_>) -> Result<Decision, Str
         return Ok(Decision::CallerLeft);
     }
     let authority = AuthorityProxy::new(conn).await.map_err(|e| e.to_string())?;
-    let flags = if question.interactive {
-        CheckAuthorizationFlags::ALLOW_USER_INTERACTION
-    } else {
-        CheckAuthorizationFlags::empty()
+    // Interaction only when the message carried ALLOW_INTERACTIVE_AUTHORIZATION.
+    let flags = question.header.primary().flags();
+    let flags = match flags.contains(Flags::ALLOW_INTERACTIVE_AUTH) {
+        true => CheckAuthorizationFlags::ALLOW_USER_INTERACTION,
+        false => CheckAuthorizationFlags::empty(),
     };
     let cancel_id = cancellation_id();
-    let asked = authority.check_authorization(
-        &subject,
-        question.action,
-        &question.details,
-        flags,
-        &cancel_id,
-    );
+    let (action, details) = (question.action, &question.details);
+    let asked = authority.check_authorization(&subject, action, details, flags, &cancel_id);
     // True when the caller's name loses its owner; false when the stream ends, the connection
     // to the bus gone and any answer with it: either way the caller is lost.
     let left = departures
@@ -116,15 +102,14 @@ async fn ask(conn: &Connection, question: &Question<'_>) -> Result<Decision, Str
             Ok(_) => Decision::NotAuthorized,
             Err(e) => Decision::Unavailable(e.to_string()),
         },
-        _ = left => {
-            cancel(&authority, &cancel_id).await;
-            Decision::CallerLeft
-        }
-        () = tokio::time::sleep(question.timeout) => {
-            cancel(&authority, &cancel_id).await;
-            Decision::TimedOut
-        }
+        _ = left => Decision::CallerLeft,
+        () = tokio::time::sleep(question.timeout) => Decision::TimedOut,
     };
+    if matches!(decision, Decision::CallerLeft | Decision::TimedOut) {
+        if let Err(e) = authority.cancel_check_authorization(&cancel_id).await {
+            tracing::warn!(cancel_id, error = %e, "could not cancel the polkit check");
+        }
+    }
     // polkitd resolved the subject when it was asked; the caller must still be there now.
     if decision == Decision::Authorized && !caller_present(&bus, sender).await {
         return Ok(Decision::CallerLeft);
@@ -139,22 +124,12 @@ pub(crate) async fn caller_present(bus: &DBusProxy<'_>, name: &UniqueName<'_>) -
         .unwrap_or(false)
 }
 
-async fn cancel(authority: &AuthorityProxy<'_>, cancel_id: &str) {
-    if let Err(e) = authority.cancel_check_authorization(cancel_id).await {
-        tracing::warn!(cancel_id, error = %e, "could not cancel the polkit check");
-    }
-}
-
 /// Unique for this process: pid, a counter and random bits.
 fn cancellation_id() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     let random = enginekit_shared::nonce::random_bytes::<8>().unwrap_or_default();
-    format!(
-        "enginekit-helper-{}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed),
-        hex::encode(random)
-    )
+    let (pid, n) = (std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+    format!("enginekit-helper-{pid}-{n}-{}", hex::encode(random))
 }
 
 #[cfg(test)]

@@ -3,7 +3,8 @@
 //! so that two steps can never run at once.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 
 use tokio::sync::futures::Notified;
@@ -23,7 +24,7 @@ pub(crate) struct CallGuard(Arc<Activity>);
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
-        self.0.calls.fetch_sub(1, Ordering::SeqCst);
+        self.0.calls.fetch_sub(1, SeqCst);
         self.0.changed.notify_waiters();
     }
 }
@@ -34,7 +35,7 @@ pub(crate) struct JobSlot(Arc<Activity>);
 
 impl Drop for JobSlot {
     fn drop(&mut self) {
-        self.0.job.store(false, Ordering::SeqCst);
+        self.0.job.store(false, SeqCst);
         self.0.changed.notify_waiters();
     }
 }
@@ -46,28 +47,25 @@ impl Activity {
 
     /// Marks a call in flight until the guard drops.
     pub(crate) fn call_started(self: &Arc<Self>) -> CallGuard {
-        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.calls.fetch_add(1, SeqCst);
         CallGuard(Arc::clone(self))
     }
 
-    /// Whether a job holds the slot.
     pub(crate) fn job_running(&self) -> bool {
-        self.job.load(Ordering::SeqCst)
+        self.job.load(SeqCst)
     }
 
     /// Takes the job slot, or `None` when another job holds it.
     pub(crate) fn reserve_job(self: &Arc<Self>) -> Option<JobSlot> {
-        let taken = self
-            .job
-            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst);
-        taken.ok()?;
+        self.job
+            .compare_exchange(false, true, SeqCst, SeqCst)
+            .ok()?;
         self.changed.notify_waiters();
         Some(JobSlot(Arc::clone(self)))
     }
 
-    /// No call in flight and no job.
     pub(crate) fn is_idle(&self) -> bool {
-        self.calls.load(Ordering::SeqCst) == 0 && !self.job_running()
+        self.calls.load(SeqCst) == 0 && !self.job_running()
     }
 
     /// Resolves on the next change of calls or slot; registered at once, so a change between

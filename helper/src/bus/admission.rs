@@ -57,41 +57,32 @@ impl Admission {
         })
     }
 
-    /// Who is calling: remembered, or asked of the bus (a few lookups at a time).
-    async fn identify(&self, conn: &Connection, header: &Header<'_>) -> Result<Caller, Refusal> {
+    /// Learns who is calling (remembered, or asked of the bus a few lookups at a time) and
+    /// charges the call to that uid's share and to the total.
+    pub(crate) async fn admit(
+        self: &Arc<Self>,
+        conn: &Connection,
+        header: &Header<'_>,
+    ) -> Result<(Caller, Ticket), Refusal> {
         let Some(sender) = header.sender() else {
             return Err(refuse!(NotAuthorized, "the call carries no sender"));
         };
-        if let Some(caller) = lock(&self.known).get(sender.as_str()) {
-            return Ok(caller.clone());
+        let known = lock(&self.known).get(sender.as_str()).cloned();
+        if let Some(caller) = known {
+            return self.charge(caller.uid).map(|ticket| (caller, ticket));
         }
-        let _slot = tokio::time::timeout(LOOKUP_WAIT, self.lookups.acquire())
-            .await
-            .map_err(|_| {
-                refuse!(
-                    Busy,
-                    "the helper is serving too many new callers; try again shortly"
-                )
-            })?
-            .map_err(|_| refuse!(Internal, "the helper is stopping"))?;
+        let waited = tokio::time::timeout(LOOKUP_WAIT, self.lookups.acquire()).await;
+        let too_many = "the helper is serving too many new callers; try again shortly";
+        let slot = waited.map_err(|_| refuse!(Busy, "{too_many}"))?;
+        let _slot = slot.map_err(|_| refuse!(Internal, "the helper is stopping"))?;
         let caller = Caller::identify(conn, sender).await?;
         let mut known = lock(&self.known);
         if known.len() >= REMEMBERED {
             known.clear();
         }
         known.insert(caller.unique_name.clone(), caller.clone());
-        Ok(caller)
-    }
-
-    /// Learns who is calling and charges the call to that uid's share and to the total.
-    pub(crate) async fn admit(
-        self: &Arc<Self>,
-        conn: &Connection,
-        header: &Header<'_>,
-    ) -> Result<(Caller, Ticket), Refusal> {
-        let caller = self.identify(conn, header).await?;
-        let ticket = self.charge(caller.uid)?;
-        Ok((caller, ticket))
+        drop(known);
+        self.charge(caller.uid).map(|ticket| (caller, ticket))
     }
 
     /// A slot of the total and one of `uid`'s share; `Busy` when either is taken.

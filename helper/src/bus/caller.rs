@@ -52,10 +52,9 @@ impl Caller {
         }
     }
 
-    /// The caller's whole cgroup path, for the journal beside the unit it names
-    /// ([`unit_of_cgroup`]); `None` when it cannot be told. Read after the bus vouched for the
-    /// pid, and only logged. The whole path (`0::/user.slice/…`): a user can name its own units, so
-    /// the journal keeps the path the unit sits in too.
+    /// The caller's whole cgroup path (a user can name its own units, so the journal keeps the
+    /// path beside the unit), `None` when it cannot be told. Read after the bus vouched for the
+    /// pid, and only logged.
     pub(crate) fn cgroup(&self) -> Option<String> {
         let pid = self.pid?;
         let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;

@@ -1,7 +1,7 @@
 //! The chain `Start` runs, in this order, on the exact bytes received; it refuses at the first
 //! failure without writing anything:
-//! 1. (nothing that costs a bus call before:)
-//! 2. size limit, strict parse and schema (unknown members refused), parameters digest;
+//! 1-2. (before anything that costs a bus call:) size limit, strict parse and schema (unknown
+//!    members refused), parameters digest;
 //! 3. the caller's unique name, uid and pid from the bus daemon (remembered per connection);
 //!    a slot of that uid's share of the calls in flight, and of the total
 //!    ([`super::admission`]);
@@ -17,7 +17,7 @@ use std::sync::Arc;
 use enginekit_shared::error::ErrorCode;
 use enginekit_shared::wire::receipt::{Outcome, Receipt};
 use tracing::Instrument;
-use zbus::message::{Flags, Header};
+use zbus::message::Header;
 use zbus::Connection;
 use zbus::OwnedObjectPath;
 
@@ -28,7 +28,7 @@ use super::service::Helper;
 use crate::authz::{self, Decision};
 use crate::ledger::Burn;
 use crate::refusal::{refuse, Refusal};
-use crate::verify::{self, Checks, MachineFacts, ReceivedStep, Work};
+use crate::verify::{self, Checks, MachineFacts, Work};
 
 /// `check` against this machine, the pinned keys, the ledger and the clock as they are now:
 /// step 4 ([`verify::check_step`]), and again after polkit ([`verify::recheck`]).
@@ -65,55 +65,38 @@ async fn authorise(
     details: &[(&'static str, String)],
     log: &mut DecisionLog,
 ) -> Result<(), Refusal> {
+    let (uid, timeout) = (caller.uid, helper.config.polkit_timeout);
     let question = authz::Question {
         action,
         header,
         details: details.iter().map(|(k, v)| (*k, v.as_str())).collect(),
-        interactive: header
-            .primary()
-            .flags()
-            .contains(Flags::ALLOW_INTERACTIVE_AUTH),
-        timeout: helper.config.polkit_timeout,
+        timeout,
     };
     let decision = authz::check(conn, &question).await;
+    let decision = decision.unwrap_or_else(Decision::Unavailable);
     log.authz = Some(decision.as_str());
-    match decision {
-        Decision::Authorized => Ok(()),
+    Err(match decision {
+        Decision::Authorized => return Ok(()),
         // The standard refusal when polkit would ask for a password the call may not ask for.
-        Decision::InteractionRequired => Err(refuse!(
+        Decision::InteractionRequired => refuse!(
             InteractionRequired,
             "authentication is required; call again allowing interactive authorization"
-        )),
-        Decision::Dismissed => Err(refuse!(
+        ),
+        Decision::Dismissed => refuse!(
             NotAuthorizedDismissed,
             "the authentication dialog was dismissed"
-        )),
-        Decision::NotAuthorized => Err(refuse!(
-            NotAuthorized,
-            "polkit denied {action} to uid {}",
-            caller.uid
-        )),
-        Decision::CallerLeft => Err(refuse!(
+        ),
+        Decision::NotAuthorized => refuse!(NotAuthorized, "polkit denied {action} to uid {uid}"),
+        Decision::CallerLeft => refuse!(
             NotAuthorized,
             "the caller left the bus before authorisation finished"
-        )),
-        Decision::TimedOut => Err(refuse!(
-            NotAuthorized,
-            "polkit did not answer within {:?}",
-            helper.config.polkit_timeout
-        )),
-        Decision::Unavailable(why) => {
-            Err(refuse!(NotAuthorized, "polkit could not be asked: {why}"))
-        }
-    }
+        ),
+        Decision::TimedOut => refuse!(NotAuthorized, "polkit did not answer within {timeout:?}"),
+        Decision::Unavailable(why) => refuse!(NotAuthorized, "polkit could not be asked: {why}"),
+    })
 }
 
-fn busy() -> Refusal {
-    refuse!(
-        Busy,
-        "another job is running; try again when it has finished"
-    )
-}
+const BUSY: &str = "another job is running; try again when it has finished";
 
 pub(super) async fn start(
     helper: &Helper,
@@ -124,32 +107,22 @@ pub(super) async fn start(
 ) -> Result<OwnedObjectPath, Refusal> {
     // 1-2: size, strict parse and schema, before anything else is looked at.
     let received = verify::parse_step(bytes)?;
-    let step_id = received.step().step_id().as_str().to_owned();
-    tracing::Span::current().record("step_id", tracing::field::display(&step_id));
-    log.received(&received);
+    let step = received.step();
+    tracing::Span::current().record("step_id", tracing::field::display(step.step_id().as_str()));
+    log.nonce = step.nonce().as_str().to_owned();
+    log.recipe_id = step.recipe_id().as_str().to_owned();
+    log.recipe_digest = step.recipe_digest().to_string();
+    log.parameters_digest = step.parameters_digest().to_string();
     // 3: who is calling (the bus daemon's word), and that uid's share of the calls in
     // flight, before any other bus call is made for this one.
     let (caller, _ticket) = helper.admission.admit(conn, header).await?;
     log.caller(&caller);
     // 4: every check that needs no authorisation: a step that would be refused, or that
     // would change nothing, never raises a dialog.
-    let verified = judge(helper, &caller, |checks| {
-        verify::check_step(received, checks)
-    })?;
-    if helper.activity.job_running() {
-        return Err(busy());
-    }
+    let verified = judge(helper, &caller, |c| verify::check_step(received, c))?;
     let details = verify::prompt::details(&verified);
-    launch(
-        helper,
-        header,
-        conn,
-        log,
-        &caller,
-        Work::Setup(verified),
-        details,
-    )
-    .await
+    let work = Work::Setup(verified);
+    launch(helper, header, conn, log, &caller, work, details).await
 }
 
 /// `Undo`: the same chain, for an undo step ([`verify::undo`]): its parse; the caller; the
@@ -171,24 +144,13 @@ pub(super) async fn undo(
     let uid = caller.uid;
     let verified = judge(helper, &caller, |c| verify::undo::check(step, uid, c))?;
     log.parameters_digest = verified.receipts_digest.to_string();
-    if helper.activity.job_running() {
-        return Err(busy());
-    }
     let details = verify::undo::details(&verified);
-    launch(
-        helper,
-        header,
-        conn,
-        log,
-        &caller,
-        Work::Undo(verified),
-        details,
-    )
-    .await
+    let work = Work::Undo(verified);
+    launch(helper, header, conn, log, &caller, work, details).await
 }
 
-/// Steps 5 to 7 for either kind of work: polkit; the job slot, the recheck, the nonce; the
-/// caller still there; the job.
+/// The end of step 4 (no other job running) and steps 5 to 7 for either kind of work: polkit;
+/// the job slot, the recheck, the nonce; the caller still there; the job.
 async fn launch(
     helper: &Helper,
     header: &Header<'_>,
@@ -198,53 +160,49 @@ async fn launch(
     work: Work,
     details: Vec<(&'static str, String)>,
 ) -> Result<OwnedObjectPath, Refusal> {
+    if helper.activity.job_running() {
+        return Err(refuse!(Busy, "{BUSY}"));
+    }
     // 5: polkit.
     let head = work.head();
     authorise(helper, conn, header, caller, head.action, &details, log).await?;
     // 6: the job slot, then the nonce.
     let nonce = head.nonce.as_str().to_owned();
     let Some(slot) = helper.activity.reserve_job() else {
-        return Err(busy());
+        return Err(refuse!(Busy, "{BUSY}"));
     };
     // The prompt may have stayed open for minutes: the window, the recipe's standing and an
     // undo's setups are judged again now, before anything is written.
     judge(helper, caller, |checks| work.recheck(checks))?;
-    let issued_at = head.issued_at;
-    let burn = helper
-        .ledger
-        .burn(&nonce, head.step_digest.as_str(), caller.uid, issued_at)
-        .map_err(|e| refuse!(Internal, "{e}"))?;
+    let (issued_at, ledger, jobs) = (head.issued_at, &helper.ledger, &helper.jobs);
+    let burn = ledger.burn(&nonce, head.step_digest.as_str(), caller.uid, issued_at);
+    let burn = burn.map_err(|e| refuse!(Internal, "{e}"))?;
     let path = helper.job_path();
     let owner = Owner {
         uid: caller.uid,
         name: caller.unique_name.clone(),
     };
+    let used = format!("nonce {nonce} was already used by");
     match burn {
         Burn::Fresh => {}
-        Burn::Conflict => {
-            return Err(refuse!(
-                ReceiptConflict,
-                "nonce {nonce} was already used by a different step"
-            ))
-        }
+        Burn::Conflict => return Err(refuse!(ReceiptConflict, "{used} a different step")),
         Burn::Replay { receipt: None } => {
             return Err(refuse!(
-                ReceiptMissing,
-                "nonce {nonce} was already used by this step, whose job left no receipt; probe the machine and issue a new step"
-            ))
+            ReceiptMissing,
+            "{used} this step, whose job left no receipt; probe the machine and issue a new step"
+        ))
         }
         Burn::Replay {
             receipt: Some(receipt),
         } => {
             log.replay = true;
             drop(slot);
-            let outcome =
-                Receipt::parse(receipt.as_bytes()).map_or(Outcome::Failed, |r| r.outcome);
+            let outcome = Receipt::parse(receipt.as_bytes()).map_or(Outcome::Failed, |r| r.outcome);
             let status = JobStatus::over(outcome, "finished earlier", receipt);
             let job = JobShared::new(owner, nonce, status);
-            let exported = helper.jobs.export(conn, &path, job, &helper.admission).await;
+            let exported = jobs.export(conn, &path, job, &helper.admission).await;
             let shared = exported.map_err(|e| refuse!(Internal, "cannot export the job: {e}"))?;
-            tokio::spawn(Arc::clone(&helper.jobs).retire(conn.clone(), path.clone(), shared));
+            tokio::spawn(Arc::clone(jobs).retire(conn.clone(), path.clone(), shared));
             return Ok(path);
         }
     }
@@ -252,43 +210,35 @@ async fn launch(
     // answer instead of ReceiptMissing.
     let leave_receipt = |outcome: Outcome, code: ErrorCode, why: &str| {
         let receipt = crate::receipt::not_run(&work, outcome, code, why);
-        let _ = helper
-            .ledger
-            .store_receipt(&nonce, caller.uid, issued_at, &receipt);
+        let _ = ledger.store_receipt(&nonce, caller.uid, issued_at, &receipt);
     };
     let not_run = |why: String| {
         leave_receipt(Outcome::Failed, ErrorCode::IoError, &why);
         refuse!(Internal, "{why}")
     };
     if let Some((v, mark)) = work.high_water() {
-        let raised = helper.ledger.raise_high_water(v.recipe_id(), &mark);
+        let raised = ledger.raise_high_water(v.recipe_id(), &mark);
         raised.map_err(|e| not_run(format!("cannot record the recipe's serial: {e}")))?;
     }
     // 7: the caller must still be there for the job to start.
-    let bus = zbus::fdo::DBusProxy::new(conn)
-        .await
-        .map_err(|e| not_run(format!("cannot ask the bus: {e}")))?;
+    let bus = zbus::fdo::DBusProxy::new(conn).await;
+    let bus = bus.map_err(|e| not_run(format!("cannot ask the bus: {e}")))?;
     if !authz::caller_present(&bus, &caller.unique_name.as_ref()).await {
         let why = "the caller left the bus before the job started";
         leave_receipt(Outcome::Cancelled, ErrorCode::ElevationDeclined, why);
         return Err(refuse!(NotAuthorized, "{why}"));
     }
-    let job = JobShared::new(
-        owner,
-        nonce.clone(),
-        JobStatus {
-            state: JobState::Running,
-            phase: "starting".to_owned(),
-            percent: -1,
-            allow_cancel: true,
-            receipt: String::new(),
-        },
-    );
-    let exported = helper.jobs.export(conn, &path, job, &helper.admission);
-    let shared = exported
-        .await
-        .map_err(|e| not_run(format!("cannot export the job: {e}")))?;
-    let (ledger, jobs) = (Arc::clone(&helper.ledger), Arc::clone(&helper.jobs));
+    let status = JobStatus {
+        state: JobState::Running,
+        phase: "starting".to_owned(),
+        percent: -1,
+        allow_cancel: true,
+        receipt: String::new(),
+    };
+    let job = JobShared::new(owner, nonce.clone(), status);
+    let exported = jobs.export(conn, &path, job, &helper.admission).await;
+    let shared = exported.map_err(|e| not_run(format!("cannot export the job: {e}")))?;
+    let (ledger, jobs) = (Arc::clone(ledger), Arc::clone(jobs));
     let (job_conn, job_path) = (conn.clone(), path.clone());
     let job = run_job(job_conn, job_path, shared, work, ledger, jobs, slot);
     // The job outlives the call: a span of its own (not a child of the call's), with both ids.
@@ -316,14 +266,6 @@ pub(super) struct DecisionLog {
 }
 
 impl DecisionLog {
-    pub(super) fn received(&mut self, received: &ReceivedStep) {
-        let step = received.step();
-        self.nonce = step.nonce().as_str().to_owned();
-        self.recipe_id = step.recipe_id().as_str().to_owned();
-        self.recipe_digest = step.recipe_digest().to_string();
-        self.parameters_digest = step.parameters_digest().to_string();
-    }
-
     pub(super) fn caller(&mut self, caller: &Caller) {
         self.uid = Some(caller.uid);
         self.pid = caller.pid;

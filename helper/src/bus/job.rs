@@ -5,10 +5,9 @@
 //! `AllowCancel` is true (before the package manager starts); the owner alone may call it.
 //!
 //! A job is private to the uid that started it (and root): its properties answer nobody else,
-//! and its signals (`Progress`, `Finished`, `PropertiesChanged`) are sent to the owner's unique
-//! bus name only, never broadcast. Job objects are removed once their owner has read the receipt,
-//! or after `RETENTION`, and a uid keeps at most `LIVE_PER_UID` of them; the receipt stays in
-//! the ledger for `GetReceipt`.
+//! and its signals (`Progress`, `Finished`, `PropertiesChanged`) go to the owner's unique bus
+//! name only. Job objects go once their owner has read the receipt or after `RETENTION`, at most
+//! `LIVE_PER_UID` per uid; the receipt stays in the ledger for `GetReceipt`.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -26,7 +25,6 @@ use super::lock;
 use crate::execution::CancelToken;
 use crate::refusal::{refuse, Refusal, RefusalKind};
 
-/// Object path prefix of job objects.
 pub const JOB_PATH_PREFIX: &str = "/org/enginekit/Helper1/job/";
 /// How long a finished job stays on the bus when nobody reads its receipt.
 pub(crate) const RETENTION: Duration = Duration::from_secs(300);
@@ -44,7 +42,6 @@ pub enum JobState {
 }
 
 impl JobState {
-    /// `running`, or the outcome's own word.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             JobState::Running => "running",
@@ -53,7 +50,6 @@ impl JobState {
     }
 }
 
-/// The job's observable status.
 #[derive(Debug, Clone)]
 pub struct JobStatus {
     pub state: JobState,
@@ -66,7 +62,6 @@ pub struct JobStatus {
 }
 
 impl JobStatus {
-    /// A job that is over: its outcome and receipt, nothing left to cancel.
     pub(crate) fn over(outcome: Outcome, phase: &str, receipt: String) -> JobStatus {
         JobStatus {
             state: JobState::Over(outcome),
@@ -98,7 +93,6 @@ pub struct JobShared {
 }
 
 impl JobShared {
-    /// A job of `owner` for the step of `nonce`, with its own cancel token.
     pub fn new(owner: Owner, nonce: String, status: JobStatus) -> Self {
         JobShared {
             owner,
@@ -114,7 +108,6 @@ impl JobShared {
     }
 }
 
-/// The D-Bus face of a job.
 #[derive(Debug)]
 pub struct Job {
     pub shared: Arc<JobShared>,
@@ -129,24 +122,16 @@ impl Job {
         conn: &Connection,
         header: Option<&Header<'_>>,
     ) -> zbus::fdo::Result<MutexGuard<'_, JobStatus>> {
-        let Some(header) = header else {
+        let owner = self.shared.owner.name.as_str();
+        let Some(header) = header.filter(|h| h.sender().is_none_or(|s| s.as_str() != owner)) else {
             return Ok(self.shared.status());
         };
-        if header
-            .sender()
-            .is_some_and(|s| s.as_str() == self.shared.owner.name.as_str())
-        {
-            return Ok(self.shared.status());
-        }
         let denied = || zbus::fdo::Error::AccessDenied("this job belongs to another user".into());
-        let (caller, _ticket) = self
-            .admission
-            .admit(conn, header)
-            .await
-            .map_err(|refusal| match refusal.kind {
-                RefusalKind::Busy => zbus::fdo::Error::LimitsExceeded(refusal.message().to_owned()),
-                _ => denied(),
-            })?;
+        let admitted = self.admission.admit(conn, header).await;
+        let (caller, _ticket) = admitted.map_err(|refusal| match refusal.kind {
+            RefusalKind::Busy => zbus::fdo::Error::LimitsExceeded(refusal.message().to_owned()),
+            _ => denied(),
+        })?;
         if caller.uid == self.shared.owner.uid || caller.uid == 0 {
             Ok(self.shared.status())
         } else {
@@ -165,8 +150,12 @@ impl Job {
         #[zbus(header)] header: Option<Header<'_>>,
         #[zbus(connection)] conn: &Connection,
     ) -> zbus::fdo::Result<String> {
-        let status = self.read(conn, header.as_ref()).await?;
-        Ok(status.state.as_str().to_owned())
+        Ok(self
+            .read(conn, header.as_ref())
+            .await?
+            .state
+            .as_str()
+            .to_owned())
     }
 
     /// What the job is doing now, in words.
@@ -258,7 +247,6 @@ impl Job {
     pub(crate) async fn finished(emitter: &SignalEmitter<'_>, receipt: &str) -> zbus::Result<()>;
 }
 
-/// One uid's job objects on the bus, oldest first.
 type LiveJobs = VecDeque<(OwnedObjectPath, Arc<JobShared>)>;
 
 /// The job objects on the bus, per uid, oldest first: removes what nobody needs any more.
@@ -282,14 +270,12 @@ impl JobTable {
             let mut live = lock(&self.live);
             let mine = live.entry(shared.owner.uid).or_default();
             let mut evicted = Vec::new();
+            let over = |(_, s): &(_, Arc<JobShared>)| s.status().state != JobState::Running;
             while mine.len() >= LIVE_PER_UID {
-                match mine
-                    .iter()
-                    .position(|(_, s)| s.status().state != JobState::Running)
-                {
-                    Some(at) => evicted.extend(mine.remove(at).map(|(old, _)| old)),
-                    None => break,
-                }
+                let Some(at) = mine.iter().position(over) else {
+                    break;
+                };
+                evicted.extend(mine.remove(at).map(|(old, _)| old));
             }
             mine.push_back((path.clone(), Arc::clone(&shared)));
             evicted

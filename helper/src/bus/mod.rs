@@ -10,7 +10,7 @@ pub mod job;
 pub(crate) mod run;
 pub mod service;
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use zbus::Connection;
@@ -21,16 +21,13 @@ use activity::Activity;
 use admission::Admission;
 use service::Helper;
 
-/// The well-known name.
 pub(crate) const BUS_NAME: &str = "org.enginekit.Helper1";
-/// The helper object's path.
 pub const HELPER_PATH: &str = "/org/enginekit/Helper1";
 /// How long the helper must stay idle after releasing its name before it exits.
 const QUIET: Duration = Duration::from_secs(1);
 /// How often the ledger is pruned while the helper runs.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
-/// Why the service could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error("cannot open the ledger: {0}")]
@@ -83,9 +80,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
 
 /// Locks `mutex` even if a panicking holder poisoned it (the data are plain values).
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn prune(ledger: &Ledger, keep: Duration) {

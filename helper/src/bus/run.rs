@@ -56,12 +56,9 @@ pub(super) async fn run_job(
     };
     let work = Arc::new(work);
     let exec_work = Arc::clone(&work);
+    let before = |n: &String| journal("before.jsonl", n);
     let setups = match &*work {
-        Work::Undo(u) => u
-            .setups
-            .iter()
-            .map(|n| journal("before.jsonl", n))
-            .collect(),
+        Work::Undo(u) => u.setups.iter().map(before).collect(),
         Work::Setup(_) => Vec::new(),
     };
     // Exactly the plan polkit was asked about, frozen in the verified step; the executor's
@@ -86,10 +83,8 @@ pub(super) async fn run_job(
         tokio::select! {
             Some((phase, percent, allow_cancel)) = rx.recv() => {
                 {
-                    let mut status = shared.status();
-                    status.phase = phase.clone();
-                    status.percent = percent;
-                    status.allow_cancel = allow_cancel;
+                    let s = &mut *shared.status();
+                    (s.phase, s.percent, s.allow_cancel) = (phase.clone(), percent, allow_cancel);
                 }
                 if let (Some(iface), Some(emitter)) = (&iface, &emitter) {
                     let job = iface.get().await;

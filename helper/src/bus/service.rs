@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use enginekit_shared::nonce::Nonce;
 use tracing::Instrument;
 use zbus::message::Header;
 use zbus::Connection;
@@ -18,7 +19,6 @@ use crate::config::Config;
 use crate::ledger::Ledger;
 use crate::refusal::{refuse, Refusal};
 
-/// The helper object.
 #[derive(Debug)]
 pub struct Helper {
     pub(crate) config: Arc<Config>,
@@ -46,7 +46,6 @@ impl Helper {
         }
     }
 
-    /// A new job's object path.
     pub(super) fn job_path(&self) -> OwnedObjectPath {
         let n = self.next_job.fetch_add(1, Ordering::Relaxed);
         // The prefix is a valid path and N is decimal: valid by construction.
@@ -116,14 +115,10 @@ impl Helper {
     ) -> Result<String, Refusal> {
         let _call = self.activity.call_started();
         let (caller, _ticket) = self.admission.admit(conn, &header).await?;
-        let parsed: enginekit_shared::nonce::Nonce = nonce
-            .parse()
-            .map_err(|_| refuse!(InvalidArgument, "a nonce is 32 lowercase hex digits"))?;
-        let nonce = parsed.as_str();
-        let found = self
-            .ledger
-            .receipt_for(nonce, caller.uid)
-            .map_err(|e| refuse!(Internal, "{e}"))?;
+        let bad = |_| refuse!(InvalidArgument, "a nonce is 32 lowercase hex digits");
+        nonce.parse::<Nonce>().map_err(bad)?;
+        let found = self.ledger.receipt_for(nonce, caller.uid);
+        let found = found.map_err(|e| refuse!(Internal, "{e}"))?;
         if found.is_some() {
             self.jobs.receipt_fetched(caller.uid, nonce);
         }
