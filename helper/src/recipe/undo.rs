@@ -16,11 +16,10 @@ use super::{changes, files, journal, Actions, CancelToken, Done, ExecContext, Ex
 use crate::exec::command::Program::{Gpasswd, Groupdel, Systemctl};
 use crate::execution::ProgressSink;
 
-/// Runs `plan`, already found within the helper's own, for the setups whose kept journals
-/// (`.before.jsonl`, oldest first) are `journals`: `systemctl disable --now` of each unit, the
-/// files put back, `dpkg --purge` or `rpm -e` of the packages (under the logind inhibitor), then
-/// `gpasswd -d` of each member still in its group and `groupdel` (a group a package's postrm
-/// deleted is passed over).
+/// Runs `plan` (found within the setups' records) in order: `systemctl disable --now` of each
+/// unit; the files put back from `journals` (the setups' `.before.jsonl`, oldest first); `dpkg
+/// --purge` or `rpm -e` of the packages under the logind inhibitor; `gpasswd -d` of each member
+/// still in its group, then `groupdel` (a group a package's postrm deleted is passed over).
 pub(crate) async fn run_undo(
     family: Family,
     plan: &UndoPlan,

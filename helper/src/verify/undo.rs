@@ -34,7 +34,6 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<UndoStep, Refusal> {
         UndoStepError::TooLarge => refuse!(StepTooLarge, "{e}"),
         UndoStepError::PlanDigestMismatch { .. } => refuse!(DigestMismatch, "{e}"),
         UndoStepError::NothingToDo => refuse!(NothingToDo, "{e}"),
-        UndoStepError::Random(_) => refuse!(Internal, "{e}"),
         _ => refuse!(StepMalformed, "{e}"),
     })
 }
