@@ -599,18 +599,37 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
             return Ok(false); // a live process drives it
         };
         if let Pickup::AskHelper { nonce } = &decision {
-            let held = match self.wait_for_receipt(nonce, op.host_job.as_deref()).await {
-                Ok(found) => found,
-                // The helper cannot be asked: the step is dropped all the same, never re-sent.
-                Err(e) => {
-                    tracing::warn!(code = %e.code, "the helper could not be asked for a receipt");
-                    None
+            // The same span as the live step's: the recovery's lines carry its step and job ids.
+            let step_id = op.sent_host_step().map(|s| s.step_id().as_str());
+            let job_id = op.host_job.as_deref();
+            let span = tracing::info_span!(
+                "host_step",
+                step_id = step_id.map(tracing::field::display),
+                job_id = job_id.map(tracing::field::display)
+            );
+            let recovered = async {
+                let held = match self.wait_for_receipt(nonce, job_id).await {
+                    Ok(found) => found,
+                    // The helper cannot be asked: the step is dropped all the same, never re-sent.
+                    Err(e) => {
+                        tracing::warn!(code = %e.code, "the helper could not be asked for a receipt");
+                        None
+                    }
+                };
+                if let (Some(receipt), Phase::PreparingHost) = (held, op.phase) {
+                    let verdict = self.judge(op, &receipt).await;
+                    let outcome = verdict.outcome;
+                    tracing::info!(
+                        ?outcome,
+                        "the host step's receipt was judged after a restart"
+                    );
+                    self.answer_host(op, Answer::HostReceiptVerified(verdict))
+                        .await?;
+                    return Ok(true);
                 }
+                Ok::<_, CodedError>(false)
             };
-            if let (Some(receipt), Phase::PreparingHost) = (held, op.phase) {
-                let verdict = self.judge(op, &receipt).await;
-                self.answer_host(op, Answer::HostReceiptVerified(verdict))
-                    .await?;
+            if recovered.instrument(span).await? {
                 return Ok(true);
             }
         }

@@ -408,10 +408,28 @@ async fn after_a_crash_mid_job_the_receipt_is_fetched_and_the_nonce_never_runs_a
         .unwrap()
         .unwrap();
     assert_eq!(stored.phase, Phase::PreparingHost);
-    assert!(stored.sent_host_step().is_some());
+    let step_id = stored.sent_host_step().expect("sent").step_id().as_str();
     let r2 = runner(dir.path(), &m, &h);
-    let (ids, errors) = r2.recover(None).await;
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    let (ids, errors) = {
+        let _default = tracing::subscriber::set_default(subscriber);
+        r2.recover(None).await
+    };
     assert!(errors.is_empty(), "{errors:?}");
+    // The recovery's judgement is logged in the step's span, as the live step's would be.
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let judged = text.lines().find(|l| l.contains("receipt was judged"));
+    assert!(
+        judged.is_some_and(|l| l.contains(&format!("step_id={step_id}"))
+            && l.contains(&format!("operation_id={}", op.operation_id.as_str()))),
+        "{text}"
+    );
     let done = r2.drive(&ids[0]).await.unwrap();
     assert_eq!(done.phase, Phase::Ready, "{:?}", done.error);
     assert_eq!(h.total_runs(), 1, "the helper ran exactly once");
