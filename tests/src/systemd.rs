@@ -340,6 +340,18 @@ impl BootedSystemd {
         )
     }
 
+    /// [`Self::tree_snapshot`] without `/etc/docker/key.json`: the STAND-IN Docker's dockerd
+    /// (Debian's 20.10) writes its libtrust key there when it starts; Docker Engine 23.0 and
+    /// later, what Docker's repository serves, no longer writes one (moby/moby#32587). Not a
+    /// file any setup wrote, so not one an undo can take back.
+    pub fn tree_snapshot_without_dockerds_key(&self, dirs: &[&str]) -> String {
+        let trees = self.tree_snapshot(dirs);
+        let kept = trees
+            .lines()
+            .filter(|l| !l.contains("/etc/docker/key.json"));
+        kept.collect::<Vec<_>>().join("\n")
+    }
+
     /// Every entry under `dirs` (those that exist): path, type, mode and owner, and a regular
     /// file's SHA-256, sorted. Two equal snapshots mean the trees are the same, file for file.
     pub fn tree_snapshot(&self, dirs: &[&str]) -> String {

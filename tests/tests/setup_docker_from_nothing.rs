@@ -590,9 +590,12 @@ fn from_no_docker_at_all_setup_adds_dockers_repository_installs_it_and_the_toolk
 /// What an undo must give back: the package set, the trees apt, Docker and CDI read, the
 /// group file and the enabled units.
 fn snapshot(host: &NoDockerHost) -> String {
-    let trees = host
-        .booted
-        .tree_snapshot(&["/etc/apt", "/etc/docker", "/etc/cdi", "/var/run/cdi"]);
+    let trees = host.booted.tree_snapshot_without_dockerds_key(&[
+        "/etc/apt",
+        "/etc/docker",
+        "/etc/cdi",
+        "/var/run/cdi",
+    ]);
     let rest = host.sh(
         "cat /etc/group; systemctl list-unit-files --state=enabled --no-legend --no-pager | sort",
     );

@@ -310,7 +310,7 @@ impl RhelHost {
 
     /// The trees dnf, Docker and CDI read, the group file and the enabled units.
     fn snapshot(&self) -> String {
-        let trees = self.booted.tree_snapshot(&[
+        let trees = self.booted.tree_snapshot_without_dockerds_key(&[
             "/etc/yum.repos.d",
             "/etc/pki/rpm-gpg",
             "/etc/docker",

@@ -33,6 +33,9 @@ struct Entry {
     path: String,
     /// Content and mode; `None`: there was no file.
     before: Option<(Vec<u8>, u32)>,
+    /// Its folder was not there either: it goes with the file if empty (not if in use since).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    new_folder: bool,
 }
 
 /// The files one step changed, and what they were before.
@@ -76,11 +79,12 @@ impl Journal {
                 let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
             }
         }
-        let before = files::read_state(&files::under_root(&self.root, path));
-        let before = before.map_err(|e| refuse(e.to_string()))?;
+        let target = files::under_root(&self.root, path);
+        let before = files::read_state(&target).map_err(|e| refuse(e.to_string()))?;
         let entry = Entry {
             path: path.to_owned(),
             before,
+            new_folder: !target.parent().is_some_and(Path::exists),
         };
         self.append(&entry)
             .map_err(|e| refuse(format!("the journal: {e}")))?;
@@ -177,6 +181,9 @@ fn put_back(root: &Path, entry: &Entry) -> Result<bool, FileError> {
         (_, None) => files::remove(root, &target)?,
         (_, Some((bytes, mode))) => files::write_atomic(root, &target, bytes, mode & 0o7777)?,
     }
+    if entry.new_folder {
+        let _ = target.parent().map(std::fs::remove_dir);
+    }
     Ok(true)
 }
 
@@ -244,14 +251,7 @@ pub(crate) fn put_back_from(
     let found = setups.iter().filter_map(read);
     let mut found = found.flat_map(|t| entries(&t).unwrap_or_default());
     let digest = |e: &Entry| e.before.as_ref().map(|b| Digest::of_bytes(&b.0));
-    let (path, before) = (path.to_owned(), None);
-    let entry = match back_to {
-        None => Some(Entry {
-            path: path.clone(),
-            before,
-        }),
-        Some(d) => found.find(|e| e.path == path && digest(e).as_ref() == Some(d)),
-    };
+    let entry = found.find(|e| e.path == path && digest(e).as_ref() == back_to);
     let why = || Failure(format!("no setup's journal holds what {path} was before"));
     let entry = entry.ok_or_else(why)?;
     put_back(root, &entry).map(drop).map_err(Failure::from)
@@ -378,7 +378,35 @@ mod tests {
         let kept = std::fs::read_to_string(root.join("1-n.before.jsonl")).unwrap();
         let lines: Vec<&str> = kept.lines().collect();
         assert_eq!(lines.len(), 1, "{kept}");
-        assert_eq!(lines[0], format!(r#"{{"path":"{KEY}","before":null}}"#));
+        // The keyrings folder was not there either in this root.
+        let line = format!(r#"{{"path":"{KEY}","before":null,"new_folder":true}}"#);
+        assert_eq!(lines[0], line);
+    }
+
+    #[test]
+    fn a_file_that_goes_takes_the_folder_its_writer_made_if_nothing_else_is_in_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let folder = files::under_root(root, KEY);
+        let folder = folder.parent().unwrap();
+        let mut j = journal(root, None);
+        j.record(KEY).unwrap();
+        write(root, KEY, b"key", 0o644);
+        assert_eq!(j.finish(false), [KEY]);
+        assert!(
+            !folder.exists(),
+            "the folder the step made went with its file"
+        );
+
+        let mut j = journal(root, None);
+        j.record(KEY).unwrap();
+        write(root, KEY, b"key", 0o644);
+        std::fs::write(folder.join("someone-elses.asc"), b"theirs").unwrap();
+        assert_eq!(j.finish(false), [KEY]);
+        assert!(
+            folder.join("someone-elses.asc").exists(),
+            "a folder in use stays"
+        );
     }
 
     #[test]

@@ -98,15 +98,14 @@ fn group_commands(r: &Executor<'_>, plan: &UndoPlan) -> Result<Vec<Built>, Failu
 /// setups' journals recorded it, or removed.
 fn restore(r: &mut Executor<'_>, undo: &[FileUndo], journals: &[PathBuf]) -> Done {
     for f in undo {
-        r.journal.record(&f.path)?;
-        let now = files::read_state(&files::under_root(&r.ctx.file_root, &f.path))?;
+        let path = &f.path;
+        r.journal.record(path)?;
+        let now = files::read_state(&files::under_root(&r.ctx.file_root, path))?;
         if now.map(|s| Digest::of_bytes(&s.0)).as_ref() != Some(&f.now) {
-            return Err(Failure(format!(
-                "{} changed since the undo was planned",
-                f.path
-            )));
+            let why = format!("{path} changed since the undo was planned");
+            return Err(Failure(why));
         }
-        journal::put_back_from(&r.ctx.file_root, journals, &f.path, f.back_to.as_ref())?;
+        journal::put_back_from(&r.ctx.file_root, journals, path, f.back_to.as_ref())?;
     }
     Ok((ActionStatus::Applied, "done".to_owned()))
 }
