@@ -1427,11 +1427,21 @@ fn undo_is_denied_without_a_rule_and_a_receipt_the_ledger_does_not_hold_is_refus
     let line = helper.decision(not_held.nonce().as_str(), "step refused");
     assert!(line.contains("authz=\"not-asked\""), "{line}");
 
-    // A plan that adds what the helper's own does not (the file edited since): refused too.
-    std::fs::write(UNDO_KEY, b"edited by hand\n").unwrap();
-    let result = helper.start(step.to_json().as_bytes(), &["--undo"]);
+    // A plan that does more than the setup's records allow (a package it never installed):
+    // refused before polkit too, naming it.
+    let mut more = step.plan().clone();
+    more.remove_packages.push("bash".into());
+    let beyond =
+        enginekit_shared::wire::undo_step::UndoStep::issue(step.receipts().to_vec(), more).unwrap();
+    let result = helper.start(beyond.to_json().as_bytes(), &["--undo"]);
     result.assert_refused("ParametersInvalid", HOST_STEP_INVALID);
-    assert!(result.message().contains(UNDO_KEY), "{}", result.message());
+    assert!(
+        result.message().contains("removes the package bash"),
+        "{}",
+        result.message()
+    );
+    let line = helper.decision(beyond.nonce().as_str(), "step refused");
+    assert!(line.contains("authz=\"not-asked\""), "{line}");
     let _ = std::fs::remove_file(UNDO_KEY);
 }
 
@@ -1446,6 +1456,26 @@ fn an_allowed_undo_removes_what_the_setup_wrote_and_forgets_the_setup() {
     std::fs::create_dir_all("/etc/apt/keyrings").unwrap();
     std::fs::write(UNDO_KEY, content).unwrap();
     let (receipt, setup_nonce) = keep_undo_setup(&helper, content);
+    let link = format!("{}-{setup_nonce}", helper.user().uid);
+
+    // The file edited by hand after the plan was made: the undo fails on it, right before it
+    // would have put it back, and leaves it as it is; the setup stays to be undone.
+    std::fs::write(UNDO_KEY, b"edited by hand\n").unwrap();
+    let step = undo_step(&receipt, content);
+    let result = helper.start(step.to_json().as_bytes(), &["--undo", "--wait"]);
+    assert!(result.ok, "Undo was refused: {}", result.json);
+    let failed = result.receipt();
+    assert_eq!(failed["outcome"], "failed", "{failed}");
+    assert!(
+        failed["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&format!("{UNDO_KEY} changed since"))),
+        "{failed}"
+    );
+    assert_eq!(std::fs::read(UNDO_KEY).unwrap(), b"edited by hand\n");
+    assert!(helper.state_dir.join("setups").join(&link).exists());
+
+    std::fs::write(UNDO_KEY, content).unwrap();
     let step = undo_step(&receipt, content);
     let result = helper.start(step.to_json().as_bytes(), &["--undo", "--wait"]);
     assert!(result.ok, "Undo was refused: {}", result.json);
@@ -1457,7 +1487,6 @@ fn an_allowed_undo_removes_what_the_setup_wrote_and_forgets_the_setup() {
         "{receipt}"
     );
     assert!(!std::path::Path::new(UNDO_KEY).exists());
-    let link = format!("{}-{setup_nonce}", helper.user().uid);
     assert!(!helper.state_dir.join("setups").join(link).exists());
     assert!(helper.nonce_burnt(step.nonce().as_str()));
     // Nothing is left to undo: the same list again is stale.

@@ -11,10 +11,11 @@ use enginekit_shared::safe::{SafeArg, UnsafeValue};
 use super::commands::*;
 use crate::exec::command::{Command, Program};
 
-/// No argument may be one of these.
+/// No argument of a recipe's command may be one of these.
 pub(crate) const FORBIDDEN_WORDS: &[&str] = &[
     "rm",
     "purge",
+    "--purge",
     "remove",
     "autoremove",
     "erase",
@@ -185,9 +186,10 @@ pub(crate) fn permits(
     Ok(permits)
 }
 
-/// Every command one action of a verified plan may run (none by default).
+/// Every command one action of a verified plan may run (none by default); `true`: one exact
+/// command the helper built from its own records, outside the recipe's rules ([`Self::only`]).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Allowed(Vec<Permit>);
+pub(crate) struct Allowed(Vec<Permit>, bool);
 
 impl Allowed {
     /// One set per action of the plan, in plan order.
@@ -197,13 +199,14 @@ impl Allowed {
         file_root: &Path,
     ) -> Result<Vec<Allowed>, UnsafeValue> {
         plan.iter()
-            .map(|action| permits(family, action, file_root).map(Allowed))
+            .map(|action| permits(family, action, file_root).map(|p| Allowed(p, false)))
             .collect()
     }
 
-    /// Exactly one command, outside any action (the package list read before and after them).
+    /// Exactly one command, outside any recipe action: the package list read before and after
+    /// them, an undo's commands (its `dpkg --purge` / `rpm -e` may remove packages).
     pub(crate) fn only(cmd: Command) -> Allowed {
-        Allowed(vec![Permit::exact(cmd)])
+        Allowed(vec![Permit::exact(cmd)], true)
     }
 
     /// Whether `cmd` may run.
@@ -215,7 +218,7 @@ impl Allowed {
             })
         };
         let forbidden = |a: &SafeArg| FORBIDDEN_WORDS.contains(&a.as_str());
-        if cmd.args.iter().any(forbidden) {
+        if !self.1 && cmd.args.iter().any(forbidden) {
             return refuse("it carries a word that removes or upgrades packages");
         }
         let first = cmd.args.first().map(SafeArg::as_str);
@@ -300,9 +303,22 @@ mod tests {
         .collect()
     }
 
+    #[test]
+    fn only_the_helpers_own_exact_commands_may_remove_packages() {
+        for removal in [
+            cmd(Program::Rpm, &["-e", "docker-ce.x86_64"]),
+            cmd(Program::Dpkg, &["--purge", "docker-ce"]),
+        ] {
+            let as_recipe = Allowed(vec![Permit::exact(removal.clone())], false);
+            let refused = as_recipe.permit(&removal).unwrap_err();
+            assert!(refused.why.contains("removes or upgrades"), "{refused:?}");
+            assert!(Allowed::only(removal.clone()).permit(&removal).is_ok());
+        }
+    }
+
     fn allowed(family: Family, plan: &[PlannedAction]) -> Allowed {
         let sets = Allowed::per_action(family, plan, Path::new("/")).unwrap();
-        Allowed(sets.into_iter().flat_map(|set| set.0).collect())
+        Allowed(sets.into_iter().flat_map(|set| set.0).collect(), false)
     }
 
     #[test]
@@ -537,7 +553,7 @@ mod tests {
             without(Program::AptGet, &update, "Dir::Etc::sourceparts=-"),
             without(Program::Dnf, &query, "--setopt=skip_if_unavailable=False"),
         ];
-        let forged = Allowed(broken.iter().cloned().map(Permit::exact).collect());
+        let forged = Allowed(broken.iter().cloned().map(Permit::exact).collect(), false);
         for c in &broken {
             let err = forged.permit(c).unwrap_err();
             assert_eq!(
@@ -545,7 +561,7 @@ mod tests {
                 "it lacks an option the recipe's command always has"
             );
         }
-        let whole = Allowed(vec![Permit::exact(cmd(Program::Dnf, &query))]);
+        let whole = Allowed(vec![Permit::exact(cmd(Program::Dnf, &query))], false);
         whole.permit(&cmd(Program::Dnf, &query)).unwrap();
     }
 

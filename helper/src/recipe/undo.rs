@@ -252,6 +252,7 @@ mod tests {
         assert_eq!(rpm.argv()[..2], ["rpm", "-e"]);
         assert!(rpm.program.is_package_manager(), "held under the inhibitor");
         assert!(Allowed::only(dpkg.clone()).permit(&dpkg).is_ok());
+        assert!(Allowed::only(rpm.clone()).permit(&rpm).is_ok());
         let gpasswd = cmd(Gpasswd, &["-d"], &["alice", "docker"]).unwrap();
         assert_eq!(gpasswd.argv(), ["gpasswd", "-d", "alice", "docker"]);
         assert!(cmd(Groupdel, &[], &["-f"]).is_err(), "never an option");

@@ -148,10 +148,8 @@ impl Work {
 
     /// A setup's anti-rollback mark, to record once the nonce is burnt (inline recipes only).
     pub(crate) fn high_water(&self) -> Option<(&VerifiedStep, HighWater)> {
-        match self {
-            Work::Setup(v) => v.high_water.clone().map(|mark| (v, mark)),
-            Work::Undo(_) => None,
-        }
+        let Work::Setup(v) = self else { return None };
+        v.high_water.clone().map(|mark| (v, mark))
     }
 
     /// Checked again after polkit, right before the nonce is burnt.
