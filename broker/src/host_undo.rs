@@ -1,8 +1,8 @@
 //! Undoing this user's setups on the machine: `enginekit remove --host` and the session
 //! service's `RemoveHost`. The plan is the one [`crate::host_changes::report`] shows and its
 //! digest the one a consent is bound to; the step names the setups by the digests of their
-//! receipts' exact texts; the helper's `Undo` judges the plan again as root and runs it; the
-//! machine read again afterwards, not the helper's receipt, is what says what is left.
+//! receipts' exact texts; the helper's `Undo` checks the plan against its own records and runs
+//! it; the machine read again afterwards, not the helper's receipt, says what is left.
 
 use std::path::Path;
 use std::sync::Arc;

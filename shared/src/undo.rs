@@ -1,7 +1,8 @@
 //! What undoing enginekit's setups on this machine would do: a pure rule over the setups'
 //! recorded changes ([`HostChanges`], oldest first) and the machine as it is now. The broker
-//! calls it to show the plan (unprivileged reads); the helper calls it again, as root, on its
-//! own ledger's records before it undoes anything, so both judge by the same rule.
+//! calls it to show the plan (unprivileged reads); the helper calls it on its own ledger's
+//! records with the machine as they left it ([`MachineNow::as_left_by`]), the most an undo may
+//! do, and refuses a step whose plan is not within that ([`UndoPlan::within`]).
 //!
 //! Only what a setup added and is still as that setup left it is undone. What someone changed
 //! since (a file edited by hand, a package at another version, a group with other members) is
