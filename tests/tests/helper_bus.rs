@@ -1355,11 +1355,22 @@ fn keep_undo_setup(helper: &InstalledHelper, content: &[u8]) -> (String, String)
     let text = String::from_utf8(receipt.to_bytes().unwrap()).unwrap();
     let uid = helper.user().uid;
     let name = format!("{uid}-{}", nonce.as_str());
-    for dir in ["", "receipts", "setups"] {
+    for dir in ["", "receipts", "setups", "journals"] {
         let dir = helper.state_dir.join(dir);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
     }
+    // The journal the setup kept of what it wrote: the key was not there before.
+    let journal = helper
+        .state_dir
+        .join("journals")
+        .join(format!("{name}.before.jsonl"));
+    std::fs::write(
+        &journal,
+        format!("{}\n", json!({"path": UNDO_KEY, "before": null})),
+    )
+    .unwrap();
+    std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o600)).unwrap();
     let record = json!({"uid": uid, "issued_at": 1, "receipt": text});
     let at = helper.state_dir.join("receipts").join(&name);
     std::fs::write(&at, record.to_string()).unwrap();
