@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::bench::BenchEnv;
 use crate::documents::DOCKER_PACKAGES;
-use crate::output::{describe, result_of};
+use crate::output::{describe, events, result_of};
 use crate::systemd::BootedSystemd;
 
 /// The user who signs in and runs `enginekit`.
@@ -198,6 +198,23 @@ impl SessionHost {
     /// The helper's journal, last lines.
     pub fn journal(&self) -> String {
         self.sh("journalctl --no-pager -o cat -u enginekit-helper.service | tail -n 80")
+    }
+
+    /// `enginekit remove --host --yes --json` as the user, which must succeed: its last event,
+    /// `host-removed`.
+    pub fn remove_host(&self) -> Value {
+        let undone = self.enginekit("remove --host --yes --json");
+        let result = events(&undone)
+            .into_iter()
+            .find(|e| e["event"] == "host-removed")
+            .unwrap_or_else(|| panic!("no host-removed event: {}", describe(&undone)));
+        assert!(
+            undone.status.success() && result["outcome"] == "succeeded",
+            "{}\nhelper journal:\n{}",
+            describe(&undone),
+            self.journal()
+        );
+        result
     }
 
     /// The helper's newest receipt (its ledger's record holds the receipt as a string).

@@ -565,17 +565,7 @@ fn from_no_docker_at_all_setup_adds_dockers_repository_installs_it_and_the_toolk
     // the helper checking the step against its own receipts) puts the machine back as it was
     // before the setup, package for package and file for file.
     host.sh("cp /tmp/daemon.json.setup /etc/docker/daemon.json && dpkg --purge needs-docker");
-    let undone = host.enginekit("remove --host --yes --json");
-    let result = events(&undone)
-        .into_iter()
-        .find(|e| e["event"] == "host-removed")
-        .unwrap_or_else(|| panic!("no host-removed event: {}", describe(&undone)));
-    assert!(
-        undone.status.success() && result["outcome"] == "succeeded",
-        "{}\nhelper journal:\n{}",
-        describe(&undone),
-        host.journal()
-    );
+    host.remove_host();
     assert_eq!(installed_packages(&host), packages_before);
     assert_eq!(snapshot(&host), snapshot_before);
     // Nothing of the setup is left to undo, and the undo leaves nothing to undo either.

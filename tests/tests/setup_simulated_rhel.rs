@@ -27,7 +27,7 @@ use std::ops::Deref;
 
 use enginekit_integration::bench::{self, Service};
 use enginekit_integration::documents::{vllm_descriptor, DOCKER_PACKAGES, TOOLKIT_PACKAGES};
-use enginekit_integration::output::{describe, events, result_of};
+use enginekit_integration::output::{describe, result_of};
 use enginekit_integration::session_host::{
     assert_plan_installs_docker_and_the_toolkit, changes, receipt_action, SessionHost,
 };
@@ -271,17 +271,7 @@ fn on_a_simulated_rocky_9_host_without_docker_setup_installs_the_pinned_rpms_wit
     // group).
     let edited = "{\"log-level\": \"warn\"}";
     host.sh(&format!("echo '{edited}' > /etc/docker/daemon.json"));
-    let undone = host.enginekit("remove --host --yes --json");
-    let result = events(&undone)
-        .into_iter()
-        .find(|e| e["event"] == "host-removed")
-        .unwrap_or_else(|| panic!("no host-removed event: {}", describe(&undone)));
-    assert!(
-        undone.status.success() && result["outcome"] == "succeeded",
-        "{}\nhelper journal:\n{}",
-        describe(&undone),
-        host.journal()
-    );
+    let result = host.remove_host();
     assert!(
         result.to_string().contains("/etc/docker/daemon.json"),
         "the hand-edited daemon.json is named as left: {result}"
