@@ -575,6 +575,40 @@ fn from_no_docker_at_all_setup_adds_dockers_repository_installs_it_and_the_toolk
         .find(|e| e["event"] == "host-changes")
         .unwrap_or_else(|| panic!("no host-changes event: {}", describe(&after)));
     assert_eq!(after["host_changes"]["setups"], json!([]), "{after}");
+
+    // Set up again, then the user's package that needs docker-ce goes in before the undo: the
+    // undo leaves it, docker-ce and what docker-ce needs (named, with why), and undoes the rest.
+    let again = host.booted.sh_as(
+        USER,
+        "ENGINEKIT_LOG=warn enginekit setup --engine vllm --yes --json </dev/null",
+    );
+    let receipt = host.last_receipt();
+    assert_eq!(receipt["outcome"], "succeeded", "{}", describe(&again));
+    host.sh("dpkg -i /tmp/needs-docker.deb >/dev/null");
+    let result = host.remove_host();
+    let left = result["host_changes"]["undo"]["left"].to_string();
+    assert!(
+        left.contains("\"docker-ce") && left.contains("needs-docker still needs it"),
+        "{result}"
+    );
+    let now = installed_packages(&host);
+    for kept in ["needs-docker", "docker-ce", "containerd.io"] {
+        assert!(
+            now.keys().any(|p| p.split(':').next() == Some(kept)),
+            "{kept} was removed: {result}"
+        );
+    }
+    for package in TOOLKIT_PACKAGES {
+        assert!(
+            host.installed_version(package).is_none(),
+            "{package}: {result}"
+        );
+    }
+    assert!(!host.exists(DOCKER_LIST) && !host.exists(DOCKER_KEY));
+    assert_eq!(
+        file_digest(&host, "/etc/docker/daemon.json"),
+        daemon_json_before
+    );
 }
 
 /// What an undo must give back: the package set, the trees apt, Docker and CDI read, the
