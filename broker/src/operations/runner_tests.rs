@@ -261,6 +261,20 @@ async fn a_setup_from_toolkit_absent_ends_ready_with_one_host_step() {
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
 
+impl Captured {
+    /// A capture of the INFO lines logged on this thread until the guard is dropped.
+    fn installed() -> (Captured, tracing::subscriber::DefaultGuard) {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .finish();
+        (captured, tracing::subscriber::set_default(subscriber))
+    }
+}
+
 impl std::io::Write for Captured {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
         self.0.lock().unwrap().extend_from_slice(bytes);
@@ -273,14 +287,7 @@ impl std::io::Write for Captured {
 
 #[tokio::test]
 async fn the_host_steps_lines_carry_the_operation_id_the_step_id_and_the_helpers_job() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (captured, _default) = Captured::installed();
     let dir = tempfile::tempdir().unwrap();
     let m = FakeMachine::clean();
     let h = FakeHelper::new(m.clone());
@@ -410,17 +417,9 @@ async fn after_a_crash_mid_job_the_receipt_is_fetched_and_the_nonce_never_runs_a
     assert_eq!(stored.phase, Phase::PreparingHost);
     let step_id = stored.sent_host_step().expect("sent").step_id().as_str();
     let r2 = runner(dir.path(), &m, &h);
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    let (ids, errors) = {
-        let _default = tracing::subscriber::set_default(subscriber);
-        r2.recover(None).await
-    };
+    let (captured, logging) = Captured::installed();
+    let (ids, errors) = r2.recover(None).await;
+    drop(logging);
     assert!(errors.is_empty(), "{errors:?}");
     // The recovery's judgement is logged in the step's span, as the live step's would be.
     let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
