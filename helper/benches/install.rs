@@ -1,7 +1,9 @@
 //! Benchmark: the executor installing the bench's stand-in toolkit packages from the bench's
 //! local signed apt repository, against the same work done by running apt-get directly (the
-//! same `apt-get update` of the one source list, then the same `apt-get install`), in one run,
-//! packages purged before every install. Prints ratios; asserts nothing.
+//! repository first asked in a private configuration, as the executor's repository check does,
+//! then the same `apt-get update` of the one source list and the same `apt-get install`), in
+//! one run, packages purged before every install. A second peer skips that check, to show its
+//! cost. Prints ratios; asserts nothing.
 //!
 //! Needs root and the test bench (`tests/bench/up`, run here if needed). Holds the same lock as
 //! the install tests (`/run/lock/enginekit-apt-tests.lock`). Run with
@@ -24,6 +26,7 @@ const ROUNDS: usize = 5;
 const LOCK: &str = "/run/lock/enginekit-apt-tests.lock";
 const KEYRING: &str = "/usr/share/keyrings/ekt-bench-install-keyring.gpg";
 const SOURCE: &str = "/etc/apt/sources.list.d/ekt-bench-install.list";
+const CHECK_DIR: &str = "/run/enginekit-bench/install-check";
 const PACKAGES: [&str; 4] = [
     "nvidia-container-toolkit",
     "nvidia-container-toolkit-base",
@@ -108,44 +111,81 @@ fn params() -> HostParameters {
     .expect("parameters for this machine")
 }
 
-fn direct(version: &str, env_vars: &[(String, String)]) -> (Duration, Duration) {
-    let run = |args: Vec<String>| {
+/// apt run directly: `check` first asks the repository in a private configuration, as the
+/// executor's repository check does (a copy of the key, the source, lists and cache of its own),
+/// then the update of the one source list and the install. Returns (before install, install).
+fn direct(version: &str, env_vars: &[(String, String)], check: bool) -> (Duration, Duration) {
+    let run = |program: &str, args: Vec<String>| {
         let started = Instant::now();
-        let out = Command::new("/usr/bin/apt-get")
+        let out = Command::new(program)
             .args(&args)
             .env_clear()
             .envs(env_vars.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(std::process::Stdio::null())
             .output()
-            .expect("apt-get");
+            .expect(program);
         assert!(
             out.status.success(),
-            "apt-get {args:?}: {}",
+            "{program} {args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
         started.elapsed()
     };
-    let update = run([
-        "update",
-        "-o",
-        &format!("Dir::Etc::sourcelist={SOURCE}"),
-        "-o",
-        "Dir::Etc::sourceparts=-",
-        "-o",
-        "APT::Get::List-Cleanup=0",
-        "-o",
-        "DPkg::Lock::Timeout=300",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect());
-    let mut install: Vec<String> = recipe::commands::APT_INSTALL
+    let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let started = Instant::now();
+    if check {
+        let dir = std::path::Path::new(CHECK_DIR);
+        let _ = std::fs::remove_dir_all(dir);
+        for sub in ["lists/partial", "cache/archives/partial", "prefs"] {
+            std::fs::create_dir_all(dir.join(sub)).expect("the private folder");
+        }
+        let key = dir.join("key.gpg");
+        std::fs::copy(KEYRING, &key).expect("the key's copy");
+        let source = std::fs::read_to_string(SOURCE).expect("the source");
+        let list = dir.join("sources.list");
+        std::fs::write(&list, source.replace(KEYRING, &key.display().to_string())).expect("list");
+        std::fs::write(dir.join("status"), "").expect("status");
+        let private: Vec<String> = [
+            ("Dir::Etc::sourcelist", list.display().to_string()),
+            ("Dir::Etc::sourceparts", "-".into()),
+            ("Dir::Etc::Preferences", format!("{CHECK_DIR}/none")),
+            ("Dir::Etc::PreferencesParts", format!("{CHECK_DIR}/prefs")),
+            ("Dir::State::Lists", format!("{CHECK_DIR}/lists")),
+            ("Dir::State::status", format!("{CHECK_DIR}/status")),
+            ("Dir::Cache", format!("{CHECK_DIR}/cache")),
+        ]
         .iter()
-        .map(|s| s.to_string())
+        .flat_map(|(k, v)| ["-o".to_string(), format!("{k}={v}")])
         .collect();
+        run(
+            "/usr/bin/apt-get",
+            [words(&["update"]), private.clone()].concat(),
+        );
+        run(
+            "/usr/bin/apt-cache",
+            [words(&["policy"]), private, words(&PACKAGES)].concat(),
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    run(
+        "/usr/bin/apt-get",
+        [
+            words(&["update", "-o"]),
+            vec![format!("Dir::Etc::sourcelist={SOURCE}")],
+            words(&[
+                "-o",
+                "Dir::Etc::sourceparts=-",
+                "-o",
+                "APT::Get::List-Cleanup=0",
+            ]),
+            words(&["-o", "DPkg::Lock::Timeout=300"]),
+        ]
+        .concat(),
+    );
+    let before_install = started.elapsed();
+    let mut install = words(recipe::commands::APT_INSTALL);
     install.extend(PACKAGES.iter().map(|p| format!("{p}={version}")));
-    let install = run(install);
-    (update, install)
+    (before_install, run("/usr/bin/apt-get", install))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -188,6 +228,8 @@ fn main() {
     purge();
     let (mut exec_total, mut exec_install, mut direct_total, mut direct_install) =
         (vec![], vec![], vec![], vec![]);
+    let mut checked_total = vec![];
+    let mut breakdown = String::new();
     // Warm-up: writes the key and source, fills apt's caches for both sides.
     let warm = execute();
     assert_eq!(warm.outcome.as_str(), "succeeded", "{:?}", warm.error);
@@ -203,11 +245,21 @@ fn main() {
             .find(|a| a.id == "packages")
             .expect("packages action");
         exec_install.push(packages.duration_ms as f64 / 1000.0);
+        breakdown = out
+            .actions
+            .iter()
+            .map(|a| format!("{} {} ms", a.id, a.duration_ms))
+            .collect::<Vec<_>>()
+            .join(", ");
 
         purge();
-        let (update, install) = direct(&version, &env_vars);
+        let (update, install) = direct(&version, &env_vars, false);
         direct_total.push((update + install).as_secs_f64());
         direct_install.push(install.as_secs_f64());
+
+        purge();
+        let (checked, install) = direct(&version, &env_vars, true);
+        checked_total.push((checked + install).as_secs_f64());
     }
     purge();
     for f in [KEYRING, SOURCE] {
@@ -223,7 +275,17 @@ fn main() {
     println!("install benchmark: {ROUNDS} rounds, medians, packages purged before every install");
     println!("  executor run (checks, refresh, install): {et:.3} s");
     println!("  apt-get update + apt-get install directly: {dt:.3} s");
-    println!("  ratio executor / direct: {:.3} (target <= 1.05)", et / dt);
+    let ct = median(checked_total);
+    println!("  the same, with the repository asked first in a private configuration: {ct:.3} s");
+    println!(
+        "  ratio executor / direct with the same check: {:.3} (target <= 1.05)",
+        et / ct
+    );
+    println!(
+        "  ratio executor / direct without it: {:.3} (the check's cost; no target)",
+        et / dt
+    );
+    println!("  executor actions, last round: {breakdown}");
     println!("  executor install action (queries + install + re-check): {ei:.3} s");
     println!("  apt-get install directly: {di:.3} s");
     println!("  ratio install action / direct install: {:.3}", ei / di);

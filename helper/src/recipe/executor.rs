@@ -9,7 +9,7 @@ use enginekit_shared::wire::receipt::bounded_tail;
 use super::allow::Allowed;
 use super::journal::Journal;
 use super::{CommandRecord, ExecContext, ProgressSink};
-use crate::exec::command::Command;
+use crate::exec::command::{Command, Program};
 use crate::exec::spawn::{self, CommandResult};
 
 /// Most bytes of a command's stderr kept in its record (the reference keeps 2000).
@@ -43,6 +43,9 @@ pub(super) struct Executor<'a> {
     pub(crate) journal: Journal,
     /// The systemd units the actions enabled.
     pub(crate) units_enabled: Vec<String>,
+    /// The package database's answers since the step last changed the host: every action asks
+    /// after the same packages, and nothing but the step changes them in between.
+    answers: Vec<(Command, CommandResult)>,
 }
 
 impl<'a> Executor<'a> {
@@ -64,6 +67,7 @@ impl<'a> Executor<'a> {
             commands: Vec::new(),
             journal: Journal::new(&ctx.file_root, ctx.journal.clone()),
             units_enabled: Vec::new(),
+            answers: Vec::new(),
         }
     }
 
@@ -85,6 +89,13 @@ impl<'a> Executor<'a> {
         mutating: bool,
     ) -> Result<CommandResult, Failure> {
         self.allowed.permit(cmd)?;
+        let query = !mutating && matches!(cmd.program, Program::DpkgQuery | Program::Rpm);
+        if mutating {
+            self.answers.clear();
+        } else if let Some((_, known)) = self.answers.iter().find(|(c, _)| query && c == cmd) {
+            self.allowed.learn(cmd, &known.stdout);
+            return Ok(known.clone());
+        }
         // A read in a private configuration (the repository check) leaves cancel open.
         let is_pm = cmd.program.is_package_manager() && mutating;
         if is_pm && !self.package_manager_started {
@@ -100,6 +111,9 @@ impl<'a> Executor<'a> {
         let result = spawn::run(cmd, &self.env, &self.ctx.timeouts).await;
         if result.success() {
             self.allowed.learn(cmd, &result.stdout);
+        }
+        if query {
+            self.answers.push((cmd.clone(), result.clone()));
         }
         let stderr = result.spawn_error.as_deref().unwrap_or(&result.stderr);
         let record = CommandRecord {
@@ -135,5 +149,44 @@ impl<'a> Executor<'a> {
             last.stderr_tail =
                 bounded_tail(&format!("{}{text}", last.stderr_tail), STDERR_TAIL_BYTES);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::recipe::commands as cmd;
+    use enginekit_shared::safe::UserName;
+
+    struct Quiet;
+    impl ProgressSink for Quiet {
+        fn progress(&mut self, _phase: &str, _percent: i32, _allow_cancel: bool) {}
+    }
+
+    async fn ask(r: &mut Executor<'_>, c: &Command, mutating: bool) -> String {
+        r.allowed = Allowed::only(c.clone());
+        r.run(c, mutating).await.unwrap().stdout
+    }
+
+    #[tokio::test]
+    async fn a_package_query_is_asked_once_until_the_step_changes_the_host() {
+        let ctx = ExecContext::new(0);
+        let mut sink = Quiet;
+        let mut r = Executor::new(&ctx, Family::Apt, Vec::new(), &mut sink);
+        let query = cmd::installed_query(Family::Apt, "dpkg").unwrap();
+        let other = cmd::user_uid(&UserName::new("root").unwrap()).unwrap();
+        let first = ask(&mut r, &query, false).await;
+        assert!(first.contains("installed"), "{first}");
+        assert_eq!(ask(&mut r, &query, false).await, first);
+        assert_eq!(r.commands.len(), 1, "the second answer came from memory");
+        // Only package queries are remembered.
+        ask(&mut r, &other, false).await;
+        ask(&mut r, &other, false).await;
+        assert_eq!(r.commands.len(), 3);
+        // A command that changes the host forgets every answer.
+        ask(&mut r, &other, true).await;
+        assert_eq!(ask(&mut r, &query, false).await, first);
+        assert_eq!(r.commands.len(), 5);
     }
 }
