@@ -31,6 +31,7 @@ pub mod recipe;
 pub mod release;
 pub mod safe;
 pub mod signed;
+pub mod subid;
 pub mod undo;
 pub mod wire;
 
