@@ -48,6 +48,9 @@ pub enum Service {
     /// The STAND-IN of Docker's apt repository (`tests/bench/dockerrepo/build`), laid out and
     /// signed like download.docker.com, served by the same HTTPS server as [`Service::AptRepo`].
     DockerRepo,
+    /// Debian's Podman, which the test user can run rootless: a sub-ID range in both files and a
+    /// /dev/net/tun anyone may open (tests/bench/up §6b).
+    RootlessPodman,
 }
 
 /// The Debian bookworm image that boots systemd (with logind, dbus and polkitd) under the bench's
@@ -274,9 +277,10 @@ impl BenchEnv {
             Service::Docker => "EK_DOCKER_LOG",
             Service::Registry => "EK_REGISTRY_LOG",
             Service::AptRepo | Service::DockerRepo => "EK_APTREPO_HTTPS_LOG",
-            Service::TestUser | Service::SystemdImage | Service::SystemdTrixieImage => {
-                "EK_BENCH_RUN"
-            }
+            Service::TestUser
+            | Service::SystemdImage
+            | Service::SystemdTrixieImage
+            | Service::RootlessPodman => "EK_BENCH_RUN",
         };
         self.var(key).unwrap_or("(unknown)").to_string()
     }
@@ -593,6 +597,26 @@ fn check(env: &BenchEnv, service: Service) -> Result<(), String> {
             Ok(())
         }
         Service::SystemdTrixieImage => image_present(&systemd_trixie_docker_image(), TRIXIE_SCRIPT),
+        Service::RootlessPodman => {
+            let out = Command::new("podman")
+                .arg("--version")
+                .output()
+                .map_err(|e| format!("could not run podman: {e}"))?;
+            command_ok("podman --version", &out)?;
+            let user = &env.test_user.name;
+            for file in ["/etc/subuid", "/etc/subgid"] {
+                let text = std::fs::read_to_string(file).unwrap_or_default();
+                if !text.lines().any(|l| l.starts_with(&format!("{user}:"))) {
+                    return Err(format!("{file} gives {user} no sub-IDs"));
+                }
+            }
+            let tun =
+                std::fs::metadata("/dev/net/tun").map_err(|e| format!("/dev/net/tun: {e}"))?;
+            match std::os::unix::fs::PermissionsExt::mode(&tun.permissions()) & 0o666 {
+                0o666 => Ok(()),
+                _ => Err("/dev/net/tun is not 0666: the user's slirp4netns cannot open it".into()),
+            }
+        }
         Service::DockerRepo => {
             let repo = env.docker_repo();
             let in_release = DockerRepo::in_release(&repo.dir, &repo.codename);

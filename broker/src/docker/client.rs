@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::error::{DockerError, Failure, Result};
+use super::libpod::EngineKind;
 
 /// The system socket; rootless Docker is not supported (as in the reference).
 pub const SYSTEM_SOCKET: &str = "/var/run/docker.sock";
@@ -22,6 +23,8 @@ pub struct Docker {
     pub(crate) api: bollard::Docker,
     socket: PathBuf,
     api_version: String,
+    /// Docker or Podman, asked of `/version` once, when a call first needs to know.
+    engine: std::sync::Arc<tokio::sync::OnceCell<EngineKind>>,
 }
 
 impl Docker {
@@ -66,6 +69,7 @@ impl Docker {
             api,
             socket,
             api_version: format!("{}.{}", version.major_version, version.minor_version),
+            engine: Default::default(),
         })
     }
 
@@ -79,12 +83,24 @@ impl Docker {
         &self.api_version
     }
 
+    /// The engine behind the socket: Docker, or Podman and its version.
+    pub async fn engine(&self) -> Result<EngineKind> {
+        let ask = || async {
+            let version = self.api.version().await;
+            version
+                .map(|v| EngineKind::from_version(&v))
+                .map_err(|err| self.fail("version", CALL_TIMEOUT, err))
+        };
+        self.engine.get_or_try_init(ask).await.copied()
+    }
+
     /// The same connection whose ordinary calls use `deadline` (e.g. tighter during reconcile).
     pub fn with_call_timeout(&self, deadline: Duration) -> Docker {
         Docker {
             api: self.with_deadline(deadline),
             socket: self.socket.clone(),
             api_version: self.api_version.clone(),
+            engine: self.engine.clone(),
         }
     }
 

@@ -6,7 +6,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use bollard::models::{ContainerStateStatusEnum, ContainerSummary, NetworkCreateRequest};
+use bollard::models::{
+    ContainerCreateBody, ContainerStateStatusEnum, ContainerSummary, NetworkCreateRequest,
+};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, InspectContainerOptions, InspectNetworkOptions,
     ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
@@ -15,6 +17,7 @@ use serde::Serialize;
 
 use super::client::{Docker, CALL_TIMEOUT};
 use super::error::{bounded, DockerError, Failure, Result};
+use super::libpod::{self, EngineKind};
 use super::spec::{ContainerSpec, NetworkName, ICC_OPTION, LABEL_OWNER, LOOPBACK, OWNER};
 
 /// What the daemon says about one container.
@@ -124,21 +127,34 @@ impl Docker {
     /// Creates a container from `spec` (validated and resolved first). Returns its id. The
     /// caller journals before calling this; see [`super::lifecycle`].
     pub async fn create_container(&self, spec: &ContainerSpec) -> Result<String> {
-        let body = spec.to_create_body()?;
-        let options = CreateContainerOptionsBuilder::new()
-            .name(spec.name.as_str())
-            .build();
+        self.create(
+            spec.name.as_str(),
+            spec.to_create_body()?,
+            "container create",
+        )
+        .await
+    }
+
+    /// Creates container `name` from `body`: through the Engine API on Docker, through the
+    /// native API on Podman ([`super::libpod`]). An image the daemon lacks is `ImageAbsent`.
+    pub(crate) async fn create(
+        &self,
+        name: &str,
+        body: ContainerCreateBody,
+        what: &'static str,
+    ) -> Result<String> {
+        let image = body.image.clone().unwrap_or_default();
+        if let EngineKind::Podman(_) = self.engine().await? {
+            let spec = libpod::spec_generator(name, &body)?;
+            return libpod::create(self.socket(), &spec, &image).await;
+        }
+        let options = CreateContainerOptionsBuilder::new().name(name).build();
         match self.api.create_container(Some(options), body).await {
             Ok(created) => Ok(created.id),
-            Err(err) => {
-                let failure = Failure::of(err);
-                match failure {
-                    Failure::Status { status: 404, .. } => Err(DockerError::ImageAbsent {
-                        image: spec.image.to_string(),
-                    }),
-                    other => Err(self.fail_with("container create", other)),
-                }
-            }
+            Err(err) => match Failure::of(err) {
+                Failure::Status { status: 404, .. } => Err(DockerError::ImageAbsent { image }),
+                other => Err(self.fail_with(what, other)),
+            },
         }
     }
 
@@ -309,8 +325,13 @@ impl Docker {
     }
 
     /// Makes sure our dedicated bridge network exists with inter-container traffic off. An
-    /// existing network of that name that is not configured so is refused, never changed.
+    /// existing network of that name that is not configured so is refused, never changed. On
+    /// Podman there is none to make (its id is empty).
     pub async fn ensure_network(&self, name: &NetworkName) -> Result<String> {
+        // Rootless Podman keeps containers apart by itself; see `libpod::spec_generator`.
+        if let EngineKind::Podman(_) = self.engine().await? {
+            return Ok(String::new());
+        }
         for _ in 0..2 {
             match self
                 .api

@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use bollard::models::{ContainerCreateBody, HostConfig};
-use bollard::query_parameters::CreateContainerOptionsBuilder;
 use enginekit_shared::image::ImageRef;
 use serde::Serialize;
 
@@ -203,13 +202,7 @@ impl Docker {
             }),
             ..ContainerCreateBody::default()
         };
-        let options = CreateContainerOptionsBuilder::new()
-            .name(name.as_str())
-            .build();
-        let id = match self.api.create_container(Some(options), body).await {
-            Ok(created) => created.id,
-            Err(err) => return Err(self.fail_with("gpu check create", Failure::of(err))),
-        };
+        let id = self.create(name.as_str(), body, "gpu check create").await?;
         let run = self.run_to_end(&id, timeout).await;
         // Removed whatever happened (forced: it is ours, short-lived, and may still run).
         let _ = self

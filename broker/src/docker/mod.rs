@@ -17,6 +17,7 @@ pub mod error;
 pub mod gpu_check;
 pub mod group_relay;
 pub mod images;
+pub mod libpod;
 pub mod logs;
 pub mod names;
 pub mod progress;
