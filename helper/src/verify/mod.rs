@@ -239,9 +239,7 @@ fn rollback_mark(
     builtin: &Recipe,
     ledger: &Ledger,
 ) -> Result<Option<HighWater>, Refusal> {
-    let stored = ledger
-        .high_water(recipe_id)
-        .map_err(|e| refuse!(Internal, "{e}"))?;
+    let stored = ledger.high_water(recipe_id)?;
     let builtin_mark = (recipe_id == builtin.id()).then(|| HighWater {
         serial: builtin.serial(),
         digest: builtin.digest().clone(),
@@ -318,10 +316,7 @@ fn resolve_recipe(
 /// `signed::verify` applies to a signed recipe when it arrives; every recipe is held to it again
 /// after the prompt.
 fn check_recipe_is_current(recipe: &Recipe, checks: &Checks<'_>) -> Result<(), Refusal> {
-    let stored = checks
-        .ledger
-        .high_water(recipe.id())
-        .map_err(|e| refuse!(Internal, "{e}"))?;
+    let stored = checks.ledger.high_water(recipe.id())?;
     let expires_at = recipe
         .expires_at()
         .ok_or_else(|| refuse!(RecipeInvalid, "the recipe has no readable expires_at"))?;
