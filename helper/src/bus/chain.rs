@@ -216,7 +216,7 @@ async fn launch(
         refuse!(Internal, "{why}")
     };
     if let Some((v, mark)) = work.high_water() {
-        let raised = ledger.raise_high_water(v.recipe_id(), &mark);
+        let raised = ledger.raise_high_water(v.step.recipe_id().as_str(), &mark);
         raised.map_err(|e| not_run(format!("cannot record the recipe's serial: {e}")))?;
     }
     // 7: the caller must still be there for the job to start.

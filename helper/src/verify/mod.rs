@@ -81,21 +81,6 @@ pub(crate) struct VerifiedStep {
     high_water: Option<HighWater>,
 }
 
-impl VerifiedStep {
-    pub(crate) fn recipe_id(&self) -> &str {
-        self.step.recipe_id().as_str()
-    }
-    pub(crate) fn recipe_digest(&self) -> &str {
-        self.step.recipe_digest().as_str()
-    }
-    pub(crate) fn parameters_digest(&self) -> &str {
-        self.step.parameters_digest().as_str()
-    }
-    pub(crate) fn parameters(&self) -> &HostParameters {
-        self.step.parameters()
-    }
-}
-
 /// What a job runs: a verified host step, or a verified undo.
 #[derive(Debug, Clone)]
 #[allow(clippy::large_enum_variant)] // one per job, moved once into an Arc

@@ -10,13 +10,13 @@ use crate::recipe::commands::{CDI_REFRESH_UNIT, CDI_SPEC, DAEMON_JSON};
 
 /// The keys and values handed to polkit as the check's details. Keys that name a kind of change
 /// the step does not make are left out.
-pub(crate) fn details(step: &VerifiedStep) -> Vec<(&'static str, String)> {
-    let changes = Changes::of(&step.plan);
-    let parameters = step.parameters();
+pub(crate) fn details(verified: &VerifiedStep) -> Vec<(&'static str, String)> {
+    let changes = Changes::of(&verified.plan);
+    let (step, parameters) = (&verified.step, verified.step.parameters());
     let mut out = vec![
-        ("recipe_id", step.recipe_id().to_owned()),
-        ("recipe_digest", step.recipe_digest().to_owned()),
-        ("parameters_digest", step.parameters_digest().to_owned()),
+        ("recipe_id", step.recipe_id().as_str().to_owned()),
+        ("recipe_digest", step.recipe_digest().to_string()),
+        ("parameters_digest", step.parameters_digest().to_string()),
         ("user", parameters.user().as_str().to_owned()),
         ("components", super::components(parameters)),
     ];
