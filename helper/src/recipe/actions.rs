@@ -66,7 +66,7 @@ pub(super) fn install_key(
     applied(format!("wrote {path} ({})", fingerprint_list(pinned)))
 }
 
-fn fingerprint_list(fingerprints: &[openpgp::Fingerprint]) -> String {
+pub(crate) fn fingerprint_list(fingerprints: &[openpgp::Fingerprint]) -> String {
     let all: Vec<&str> = fingerprints.iter().map(|f| f.as_str()).collect();
     all.join(", ")
 }
