@@ -57,6 +57,13 @@ pub enum LedgerError {
     NotPrivate { path: PathBuf, found: String },
 }
 
+/// A ledger that cannot be read or written refuses the call (fail closed).
+impl From<LedgerError> for crate::refusal::Refusal {
+    fn from(e: LedgerError) -> Self {
+        crate::refusal::refuse!(Internal, "{e}")
+    }
+}
+
 /// What burning a nonce found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Burn {

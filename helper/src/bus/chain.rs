@@ -175,8 +175,7 @@ async fn launch(
     // undo's setups are judged again now, before anything is written.
     judge(helper, caller, |checks| work.recheck(checks))?;
     let (issued_at, ledger, jobs) = (head.issued_at, &helper.ledger, &helper.jobs);
-    let burn = ledger.burn(&nonce, head.step_digest.as_str(), caller.uid, issued_at);
-    let burn = burn.map_err(|e| refuse!(Internal, "{e}"))?;
+    let burn = ledger.burn(&nonce, head.step_digest.as_str(), caller.uid, issued_at)?;
     let path = helper.job_path();
     let owner = Owner {
         uid: caller.uid,
@@ -217,7 +216,7 @@ async fn launch(
         refuse!(Internal, "{why}")
     };
     if let Some((v, mark)) = work.high_water() {
-        let raised = ledger.raise_high_water(v.recipe_id(), &mark);
+        let raised = ledger.raise_high_water(v.step.recipe_id().as_str(), &mark);
         raised.map_err(|e| not_run(format!("cannot record the recipe's serial: {e}")))?;
     }
     // 7: the caller must still be there for the job to start.

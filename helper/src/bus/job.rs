@@ -150,12 +150,8 @@ impl Job {
         #[zbus(header)] header: Option<Header<'_>>,
         #[zbus(connection)] conn: &Connection,
     ) -> zbus::fdo::Result<String> {
-        Ok(self
-            .read(conn, header.as_ref())
-            .await?
-            .state
-            .as_str()
-            .to_owned())
+        let status = self.read(conn, header.as_ref()).await?;
+        Ok(status.state.as_str().to_owned())
     }
 
     /// What the job is doing now, in words.

@@ -68,7 +68,7 @@ pub(super) async fn run_job(
             let (ctx, tx) = (&ctx, &mut tx);
             match &*exec_work {
                 Work::Setup(s) => {
-                    let (recipe, params) = (&s.recipe, s.parameters());
+                    let (recipe, params) = (&s.recipe, s.step.parameters());
                     recipe::run_plan(recipe, params, &s.plan, ctx, tx, &cancel).await
                 }
                 Work::Undo(u) => {

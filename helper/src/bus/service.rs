@@ -117,8 +117,7 @@ impl Helper {
         let (caller, _ticket) = self.admission.admit(conn, &header).await?;
         let bad = |_| refuse!(InvalidArgument, "a nonce is 32 lowercase hex digits");
         nonce.parse::<Nonce>().map_err(bad)?;
-        let found = self.ledger.receipt_for(nonce, caller.uid);
-        let found = found.map_err(|e| refuse!(Internal, "{e}"))?;
+        let found = self.ledger.receipt_for(nonce, caller.uid)?;
         if found.is_some() {
             self.jobs.receipt_fetched(caller.uid, nonce);
         }
@@ -142,8 +141,7 @@ impl Helper {
     ) -> Result<Vec<String>, Refusal> {
         let _call = self.activity.call_started();
         let (caller, _ticket) = self.admission.admit(conn, &header).await?;
-        let found = self.ledger.setups(caller.uid);
-        let found = found.map_err(|e| refuse!(Internal, "{e}"))?;
+        let found = self.ledger.setups(caller.uid)?;
         tracing::info!(
             uid = caller.uid,
             pid = caller.pid,

@@ -66,7 +66,7 @@ pub(super) fn install_key(
     applied(format!("wrote {path} ({})", fingerprint_list(pinned)))
 }
 
-fn fingerprint_list(fingerprints: &[openpgp::Fingerprint]) -> String {
+pub(crate) fn fingerprint_list(fingerprints: &[openpgp::Fingerprint]) -> String {
     let all: Vec<&str> = fingerprints.iter().map(|f| f.as_str()).collect();
     all.join(", ")
 }
@@ -236,8 +236,7 @@ pub(super) async fn check_conflicts(
     // The listed conflicts first: their refusal names every one found and the remedy, which
     // a replacement found by the Obsoletes check below (runc, by containerd.io) would not.
     if !found.is_empty() && !remove {
-        let (name, blocked) = &found[0];
-        return fail(conflict_refusal(r.family, name, blocked, &found));
+        return fail(conflict_refusal(r.family, &found));
     }
     if found.is_empty() {
         return satisfied("no conflicting package is installed");
@@ -250,14 +249,11 @@ pub(super) async fn check_conflicts(
     ))
 }
 
-/// Why a recipe that does not remove conflicts refuses, with the remedy: the package
-/// manager's own removal of every conflicting package found, then the setup again.
-fn conflict_refusal(
-    family: Family,
-    name: &str,
-    blocked: &[PlannedPackage],
-    found: &[(String, Vec<PlannedPackage>)],
-) -> String {
+/// Why a recipe that does not remove conflicts refuses (naming the first conflict found), with
+/// the remedy: the package manager's own removal of every conflicting package found, then the
+/// setup again.
+fn conflict_refusal(family: Family, found: &[(String, Vec<PlannedPackage>)]) -> String {
+    let (name, blocked) = &found[0];
     let all: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
     let remove = match family {
         Family::Apt => "apt-get remove",
@@ -295,27 +291,19 @@ pub(super) async fn install_packages(r: &mut Executor<'_>, packages: &[PlannedPa
     let all: Vec<PlannedPackage> = found.iter().map(|(p, _)| p.clone()).collect();
     let (absent, outdated): (Vec<_>, Vec<_>) = found.into_iter().partition(|(_, v)| v.is_none());
     let absent: Vec<PlannedPackage> = absent.into_iter().map(|(p, _)| p).collect();
-    match r.family {
-        // apt-get install upgrades an installed package to its candidate.
-        Family::Apt => {
-            r.must(&cmd::package_install(Family::Apt, &all)?, true)
-                .await?;
-        }
-        // dnf install leaves an installed package as it is, and `upgrade` is a word the
-        // allowlist never lets through: the person upgrades it (the plan says so first).
-        Family::Dnf => {
-            if let Some((p, have)) = outdated.first() {
-                return fail(format!(
-                    "{0} {1} is installed, below the recipe's minimum {2}; upgrade it first (sudo dnf upgrade {0}). Nothing was installed.",
-                    p.name,
-                    have.as_deref().unwrap_or("?"),
-                    p.minimum_version.as_deref().unwrap_or("?"),
-                ));
-            }
-            r.must(&cmd::package_install(Family::Dnf, &absent)?, true)
-                .await?;
-        }
+    // apt-get install upgrades an installed package to its candidate. dnf install leaves an
+    // installed package as it is, and `upgrade` is a word the allowlist never lets through: the
+    // person upgrades it (the plan says so first), and dnf installs only absent packages.
+    if let (Family::Dnf, Some((p, have))) = (r.family, outdated.first()) {
+        return fail(format!(
+            "{0} {1} is installed, below the recipe's minimum {2}; upgrade it first (sudo dnf upgrade {0}). Nothing was installed.",
+            p.name,
+            have.as_deref().unwrap_or("?"),
+            p.minimum_version.as_deref().unwrap_or("?"),
+        ));
     }
+    let install = cmd::package_install(r.family, &all)?;
+    r.must(&install, true).await?;
     let still = todo(r, &all).await?;
     if let Some((p, have)) = still.first() {
         return fail(match have {
@@ -541,7 +529,7 @@ mod conflict_tests {
             ("containerd".to_owned(), blocked.clone()),
             ("runc".to_owned(), blocked.clone()),
         ];
-        let apt = super::conflict_refusal(Family::Apt, "containerd", &blocked, &found);
+        let apt = super::conflict_refusal(Family::Apt, &found);
         assert!(
             apt.starts_with("containerd is installed, and installing docker-ce containerd.io"),
             "{apt}"
@@ -554,7 +542,7 @@ mod conflict_tests {
             apt.contains("(sudo apt-get remove containerd runc)"),
             "{apt}"
         );
-        let dnf = super::conflict_refusal(Family::Dnf, "containerd", &blocked, &found);
+        let dnf = super::conflict_refusal(Family::Dnf, &found);
         assert!(dnf.contains("(sudo dnf remove containerd runc)"), "{dnf}");
     }
 }

@@ -81,21 +81,6 @@ pub(crate) struct VerifiedStep {
     high_water: Option<HighWater>,
 }
 
-impl VerifiedStep {
-    pub(crate) fn recipe_id(&self) -> &str {
-        self.step.recipe_id().as_str()
-    }
-    pub(crate) fn recipe_digest(&self) -> &str {
-        self.step.recipe_digest().as_str()
-    }
-    pub(crate) fn parameters_digest(&self) -> &str {
-        self.step.parameters_digest().as_str()
-    }
-    pub(crate) fn parameters(&self) -> &HostParameters {
-        self.step.parameters()
-    }
-}
-
 /// What a job runs: a verified host step, or a verified undo.
 #[derive(Debug, Clone)]
 #[allow(clippy::large_enum_variant)] // one per job, moved once into an Arc
@@ -239,9 +224,7 @@ fn rollback_mark(
     builtin: &Recipe,
     ledger: &Ledger,
 ) -> Result<Option<HighWater>, Refusal> {
-    let stored = ledger
-        .high_water(recipe_id)
-        .map_err(|e| refuse!(Internal, "{e}"))?;
+    let stored = ledger.high_water(recipe_id)?;
     let builtin_mark = (recipe_id == builtin.id()).then(|| HighWater {
         serial: builtin.serial(),
         digest: builtin.digest().clone(),
@@ -318,10 +301,7 @@ fn resolve_recipe(
 /// `signed::verify` applies to a signed recipe when it arrives; every recipe is held to it again
 /// after the prompt.
 fn check_recipe_is_current(recipe: &Recipe, checks: &Checks<'_>) -> Result<(), Refusal> {
-    let stored = checks
-        .ledger
-        .high_water(recipe.id())
-        .map_err(|e| refuse!(Internal, "{e}"))?;
+    let stored = checks.ledger.high_water(recipe.id())?;
     let expires_at = recipe
         .expires_at()
         .ok_or_else(|| refuse!(RecipeInvalid, "the recipe has no readable expires_at"))?;

@@ -6,17 +6,18 @@
 use enginekit_shared::recipe::{PlannedAction, PlannedPackage};
 
 use super::VerifiedStep;
+use crate::recipe::actions::fingerprint_list;
 use crate::recipe::commands::{CDI_REFRESH_UNIT, CDI_SPEC, DAEMON_JSON};
 
 /// The keys and values handed to polkit as the check's details. Keys that name a kind of change
 /// the step does not make are left out.
-pub(crate) fn details(step: &VerifiedStep) -> Vec<(&'static str, String)> {
-    let changes = Changes::of(&step.plan);
-    let parameters = step.parameters();
+pub(crate) fn details(verified: &VerifiedStep) -> Vec<(&'static str, String)> {
+    let changes = Changes::of(&verified.plan);
+    let (step, parameters) = (&verified.step, verified.step.parameters());
     let mut out = vec![
-        ("recipe_id", step.recipe_id().to_owned()),
-        ("recipe_digest", step.recipe_digest().to_owned()),
-        ("parameters_digest", step.parameters_digest().to_owned()),
+        ("recipe_id", step.recipe_id().as_str().to_owned()),
+        ("recipe_digest", step.recipe_digest().to_string()),
+        ("parameters_digest", step.parameters_digest().to_string()),
         ("user", parameters.user().as_str().to_owned()),
         ("components", super::components(parameters)),
     ];
@@ -63,38 +64,36 @@ struct Changes {
 
 impl Changes {
     fn of(plan: &[PlannedAction]) -> Changes {
+        use PlannedAction as A;
         let mut c = Changes::default();
         // Docker may be started by this job (its packages' scripts, or enable-service).
-        let may_start_docker = plan.iter().any(|a| {
-            matches!(
-                a,
-                PlannedAction::InstallPackages { .. } | PlannedAction::EnableService { .. }
-            )
-        });
+        let may_start_docker = plan
+            .iter()
+            .any(|a| matches!(a, A::InstallPackages { .. } | A::EnableService { .. }));
         for action in plan {
             match action {
-                PlannedAction::InstallKey {
+                A::InstallKey {
                     path, fingerprints, ..
                 } => {
-                    let pins: Vec<&str> = fingerprints.iter().map(|f| f.as_str()).collect();
-                    c.keys.push(format!("{path} ({})", pins.join(", ")));
+                    c.keys
+                        .push(format!("{path} ({})", fingerprint_list(fingerprints)));
                     c.files.push(path.clone());
                 }
-                PlannedAction::WriteSource { path, body, .. } => {
+                A::WriteSource { path, body, .. } => {
                     c.repositories.extend(repository_locations(body));
                     c.files.push(path.clone());
                 }
-                PlannedAction::CheckConflicts {
+                A::CheckConflicts {
                     conflicts, remove, ..
                 } if *remove && !conflicts.is_empty() => {
                     let names: Vec<&str> = conflicts.iter().map(|p| p.name.as_str()).collect();
                     c.remove
                         .push(format!("{} (those installed)", names.join(", ")));
                 }
-                PlannedAction::InstallPackages { packages, .. } => {
+                A::InstallPackages { packages, .. } => {
                     c.install.extend(packages.iter().map(package_text));
                 }
-                PlannedAction::ConfigureRuntime {
+                A::ConfigureRuntime {
                     restart_approved, ..
                 } => {
                     c.files.push(DAEMON_JSON.to_owned());
@@ -110,23 +109,23 @@ impl Changes {
                         );
                     }
                 }
-                PlannedAction::GenerateCdi { .. } => {
+                A::GenerateCdi { .. } => {
                     c.files.push(CDI_SPEC.to_owned());
                     c.services.push(format!(
                         "enable {CDI_REFRESH_UNIT} where the toolkit ships it"
                     ));
                 }
-                PlannedAction::EnableService { .. } => {
+                A::EnableService { .. } => {
                     c.services.push("enable and start docker.service".into());
                 }
-                PlannedAction::AddToDockerGroup { user, .. } => {
+                A::AddToDockerGroup { user, .. } => {
                     c.docker_group.push(format!(
                         "add {user} to the docker group; members of docker can gain root on this computer"
                     ));
                 }
-                PlannedAction::CheckConflicts { .. }
-                | PlannedAction::CheckRepositories { .. }
-                | PlannedAction::RefreshMetadata { .. } => {}
+                A::CheckConflicts { .. }
+                | A::CheckRepositories { .. }
+                | A::RefreshMetadata { .. } => {}
             }
         }
         c

@@ -513,7 +513,7 @@ fn a_signed_recipe_serves_a_distribution_the_builtin_does_not() {
     let (doc, digest) = signed(payload, &fx.key);
     let step = step_value(params.clone(), Some(doc), &digest, Timestamp::now());
     let ok = fx.check(&bytes(&step)).unwrap();
-    assert_eq!(ok.parameters().distro_id(), "pop");
+    assert_eq!(ok.step.parameters().distro_id(), "pop");
     assert!(!ok.plan.is_empty());
 
     // The same signed recipe without it: refused by the recipe's own tables.

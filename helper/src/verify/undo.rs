@@ -48,10 +48,7 @@ pub(crate) fn check(
     super::check_window(step.issued_at().as_offset_date_time(), checks)?;
     let family = checks.machine.family.and_then(|f| f.parse().ok());
     let family = family.ok_or_else(|| refuse!(WrongMachine, "no package family is served here"))?;
-    let kept = checks
-        .ledger
-        .setups(uid)
-        .map_err(|e| refuse!(Internal, "{e}"))?;
+    let kept = checks.ledger.setups(uid)?;
     let receipts = step.kept_setups(&kept).map_err(|e| match e {
         KeptMismatch::Damaged(_) => refuse!(Internal, "{e}"),
         _ => refuse!(ParametersInvalid, "{e}"),
