@@ -1,0 +1,360 @@
+//! The broker's container layer (`enginekit_broker::docker`) on rootless Podman: Debian's own
+//! Podman 4.3.1, never a stand-in, run by the test user as `podman system service` on a socket of
+//! its own, the way the broker reaches a user's Podman. Podman is told apart from Docker by its
+//! `/version`; the GPU-check image is pulled by digest from the bench registry with the broker's
+//! pull; the GPU check runs through CDI (Podman's native create); an engine-like container runs
+//! as the user (keep-id), with its model read-only and its port on 127.0.0.1 only.
+//!
+//! STAND-INs, for hardware and vendor files only: the CDI spec (written here in /etc/cdi, naming
+//! the fixture's GPU and setting NVIDIA_VISIBLE_DEVICES, as `nvidia-ctk cdi generate` would on a
+//! GPU host) and the GPU-check image's nvidia-smi, which lists the GPUs that variable names.
+
+// bench: test-threads=1
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use enginekit_broker::docker::libpod::EngineKind;
+use enginekit_broker::docker::names::InstanceId;
+use enginekit_broker::docker::{
+    ContainerSpec, Docker, DockerError, GpuUuid, MountSpec, PortSpec, PullOptions, ToolkitFacts,
+    UserIds,
+};
+use enginekit_integration::bench::{self, BenchEnv, Service};
+use enginekit_shared::image::ImageRef;
+use enginekit_shared::wire::plan::GpuAccess;
+
+const CDI_SPEC: &str = "/etc/cdi/enginekit-bench-standin.yaml";
+
+/// The test user's `podman system service`, and the STAND-IN CDI spec; both go with it.
+struct UserPodman {
+    child: Child,
+    socket: PathBuf,
+    _scratch: tempfile::TempDir,
+    env: BenchEnv,
+    gpu: GpuUuid,
+}
+
+impl UserPodman {
+    fn start() -> UserPodman {
+        let env = bench::require(&[
+            Service::Registry,
+            Service::TestUser,
+            Service::RootlessPodman,
+        ]);
+        let user = env.test_user.clone();
+        let owned = |path: &Path, mode: u32| {
+            nix::unistd::chown(
+                path,
+                Some(nix::unistd::Uid::from_raw(user.uid)),
+                Some(nix::unistd::Gid::from_raw(user.gid)),
+            )
+            .unwrap();
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        // What logind makes at sign-in.
+        let runtime = PathBuf::from(format!("/run/user/{}", user.uid));
+        std::fs::create_dir_all(&runtime).unwrap();
+        owned(&runtime, 0o700);
+        let scratch = tempfile::tempdir().unwrap();
+        owned(scratch.path(), 0o755);
+        // The bench registry speaks plain HTTP on loopback; a real one is TLS.
+        let registries = scratch.path().join("registries.conf");
+        std::fs::write(
+            &registries,
+            format!(
+                "[[registry]]\nlocation = \"{}\"\ninsecure = true\n",
+                env.registry_addr
+            ),
+        )
+        .unwrap();
+        let socket = runtime.join(format!("ekt-podman-{}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&socket);
+        let gpu = standin_gpu(&env);
+        write_standin_cdi_spec(&gpu);
+        let child = Command::new("setpriv")
+            .args([
+                "--reuid",
+                &user.name,
+                "--regid",
+                &user.name,
+                "--init-groups",
+            ])
+            .args(["env", "-i"])
+            .arg(format!("HOME={}", user.home.display()))
+            .arg(format!("USER={}", user.name))
+            .arg(format!("XDG_RUNTIME_DIR={}", runtime.display()))
+            .arg("PATH=/usr/sbin:/usr/bin:/sbin:/bin")
+            .arg(format!(
+                "CONTAINERS_REGISTRIES_CONF={}",
+                registries.display()
+            ))
+            .args(["podman", "system", "service", "--time=0"])
+            .arg(format!("unix://{}", socket.display()))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(scratch.path().join("service.log")).unwrap())
+            .spawn()
+            .expect("podman system service as the test user");
+        let started = Instant::now();
+        while !socket.exists() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "podman's socket did not appear: {}",
+                std::fs::read_to_string(scratch.path().join("service.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        UserPodman {
+            child,
+            socket,
+            _scratch: scratch,
+            env,
+            gpu,
+        }
+    }
+
+    /// The broker's connection, with what a failed earlier run left removed.
+    async fn connect(&self) -> Docker {
+        let docker = Docker::connect(&self.socket)
+            .await
+            .expect("the user's Podman");
+        for left in docker.labelled_containers().await.unwrap() {
+            let stopped = docker.stop_container(&left.id, Duration::ZERO).await;
+            let removed = docker.remove_container(&left.id).await;
+            assert!(
+                removed.is_ok(),
+                "{} left: {stopped:?} {removed:?}",
+                left.name
+            );
+        }
+        docker
+    }
+
+    fn image(&self, reference: &str) -> ImageRef {
+        ImageRef::parse(reference).unwrap()
+    }
+}
+
+impl Drop for UserPodman {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.socket);
+        let _ = std::fs::remove_file(CDI_SPEC);
+    }
+}
+
+/// The fixture's GPU, as the STAND-IN nvidia-smi lists it.
+fn standin_gpu(env: &BenchEnv) -> GpuUuid {
+    let out = Command::new(env.standins_dir.join("nvidia-smi"))
+        .args(["--query-gpu=uuid", "--format=csv,noheader"])
+        .env("EK_STANDIN_GPUS", &env.standin_gpus_default)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines().next().unwrap().trim().parse().unwrap()
+}
+
+/// STAND-IN: what `nvidia-ctk cdi generate` writes on a GPU host, reduced to the variable the
+/// stand-in nvidia-smi reads; world-readable, as the toolkit writes it.
+fn write_standin_cdi_spec(gpu: &GpuUuid) {
+    std::fs::create_dir_all("/etc/cdi").unwrap();
+    let mut file = std::fs::File::create(CDI_SPEC).unwrap();
+    write!(
+        file,
+        "cdiVersion: \"0.5.0\"\nkind: \"nvidia.com/gpu\"\ndevices:\n  - name: \"{gpu}\"\n    containerEdits:\n      env:\n        - \"NVIDIA_VISIBLE_DEVICES={gpu}\"\ncontainerEdits:\n  env:\n    - \"ENGINEKIT_STANDIN_CDI=1\"\n",
+        gpu = gpu.as_str()
+    )
+    .unwrap();
+    std::fs::set_permissions(CDI_SPEC, std::fs::Permissions::from_mode(0o644)).unwrap();
+}
+
+#[tokio::test]
+async fn podman_is_told_apart_and_the_gpu_check_runs_through_cdi() {
+    let podman = UserPodman::start();
+    let docker = podman.connect().await;
+    match docker.engine().await.unwrap() {
+        EngineKind::Podman((major, _, _)) => assert!(major >= 4, "Podman {major}"),
+        EngineKind::Docker => panic!("the user's Podman was taken for Docker"),
+    }
+    let image = podman.image(&podman.env.gpu_check_ref);
+    let cancel = enginekit_broker::docker::CancellationToken::new();
+    let mut snapshots = 0;
+    let pulled = docker
+        .pull(
+            &image,
+            &PullOptions::default(),
+            &mut |_| snapshots += 1,
+            &cancel,
+        )
+        .await
+        .expect("pull by digest through Podman");
+    assert!(snapshots > 0);
+    let digest = image.to_string();
+    let digest = digest.rsplit_once('@').unwrap().1;
+    assert!(
+        pulled
+            .image
+            .repo_digests
+            .iter()
+            .any(|d| d.ends_with(digest)),
+        "Podman records {:?} for {image}",
+        pulled.image.repo_digests
+    );
+
+    let facts = ToolkitFacts::default();
+    let timeout = Duration::from_secs(60);
+    let pass = docker
+        .run_gpu_check(&image, &podman.gpu, GpuAccess::Cdi, &facts, timeout)
+        .await
+        .expect("the GPU check through CDI");
+    assert!(pass.stdout.contains(podman.gpu.as_str()), "{}", pass.stdout);
+
+    // Podman would start this one without the GPU: it is never sent.
+    let refused = docker
+        .run_gpu_check(&image, &podman.gpu, GpuAccess::GpusFlag, &facts, timeout)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, DockerError::InvalidSpec { .. }) && refused.to_string().contains("CDI"),
+        "{refused}"
+    );
+    assert!(docker.labelled_containers().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn an_engine_container_runs_as_the_user_with_the_model_read_only_on_loopback() {
+    let podman = UserPodman::start();
+    let docker = podman.connect().await;
+    let image = podman.image(&podman.env.busybox_ref);
+    let cancel = enginekit_broker::docker::CancellationToken::new();
+    docker
+        .pull(&image, &PullOptions::default(), &mut |_| {}, &cancel)
+        .await
+        .expect("pull by digest through Podman");
+    let user = &podman.env.test_user;
+    let model = tempfile::tempdir().unwrap();
+    std::fs::write(model.path().join("weights"), "w").unwrap();
+    std::fs::set_permissions(model.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let name = format!("ekt-podman-engine-{}", std::process::id());
+    let mut spec = ContainerSpec::new(
+        name.parse().unwrap(),
+        "vllm",
+        InstanceId::generate().unwrap(),
+        image,
+        "enginekit".parse().unwrap(),
+    );
+    spec.user = UserIds {
+        uid: user.uid,
+        gid: user.gid,
+    };
+    spec.gpus = vec![podman.gpu.clone()];
+    spec.gpu_access = GpuAccess::Cdi;
+    // The user's own cache folder, private to them: writable inside only if the container's
+    // user is the user outside (keep-id), not one of their sub-IDs.
+    let cache = tempfile::tempdir().unwrap();
+    nix::unistd::chown(
+        cache.path(),
+        Some(nix::unistd::Uid::from_raw(user.uid)),
+        Some(nix::unistd::Gid::from_raw(user.gid)),
+    )
+    .unwrap();
+    std::fs::set_permissions(cache.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    spec.mounts = vec![
+        MountSpec {
+            purpose: "model".into(),
+            source: model.path().to_path_buf(),
+            target: "/model".parse().unwrap(),
+            read_only: true,
+        },
+        MountSpec {
+            purpose: "engine-cache".into(),
+            source: cache.path().to_path_buf(),
+            target: "/cache".parse().unwrap(),
+            read_only: false,
+        },
+    ];
+    spec.entrypoint = Some(vec!["sh".into(), "-c".into()]);
+    spec.command = vec![
+        "echo uid=$(id -u) gpu=$NVIDIA_VISIBLE_DEVICES; cat /model/weights; \
+         touch /model/new 2>/dev/null || echo model-read-only; echo kept > /cache/written; \
+         mkdir -p /tmp/www && echo served > /tmp/www/index.html; exec httpd -f -p 8000 -h /tmp/www"
+            .into(),
+    ];
+    spec.port = Some(PortSpec {
+        container_port: 8000,
+        host_port: 0,
+    });
+    spec.read_only_root = true;
+    docker.ensure_network(&spec.network).await.unwrap();
+    let id = docker
+        .create_container(&spec)
+        .await
+        .expect("create on Podman");
+    let port = docker
+        .start_container(&id, Some(8000))
+        .await
+        .expect("start, published on loopback only")
+        .unwrap();
+    let facts = docker.inspect_container(&id).await.unwrap().unwrap();
+    assert!(facts.running, "{facts:?}");
+    assert!(
+        facts.bindings.iter().all(|(_, ip, _)| ip == "127.0.0.1"),
+        "{:?}",
+        facts.bindings
+    );
+    let listed = docker.labelled_containers().await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].id, id);
+
+    // The engine answers on 127.0.0.1 through rootless Podman's port forwarding.
+    let started = Instant::now();
+    let answer = loop {
+        let reply = std::net::TcpStream::connect(("127.0.0.1", port)).and_then(|mut s| {
+            s.write_all(b"GET / HTTP/1.0\r\n\r\n")?;
+            let mut text = String::new();
+            s.read_to_string(&mut text)?;
+            Ok(text)
+        });
+        match reply {
+            Ok(text) if text.contains("served") => break text,
+            _ if started.elapsed() < Duration::from_secs(20) => {
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            other => panic!("no answer on 127.0.0.1:{port}: {other:?}"),
+        }
+    };
+    assert!(answer.starts_with("HTTP/1."), "{answer}");
+
+    let logs = docker.logs(&id, None, 64 * 1024).await.unwrap();
+    let text: Vec<&str> = logs.lines().map(|l| l.text.as_str()).collect();
+    let text = text.join("\n");
+    assert!(
+        text.contains(&format!("uid={} gpu={}", user.uid, podman.gpu.as_str())),
+        "the user inside, the GPU through CDI: {text}"
+    );
+    assert!(
+        text.contains('w') && text.contains("model-read-only"),
+        "{text}"
+    );
+    assert!(!model.path().join("new").exists());
+    let written = std::fs::metadata(cache.path().join("written")).expect("written in the cache");
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::uid(&written),
+        user.uid,
+        "the file the engine wrote is the user's"
+    );
+
+    let stopped = docker.stop_container(&id, Duration::from_secs(5)).await;
+    assert!(stopped.is_confirmed(), "{stopped:?}");
+    docker.remove_container(&id).await.unwrap();
+    assert!(docker.labelled_containers().await.unwrap().is_empty());
+}
