@@ -19,7 +19,9 @@ pub const LAST_ID: u32 = 600_100_000;
 pub const MAX_FILE_BYTES: usize = 1 << 20;
 
 /// `count` IDs from `start`, as one line of the files holds them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct SubIdRange {
     pub start: u32,
     pub count: u32,

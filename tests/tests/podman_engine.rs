@@ -358,3 +358,45 @@ async fn an_engine_container_runs_as_the_user_with_the_model_read_only_on_loopba
     docker.remove_container(&id).await.unwrap();
     assert!(docker.labelled_containers().await.unwrap().is_empty());
 }
+
+#[test]
+fn the_probe_reports_podman_and_the_users_sub_ids_as_the_system_has_them() {
+    let env = bench::require(&[Service::TestUser, Service::RootlessPodman]);
+    let user = &env.test_user;
+    let out = Command::new("setpriv")
+        .arg(format!("--reuid={}", user.uid))
+        .arg(format!("--regid={}", user.gid))
+        .arg("--clear-groups")
+        .arg("--")
+        .arg(bench::bin("enginekit"))
+        .args(["probe", "--json"])
+        .env_clear()
+        .env("HOME", &user.home)
+        .env("PATH", "/usr/bin:/bin")
+        .current_dir(&user.home)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let facts: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let podman = &facts["podman"];
+    let dpkg = Command::new("dpkg-query")
+        .args(["-W", "-f", "${Version}", "podman"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        podman["version"],
+        String::from_utf8_lossy(&dpkg.stdout).as_ref()
+    );
+    let files = enginekit_shared::subid::SubIdFiles::parse(
+        std::fs::read_to_string("/etc/subuid").ok().as_deref(),
+        std::fs::read_to_string("/etc/subgid").ok().as_deref(),
+    )
+    .unwrap();
+    let (uids, gids) = files.ranges_of(&user.name, user.uid);
+    assert!(!uids.is_empty(), "the bench gives the test user a range");
+    let subids = &podman["subids"];
+    assert_eq!(subids["state"], "known", "{subids}");
+    assert_eq!(subids["value"]["uid_ranges"], serde_json::json!(uids));
+    assert_eq!(subids["value"]["gid_ranges"], serde_json::json!(gids));
+    assert_eq!(subids["value"]["proposed"], serde_json::Value::Null);
+}

@@ -15,6 +15,7 @@ use crate::probe::facts::{
     DaemonJson, DaemonState, Fact, GpuSource, HostFacts, ImageStore, InitSystem, SelinuxMode,
 };
 use crate::probe::{probe, ProbeOptions};
+use enginekit_shared::subid::SubIdRange;
 
 /// `enginekit probe` arguments.
 #[derive(Debug, Args)]
@@ -148,6 +149,8 @@ pub fn human_report(f: &HostFacts) -> String {
     out.push_str(&system_section(f).text);
     out.push('\n');
     out.push_str(&docker_section(f).text);
+    out.push('\n');
+    out.push_str(&podman_section(f).text);
     out.push('\n');
     out.push_str(&nvidia_section(f).text);
     out.push('\n');
@@ -348,6 +351,35 @@ fn docker_section(f: &HostFacts) -> Section {
             DaemonJson::Invalid { reason } => format!("does not parse: {reason}"),
             DaemonJson::Unreadable { reason } => format!("unreadable: {reason}"),
         },
+    );
+    sec
+}
+
+fn podman_section(f: &HostFacts) -> Section {
+    let p = &f.podman;
+    let mut sec = Section::new("Podman (rootless)");
+    sec.row("package", p.version.as_deref().unwrap_or("not installed"));
+    sec.row(
+        "sub-IDs",
+        show(&p.subids, |ids| {
+            let shown = |ranges: &[SubIdRange]| {
+                let each: Vec<String> = ranges.iter().map(ToString::to_string).collect();
+                list_or(&each, "none")
+            };
+            match (
+                &ids.proposed,
+                ids.uid_ranges.is_empty() && ids.gid_ranges.is_empty(),
+            ) {
+                (_, false) => format!(
+                    "uids: {}; gids: {}",
+                    shown(&ids.uid_ranges),
+                    shown(&ids.gid_ranges)
+                ),
+                (Some(range), true) => format!("none; a setup would add {range}"),
+                (None, true) if f.system.user.is_root => "none (root needs none)".to_owned(),
+                (None, true) => "none, and no free range is left".to_owned(),
+            }
+        }),
     );
     sec
 }

@@ -28,6 +28,7 @@
 //! - `routes` → [`NetworkFacts::routes`]; `free_disk_bytes`/`free_disk_path` → [`DiskFacts`].
 //! - `unknown` → [`HostFacts::unknown_facts`] (derived, so it can never disagree with the facts).
 
+use enginekit_shared::subid::SubIdRange;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The only schema version this build reads and writes.
@@ -155,6 +156,42 @@ pub struct HostFacts {
     pub disk: DiskFacts,
     /// Routes that may collide with Docker's address pools.
     pub network: NetworkFacts,
+    /// Rootless Podman: the package and the user's sub-IDs (absent from facts written before).
+    #[serde(default)]
+    pub podman: PodmanFacts,
+}
+
+/// What a rootless Podman runtime (RECIPES.md §11) would start from. Reported; no gate reads it
+/// yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PodmanFacts {
+    /// The `podman` package's version in the package database; null when it lists none (or
+    /// could not be read: `docker.packages` says which).
+    pub version: Option<String>,
+    /// The probing user's sub-ID ranges; unknown when /etc/subuid or /etc/subgid could not be
+    /// read exactly as shadow writes them.
+    pub subids: Fact<SubIdFacts>,
+}
+
+impl Default for PodmanFacts {
+    fn default() -> Self {
+        PodmanFacts {
+            version: None,
+            subids: Fact::unknown("not probed"),
+        }
+    }
+}
+
+/// The user's lines in /etc/subuid and /etc/subgid (by name or uid), and what a setup would add.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubIdFacts {
+    pub uid_ranges: Vec<SubIdRange>,
+    pub gid_ranges: Vec<SubIdRange>,
+    /// For a user with no range in either file: the one the shared rule would give
+    /// (`shared::subid`); null when the user has one, or when no free range is left.
+    pub proposed: Option<SubIdRange>,
 }
 
 /// A fact whose absence blocks the plan (REFERENCE §6.3: the `unknown` list), in the reference's

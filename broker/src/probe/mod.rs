@@ -28,8 +28,10 @@ use std::time::Duration;
 pub use facts::{Fact, HostFacts};
 pub use reads::{ProbeContext, Read};
 
+use enginekit_shared::subid::SubIdFiles;
 use facts::{
-    DaemonState, DockerFacts, NetworkFacts, NvidiaFacts, PackageFamily, SchemaVersion, SystemFacts,
+    DaemonState, DockerFacts, NetworkFacts, NvidiaFacts, PackageFamily, PodmanFacts, SchemaVersion,
+    SubIdFacts, SystemFacts,
 };
 use install_method::{detect_install_method, InstallEvidence};
 use packages::{engine_version, lists_toolkit};
@@ -136,6 +138,7 @@ pub async fn probe_with(ctx: &ProbeContext) -> HostFacts {
         (cdi_nvidia_gpu_listed, cdi_devices),
         routes,
         rootless_socket,
+        subid_files,
         (hook_on_path, architecture),
     ) = tokio::join!(
         biased;
@@ -157,6 +160,7 @@ pub async fn probe_with(ctx: &ProbeContext) -> HostFacts {
         reads::cdi_list(ctx),
         reads::routes(ctx),
         reads::rootless_socket(ctx),
+        reads::subid_files(ctx),
         // In the join, not after it: after it they would add to the wall time.
         async { (reads::hook_on_path(ctx), reads::architecture()) },
     );
@@ -177,6 +181,7 @@ pub async fn probe_with(ctx: &ProbeContext) -> HostFacts {
         service_active: &service_active,
     });
     let engine_version = engine_version(package_list);
+    let podman = podman_facts(package_list, subid_files, &user);
 
     HostFacts {
         schema_version: SchemaVersion,
@@ -218,7 +223,35 @@ pub async fn probe_with(ctx: &ProbeContext) -> HostFacts {
         },
         disk,
         network: NetworkFacts { routes },
+        podman,
     }
+}
+
+/// The Podman package and the user's sub-IDs, with the range the shared rule would add.
+pub(crate) fn podman_facts(
+    packages: &[facts::InstalledPackage],
+    files: Result<SubIdFiles, String>,
+    user: &facts::UserFacts,
+) -> PodmanFacts {
+    let version = packages
+        .iter()
+        .find(|p| p.name == packages::PODMAN_PACKAGE)
+        .and_then(|p| p.version.clone());
+    let subids = match (files, user.name.value()) {
+        (Err(e), _) => Fact::unknown(e),
+        (Ok(_), None) => Fact::unknown("the user's name could not be read"),
+        (Ok(files), Some(name)) => {
+            let (uid_ranges, gid_ranges) = files.ranges_of(name, user.uid);
+            // Root runs rootful containers: it is never given a range.
+            let none = uid_ranges.is_empty() && gid_ranges.is_empty() && !user.is_root;
+            Fact::known(SubIdFacts {
+                proposed: none.then(|| files.propose(name, user.uid).ok()).flatten(),
+                uid_ranges,
+                gid_ranges,
+            })
+        }
+    };
+    PodmanFacts { version, subids }
 }
 
 /// The reference's `fullToolkitInstalled`: `nvidia-ctk --version` works and, on apt/dnf/pacman,
@@ -238,5 +271,75 @@ pub fn toolkit_installed(
                 Fact::Unknown { reason } => Fact::unknown(format!("package database: {reason}")),
             },
         },
+    }
+}
+
+#[cfg(test)]
+mod podman_tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use enginekit_shared::subid::SubIdRange;
+    use facts::{InstalledPackage, UserFacts};
+
+    fn user(name: &str, uid: u32) -> UserFacts {
+        UserFacts {
+            uid,
+            is_root: uid == 0,
+            name: Fact::known(name.to_owned()),
+        }
+    }
+
+    fn range(start: u32) -> SubIdRange {
+        SubIdRange {
+            start,
+            count: 65_536,
+        }
+    }
+
+    #[test]
+    fn the_users_ranges_or_the_one_a_setup_would_add_are_reported() {
+        let packages = [InstalledPackage {
+            name: "podman".into(),
+            version: Some("4.3.1+ds1-8".into()),
+            source: facts::PackageDatabase::Dpkg,
+        }];
+        let files = || {
+            SubIdFiles::parse(Some("alice:100000:65536\n"), Some("alice:100000:65536\n"))
+                .map_err(|e| e.to_string())
+        };
+        let alice = podman_facts(&packages, files(), &user("alice", 1000));
+        assert_eq!(alice.version.as_deref(), Some("4.3.1+ds1-8"));
+        let ids = alice.subids.value().unwrap();
+        assert_eq!(
+            (ids.uid_ranges.clone(), ids.proposed),
+            (vec![range(100_000)], None)
+        );
+        let carol = podman_facts(&[], files(), &user("carol", 1002));
+        assert_eq!(carol.version, None);
+        assert_eq!(carol.subids.value().unwrap().proposed, Some(range(165_536)));
+        let root = podman_facts(&[], files(), &user("root", 0));
+        assert_eq!(root.subids.value().unwrap().proposed, None);
+        let broken = SubIdFiles::parse(Some("alice:x:1\n"), None).map_err(|e| e.to_string());
+        let unknown = podman_facts(&[], broken, &user("alice", 1000));
+        assert!(unknown.subids.value().is_none());
+    }
+
+    #[tokio::test]
+    async fn the_files_are_read_under_the_probe_root_and_a_missing_one_is_empty() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("etc")).unwrap();
+        std::fs::write(root.path().join("etc/subuid"), "alice:100000:65536\n").unwrap();
+        let mut options = ProbeOptions::from_env();
+        options.root = root.path().to_path_buf();
+        let ctx = ProbeContext::new(options);
+        let files = reads::subid_files(&ctx).await.unwrap();
+        assert_eq!(
+            files.ranges_of("alice", 1000),
+            (vec![range(100_000)], vec![])
+        );
+        std::fs::write(root.path().join("etc/subgid"), "alice:100000\n").unwrap();
+        let refused = reads::subid_files(&ctx).await.unwrap_err();
+        assert!(refused.contains("/etc/subgid line 1"), "{refused}");
     }
 }

@@ -12,6 +12,9 @@ pub const ENGINE_PACKAGES: &[&str] = &[
     "docker-desktop",
 ];
 
+/// Podman's own package (the rootless runtime), not its Docker shim.
+pub const PODMAN_PACKAGE: &str = "podman";
+
 /// The toolkit packages: only the full `nvidia-container-toolkit` counts.
 pub const TOOLKIT_PACKAGE: &str = "nvidia-container-toolkit";
 

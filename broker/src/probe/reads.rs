@@ -8,6 +8,8 @@ use std::time::Duration;
 use super::daemon::read_daemon;
 use super::daemon_json::daemon_json_from_read;
 use super::exec::{ExecError, ProbeCommands};
+use enginekit_shared::subid::{SubIdFile, SubIdFiles};
+
 use super::facts::{
     DaemonJson, DaemonState, DiskFacts, DockerGroupFacts, Fact, Gpu, GpuSource, ImageStore,
     InitSystem, InstalledPackage, LibraryMismatch, NvidiaHardware, Route, SelinuxMode, UserFacts,
@@ -23,7 +25,7 @@ use super::nvml::{read_nvml, NvmlRead};
 use super::os_release::parse_os_release;
 use super::packages::{
     parse_dpkg_status, parse_pacman_query, parse_rpm_query, snap_lists_docker, ENGINE_PACKAGES,
-    TOOLKIT_PACKAGE,
+    PODMAN_PACKAGE, TOOLKIT_PACKAGE,
 };
 use super::routes::parse_proc_net_route;
 use super::ProbeOptions;
@@ -401,7 +403,11 @@ const PACMAN_DATABASES: &[&str] = &["/var/lib/pacman/local"];
 /// `Known(vec![])` when there is none; unknown only when every database present failed.
 pub async fn packages(ctx: &ProbeContext) -> Fact<Vec<InstalledPackage>> {
     let mut names: Vec<&str> = ENGINE_PACKAGES.to_vec();
-    names.extend(["nvidia-container-toolkit-base", TOOLKIT_PACKAGE]);
+    names.extend([
+        "nvidia-container-toolkit-base",
+        TOOLKIT_PACKAGE,
+        PODMAN_PACKAGE,
+    ]);
     let mut rpm_args = vec!["-q", "--qf", "%{NAME} %{VERSION}-%{RELEASE}\\n"];
     rpm_args.extend(&names);
     let mut pacman_args = vec!["-Q", "docker"];
@@ -860,6 +866,8 @@ pub enum Read {
     Routes,
     /// `$XDG_RUNTIME_DIR/docker.sock`.
     RootlessSocket,
+    /// `/etc/subuid` and `/etc/subgid`.
+    SubIds,
 }
 
 impl Read {
@@ -885,6 +893,7 @@ impl Read {
         Read::Hook,
         Read::Routes,
         Read::RootlessSocket,
+        Read::SubIds,
     ];
 
     /// Short name for reports.
@@ -910,6 +919,7 @@ impl Read {
             Read::Hook => "hook",
             Read::Routes => "routes",
             Read::RootlessSocket => "rootless-socket",
+            Read::SubIds => "sub-ids",
         }
     }
 }
@@ -943,7 +953,19 @@ pub async fn run_read(ctx: &ProbeContext, read: Read) {
         Read::Hook => drop(hook_on_path(ctx)),
         Read::Routes => drop(routes(ctx).await),
         Read::RootlessSocket => drop(rootless_socket(ctx).await),
+        Read::SubIds => drop(subid_files(ctx).await),
     }
+}
+
+/// /etc/subuid and /etc/subgid, parsed as shadow reads them, in one trip to the blocking pool
+/// (a missing file is no range for anyone).
+pub async fn subid_files(ctx: &ProbeContext) -> Result<SubIdFiles, String> {
+    let paths = [SubIdFile::Uid, SubIdFile::Gid].map(|f| (ctx.host_path(f.path()), f.path()));
+    let read = move || -> Result<SubIdFiles, String> {
+        let [uid, gid] = paths.map(|(path, shown)| read_file(&path, shown));
+        SubIdFiles::parse(uid?.as_deref(), gid?.as_deref()).map_err(|e| e.to_string())
+    };
+    bounded_blocking(ctx.options.read_timeout, "sub-ID files", read).await?
 }
 
 #[cfg(test)]
