@@ -16,3 +16,4 @@ pub mod session_host;
 pub mod simulated_rhel;
 pub mod standin_hub;
 pub mod systemd;
+pub mod user_podman;

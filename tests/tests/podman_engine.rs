@@ -15,8 +15,7 @@
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use enginekit_broker::docker::libpod::EngineKind;
@@ -25,167 +24,41 @@ use enginekit_broker::docker::{
     ContainerSpec, Docker, DockerError, GpuUuid, MountSpec, PortSpec, PullOptions, ToolkitFacts,
     UserIds,
 };
-use enginekit_integration::bench::{self, BenchEnv, Service};
+use enginekit_integration::bench::{self, Service};
+use enginekit_integration::user_podman::UserPodman;
 use enginekit_shared::image::ImageRef;
 use enginekit_shared::wire::plan::GpuAccess;
 
-const CDI_SPEC: &str = "/etc/cdi/enginekit-bench-standin.yaml";
-
-/// The test user's `podman system service`, and the STAND-IN CDI spec; both go with it.
-struct UserPodman {
-    child: Child,
-    socket: PathBuf,
-    _scratch: tempfile::TempDir,
-    env: BenchEnv,
-    gpu: GpuUuid,
-}
-
-impl UserPodman {
-    fn start() -> UserPodman {
-        let env = bench::require(&[
-            Service::Registry,
-            Service::TestUser,
-            Service::RootlessPodman,
-        ]);
-        let user = env.test_user.clone();
-        let owned = |path: &Path, mode: u32| {
-            nix::unistd::chown(
-                path,
-                Some(nix::unistd::Uid::from_raw(user.uid)),
-                Some(nix::unistd::Gid::from_raw(user.gid)),
-            )
-            .unwrap();
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-        };
-        // What logind makes at sign-in.
-        let runtime = PathBuf::from(format!("/run/user/{}", user.uid));
-        std::fs::create_dir_all(&runtime).unwrap();
-        owned(&runtime, 0o700);
-        let scratch = tempfile::tempdir().unwrap();
-        owned(scratch.path(), 0o755);
-        // The bench registry speaks plain HTTP on loopback; a real one is TLS.
-        let registries = scratch.path().join("registries.conf");
-        std::fs::write(
-            &registries,
-            format!(
-                "[[registry]]\nlocation = \"{}\"\ninsecure = true\n",
-                env.registry_addr
-            ),
-        )
-        .unwrap();
-        let socket = runtime.join(format!("ekt-podman-{}.sock", std::process::id()));
-        let _ = std::fs::remove_file(&socket);
-        let gpu = standin_gpu(&env);
-        write_standin_cdi_spec(&gpu);
-        let child = Command::new("setpriv")
-            .args([
-                "--reuid",
-                &user.name,
-                "--regid",
-                &user.name,
-                "--init-groups",
-            ])
-            .args(["env", "-i"])
-            .arg(format!("HOME={}", user.home.display()))
-            .arg(format!("USER={}", user.name))
-            .arg(format!("XDG_RUNTIME_DIR={}", runtime.display()))
-            .arg("PATH=/usr/sbin:/usr/bin:/sbin:/bin")
-            .arg(format!(
-                "CONTAINERS_REGISTRIES_CONF={}",
-                registries.display()
-            ))
-            .args(["podman", "system", "service", "--time=0"])
-            .arg(format!("unix://{}", socket.display()))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(scratch.path().join("service.log")).unwrap())
-            .spawn()
-            .expect("podman system service as the test user");
-        let started = Instant::now();
-        while !socket.exists() {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "podman's socket did not appear: {}",
-                std::fs::read_to_string(scratch.path().join("service.log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        UserPodman {
-            child,
-            socket,
-            _scratch: scratch,
-            env,
-            gpu,
-        }
-    }
-
-    /// The broker's connection, with what a failed earlier run left removed.
-    async fn connect(&self) -> Docker {
-        let docker = Docker::connect(&self.socket)
-            .await
-            .expect("the user's Podman");
-        for left in docker.labelled_containers().await.unwrap() {
-            let stopped = docker.stop_container(&left.id, Duration::ZERO).await;
-            let removed = docker.remove_container(&left.id).await;
-            assert!(
-                removed.is_ok(),
-                "{} left: {stopped:?} {removed:?}",
-                left.name
-            );
-        }
-        docker
-    }
-
-    fn image(&self, reference: &str) -> ImageRef {
-        ImageRef::parse(reference).unwrap()
-    }
-}
-
-impl Drop for UserPodman {
-    fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
+/// The broker's connection to the user's Podman, with what a failed earlier run left removed.
+async fn connect(podman: &UserPodman) -> Docker {
+    let docker = Docker::connect(&podman.socket)
+        .await
+        .expect("the user's Podman");
+    for left in docker.labelled_containers().await.unwrap() {
+        let stopped = docker.stop_container(&left.id, Duration::ZERO).await;
+        let removed = docker.remove_container(&left.id).await;
+        assert!(
+            removed.is_ok(),
+            "{} left: {stopped:?} {removed:?}",
+            left.name
         );
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.socket);
-        let _ = std::fs::remove_file(CDI_SPEC);
     }
+    docker
 }
 
-/// The fixture's GPU, as the STAND-IN nvidia-smi lists it.
-fn standin_gpu(env: &BenchEnv) -> GpuUuid {
-    let out = Command::new(env.standins_dir.join("nvidia-smi"))
-        .args(["--query-gpu=uuid", "--format=csv,noheader"])
-        .env("EK_STANDIN_GPUS", &env.standin_gpus_default)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines().next().unwrap().trim().parse().unwrap()
-}
-
-/// STAND-IN: what `nvidia-ctk cdi generate` writes on a GPU host, reduced to the variable the
-/// stand-in nvidia-smi reads; world-readable, as the toolkit writes it.
-fn write_standin_cdi_spec(gpu: &GpuUuid) {
-    std::fs::create_dir_all("/etc/cdi").unwrap();
-    let mut file = std::fs::File::create(CDI_SPEC).unwrap();
-    write!(
-        file,
-        "cdiVersion: \"0.5.0\"\nkind: \"nvidia.com/gpu\"\ndevices:\n  - name: \"{gpu}\"\n    containerEdits:\n      env:\n        - \"NVIDIA_VISIBLE_DEVICES={gpu}\"\ncontainerEdits:\n  env:\n    - \"ENGINEKIT_STANDIN_CDI=1\"\n",
-        gpu = gpu.as_str()
-    )
-    .unwrap();
-    std::fs::set_permissions(CDI_SPEC, std::fs::Permissions::from_mode(0o644)).unwrap();
+fn gpu(podman: &UserPodman) -> GpuUuid {
+    podman.gpu.parse().unwrap()
 }
 
 #[tokio::test]
 async fn podman_is_told_apart_and_the_gpu_check_runs_through_cdi() {
     let podman = UserPodman::start();
-    let docker = podman.connect().await;
+    let docker = connect(&podman).await;
     match docker.engine().await.unwrap() {
         EngineKind::Podman((major, _, _)) => assert!(major >= 4, "Podman {major}"),
         EngineKind::Docker => panic!("the user's Podman was taken for Docker"),
     }
-    let image = podman.image(&podman.env.gpu_check_ref);
+    let image = ImageRef::parse(&podman.env.gpu_check_ref).unwrap();
     let cancel = enginekit_broker::docker::CancellationToken::new();
     let mut snapshots = 0;
     let pulled = docker
@@ -213,14 +86,14 @@ async fn podman_is_told_apart_and_the_gpu_check_runs_through_cdi() {
     let facts = ToolkitFacts::default();
     let timeout = Duration::from_secs(60);
     let pass = docker
-        .run_gpu_check(&image, &podman.gpu, GpuAccess::Cdi, &facts, timeout)
+        .run_gpu_check(&image, &gpu(&podman), GpuAccess::Cdi, &facts, timeout)
         .await
         .expect("the GPU check through CDI");
     assert!(pass.stdout.contains(podman.gpu.as_str()), "{}", pass.stdout);
 
     // Podman would start this one without the GPU: it is never sent.
     let refused = docker
-        .run_gpu_check(&image, &podman.gpu, GpuAccess::GpusFlag, &facts, timeout)
+        .run_gpu_check(&image, &gpu(&podman), GpuAccess::GpusFlag, &facts, timeout)
         .await
         .unwrap_err();
     assert!(
@@ -233,8 +106,8 @@ async fn podman_is_told_apart_and_the_gpu_check_runs_through_cdi() {
 #[tokio::test]
 async fn an_engine_container_runs_as_the_user_with_the_model_read_only_on_loopback() {
     let podman = UserPodman::start();
-    let docker = podman.connect().await;
-    let image = podman.image(&podman.env.busybox_ref);
+    let docker = connect(&podman).await;
+    let image = ImageRef::parse(&podman.env.busybox_ref).unwrap();
     let cancel = enginekit_broker::docker::CancellationToken::new();
     docker
         .pull(&image, &PullOptions::default(), &mut |_| {}, &cancel)
@@ -256,7 +129,7 @@ async fn an_engine_container_runs_as_the_user_with_the_model_read_only_on_loopba
         uid: user.uid,
         gid: user.gid,
     };
-    spec.gpus = vec![podman.gpu.clone()];
+    spec.gpus = vec![gpu(&podman)];
     spec.gpu_access = GpuAccess::Cdi;
     // The user's own cache folder, private to them: writable inside only if the container's
     // user is the user outside (keep-id), not one of their sub-IDs.
