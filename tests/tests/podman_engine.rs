@@ -273,3 +273,76 @@ fn the_probe_reports_podman_and_the_users_sub_ids_as_the_system_has_them() {
     assert_eq!(subids["value"]["gid_ranges"], serde_json::json!(gids));
     assert_eq!(subids["value"]["proposed"], serde_json::Value::Null);
 }
+
+/// Set (to the test user's name) in the copy of this test binary that runs as the test user.
+const AS_USER: &str = "EKT_PODMAN_TEST_AS_USER";
+
+#[test]
+fn the_broker_reaches_the_users_podman_by_itself_and_its_service_ends_with_it() {
+    let env = bench::require(&[Service::TestUser, Service::RootlessPodman]);
+    let user = &env.test_user;
+    let runtime = format!("/run/user/{}", user.uid);
+    std::fs::create_dir_all(&runtime).unwrap();
+    std::os::unix::fs::chown(&runtime, Some(user.uid), Some(user.gid)).unwrap();
+    std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // This test binary again, as the user, running only the half below.
+    let out = Command::new("setpriv")
+        .arg(format!("--reuid={}", user.uid))
+        .arg(format!("--regid={}", user.gid))
+        .arg("--clear-groups")
+        .arg("--")
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "as_the_user_reach_podman",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env_clear()
+        .env(AS_USER, &user.name)
+        .env("HOME", &user.home)
+        .env("USER", &user.name)
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .env("PATH", "/usr/bin:/bin")
+        .current_dir(&user.home)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("1 passed"), "the user's half ran: {said}");
+    assert!(said.contains("reached Podman"), "{said}");
+}
+
+/// The user's half of the test above (ignored on its own: it runs only as that user).
+#[tokio::test]
+#[ignore = "run by the_broker_reaches_the_users_podman_by_itself… as the test user"]
+async fn as_the_user_reach_podman() {
+    if std::env::var_os(AS_USER).is_none() {
+        return;
+    }
+    use enginekit_broker::docker::user_podman::UserPodman as Reached;
+    // No systemd user manager here, so no podman.socket: the broker starts its own service.
+    let mut reached = Reached::reach().await.expect("the user's Podman");
+    assert!(reached.owned() && reached.alive());
+    let socket = reached.socket().to_path_buf();
+    let runtime = std::env::var("XDG_RUNTIME_DIR").unwrap();
+    assert!(
+        socket.starts_with(format!("{runtime}/enginekit")),
+        "{socket:?}"
+    );
+    let docker = Docker::connect(&socket).await.unwrap();
+    match docker.engine().await.unwrap() {
+        EngineKind::Podman(version) => println!("reached Podman {version:?} at {socket:?}"),
+        EngineKind::Docker => panic!("Docker answered on the user's Podman socket"),
+    }
+    drop(docker);
+    drop(reached);
+    // The service went with it: nothing listens any more, the socket is gone.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!socket.exists());
+    assert!(tokio::net::UnixStream::connect(&socket).await.is_err());
+}

@@ -64,7 +64,7 @@ impl GroupRelay {
         if exe.file_name().and_then(|n| n.to_str()) != Some("enginekit") {
             return Err(RelayError::NotOurProgram(exe.display().to_string()));
         }
-        let dir = private_runtime_dir()?;
+        let dir = private_runtime_dir().map_err(RelayError::NoRuntimeDir)?;
         let socket = dir.join(format!("docker-{}.sock", std::process::id()));
         let script = format!(
             "exec {} docker relay --listen {} --target {}",
@@ -143,29 +143,30 @@ async fn wait_ready(child: &mut Child) -> Result<(), String> {
 }
 
 /// `$XDG_RUNTIME_DIR/enginekit`, created 0700; the runtime folder must be ours and private.
-fn private_runtime_dir() -> Result<PathBuf, RelayError> {
+/// `$XDG_RUNTIME_DIR/enginekit`, made if need be; both must be this uid's and closed to others.
+/// (The relay's socket and the Podman service's live there.)
+pub(crate) fn private_runtime_dir() -> Result<PathBuf, String> {
     let base = std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())
-        .ok_or_else(|| RelayError::NoRuntimeDir("XDG_RUNTIME_DIR is not set".to_owned()))?;
+        .ok_or_else(|| "XDG_RUNTIME_DIR is not set".to_owned())?;
     let uid = nix::unistd::getuid().as_raw();
-    let private = |path: &Path| -> Result<(), RelayError> {
-        let meta =
-            std::fs::symlink_metadata(path).map_err(|e| RelayError::NoRuntimeDir(e.to_string()))?;
+    let private = |path: &Path| -> Result<(), String> {
+        let meta = std::fs::symlink_metadata(path).map_err(|e| e.to_string())?;
         enginekit_shared::ownership::private_dir(&meta, uid).map_err(|found| {
-            RelayError::NoRuntimeDir(format!(
+            format!(
                 "{} is not a folder of uid {uid} closed to others: {found}",
                 path.display()
-            ))
+            )
         })
     };
     private(&base)?;
     let dir = base.join("enginekit");
     match std::fs::create_dir(&dir) {
         Ok(()) => std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| RelayError::NoRuntimeDir(e.to_string()))?,
+            .map_err(|e| e.to_string())?,
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(RelayError::NoRuntimeDir(e.to_string())),
+        Err(e) => return Err(e.to_string()),
     }
     private(&dir)?;
     Ok(dir)

@@ -25,6 +25,7 @@ pub mod pull;
 pub mod retry;
 pub mod route;
 pub mod spec;
+pub mod user_podman;
 
 pub use client::{Docker, CALL_TIMEOUT, SYSTEM_SOCKET};
 pub use containers::{ContainerFacts, RemoveOutcome, StopOutcome};

@@ -1,0 +1,160 @@
+//! The user's own Podman API (rootless Podman, RECIPES.md §11): the `podman.socket` user unit's
+//! socket, `$XDG_RUNTIME_DIR/podman/podman.sock`, where a systemd user manager listens on it;
+//! else a `podman system service` this process starts and owns, on a socket in its private
+//! runtime folder. That service ends when this value is dropped, and by itself after a minute
+//! with no client, so a broker that dies leaves only its containers running (conmon keeps them,
+//! as it does for the unit's service).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncReadExt;
+use tokio::process::{Child, Command};
+
+use super::group_relay::private_runtime_dir;
+use crate::programs::Reader;
+
+/// How long a started service may take to listen.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// The started service's idle time before it exits by itself (seconds).
+const IDLE_EXIT_SECONDS: u32 = 60;
+/// Most of the service's stderr kept for an error.
+const MAX_STDERR: u64 = 4096;
+/// What Podman reads from the environment of the user it runs as: where the user's storage,
+/// configuration and runtime files are. Nothing else of ours is passed on.
+const PODMAN_VARIABLES: &[&str] = &[
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "XDG_RUNTIME_DIR",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "CONTAINERS_CONF",
+    "CONTAINERS_REGISTRIES_CONF",
+    "CONTAINERS_STORAGE_CONF",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum UserPodmanError {
+    #[error("Podman is not installed (looked in {})", crate::programs::SYSTEM_DIRS.join(", "))]
+    NotInstalled,
+    #[error("no private runtime folder: {0}")]
+    NoRuntimeDir(String),
+    #[error("podman system service could not be started: {0}")]
+    Spawn(std::io::Error),
+    #[error("podman system service did not listen within {seconds} s: {stderr}")]
+    NotReady { seconds: u64, stderr: String },
+}
+
+/// The user's Podman API socket, and the service behind it when this process started it.
+#[derive(Debug)]
+pub struct UserPodman {
+    socket: PathBuf,
+    owned: Option<Child>,
+}
+
+impl UserPodman {
+    /// The unit's socket when something listens on it, else a service of our own.
+    pub async fn reach() -> Result<UserPodman, UserPodmanError> {
+        if let Some(unit) = std::env::var_os("XDG_RUNTIME_DIR")
+            .map(|dir| PathBuf::from(dir).join("podman/podman.sock"))
+            .filter(|p| p.is_absolute())
+        {
+            if tokio::net::UnixStream::connect(&unit).await.is_ok() {
+                return Ok(UserPodman {
+                    socket: unit,
+                    owned: None,
+                });
+            }
+        }
+        let podman = crate::programs::find("podman").ok_or(UserPodmanError::NotInstalled)?;
+        let dir = private_runtime_dir().map_err(UserPodmanError::NoRuntimeDir)?;
+        let socket = dir.join(format!("podman-{}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&socket);
+        let mut command = Command::from(crate::programs::command(&podman, Reader::Broker));
+        for name in PODMAN_VARIABLES {
+            if let Some(value) = std::env::var_os(name) {
+                command.env(name, value);
+            }
+        }
+        let mut child = command
+            .args(["system", "service"])
+            .arg(format!("--time={IDLE_EXIT_SECONDS}"))
+            .arg(format!("unix://{}", socket.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            // Its own process group: a Ctrl-C meant for the CLI stays with the CLI.
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(UserPodmanError::Spawn)?;
+        match wait_listening(&mut child, &socket).await {
+            Ok(()) => Ok(UserPodman {
+                socket,
+                owned: Some(child),
+            }),
+            Err(stderr) => {
+                let _ = child.start_kill();
+                let _ = std::fs::remove_file(&socket);
+                Err(UserPodmanError::NotReady {
+                    seconds: READY_TIMEOUT.as_secs(),
+                    stderr,
+                })
+            }
+        }
+    }
+
+    /// The socket to connect to ([`super::Docker::connect`]).
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Whether this process started the service (no `podman.socket` unit answered).
+    pub fn owned(&self) -> bool {
+        self.owned.is_some()
+    }
+
+    /// False once a service of ours has ended (idle a minute): reach it again.
+    pub fn alive(&mut self) -> bool {
+        match self.owned.as_mut() {
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+            None => true,
+        }
+    }
+}
+
+impl Drop for UserPodman {
+    fn drop(&mut self) {
+        if self.owned.is_some() {
+            // kill_on_drop ends the service.
+            let _ = std::fs::remove_file(&self.socket);
+        }
+    }
+}
+
+/// Until a connection to `socket` succeeds; on failure, what the service said.
+async fn wait_listening(child: &mut Child, socket: &Path) -> Result<(), String> {
+    let started = Instant::now();
+    loop {
+        if tokio::net::UnixStream::connect(socket).await.is_ok() {
+            return Ok(());
+        }
+        let ended = matches!(child.try_wait(), Ok(Some(_)));
+        if ended || started.elapsed() > READY_TIMEOUT {
+            let mut said = Vec::new();
+            if let Some(stderr) = child.stderr.take() {
+                let mut bounded = stderr.take(MAX_STDERR);
+                let read = bounded.read_to_end(&mut said);
+                let _ = tokio::time::timeout(Duration::from_millis(500), read).await;
+            }
+            let said = String::from_utf8_lossy(&said).trim().to_owned();
+            return Err(match ended {
+                true => format!("it exited: {said}"),
+                false => format!("timed out; {said}"),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
