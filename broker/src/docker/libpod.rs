@@ -106,8 +106,17 @@ pub fn spec_generator(name: &str, body: &ContainerCreateBody) -> Result<Value> {
                 // traffic). Rootless Podman gives each container a network stack of its own
                 // (slirp4netns on 4.x, pasta on 5.x) that reaches others only through the host's
                 // published loopback ports; its networks have no such switch. So: that default.
-                if mode == "none" {
-                    spec.insert("netns".into(), json!({"nsmode": "none"}));
+                match mode {
+                    "none" => {
+                        spec.insert("netns".into(), json!({"nsmode": "none"}));
+                    }
+                    "" | "host" | "default" | "bridge" => {
+                        return Err(refuse(format!("the network {mode:?} is not translated")))
+                    }
+                    named if named.contains(':') => {
+                        return Err(refuse(format!("the network {named:?} is not translated")))
+                    }
+                    _ => {}
                 }
             }
             "CapDrop" => {

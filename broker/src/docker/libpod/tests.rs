@@ -126,6 +126,14 @@ fn a_setting_the_translation_does_not_know_is_refused_not_dropped() {
             ipc_mode: Some("host".into()),
             ..HostConfig::default()
         },
+        HostConfig {
+            network_mode: Some("host".into()),
+            ..HostConfig::default()
+        },
+        HostConfig {
+            network_mode: Some("container:abc".into()),
+            ..HostConfig::default()
+        },
     ] {
         let body = ContainerCreateBody {
             image: Some("x".into()),
