@@ -74,7 +74,8 @@ impl Desktop {
     }
 
     /// Signs the user in anew with Xvfb and the agent, and asks polkit from that session;
-    /// pkcheck's answer lands in /tmp/answer-`case`.
+    /// pkcheck's answer lands in /tmp/answer-`case`. Asked again while polkit says no agent is
+    /// there yet: the agent registers in its own time, slower on a loaded machine.
     fn ask(&self, case: &str) {
         self.booted.sh(&format!(
             "pkill -u {USER}; sleep 1; pkill -9 -u {USER}; rm -f /tmp/.X1-lock /tmp/answer-{case}"
@@ -82,8 +83,11 @@ impl Desktop {
         let script = format!(
             "Xvfb :1 -screen 0 1024x768x24 -ac >/tmp/xvfb.log 2>&1 & sleep 1; export DISPLAY=:1; \
              /usr/lib/policykit-1-gnome/polkit-gnome-authentication-agent-1 >/tmp/agent.log 2>&1 & \
-             sleep 2; pkcheck --action-id {ACTION} --process $$ --allow-user-interaction \
-             >/tmp/answer-{case}.part 2>&1; echo rc=$? >>/tmp/answer-{case}.part; \
+             for i in $(seq 30); do sleep 1; \
+               pkcheck --action-id {ACTION} --process $$ --allow-user-interaction \
+                 >/tmp/answer-{case}.part 2>&1; rc=$?; \
+               grep -q 'no agent is available' /tmp/answer-{case}.part || break; done; \
+             echo rc=$rc >>/tmp/answer-{case}.part; \
              mv /tmp/answer-{case}.part /tmp/answer-{case}; sleep 600"
         );
         let out = docker(&[
