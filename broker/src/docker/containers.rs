@@ -18,6 +18,20 @@ use serde::Serialize;
 use super::client::{Docker, CALL_TIMEOUT};
 use super::error::{bounded, DockerError, Failure, Result};
 use super::libpod::{self, EngineKind};
+
+/// How many times an inspect that met Podman's transitional `stopped` state is asked again.
+const PODMAN_STOPPED_RETRIES: usize = 20;
+
+/// The answer did not decode because its state was Podman's `stopped`.
+fn podman_stopped(err: &bollard::errors::Error) -> bool {
+    use bollard::errors::Error as B;
+    let text = match err {
+        B::JsonDataError { message, .. } => message.clone(),
+        B::JsonSerdeError { err } => err.to_string(),
+        _ => return false,
+    };
+    text.contains("unknown variant `stopped`")
+}
 use super::spec::{ContainerSpec, NetworkName, ICC_OPTION, LABEL_OWNER, LOOPBACK, OWNER};
 
 /// What the daemon says about one container.
@@ -79,11 +93,33 @@ const STOP_MARGIN: Duration = Duration::from_secs(5);
 impl Docker {
     /// Inspects a container by id or name; `None` when there is none.
     pub async fn inspect_container(&self, container: &str) -> Result<Option<ContainerFacts>> {
-        match self
+        let mut answer = self
             .api
-            .inspect_container(container, None::<InspectContainerOptions>)
-            .await
-        {
+            .inspect_container(container, None::<InspectContainerOptions>);
+        // Podman reports a container between its exit and conmon's cleanup as `stopped`, a state
+        // Docker's schema lacks; it becomes `exited` within moments: ask again, a bounded time.
+        for _ in 0..PODMAN_STOPPED_RETRIES {
+            match answer.await {
+                Err(err) if podman_stopped(&err) => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    answer = self
+                        .api
+                        .inspect_container(container, None::<InspectContainerOptions>);
+                }
+                other => return self.container_facts(other),
+            }
+        }
+        self.container_facts(answer.await)
+    }
+
+    fn container_facts(
+        &self,
+        answer: std::result::Result<
+            bollard::models::ContainerInspectResponse,
+            bollard::errors::Error,
+        >,
+    ) -> Result<Option<ContainerFacts>> {
+        match answer {
             Ok(c) => {
                 let state = c.state.unwrap_or_default();
                 let config = c.config.unwrap_or_default();
@@ -407,4 +443,25 @@ fn status_text(status: Option<ContainerStateStatusEnum>) -> String {
         Some(ContainerStateStatusEnum::EMPTY) | None => "unknown",
     }
     .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn podmans_stopped_state_is_told_from_other_answers_that_do_not_decode() {
+        // Docker's schema, as bollard has it, has no `stopped`.
+        let stopped = serde_json::from_str::<ContainerStateStatusEnum>("\"stopped\"")
+            .err()
+            .map(|err| bollard::errors::Error::JsonSerdeError { err });
+        assert!(stopped.as_ref().is_some_and(podman_stopped));
+        let other = serde_json::from_str::<ContainerStateStatusEnum>("\"bogus\"")
+            .err()
+            .map(|err| bollard::errors::Error::JsonSerdeError { err });
+        assert!(!other.as_ref().is_some_and(podman_stopped));
+        assert!(!podman_stopped(
+            &bollard::errors::Error::RequestTimeoutError
+        ));
+    }
 }
