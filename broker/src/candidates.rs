@@ -353,6 +353,7 @@ mod tests {
             "ubuntu",
             "24.04",
             &[Component::DockerEngine, Component::NvidiaContainerToolkit],
+            None,
         )
         .unwrap();
         let q = query_for(recipe, &params).unwrap();

@@ -28,6 +28,20 @@ pub struct SubIdRange {
 }
 
 impl SubIdRange {
+    /// The one range a setup gives, [`RANGE_COUNT`] IDs from `start`, if it lies within bounds:
+    /// what a host step's `subid_start` may name.
+    pub fn granted_from(start: u32) -> Result<SubIdRange, SubIdError> {
+        let range = SubIdRange {
+            start,
+            count: RANGE_COUNT,
+        };
+        if within_bounds(range) {
+            Ok(range)
+        } else {
+            Err(SubIdError::OutOfBounds { range })
+        }
+    }
+
     /// The IDs held, end excluded (u64: `start + count` may pass `u32::MAX`).
     pub fn ids(self) -> Range<u64> {
         u64::from(self.start)..u64::from(self.start) + u64::from(self.count)

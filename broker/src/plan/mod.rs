@@ -256,6 +256,7 @@ mod tests {
             "ubuntu",
             "24.04",
             &[Component::DockerGroup, Component::DockerEngine],
+            None,
         )
         .unwrap();
         let request = HostRequest::new(

@@ -39,6 +39,7 @@ pub fn from_plan(plan: &InstallPlan, view: &LinuxView) -> Result<HostParameters,
         &distro.id,
         &distro.version_id,
         &components,
+        None,
     )
     .map_err(|problems| problems.to_string())
 }

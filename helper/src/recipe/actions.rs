@@ -5,6 +5,7 @@ use enginekit_shared::recipe::openpgp;
 use enginekit_shared::recipe::sources;
 use enginekit_shared::recipe::{Family, KeyEncoding, PlannedConflict, PlannedPackage};
 use enginekit_shared::safe::UserName;
+use enginekit_shared::subid::{SubIdError, SubIdFile, SubIdFiles, SubIdRange};
 
 use super::commands as cmd;
 use super::executor::{Executor, Failure};
@@ -266,20 +267,28 @@ fn conflict_refusal(family: Family, found: &[(String, Vec<PlannedPackage>)]) -> 
     )
 }
 
+/// Refreshes the vendors' sources, then the distribution's own that exist (its packages').
 pub(super) async fn refresh(
     r: &mut Executor<'_>,
     sources: &[String],
+    distribution: &[String],
     wanted: &[PlannedPackage],
 ) -> Done {
     if missing(r, wanted).await?.is_empty() {
         return satisfied("every recipe package is installed; nothing to refresh");
     }
-    for source in sources {
-        let path = files::under_root(&r.ctx.file_root, source);
+    let root = r.ctx.file_root.clone();
+    let present = distribution
+        .iter()
+        .filter(|s| files::under_root(&root, s).exists());
+    let all: Vec<&String> = sources.iter().chain(present).collect();
+    for source in &all {
+        let path = files::under_root(&root, source);
         r.must(&cmd::apt_refresh(&path.display().to_string())?, true)
             .await?;
     }
-    applied(format!("refreshed {}", sources.join(", ")))
+    let all: Vec<&str> = all.iter().map(|s| s.as_str()).collect();
+    applied(format!("refreshed {}", all.join(", ")))
 }
 
 pub(super) async fn install_packages(r: &mut Executor<'_>, packages: &[PlannedPackage]) -> Done {
@@ -481,7 +490,8 @@ pub(super) async fn enable_service(r: &mut Executor<'_>) -> Done {
     applied("enabled and started docker.service")
 }
 
-pub(super) async fn add_to_docker_group(r: &mut Executor<'_>, user: &UserName) -> Done {
+/// The uid of `user`, who must be the caller and not root (never `what`).
+async fn caller_uid(r: &mut Executor<'_>, user: &UserName, what: &str) -> Result<u32, Failure> {
     let uid_out = r.run(&cmd::user_uid(user)?, false).await?;
     if !uid_out.success() {
         return fail(format!("there is no user {user}"));
@@ -489,9 +499,7 @@ pub(super) async fn add_to_docker_group(r: &mut Executor<'_>, user: &UserName) -
     let unreadable = |_| Failure(format!("could not read the uid of {user}"));
     let uid: u32 = uid_out.stdout.trim().parse().map_err(unreadable)?;
     if uid == 0 {
-        return fail(format!(
-            "{user} is uid 0; root is never added to the docker group"
-        ));
+        return fail(format!("{user} is uid 0; root is never {what}"));
     }
     if uid != r.ctx.caller_uid {
         return fail(format!(
@@ -499,6 +507,11 @@ pub(super) async fn add_to_docker_group(r: &mut Executor<'_>, user: &UserName) -
             r.ctx.caller_uid
         ));
     }
+    Ok(uid)
+}
+
+pub(super) async fn add_to_docker_group(r: &mut Executor<'_>, user: &UserName) -> Done {
+    caller_uid(r, user, "added to the docker group").await?;
     let groups = r.must(&cmd::user_groups(user)?, false).await?;
     if groups.stdout.split_whitespace().any(|g| g == "docker") {
         return satisfied(format!("{user} is already in the docker group"));
@@ -507,6 +520,45 @@ pub(super) async fn add_to_docker_group(r: &mut Executor<'_>, user: &UserName) -
     applied(format!(
         "added {user} to the docker group (it takes effect at the next login)"
     ))
+}
+
+/// Gives the caller the checked range in both files. The shared rule is asked again here, on
+/// the files as they are now: `usermod` itself adds an overlapping range without a word.
+pub(super) async fn add_subids(r: &mut Executor<'_>, user: &UserName, range: SubIdRange) -> Done {
+    let uid = caller_uid(r, user, "given subordinate IDs").await?;
+    let has =
+        |files: &SubIdFiles| files.ranges_of(user.as_str(), uid) == (vec![range], vec![range]);
+    let files = read_subids(r)?;
+    if has(&files) {
+        return satisfied(format!("{user} already has {range}"));
+    }
+    let refused = |e: SubIdError| Failure(format!("{e}; nothing was changed"));
+    files.check(user.as_str(), uid, range).map_err(refused)?;
+    for file in [SubIdFile::Uid, SubIdFile::Gid] {
+        r.journal.record(file.path())?;
+    }
+    r.must(&cmd::add_subids(user, range)?, true).await?;
+    if !has(&read_subids(r)?) {
+        return fail(format!(
+            "usermod ran, but the files do not give {user} {range}"
+        ));
+    }
+    applied(format!(
+        "gave {user} {range} in /etc/subuid and /etc/subgid"
+    ))
+}
+
+fn read_subids(r: &Executor<'_>) -> Result<SubIdFiles, Failure> {
+    let text = |file: SubIdFile| -> Result<Option<String>, Failure> {
+        let path = files::under_root(&r.ctx.file_root, file.path());
+        let not_text = |_| Failure(format!("{} is not text", file.path()));
+        let state = files::read_state(&path)?;
+        state
+            .map(|(bytes, _)| String::from_utf8(bytes).map_err(not_text))
+            .transpose()
+    };
+    let (uid, gid) = (text(SubIdFile::Uid)?, text(SubIdFile::Gid)?);
+    SubIdFiles::parse(uid.as_deref(), gid.as_deref()).map_err(|e| Failure(e.to_string()))
 }
 
 #[cfg(test)]

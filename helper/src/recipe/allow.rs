@@ -136,10 +136,13 @@ pub(crate) fn permits(
             }
         }
         A::RefreshMetadata {
-            sources, wanted, ..
+            sources,
+            distribution,
+            wanted,
+            ..
         } => {
             out.extend(queries(wanted)?);
-            for s in sources {
+            for s in sources.iter().chain(distribution) {
                 let path = super::files::under_root(file_root, s);
                 out.push(apt_refresh(&path.display().to_string())?);
             }
@@ -175,6 +178,12 @@ pub(crate) fn permits(
             // Never root, even in a plan that names it.
             if !user.is_root() {
                 out.push(add_to_docker_group(user)?);
+            }
+        }
+        A::AddSubIds { user, range, .. } => {
+            out.push(user_uid(user)?);
+            if !user.is_root() {
+                out.push(add_subids(user, *range)?);
             }
         }
     }
@@ -267,7 +276,7 @@ mod tests {
         let components: Vec<&str> = Component::ALL.iter().map(|c| c.as_str()).collect();
         let params = HostParameters::validate(&serde_json::json!({
             "user": "alice", "arch": "x86_64", "family": family, "distro_id": distro,
-            "version_id": version, "components": components,
+            "version_id": version, "components": components, "subid_start": 165536,
         }))
         .unwrap();
         builtin().unwrap().steps_for(&params).unwrap()

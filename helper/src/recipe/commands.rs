@@ -5,6 +5,7 @@
 
 use enginekit_shared::recipe::{Family, PlannedPackage};
 use enginekit_shared::safe::{UnsafeValue, UserName};
+use enginekit_shared::subid::SubIdRange;
 use enginekit_shared::wire::changes::{DPKG_LIST_FORMAT, RPM_LIST_FORMAT};
 
 use crate::exec::command::{Command, CommandBuilder, Program};
@@ -251,4 +252,11 @@ pub(crate) fn user_groups(user: &UserName) -> Built {
 
 pub(crate) fn add_to_docker_group(user: &UserName) -> Built {
     with_names(Program::Usermod, &["-aG", "docker"], &[user.as_str()])
+}
+
+/// `usermod --add-subuids R --add-subgids R user`: one range serves both files.
+pub(crate) fn add_subids(user: &UserName, range: SubIdRange) -> Built {
+    let r = range.usermod_arg();
+    let words = ["--add-subuids", r.as_str(), "--add-subgids", r.as_str()];
+    with_names(Program::Usermod, &words, &[user.as_str()])
 }

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use enginekit_shared::digest::Digest;
 use enginekit_shared::durable;
 use enginekit_shared::recipe::is_key_or_source_path;
+use enginekit_shared::subid::SubIdFile;
 use enginekit_shared::wire::changes::Change;
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
@@ -48,9 +49,11 @@ pub(crate) struct Journal {
     file: Option<Flock<File>>,
 }
 
-/// A key or source path a valid recipe may name, daemon.json or the CDI spec: nothing else.
+/// A key or source path a valid recipe may name, daemon.json, the CDI spec or the sub-ID
+/// files: nothing else.
 fn allowed(path: &str) -> bool {
-    [DAEMON_JSON, CDI_SPEC].contains(&path) || is_key_or_source_path(path)
+    let subids = [SubIdFile::Uid.path(), SubIdFile::Gid.path()];
+    [DAEMON_JSON, CDI_SPEC].contains(&path) || subids.contains(&path) || is_key_or_source_path(path)
 }
 
 impl Journal {

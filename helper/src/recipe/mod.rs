@@ -194,6 +194,7 @@ fn phase_of(action: &PlannedAction) -> String {
         A::GenerateCdi { .. } => "generating the CDI specification".into(),
         A::EnableService { .. } => "enabling docker.service".into(),
         A::AddToDockerGroup { user, .. } => format!("adding {user} to the docker group"),
+        A::AddSubIds { user, range, .. } => format!("giving {user} subordinate IDs ({range})"),
     }
 }
 
@@ -333,8 +334,11 @@ pub async fn run_plan(
                 repository_check::check_repositories(&mut r, plan, wanted).await
             }
             A::RefreshMetadata {
-                sources, wanted, ..
-            } => actions::refresh(&mut r, sources, wanted).await,
+                sources,
+                distribution,
+                wanted,
+                ..
+            } => actions::refresh(&mut r, sources, distribution, wanted).await,
             A::InstallPackages { packages, .. } => {
                 actions::install_packages(&mut r, packages).await
             }
@@ -344,6 +348,7 @@ pub async fn run_plan(
             A::GenerateCdi { .. } => actions::generate_cdi(&mut r).await,
             A::EnableService { .. } => actions::enable_service(&mut r).await,
             A::AddToDockerGroup { user, .. } => actions::add_to_docker_group(&mut r, user).await,
+            A::AddSubIds { user, range, .. } => actions::add_subids(&mut r, user, *range).await,
         };
         let report = run.ended(&mut r, action.id(), started, done);
         tracing::info!(

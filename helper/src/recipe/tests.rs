@@ -34,11 +34,14 @@ fn params(
     components: &[Component],
 ) -> HostParameters {
     let names: Vec<&str> = components.iter().map(|c| c.as_str()).collect();
-    HostParameters::validate(&json!({
+    let mut raw = json!({
         "user": "alice", "arch": arch, "family": family, "distro_id": distro, "version_id": version,
         "components": names,
-    }))
-    .unwrap()
+    });
+    if components.contains(&Component::UserSubIds) {
+        raw["subid_start"] = json!(SUBID_START);
+    }
+    HostParameters::validate(&raw).unwrap()
 }
 
 fn reference() -> Value {
@@ -140,8 +143,72 @@ fn reference_argv(family: &str) -> BTreeSet<Vec<String>> {
     out
 }
 
+/// Where the tests' sub-ID range starts.
+const SUBID_START: u32 = 165_536;
+
+/// The reference's components: Docker's path, everything but rootless Podman's.
 fn all() -> Vec<Component> {
-    Component::ALL.to_vec()
+    let podman = [Component::Podman, Component::UserSubIds];
+    Component::ALL
+        .iter()
+        .copied()
+        .filter(|c| !podman.contains(c))
+        .collect()
+}
+
+#[test]
+fn podmans_path_runs_the_distributions_refresh_its_packages_and_usermod_only() {
+    let recipe = builtin().unwrap();
+    let components = [
+        Component::Podman,
+        Component::NvidiaContainerToolkit,
+        Component::NvidiaCdi,
+        Component::UserSubIds,
+    ];
+    let plan = recipe
+        .steps_for(&params("apt", "debian", "12", "x86_64", &components))
+        .unwrap();
+    let ours: BTreeSet<Vec<String>> = possible_commands(Family::Apt, &plan)
+        .iter()
+        .map(|c| c.argv())
+        .collect();
+    let docker_path: BTreeSet<Vec<String>> = reference_argv("apt");
+    let new: Vec<String> = ours
+        .difference(&docker_path)
+        .map(|argv| argv.join(" "))
+        .filter(|line| !line.contains("podman") || line.contains("install"))
+        .collect();
+    let range = format!("{SUBID_START}-{}", SUBID_START + 65_535);
+    let refresh = |list: &str| {
+        format!("apt-get update -o Dir::Etc::sourcelist={list} -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0 -o DPkg::Lock::Timeout=300")
+    };
+    for expected in [
+        refresh("/etc/apt/sources.list"),
+        refresh("/etc/apt/sources.list.d/debian.sources"),
+        format!("usermod --add-subuids {range} --add-subgids {range} alice"),
+    ] {
+        assert!(new.contains(&expected), "{expected} not in {new:#?}");
+    }
+    let install = ours.iter().find(|a| a[1] == "install").unwrap();
+    let tail = &install[install.len() - 7..];
+    assert_eq!(
+        tail,
+        [
+            "nvidia-container-toolkit",
+            "podman",
+            "crun",
+            "uidmap",
+            "slirp4netns",
+            "passt",
+            "fuse-overlayfs"
+        ]
+    );
+    assert!(
+        !ours
+            .iter()
+            .any(|a| a.iter().any(|w| w == "docker" || w == "-aG")),
+        "nothing of Docker's path: {ours:#?}"
+    );
 }
 
 /// Every command the plan's actions may run (each action's permits, whole), in plan order.

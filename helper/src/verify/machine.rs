@@ -5,7 +5,10 @@ use std::fs;
 use std::io::Read;
 
 use enginekit_shared::os_release::OsRelease;
-use enginekit_shared::wire::host_step::Family;
+use enginekit_shared::subid::{SubIdFile, SubIdFiles, MAX_FILE_BYTES};
+use enginekit_shared::wire::host_step::{Family, HostParameters};
+
+use crate::refusal::{refuse, Refusal};
 
 const OS_RELEASE_PATHS: [&str; 2] = ["/etc/os-release", "/usr/lib/os-release"];
 const MAX_OS_RELEASE_BYTES: u64 = 64 * 1024;
@@ -46,6 +49,39 @@ impl MachineFacts {
             distro_id: os.distro_id().unwrap_or_default(),
         }
     }
+}
+
+/// A step's sub-ID range, checked by the shared rule against the files as they are now, before
+/// polkit: an overlap, a second range or an exhausted space is refused naming it. The range the
+/// user already has in both files passes (a step re-run after a crash).
+pub(crate) fn check_subids(parameters: &HostParameters) -> Result<(), Refusal> {
+    let Some(range) = parameters.subid_range() else {
+        return Ok(());
+    };
+    let user = parameters.user().as_str();
+    let account = nix::unistd::User::from_name(user).ok().flatten();
+    let uid = account.map(|a| a.uid.as_raw());
+    let uid = uid.ok_or_else(|| refuse!(IdentityMismatch, "there is no user {user}"))?;
+    let read = |file: SubIdFile| {
+        let mut text = String::new();
+        match fs::File::open(file.path()) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            opened => {
+                opened.and_then(|f| f.take(MAX_FILE_BYTES as u64 + 1).read_to_string(&mut text))
+            }
+        }
+        .map(|_| Some(text))
+        .map_err(|e| refuse!(ParametersInvalid, "{}: {e}", file.path()))
+    };
+    let (uids, gids) = (read(SubIdFile::Uid)?, read(SubIdFile::Gid)?);
+    let files = SubIdFiles::parse(uids.as_deref(), gids.as_deref());
+    let files = files.map_err(|e| refuse!(ParametersInvalid, "{e}"))?;
+    if files.ranges_of(user, uid) == (vec![range], vec![range]) {
+        return Ok(());
+    }
+    files
+        .check(user, uid, range)
+        .map_err(|e| refuse!(ParametersInvalid, "{e}"))
 }
 
 fn read_os_release() -> Result<String, String> {

@@ -10,7 +10,8 @@
 //! is the caller, `arch`/`family`/`distro_id`/`version_id` are this machine's, `issued_at` is
 //! inside the window, the recipe (built in, or inline and signed by a pinned root-owned key) has
 //! the step's id and digest, is not expired and does not roll back below the highest serial
-//! accepted, supports this distribution, and plans at least one action for these parameters.
+//! accepted, supports this distribution, and plans at least one action for these parameters; a
+//! sub-ID range is free in `/etc/subuid` and `/etc/subgid` as they are.
 //! Each refusal has its own error.
 
 pub(crate) mod machine;
@@ -161,6 +162,7 @@ pub(crate) fn check_step(
         ));
     }
     check_machine(parameters, checks.machine)?;
+    machine::check_subids(parameters)?;
     check_window(step.issued_at().as_offset_date_time(), checks)?;
     let (recipe, high_water) = resolve_recipe(&step, checks)?;
     let target = recipe.target_for(parameters).map_err(|e| {

@@ -36,6 +36,7 @@ pub(crate) fn details(verified: &VerifiedStep) -> Vec<(&'static str, String)> {
         ("files", &changes.files, "write ", true),
         ("services", &changes.services, "", false),
         ("docker_group", &changes.docker_group, "", false),
+        ("subids", &changes.subids, "", false),
     ];
     let mut summary = Vec::new();
     for (key, items, verb, one_line) in kinds.into_iter().filter(|k| !k.1.is_empty()) {
@@ -60,6 +61,7 @@ struct Changes {
     files: Vec<String>,
     services: Vec<String>,
     docker_group: Vec<String>,
+    subids: Vec<String>,
 }
 
 impl Changes {
@@ -121,6 +123,13 @@ impl Changes {
                 A::AddToDockerGroup { user, .. } => {
                     c.docker_group.push(format!(
                         "add {user} to the docker group; members of docker can gain root on this computer"
+                    ));
+                }
+                A::AddSubIds { user, range, .. } => {
+                    c.files.extend(["/etc/subuid".into(), "/etc/subgid".into()]);
+                    c.subids.push(format!(
+                        "give {user} the subordinate IDs {} for rootless containers",
+                        range.usermod_arg()
                     ));
                 }
                 A::CheckConflicts { .. }

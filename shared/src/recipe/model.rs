@@ -122,7 +122,8 @@ pub enum ActionSpec {
         conflicts: Vec<ConflictSpec>,
         remove: bool,
     },
-    /// Refresh the metadata of each selected vendor's source, one source at a time (apt).
+    /// Refresh the metadata of each selected vendor's source, one source at a time, and the
+    /// distribution's own lists when a package comes from them (apt).
     RefreshMetadata { id: String },
     /// Install the selected components' packages that are still missing.
     InstallPackages {
@@ -137,6 +138,9 @@ pub enum ActionSpec {
     EnableService { id: String, component: Component },
     /// `usermod -aG docker <caller>`.
     AddToDockerGroup { id: String, component: Component },
+    /// `usermod --add-subuids R --add-subgids R <caller>`, R the parameters' checked range.
+    #[serde(rename = "add-subids")]
+    AddSubIds { id: String, component: Component },
 }
 
 impl ActionSpec {
@@ -150,7 +154,8 @@ impl ActionSpec {
             | ActionSpec::ConfigureRuntime { id, .. }
             | ActionSpec::GenerateCdi { id, .. }
             | ActionSpec::EnableService { id, .. }
-            | ActionSpec::AddToDockerGroup { id, .. } => id,
+            | ActionSpec::AddToDockerGroup { id, .. }
+            | ActionSpec::AddSubIds { id, .. } => id,
         }
     }
 }

@@ -8,6 +8,7 @@ use super::template::{self, Values};
 use super::{Component, Recipe, RecipeError};
 use crate::release::ReleaseScheme;
 use crate::safe::UserName;
+use crate::subid::SubIdRange;
 use crate::wire::host_step::{Family, HostParameters};
 
 /// What a plan is built for: the validated host parameters, in the recipe's terms.
@@ -20,6 +21,8 @@ pub struct Target {
     pub version_id: String,
     pub components: Vec<Component>,
     pub user: UserName,
+    /// The range `user-subids` gives (the parameters carry it exactly with that component).
+    pub subids: Option<SubIdRange>,
 }
 
 impl From<&HostParameters> for Target {
@@ -31,6 +34,7 @@ impl From<&HostParameters> for Target {
             version_id: p.version_id().to_string(),
             components: p.components().to_vec(),
             user: p.user().clone(),
+            subids: p.subid_range(),
         }
     }
 }
@@ -86,6 +90,10 @@ pub enum PlannedAction {
         id: String,
         /// One refresh per selected vendor source file, in recipe order.
         sources: Vec<String>,
+        /// The distribution's own source files, refreshed (those that exist) when some package
+        /// comes from its archive; empty otherwise. Only these and the vendors' sources are
+        /// refreshed, so a broken third-party source cannot fail the step.
+        distribution: Vec<String>,
         /// Refresh only when one of these is missing.
         wanted: Vec<PlannedPackage>,
     },
@@ -107,6 +115,11 @@ pub enum PlannedAction {
         id: String,
         user: UserName,
     },
+    AddSubIds {
+        id: String,
+        user: UserName,
+        range: SubIdRange,
+    },
 }
 
 impl PlannedAction {
@@ -122,7 +135,8 @@ impl PlannedAction {
             | PlannedAction::ConfigureRuntime { id, .. }
             | PlannedAction::GenerateCdi { id }
             | PlannedAction::EnableService { id }
-            | PlannedAction::AddToDockerGroup { id, .. } => id,
+            | PlannedAction::AddToDockerGroup { id, .. }
+            | PlannedAction::AddSubIds { id, .. } => id,
         }
     }
 
@@ -139,8 +153,19 @@ impl PlannedAction {
             PlannedAction::GenerateCdi { .. } => "generate-cdi",
             PlannedAction::EnableService { .. } => "enable-service",
             PlannedAction::AddToDockerGroup { .. } => "add-to-docker-group",
+            PlannedAction::AddSubIds { .. } => "add-subids",
         }
     }
+}
+
+/// Where Debian and Ubuntu keep their own archive's sources: the one-line list, and the deb822
+/// file named after the distribution (`debian.sources`, `ubuntu.sources`) that their recent
+/// releases use instead.
+fn distribution_sources(distro_id: &str) -> Vec<String> {
+    vec![
+        "/etc/apt/sources.list".to_owned(),
+        format!("/etc/apt/sources.list.d/{distro_id}.sources"),
+    ]
 }
 
 /// The id of the synthesized [`PlannedAction::CheckRepositories`]; no recipe action may take it.
@@ -168,6 +193,11 @@ pub(super) fn resolve<'r>(
     if target.user.is_root() && target.components.contains(&Component::DockerGroup) {
         return Err(unsupported(
             "root is never added to the docker group".into(),
+        ));
+    }
+    if target.components.contains(&Component::UserSubIds) != target.subids.is_some() {
+        return Err(unsupported(
+            "user-subids goes with a sub-ID range, and only with it".into(),
         ));
     }
     Ok(match target.family {
@@ -262,6 +292,22 @@ pub(super) fn steps_for(
             _ => None,
         })
         .collect();
+    // A package whose component adds no source comes from the distribution's own archive:
+    // neither the repository check nor a vendor refresh can say anything about it.
+    let has_source = |c: &Component| {
+        actions.iter().any(|a| {
+            matches!(a, ActionSpec::WriteSource { component, .. } if component == c && selected(c))
+        })
+    };
+    let (vendor_wanted, distribution_wanted): (Vec<_>, Vec<_>) = wanted
+        .iter()
+        .cloned()
+        .partition(|p| has_source(&p.component));
+    let distribution: Vec<String> = if distribution_wanted.is_empty() {
+        Vec::new()
+    } else {
+        distribution_sources(&target.distro_id)
+    };
 
     // Checks that change nothing run before the first write (keys, sources), whatever the
     // recipe's order: a refused step must leave the host as it found it.
@@ -325,10 +371,13 @@ pub(super) fn steps_for(
                     remove: *remove,
                 });
             }
-            ActionSpec::RefreshMetadata { id } if !wanted.is_empty() && !sources.is_empty() => {
+            ActionSpec::RefreshMetadata { id }
+                if !wanted.is_empty() && (!sources.is_empty() || !distribution.is_empty()) =>
+            {
                 out.push(PlannedAction::RefreshMetadata {
                     id: id.clone(),
                     sources: sources.clone(),
+                    distribution: distribution.clone(),
                     wanted: wanted.clone(),
                 });
             }
@@ -356,13 +405,22 @@ pub(super) fn steps_for(
                     user: target.user.clone(),
                 });
             }
+            ActionSpec::AddSubIds { id, component } if selected(component) => {
+                if let Some(range) = target.subids {
+                    out.push(PlannedAction::AddSubIds {
+                        id: id.clone(),
+                        user: target.user.clone(),
+                        range,
+                    });
+                }
+            }
             _ => {}
         }
     }
-    if !wanted.is_empty() && !sources.is_empty() {
+    if !vendor_wanted.is_empty() && !sources.is_empty() {
         checks.push(PlannedAction::CheckRepositories {
             id: REPOSITORY_CHECK_ID.to_owned(),
-            wanted,
+            wanted: vendor_wanted,
         });
     }
     checks.extend(out);

@@ -7,7 +7,7 @@ use crate::safe::UserName;
 /// The digest of `builtin.json`. Changing the production recipe changes this value: update it
 /// deliberately, together with the recipe's `serial`.
 const BUILTIN_DIGEST: &str =
-    "sha256:29735a47327f1d2481fe23606be84400f22fb0fc83a8910ab3d236ed6a851b5c";
+    "sha256:5d183eb03524e915080859beee23cd916b559f5686e0387e1b8d8f397ce5149e";
 
 const REFERENCE_REV2: &str = include_str!("testdata/reference-recipe-rev2.json");
 
@@ -37,6 +37,7 @@ fn target(
         version_id: version.into(),
         components,
         user: UserName::new("alice").unwrap(),
+        subids: None,
     }
 }
 
@@ -130,12 +131,32 @@ fn the_builtin_recipe_matches_the_reference_data() {
                 }
             }
             if let ActionSpec::InstallPackages { packages, .. } = action {
+                // Podman's packages are ours (the reference installs Docker only): what
+                // RECIPES.md §11 says each family's rootless Podman needs, recommends included
+                // (the helper installs without recommends).
+                let podman = match family {
+                    "apt" => json!([
+                        "podman",
+                        "crun",
+                        "uidmap",
+                        "slirp4netns",
+                        "passt",
+                        "fuse-overlayfs"
+                    ]),
+                    _ => json!(["podman", "crun", "passt", "fuse-overlayfs"]),
+                };
+                let mut ours = Vec::new();
                 for p in packages {
                     assert!(p.version.is_none());
+                    if p.component == Component::Podman {
+                        ours.push(json!(p.name));
+                        continue;
+                    }
                     let listed = reference["packages"][comp(p.component)].as_array().unwrap();
                     assert!(listed.contains(&json!(p.name)), "{}", p.name);
                 }
-                assert_eq!(packages.len(), 4);
+                assert_eq!(json!(ours), podman);
+                assert_eq!(packages.len() - ours.len(), 4);
             }
         }
     }
@@ -147,6 +168,107 @@ fn comp(c: Component) -> &'static str {
         Component::NvidiaContainerToolkit => "nvidia-container-toolkit",
         _ => "other",
     }
+}
+
+#[test]
+fn podman_comes_from_the_distribution_with_the_users_range_and_no_docker_step() {
+    let recipe = builtin().unwrap();
+    let mut t = target(
+        Family::Apt,
+        "debian",
+        "12",
+        "x86_64",
+        vec![
+            Component::Podman,
+            Component::NvidiaContainerToolkit,
+            Component::NvidiaCdi,
+            Component::UserSubIds,
+        ],
+    );
+    assert!(
+        recipe.steps_for_target(&t).is_err(),
+        "user-subids without a range is refused"
+    );
+    let range = crate::subid::SubIdRange::granted_from(165_536).unwrap();
+    t.subids = Some(range);
+    let steps = recipe.steps_for_target(&t).unwrap();
+    let kinds: Vec<&str> = steps.iter().map(PlannedAction::id).collect();
+    assert_eq!(
+        kinds,
+        [
+            "conflicts",
+            "repositories",
+            "nvidia-key",
+            "nvidia-source",
+            "refresh",
+            "packages",
+            "nvidia-cdi",
+            "user-subids"
+        ]
+    );
+    for step in &steps {
+        match step {
+            // The vendor's repository is asked only for the vendor's package.
+            PlannedAction::CheckRepositories { wanted, .. } => {
+                let names: Vec<&str> = wanted.iter().map(|p| p.name.as_str()).collect();
+                assert_eq!(names, ["nvidia-container-toolkit"]);
+            }
+            PlannedAction::RefreshMetadata {
+                sources,
+                distribution,
+                ..
+            } => {
+                assert_eq!(
+                    sources,
+                    &["/etc/apt/sources.list.d/nvidia-container-toolkit.sources"]
+                );
+                assert_eq!(
+                    distribution,
+                    &[
+                        "/etc/apt/sources.list",
+                        "/etc/apt/sources.list.d/debian.sources"
+                    ],
+                    "podman comes from the distribution's lists"
+                );
+            }
+            PlannedAction::AddSubIds { user, range: r, .. } => {
+                assert_eq!((user.as_str(), *r), ("alice", range));
+            }
+            _ => {}
+        }
+    }
+
+    // Podman alone: no repository to ask, the distribution's lists refreshed, no check.
+    t.components = vec![Component::Podman];
+    t.subids = None;
+    let steps = recipe.steps_for_target(&t).unwrap();
+    let kinds: Vec<&str> = steps.iter().map(PlannedAction::id).collect();
+    assert_eq!(kinds, ["conflicts", "refresh", "packages"]);
+    assert!(matches!(
+        &steps[1],
+        PlannedAction::RefreshMetadata { sources, distribution, .. }
+            if sources.is_empty() && distribution.len() == 2
+    ));
+
+    // The Docker path keeps its vendor-only refresh.
+    t.components = vec![Component::DockerEngine];
+    let steps = recipe.steps_for_target(&t).unwrap();
+    assert!(steps.iter().any(|s| matches!(
+        s,
+        PlannedAction::RefreshMetadata { distribution, .. } if distribution.is_empty()
+    )));
+}
+
+#[test]
+fn a_recipe_may_not_give_podman_a_key_or_source_and_subids_only_their_component() {
+    let mut payload = builtin_payload();
+    payload["apt"]["actions"][1]["component"] = json!("podman");
+    assert!(Recipe::from_payload(payload).is_err());
+    let mut payload = builtin_payload();
+    let last = payload["apt"]["actions"].as_array().unwrap().len() - 1;
+    payload["apt"]["actions"][last]["component"] = json!("docker-group");
+    let err = Recipe::from_payload(payload).unwrap_err();
+    assert!(err.to_string().contains("user-subids"), "{err}");
 }
 
 #[test]

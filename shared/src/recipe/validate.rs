@@ -210,6 +210,12 @@ fn vendor(component: Component) -> bool {
     )
 }
 
+/// A component of packages: a vendor's, or Podman's from the distribution's own archive (which
+/// no recipe key or source may name: the distribution's keys are the host's).
+fn packaged(component: Component) -> bool {
+    vendor(component) || component == Component::Podman
+}
+
 fn check_actions(actions: &[ActionSpec], apt: bool) -> Result<(), RecipeError> {
     let mut ids = BTreeSet::new();
     let mut singletons = BTreeSet::new();
@@ -292,7 +298,7 @@ fn check_actions(actions: &[ActionSpec], apt: bool) -> Result<(), RecipeError> {
                     return Err(bad(format!("{id}: no packages")));
                 }
                 for p in packages {
-                    require(vendor(p.component), id, "vendor components")?;
+                    require(packaged(p.component), id, "package components")?;
                     if !is_package_name(&p.name) {
                         return Err(bad(format!("{id}: {:?} is not a package name", p.name)));
                     }
@@ -330,6 +336,10 @@ fn check_actions(actions: &[ActionSpec], apt: bool) -> Result<(), RecipeError> {
                 require(*component == Component::DockerGroup, id, "docker-group")?;
                 "add-to-docker-group"
             }
+            ActionSpec::AddSubIds { component, .. } => {
+                require(*component == Component::UserSubIds, id, "user-subids")?;
+                "add-subids"
+            }
         };
         if !matches!(kind, "install-key" | "write-source") && !singletons.insert(kind) {
             return Err(bad(format!("{kind} appears twice")));
@@ -341,7 +351,7 @@ fn check_actions(actions: &[ActionSpec], apt: bool) -> Result<(), RecipeError> {
 /// Conflicts name packages of a vendor component.
 fn check_conflict_specs(id: &str, conflicts: &[ConflictSpec]) -> Result<(), RecipeError> {
     for c in conflicts {
-        require(vendor(c.component), id, "vendor components")?;
+        require(packaged(c.component), id, "package components")?;
         if let Some(name) = c.packages.iter().find(|n| !is_package_name(n)) {
             return Err(bad(format!("{id}: {name:?} is not a package name")));
         }

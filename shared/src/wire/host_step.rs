@@ -21,6 +21,7 @@ use crate::error::ErrorCode;
 use crate::nonce::{random_bytes, Nonce, RandomUnavailable};
 use crate::release::ReleaseScheme;
 use crate::safe::UserName;
+use crate::subid::SubIdRange;
 
 /// Largest host step accepted, in bytes.
 pub const MAX_STEP_BYTES: usize = 256 * 1024;
@@ -78,12 +79,16 @@ string_enum! {
     /// into it before digesting.
     Component {
         DockerEngine => "docker-engine",
+        /// Podman and what rootless containers need, from the distribution's own archive.
+        Podman => "podman",
         NvidiaContainerToolkit => "nvidia-container-toolkit",
         NvidiaRuntime => "nvidia-runtime",
         NvidiaCdi => "nvidia-cdi",
         DockerRestart => "docker-restart",
         DockerService => "docker-service",
         DockerGroup => "docker-group",
+        /// A range of subordinate user and group IDs for the user (`subid_start`).
+        UserSubIds => "user-subids",
     }
 }
 
@@ -195,7 +200,14 @@ pub struct HostParameters {
     distro_id: String,
     version_id: String,
     components: Vec<Component>,
+    /// Where the user's new sub-ID range starts: present exactly when `user-subids` is a
+    /// component (the count is always [`crate::subid::RANGE_COUNT`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    subid_start: Option<u32>,
 }
+
+/// The parameter that only `user-subids` takes.
+const SUBID_KEY: &str = "subid_start";
 
 const PARAMETER_KEYS: [&str; 6] = [
     "user",
@@ -272,6 +284,46 @@ fn component_problems(
     if user.is_some_and(UserName::is_root) && seen.contains(&Component::DockerGroup) {
         problems.push("root is never added to the docker group".to_owned());
     }
+    if user.is_some_and(UserName::is_root) && seen.contains(&Component::UserSubIds) {
+        problems.push("root is never given subordinate IDs".to_owned());
+    }
+}
+
+/// `subid_start` goes with `user-subids` and only with it, and names a range within bounds.
+fn subid_problems(
+    seen: &BTreeSet<Component>,
+    start: Option<&Value>,
+    problems: &mut Vec<String>,
+) -> Option<u32> {
+    let wanted = seen.contains(&Component::UserSubIds);
+    match (wanted, start) {
+        (false, None) => None,
+        (false, Some(_)) => {
+            problems.push(format!("{SUBID_KEY} is given without user-subids"));
+            None
+        }
+        (true, None) => {
+            problems.push(format!("user-subids needs {SUBID_KEY}"));
+            None
+        }
+        (true, Some(value)) => {
+            let start = value.as_u64().and_then(|n| u32::try_from(n).ok());
+            match start.map(SubIdRange::granted_from) {
+                Some(Ok(range)) => Some(range.start),
+                Some(Err(e)) => {
+                    problems.push(format!("{SUBID_KEY}: {e}"));
+                    None
+                }
+                None => {
+                    problems.push(format!(
+                        "{SUBID_KEY} must be a whole number, not {}",
+                        shown(value)
+                    ));
+                    None
+                }
+            }
+        }
+    }
 }
 
 impl HostParameters {
@@ -304,7 +356,7 @@ impl HostParameters {
             }
         };
         for key in map.keys() {
-            if !PARAMETER_KEYS.contains(&key.as_str()) {
+            if !PARAMETER_KEYS.contains(&key.as_str()) && key != SUBID_KEY {
                 problems.push(format!(
                     "unknown parameter {}",
                     shown(&Value::String(key.clone()))
@@ -416,6 +468,7 @@ impl HostParameters {
         });
         let empty = listed == Some(0);
         component_problems(user.as_ref(), empty, &seen, repeated, &mut problems);
+        let subid_start = subid_problems(&seen, map.get(SUBID_KEY), &mut problems);
 
         match (user, arch, family, distro, version, components) {
             (
@@ -432,6 +485,7 @@ impl HostParameters {
                 distro_id,
                 version_id,
                 components,
+                subid_start,
             }),
             _ => Err(ParameterProblems { problems }),
         }
@@ -448,6 +502,7 @@ impl HostParameters {
         distro_id: &str,
         version_id: &str,
         components: &[Component],
+        subid_start: Option<u32>,
     ) -> Result<HostParameters, ParameterProblems> {
         let mut problems = Vec::new();
         problems.extend(distro_shape_problem(distro_id));
@@ -456,6 +511,8 @@ impl HostParameters {
         let repeated = !components.iter().all(|c| seen.insert(*c));
         let empty = components.is_empty();
         component_problems(Some(user), empty, &seen, repeated, &mut problems);
+        let start = subid_start.map(Value::from);
+        let subid_start = subid_problems(&seen, start.as_ref(), &mut problems);
         if !problems.is_empty() {
             return Err(ParameterProblems { problems });
         }
@@ -467,6 +524,7 @@ impl HostParameters {
             version_id: version_id.to_owned(),
             // A BTreeSet of Components iterates in declaration order, which is recipe order.
             components: seen.into_iter().collect(),
+            subid_start,
         })
     }
 
@@ -492,14 +550,23 @@ impl HostParameters {
     pub fn has(&self, component: Component) -> bool {
         self.components.contains(&component)
     }
+    /// The sub-ID range to give the user: `Some` exactly when `user-subids` is a component.
+    pub fn subid_range(&self) -> Option<SubIdRange> {
+        self.subid_start
+            .and_then(|start| SubIdRange::granted_from(start).ok())
+    }
 
     /// The canonical JSON of the parameters (keys sorted, components in recipe order). Written
     /// directly: every value is a string, so it cannot fail.
     pub fn canonical_json(&self) -> String {
         let lit = canonical::string_literal;
         let components: Vec<String> = self.components.iter().map(|c| lit(c.as_str())).collect();
+        let subids = self
+            .subid_start
+            .map(|start| format!(",\"{SUBID_KEY}\":{start}"))
+            .unwrap_or_default();
         format!(
-            "{{\"arch\":{},\"components\":[{}],\"distro_id\":{},\"family\":{},\"user\":{},\"version_id\":{}}}",
+            "{{\"arch\":{},\"components\":[{}],\"distro_id\":{},\"family\":{}{subids},\"user\":{},\"version_id\":{}}}",
             lit(self.arch.as_str()),
             components.join(","),
             lit(&self.distro_id),
@@ -542,6 +609,9 @@ impl HostParameters {
                     .collect(),
             ),
         );
+        if let Some(start) = self.subid_start {
+            map.insert(SUBID_KEY.to_owned(), Value::from(start));
+        }
         Value::Object(map)
     }
 }
@@ -1294,6 +1364,7 @@ mod tests {
             "pop",
             "22.04",
             &[Component::DockerGroup],
+            None,
         )
         .unwrap();
         let step = |recipe: Option<Value>| {
@@ -1328,6 +1399,7 @@ mod tests {
             "ubuntu",
             "24.04",
             &[Component::DockerGroup, Component::DockerEngine],
+            None,
         )
         .unwrap();
         assert_eq!(p, HostParameters::validate(&base()).unwrap());
@@ -1339,9 +1411,72 @@ mod tests {
             "fedora",
             "44",
             &[Component::DockerGroup],
+            None,
         )
         .unwrap_err();
         assert_eq!(err.problems, ["root is never added to the docker group"]);
+    }
+
+    #[test]
+    fn a_subid_range_goes_with_user_subids_only_and_is_digested() {
+        let with_subids = |start: Value| {
+            let mut raw = with("components", json!(["podman", "user-subids"]));
+            raw["subid_start"] = start;
+            raw
+        };
+        let p = HostParameters::validate(&with_subids(json!(165536))).unwrap();
+        assert_eq!(
+            p.subid_range(),
+            Some(crate::subid::SubIdRange {
+                start: 165536,
+                count: 65536
+            })
+        );
+        assert_eq!(p.to_value(), with_subids(json!(165536)));
+        assert_eq!(
+            p.canonical_json(),
+            crate::canonical::to_canonical_string(&p.to_value()).unwrap(),
+            "the hand-written canonical form is the canonical form"
+        );
+        let other = HostParameters::validate(&with_subids(json!(231072))).unwrap();
+        assert_ne!(
+            p.digest(),
+            other.digest(),
+            "the range is bound by the digest"
+        );
+
+        let mut missing = with("components", json!(["user-subids"]));
+        assert_eq!(problems(&missing), ["user-subids needs subid_start"]);
+        missing["subid_start"] = json!(165536);
+        missing["components"] = json!(["podman"]);
+        assert_eq!(
+            problems(&missing),
+            ["subid_start is given without user-subids"]
+        );
+        assert_eq!(
+            problems(&with_subids(json!(99_999))),
+            ["subid_start: 65536 IDs from 99999 is not 65536 IDs between 100000 and 600100000"]
+        );
+        for bad in [json!(-1), json!(1.5), json!("165536"), json!(u64::MAX)] {
+            assert!(
+                problems(&with_subids(bad.clone()))[0].starts_with("subid_start must be a whole"),
+                "{bad}"
+            );
+        }
+        let mut root = with_subids(json!(165536));
+        root["user"] = json!("root");
+        assert_eq!(problems(&root), ["root is never given subordinate IDs"]);
+        let typed = HostParameters::new(
+            &UserName::new("alice").unwrap(),
+            Arch::X86_64,
+            Family::Apt,
+            "ubuntu",
+            "24.04",
+            &[Component::UserSubIds, Component::Podman],
+            Some(165536),
+        )
+        .unwrap();
+        assert_eq!(typed, p);
     }
 
     #[test]
@@ -1379,12 +1514,14 @@ mod tests {
             ordered,
             [
                 "docker-engine",
+                "podman",
                 "nvidia-container-toolkit",
                 "nvidia-runtime",
                 "nvidia-cdi",
                 "docker-restart",
                 "docker-service",
-                "docker-group"
+                "docker-group",
+                "user-subids"
             ]
         );
     }
