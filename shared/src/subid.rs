@@ -8,7 +8,9 @@
 //! files, so what the user's containers see as uid N is gid N too.
 
 use std::fmt;
+use std::io::Read;
 use std::ops::Range;
+use std::path::Path;
 
 /// How many IDs a range holds: what `useradd` gives a new user (login.defs `SUB_UID_COUNT`).
 pub const RANGE_COUNT: u32 = 65_536;
@@ -93,6 +95,8 @@ impl SubIdFile {
 pub enum SubIdError {
     #[error("{file} is larger than {MAX_FILE_BYTES} bytes", file = .0.path())]
     TooLarge(SubIdFile),
+    #[error("{file} cannot be read: {why}", file = .file.path())]
+    Unreadable { file: SubIdFile, why: String },
     #[error("{file} line {line} is not `owner:start:count` with numbers in range", file = .file.path())]
     Malformed { file: SubIdFile, line: usize },
     #[error("{file} already gives {owner} {range}; a user is never given a second range", file = .file.path())]
@@ -167,6 +171,37 @@ impl SubIdFiles {
             uid: parse(SubIdFile::Uid, uid.unwrap_or_default())?,
             gid: parse(SubIdFile::Gid, gid.unwrap_or_default())?,
         })
+    }
+
+    /// Both files as they are under `root` (`/` on the host itself), each read to one byte past
+    /// [`MAX_FILE_BYTES`] at most.
+    pub fn read(root: &Path) -> Result<SubIdFiles, SubIdError> {
+        let text = |file: SubIdFile| {
+            let path = root.join(file.path().trim_start_matches('/'));
+            let unreadable = |e: std::io::Error| SubIdError::Unreadable {
+                file,
+                why: e.to_string(),
+            };
+            let mut text = String::new();
+            match std::fs::File::open(path) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(unreadable(e)),
+                Ok(f) => f.take(MAX_FILE_BYTES as u64 + 1).read_to_string(&mut text),
+            }
+            .map_err(unreadable)?;
+            Ok(Some(text))
+        };
+        let (uid, gid) = (text(SubIdFile::Uid)?, text(SubIdFile::Gid)?);
+        SubIdFiles::parse(uid.as_deref(), gid.as_deref())
+    }
+
+    /// Whether `range` may be given to the user: `Ok(true)` when both files already give the
+    /// user exactly it (a step run again), `Ok(false)` when it passes [`Self::check`].
+    pub fn grant_state(&self, user: &str, uid: u32, range: SubIdRange) -> Result<bool, SubIdError> {
+        if self.ranges_of(user, uid) == (vec![range], vec![range]) {
+            return Ok(true);
+        }
+        self.check(user, uid, range).map(|()| false)
     }
 
     fn both(&self) -> impl Iterator<Item = (SubIdFile, &SubIdEntry)> {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::daemon::read_daemon;
 use super::daemon_json::daemon_json_from_read;
 use super::exec::{ExecError, ProbeCommands};
-use enginekit_shared::subid::{SubIdFile, SubIdFiles};
+use enginekit_shared::subid::SubIdFiles;
 
 use super::facts::{
     DaemonJson, DaemonState, DiskFacts, DockerGroupFacts, Fact, Gpu, GpuSource, ImageStore,
@@ -960,11 +960,8 @@ pub async fn run_read(ctx: &ProbeContext, read: Read) {
 /// /etc/subuid and /etc/subgid, parsed as shadow reads them, in one trip to the blocking pool
 /// (a missing file is no range for anyone).
 pub async fn subid_files(ctx: &ProbeContext) -> Result<SubIdFiles, String> {
-    let paths = [SubIdFile::Uid, SubIdFile::Gid].map(|f| (ctx.host_path(f.path()), f.path()));
-    let read = move || -> Result<SubIdFiles, String> {
-        let [uid, gid] = paths.map(|(path, shown)| read_file(&path, shown));
-        SubIdFiles::parse(uid?.as_deref(), gid?.as_deref()).map_err(|e| e.to_string())
-    };
+    let root = ctx.options.root.clone();
+    let read = move || SubIdFiles::read(&root).map_err(|e| e.to_string());
     bounded_blocking(ctx.options.read_timeout, "sub-ID files", read).await?
 }
 

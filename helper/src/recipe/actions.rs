@@ -5,7 +5,7 @@ use enginekit_shared::recipe::openpgp;
 use enginekit_shared::recipe::sources;
 use enginekit_shared::recipe::{Family, KeyEncoding, PlannedConflict, PlannedPackage};
 use enginekit_shared::safe::UserName;
-use enginekit_shared::subid::{SubIdError, SubIdFile, SubIdFiles, SubIdRange};
+use enginekit_shared::subid::{SubIdFile, SubIdFiles, SubIdRange};
 
 use super::commands as cmd;
 use super::executor::{Executor, Failure};
@@ -526,19 +526,18 @@ pub(super) async fn add_to_docker_group(r: &mut Executor<'_>, user: &UserName) -
 /// the files as they are now: `usermod` itself adds an overlapping range without a word.
 pub(super) async fn add_subids(r: &mut Executor<'_>, user: &UserName, range: SubIdRange) -> Done {
     let uid = caller_uid(r, user, "given subordinate IDs").await?;
-    let has =
-        |files: &SubIdFiles| files.ranges_of(user.as_str(), uid) == (vec![range], vec![range]);
-    let files = read_subids(r)?;
-    if has(&files) {
+    let given = |r: &Executor<'_>| {
+        let files = SubIdFiles::read(&r.ctx.file_root);
+        files.and_then(|files| files.grant_state(user.as_str(), uid, range))
+    };
+    if given(r).map_err(|e| Failure(format!("{e}; nothing was changed")))? {
         return satisfied(format!("{user} already has {range}"));
     }
-    let refused = |e: SubIdError| Failure(format!("{e}; nothing was changed"));
-    files.check(user.as_str(), uid, range).map_err(refused)?;
     for file in [SubIdFile::Uid, SubIdFile::Gid] {
         r.journal.record(file.path())?;
     }
     r.must(&cmd::add_subids(user, range)?, true).await?;
-    if !has(&read_subids(r)?) {
+    if !given(r).unwrap_or(false) {
         return fail(format!(
             "usermod ran, but the files do not give {user} {range}"
         ));
@@ -546,19 +545,6 @@ pub(super) async fn add_subids(r: &mut Executor<'_>, user: &UserName, range: Sub
     applied(format!(
         "gave {user} {range} in /etc/subuid and /etc/subgid"
     ))
-}
-
-fn read_subids(r: &Executor<'_>) -> Result<SubIdFiles, Failure> {
-    let text = |file: SubIdFile| -> Result<Option<String>, Failure> {
-        let path = files::under_root(&r.ctx.file_root, file.path());
-        let not_text = |_| Failure(format!("{} is not text", file.path()));
-        let state = files::read_state(&path)?;
-        state
-            .map(|(bytes, _)| String::from_utf8(bytes).map_err(not_text))
-            .transpose()
-    };
-    let (uid, gid) = (text(SubIdFile::Uid)?, text(SubIdFile::Gid)?);
-    SubIdFiles::parse(uid.as_deref(), gid.as_deref()).map_err(|e| Failure(e.to_string()))
 }
 
 #[cfg(test)]

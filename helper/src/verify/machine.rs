@@ -5,7 +5,7 @@ use std::fs;
 use std::io::Read;
 
 use enginekit_shared::os_release::OsRelease;
-use enginekit_shared::subid::{SubIdFile, SubIdFiles, MAX_FILE_BYTES};
+use enginekit_shared::subid::SubIdFiles;
 use enginekit_shared::wire::host_step::{Family, HostParameters};
 
 use crate::refusal::{refuse, Refusal};
@@ -62,25 +62,10 @@ pub(crate) fn check_subids(parameters: &HostParameters) -> Result<(), Refusal> {
     let account = nix::unistd::User::from_name(user).ok().flatten();
     let uid = account.map(|a| a.uid.as_raw());
     let uid = uid.ok_or_else(|| refuse!(IdentityMismatch, "there is no user {user}"))?;
-    let read = |file: SubIdFile| {
-        let mut text = String::new();
-        match fs::File::open(file.path()) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            opened => {
-                opened.and_then(|f| f.take(MAX_FILE_BYTES as u64 + 1).read_to_string(&mut text))
-            }
-        }
-        .map(|_| Some(text))
-        .map_err(|e| refuse!(ParametersInvalid, "{}: {e}", file.path()))
-    };
-    let (uids, gids) = (read(SubIdFile::Uid)?, read(SubIdFile::Gid)?);
-    let files = SubIdFiles::parse(uids.as_deref(), gids.as_deref());
-    let files = files.map_err(|e| refuse!(ParametersInvalid, "{e}"))?;
-    if files.ranges_of(user, uid) == (vec![range], vec![range]) {
-        return Ok(());
-    }
-    files
-        .check(user, uid, range)
+    let files = SubIdFiles::read(std::path::Path::new("/"));
+    let given = files.and_then(|files| files.grant_state(user, uid, range));
+    given
+        .map(drop)
         .map_err(|e| refuse!(ParametersInvalid, "{e}"))
 }
 

@@ -188,3 +188,48 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn the_files_are_read_under_a_root_a_missing_one_is_empty_and_a_huge_one_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let etc = root.path().join("etc");
+    std::fs::create_dir(&etc).unwrap();
+    assert_eq!(
+        SubIdFiles::read(root.path()).unwrap(),
+        SubIdFiles::default()
+    );
+    std::fs::write(etc.join("subuid"), "alice:100000:65536\n").unwrap();
+    let files = SubIdFiles::read(root.path()).unwrap();
+    assert_eq!(files.uid.len(), 1);
+    assert!(files.gid.is_empty());
+    std::fs::write(etc.join("subgid"), "x".repeat(MAX_FILE_BYTES + 10)).unwrap();
+    assert_eq!(
+        SubIdFiles::read(root.path()),
+        Err(SubIdError::TooLarge(SubIdFile::Gid))
+    );
+}
+
+#[test]
+fn a_grant_already_made_passes_and_anything_else_is_checked() {
+    let range = SubIdRange::granted_from(165_536).unwrap();
+    let files = SubIdFiles::parse(
+        Some("alice:165536:65536\nbob:100000:65536\n"),
+        Some("alice:165536:65536\nbob:100000:65536\n"),
+    )
+    .unwrap();
+    assert_eq!(files.grant_state("alice", 1000, range), Ok(true));
+    assert!(matches!(
+        files.grant_state("carol", 1002, range),
+        Err(SubIdError::Overlaps { .. })
+    ));
+    let free = SubIdRange::granted_from(231_072).unwrap();
+    assert_eq!(files.grant_state("carol", 1002, free), Ok(false));
+    assert!(matches!(
+        files.grant_state("alice", 1000, free),
+        Err(SubIdError::AlreadyHas { .. })
+    ));
+    assert!(matches!(
+        SubIdRange::granted_from(99_999),
+        Err(SubIdError::OutOfBounds { .. })
+    ));
+}
