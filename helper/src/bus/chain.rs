@@ -113,16 +113,8 @@ pub(super) async fn start(
     log.recipe_id = step.recipe_id().as_str().to_owned();
     log.recipe_digest = step.recipe_digest().to_string();
     log.parameters_digest = step.parameters_digest().to_string();
-    // 3: who is calling (the bus daemon's word), and that uid's share of the calls in
-    // flight, before any other bus call is made for this one.
-    let (caller, _ticket) = helper.admission.admit(conn, header).await?;
-    log.caller(&caller);
-    // 4: every check that needs no authorisation: a step that would be refused, or that
-    // would change nothing, never raises a dialog.
-    let verified = judge(helper, &caller, |c| verify::check_step(received, c))?;
-    let details = verify::prompt::details(&verified);
-    let work = Work::Setup(verified);
-    launch(helper, header, conn, log, &caller, work, details).await
+    let check = |_, c: &Checks<'_>| verify::check_step(received, c).map(Work::Setup);
+    launch(helper, header, conn, log, check).await
 }
 
 /// `Undo`: the same chain, for an undo step ([`verify::undo`]): its parse; the caller; the
@@ -139,33 +131,37 @@ pub(super) async fn undo(
     tracing::Span::current().record("step_id", tracing::field::display(step.step_id()));
     log.nonce = step.nonce().as_str().to_owned();
     log.recipe_digest = step.plan_digest().to_string();
-    let (caller, _ticket) = helper.admission.admit(conn, header).await?;
-    log.caller(&caller);
-    let uid = caller.uid;
-    let verified = judge(helper, &caller, |c| verify::undo::check(step, uid, c))?;
-    log.parameters_digest = verified.receipts_digest.to_string();
-    let details = verify::undo::details(&verified);
-    let work = Work::Undo(verified);
-    launch(helper, header, conn, log, &caller, work, details).await
+    let check = |uid, c: &Checks<'_>| verify::undo::check(step, uid, c).map(Work::Undo);
+    launch(helper, header, conn, log, check).await
 }
 
-/// The end of step 4 (no other job running) and steps 5 to 7 for either kind of work: polkit;
-/// the job slot, the recheck, the nonce; the caller still there; the job.
+/// Steps 3 to 7 for either kind of work: the caller; `check`, no other job running; polkit; the
+/// job slot, the recheck, the nonce; the caller still there; the job.
 async fn launch(
     helper: &Helper,
     header: &Header<'_>,
     conn: &Connection,
     log: &mut DecisionLog,
-    caller: &Caller,
-    work: Work,
-    details: Vec<(&'static str, String)>,
+    check: impl FnOnce(u32, &Checks<'_>) -> Result<Work, Refusal>,
 ) -> Result<OwnedObjectPath, Refusal> {
+    // 3: who is calling (the bus daemon's word), and that uid's share of the calls in
+    // flight, before any other bus call is made for this one.
+    let (caller, _ticket) = helper.admission.admit(conn, header).await?;
+    log.caller(&caller);
+    // 4: every check that needs no authorisation: a step that would be refused, or that
+    // would change nothing, never raises a dialog.
+    let work = judge(helper, &caller, |c| check(caller.uid, c))?;
+    let head = work.head();
+    log.parameters_digest = head.parameters_digest.to_string();
+    let details = match &work {
+        Work::Setup(verified) => verify::prompt::details(verified),
+        Work::Undo(verified) => verify::undo::details(verified),
+    };
     if helper.activity.job_running() {
         return Err(refuse!(Busy, "{BUSY}"));
     }
     // 5: polkit.
-    let head = work.head();
-    authorise(helper, conn, header, caller, head.action, &details, log).await?;
+    authorise(helper, conn, header, &caller, head.action, &details, log).await?;
     // 6: the job slot, then the nonce.
     let nonce = head.nonce.as_str().to_owned();
     let Some(slot) = helper.activity.reserve_job() else {
@@ -173,7 +169,7 @@ async fn launch(
     };
     // The prompt may have stayed open for minutes: the window, the recipe's standing and an
     // undo's setups are judged again now, before anything is written.
-    judge(helper, caller, |checks| work.recheck(checks))?;
+    judge(helper, &caller, |checks| work.recheck(checks))?;
     let (issued_at, ledger, jobs) = (head.issued_at, &helper.ledger, &helper.jobs);
     let burn = ledger.burn(&nonce, head.step_digest.as_str(), caller.uid, issued_at)?;
     let path = helper.job_path();
