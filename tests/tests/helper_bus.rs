@@ -291,6 +291,15 @@ fn each_bad_step_is_refused_with_its_own_error_and_changes_nothing() {
         "ParametersInvalid",
         HOST_STEP_INVALID,
     ));
+    // The bench gave the test user a sub-ID range: a second one is refused before polkit.
+    let mut second = parameters(&user, &["user-subids"]);
+    second["subid_start"] = json!(500_000_000);
+    cases.push((
+        "a second sub-ID range for a user who has one",
+        to_bytes(&mint(&second, None, &builtin_digest(), 0)),
+        "ParametersInvalid",
+        HOST_STEP_INVALID,
+    ));
     let mut big = to_bytes(&good_step(&user));
     big.resize(10 * 1024 * 1024, b' ');
     cases.push(("10 MiB step", big, "StepTooLarge", HOST_STEP_INVALID));

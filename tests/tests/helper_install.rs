@@ -482,3 +482,145 @@ fn a_package_the_repository_lacks_is_refused_before_anything_is_written() {
         assert!(!std::path::Path::new(path).exists(), "{path} was written");
     }
 }
+
+/// A user made for one test without sub-IDs (`useradd -K SUB_UID_COUNT=0`: Debian's useradd
+/// otherwise gives one), removed with both files as they were when the test began.
+struct UserWithoutSubIds {
+    name: &'static str,
+    files: [(&'static str, Option<Vec<u8>>); 2],
+}
+
+impl UserWithoutSubIds {
+    fn new(name: &'static str) -> UserWithoutSubIds {
+        let files = ["/etc/subuid", "/etc/subgid"].map(|p| (p, std::fs::read(p).ok()));
+        let _ = sh("userdel", &[name]);
+        let made = sh(
+            "useradd",
+            &["-M", "-K", "SUB_UID_COUNT=0", "-K", "SUB_GID_COUNT=0", name],
+        );
+        assert!(made.status.success(), "{made:?}");
+        UserWithoutSubIds { name, files }
+    }
+
+    fn uid(&self) -> u32 {
+        let out = sh("id", &["-u", self.name]);
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+}
+
+impl Drop for UserWithoutSubIds {
+    fn drop(&mut self) {
+        let _ = sh("userdel", &[self.name]);
+        for (path, bytes) in &self.files {
+            match bytes {
+                Some(bytes) => std::fs::write(path, bytes).unwrap(),
+                None => drop(std::fs::remove_file(path)),
+            }
+        }
+    }
+}
+
+fn subid_params(user: &str, start: u32) -> HostParameters {
+    let mut raw = params(user).to_value();
+    raw["components"] = json!(["user-subids"]);
+    raw["subid_start"] = json!(start);
+    HostParameters::validate(&raw).unwrap()
+}
+
+/// `user-subids` with the real `usermod` of this machine: a user without a range gets the one the
+/// shared rule proposes, in both files, as shadow writes it; a second run changes nothing; a
+/// range that overlaps someone's is refused by the executor's own check (usermod would add it
+/// without a word) with both files untouched; and a failed step puts both files back.
+#[test]
+fn a_user_without_subids_gets_the_proposed_range_from_the_real_usermod() {
+    use enginekit_shared::subid::SubIdFiles;
+    let _env = bench::require(&[Service::TestUser]);
+    let alice = UserWithoutSubIds::new("eksubids");
+    let root = std::path::Path::new("/");
+    let range = SubIdFiles::read(root)
+        .unwrap()
+        .propose(alice.name, alice.uid())
+        .unwrap();
+    let recipe = enginekit_shared::recipe::builtin().unwrap();
+    let ctx = ExecContext::new(alice.uid());
+    let mut progress = Progress { events: Vec::new() };
+
+    let out = run_recipe(
+        recipe,
+        &subid_params(alice.name, range.start),
+        &ctx,
+        &mut progress,
+    );
+    assert_eq!(out.outcome, Outcome::Succeeded, "{:?}", out.actions);
+    assert_eq!(out.actions.len(), 1);
+    assert_eq!(out.actions[0].status, ActionStatus::Applied);
+    let line = format!("{}:{}:65536", alice.name, range.start);
+    for path in ["/etc/subuid", "/etc/subgid"] {
+        let text = std::fs::read_to_string(path).unwrap();
+        assert_eq!(
+            text.lines().filter(|l| *l == line).count(),
+            1,
+            "{path}: {text}"
+        );
+    }
+    let files = SubIdFiles::read(root).unwrap();
+    assert_eq!(
+        files.ranges_of(alice.name, alice.uid()),
+        (vec![range], vec![range])
+    );
+    let changed: Vec<&str> = out.changes.files.iter().map(|c| c.name.as_str()).collect();
+    assert!(
+        changed.contains(&"/etc/subuid") && changed.contains(&"/etc/subgid"),
+        "{changed:?}"
+    );
+
+    let again = run_recipe(
+        recipe,
+        &subid_params(alice.name, range.start),
+        &ctx,
+        &mut progress,
+    );
+    assert_eq!(
+        again.actions[0].status,
+        ActionStatus::Satisfied,
+        "{:?}",
+        again.actions
+    );
+
+    // Someone else asks for the range alice was just given.
+    let bob = UserWithoutSubIds::new("eksubids2");
+    let before = [
+        std::fs::read("/etc/subuid").unwrap(),
+        std::fs::read("/etc/subgid").unwrap(),
+    ];
+    let ctx = ExecContext::new(bob.uid());
+    let out = run_recipe(
+        recipe,
+        &subid_params(bob.name, range.start),
+        &ctx,
+        &mut progress,
+    );
+    assert_eq!(out.outcome, Outcome::Failed);
+    let detail = &out.actions[0].detail;
+    assert!(
+        detail.contains("overlaps the range /etc/subuid gives eksubids")
+            && detail.contains("nothing was changed"),
+        "{detail}"
+    );
+    assert!(out.actions[0]
+        .commands
+        .iter()
+        .all(|c| c.argv[0] != "usermod"));
+    let after = [
+        std::fs::read("/etc/subuid").unwrap(),
+        std::fs::read("/etc/subgid").unwrap(),
+    ];
+    assert_eq!(
+        before, after,
+        "a refused range leaves both files as they were"
+    );
+}
