@@ -50,22 +50,20 @@ pub(crate) fn read_state(path: &Path) -> Result<Option<(Vec<u8>, u32)>, FileErro
         return Err(FileError::TooLarge(path.to_path_buf()));
     }
     // What was opened is checked again: a file swapped in after the look above.
-    let mut file = open_to_read(path).map_err(io)?;
+    let file = open_to_read(path).map_err(io)?;
     let opened = file.metadata().map_err(io)?;
     if !opened.is_file() {
         return Err(FileError::NotRegular(path.to_path_buf()));
     }
     let mut bytes = Vec::new();
-    Read::by_ref(&mut file)
-        .take(MAX_READ_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(io)?;
+    let mut bounded = file.take(MAX_READ_BYTES + 1);
+    bounded.read_to_end(&mut bytes).map_err(io)?;
     Ok(Some((bytes, opened.mode() & 0o7777)))
 }
 
 /// Opens `path` to read, never through a symlink; `O_NONBLOCK`: a FIFO swapped in must not hang
 /// the job.
-fn open_to_read(path: &Path) -> std::io::Result<std::fs::File> {
+pub(super) fn open_to_read(path: &Path) -> std::io::Result<std::fs::File> {
     let how = nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK;
     OpenOptions::new().read(true).custom_flags(how).open(path)
 }

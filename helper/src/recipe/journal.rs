@@ -209,8 +209,7 @@ pub fn restore_interrupted(dir: &Path, root: &Path) {
 
 /// The open journal at `path`, locked and checked; `None` when another process holds it.
 fn reopen(path: &Path, root: &Path) -> io::Result<Option<Journal>> {
-    let how = nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK;
-    let file = OpenOptions::new().read(true).custom_flags(how).open(path)?;
+    let file = files::open_to_read(path)?;
     if !file.metadata()?.is_file() {
         return Err(io::Error::other("not a regular file"));
     }
