@@ -227,16 +227,13 @@ impl Actions {
             self.2 = Some(error.with_details(why.clone()));
             (ActionStatus::Failed, why)
         });
-        let (id, commands) = (id.to_owned(), std::mem::take(&mut r.commands));
-        let duration_ms = u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let report = ActionReport {
-            id,
+        self.1.push(ActionReport {
+            id: id.to_owned(),
             status,
             detail,
-            commands,
-            duration_ms,
-        };
-        self.1.push(report);
+            commands: std::mem::take(&mut r.commands),
+            duration_ms: u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX),
+        });
         &self.1[self.1.len() - 1]
     }
 
