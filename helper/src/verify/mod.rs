@@ -232,10 +232,8 @@ fn rollback_mark(
         digest: builtin.digest().clone(),
     });
     // On a tie the stored mark (the last of the two) wins.
-    Ok(builtin_mark
-        .into_iter()
-        .chain(stored)
-        .max_by_key(|m| m.serial))
+    let marks = builtin_mark.into_iter().chain(stored);
+    Ok(marks.max_by_key(|m| m.serial))
 }
 
 /// The built-in recipe when the step carries none; otherwise the inline signed recipe, which
