@@ -99,10 +99,9 @@ pub(crate) fn package_install(family: Family, packages: &[PlannedPackage]) -> Bu
         Family::Apt => (Program::AptGet, APT_INSTALL),
         Family::Dnf => (Program::Dnf, DNF_INSTALL),
     };
-    let mut b = CommandBuilder::new(program).words(prefix).long_running();
-    for p in packages {
-        b = b.arg(install_name(p, family == Family::Apt));
-    }
+    let b = CommandBuilder::new(program).words(prefix).long_running();
+    let apt = family == Family::Apt;
+    let b = packages.iter().fold(b, |b, p| b.arg(install_name(p, apt)));
     b.build()
 }
 
