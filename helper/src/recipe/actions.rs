@@ -281,13 +281,11 @@ pub(super) async fn refresh(
     let present = distribution
         .iter()
         .filter(|s| files::under_root(&root, s).exists());
-    let all: Vec<&String> = sources.iter().chain(present).collect();
+    let all: Vec<&str> = sources.iter().chain(present).map(String::as_str).collect();
     for source in &all {
-        let path = files::under_root(&root, source);
-        r.must(&cmd::apt_refresh(&path.display().to_string())?, true)
-            .await?;
+        let path = files::under_root(&root, source).display().to_string();
+        r.must(&cmd::apt_refresh(&path)?, true).await?;
     }
-    let all: Vec<&str> = all.iter().map(|s| s.as_str()).collect();
     applied(format!("refreshed {}", all.join(", ")))
 }
 
@@ -311,8 +309,7 @@ pub(super) async fn install_packages(r: &mut Executor<'_>, packages: &[PlannedPa
             p.minimum_version.as_deref().unwrap_or("?"),
         ));
     }
-    let install = cmd::package_install(r.family, &all)?;
-    r.must(&install, true).await?;
+    r.must(&cmd::package_install(r.family, &all)?, true).await?;
     let still = todo(r, &all).await?;
     if let Some((p, have)) = still.first() {
         return fail(match have {
