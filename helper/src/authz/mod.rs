@@ -119,9 +119,8 @@ pub(crate) async fn check(conn: &Connection, question: &Question<'_>) -> Result<
 
 /// Whether `name` is still connected. Any error counts as "gone".
 pub(crate) async fn caller_present(bus: &DBusProxy<'_>, name: &UniqueName<'_>) -> bool {
-    bus.name_has_owner(name.clone().into())
-        .await
-        .unwrap_or(false)
+    let owned = bus.name_has_owner(name.clone().into()).await;
+    owned.unwrap_or(false)
 }
 
 /// Unique for this process: pid, a counter and random bits.
