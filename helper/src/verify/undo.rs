@@ -55,9 +55,8 @@ pub(crate) fn check(
     })?;
     let setups: Vec<HostChanges> = receipts.iter().map(|r| r.changes.clone()).collect();
     let found = undo::plan(&setups, &MachineNow::as_left_by(&setups));
-    step.plan()
-        .within(&found)
-        .map_err(|e| refuse!(ParametersInvalid, "{e}"))?;
+    let within = step.plan().within(&found);
+    within.map_err(|e| refuse!(ParametersInvalid, "{e}"))?;
     let digest = |v: Result<Digest, _>| v.map_err(|e| refuse!(Internal, "{e}"));
     Ok(VerifiedUndo {
         step_digest: digest(digest_of_serialize(&step))?,
