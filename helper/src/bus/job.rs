@@ -280,10 +280,9 @@ impl JobTable {
         for old in evicted {
             let _ = server.remove::<Job, _>(&old).await;
         }
-        let admission = Arc::clone(admission);
         let job = Job {
             shared: Arc::clone(&shared),
-            admission,
+            admission: Arc::clone(admission),
         };
         server.at(path.clone(), job).await?;
         Ok(shared)
