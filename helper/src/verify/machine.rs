@@ -31,11 +31,9 @@ impl MachineFacts {
     /// Reads the running machine; why not, if it cannot (the step is refused).
     pub(crate) fn read() -> Result<MachineFacts, String> {
         let text = read_os_release()?;
-        let arch = nix::sys::utsname::uname()
-            .map_err(|e| format!("uname failed: {e}"))?
-            .machine()
-            .to_string_lossy()
-            .into_owned();
+        let uname = nix::sys::utsname::uname();
+        let uname = uname.map_err(|e| format!("uname failed: {e}"))?;
+        let arch = uname.machine().to_string_lossy().into_owned();
         Ok(MachineFacts::from_parts(&text, arch))
     }
 
@@ -64,9 +62,8 @@ pub(crate) fn check_subids(parameters: &HostParameters) -> Result<(), Refusal> {
     let uid = uid.ok_or_else(|| refuse!(IdentityMismatch, "there is no user {user}"))?;
     let files = SubIdFiles::read(std::path::Path::new("/"));
     let given = files.and_then(|files| files.grant_state(user, uid, range));
-    given
-        .map(drop)
-        .map_err(|e| refuse!(ParametersInvalid, "{e}"))
+    given.map_err(|e| refuse!(ParametersInvalid, "{e}"))?;
+    Ok(())
 }
 
 fn read_os_release() -> Result<String, String> {
