@@ -175,9 +175,8 @@ pub(crate) fn check_step(
             parameters.version_id()
         )
     })?;
-    let plan = recipe
-        .steps_for_target(&target)
-        .map_err(|e| refuse!(ParametersInvalid, "{e}"))?;
+    let plan = recipe.steps_for_target(&target);
+    let plan = plan.map_err(|e| refuse!(ParametersInvalid, "{e}"))?;
     if plan.is_empty() {
         return Err(refuse!(
             NothingToDo,
