@@ -51,10 +51,8 @@ async fn ask(
             let asked: Vec<&str> = missing.iter().map(|p| p.name.as_str()).collect();
             let policy = cmd::apt_private_policy(&dir, &list, &asked)?;
             let policy = r.must(&policy, false).await?;
-            let lacking: Vec<&str> = asked
-                .into_iter()
-                .filter(|p| !sources::has_candidate(&policy.stdout, p))
-                .collect();
+            let served = |p: &&str| sources::has_candidate(&policy.stdout, p);
+            let lacking: Vec<&str> = asked.into_iter().filter(|p| !served(p)).collect();
             if !lacking.is_empty() {
                 // apt-get update says "W: Failed to fetch" and still exits 0 on some failures.
                 let said = update.stderr.trim().trim_end_matches('.');
@@ -148,10 +146,8 @@ fn private_copies(root: &Path, plan: &[PlannedAction], dir: &Path) -> Result<Pat
 }
 
 fn file_name(path: &str) -> Result<&str, Failure> {
-    Path::new(path)
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or_else(|| Failure(format!("{path} has no file name")))
+    let name = Path::new(path).file_name().and_then(|n| n.to_str());
+    name.ok_or_else(|| Failure(format!("{path} has no file name")))
 }
 
 /// dnf has no switch to turn Obsoletes off: ask what each missing package would replace.
