@@ -117,9 +117,7 @@ pub(super) async fn start(
     launch(helper, header, conn, log, check).await
 }
 
-/// `Undo`: the same chain, for an undo step ([`verify::undo`]): its parse; the caller; the
-/// window, the receipts exactly the caller's kept setups, its plan within what the helper's
-/// records allow, no job running; then polkit and the rest as for `Start`.
+/// `Undo`: the same chain for an undo step, checked by [`verify::undo`] instead.
 pub(super) async fn undo(
     helper: &Helper,
     bytes: &[u8],
