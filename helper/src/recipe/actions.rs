@@ -244,10 +244,8 @@ pub(super) async fn check_conflicts(
     }
     let listed: Vec<String> = found.iter().map(|(n, _)| n.clone()).collect();
     r.must(&cmd::dpkg_remove(&listed)?, true).await?;
-    applied(format!(
-        "removed the listed conflicting packages: {}",
-        listed.join(" ")
-    ))
+    let listed = listed.join(" ");
+    applied(format!("removed the listed conflicting packages: {listed}"))
 }
 
 /// Why a recipe that does not remove conflicts refuses (naming the first conflict found), with
