@@ -132,12 +132,11 @@ impl Job {
             RefusalKind::Busy => zbus::fdo::Error::LimitsExceeded(refusal.message().to_owned()),
             _ => denied(),
         })?;
-        if caller.uid == self.shared.owner.uid || caller.uid == 0 {
-            Ok(self.shared.status())
-        } else {
+        if caller.uid != self.shared.owner.uid && caller.uid != 0 {
             tracing::warn!(uid = caller.uid, pid = caller.pid, nonce = %self.shared.nonce, "a job's properties were asked for by another user");
-            Err(denied())
+            return Err(denied());
         }
+        Ok(self.shared.status())
     }
 }
 
