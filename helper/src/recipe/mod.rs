@@ -91,11 +91,9 @@ pub struct ActionReport {
 impl ActionReport {
     /// The command that decided the action: the last mutating one, else the last one run.
     pub fn main_command(&self) -> Option<&CommandRecord> {
-        self.commands
-            .iter()
-            .rev()
-            .find(|c| c.mutating && !c.diagnostic)
-            .or_else(|| self.commands.iter().rev().find(|c| !c.diagnostic))
+        let mut deciding = self.commands.iter().rev().filter(|c| !c.diagnostic);
+        let mutating = deciding.clone().find(|c| c.mutating);
+        mutating.or_else(|| deciding.next())
     }
 }
 
