@@ -261,6 +261,7 @@ mod tests {
     use crate::cli::plan::plan_for;
     use crate::documents::descriptor::KnownEngine;
     use crate::documents::store::DocumentSources;
+    use enginekit_shared::wire::plan::Runtime;
 
     const READY: &str = include_str!("../tests/facts/ubuntu2404-rtx4090-ready.json");
 
@@ -312,9 +313,14 @@ mod tests {
                     "remedy for {ctk}, package {package:?}: {remedy}"
                 );
             }
-            let plan = plan_for(KnownEngine::Vllm, facts, &DocumentSources::embedded_only())
-                .unwrap()
-                .plan;
+            let plan = plan_for(
+                KnownEngine::Vllm,
+                Runtime::Docker,
+                facts,
+                &DocumentSources::embedded_only(),
+            )
+            .unwrap()
+            .plan;
             let plan_flags = plan
                 .system_changes
                 .iter()

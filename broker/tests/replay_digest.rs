@@ -16,7 +16,7 @@ use enginekit_broker::probe::facts::HostFacts;
 use enginekit_shared::digest::Digest;
 use enginekit_shared::error::ErrorCode;
 use enginekit_shared::wire::plan::{
-    BlockerReason, Plan, PlanTarget, SystemChange, SystemChangeCode,
+    BlockerReason, Plan, PlanTarget, Runtime, SystemChange, SystemChangeCode,
 };
 use serde_json::{json, Value};
 
@@ -56,6 +56,7 @@ fn plan_with(
         facts: host,
         installed_descriptor_id: None,
         image_present: false,
+        runtime: Runtime::Docker,
     })
     .expect("plan")
     .plan
@@ -208,6 +209,7 @@ fn fingerprint(changes: Vec<SystemChange>) -> SetupFingerprint {
         target: PlanTarget::Runtime {
             engine_id: "vllm".into(),
         },
+        runtime: Runtime::Docker,
         recipe_id: "linux.install-container-runtime".into(),
         recipe_digest: Digest::ZERO,
         adopts_existing_engine: false,

@@ -14,7 +14,7 @@ use enginekit_broker::documents::{
     embedded_descriptor, embedded_descriptor_text, embedded_manifest, embedded_manifest_text,
 };
 use enginekit_shared::signed::{DocumentKind, SignedDocument, SigningKey};
-use enginekit_shared::wire::plan::Availability;
+use enginekit_shared::wire::plan::{Availability, Runtime};
 use serde_json::{json, Value};
 use time::OffsetDateTime;
 
@@ -592,6 +592,7 @@ fn a_signed_manifest_qualifies_a_new_release_for_the_same_descriptor() {
     home.trust(&key);
     let before = plan_for(
         KnownEngine::Vllm,
+        Runtime::Docker,
         replay_facts("ubuntu2404-rtx4070-clean.json", mint),
         &home.sources(),
     )
@@ -611,6 +612,7 @@ fn a_signed_manifest_qualifies_a_new_release_for_the_same_descriptor() {
     );
     let after = plan_for(
         KnownEngine::Vllm,
+        Runtime::Docker,
         replay_facts("ubuntu2404-rtx4070-clean.json", mint),
         &home.sources(),
     )
@@ -652,7 +654,8 @@ fn a_newer_signed_recipe_travels_inline_in_the_host_step_and_an_older_or_invalid
     let key = SigningKey::from_seed(&[21; 32]);
     home.trust_for_helper(&key);
     let builtin = enginekit_shared::recipe::builtin().expect("builtin");
-    let before = plan_for(KnownEngine::Vllm, facts(), &home.sources()).expect("plan");
+    let before =
+        plan_for(KnownEngine::Vllm, Runtime::Docker, facts(), &home.sources()).expect("plan");
     let step = before
         .plan
         .host_step
@@ -679,7 +682,8 @@ fn a_newer_signed_recipe_travels_inline_in_the_host_step_and_an_older_or_invalid
     let digest = enginekit_shared::digest::digest_of(&payload).expect("digest");
     let signed = sign(payload, DocumentKind::Recipe, &key);
     home.put("recipe.json", &signed);
-    let after = plan_for(KnownEngine::Vllm, facts(), &home.sources()).expect("plan");
+    let after =
+        plan_for(KnownEngine::Vllm, Runtime::Docker, facts(), &home.sources()).expect("plan");
     assert!(
         after.document_notes.is_empty(),
         "{:?}",
@@ -737,7 +741,8 @@ fn a_newer_signed_recipe_travels_inline_in_the_host_step_and_an_older_or_invalid
         "recipe.json",
         &sign(newer_recipe(5, |_| {}), DocumentKind::Recipe, &key),
     );
-    let rolled = plan_for(KnownEngine::Vllm, facts(), &home.sources()).expect("plan");
+    let rolled =
+        plan_for(KnownEngine::Vllm, Runtime::Docker, facts(), &home.sources()).expect("plan");
     assert_eq!(rolled.plan.recipe_digest, *builtin.digest());
     let notes = rolled.document_notes.join("\n");
     assert!(notes.contains("recipe.json was refused"), "{notes}");
@@ -795,7 +800,8 @@ fn a_newer_signed_recipe_travels_inline_in_the_host_step_and_an_older_or_invalid
     ];
     for (why, doc) in cases {
         home.put("recipe.json", &doc);
-        let plan = plan_for(KnownEngine::Vllm, facts(), &home.sources()).expect("plan");
+        let plan =
+            plan_for(KnownEngine::Vllm, Runtime::Docker, facts(), &home.sources()).expect("plan");
         assert_eq!(plan.plan.recipe_digest, *builtin.digest(), "{why}");
         assert!(
             plan.plan

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use enginekit_broker::cli::plan::{plan_for, read_facts_file};
 use enginekit_broker::documents::descriptor::KnownEngine;
 use enginekit_broker::documents::store::DocumentSources;
-use enginekit_shared::wire::plan::{Availability, BlockerReason, GpuAccess, Plan};
+use enginekit_shared::wire::plan::{Availability, BlockerReason, GpuAccess, Plan, Runtime};
 use serde_json::{json, Value};
 
 const DEBIAN_BUILD_MACHINE: &str = "debian12-build-machine-no-driver-no-systemd.json";
@@ -171,6 +171,7 @@ struct Case {
     changes: &'static [&'static str],
     components: &'static [&'static str],
     elevation: bool,
+    runtime: Runtime,
 }
 
 impl Case {
@@ -183,7 +184,12 @@ impl Case {
             changes: &[],
             components: &[],
             elevation: false,
+            runtime: Runtime::Docker,
         }
+    }
+    fn podman(mut self) -> Case {
+        self.runtime = Runtime::Podman;
+        self
     }
     fn blocked(mut self, reasons: &'static [&'static str]) -> Case {
         self.availability = Availability::PrerequisiteBlocked;
@@ -208,11 +214,15 @@ impl Case {
 
 /// Writes the facts to a file, reads them back as `plan --facts` does, and plans.
 fn replay(facts: &Value, engine: KnownEngine) -> Plan {
+    replay_on(facts, engine, Runtime::Docker)
+}
+
+fn replay_on(facts: &Value, engine: KnownEngine, runtime: Runtime) -> Plan {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("facts.json");
     std::fs::write(&path, serde_json::to_vec_pretty(facts).expect("json")).expect("write");
     let host = read_facts_file(&path).unwrap_or_else(|e| panic!("facts refused: {}", e.message));
-    plan_for(engine, host, &DocumentSources::embedded_only())
+    plan_for(engine, runtime, host, &DocumentSources::embedded_only())
         .unwrap_or_else(|e| panic!("plan failed: {}", e.message))
         .plan
 }
@@ -220,7 +230,7 @@ fn replay(facts: &Value, engine: KnownEngine) -> Plan {
 fn check(case: Case, base_file: &str, edit: impl FnOnce(&mut Value)) -> Plan {
     let mut facts = base(base_file);
     edit(&mut facts);
-    let plan = replay(&facts, case.engine);
+    let plan = replay_on(&facts, case.engine, case.runtime);
     let reasons: Vec<&str> = plan.blockers.iter().map(|b| b.reason.as_str()).collect();
     let changes: Vec<&str> = plan
         .system_changes
@@ -1381,6 +1391,7 @@ fn provisioner_blockers_and_missing_documents() {
         facts,
         installed_descriptor_id: None,
         image_present: false,
+        runtime: Runtime::Docker,
     };
     let reasons = |plan: &Plan| -> Vec<&'static str> {
         plan.blockers.iter().map(|b| b.reason.as_str()).collect()
@@ -1501,6 +1512,7 @@ fn zz_every_blocker_reason_is_produced() {
     provisioner_blockers_and_missing_documents();
     what_dockers_repository_answers();
     a_toolkit_below_the_minimum_is_upgraded_not_adopted();
+    rootless_podman();
     let seen = SEEN.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let missing: Vec<&str> = BlockerReason::ALL
         .iter()
@@ -1669,5 +1681,178 @@ fn a_toolkit_below_the_minimum_is_upgraded_not_adopted() {
     assert_eq!(
         dnf.blockers[0].commands.as_deref(),
         Some(&["sudo dnf upgrade nvidia-container-toolkit".to_owned()][..])
+    );
+}
+
+// --- Rootless Podman (--runtime podman) -------------------------------------------------------
+
+/// The probe's Podman facts: the package's version and the user's sub-ID ranges, with the range
+/// the shared rule would give.
+fn podman(f: &mut Value, version: Option<&str>, subids: Value) {
+    set_key(f, "podman", json!({"version": version, "subids": subids}));
+}
+
+fn set_key(f: &mut Value, key: &str, value: Value) {
+    f.as_object_mut()
+        .expect("facts object")
+        .insert(key.to_owned(), value);
+}
+
+fn no_range_proposed(start: u32) -> Value {
+    known(json!({"uid_ranges": [], "gid_ranges": [],
+                 "proposed": {"start": start, "count": 65536}}))
+}
+
+#[test]
+fn rootless_podman() {
+    let fresh = check(
+        Case::new(
+            "no runtime, podman asked for: Podman from the archive, the toolkit, CDI, a range",
+        )
+        .podman()
+        .plan(
+            &[
+                "add-repository",
+                "install-packages",
+                "generate-cdi-spec",
+                "add-subordinate-ids",
+            ],
+            &[
+                "podman",
+                "nvidia-container-toolkit",
+                "nvidia-cdi",
+                "user-subids",
+            ],
+        ),
+        CLEAN,
+        |f| podman(f, None, no_range_proposed(165_536)),
+    );
+    assert_eq!(fresh.runtime, Runtime::Podman);
+    assert!(
+        !fresh.may_require_relogin,
+        "no group: nothing needs a new login"
+    );
+    let install = &fresh.system_changes[1];
+    assert_eq!(
+        install.param("packages"),
+        Some("podman,crun,uidmap,slirp4netns,passt,fuse-overlayfs,nvidia-container-toolkit")
+    );
+    let subids = &fresh.system_changes[3];
+    assert_eq!(subids.param("range"), Some("165536-231071"));
+    assert!(subids.text.contains("ana"), "{}", subids.text);
+    let step = fresh.host_step.as_ref().expect("a host step");
+    assert_eq!(
+        step.parameters().subid_range().map(|r| r.start),
+        Some(165_536),
+        "the range the plan shows is the one the helper is asked for"
+    );
+    let json = serde_json::to_value(&fresh).expect("plan JSON");
+    assert_eq!(json["runtime"], "podman");
+    assert!(!json.to_string().contains("docker-group"));
+
+    // The same host on Docker: another plan, another digest; Docker's unchanged by the choice.
+    let mut facts = base(CLEAN);
+    podman(&mut facts, None, no_range_proposed(165_536));
+    let docker = replay_on(&facts, KnownEngine::Vllm, Runtime::Docker);
+    assert_eq!(
+        docker.plan_digest,
+        replay(&base(CLEAN), KnownEngine::Vllm).plan_digest
+    );
+    assert_ne!(docker.plan_digest, fresh.plan_digest);
+    // Another range is another consent.
+    podman(&mut facts, None, no_range_proposed(231_072));
+    let other = replay_on(&facts, KnownEngine::Vllm, Runtime::Podman);
+    assert_ne!(other.plan_digest, fresh.plan_digest);
+
+    let ready = check(
+        Case::new("podman 4.9.3, the toolkit, a spec listing the GPU, a range: nothing to change")
+            .podman(),
+        CLEAN,
+        |f| {
+            podman(
+                f,
+                Some("4.9.3+ds1-1ubuntu0.2"),
+                known(json!({"uid_ranges": [{"start": 100000, "count": 65536}],
+                             "gid_ranges": [{"start": 100000, "count": 65536}], "proposed": null})),
+            );
+            toolkit(f, true);
+            cdi(f, true);
+        },
+    );
+    assert!(ready.adopts_existing_engine && ready.system_changes.is_empty());
+
+    check(
+        Case::new("Ubuntu 22.04's Podman 3.4.4 cannot do CDI")
+            .podman()
+            .blocked(&["podman-cdi-unsupported"]),
+        CLEAN,
+        |f| {
+            distro(f, "ubuntu", "22.04", "apt");
+            podman(f, None, no_range_proposed(165_536));
+        },
+    );
+    let unreadable = check(
+        Case::new("sub-ID files that cannot be read exactly")
+            .podman()
+            .blocked(&["subids-unavailable"]),
+        CLEAN,
+        |f| {
+            podman(
+                f,
+                None,
+                unknown("/etc/subuid line 3 is not `owner:start:count`"),
+            )
+        },
+    );
+    assert!(blocker(&unreadable, "subids-unavailable")
+        .message
+        .contains("line 3"));
+    let half = check(
+        Case::new("a range in one file only: never a second one")
+            .podman()
+            .blocked(&["subids-unavailable"]),
+        CLEAN,
+        |f| {
+            podman(
+                f,
+                None,
+                known(json!({"uid_ranges": [{"start": 100000, "count": 65536}],
+                             "gid_ranges": [], "proposed": null})),
+            )
+        },
+    );
+    assert!(blocker(&half, "subids-unavailable")
+        .message
+        .contains("none in /etc/subgid"));
+    let full = check(
+        Case::new("no free range left")
+            .podman()
+            .blocked(&["subids-unavailable"]),
+        CLEAN,
+        |f| {
+            podman(
+                f,
+                None,
+                known(json!({"uid_ranges": [], "gid_ranges": [], "proposed": null,
+                             "no_proposal": "no 65536 free IDs are left between 100000 and 600100000 in /etc/subuid and /etc/subgid"})),
+            )
+        },
+    );
+    assert!(blocker(&full, "subids-unavailable")
+        .message
+        .contains("no 65536 free IDs"));
+    check(
+        Case::new("root asks for rootless Podman")
+            .podman()
+            .blocked(&["rootless-podman-as-root"]),
+        CLEAN,
+        |f| {
+            user(f, "root");
+            podman(
+                f,
+                None,
+                known(json!({"uid_ranges": [], "gid_ranges": [], "proposed": null})),
+            );
+        },
     );
 }

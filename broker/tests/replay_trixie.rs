@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use enginekit_broker::cli::plan::{plan_for, read_facts_file};
 use enginekit_broker::documents::descriptor::KnownEngine;
 use enginekit_broker::documents::store::DocumentSources;
-use enginekit_shared::wire::plan::{GpuAccess, ImageStore, Plan};
+use enginekit_shared::wire::plan::{GpuAccess, ImageStore, Plan, Runtime};
 use serde_json::{json, Value};
 
 const RECORDED: &str = "debian13-docker26-containerd-cdi-standin-gpu-recorded.json";
@@ -39,9 +39,14 @@ fn replay(facts: &Value) -> Plan {
     let path = dir.path().join("facts.json");
     std::fs::write(&path, serde_json::to_vec_pretty(facts).expect("json")).expect("write");
     let host = read_facts_file(&path).unwrap_or_else(|e| panic!("facts refused: {}", e.message));
-    plan_for(KnownEngine::Vllm, host, &DocumentSources::embedded_only())
-        .unwrap_or_else(|e| panic!("plan failed: {}", e.message))
-        .plan
+    plan_for(
+        KnownEngine::Vllm,
+        Runtime::Docker,
+        host,
+        &DocumentSources::embedded_only(),
+    )
+    .unwrap_or_else(|e| panic!("plan failed: {}", e.message))
+    .plan
 }
 
 #[test]

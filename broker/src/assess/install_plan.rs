@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 
 use enginekit_shared::recipe::Component;
+use enginekit_shared::subid::SubIdRange;
 use enginekit_shared::wire::plan::{SystemChange, SystemChangeCode};
 
 use super::view::LinuxView;
@@ -20,6 +21,8 @@ pub struct InstallPlan {
     pub components: BTreeSet<Component>,
     pub requires_elevation: bool,
     pub may_require_relogin: bool,
+    /// The sub-ID range `user-subids` gives (rootless Podman's path only).
+    pub subids: Option<SubIdRange>,
 }
 
 /// Docker's packages, planned only when no engine is installed at all.
@@ -63,7 +66,22 @@ pub fn group_only(view: &LinuxView) -> InstallPlan {
         components: BTreeSet::from([Component::DockerGroup]),
         requires_elevation: true,
         may_require_relogin: true,
+        subids: None,
     }
+}
+
+/// The add-repository change for the NVIDIA Container Toolkit.
+pub fn nvidia_repository(family: PackageFamily) -> SystemChange {
+    let label = family_label(family);
+    SystemChange::new(
+        SystemChangeCode::AddRepository,
+        tr!(
+            "Add the NVIDIA Container Toolkit {label} repository and signing key (nvidia.github.io/libnvidia-container).",
+            label = label
+        ),
+    )
+    .with_param("vendor", "nvidia")
+    .with_param("family", family.as_str())
 }
 
 /// The full install plan for a host on the recipe.
@@ -105,17 +123,7 @@ pub fn build(view: &LinuxView) -> InstallPlan {
         );
     }
     if toolkit_package {
-        changes.push(
-            SystemChange::new(
-                SystemChangeCode::AddRepository,
-                tr!(
-                    "Add the NVIDIA Container Toolkit {label} repository and signing key (nvidia.github.io/libnvidia-container).",
-                    label = label
-                ),
-            )
-            .with_param("vendor", "nvidia")
-            .with_param("family", family.as_str()),
-        );
+        changes.push(nvidia_repository(family));
     }
     if !packages.is_empty() {
         let text = match outdated {
@@ -195,5 +203,6 @@ pub fn build(view: &LinuxView) -> InstallPlan {
         may_require_relogin: true,
         system_changes: changes,
         components,
+        subids: None,
     }
 }

@@ -10,6 +10,7 @@ pub mod cdi;
 pub mod install_plan;
 pub mod network;
 pub mod no_driver;
+pub mod podman;
 pub mod version;
 pub mod view;
 pub mod warnings;
@@ -17,7 +18,7 @@ pub mod warnings;
 use std::cmp::Ordering;
 
 use enginekit_shared::release::is_qualified_release;
-use enginekit_shared::wire::plan::{Availability, Blocker, BlockerReason, Warning};
+use enginekit_shared::wire::plan::{Availability, Blocker, BlockerReason, Runtime, Warning};
 
 use self::blockers::InstallGate;
 use self::install_plan::InstallPlan;
@@ -34,6 +35,8 @@ pub struct Options {
     /// Bytes the engine image still needs on disk; `None` skips the disk check (image already
     /// present, or a target that pulls nothing). REFERENCE §7.5 `stillNeeded`.
     pub still_needed_disk_bytes: Option<u64>,
+    /// The container runtime to set up.
+    pub runtime: Runtime,
 }
 
 /// Which gate decided (for reports and tests).
@@ -47,6 +50,8 @@ pub enum Gate {
     DaemonJson,
     Init,
     InstallPlan,
+    /// Rootless Podman's own checks and plan.
+    Podman,
 }
 
 /// The verdict and everything around it.
@@ -113,12 +118,23 @@ pub fn assess_view(
     manifest: Option<&Manifest>,
     options: &Options,
 ) -> Assessment {
-    let gate = install_gate(view, manifest, &options.recipe_id);
-    let verdict = decide(view, descriptor, gate, options);
-    let later_gate_notes = later_notes(view, gate, &verdict);
+    let docker = options.runtime.is_docker();
+    let gate = install_gate(view, manifest, &options.recipe_id, docker);
+    let verdict = match options.runtime {
+        Runtime::Docker => decide(view, descriptor, gate, options),
+        Runtime::Podman => decide_podman(view, descriptor, gate, options),
+    };
+    let later_gate_notes = match docker {
+        true => later_notes(view, gate, &verdict),
+        false => Vec::new(),
+    };
     let preview =
         if verdict.install_plan.is_none() && !verdict.adopts && gate == InstallGate::Recipe {
-            Some(install_plan::build(view)).filter(|p| !p.system_changes.is_empty())
+            let plan = match options.runtime {
+                Runtime::Docker => Some(install_plan::build(view)),
+                Runtime::Podman => podman::plan(view).ok(),
+            };
+            plan.filter(|p| !p.system_changes.is_empty())
         } else {
             None
         };
@@ -135,14 +151,20 @@ pub fn assess_view(
 }
 
 /// Gate 3's classification (computed up front; it decides nothing by itself).
-fn install_gate(view: &LinuxView, manifest: Option<&Manifest>, recipe_id: &str) -> InstallGate {
+/// An unrecognised Docker (`docker`) concerns only Docker's path.
+fn install_gate(
+    view: &LinuxView,
+    manifest: Option<&Manifest>,
+    recipe_id: &str,
+    docker: bool,
+) -> InstallGate {
     if view.immutable_os {
         return InstallGate::Immutable;
     }
     if view.family() == PackageFamily::Pacman {
         return InstallGate::Pacman;
     }
-    if view.cli && view.install_method.is_none() {
+    if docker && view.cli && view.install_method.is_none() {
         return InstallGate::Unrecognised;
     }
     // The reference leaves the position of the manifest gate open (§13); here it sits where the
@@ -172,6 +194,7 @@ fn universal_blockers(
     descriptor: &Descriptor,
     options: &Options,
 ) -> Vec<Blocker> {
+    let docker = options.runtime.is_docker();
     let mut out: Vec<Blocker> = view
         .unknown
         .iter()
@@ -205,7 +228,7 @@ fn universal_blockers(
             }
         }
     }
-    if let Some(blocker) = blockers::install_method(view.install_method) {
+    if let Some(blocker) = blockers::install_method(view.install_method).filter(|_| docker) {
         out.push(blocker);
     }
     if let (Some(required), Some(free)) = (options.still_needed_disk_bytes, view.free_disk_bytes) {
@@ -335,6 +358,35 @@ fn decide(
     Verdict::plan(Gate::InstallPlan, install_plan::build(view))
 }
 
+/// Rootless Podman: the universal blockers, the distribution's qualification, then its own
+/// checks and plan. A host with nothing to change is used as it is.
+fn decide_podman(
+    view: &LinuxView,
+    descriptor: &Descriptor,
+    gate: InstallGate,
+    options: &Options,
+) -> Verdict {
+    let universal = universal_blockers(view, descriptor, options);
+    if !universal.is_empty() {
+        return Verdict::blocked(Gate::Universal, universal);
+    }
+    if gate != InstallGate::Recipe {
+        let gate_blocker = blockers::gate_blocker(view, gate);
+        return Verdict::blocked(Gate::Distribution, gate_blocker.into_iter().collect());
+    }
+    match podman::plan(view) {
+        Err(list) => Verdict::blocked(Gate::Podman, list),
+        Ok(plan) if plan.system_changes.is_empty() => Verdict {
+            availability: Availability::SetupRequired,
+            adopts: true,
+            blockers: Vec::new(),
+            install_plan: None,
+            gate: Gate::Podman,
+        },
+        Ok(plan) => Verdict::plan(Gate::Podman, plan),
+    }
+}
+
 fn daemon_json_blocks(view: &LinuxView) -> bool {
     !view.effective_gpu_runtime() && !view.nvidia_runtime && view.daemon_json_unreadable
 }
@@ -377,6 +429,6 @@ fn gate_rank(gate: Gate) -> u8 {
         Gate::Distribution => 6,
         Gate::DaemonJson => 7,
         Gate::Init => 8,
-        Gate::InstallPlan => 9,
+        Gate::InstallPlan | Gate::Podman => 9,
     }
 }

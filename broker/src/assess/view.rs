@@ -4,11 +4,11 @@
 //! and so that one place decides how a three-way probe fact (known, absent, unknown) maps onto
 //! the reference's booleans.
 
-use enginekit_shared::wire::plan::GpuAccess;
+use enginekit_shared::wire::plan::{GpuAccess, Runtime};
 
 use crate::probe::facts::{
-    ComputeCapability, HostFacts, ImageStore, InstallMethod, NvidiaHardware, PackageFamily, Route,
-    UnknownFact,
+    ComputeCapability, Fact, HostFacts, ImageStore, InstallMethod, NvidiaHardware, PackageFamily,
+    Route, SubIdFacts, UnknownFact,
 };
 
 /// `/etc/os-release`, as the gates need it.
@@ -86,6 +86,10 @@ pub struct LinuxView {
     /// Login name of the probing account; `None` when it could not be read.
     pub user: Option<String>,
     pub is_root: bool,
+    /// The `podman` package's version; `None` when none is installed.
+    pub podman_version: Option<String>,
+    /// The user's sub-ID ranges, or why the files could not be read.
+    pub subids: Result<SubIdFacts, String>,
 }
 
 impl LinuxView {
@@ -171,7 +175,29 @@ impl LinuxView {
             unknown: facts.unknown_facts(),
             user: facts.system.user.name.value().cloned(),
             is_root: facts.system.user.is_root,
+            podman_version: facts.podman.version.clone(),
+            subids: match &facts.podman.subids {
+                Fact::Known { value } => Ok(value.clone()),
+                Fact::Unknown { reason } => Err(reason.clone()),
+            },
         }
+    }
+
+    /// The view for `runtime`. On rootless Podman the disk check measures where the user's
+    /// Podman keeps images, nothing of Docker's daemon is pinned, and the GPU goes in through CDI.
+    pub fn for_runtime(mut self, runtime: Runtime, facts: &HostFacts) -> Self {
+        if runtime == Runtime::Podman {
+            let storage = facts.podman.storage.as_ref();
+            self.free_disk_path = storage.map_or_else(
+                || "~/.local/share/containers/storage".to_owned(),
+                |d| d.path.clone(),
+            );
+            self.free_disk_bytes = storage.and_then(|d| d.free_bytes.value().copied());
+            self.docker_root_dir = None;
+            self.image_store = ImageStore::default();
+            self.gpu_access = GpuAccess::Cdi;
+        }
+        self
     }
 
     /// The reference's `effectiveGpuRuntime`: live `docker info` wins whenever the daemon

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use enginekit_shared::error::{CodedError, ErrorCode};
-use enginekit_shared::wire::plan::{Availability, Blocker, GpuAccess, ImageStore, Plan};
+use enginekit_shared::wire::plan::{Availability, Blocker, GpuAccess, ImageStore, Plan, Runtime};
 
 use super::{EXIT_BLOCKED, EXIT_FAILURE};
 use crate::assess::view::LinuxView;
@@ -34,6 +34,13 @@ pub struct PlanArgs {
     /// Assess recorded facts (the output of `enginekit probe --json`) instead of probing.
     #[arg(long, value_name = "FILE")]
     pub facts: Option<PathBuf>,
+    /// The container runtime to plan for: docker, or podman (rootless, no group added).
+    #[arg(long, default_value = "docker", value_parser = parse_runtime)]
+    pub runtime: Runtime,
+}
+
+fn parse_runtime(text: &str) -> Result<Runtime, String> {
+    text.parse()
 }
 
 /// `--engine`: the same parse as `setup` and `remove` ([`EngineId::parse`]), then an
@@ -100,6 +107,7 @@ pub struct PlanOutcome {
 /// Plans for `engine` over `facts` with the documents from `sources`.
 pub fn plan_for(
     engine: KnownEngine,
+    runtime: Runtime,
     facts: HostFacts,
     sources: &DocumentSources,
 ) -> Result<PlanOutcome, CodedError> {
@@ -120,6 +128,7 @@ pub fn plan_for(
                 facts: &facts,
                 installed_descriptor_id: None,
                 image_present: false,
+                runtime,
             })?;
             Ok(PlanOutcome {
                 plan: planned.plan,
@@ -168,7 +177,8 @@ pub fn run(args: PlanArgs) -> ExitCode {
         Some(path) => read_facts_file(path),
         None => live_facts(),
     };
-    let outcome = facts.and_then(|f| plan_for(args.engine, f, &DocumentSources::from_env()));
+    let sources = DocumentSources::from_env();
+    let outcome = facts.and_then(|f| plan_for(args.engine, args.runtime, f, &sources));
     let outcome = match outcome {
         // A live plan asks the repository it would add; a replay of recorded facts does not
         // (it answers the same every time, offline).
@@ -194,6 +204,14 @@ pub fn run(args: PlanArgs) -> ExitCode {
         print!("{}", human_report(&outcome));
     }
     ExitCode::from(exit_status(&outcome.plan))
+}
+
+/// The runtime, and in one line what choosing it grants.
+fn runtime_line(runtime: Runtime) -> String {
+    match runtime {
+        Runtime::Docker => tr!("Runtime: Docker (--runtime docker). Whoever can use Docker's socket, the docker group included, is root on this machine without a password."),
+        Runtime::Podman => tr!("Runtime: rootless Podman (--runtime podman). Containers run as you, in your own user namespace; no group is added and nothing grants root."),
+    }
 }
 
 fn gb(bytes: u64) -> String {
@@ -347,6 +365,7 @@ pub fn human_report(outcome: &PlanOutcome) -> String {
             availability = plan.availability.as_str()
         )
     );
+    let _ = writeln!(out, "{}", runtime_line(plan.runtime));
 
     if let Some(descriptor) = &outcome.descriptor {
         let view = LinuxView::from_facts(&outcome.facts);

@@ -9,7 +9,7 @@
 use enginekit_shared::digest::{digest_of_serialize, Digest};
 use enginekit_shared::error::{CodedError, ErrorCode};
 use enginekit_shared::image::ImageRef;
-use enginekit_shared::wire::plan::{BlockerReason, PlanTarget, SystemChange};
+use enginekit_shared::wire::plan::{BlockerReason, PlanTarget, Runtime, SystemChange};
 use serde::Serialize;
 
 /// `{descriptor_id, image_digest}` of the fingerprint.
@@ -56,6 +56,10 @@ impl HostPin {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SetupFingerprint {
     pub target: PlanTarget,
+    /// Named only when it is not Docker, so that Docker's plans keep the digests they had before
+    /// there was a choice.
+    #[serde(skip_serializing_if = "Runtime::is_docker")]
+    pub runtime: Runtime,
     pub recipe_id: String,
     pub recipe_digest: Digest,
     pub adopts_existing_engine: bool,

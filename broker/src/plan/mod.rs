@@ -8,7 +8,7 @@ pub mod recipe;
 use enginekit_shared::digest::Digest;
 use enginekit_shared::error::{CodedError, ErrorCode};
 use enginekit_shared::wire::plan::{
-    Availability, Blocker, BlockerReason, GpuAccess, ImageStore, Plan, PlanTarget,
+    Availability, Blocker, BlockerReason, GpuAccess, ImageStore, Plan, PlanTarget, Runtime,
 };
 
 use self::digest::{DescriptorPin, HostPin, SetupFingerprint};
@@ -33,6 +33,8 @@ pub struct PlanRequest<'a> {
     pub installed_descriptor_id: Option<&'a str>,
     /// Whether the engine image is already present by digest (then no disk check).
     pub image_present: bool,
+    /// The container runtime asked for.
+    pub runtime: Runtime,
 }
 
 /// A plan and the assessment behind it (the CLI's human report reads both).
@@ -46,7 +48,7 @@ pub struct PlannedSetup {
 pub fn plan_setup(request: &PlanRequest<'_>) -> Result<PlannedSetup, CodedError> {
     let recipe = request.recipe;
     let descriptor = request.descriptor;
-    let view = LinuxView::from_facts(request.facts);
+    let view = LinuxView::from_facts(request.facts).for_runtime(request.runtime, request.facts);
     // REFERENCE §7.5 `stillNeeded`: no disk check when the image is already there, or when a
     // ready installation cannot be asked about its image because the daemon does not answer.
     let installed_here = request.installed_descriptor_id == Some(descriptor.descriptor_id.as_str());
@@ -58,6 +60,7 @@ pub fn plan_setup(request: &PlanRequest<'_>) -> Result<PlannedSetup, CodedError>
     let options = Options {
         recipe_id: recipe.id.clone(),
         still_needed_disk_bytes: still_needed,
+        runtime: request.runtime,
     };
     let assessment = assess::assess_view(&view, descriptor, request.manifest, &options);
 
@@ -140,6 +143,7 @@ pub fn plan_setup(request: &PlanRequest<'_>) -> Result<PlannedSetup, CodedError>
     let gpu_ids = view.gpus.iter().map(|g| g.uuid.clone()).collect();
     let fingerprint = SetupFingerprint {
         target: target.clone(),
+        runtime: request.runtime,
         recipe_id: recipe.id.clone(),
         recipe_digest: recipe.digest.clone(),
         adopts_existing_engine: assessment.adopts_existing_engine,
@@ -164,6 +168,7 @@ pub fn plan_setup(request: &PlanRequest<'_>) -> Result<PlannedSetup, CodedError>
     let plan = Plan {
         plan_digest,
         target,
+        runtime: request.runtime,
         availability,
         recipe_id: recipe.id.clone(),
         recipe_digest: recipe.digest.clone(),
@@ -215,6 +220,7 @@ pub fn plan_without_descriptor(
         target: PlanTarget::Runtime {
             engine_id: engine.as_str().to_owned(),
         },
+        runtime: Runtime::default(),
         availability: Availability::Unsupported,
         recipe_id: "none".to_owned(),
         recipe_digest: Digest::ZERO,

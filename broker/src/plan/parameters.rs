@@ -39,7 +39,7 @@ pub fn from_plan(plan: &InstallPlan, view: &LinuxView) -> Result<HostParameters,
         &distro.id,
         &distro.version_id,
         &components,
-        None,
+        plan.subids.map(|range| range.start),
     )
     .map_err(|problems| problems.to_string())
 }

@@ -172,6 +172,10 @@ pub struct PodmanFacts {
     /// The probing user's sub-ID ranges; unknown when /etc/subuid or /etc/subgid could not be
     /// read exactly as shadow writes them.
     pub subids: Fact<SubIdFacts>,
+    /// Free space where the user's rootless Podman keeps images; null when the user's home is
+    /// not known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<DiskFacts>,
 }
 
 impl Default for PodmanFacts {
@@ -179,6 +183,7 @@ impl Default for PodmanFacts {
         PodmanFacts {
             version: None,
             subids: Fact::unknown("not probed"),
+            storage: None,
         }
     }
 }
@@ -192,6 +197,9 @@ pub struct SubIdFacts {
     /// For a user with no range in either file: the one the shared rule would give
     /// (`shared::subid`); null when the user has one, or when no free range is left.
     pub proposed: Option<SubIdRange>,
+    /// Why none can be proposed to a user who has none (no free range is left).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_proposal: Option<String>,
 }
 
 /// A fact whose absence blocks the plan (REFERENCE §6.3: the `unknown` list), in the reference's

@@ -57,6 +57,9 @@ pub struct ProbeOptions {
     pub root: PathBuf,
     /// `$XDG_RUNTIME_DIR`, for the rootless socket hint.
     pub xdg_runtime_dir: Option<PathBuf>,
+    /// Where the user's rootless Podman keeps images (its default `graphroot`), for its disk
+    /// check: `$XDG_DATA_HOME/containers/storage`, else `~/.local/share/containers/storage`.
+    pub podman_storage: Option<PathBuf>,
     /// Try NVML before nvidia-smi (default true).
     pub nvml: bool,
 }
@@ -69,6 +72,7 @@ impl Default for ProbeOptions {
             bin_dirs: crate::programs::system_dirs(),
             root: PathBuf::from("/"),
             xdg_runtime_dir: None,
+            podman_storage: None,
             nvml: true,
         }
     }
@@ -80,8 +84,16 @@ impl ProbeOptions {
         let xdg_runtime_dir = std::env::var_os("XDG_RUNTIME_DIR")
             .map(PathBuf::from)
             .filter(|p| p.is_absolute());
+        let absolute = |name: &str| {
+            std::env::var_os(name)
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute())
+        };
+        let data_home = absolute("XDG_DATA_HOME")
+            .or_else(|| absolute("HOME").map(|home| home.join(".local/share")));
         ProbeOptions {
             xdg_runtime_dir,
+            podman_storage: data_home.map(|d| d.join("containers/storage")),
             ..ProbeOptions::default()
         }
     }
@@ -139,6 +151,7 @@ pub async fn probe_with(ctx: &ProbeContext) -> HostFacts {
         routes,
         rootless_socket,
         subid_files,
+        podman_storage,
         (hook_on_path, architecture),
     ) = tokio::join!(
         biased;
@@ -161,6 +174,10 @@ pub async fn probe_with(ctx: &ProbeContext) -> HostFacts {
         reads::routes(ctx),
         reads::rootless_socket(ctx),
         reads::subid_files(ctx),
+        async {
+            let path = ctx.options.podman_storage.as_ref()?;
+            Some(reads::disk(ctx, &path.display().to_string()).await)
+        },
         // In the join, not after it: after it they would add to the wall time.
         async { (reads::hook_on_path(ctx), reads::architecture()) },
     );
@@ -181,7 +198,8 @@ pub async fn probe_with(ctx: &ProbeContext) -> HostFacts {
         service_active: &service_active,
     });
     let engine_version = engine_version(package_list);
-    let podman = podman_facts(package_list, subid_files, &user);
+    let mut podman = podman_facts(package_list, subid_files, &user);
+    podman.storage = podman_storage;
 
     HostFacts {
         schema_version: SchemaVersion,
@@ -244,14 +262,20 @@ pub(crate) fn podman_facts(
             let (uid_ranges, gid_ranges) = files.ranges_of(name, user.uid);
             // Root runs rootful containers: it is never given a range.
             let none = uid_ranges.is_empty() && gid_ranges.is_empty() && !user.is_root;
+            let proposal = none.then(|| files.propose(name, user.uid));
             Fact::known(SubIdFacts {
-                proposed: none.then(|| files.propose(name, user.uid).ok()).flatten(),
+                proposed: proposal.clone().and_then(Result::ok),
+                no_proposal: proposal.and_then(Result::err).map(|e| e.to_string()),
                 uid_ranges,
                 gid_ranges,
             })
         }
     };
-    PodmanFacts { version, subids }
+    PodmanFacts {
+        version,
+        subids,
+        storage: None,
+    }
 }
 
 /// The reference's `fullToolkitInstalled`: `nvidia-ctk --version` works and, on apt/dnf/pacman,

@@ -129,6 +129,13 @@ pub enum BlockerReason {
     EnvironmentManifestUnavailable,
     /// A removal that targets the environment itself.
     RemoveEnvironment,
+    /// The Podman this distribution has cannot pass a GPU through CDI (before 4.1).
+    PodmanCdiUnsupported,
+    /// No sub-ID range can be given: the files cannot be read exactly, the user has a range in
+    /// one file only, or no free range is left.
+    SubIdsUnavailable,
+    /// Rootless Podman was asked for by root.
+    RootlessPodmanAsRoot,
 }
 
 impl BlockerReason {
@@ -171,6 +178,9 @@ impl BlockerReason {
         BlockerReason::DescriptorUnavailable,
         BlockerReason::EnvironmentManifestUnavailable,
         BlockerReason::RemoveEnvironment,
+        BlockerReason::PodmanCdiUnsupported,
+        BlockerReason::SubIdsUnavailable,
+        BlockerReason::RootlessPodmanAsRoot,
     ];
 
     /// Wire spelling, e.g. `driver-missing`.
@@ -213,6 +223,9 @@ impl BlockerReason {
             BlockerReason::DescriptorUnavailable => "descriptor-unavailable",
             BlockerReason::EnvironmentManifestUnavailable => "environment-manifest-unavailable",
             BlockerReason::RemoveEnvironment => "remove-environment",
+            BlockerReason::PodmanCdiUnsupported => "podman-cdi-unsupported",
+            BlockerReason::SubIdsUnavailable => "subids-unavailable",
+            BlockerReason::RootlessPodmanAsRoot => "rootless-podman-as-root",
         }
     }
 
@@ -279,6 +292,44 @@ impl Blocker {
     }
 }
 
+/// The container runtime a plan is for, and what choosing it grants.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Runtime {
+    /// Docker Engine: its socket, and so the docker group, is root on the machine.
+    #[default]
+    Docker,
+    /// Rootless Podman: containers run in the user's own namespace, with no group added.
+    Podman,
+}
+
+impl Runtime {
+    pub const ALL: [Runtime; 2] = [Runtime::Docker, Runtime::Podman];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Runtime::Docker => "docker",
+            Runtime::Podman => "podman",
+        }
+    }
+
+    pub fn is_docker(&self) -> bool {
+        *self == Runtime::Docker
+    }
+}
+
+impl std::str::FromStr for Runtime {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Runtime, String> {
+        Runtime::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| format!("the runtime is docker or podman, not {s:?}"))
+    }
+}
+
 /// What a setup (or removal) would change on the machine (REFERENCE §5.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -297,6 +348,8 @@ pub enum SystemChangeCode {
     AddUserToDockerGroup,
     /// Restart Docker (`{running_containers}`).
     RestartDocker,
+    /// Give the user a sub-ID range in /etc/subuid and /etc/subgid (`{user, range}`).
+    AddSubordinateIds,
     /// Removal: unload the engine's sessions.
     UnloadSessions,
     /// Removal: remove the engine's own containers.
@@ -326,6 +379,7 @@ impl SystemChangeCode {
             SystemChangeCode::EnableDockerService => "enable-docker-service",
             SystemChangeCode::AddUserToDockerGroup => "add-user-to-docker-group",
             SystemChangeCode::RestartDocker => "restart-docker",
+            SystemChangeCode::AddSubordinateIds => "add-subordinate-ids",
             SystemChangeCode::UnloadSessions => "unload-sessions",
             SystemChangeCode::RemoveContainers => "remove-containers",
             SystemChangeCode::RemoveImage => "remove-image",
@@ -461,6 +515,10 @@ pub struct Plan {
     pub plan_digest: Digest,
     /// What the plan is for.
     pub target: PlanTarget,
+    /// The container runtime it sets up and runs the engine on (a plan stored before there was
+    /// a choice is Docker's).
+    #[serde(default)]
+    pub runtime: Runtime,
     /// The verdict.
     pub availability: Availability,
     /// The recipe a host step would run (`none` for plans that could not be built).

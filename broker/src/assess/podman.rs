@@ -1,0 +1,244 @@
+//! Rootless Podman's path (RECIPES.md §11): what blocks it, and its install plan. Podman comes
+//! from the distribution's own archive, the GPU through the NVIDIA toolkit's CDI specification,
+//! and the user's containers map onto a sub-ID range of their own. No group is added, no service
+//! is enabled, and nothing needs a new login. Pure, like the rest of the assessment.
+
+use std::collections::BTreeSet;
+
+use enginekit_shared::recipe::{ActionSpec, Component};
+use enginekit_shared::subid::SubIdRange;
+use enginekit_shared::wire::plan::{Blocker, BlockerReason, SystemChange, SystemChangeCode};
+
+use super::install_plan::{nvidia_repository, InstallPlan};
+use super::view::LinuxView;
+use crate::i18n::tr;
+use crate::probe::facts::PackageFamily;
+use crate::probe::packages::TOOLKIT_PACKAGE;
+
+/// The first Podman that takes a CDI device (`--device nvidia.com/gpu=…`).
+pub const PODMAN_CDI_MINIMUM: &str = "4.1";
+
+/// Releases whose archive's Podman predates CDI, and that version (RECIPES.md §11).
+const ARCHIVE_PODMAN_WITHOUT_CDI: &[(&str, &str, &str)] = &[("ubuntu", "22.04", "3.4.4")];
+
+/// The Podman version that cannot take a CDI device: the installed one, or, when none is, the
+/// one this release's archive would install.
+fn podman_without_cdi(view: &LinuxView) -> Option<String> {
+    if let Some(version) = &view.podman_version {
+        let ok = enginekit_shared::recipe::version::at_least(version, PODMAN_CDI_MINIMUM);
+        return (!ok).then(|| version.clone());
+    }
+    let distro = view.distribution.as_ref()?;
+    ARCHIVE_PODMAN_WITHOUT_CDI
+        .iter()
+        .find(|(id, release, _)| *id == distro.id && *release == distro.version_id)
+        .map(|(_, _, version)| (*version).to_owned())
+}
+
+/// The packages the built-in recipe installs for Podman on this family.
+fn podman_packages(family: PackageFamily) -> Vec<String> {
+    let Ok(recipe) = enginekit_shared::recipe::builtin() else {
+        return vec!["podman".to_owned()];
+    };
+    let body = recipe.body();
+    let actions = match family {
+        PackageFamily::Dnf => &body.dnf.actions,
+        _ => &body.apt.actions,
+    };
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            ActionSpec::InstallPackages { packages, .. } => Some(packages),
+            _ => None,
+        })
+        .flatten()
+        .filter(|p| p.component == Component::Podman)
+        .map(|p| p.name.clone())
+        .collect()
+}
+
+fn blocker(reason: BlockerReason, message: String) -> Blocker {
+    Blocker::new(reason, message)
+}
+
+/// What sub-ID range setup gives, if any; a blocker when none can be given.
+fn subid_grant(view: &LinuxView) -> Result<Option<SubIdRange>, Blocker> {
+    let user = view.user_name();
+    let reason = BlockerReason::SubIdsUnavailable;
+    let facts = view.subids.as_ref().map_err(|why| {
+        blocker(
+            reason,
+            tr!(
+                "/etc/subuid and /etc/subgid cannot be read exactly ({why}), so no range of subordinate IDs can be given safely. Fix the files, or choose Docker (--runtime docker).",
+                why = why
+            ),
+        )
+    })?;
+    match (facts.uid_ranges.is_empty(), facts.gid_ranges.is_empty()) {
+        (false, false) => return Ok(None),
+        (true, true) => {}
+        (uid_missing, _) => {
+            let (has, lacks) = match uid_missing {
+                true => ("/etc/subgid", "/etc/subuid"),
+                false => ("/etc/subuid", "/etc/subgid"),
+            };
+            return Err(blocker(
+                reason,
+                tr!(
+                    "{user} has a range in {has} but none in {lacks}; setup never gives a second range. Add the missing line by hand with usermod, matching the one in {has}.",
+                    user = user,
+                    has = has,
+                    lacks = lacks
+                ),
+            ));
+        }
+    }
+    match (facts.proposed, &facts.no_proposal) {
+        (Some(range), _) => Ok(Some(range)),
+        (None, why) => Err(blocker(
+            reason,
+            tr!(
+                "No range of subordinate IDs can be given to {user}: {why}.",
+                user = user,
+                why = why.as_deref().unwrap_or("none is free")
+            ),
+        )),
+    }
+}
+
+/// The blockers of the Podman path, or its install plan (empty when nothing is to change).
+pub fn plan(view: &LinuxView) -> Result<InstallPlan, Vec<Blocker>> {
+    let mut blockers = Vec::new();
+    if view.is_root {
+        blockers.push(blocker(
+            BlockerReason::RootlessPodmanAsRoot,
+            tr!("Rootless Podman runs containers as a user, not as root. Run enginekit as your own user, or choose Docker (--runtime docker)."),
+        ));
+    }
+    if let Some(version) = podman_without_cdi(view) {
+        blockers.push(blocker(
+            BlockerReason::PodmanCdiUnsupported,
+            tr!(
+                "Podman {version} cannot pass a GPU into a container (CDI needs Podman {minimum} or later). Choose Docker instead (--runtime docker).",
+                version = version,
+                minimum = PODMAN_CDI_MINIMUM
+            ),
+        ));
+    }
+    let subids = if view.is_root {
+        None
+    } else {
+        subid_grant(view).unwrap_or_else(|b| {
+            blockers.push(b);
+            None
+        })
+    };
+    if let (Some(version), PackageFamily::Dnf) = (view.toolkit_outdated(), view.family()) {
+        blockers.push(super::blockers::toolkit_too_old(
+            version,
+            "sudo dnf upgrade nvidia-container-toolkit",
+        ));
+    }
+    if !blockers.is_empty() {
+        return Err(blockers);
+    }
+
+    let family = view.family();
+    let mut components = BTreeSet::new();
+    let mut changes = Vec::new();
+    let mut packages = Vec::new();
+    if view.podman_version.is_none() {
+        components.insert(Component::Podman);
+        packages.extend(podman_packages(family));
+    }
+    if !view.toolkit_installed || view.toolkit_outdated().is_some() {
+        components.insert(Component::NvidiaContainerToolkit);
+        changes.push(nvidia_repository(family));
+        packages.push(TOOLKIT_PACKAGE.to_owned());
+    }
+    if !packages.is_empty() {
+        let text = match components.contains(&Component::Podman) {
+            true => tr!(
+                "Install the missing packages: {packages}. Podman and what it needs come from the distribution's own archive.",
+                packages = packages.join(", ")
+            ),
+            false => tr!(
+                "Install the missing packages: {packages}.",
+                packages = packages.join(", ")
+            ),
+        };
+        changes.push(
+            SystemChange::new(SystemChangeCode::InstallPackages, text)
+                .with_param("packages", packages.join(",")),
+        );
+    }
+    if !view.gpu_runtime_from_config {
+        components.insert(Component::NvidiaCdi);
+        changes.push(SystemChange::new(
+            SystemChangeCode::GenerateCdiSpec,
+            tr!("Generate the NVIDIA CDI specification Podman uses to pass the GPU into containers (nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml), and keep it current after driver updates and reboots with nvidia-cdi-refresh.path where the toolkit provides it."),
+        ));
+    }
+    if let Some(range) = subids {
+        components.insert(Component::UserSubIds);
+        let user = view.user_name();
+        changes.push(
+            SystemChange::new(
+                SystemChangeCode::AddSubordinateIds,
+                tr!(
+                    "Give {user} the subordinate user and group IDs {range} in /etc/subuid and /etc/subgid, which rootless containers map their users onto. They are nobody else's, and they grant no access outside those containers.",
+                    user = user,
+                    range = range.usermod_arg()
+                ),
+            )
+            .with_param("user", user)
+            .with_param("range", range.usermod_arg()),
+        );
+    }
+    Ok(InstallPlan {
+        requires_elevation: !changes.is_empty(),
+        may_require_relogin: false,
+        system_changes: changes,
+        components,
+        subids,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::facts::HostFacts;
+
+    fn view() -> LinuxView {
+        let facts: HostFacts = serde_json::from_str(include_str!(
+            "../../tests/facts/ubuntu2404-rtx4070-clean.json"
+        ))
+        .unwrap();
+        LinuxView::from_facts(&facts)
+    }
+
+    #[test]
+    fn podman_before_4_1_or_a_release_that_ships_one_cannot_take_a_cdi_device() {
+        let mut v = view();
+        assert_eq!(podman_without_cdi(&v), None, "24.04's archive has 4.9.3");
+        v.podman_version = Some("3.4.4+ds1-1ubuntu1".into());
+        assert_eq!(
+            podman_without_cdi(&v).as_deref(),
+            Some("3.4.4+ds1-1ubuntu1")
+        );
+        v.podman_version = Some("4.1.0-1".into());
+        assert_eq!(podman_without_cdi(&v), None);
+        v.podman_version = None;
+        if let Some(d) = v.distribution.as_mut() {
+            d.version_id = "22.04".into();
+        }
+        assert_eq!(podman_without_cdi(&v).as_deref(), Some("3.4.4"));
+    }
+
+    #[test]
+    fn the_packages_named_are_the_recipes() {
+        assert_eq!(podman_packages(PackageFamily::Apt)[..2], ["podman", "crun"]);
+        assert!(podman_packages(PackageFamily::Dnf).contains(&"passt".to_owned()));
+        assert!(!podman_packages(PackageFamily::Dnf).contains(&"uidmap".to_owned()));
+    }
+}
