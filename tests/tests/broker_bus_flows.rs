@@ -199,6 +199,27 @@ fn setup_and_remove_over_the_session_bus_with_the_signals_observed() {
         assert_eq!(shown["availability"], "setup-required", "{shown}");
         let digest = shown["plan_digest"].as_str().expect("digest").to_owned();
 
+        // The same plan for rootless Podman: it names its runtime and has a digest of its own;
+        // a runtime that is neither is refused with a stable code.
+        let podman: String = broker(&conn)
+            .await
+            .call("PlanOn", &("vllm", "podman"))
+            .await
+            .expect("PlanOn");
+        let podman: Value = serde_json::from_str(&podman).expect("plan JSON");
+        assert_eq!(podman["runtime"], "podman", "{podman}");
+        assert_ne!(podman["plan_digest"].as_str(), Some(digest.as_str()));
+        let docker: String = broker(&conn)
+            .await
+            .call("PlanOn", &("vllm", "docker"))
+            .await
+            .expect("PlanOn");
+        let docker: Value = serde_json::from_str(&docker).expect("plan JSON");
+        assert_eq!(docker["plan_digest"].as_str(), Some(digest.as_str()));
+        let bad: Result<String, _> = broker(&conn).await.call("PlanOn", &("vllm", "rkt")).await;
+        let err = bad.expect_err("an unknown runtime");
+        assert!(err.to_string().contains("INVALID_ARGUMENT"), "{err}");
+
         // Bad input is refused with a stable code, and nothing starts.
         let bad: Result<zbus::OwnedObjectPath, _> = broker(&conn)
             .await

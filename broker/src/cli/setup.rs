@@ -2,6 +2,7 @@
 //! setup with one polkit prompt and a progress bar per phase, and end with what was done and
 //! what the user must still do. `--json` prints one JSON event per line on stdout.
 
+use enginekit_shared::wire::plan::Runtime;
 use std::process::ExitCode;
 
 use clap::Args;
@@ -56,7 +57,7 @@ async fn setup(args: SetupArgs) -> ExitCode {
             Err(e) => report_error(json, &e),
         };
     }
-    let plan = match runner.plan(&engine).await {
+    let plan = match runner.plan(&engine, Runtime::Docker).await {
         Ok(plan) => plan,
         Err(e) => return report_error(json, &e),
     };

@@ -1,6 +1,7 @@
 //! What the session service needs of the broker, object-safe so the bus code is not generic
 //! over the runner's boundaries.
 
+use enginekit_shared::wire::plan::Runtime;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -23,7 +24,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 pub trait BrokerApi: Send + Sync + 'static {
     fn probe(&self) -> BoxFuture<'_, Result<serde_json::Value, CodedError>>;
-    fn plan(&self, engine: EngineId) -> BoxFuture<'_, Result<Plan, CodedError>>;
+    fn plan(&self, engine: EngineId, runtime: Runtime) -> BoxFuture<'_, Result<Plan, CodedError>>;
     fn begin_setup(&self, engine: EngineId, plan_digest: Digest) -> Result<Operation, CodedError>;
     fn begin_remove(&self, engine: EngineId, retain_models: bool) -> Result<Operation, CodedError>;
     fn approve(&self, id: &OperationId, plan_digest: Digest) -> Result<Operation, CodedError>;
@@ -110,8 +111,8 @@ impl<P: Provisioner + Probing, E: Elevator> BrokerApi for Broker<P, E> {
         Box::pin(self.runner.provisioner().probe_facts())
     }
 
-    fn plan(&self, engine: EngineId) -> BoxFuture<'_, Result<Plan, CodedError>> {
-        Box::pin(async move { self.runner.plan(&engine).await })
+    fn plan(&self, engine: EngineId, runtime: Runtime) -> BoxFuture<'_, Result<Plan, CodedError>> {
+        Box::pin(async move { self.runner.plan(&engine, runtime).await })
     }
 
     fn begin_setup(&self, engine: EngineId, plan_digest: Digest) -> Result<Operation, CodedError> {

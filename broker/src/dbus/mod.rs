@@ -18,6 +18,7 @@ pub mod pulls;
 pub mod session;
 pub mod specimen;
 
+use enginekit_shared::wire::plan::Runtime;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -85,7 +86,17 @@ impl BrokerObject {
     #[zbus(out_args("plan"))]
     async fn plan(&self, engine_id: &str) -> Result<String, BrokerError> {
         let _call = self.api.call_started();
-        json_text(&self.api.plan(engine(engine_id)?).await?)
+        json_text(&self.api.plan(engine(engine_id)?, Runtime::Docker).await?)
+    }
+
+    /// The plan for an engine on a container runtime (`docker` or `podman`).
+    #[zbus(out_args("plan"))]
+    async fn plan_on(&self, engine_id: &str, runtime: &str) -> Result<String, BrokerError> {
+        let _call = self.api.call_started();
+        let runtime: Runtime = runtime.parse().map_err(|why: String| {
+            CodedError::new(enginekit_shared::error::ErrorCode::InvalidArgument, why)
+        })?;
+        json_text(&self.api.plan(engine(engine_id)?, runtime).await?)
     }
 
     /// Start (or pick up) a setup under the consent of `plan_digest`.
@@ -468,7 +479,7 @@ mod tests {
         fn probe(&self) -> BoxFuture<'_, Result<serde_json::Value, CodedError>> {
             Box::pin(async { no() })
         }
-        fn plan(&self, _: EngineId) -> BoxFuture<'_, Result<Plan, CodedError>> {
+        fn plan(&self, _: EngineId, _: Runtime) -> BoxFuture<'_, Result<Plan, CodedError>> {
             Box::pin(async { no() })
         }
         fn begin_setup(&self, _: EngineId, _: Digest) -> Result<Operation, CodedError> {

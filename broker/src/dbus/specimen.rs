@@ -2,6 +2,7 @@
 //! test (`tests/tests/interface_xml.rs`) serves them over a peer-to-peer connection and compares
 //! what they introspect with `dbus/org.enginekit.Broker1.xml`. Every call on them is refused.
 
+use enginekit_shared::wire::plan::Runtime;
 use std::sync::Arc;
 
 use enginekit_shared::digest::Digest;
@@ -98,7 +99,7 @@ impl BrokerApi for Refusing {
     fn probe(&self) -> BoxFuture<'_, Result<serde_json::Value, CodedError>> {
         Box::pin(async { refused() })
     }
-    fn plan(&self, _: EngineId) -> BoxFuture<'_, Result<Plan, CodedError>> {
+    fn plan(&self, _: EngineId, _: Runtime) -> BoxFuture<'_, Result<Plan, CodedError>> {
         Box::pin(async { refused() })
     }
     fn begin_setup(&self, _: EngineId, _: Digest) -> Result<Operation, CodedError> {

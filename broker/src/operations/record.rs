@@ -2,6 +2,7 @@
 //! and what it has already done. The reducer is the only code that changes a record's meaning;
 //! the store only writes it.
 
+use enginekit_shared::wire::plan::Runtime;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -278,6 +279,10 @@ pub struct Operation {
     pub notes: Vec<String>,
     /// The plan of the last probe, as shown to the user (the new plan after a re-ask).
     pub requirement_plan: Option<Plan>,
+    /// The container runtime planned for. Setups run on Docker until the engine's lifecycle
+    /// runs on Podman too; only a plan asks for Podman so far.
+    #[serde(default, skip_serializing_if = "Runtime::is_docker")]
+    pub runtime: Runtime,
 }
 
 impl Operation {

@@ -5,6 +5,7 @@
 
 use enginekit_shared::digest::Digest;
 use enginekit_shared::error::{CodedError, ErrorCode};
+use enginekit_shared::wire::plan::Runtime;
 
 use super::record::{
     coded, ConsentBasis, EffectIntent, EffectKind, Operation, OperationId, OperationKind,
@@ -173,6 +174,7 @@ pub fn start(
         accepted_receipts: Default::default(),
         cancellation_requested: false,
         error: None,
+        runtime: Runtime::default(),
         owned_resources: Default::default(),
         notes: Vec::new(),
         requirement_plan: None,

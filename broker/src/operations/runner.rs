@@ -2,6 +2,7 @@
 //! compare-and-swap, and repeats until the operation rests (finished or waiting on the user).
 //! Recovery after a restart lives here too, because it needs the machine and the helper.
 
+use enginekit_shared::wire::plan::Runtime;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -104,8 +105,8 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
     }
 
     /// A plan for `engine` without starting anything (the CLI's and the bus's `Plan`).
-    pub async fn plan(&self, engine: &EngineId) -> Result<Plan, CodedError> {
-        let probe = start(
+    pub async fn plan(&self, engine: &EngineId, runtime: Runtime) -> Result<Plan, CodedError> {
+        let mut probe = start(
             OperationId::fresh()?,
             engine.clone(),
             OperationKind::Setup,
@@ -113,6 +114,7 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
             None,
             self.instance_id.clone(),
         );
+        probe.runtime = runtime;
         Ok(*self.provisioner.plan(&probe).await?.document)
     }
 

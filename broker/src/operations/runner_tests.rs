@@ -226,7 +226,10 @@ async fn a_setup_from_toolkit_absent_ends_ready_with_one_host_step() {
     };
     let r = runner(dir.path(), &m, &h);
     let mut events = r.subscribe();
-    let shown = r.plan(&engine()).await.unwrap();
+    let shown = r
+        .plan(&engine(), enginekit_shared::wire::plan::Runtime::Docker)
+        .await
+        .unwrap();
     assert_eq!(shown.plan_digest.as_str(), digest('a').as_str());
     let op = r.begin_setup(&engine(), Some(digest('a'))).unwrap();
     let done = r.drive(&op.operation_id).await.unwrap();
@@ -340,7 +343,10 @@ async fn a_host_that_changed_after_the_plan_was_shown_asks_again() {
     let m = FakeMachine::clean();
     let h = FakeHelper::new(m.clone());
     let r = runner(dir.path(), &m, &h);
-    let _shown = r.plan(&engine()).await.unwrap(); // digest a
+    let _shown = r
+        .plan(&engine(), enginekit_shared::wire::plan::Runtime::Docker)
+        .await
+        .unwrap(); // digest a
     m.toolkit.store(true, Ordering::SeqCst); // someone installed it meanwhile: plan b
     let op = r.begin_setup(&engine(), Some(digest('a'))).unwrap();
     let done = r.drive(&op.operation_id).await.unwrap();

@@ -63,8 +63,7 @@ impl LinuxMachine {
             facts: &facts,
             installed_descriptor_id: installed_id,
             image_present,
-            // Setup runs on Docker until the engine's lifecycle runs on Podman too.
-            runtime: enginekit_shared::wire::plan::Runtime::Docker,
+            runtime: op.runtime,
         };
         let mut plan = plan_setup(&request)?.plan;
         crate::candidates::check_plan(&mut plan, &docs).await;
