@@ -98,7 +98,9 @@ async fn authorise(
 
 const BUSY: &str = "another job is running; try again when it has finished";
 
-pub(super) async fn start(
+/// `Start` or `Undo` (by `log.action`), steps 1-2: the exact bytes parsed (an undo step by
+/// [`verify::undo`]) and what they name logged; then [`launch`] with that kind's own check.
+pub(super) async fn step(
     helper: &Helper,
     bytes: &[u8],
     header: &Header<'_>,
@@ -106,30 +108,22 @@ pub(super) async fn start(
     log: &mut DecisionLog,
 ) -> Result<OwnedObjectPath, Refusal> {
     // 1-2: size, strict parse and schema, before anything else is looked at.
+    if log.action == authz::UNDO_ACTION_ID {
+        let step = verify::undo::parse(bytes)?;
+        tracing::Span::current().record("step_id", tracing::field::display(step.step_id()));
+        log.nonce = step.nonce().as_str().to_owned();
+        log.recipe_digest = step.plan_digest().to_string();
+        let check = |uid, c: &Checks<'_>| verify::undo::check(step, uid, c).map(Work::Undo);
+        return launch(helper, header, conn, log, check).await;
+    }
     let received = verify::parse_step(bytes)?;
-    let step = received.step();
+    let step = &received.step;
     tracing::Span::current().record("step_id", tracing::field::display(step.step_id().as_str()));
     log.nonce = step.nonce().as_str().to_owned();
     log.recipe_id = step.recipe_id().as_str().to_owned();
     log.recipe_digest = step.recipe_digest().to_string();
     log.parameters_digest = step.parameters_digest().to_string();
     let check = |_, c: &Checks<'_>| verify::check_step(received, c).map(Work::Setup);
-    launch(helper, header, conn, log, check).await
-}
-
-/// `Undo`: the same chain for an undo step, checked by [`verify::undo`] instead.
-pub(super) async fn undo(
-    helper: &Helper,
-    bytes: &[u8],
-    header: &Header<'_>,
-    conn: &Connection,
-    log: &mut DecisionLog,
-) -> Result<OwnedObjectPath, Refusal> {
-    let step = verify::undo::parse(bytes)?;
-    tracing::Span::current().record("step_id", tracing::field::display(step.step_id()));
-    log.nonce = step.nonce().as_str().to_owned();
-    log.recipe_digest = step.plan_digest().to_string();
-    let check = |uid, c: &Checks<'_>| verify::undo::check(step, uid, c).map(Work::Undo);
     launch(helper, header, conn, log, check).await
 }
 

@@ -67,13 +67,7 @@ impl Helper {
         // One span per step, its id recorded once parsed: the decision and the job's lines
         // carry the step id the broker logged when it issued the step.
         let span = tracing::info_span!("host_step", step_id = tracing::field::Empty);
-        let (bytes, log_ref) = (step.as_bytes(), &mut log);
-        let call = async move {
-            match action == authz::UNDO_ACTION_ID {
-                true => chain::undo(self, bytes, header, conn, log_ref).await,
-                false => chain::start(self, bytes, header, conn, log_ref).await,
-            }
-        };
+        let call = chain::step(self, step.as_bytes(), header, conn, &mut log);
         let result = call.instrument(span.clone()).await;
         span.in_scope(|| log.emit(header.sender().map(|s| s.as_str()).unwrap_or("?"), &result));
         result

@@ -39,7 +39,7 @@ use crate::refusal::{refuse, Refusal};
 /// A step that passed the size limit, the strict parse and the typed schema.
 #[derive(Debug, Clone)]
 pub(crate) struct ReceivedStep {
-    step: HostStep,
+    pub(crate) step: HostStep,
     /// Digest of the canonical form of the whole step: what "the same step" means for a reused
     /// nonce, whatever the spelling it arrived in.
     step_digest: Digest,
@@ -49,12 +49,6 @@ pub(crate) struct ReceivedStep {
 pub(crate) fn parse_step(bytes: &[u8]) -> Result<ReceivedStep, Refusal> {
     let (step, step_digest) = HostStep::parse_digested(bytes).map_err(step_error)?;
     Ok(ReceivedStep { step, step_digest })
-}
-
-impl ReceivedStep {
-    pub(crate) fn step(&self) -> &HostStep {
-        &self.step
-    }
 }
 
 /// What [`check_step`] checks against.
