@@ -139,12 +139,8 @@ pub(crate) fn installed_query(family: Family, package: &str) -> Built {
 
 /// The installed version of `package` (pinned, or with a minimum), asked of the same database.
 pub(crate) fn version_query(family: Family, package: &str) -> Built {
-    package_query(
-        family,
-        "${Version}",
-        r"%{VERSION}-%{RELEASE}\n",
-        Some(package),
-    )
+    let rpm = r"%{VERSION}-%{RELEASE}\n";
+    package_query(family, "${Version}", rpm, Some(package))
 }
 
 /// Every installed package with its version, for what a step changed (`wire::changes`): the
