@@ -130,8 +130,8 @@ pub(crate) fn permits(
                 }
             } else {
                 for p in wanted {
-                    out.push(dnf_available(&dir, &p.name)?);
-                    out.push(dnf_obsoletes(&dir, &p.name)?);
+                    out.push(dnf_repoquery(&dir, &[], &p.name)?);
+                    out.push(dnf_repoquery(&dir, &["--obsoletes"], &p.name)?);
                 }
             }
         }
@@ -627,11 +627,11 @@ mod tests {
         assert!(dnf.permit(&lxc).is_err());
         // Taught nothing by a query outside the plan, or by output that is not names.
         dnf.learn(
-            &dnf_obsoletes(REPOSITORY_CHECK_DIR, "evil").unwrap(),
+            &dnf_repoquery(REPOSITORY_CHECK_DIR, &["--obsoletes"], "evil").unwrap(),
             "lxc-docker\n",
         );
         dnf.learn(
-            &dnf_obsoletes(REPOSITORY_CHECK_DIR, "docker-ce").unwrap(),
+            &dnf_repoquery(REPOSITORY_CHECK_DIR, &["--obsoletes"], "docker-ce").unwrap(),
             "lxc-docker\n-rf /\n",
         );
         dnf.learn(
@@ -640,7 +640,7 @@ mod tests {
         );
         assert!(dnf.permit(&lxc).is_err());
         dnf.learn(
-            &dnf_obsoletes(REPOSITORY_CHECK_DIR, "docker-ce").unwrap(),
+            &dnf_repoquery(REPOSITORY_CHECK_DIR, &["--obsoletes"], "docker-ce").unwrap(),
             "lxc-docker 1.9.1-1.fc41\n\nrunc\n",
         );
         dnf.permit(&lxc).unwrap();

@@ -178,8 +178,9 @@ const DNF_REPOQUERY: &[&str] = &[
 ];
 
 /// `dnf repoquery …` in the private configuration (`dir`'s `.repo` files and cache only),
-/// `extra` words, then `package`.
-fn dnf_private_query(dir: &str, extra: &[&str], package: &str) -> Built {
+/// `extra` words, then `package`: with none, what they offer of it (one line per version; none:
+/// not served); with `--obsoletes`, what installing it would replace (RPM Obsoletes).
+pub(crate) fn dnf_repoquery(dir: &str, extra: &[&str], package: &str) -> Built {
     CommandBuilder::new(Program::Dnf)
         .words(DNF_REPOQUERY)
         .flag(&format!("--setopt=reposdir={dir}/repos"))
@@ -192,17 +193,7 @@ fn dnf_private_query(dir: &str, extra: &[&str], package: &str) -> Built {
         .build()
 }
 
-/// What the private repositories offer of `package` (one line per version; none: not served).
-pub(crate) fn dnf_available(dir: &str, package: &str) -> Built {
-    dnf_private_query(dir, &[], package)
-}
-
-/// What installing `package` would replace (RPM Obsoletes), asked of the private repositories.
-pub(crate) fn dnf_obsoletes(dir: &str, package: &str) -> Built {
-    dnf_private_query(dir, &["--obsoletes"], package)
-}
-
-/// What a [`dnf_obsoletes`] output lists: each line's first word, or `None` when one is not a
+/// What a `dnf repoquery --obsoletes` output lists: each line's first word, or `None` when one is not a
 /// package name.
 pub(crate) fn obsoleted_names(stdout: &str) -> Option<Vec<&str>> {
     let firsts = stdout.lines().filter_map(|l| l.split_whitespace().next());

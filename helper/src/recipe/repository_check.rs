@@ -71,7 +71,8 @@ async fn ask(
         }
         Family::Dnf => {
             for p in missing {
-                let out = r.run(&cmd::dnf_available(&dir, &p.name)?, false).await?;
+                let offered = cmd::dnf_repoquery(&dir, &[], &p.name)?;
+                let out = r.run(&offered, false).await?;
                 if !out.success() {
                     return refused(out.describe());
                 }
@@ -158,7 +159,8 @@ async fn obsoletes(
     missing: &[PlannedPackage],
 ) -> Result<(), Failure> {
     for name in missing.iter().map(|p| &p.name) {
-        let out = r.run(&cmd::dnf_obsoletes(dir, name)?, false).await?;
+        let replaced = cmd::dnf_repoquery(dir, &["--obsoletes"], name)?;
+        let out = r.run(&replaced, false).await?;
         if !out.success() {
             let why = out.describe();
             return fail(format!("could not ask what {name} obsoletes: {why}"));

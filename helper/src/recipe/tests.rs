@@ -105,8 +105,12 @@ fn reference_argv(family: &str) -> BTreeSet<Vec<String>> {
         if family == "apt" {
             continue;
         }
-        out.insert(commands::dnf_available(dir, p).unwrap().argv());
-        out.insert(commands::dnf_obsoletes(dir, p).unwrap().argv());
+        out.insert(commands::dnf_repoquery(dir, &[], p).unwrap().argv());
+        out.insert(
+            commands::dnf_repoquery(dir, &["--obsoletes"], p)
+                .unwrap()
+                .argv(),
+        );
     }
     if family == "apt" {
         for ext in ["list", "sources"] {
