@@ -56,6 +56,7 @@ pub(crate) fn build(
 /// A receipt for a job that never ran an action (the caller left after the nonce was burnt).
 pub(crate) fn not_run(work: &Work, outcome: Outcome, code: ErrorCode, why: &str) -> String {
     let now = SystemTime::now();
-    let report = ExecutionOutcome::nothing_run(outcome, code, why);
+    let mut report = ExecutionOutcome::nothing_run(code, why);
+    report.outcome = outcome;
     build(work, now, now, &report)
 }

@@ -99,7 +99,6 @@ pub(super) async fn run_job(
                 break match joined {
                     Ok(report) => report,
                     Err(e) => ExecutionOutcome::nothing_run(
-                        Outcome::Failed,
                         ErrorCode::IoError,
                         &format!("the executor stopped unexpectedly: {e}"),
                     ),

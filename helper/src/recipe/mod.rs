@@ -110,10 +110,10 @@ pub struct ExecutionOutcome {
 }
 
 impl ExecutionOutcome {
-    /// An outcome without any action run, and why.
-    pub(crate) fn nothing_run(outcome: Outcome, code: ErrorCode, why: &str) -> ExecutionOutcome {
+    /// A failure without any action run, and why.
+    pub(crate) fn nothing_run(code: ErrorCode, why: &str) -> ExecutionOutcome {
         ExecutionOutcome {
-            outcome,
+            outcome: Outcome::Failed,
             actions: Vec::new(),
             error: Some(CodedError::new(code, why)),
             restored: Vec::new(),
@@ -273,11 +273,7 @@ pub async fn run_plan(
         Err(e) => {
             let why = format!("a command could not be built: {e}");
             tracing::warn!(uid = ctx.caller_uid, recipe = %recipe.digest(), error = %why, "refused to plan");
-            return ExecutionOutcome::nothing_run(
-                Outcome::Failed,
-                ErrorCode::HostStepInvalid,
-                &why,
-            );
+            return ExecutionOutcome::nothing_run(ErrorCode::HostStepInvalid, &why);
         }
     };
     let mut r = Executor::new(ctx, family, child_environment(recipe), sink);
@@ -364,7 +360,7 @@ pub async fn run_plan(
 fn not_read(ctx: &ExecContext, why: &str) -> ExecutionOutcome {
     let why = format!("nothing was run: what is installed could not be read ({why})");
     tracing::warn!(uid = ctx.caller_uid, error = %why, "refused to run");
-    ExecutionOutcome::nothing_run(Outcome::Failed, ErrorCode::IoError, &why)
+    ExecutionOutcome::nothing_run(ErrorCode::IoError, &why)
 }
 
 #[cfg(test)]
