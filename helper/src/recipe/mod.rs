@@ -238,13 +238,11 @@ impl Actions {
     /// Ends the run: what it changed since `before`, the files put back unless it succeeded.
     async fn end(self, mut r: Executor<'_>, before: &changes::Before) -> ExecutionOutcome {
         let Actions(outcome, actions, error) = self;
-        let changes = changes::since(&mut r, before, outcome == Outcome::Succeeded).await;
-        let restored = r.journal.finish(outcome == Outcome::Succeeded);
-        let end_phase = match outcome {
-            Outcome::Succeeded => "done",
-            Outcome::Failed => "failed",
-            Outcome::Cancelled => "cancelled",
-        };
+        let succeeded = outcome == Outcome::Succeeded;
+        let changes = changes::since(&mut r, before, succeeded).await;
+        let restored = r.journal.finish(succeeded);
+        // The last phase: "done", else the outcome's own word ("failed", "cancelled").
+        let end_phase = if succeeded { "done" } else { outcome.as_str() };
         r.set_phase(end_phase.to_string(), 100);
         ExecutionOutcome {
             outcome,
