@@ -179,10 +179,8 @@ async fn helper_live() -> BTreeMap<String, interface_xml::Interface> {
         uid: 0,
         name: zbus::names::OwnedUniqueName::try_from(":1.0").expect("unique name"),
     };
-    let job = job::Job {
-        shared: Arc::new(job::JobShared::new(owner, "specimen".to_owned(), status)),
-        admission,
-    };
+    let shared = job::JobShared::new(owner, "specimen".to_owned(), status, admission);
+    let job = job::Job(Arc::new(shared));
     let helper_path = enginekit_helper::bus::HELPER_PATH.to_owned();
     let job_path = format!("{}1", job::JOB_PATH_PREFIX);
     let (server, client) = pair(|b| {

@@ -186,8 +186,8 @@ async fn launch(
             drop(slot);
             let outcome = Receipt::parse(receipt.as_bytes()).map_or(Outcome::Failed, |r| r.outcome);
             let status = JobStatus::over(outcome, "finished earlier", receipt);
-            let job = JobShared::new(owner, nonce, status);
-            let exported = jobs.export(conn, &path, job, &helper.admission).await;
+            let job = JobShared::new(owner, nonce, status, Arc::clone(&helper.admission));
+            let exported = jobs.export(conn, &path, job).await;
             let shared = exported.map_err(|e| refuse!(Internal, "cannot export the job: {e}"))?;
             tokio::spawn(Arc::clone(jobs).retire(conn.clone(), path.clone(), shared));
             return Ok(path);
@@ -222,8 +222,8 @@ async fn launch(
         allow_cancel: true,
         receipt: String::new(),
     };
-    let job = JobShared::new(owner, nonce.clone(), status);
-    let exported = jobs.export(conn, &path, job, &helper.admission).await;
+    let job = JobShared::new(owner, nonce.clone(), status, Arc::clone(&helper.admission));
+    let exported = jobs.export(conn, &path, job).await;
     let shared = exported.map_err(|e| not_run(format!("cannot export the job: {e}")))?;
     let (ledger, jobs) = (Arc::clone(ledger), Arc::clone(jobs));
     let (job_conn, job_path) = (conn.clone(), path.clone());

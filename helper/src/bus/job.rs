@@ -90,16 +90,19 @@ pub struct JobShared {
     status: Mutex<JobStatus>,
     /// Signalled when the owner has read the finished job's receipt.
     pub(crate) fetched: Notify,
+    /// What every call on the job object passes first, as the helper's own calls do.
+    admission: Arc<Admission>,
 }
 
 impl JobShared {
-    pub fn new(owner: Owner, nonce: String, status: JobStatus) -> Self {
+    pub fn new(owner: Owner, nonce: String, status: JobStatus, admission: Arc<Admission>) -> Self {
         JobShared {
             owner,
             nonce,
             cancel: CancelToken::default(),
             status: Mutex::new(status),
             fetched: Notify::new(),
+            admission,
         }
     }
 
@@ -109,10 +112,7 @@ impl JobShared {
 }
 
 #[derive(Debug)]
-pub struct Job {
-    pub shared: Arc<JobShared>,
-    pub admission: Arc<Admission>,
-}
+pub struct Job(pub Arc<JobShared>);
 
 impl Job {
     /// The status, for the owner's connection, another connection of the owner's uid, or root;
@@ -122,21 +122,21 @@ impl Job {
         conn: &Connection,
         header: Option<&Header<'_>>,
     ) -> zbus::fdo::Result<MutexGuard<'_, JobStatus>> {
-        let owner = self.shared.owner.name.as_str();
+        let owner = self.0.owner.name.as_str();
         let Some(header) = header.filter(|h| h.sender().is_none_or(|s| s.as_str() != owner)) else {
-            return Ok(self.shared.status());
+            return Ok(self.0.status());
         };
         let denied = || zbus::fdo::Error::AccessDenied("this job belongs to another user".into());
-        let admitted = self.admission.admit(conn, header).await;
+        let admitted = self.0.admission.admit(conn, header).await;
         let (caller, _ticket) = admitted.map_err(|refusal| match refusal.kind {
             RefusalKind::Busy => zbus::fdo::Error::LimitsExceeded(refusal.message().to_owned()),
             _ => denied(),
         })?;
-        if caller.uid != self.shared.owner.uid && caller.uid != 0 {
-            tracing::warn!(uid = caller.uid, pid = caller.pid, nonce = %self.shared.nonce, "a job's properties were asked for by another user");
+        if caller.uid != self.0.owner.uid && caller.uid != 0 {
+            tracing::warn!(uid = caller.uid, pid = caller.pid, nonce = %self.0.nonce, "a job's properties were asked for by another user");
             return Err(denied());
         }
-        Ok(self.shared.status())
+        Ok(self.0.status())
     }
 }
 
@@ -193,7 +193,7 @@ impl Job {
     ) -> zbus::fdo::Result<String> {
         let receipt = self.read(conn, header.as_ref()).await?.receipt.clone();
         if header.is_some() && !receipt.is_empty() {
-            self.shared.fetched.notify_one();
+            self.0.fetched.notify_one();
         }
         Ok(receipt)
     }
@@ -204,17 +204,17 @@ impl Job {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), Refusal> {
-        let (caller, _ticket) = self.admission.admit(conn, &header).await?;
-        if caller.uid != self.shared.owner.uid {
-            tracing::warn!(uid = caller.uid, action = "cancel", nonce = %self.shared.nonce, outcome = "not-owner", "cancel refused");
+        let (caller, _ticket) = self.0.admission.admit(conn, &header).await?;
+        if caller.uid != self.0.owner.uid {
+            tracing::warn!(uid = caller.uid, action = "cancel", nonce = %self.0.nonce, outcome = "not-owner", "cancel refused");
             return Err(refuse!(
                 NotOwner,
                 "only the caller that started this job may cancel it"
             ));
         }
-        let status = self.shared.status();
+        let status = self.0.status();
         if status.state != JobState::Running || !status.allow_cancel {
-            tracing::info!(uid = caller.uid, action = "cancel", nonce = %self.shared.nonce, outcome = "not-cancellable", "cancel refused");
+            tracing::info!(uid = caller.uid, action = "cancel", nonce = %self.0.nonce, outcome = "not-cancellable", "cancel refused");
             return Err(refuse!(
                 NotCancellable,
                 "the job can no longer be cancelled (state {}, phase {:?})",
@@ -223,8 +223,8 @@ impl Job {
             ));
         }
         drop(status);
-        self.shared.cancel.cancel();
-        tracing::info!(uid = caller.uid, action = "cancel", nonce = %self.shared.nonce, outcome = "requested", "cancel requested");
+        self.0.cancel.cancel();
+        tracing::info!(uid = caller.uid, action = "cancel", nonce = %self.0.nonce, outcome = "requested", "cancel requested");
         Ok(())
     }
 
@@ -258,7 +258,6 @@ impl JobTable {
         conn: &Connection,
         path: &OwnedObjectPath,
         job: JobShared,
-        admission: &Arc<Admission>,
     ) -> zbus::Result<Arc<JobShared>> {
         let shared = Arc::new(job);
         let evicted = {
@@ -279,11 +278,7 @@ impl JobTable {
         for old in evicted {
             let _ = server.remove::<Job, _>(&old).await;
         }
-        let job = Job {
-            shared: Arc::clone(&shared),
-            admission: Arc::clone(admission),
-        };
-        server.at(path.clone(), job).await?;
+        server.at(path.clone(), Job(Arc::clone(&shared))).await?;
         Ok(shared)
     }
 
