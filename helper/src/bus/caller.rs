@@ -8,7 +8,6 @@ use zbus::Connection;
 
 use crate::refusal::{refuse, Refusal};
 
-/// The caller of one method call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Caller {
     pub(crate) unique_name: OwnedUniqueName,

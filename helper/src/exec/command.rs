@@ -82,7 +82,6 @@ impl Program {
     }
 }
 
-/// A program that cannot be run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum ResolveError {
     #[error("{0} is not installed in {PROGRAM_DIRS:?}")]
@@ -102,7 +101,6 @@ pub(crate) enum Duration {
     Diagnostic,
 }
 
-/// One command: a program and its arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Command {
     pub(crate) program: Program,

@@ -45,7 +45,6 @@ impl Default for Timeouts {
     }
 }
 
-/// What happened to one command.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct CommandResult {
     /// The argv as run: the absolute program path, then the arguments.

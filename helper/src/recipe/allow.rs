@@ -44,7 +44,6 @@ const REQUIRED: &[(Program, &str, &str)] = &[
     ),
 ];
 
-/// A refused command and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("refusing to run {argv:?}: {why}")]
 pub(crate) struct Refused {

@@ -130,7 +130,6 @@ impl<'a> Executor<'a> {
         Ok(result)
     }
 
-    /// Runs a command that must succeed.
     pub(crate) async fn must(
         &mut self,
         cmd: &Command,

@@ -11,7 +11,6 @@ use std::path::{Path, PathBuf};
 /// Largest existing file read back for comparison.
 pub(crate) const MAX_READ_BYTES: u64 = 1024 * 1024;
 
-/// A file operation that did not happen.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum FileError {
     #[error("{} is a symlink; refusing to follow it", .0.display())]

@@ -196,7 +196,6 @@ pub(crate) fn recheck(verified: &VerifiedStep, checks: &Checks<'_>) -> Result<()
     check_recipe_is_current(&verified.recipe, checks)
 }
 
-/// The step's components, comma-separated.
 fn components(parameters: &HostParameters) -> String {
     let names: Vec<&str> = parameters.components().iter().map(|c| c.as_str()).collect();
     names.join(",")
