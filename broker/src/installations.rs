@@ -1,6 +1,7 @@
 //! Installation records: which engine is set up, pinned to which descriptor and image.
 //! One file per engine, `installations/<engine>/installation.json`, written atomically.
 
+use enginekit_shared::wire::plan::Runtime;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -48,6 +49,9 @@ pub struct Installation {
     pub installed_at: String,
     /// The operation that wrote the record.
     pub operation_id: String,
+    /// The container runtime its images and containers live in (Docker when not written).
+    #[serde(default, skip_serializing_if = "Runtime::is_docker")]
+    pub runtime: Runtime,
 }
 
 #[derive(Debug, Clone)]
@@ -159,6 +163,7 @@ mod tests {
 
     fn record(engine: &str) -> Installation {
         Installation {
+            runtime: Runtime::Docker,
             schema_version: 1,
             engine: EngineId::parse(engine).unwrap(),
             descriptor_id: "vllm-r1".into(),

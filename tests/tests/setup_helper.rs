@@ -177,7 +177,11 @@ async fn child(mode: &str) {
     let op = match mode {
         "drive" => {
             let op = runner
-                .begin_setup(&engine, Some(PLAN_DIGEST.parse::<Digest>().expect("d")))
+                .begin_setup(
+                    &engine,
+                    Some(PLAN_DIGEST.parse::<Digest>().expect("d")),
+                    enginekit_shared::wire::plan::Runtime::Docker,
+                )
                 .expect("begin");
             runner.drive(&op.operation_id).await.expect("drive")
         }

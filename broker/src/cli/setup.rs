@@ -25,6 +25,9 @@ pub struct SetupArgs {
     /// One JSON event per line on stdout.
     #[arg(long)]
     pub json: bool,
+    /// The container runtime: docker, or podman (rootless, no group added).
+    #[arg(long, default_value = "docker", value_parser = |s: &str| s.parse::<Runtime>())]
+    pub runtime: Runtime,
 }
 
 pub fn run(args: SetupArgs) -> ExitCode {
@@ -57,7 +60,7 @@ async fn setup(args: SetupArgs) -> ExitCode {
             Err(e) => report_error(json, &e),
         };
     }
-    let plan = match runner.plan(&engine, Runtime::Docker).await {
+    let plan = match runner.plan(&engine, args.runtime).await {
         Ok(plan) => plan,
         Err(e) => return report_error(json, &e),
     };
@@ -82,7 +85,7 @@ async fn setup(args: SetupArgs) -> ExitCode {
     if let Err(e) = consent(args.yes, json, "Set up with this plan?") {
         return report_error(json, &e);
     }
-    let op = match runner.begin_setup(&engine, Some(digest)) {
+    let op = match runner.begin_setup(&engine, Some(digest), args.runtime) {
         Ok(op) => op,
         Err(e) => return report_error(json, &e),
     };

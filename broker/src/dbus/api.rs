@@ -116,7 +116,8 @@ impl<P: Provisioner + Probing, E: Elevator> BrokerApi for Broker<P, E> {
     }
 
     fn begin_setup(&self, engine: EngineId, plan_digest: Digest) -> Result<Operation, CodedError> {
-        self.runner.begin_setup(&engine, Some(plan_digest))
+        self.runner
+            .begin_setup(&engine, Some(plan_digest), Runtime::Docker)
     }
 
     fn begin_remove(&self, engine: EngineId, retain_models: bool) -> Result<Operation, CodedError> {

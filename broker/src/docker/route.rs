@@ -1,5 +1,6 @@
 //! Which socket this process reaches the daemon through: the daemon's own, or — in the login
-//! session that joined the docker group after it began — a [`GroupRelay`] started with `sg`.
+//! session that joined the docker group after it began — a [`GroupRelay`] started with `sg`; or,
+//! on rootless Podman, the user's own Podman API ([`UserPodman`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -8,8 +9,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 
 use super::client::{Docker, SYSTEM_SOCKET};
+use super::error::DockerError;
 use super::error::Result;
 use super::group_relay::GroupRelay;
+use super::user_podman::UserPodman;
 
 /// The group whose members the daemon's socket admits.
 const DOCKER_GROUP: &str = "docker";
@@ -21,6 +24,8 @@ const RETRY_AFTER: Duration = Duration::from_secs(30);
 struct RelayState {
     relay: Option<GroupRelay>,
     failed_at: Option<Instant>,
+    /// `Some` on a route to the user's Podman: reached on first use, again once it idled out.
+    podman: Option<Option<UserPodman>>,
 }
 
 /// The way to the daemon; clones share one relay and one negotiated client.
@@ -42,6 +47,15 @@ impl DockerRoute {
             state: Arc::default(),
             client: Arc::default(),
         }
+    }
+
+    /// To the user's rootless Podman: the `podman.socket` unit's, else a service of our own.
+    pub fn user_podman() -> DockerRoute {
+        let route = DockerRoute::new(PathBuf::new());
+        if let Ok(mut state) = route.state.try_lock() {
+            state.podman = Some(None);
+        }
+        route
     }
 
     /// The daemon's socket from `DOCKER_HOST` when it names an absolute unix socket (a system
@@ -92,7 +106,7 @@ impl DockerRoute {
     /// Connects through [`DockerRoute::socket`]; the client of the last connection through the
     /// same socket is reused.
     pub async fn connect(&self) -> Result<Docker> {
-        let socket = self.socket().await;
+        let socket = self.podman_socket().await?.unwrap_or(self.socket().await);
         let mut cached = self.client.lock().await;
         if let Some((path, docker)) = cached.as_ref() {
             if *path == socket {
@@ -102,6 +116,30 @@ impl DockerRoute {
         let docker = Docker::connect(&socket).await?;
         *cached = Some((socket, docker.clone()));
         Ok(docker)
+    }
+}
+
+impl DockerRoute {
+    /// The user's Podman socket on a Podman route (reaching it when needed); `None` on Docker's.
+    async fn podman_socket(&self) -> Result<Option<PathBuf>> {
+        let mut state = self.state.lock().await;
+        let Some(podman) = state.podman.as_mut() else {
+            return Ok(None);
+        };
+        if let Some(reached) = podman.as_mut() {
+            if reached.alive() {
+                return Ok(Some(reached.socket().to_path_buf()));
+            }
+        }
+        let reached = UserPodman::reach()
+            .await
+            .map_err(|e| DockerError::DaemonUnreachable {
+                socket: "the user's Podman".to_owned(),
+                detail: e.to_string(),
+            })?;
+        let socket = reached.socket().to_path_buf();
+        *podman = Some(reached);
+        Ok(Some(socket))
     }
 }
 

@@ -279,8 +279,8 @@ pub struct Operation {
     pub notes: Vec<String>,
     /// The plan of the last probe, as shown to the user (the new plan after a re-ask).
     pub requirement_plan: Option<Plan>,
-    /// The container runtime planned for. Setups run on Docker until the engine's lifecycle
-    /// runs on Podman too; only a plan asks for Podman so far.
+    /// The container runtime this operation plans for and works in (a removal works in its
+    /// installation's).
     #[serde(default, skip_serializing_if = "Runtime::is_docker")]
     pub runtime: Runtime,
 }

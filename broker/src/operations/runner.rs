@@ -123,11 +123,12 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
         &self,
         engine: &EngineId,
         plan_digest: Option<Digest>,
+        runtime: Runtime,
     ) -> Result<Operation, CodedError> {
         if let Some(active) = self.store.active_for(engine)? {
             return self.adopt(active, plan_digest);
         }
-        let op = start(
+        let mut op = start(
             OperationId::fresh()?,
             engine.clone(),
             OperationKind::Setup,
@@ -135,6 +136,7 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
             plan_digest,
             self.instance_id.clone(),
         );
+        op.runtime = runtime;
         self.store.create(&op)?;
         self.announce(&op);
         Ok(op)

@@ -231,7 +231,9 @@ async fn a_setup_from_toolkit_absent_ends_ready_with_one_host_step() {
         .await
         .unwrap();
     assert_eq!(shown.plan_digest.as_str(), digest('a').as_str());
-    let op = r.begin_setup(&engine(), Some(digest('a'))).unwrap();
+    let op = r
+        .begin_setup(&engine(), Some(digest('a')), Runtime::Docker)
+        .unwrap();
     let done = r.drive(&op.operation_id).await.unwrap();
     assert_eq!(done.phase, Phase::Ready, "{:?}", done.error);
     assert_eq!(h.total_runs(), 1);
@@ -295,7 +297,9 @@ async fn the_host_steps_lines_carry_the_operation_id_the_step_id_and_the_helpers
     let m = FakeMachine::clean();
     let h = FakeHelper::new(m.clone());
     let r = runner(dir.path(), &m, &h);
-    let op = r.begin_setup(&engine(), Some(digest('a'))).unwrap();
+    let op = r
+        .begin_setup(&engine(), Some(digest('a')), Runtime::Docker)
+        .unwrap();
     let done = r.drive(&op.operation_id).await.unwrap();
     assert_eq!(done.phase, Phase::Ready, "{:?}", done.error);
     let step_id = done.completed_step_ids.first().expect("the step's id");
@@ -329,7 +333,9 @@ async fn a_declined_authorisation_fails_and_changes_nothing() {
     let h = FakeHelper::new(m.clone());
     h.allow.store(false, Ordering::SeqCst);
     let r = runner(dir.path(), &m, &h);
-    let op = r.begin_setup(&engine(), Some(digest('a'))).unwrap();
+    let op = r
+        .begin_setup(&engine(), Some(digest('a')), Runtime::Docker)
+        .unwrap();
     let done = r.drive(&op.operation_id).await.unwrap();
     assert_eq!(done.phase, Phase::Failed);
     assert_eq!(done.error.unwrap().code, ErrorCode::ElevationDeclined);
@@ -348,7 +354,9 @@ async fn a_host_that_changed_after_the_plan_was_shown_asks_again() {
         .await
         .unwrap(); // digest a
     m.toolkit.store(true, Ordering::SeqCst); // someone installed it meanwhile: plan b
-    let op = r.begin_setup(&engine(), Some(digest('a'))).unwrap();
+    let op = r
+        .begin_setup(&engine(), Some(digest('a')), Runtime::Docker)
+        .unwrap();
     let done = r.drive(&op.operation_id).await.unwrap();
     assert_eq!(done.phase, Phase::AwaitingConsent);
     assert_eq!(done.error.as_ref().unwrap().code, ErrorCode::PlanChanged);
@@ -357,7 +365,9 @@ async fn a_host_that_changed_after_the_plan_was_shown_asks_again() {
         digest('b').as_str()
     );
     // Approving the new plan carries on.
-    let again = r.begin_setup(&engine(), Some(digest('b'))).unwrap();
+    let again = r
+        .begin_setup(&engine(), Some(digest('b')), Runtime::Docker)
+        .unwrap();
     let done = r.drive(&again.operation_id).await.unwrap();
     assert_eq!(done.phase, Phase::Ready);
     assert_eq!(h.total_runs(), 0);
@@ -370,7 +380,9 @@ async fn waits_for_a_sign_in_and_resumes_in_a_new_session() {
     m.group_effective.store(false, Ordering::SeqCst);
     let h = FakeHelper::new(m.clone());
     let r = runner(dir.path(), &m, &h);
-    let op = r.begin_setup(&engine(), Some(digest('a'))).unwrap();
+    let op = r
+        .begin_setup(&engine(), Some(digest('a')), Runtime::Docker)
+        .unwrap();
     let waiting = r.drive(&op.operation_id).await.unwrap();
     assert_eq!(waiting.phase, Phase::ReloginRequired);
     assert_eq!(
@@ -400,7 +412,9 @@ async fn after_a_crash_mid_job_the_receipt_is_fetched_and_the_nonce_never_runs_a
     let h = FakeHelper::new(m.clone());
     h.hang.store(true, Ordering::SeqCst);
     let r = runner(dir.path(), &m, &h);
-    let op = r.begin_setup(&engine(), Some(digest('a'))).unwrap();
+    let op = r
+        .begin_setup(&engine(), Some(digest('a')), Runtime::Docker)
+        .unwrap();
     let id = op.operation_id.clone();
     let r1 = r.clone();
     let task = tokio::spawn(async move { r1.drive(&id).await });
@@ -448,7 +462,9 @@ async fn a_crash_before_the_helper_took_the_step_issues_a_fresh_nonce() {
     let h = FakeHelper::new(m.clone());
     let store = Store::open(dir.path()).unwrap();
     let r = runner(dir.path(), &m, &h);
-    let op = r.begin_setup(&engine(), Some(digest('a'))).unwrap();
+    let op = r
+        .begin_setup(&engine(), Some(digest('a')), Runtime::Docker)
+        .unwrap();
     // Drive by hand up to "host step started" as the dying broker would have.
     let probed = reduce(
         &op,
@@ -496,14 +512,16 @@ async fn a_live_driver_keeps_others_out_and_removal_follows_setup() {
     m.toolkit.store(true, Ordering::SeqCst);
     let h = FakeHelper::new(m.clone());
     let r = runner(dir.path(), &m, &h);
-    let op = r.begin_setup(&engine(), Some(digest('b'))).unwrap();
+    let op = r
+        .begin_setup(&engine(), Some(digest('b')), Runtime::Docker)
+        .unwrap();
     let lock = r.store().try_lock_engine(&engine()).unwrap().unwrap();
     assert_eq!(
         r.drive(&op.operation_id).await.unwrap_err().code,
         ErrorCode::OperationConflict
     );
     assert_eq!(
-        r.begin_setup(&engine(), Some(digest('b')))
+        r.begin_setup(&engine(), Some(digest('b')), Runtime::Docker)
             .unwrap_err()
             .code,
         ErrorCode::OperationConflict
@@ -535,7 +553,9 @@ async fn a_gpu_that_is_not_visible_stops_before_the_engine_image_moves() {
     m.gpu_visible.store(false, Ordering::SeqCst);
     let h = FakeHelper::new(m.clone());
     let r = runner(dir.path(), &m, &h);
-    let op = r.begin_setup(&engine(), Some(digest('b'))).unwrap();
+    let op = r
+        .begin_setup(&engine(), Some(digest('b')), Runtime::Docker)
+        .unwrap();
     let done = r.drive(&op.operation_id).await.unwrap();
     assert_eq!(done.phase, Phase::Failed);
     assert_eq!(done.error.unwrap().code, ErrorCode::PrerequisiteBlocked);
@@ -548,7 +568,7 @@ async fn a_cancel_while_waiting_for_consent_ends_cancelled() {
     let m = FakeMachine::clean();
     let h = FakeHelper::new(m.clone());
     let r = runner(dir.path(), &m, &h);
-    let op = r.begin_setup(&engine(), None).unwrap();
+    let op = r.begin_setup(&engine(), None, Runtime::Docker).unwrap();
     let waiting = r.drive(&op.operation_id).await.unwrap();
     assert_eq!(waiting.phase, Phase::AwaitingConsent);
     r.cancel(&op.operation_id).unwrap();

@@ -68,7 +68,7 @@ impl LinuxMachine {
             ..
         } = self.stage_inputs(op).await?;
         let (gpu, name) = Self::choose_gpu(&facts, &descriptor)?;
-        let docker = self.docker().await?;
+        let docker = self.docker(op.runtime).await?;
         self.pull(
             &docker,
             &probe_image,
@@ -78,7 +78,11 @@ impl LinuxMachine {
             &progress,
         )
         .await?;
-        let access = crate::assess::cdi::gpu_access(&facts, Some(gpu.as_str()));
+        // Podman takes the GPU through CDI only (a --gpus request it would silently ignore).
+        let access = match op.runtime {
+            Runtime::Docker => crate::assess::cdi::gpu_access(&facts, Some(gpu.as_str())),
+            Runtime::Podman => GpuAccess::Cdi,
+        };
         let by = match access {
             GpuAccess::Cdi => "through CDI",
             GpuAccess::GpusFlag => "with --gpus",
@@ -91,7 +95,10 @@ impl LinuxMachine {
         });
         let toolkit = ToolkitFacts {
             toolkit_installed: facts.nvidia.toolkit_installed.value().copied(),
-            gpu_runtime: Some(facts.effective_gpu_runtime()),
+            gpu_runtime: Some(match op.runtime {
+                Runtime::Docker => facts.effective_gpu_runtime(),
+                Runtime::Podman => facts.nvidia.cdi_nvidia_gpu_listed.is_true(),
+            }),
         };
         docker
             .run_gpu_check(

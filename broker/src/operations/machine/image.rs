@@ -59,7 +59,7 @@ impl LinuxMachine {
         progress: ProgressSink,
     ) -> Result<(), CodedError> {
         let inputs = self.stage_inputs(op).await?;
-        let docker = self.docker().await?;
+        let docker = self.docker(op.runtime).await?;
         self.pull(
             &docker,
             &inputs.image,
@@ -73,7 +73,7 @@ impl LinuxMachine {
 
     pub(super) async fn verify_image(&self, op: &Operation) -> Result<(), CodedError> {
         let image = self.stage_inputs(op).await?.image;
-        let docker = self.docker().await?;
+        let docker = self.docker(op.runtime).await?;
         docker
             .verify_repo_digest(&image)
             .await
@@ -107,6 +107,7 @@ impl LinuxMachine {
             platform: format!("linux/{}", platform.as_str()),
             installed_at: now_rfc3339(),
             operation_id: op.operation_id.as_str().to_owned(),
+            runtime: op.runtime,
         };
         self.installations.put(&record)
     }

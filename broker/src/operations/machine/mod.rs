@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use enginekit_shared::error::{CodedError, ErrorCode};
 use enginekit_shared::image::ImageRef;
-use enginekit_shared::wire::plan::GpuAccess;
+use enginekit_shared::wire::plan::{GpuAccess, Runtime};
 
 use super::boundary::{Claims, HostCheck, Probing, ProgressSink, ProgressTick, Provisioner};
 use super::record::{Operation, OperationKind};
@@ -39,6 +39,8 @@ pub struct LinuxMachine {
     installations: Installations,
     probe_options: ProbeOptions,
     route: DockerRoute,
+    /// The way to the user's rootless Podman, for operations on Podman.
+    podman_route: DockerRoute,
 }
 
 fn coded_docker(err: DockerError) -> CodedError {
@@ -70,6 +72,7 @@ impl LinuxMachine {
             installations,
             probe_options,
             route,
+            podman_route: DockerRoute::user_podman(),
         }
     }
 
@@ -80,7 +83,7 @@ impl LinuxMachine {
     /// Reconciles the container journal records that dead broker instances left behind
     /// (bounded by [`ReconcileLimits::default`]); a container that is not ours is never touched.
     pub async fn reconcile_containers(&self) -> Result<ReconcileReport, CodedError> {
-        let docker = self.docker().await?;
+        let docker = self.docker(Runtime::Docker).await?;
         let journal = self.open_journal()?;
         crate::journal::reconcile(&docker, &journal, ReconcileLimits::default())
             .await
@@ -96,8 +99,13 @@ impl LinuxMachine {
             .map_err(|e| CodedError::new(e.code(), e.to_string()))
     }
 
-    async fn docker(&self) -> Result<Docker, CodedError> {
-        self.route.connect().await.map_err(coded_docker)
+    /// The API of `runtime`: Docker's daemon, or the user's Podman.
+    async fn docker(&self, runtime: Runtime) -> Result<Docker, CodedError> {
+        let route = match runtime {
+            Runtime::Docker => &self.route,
+            Runtime::Podman => &self.podman_route,
+        };
+        route.connect().await.map_err(coded_docker)
     }
 
     /// The probe's options, reading the daemon through the socket this process can use now.

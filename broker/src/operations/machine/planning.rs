@@ -4,8 +4,8 @@
 use super::*;
 
 impl LinuxMachine {
-    pub(super) async fn image_present(&self, image: &ImageRef) -> bool {
-        match self.docker().await {
+    pub(super) async fn image_present(&self, image: &ImageRef, runtime: Runtime) -> bool {
+        match self.docker(runtime).await {
             Ok(docker) => matches!(docker.inspect_image(image).await, Ok(Some(_))),
             Err(_) => false,
         }
@@ -25,7 +25,10 @@ impl LinuxMachine {
             .value()
             .and_then(|a| Platform::of_architecture(a));
         let present = match (Self::descriptor_in(&docs, op), platform) {
-            (Ok(descriptor), Some(p)) => self.image_present(descriptor.image_for(p)).await,
+            (Ok(descriptor), Some(p)) => {
+                self.image_present(descriptor.image_for(p), op.runtime)
+                    .await
+            }
             _ => false,
         };
         (docs, present)

@@ -75,7 +75,8 @@ impl LinuxMachine {
         // Loads of this engine are held off from here on: the record says removing.
         record.status = InstallationStatus::Removing;
         self.installations.put(&record)?;
-        let docker = self.docker().await?;
+        // The installation's own runtime: a removal never touches the other one's.
+        let docker = self.docker(record.runtime).await?;
         let journal = self.open_journal()?;
         let listing = journal
             .list()
@@ -169,7 +170,7 @@ impl LinuxMachine {
         {
             return Ok(()); // a committed installation is never erased by a cancel
         }
-        let docker = self.docker().await?;
+        let docker = self.docker(op.runtime).await?;
         let mut notes = Vec::new();
         for resource in &op.owned_resources {
             if let Some(image) = resource

@@ -1,0 +1,212 @@
+//! `enginekit setup --runtime podman`, `status` and `remove` end to end, run as the bench's
+//! test user on a SIMULATED GPU HOST whose container runtime is the user's own rootless Podman
+//! (Debian's 4.3.1 from the archive; never a stand-in), reached by the broker itself (a
+//! `podman system service` of its own, gone with it): the GPU check through CDI, the engine image
+//! pulled by digest from the bench registry and verified, the installation recorded with its
+//! runtime, and removed again — all in the user's Podman, nothing in Docker's.
+//!
+//! STAND-INs, for hardware and vendor parts only: nvidia-smi and nvidia-ctk (the probe's, and
+//! the env-only CDI spec the stand-in `nvidia-ctk cdi generate` wrote in /var/run/cdi; see
+//! setup_support), and the NVIDIA Container Toolkit packages (the bench repository's stand-in
+//! debs, installed with dpkg for the test and purged after).
+//!
+//! No host step: Podman, the toolkit, a spec naming the GPU and the user's sub-ID range are
+//! there, so the plan changes nothing on the system. The host part of the Podman path (the
+//! recipe's packages, the sub-ID range through the real usermod, the checks before polkit) is
+//! helper_install.rs's and helper_bus.rs's.
+
+// bench: test-threads=1
+
+// Test scaffolding: a failed setup step should stop the test with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "apt_support/mod.rs"]
+mod apt_support;
+#[path = "setup_support/mod.rs"]
+mod setup_support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use enginekit_integration::bench::{self, Service, TestUser};
+use setup_support::*;
+
+/// The stand-in toolkit debs of one version, from the bench's apt repository.
+fn standin_toolkit_debs(version: &str) -> Vec<PathBuf> {
+    let dir = Path::new("/var/tmp/enginekit-bench/aptrepo/www/stable/deb/amd64");
+    apt_support::PACKAGES
+        .iter()
+        .map(|p| dir.join(format!("{p}_{version}_amd64.deb")))
+        .collect()
+}
+
+/// The test user, and what its broker runs with: the host's private HOME (made theirs), their
+/// runtime folder, and the bench registry allowed over plain HTTP.
+struct AsUser {
+    user: TestUser,
+    runtime_dir: PathBuf,
+    registries: PathBuf,
+}
+
+impl AsUser {
+    fn new(host: &SimulatedGpuHost) -> AsUser {
+        let user = host.env.test_user.clone();
+        let chown = Command::new("chown")
+            .args(["-R", &format!("{}:{}", user.uid, user.gid)])
+            .arg(host.home.path())
+            .output()
+            .expect("chown");
+        assert!(chown.status.success(), "{}", describe(&chown));
+        let runtime_dir = PathBuf::from(format!("/run/user/{}", user.uid));
+        std::fs::create_dir_all(&runtime_dir).expect("runtime dir");
+        std::os::unix::fs::chown(&runtime_dir, Some(user.uid), Some(user.gid)).expect("chown");
+        std::fs::set_permissions(&runtime_dir, std::fs::Permissions::from_mode(0o700))
+            .expect("chmod");
+        let registries = host.home.path().join("registries.conf");
+        std::fs::write(
+            &registries,
+            format!(
+                "[[registry]]\nlocation = \"{}\"\ninsecure = true\n",
+                host.env.registry_addr
+            ),
+        )
+        .expect("registries.conf");
+        AsUser {
+            user,
+            runtime_dir,
+            registries,
+        }
+    }
+
+    fn command(&self, host: &SimulatedGpuHost, program: &Path, args: &[&str]) -> Command {
+        let home = host.home.path();
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid", &self.user.name, "--regid", &self.user.name])
+            .args(["--init-groups", "env", "-i"])
+            .arg(format!("HOME={}", home.display()))
+            .arg(format!("USER={}", self.user.name))
+            .arg(format!("XDG_CONFIG_HOME={}", home.join("config").display()))
+            .arg(format!("XDG_STATE_HOME={}", home.join("state").display()))
+            .arg(format!("XDG_DATA_HOME={}", home.join("data").display()))
+            .arg(format!("XDG_RUNTIME_DIR={}", self.runtime_dir.display()))
+            .arg(format!(
+                "CONTAINERS_REGISTRIES_CONF={}",
+                self.registries.display()
+            ))
+            .arg(format!(
+                "ENGINEKIT_TEST_STANDIN_DIR={}",
+                host.env.standins_dir.display()
+            ))
+            .arg("PATH=/usr/sbin:/usr/bin:/sbin:/bin")
+            .arg("RUST_LOG=warn")
+            .arg(program)
+            .args(args)
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    fn enginekit(&self, host: &SimulatedGpuHost, args: &[&str]) -> Output {
+        let bin = bench::bin("enginekit");
+        self.command(host, &bin, args).output().expect("enginekit")
+    }
+
+    fn podman(&self, host: &SimulatedGpuHost, args: &[&str]) -> Output {
+        let podman = Path::new("/usr/bin/podman");
+        self.command(host, podman, args).output().expect("podman")
+    }
+
+    /// Whether the user's Podman has `reference` (by digest).
+    fn podman_has(&self, host: &SimulatedGpuHost, reference: &str) -> bool {
+        self.podman(host, &["image", "exists", reference])
+            .status
+            .success()
+    }
+}
+
+#[test]
+fn setup_on_rootless_podman_checks_the_gpu_through_cdi_pulls_records_and_remove_takes_it_back() {
+    bench::require(&[Service::TestUser, Service::RootlessPodman, Service::AptRepo]);
+    let host = SimulatedGpuHost::start();
+    let user = AsUser::new(&host);
+    let _toolkit = apt_support::HostGuard::new(&user.user.name);
+    let debs = standin_toolkit_debs("1.18.1-1");
+    let mut install = Command::new("dpkg");
+    install.arg("-i").args(&debs);
+    let installed = install.output().expect("dpkg -i");
+    assert!(installed.status.success(), "{}", describe(&installed));
+
+    let setup = user.enginekit(
+        &host,
+        &[
+            "setup",
+            "--runtime",
+            "podman",
+            "--engine",
+            "vllm",
+            "--yes",
+            "--json",
+        ],
+    );
+    let result = result_of(&setup);
+    assert_eq!(result["phase"], "ready", "{}", describe(&setup));
+    let events = events(&setup);
+    let shown = &events
+        .iter()
+        .find(|e| e["event"] == "plan")
+        .expect("plan event")["plan"];
+    assert_eq!(shown["runtime"], "podman", "{shown}");
+    assert_eq!(shown["availability"], "setup-required", "{shown}");
+    assert_eq!(
+        shown["system_changes"],
+        serde_json::json!([]),
+        "a ready host: nothing on the system changes"
+    );
+    assert_eq!(shown["gpu_access"], "cdi");
+    assert!(shown["host_step"].is_null());
+    let checked = events.iter().any(|e| {
+        e["event"] == "progress"
+            && e["progress"]["label"]
+                .as_str()
+                .is_some_and(|l| l.contains("through CDI"))
+    });
+    assert!(checked, "the GPU check went through CDI: {events:?}");
+    // Podman's compatible pull answers Docker's progress stream: bytes, never going back.
+    let done: Vec<u64> = events
+        .iter()
+        .filter(|e| {
+            e["event"] == "progress"
+                && e["phase"] == "pulling-image"
+                && e["progress"]["unit"] == "bytes"
+        })
+        .filter_map(|t| t["progress"]["completed"].as_u64())
+        .collect();
+    assert!(!done.is_empty(), "pull progress in bytes: {events:?}");
+    assert!(done.windows(2).all(|w| w[0] <= w[1]), "monotonic {done:?}");
+
+    // Both images in the user's Podman, by digest; nothing in Docker's.
+    assert!(user.podman_has(&host, &host.engine_ref));
+    assert!(user.podman_has(&host, &host.probe_ref));
+    assert!(!host.image_present(&host.engine_ref));
+    assert!(!host.image_present(&host.probe_ref));
+    let left = user.podman(&host, &["ps", "-a", "--format", "{{.Names}}"]);
+    assert_eq!(
+        String::from_utf8_lossy(&left.stdout).trim(),
+        "",
+        "the GPU check left a container"
+    );
+    let record = host.installation().expect("installation record");
+    assert_eq!(record["status"], "ready");
+    assert_eq!(record["runtime"], "podman", "{record}");
+
+    let remove = user.enginekit(&host, &["remove", "--engine", "vllm", "--yes", "--json"]);
+    assert_eq!(
+        result_of(&remove)["phase"],
+        "removed",
+        "{}",
+        describe(&remove)
+    );
+    assert!(!user.podman_has(&host, &host.engine_ref));
+    assert!(!user.podman_has(&host, &host.probe_ref));
+    assert!(host.installation().is_none());
+}
