@@ -160,6 +160,7 @@ async fn a_killed_brokers_container_is_reconciled_and_forged_labels_are_left_alo
         image: ImageRef::parse(&image).unwrap(),
         image_id: None,
         created_at: "2026-01-01T00:00:00Z".into(),
+        runtime: Default::default(),
     };
     {
         let writer = Journal::open(state.path(), impostor_instance).unwrap();
@@ -177,6 +178,7 @@ async fn a_killed_brokers_container_is_reconciled_and_forged_labels_are_left_alo
         image: ImageRef::parse(&image).unwrap(),
         image_id: None,
         created_at: "2026-01-01T00:00:00Z".into(),
+        runtime: Default::default(),
     };
     journal.write(&own).unwrap();
     let limits = ReconcileLimits {
@@ -290,6 +292,7 @@ async fn records_of_a_live_instance_are_skipped_and_a_gone_container_drops_its_r
         image: image.clone(),
         image_id: None,
         created_at: "2026-01-01T00:00:00Z".into(),
+        runtime: Default::default(),
     };
     let live_record = record(&live, Some("f".repeat(64)));
     live.write(&live_record).unwrap();

@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use enginekit_integration::bench::{self, Service, TestUser};
+use serde_json::Value;
 use setup_support::*;
 
 /// The stand-in toolkit debs of one version, from the bench's apt repository.
@@ -39,6 +40,49 @@ fn standin_toolkit_debs(version: &str) -> Vec<PathBuf> {
         .iter()
         .map(|p| dir.join(format!("{p}_{version}_amd64.deb")))
         .collect()
+}
+
+/// The STAND-IN engine image (busybox and a script; not vLLM), built and pushed, by digest.
+fn standin_engine() -> String {
+    let build = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/standin-engine/build");
+    let out = Command::new(&build)
+        .stdin(Stdio::null())
+        .output()
+        .expect("standin-engine/build");
+    assert!(out.status.success(), "{}", describe(&out));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// The first `ready` or `error` event of a running `enginekit start --json`.
+fn ready_or_error(child: &mut std::process::Child, secs: u64) -> Value {
+    use std::io::BufRead;
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if let Ok(event) = serde_json::from_str::<Value>(&line) {
+                if tx.send(event).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(event) if event["event"] == "ready" || event["event"] == "error" => return event,
+            Ok(event) => seen.push(event),
+            Err(_) => {
+                let _ = child.kill();
+                panic!("no ready or error event within {secs} s; saw {seen:?}");
+            }
+        }
+    }
 }
 
 /// The test user, and what its broker runs with: the host's private HOME (made theirs), their
@@ -128,6 +172,8 @@ impl AsUser {
 fn setup_on_rootless_podman_checks_the_gpu_through_cdi_pulls_records_and_remove_takes_it_back() {
     bench::require(&[Service::TestUser, Service::RootlessPodman, Service::AptRepo]);
     let host = SimulatedGpuHost::start();
+    let standin = standin_engine();
+    host.write_descriptor(standin.clone(), 2);
     let user = AsUser::new(&host);
     let _toolkit = apt_support::HostGuard::new(&user.user.name);
     let debs = standin_toolkit_debs("1.18.1-1");
@@ -185,9 +231,9 @@ fn setup_on_rootless_podman_checks_the_gpu_through_cdi_pulls_records_and_remove_
     assert!(done.windows(2).all(|w| w[0] <= w[1]), "monotonic {done:?}");
 
     // Both images in the user's Podman, by digest; nothing in Docker's.
-    assert!(user.podman_has(&host, &host.engine_ref));
+    assert!(user.podman_has(&host, &standin));
     assert!(user.podman_has(&host, &host.probe_ref));
-    assert!(!host.image_present(&host.engine_ref));
+    assert!(!host.image_present(&standin));
     assert!(!host.image_present(&host.probe_ref));
     let left = user.podman(&host, &["ps", "-a", "--format", "{{.Names}}"]);
     assert_eq!(
@@ -199,6 +245,71 @@ fn setup_on_rootless_podman_checks_the_gpu_through_cdi_pulls_records_and_remove_
     assert_eq!(record["status"], "ready");
     assert_eq!(record["runtime"], "podman", "{record}");
 
+    // The STAND-IN engine served from a folder, in the user's Podman, on loopback.
+    let model = host.home.path().join("models/Qwen-Stand-In");
+    std::fs::create_dir_all(&model).expect("model dir");
+    std::fs::write(
+        model.join("config.json"),
+        r#"{"architectures":["Qwen2ForCausalLM"]}"#,
+    )
+    .expect("config.json");
+    std::fs::write(model.join("model.safetensors"), b"STAND-IN weights").expect("weights");
+    let chown = Command::new("chown")
+        .args(["-R", &format!("{}:{}", user.user.uid, user.user.gid)])
+        .arg(host.home.path().join("models"))
+        .output()
+        .expect("chown");
+    assert!(chown.status.success());
+    let model_arg = model.display().to_string();
+    let start = [
+        "start",
+        "--engine",
+        "vllm",
+        "--model",
+        &model_arg,
+        "--name",
+        "qwen",
+        "--context",
+        "4096",
+        "--json",
+    ];
+    let mut started = user
+        .command(&host, &bench::bin("enginekit"), &start)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("enginekit start");
+    let ready = ready_or_error(&mut started, 120);
+    assert_eq!(ready["event"], "ready", "{ready}");
+    let base = ready["base_url"].as_str().expect("base_url").to_owned();
+    let models = Command::new("curl")
+        .args(["--silent", "--max-time", "5", &format!("{base}/models")])
+        .output()
+        .expect("curl");
+    let body: Value = serde_json::from_slice(&models.stdout).unwrap_or_default();
+    assert_eq!(body["data"][0]["id"], "qwen", "{}", describe(&models));
+    let logs = user.enginekit(&host, &["logs", "qwen"]);
+    let text = String::from_utf8_lossy(&logs.stdout).into_owned();
+    let (uid, gid) = (user.user.uid, user.user.gid);
+    assert!(
+        text.contains(&format!(
+            "identity: uid={uid} gid={gid} CapEff: 0000000000000000 NoNewPrivs=1"
+        )),
+        "the engine runs as the user, with no capability: {text}"
+    );
+    let ps = user.enginekit(&host, &["ps", "--json"]);
+    let listed = String::from_utf8_lossy(&ps.stdout).into_owned();
+    assert!(listed.contains("\"running\""), "{listed}");
+    let stop = user.enginekit(&host, &["stop", "qwen", "--json"]);
+    assert!(stop.status.success(), "{}", describe(&stop));
+    let _ = started.wait();
+    let left = user.podman(&host, &["ps", "-a", "--format", "{{.Names}}"]);
+    assert_eq!(
+        String::from_utf8_lossy(&left.stdout).trim(),
+        "",
+        "stop left a container"
+    );
+
     let remove = user.enginekit(&host, &["remove", "--engine", "vllm", "--yes", "--json"]);
     assert_eq!(
         result_of(&remove)["phase"],
@@ -206,7 +317,7 @@ fn setup_on_rootless_podman_checks_the_gpu_through_cdi_pulls_records_and_remove_
         "{}",
         describe(&remove)
     );
-    assert!(!user.podman_has(&host, &host.engine_ref));
+    assert!(!user.podman_has(&host, &standin));
     assert!(!user.podman_has(&host, &host.probe_ref));
     assert!(host.installation().is_none());
 }

@@ -94,6 +94,15 @@ impl Docker {
         self.engine.get_or_try_init(ask).await.copied()
     }
 
+    /// The container runtime this connection reaches.
+    pub async fn runtime(&self) -> Result<enginekit_shared::wire::plan::Runtime> {
+        use enginekit_shared::wire::plan::Runtime;
+        Ok(match self.engine().await? {
+            EngineKind::Docker => Runtime::Docker,
+            EngineKind::Podman(_) => Runtime::Podman,
+        })
+    }
+
     /// The same connection whose ordinary calls use `deadline` (e.g. tighter during reconcile).
     pub fn with_call_timeout(&self, deadline: Duration) -> Docker {
         Docker {

@@ -90,6 +90,7 @@ mod tests {
             owner_pid: std::process::id(),
             state: SessionState::Ready,
             created_at: "2026-12-05T00:00:00Z".into(),
+            runtime: Default::default(),
         }
     }
 

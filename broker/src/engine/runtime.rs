@@ -9,6 +9,7 @@
 //! loaded over the bus. `enginekit stop` from any process stops any session with a confirmed
 //! stop, through the container journal, and never touches a container that is not ours.
 
+use enginekit_shared::wire::plan::Runtime as ContainerRuntime;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -148,6 +149,9 @@ pub struct SessionView {
 pub struct Runtime {
     docker: OnceCell<Docker>,
     route: DockerRoute,
+    /// The user's rootless Podman, for engines installed there.
+    podman: OnceCell<Docker>,
+    podman_route: DockerRoute,
     journal: Journal,
     sessions: Sessions,
     installations: Installations,
@@ -358,6 +362,8 @@ impl Runtime {
         Ok(Runtime {
             docker: OnceCell::new(),
             route: DockerRoute::from_env(),
+            podman: OnceCell::new(),
+            podman_route: DockerRoute::user_podman(),
             journal,
             sessions: Sessions::open(&state)?,
             installations,
@@ -371,20 +377,38 @@ impl Runtime {
         &self.sessions
     }
 
-    async fn docker(&self) -> Result<&Docker> {
-        self.docker
-            .get_or_try_init(|| async { self.route.connect().await.map_err(EngineError::from) })
+    /// The API of the runtime a session or an installation lives in.
+    async fn docker(&self, runtime: ContainerRuntime) -> Result<&Docker> {
+        let (cell, route) = match runtime {
+            ContainerRuntime::Docker => (&self.docker, &self.route),
+            ContainerRuntime::Podman => (&self.podman, &self.podman_route),
+        };
+        cell.get_or_try_init(|| async { route.connect().await.map_err(EngineError::from) })
             .await
     }
 
     /// Stops what dead broker processes left (journal reconcile) and forgets sessions whose
     /// owner is gone and whose container is no longer recorded.
     pub async fn reconcile(&self) -> Result<()> {
-        let docker = self.docker().await?;
-        if let Err(e) =
-            crate::journal::reconcile(docker, &self.journal, ReconcileLimits::default()).await
-        {
-            tracing::warn!(error = %e, "container reconcile failed");
+        // The runtimes engines are installed in (Docker's when none is): reaching Podman may
+        // start its service, and a user on Podman alone may have no access to Docker's socket.
+        let mut runtimes: Vec<ContainerRuntime> = self
+            .installations
+            .list()
+            .iter()
+            .map(|i| i.runtime)
+            .collect();
+        runtimes.sort();
+        runtimes.dedup();
+        if runtimes.is_empty() {
+            runtimes.push(ContainerRuntime::Docker);
+        }
+        for runtime in runtimes {
+            let docker = self.docker(runtime).await?;
+            let limits = ReconcileLimits::default();
+            if let Err(e) = crate::journal::reconcile(docker, &self.journal, limits).await {
+                tracing::warn!(error = %e, "container reconcile failed");
+            }
         }
         let recorded: Vec<String> = self
             .journal
@@ -415,7 +439,7 @@ impl Runtime {
     /// Confirmed stop of a session: stop and remove its recorded container, then drop the
     /// record (the reservation) and its heartbeat folder. Unconfirmed keeps both and says so.
     pub async fn stop_session(&self, record: &SessionRecord) -> Result<()> {
-        let docker = self.docker().await?;
+        let docker = self.docker(record.runtime).await?;
         let mut stopping = record.clone();
         if stopping.state != SessionState::StopUnconfirmed {
             stopping.state = SessionState::Stopping;
@@ -462,9 +486,9 @@ impl Runtime {
 
     /// Every session with its owner's and its container's state.
     pub async fn list(&self) -> Result<Vec<SessionView>> {
-        let docker = self.docker().await?;
         let mut out = Vec::new();
         for record in self.sessions.list() {
+            let docker = self.docker(record.runtime).await?;
             let key = record
                 .container_id
                 .clone()
@@ -495,7 +519,7 @@ impl Runtime {
     /// The bounded log of session `name`: all of it within the budget when `tail` is `None`.
     pub async fn logs(&self, name: &str, tail: Option<u32>) -> Result<crate::docker::BoundedLogs> {
         let record = self.session(name)?;
-        let docker = self.docker().await?;
+        let docker = self.docker(record.runtime).await?;
         let key = record.container_id.unwrap_or(record.container_name);
         Ok(docker.logs(&key, tail, DEFAULT_LOG_BYTES).await?)
     }
@@ -511,7 +535,7 @@ impl Runtime {
     ) -> Result<()> {
         use futures_util::StreamExt;
         let record = self.session(name)?;
-        let docker = self.docker().await?;
+        let docker = self.docker(record.runtime).await?;
         let key = record.container_id.unwrap_or(record.container_name);
         let options = bollard::query_parameters::LogsOptionsBuilder::new()
             .stdout(true)
@@ -538,7 +562,7 @@ impl Runtime {
 
     /// The cards, and how each is asked for (CDI when the daemon has it and the spec is
     /// current and names the card, else `--gpus`; assess::cdi).
-    async fn read_gpus(&self) -> Result<Vec<Card>> {
+    async fn read_gpus(&self, runtime: ContainerRuntime) -> Result<Vec<Card>> {
         let mut options = crate::probe::ProbeOptions::from_env();
         options.docker_socket = self.route.socket().await;
         if let Some(dir) = crate::test_hooks::standin_dir() {
@@ -550,10 +574,12 @@ impl Runtime {
             crate::probe::reads::cdi_list(&ctx),
             crate::probe::reads::daemon(&ctx),
         );
-        let daemon_cdi = matches!(
-            &daemon,
-            crate::probe::facts::DaemonState::Reachable { info } if !info.cdi_spec_dirs.is_empty()
-        );
+        // Podman reads CDI specs itself (from 4.1, which its plan requires).
+        let daemon_cdi = runtime == ContainerRuntime::Podman
+            || matches!(
+                &daemon,
+                crate::probe::facts::DaemonState::Reachable { info } if !info.cdi_spec_dirs.is_empty()
+            );
         match read.gpus {
             crate::probe::facts::Fact::Known { value } => {
                 let facts = crate::assess::cdi::CdiFacts {
@@ -713,7 +739,7 @@ impl Runtime {
         if let Some(leftover) = self.sessions.get(&name) {
             self.stop_session(&leftover).await?;
         }
-        let available = self.read_gpus().await?;
+        let available = self.read_gpus(installation.runtime).await?;
         let cards = if group.is_empty() {
             let Selection {
                 card,
@@ -762,6 +788,7 @@ impl Runtime {
             owner_pid: std::process::id(),
             state: SessionState::Loading,
             created_at: crate::journal::now_rfc3339(),
+            runtime: installation.runtime,
         };
         claim::claim(&self.sessions, &record, self, &mut |holder: &str| {
             on(LoadEvent::Evicted {
@@ -815,7 +842,7 @@ impl Runtime {
         cancel: &CancellationToken,
     ) -> Result<Ticker> {
         let started = Instant::now();
-        let docker = self.docker().await?;
+        let docker = self.docker(record.runtime).await?;
         let cache = self
             .data_dir
             .join("caches")
@@ -931,9 +958,9 @@ impl Runtime {
         let mut warned = false;
         loop {
             match docker.inspect_container(&running.id).await {
-                Ok(None) => return Err(self.exited(engine, &running.id, None).await),
+                Ok(None) => return Err(self.exited(engine, docker, &running.id, None).await),
                 Ok(Some(f)) if matches!(f.status.as_str(), "exited" | "dead" | "removing") => {
-                    return Err(self.exited(engine, &running.id, f.exit_code).await)
+                    return Err(self.exited(engine, docker, &running.id, f.exit_code).await)
                 }
                 Ok(Some(_)) => {}
                 Err(e) => tracing::warn!(error = %e, "inspect during the load failed"),
@@ -988,12 +1015,13 @@ impl Runtime {
 
     /// The classified error of an engine that exited during the load, from its whole bounded
     /// log and its tail.
-    async fn exited(&self, engine: KnownEngine, id: &str, exit_code: Option<i64>) -> EngineError {
-        let Ok(docker) = self.docker().await else {
-            return EngineError::Exited {
-                classification: Box::new(classify::classify(engine, exit_code, &[], &[])),
-            };
-        };
+    async fn exited(
+        &self,
+        engine: KnownEngine,
+        docker: &Docker,
+        id: &str,
+        exit_code: Option<i64>,
+    ) -> EngineError {
         let whole: Vec<String> = docker
             .logs(id, None, DEFAULT_LOG_BYTES)
             .await
@@ -1017,7 +1045,7 @@ impl Runtime {
     /// Watches a ready engine until it ends, its session is stopped elsewhere, or `cancel`
     /// fires. A death is classified from the log's tail, and what it left is cleaned.
     pub async fn monitor(&self, loaded: &Loaded, cancel: &CancellationToken) -> Result<MonitorEnd> {
-        let docker = self.docker().await?;
+        let docker = self.docker(loaded.record.runtime).await?;
         let engine: KnownEngine =
             loaded
                 .record

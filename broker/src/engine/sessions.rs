@@ -5,6 +5,7 @@
 //! releases every card it names at once. Claims are serialised across processes (CLI and
 //! session service) with an exclusive `flock` on `engine/lock` (see `claim`).
 
+use enginekit_shared::wire::plan::Runtime as ContainerRuntime;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -75,6 +76,9 @@ pub struct SessionRecord {
     pub owner_pid: u32,
     pub state: SessionState,
     pub created_at: String,
+    /// The runtime its container lives in (Docker when not written).
+    #[serde(default, skip_serializing_if = "ContainerRuntime::is_docker")]
+    pub runtime: ContainerRuntime,
 }
 
 impl SessionRecord {
@@ -206,6 +210,7 @@ mod tests {
             owner_pid: std::process::id(),
             state: SessionState::Loading,
             created_at: "2026-12-04T00:00:00Z".into(),
+            runtime: Default::default(),
         }
     }
 

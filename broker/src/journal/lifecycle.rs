@@ -117,6 +117,7 @@ impl Journal {
                     image: spec.image.to_string(),
                 })?;
         docker.ensure_network(&spec.network).await?;
+        let runtime = docker.runtime().await?;
 
         let mut record = ContainerRecord {
             version: RECORD_VERSION,
@@ -127,6 +128,7 @@ impl Journal {
             image: spec.image.clone(),
             image_id: Some(image.id.clone()).filter(|id| !id.is_empty()),
             created_at: now_rfc3339(),
+            runtime,
         };
         self.write(&record)?;
 

@@ -276,6 +276,7 @@ mod tests {
             image: ImageRef::parse(&format!("127.0.0.1:5000/x@sha256:{}", "1".repeat(64))).unwrap(),
             image_id: None,
             created_at: now_rfc3339(),
+            runtime: Default::default(),
         }
     }
 

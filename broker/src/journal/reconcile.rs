@@ -107,6 +107,9 @@ pub async fn reconcile(
 ) -> Result<ReconcileReport, JournalError> {
     let started = Instant::now();
     let docker = docker.with_call_timeout(limits.per_call);
+    // Only this runtime's records: another runtime's containers are not judged through it. A
+    // daemon that does not answer is taken for Docker's, whose records then fail as before.
+    let runtime = docker.runtime().await.unwrap_or_default();
     let listing = journal.list()?;
     let mut report = ReconcileReport {
         unreadable: listing.unreadable.clone(),
@@ -114,7 +117,7 @@ pub async fn reconcile(
     };
 
     let mut by_instance: BTreeMap<InstanceId, Vec<ContainerRecord>> = BTreeMap::new();
-    for record in &listing.records {
+    for record in listing.records.iter().filter(|r| r.runtime == runtime) {
         if &record.instance != journal.instance() {
             by_instance
                 .entry(record.instance.clone())

@@ -2,6 +2,7 @@
 //! chose, so a record can be written before the container exists.
 
 use enginekit_shared::image::ImageRef;
+use enginekit_shared::wire::plan::Runtime;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub use crate::docker::names::{validate_label_value, BadValue, ContainerName, InstanceId};
@@ -39,6 +40,10 @@ pub struct ContainerRecord {
     pub image_id: Option<String>,
     /// RFC 3339, UTC.
     pub created_at: String,
+    /// The runtime the container lives in (Docker when not written): a reconcile through one
+    /// runtime never judges the other's containers.
+    #[serde(default, skip_serializing_if = "Runtime::is_docker")]
+    pub runtime: Runtime,
 }
 
 /// The record format written by this build.
@@ -81,6 +86,7 @@ mod tests {
             image: ImageRef::parse(&format!("127.0.0.1:5000/x@sha256:{}", "0".repeat(64))).unwrap(),
             image_id: None,
             created_at: "2026-01-01T00:00:00Z".into(),
+            runtime: Default::default(),
         };
         record.validate().unwrap();
         let text = serde_json::to_string(&record).unwrap();
