@@ -10,10 +10,14 @@
 //! setup_support), and the NVIDIA Container Toolkit packages (the bench repository's stand-in
 //! debs, installed with dpkg for the test and purged after).
 //!
-//! No host step: Podman, the toolkit, a spec naming the GPU and the user's sub-ID range are
-//! there, so the plan changes nothing on the system. The host part of the Podman path (the
-//! recipe's packages, the sub-ID range through the real usermod, the checks before polkit) is
-//! helper_install.rs's and helper_bus.rs's.
+//! One host step, for real: Podman, the toolkit and a spec naming the GPU are there, and the
+//! test takes the user's sub-ID lines out of /etc/subuid and /etc/subgid (put back after), so the
+//! plan asks for exactly one change, the user's range, and `setup` hands that step to the REAL
+//! helper on the bench's system bus, which real polkitd allows for the test user by a rule; the
+//! helper runs the real `usermod`. Rootless Podman needs no systemd, so this runs on the bench
+//! itself. The user joins no group, and the same process goes on to the GPU check: no sign-in.
+//! The recipe's packages (Podman from the distribution's archive) and the checks before polkit
+//! are helper_install.rs's and helper_bus.rs's.
 
 // bench: test-threads=1
 
@@ -22,6 +26,8 @@
 
 #[path = "apt_support/mod.rs"]
 mod apt_support;
+#[path = "helper_support/mod.rs"]
+mod helper_support;
 #[path = "setup_support/mod.rs"]
 mod setup_support;
 
@@ -40,6 +46,43 @@ fn standin_toolkit_debs(version: &str) -> Vec<PathBuf> {
         .iter()
         .map(|p| dir.join(format!("{p}_{version}_amd64.deb")))
         .collect()
+}
+
+/// The user's lines taken out of /etc/subuid and /etc/subgid; both files put back on drop.
+struct SubIdsTakenAway {
+    files: Vec<(&'static str, Vec<u8>)>,
+}
+
+impl SubIdsTakenAway {
+    fn from(user: &str) -> SubIdsTakenAway {
+        let mut files = Vec::new();
+        for path in ["/etc/subuid", "/etc/subgid"] {
+            let before = std::fs::read(path).expect(path);
+            let text = String::from_utf8_lossy(&before);
+            let kept: String = text
+                .lines()
+                .filter(|l| !l.starts_with(&format!("{user}:")))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            std::fs::write(path, kept).expect(path);
+            files.push((path, before));
+        }
+        SubIdsTakenAway { files }
+    }
+}
+
+impl Drop for SubIdsTakenAway {
+    fn drop(&mut self) {
+        for (path, bytes) in &self.files {
+            let _ = std::fs::write(path, bytes);
+        }
+    }
+}
+
+/// `id -Gn user`: the user's groups as the group database lists them.
+fn id_groups(user: &str) -> String {
+    let out = Command::new("id").args(["-Gn", user]).output().expect("id");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 /// The STAND-IN engine image (busybox and a script; not vLLM), built and pushed, by digest.
@@ -176,6 +219,13 @@ fn setup_on_rootless_podman_checks_the_gpu_through_cdi_pulls_records_and_remove_
     host.write_descriptor(standin.clone(), 2);
     let user = AsUser::new(&host);
     let _toolkit = apt_support::HostGuard::new(&user.user.name);
+    let helper = helper_support::InstalledHelper::install("podman-setup", "");
+    let _rule = bench::install_polkit_rule(
+        "podman-setup",
+        &helper_support::allow_test_user_rule(&user.user.name),
+    );
+    let _subids = SubIdsTakenAway::from(&user.user.name);
+    let groups_before = id_groups(&user.user.name);
     let debs = standin_toolkit_debs("1.18.1-1");
     let mut install = Command::new("dpkg");
     install.arg("-i").args(&debs);
@@ -203,13 +253,38 @@ fn setup_on_rootless_podman_checks_the_gpu_through_cdi_pulls_records_and_remove_
         .expect("plan event")["plan"];
     assert_eq!(shown["runtime"], "podman", "{shown}");
     assert_eq!(shown["availability"], "setup-required", "{shown}");
-    assert_eq!(
-        shown["system_changes"],
-        serde_json::json!([]),
-        "a ready host: nothing on the system changes"
-    );
+    let changes: Vec<&str> = shown["system_changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .filter_map(|c| c["code"].as_str())
+        .collect();
+    assert_eq!(changes, ["add-subordinate-ids"], "{shown}");
+    assert_eq!(shown["may_require_relogin"], false);
     assert_eq!(shown["gpu_access"], "cdi");
-    assert!(shown["host_step"].is_null());
+    let parameters = &shown["host_step"]["parameters"];
+    assert_eq!(parameters["components"], serde_json::json!(["user-subids"]));
+    let start = parameters["subid_start"].as_u64().expect("subid_start");
+    // The helper gave exactly the range the plan showed, in both files, once.
+    let line = format!("{}:{start}:65536", user.user.name);
+    for path in ["/etc/subuid", "/etc/subgid"] {
+        let text = std::fs::read_to_string(path).expect(path);
+        assert_eq!(
+            text.lines().filter(|l| *l == line).count(),
+            1,
+            "{path}: {text}"
+        );
+    }
+    assert!(
+        helper.log().contains("user-subids"),
+        "the helper ran the step: {}",
+        helper.log()
+    );
+    assert_eq!(
+        id_groups(&user.user.name),
+        groups_before,
+        "no group was added"
+    );
     let checked = events.iter().any(|e| {
         e["event"] == "progress"
             && e["progress"]["label"]
