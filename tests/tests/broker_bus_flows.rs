@@ -219,6 +219,12 @@ fn setup_and_remove_over_the_session_bus_with_the_signals_observed() {
         let bad: Result<String, _> = broker(&conn).await.call("PlanOn", &("vllm", "rkt")).await;
         let err = bad.expect_err("an unknown runtime");
         assert!(err.to_string().contains("INVALID_ARGUMENT"), "{err}");
+        let bad: Result<zbus::OwnedObjectPath, _> = broker(&conn)
+            .await
+            .call("SetupOn", &("vllm", digest.as_str(), "rkt"))
+            .await;
+        let err = bad.expect_err("an unknown runtime");
+        assert!(err.to_string().contains("INVALID_ARGUMENT"), "{err}");
 
         // Bad input is refused with a stable code, and nothing starts.
         let bad: Result<zbus::OwnedObjectPath, _> = broker(&conn)

@@ -25,7 +25,12 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait BrokerApi: Send + Sync + 'static {
     fn probe(&self) -> BoxFuture<'_, Result<serde_json::Value, CodedError>>;
     fn plan(&self, engine: EngineId, runtime: Runtime) -> BoxFuture<'_, Result<Plan, CodedError>>;
-    fn begin_setup(&self, engine: EngineId, plan_digest: Digest) -> Result<Operation, CodedError>;
+    fn begin_setup(
+        &self,
+        engine: EngineId,
+        plan_digest: Digest,
+        runtime: Runtime,
+    ) -> Result<Operation, CodedError>;
     fn begin_remove(&self, engine: EngineId, retain_models: bool) -> Result<Operation, CodedError>;
     fn approve(&self, id: &OperationId, plan_digest: Digest) -> Result<Operation, CodedError>;
     fn resume(&self, id: &OperationId) -> Result<Operation, CodedError>;
@@ -115,9 +120,13 @@ impl<P: Provisioner + Probing, E: Elevator> BrokerApi for Broker<P, E> {
         Box::pin(async move { self.runner.plan(&engine, runtime).await })
     }
 
-    fn begin_setup(&self, engine: EngineId, plan_digest: Digest) -> Result<Operation, CodedError> {
-        self.runner
-            .begin_setup(&engine, Some(plan_digest), Runtime::Docker)
+    fn begin_setup(
+        &self,
+        engine: EngineId,
+        plan_digest: Digest,
+        runtime: Runtime,
+    ) -> Result<Operation, CodedError> {
+        self.runner.begin_setup(&engine, Some(plan_digest), runtime)
     }
 
     fn begin_remove(&self, engine: EngineId, retain_models: bool) -> Result<Operation, CodedError> {

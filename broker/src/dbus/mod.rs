@@ -69,6 +69,13 @@ impl BrokerObject {
     }
 }
 
+/// A `runtime` argument: `docker` or `podman`, else `INVALID_ARGUMENT`.
+fn runtime_arg(text: &str) -> Result<Runtime, CodedError> {
+    text.parse().map_err(|why: String| {
+        CodedError::new(enginekit_shared::error::ErrorCode::InvalidArgument, why)
+    })
+}
+
 fn json_text(value: &impl serde::Serialize) -> Result<String, BrokerError> {
     serde_json::to_string(value).map_err(|e| BrokerError::Failed(format!("IO_ERROR: {e}")))
 }
@@ -93,10 +100,12 @@ impl BrokerObject {
     #[zbus(out_args("plan"))]
     async fn plan_on(&self, engine_id: &str, runtime: &str) -> Result<String, BrokerError> {
         let _call = self.api.call_started();
-        let runtime: Runtime = runtime.parse().map_err(|why: String| {
-            CodedError::new(enginekit_shared::error::ErrorCode::InvalidArgument, why)
-        })?;
-        json_text(&self.api.plan(engine(engine_id)?, runtime).await?)
+        json_text(
+            &self
+                .api
+                .plan(engine(engine_id)?, runtime_arg(runtime)?)
+                .await?,
+        )
     }
 
     /// Start (or pick up) a setup under the consent of `plan_digest`.
@@ -108,9 +117,25 @@ impl BrokerObject {
         #[zbus(object_server)] server: &zbus::ObjectServer,
         #[zbus(header)] header: zbus::message::Header<'_>,
     ) -> Result<OwnedObjectPath, BrokerError> {
+        self.setup_on(engine_id, plan_digest, "docker", server, header)
+            .await
+    }
+
+    /// [`Self::setup`] on a container runtime (`docker` or `podman`), under the consent of the
+    /// plan `PlanOn` showed for it.
+    #[zbus(out_args("operation"))]
+    async fn setup_on(
+        &self,
+        engine_id: &str,
+        plan_digest: &str,
+        runtime: &str,
+        #[zbus(object_server)] server: &zbus::ObjectServer,
+        #[zbus(header)] header: zbus::message::Header<'_>,
+    ) -> Result<OwnedObjectPath, BrokerError> {
         let _call = self.api.call_started();
         let digest = plan_digest.parse::<Digest>().map_err(CodedError::from)?;
-        let op = self.api.begin_setup(engine(engine_id)?, digest)?;
+        let runtime = runtime_arg(runtime)?;
+        let op = self.api.begin_setup(engine(engine_id)?, digest, runtime)?;
         if let Some(sender) = header.sender() {
             self.watchers
                 .started(&op.operation_id, sender.to_owned().into());
@@ -482,7 +507,7 @@ mod tests {
         fn plan(&self, _: EngineId, _: Runtime) -> BoxFuture<'_, Result<Plan, CodedError>> {
             Box::pin(async { no() })
         }
-        fn begin_setup(&self, _: EngineId, _: Digest) -> Result<Operation, CodedError> {
+        fn begin_setup(&self, _: EngineId, _: Digest, _: Runtime) -> Result<Operation, CodedError> {
             no()
         }
         fn begin_remove(&self, _: EngineId, _: bool) -> Result<Operation, CodedError> {

@@ -102,7 +102,7 @@ impl BrokerApi for Refusing {
     fn plan(&self, _: EngineId, _: Runtime) -> BoxFuture<'_, Result<Plan, CodedError>> {
         Box::pin(async { refused() })
     }
-    fn begin_setup(&self, _: EngineId, _: Digest) -> Result<Operation, CodedError> {
+    fn begin_setup(&self, _: EngineId, _: Digest, _: Runtime) -> Result<Operation, CodedError> {
         refused()
     }
     fn begin_remove(&self, _: EngineId, _: bool) -> Result<Operation, CodedError> {
