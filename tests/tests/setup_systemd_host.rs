@@ -66,15 +66,33 @@ struct SystemdGpuHost {
     env: BenchEnv,
 }
 
+/// What rootless Podman needs of the container, as of a desktop host: /dev/net/tun (slirp4netns)
+/// and /dev/fuse, and no masking of the paths its user namespaces mount.
+const PODMAN_FLAGS: &[&str] = &[
+    "--device",
+    "/dev/net/tun",
+    "--device",
+    "/dev/fuse",
+    "--security-opt",
+    "systempaths=unconfined",
+    "--security-opt",
+    "apparmor=unconfined",
+];
+
 impl SystemdGpuHost {
     fn start(polkit: Polkit) -> SystemdGpuHost {
+        Self::start_with(polkit, &[])
+    }
+
+    fn start_with(polkit: Polkit, extra: &[&str]) -> SystemdGpuHost {
         let env = bench::require(&[
             Service::Docker,
             Service::Registry,
             Service::AptRepo,
             Service::SystemdImage,
         ]);
-        let booted = BootedSystemd::boot_with_docker("ekt-setup-systemd");
+        let image = bench::systemd_docker_image();
+        let booted = BootedSystemd::boot_docker_variant(&image, "ekt-setup-systemd", extra, &[]);
         booted.install_package();
         // These tests walk the sign-in path (the relogin wait, its resume, its notification):
         // without sg the session that joined the group waits for a new one. The one-session path
@@ -432,6 +450,99 @@ fn setup_installs_the_toolkit_through_polkit_and_the_helper_waits_for_relogin_th
     let status = host.enginekit("status --json");
     let status: Value = serde_json::from_slice(&status.stdout).expect("status json");
     assert_eq!(status["installations"], json!([]), "{status}");
+}
+
+/// Must-show of the rootless runtime: on a host with Docker (the user outside its group) and no
+/// Podman, `setup --runtime podman` installs Podman and what it needs from Debian's own archive
+/// (real apt, deb.debian.org), the STAND-IN toolkit from the bench repository, the CDI spec and
+/// the user's sub-ID range, through polkit and the helper; in the same session, with no group
+/// added, the broker reaches the user's Podman, checks the GPU through CDI, pulls by digest,
+/// verifies and records; Docker's store is left alone.
+#[test]
+fn setup_on_rootless_podman_installs_it_from_the_archive_beside_docker_and_adds_no_group() {
+    let host = SystemdGpuHost::start_with(Polkit::Allow, PODMAN_FLAGS);
+    // As udev leaves them on a desktop.
+    let nodes = host.sh("chmod 0666 /dev/net/tun /dev/fuse && echo ok");
+    assert!(nodes.contains("ok"), "{nodes}");
+    assert_eq!(host.installed_version("podman"), None);
+    let groups_before = host.groups();
+    // The bench registry speaks plain HTTP on loopback (a real one is TLS).
+    let conf = format!(
+        "mkdir -p ~/.config/containers && printf '[[registry]]\\nlocation = \"{}\"\\ninsecure = true\\n' > ~/.config/containers/registries.conf && echo ok",
+        host.env.registry_addr
+    );
+    let conf = host.booted.sh_as(USER, &conf);
+    assert!(
+        String::from_utf8_lossy(&conf.stdout).contains("ok"),
+        "{}",
+        describe(&conf)
+    );
+
+    let plan = host.enginekit("plan --engine vllm --runtime podman --json");
+    let doc: Value = serde_json::from_slice(&plan.stdout)
+        .unwrap_or_else(|e| panic!("plan json: {e}: {}", describe(&plan)));
+    assert_eq!(doc["runtime"], "podman", "{doc}");
+    let codes: Vec<&str> = doc["system_changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .filter_map(|c| c["code"].as_str())
+        .collect();
+    assert!(!codes.contains(&"add-user-to-docker-group"), "{doc}");
+    for code in ["add-repository", "install-packages", "generate-cdi-spec"] {
+        assert!(codes.contains(&code), "{code} missing: {doc}");
+    }
+    let components = &doc["host_step"]["parameters"]["components"];
+    assert!(
+        components
+            .as_array()
+            .is_some_and(|c| c.contains(&json!("podman"))),
+        "{doc}"
+    );
+
+    let setup = host.enginekit("setup --engine vllm --runtime podman --yes --json");
+    let result = result_of(&setup);
+    assert_eq!(
+        result["phase"],
+        "ready",
+        "{}\nhelper journal:\n{}",
+        describe(&setup),
+        host.journal()
+    );
+    for p in [
+        "podman",
+        "crun",
+        "uidmap",
+        "slirp4netns",
+        "passt",
+        "fuse-overlayfs",
+    ] {
+        assert!(host.installed_version(p).is_some(), "{p} was not installed");
+    }
+    assert_eq!(host.groups(), groups_before, "no group was added");
+    let ranges = host.sh(&format!("grep -c '^{USER}:' /etc/subuid /etc/subgid"));
+    assert!(
+        ranges.lines().all(|l| l.ends_with(":1")),
+        "one range in each file: {ranges}"
+    );
+    let images = host
+        .booted
+        .sh_as(USER, "podman images --digests --format '{{.Digest}}'");
+    let images = String::from_utf8_lossy(&images.stdout).into_owned();
+    for reference in [&host.env.busybox_ref, &host.env.gpu_check_ref] {
+        let digest = reference.rsplit('@').next().expect("digest");
+        assert!(
+            images.contains(digest),
+            "{reference} in the user's Podman: {images}"
+        );
+        assert!(
+            !host.image_present(reference),
+            "{reference} is not in Docker's store"
+        );
+    }
+    let status = host.enginekit("status --json");
+    let status: Value = serde_json::from_slice(&status.stdout).expect("status json");
+    assert_eq!(status["installations"][0]["status"], "ready", "{status}");
 }
 
 #[test]
