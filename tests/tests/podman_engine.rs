@@ -341,8 +341,21 @@ async fn as_the_user_reach_podman() {
     }
     drop(docker);
     drop(reached);
-    // The service went with it: nothing listens any more, the socket is gone.
+    // The service went with it: nothing listens any more, the socket is gone, and no process
+    // of it is left (rootless Podman re-executes itself: the first process alone is not all).
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!socket.exists());
     assert!(tokio::net::UnixStream::connect(&socket).await.is_err());
+    let left = || {
+        let out = std::process::Command::new("pgrep")
+            .args(["-f", &socket.display().to_string()])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !left().is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(left(), "", "a process of the service was left");
 }

@@ -465,6 +465,11 @@ fn setup_on_rootless_podman_installs_it_from_the_archive_beside_docker_and_adds_
     let nodes = host.sh("chmod 0666 /dev/net/tun /dev/fuse && echo ok");
     assert!(nodes.contains("ok"), "{nodes}");
     assert_eq!(host.installed_version("podman"), None);
+    // useradd gave the user a range; without one, the plan asks for it too.
+    let none = host.sh(&format!(
+        "sed -i '/^{USER}:/d' /etc/subuid /etc/subgid && echo ok"
+    ));
+    assert!(none.contains("ok"), "{none}");
     let groups_before = host.groups();
     // The bench registry speaks plain HTTP on loopback (a real one is TLS).
     let conf = format!(
@@ -489,7 +494,12 @@ fn setup_on_rootless_podman_installs_it_from_the_archive_beside_docker_and_adds_
         .filter_map(|c| c["code"].as_str())
         .collect();
     assert!(!codes.contains(&"add-user-to-docker-group"), "{doc}");
-    for code in ["add-repository", "install-packages", "generate-cdi-spec"] {
+    for code in [
+        "add-repository",
+        "install-packages",
+        "generate-cdi-spec",
+        "add-subordinate-ids",
+    ] {
         assert!(codes.contains(&code), "{code} missing: {doc}");
     }
     let components = &doc["host_step"]["parameters"]["components"];
@@ -520,10 +530,14 @@ fn setup_on_rootless_podman_installs_it_from_the_archive_beside_docker_and_adds_
         assert!(host.installed_version(p).is_some(), "{p} was not installed");
     }
     assert_eq!(host.groups(), groups_before, "no group was added");
-    let ranges = host.sh(&format!("grep -c '^{USER}:' /etc/subuid /etc/subgid"));
+    let start = doc["host_step"]["parameters"]["subid_start"]
+        .as_u64()
+        .expect("subid_start");
+    let line = format!("{USER}:{start}:65536");
+    let ranges = host.sh(&format!("grep -cx '{line}' /etc/subuid /etc/subgid"));
     assert!(
-        ranges.lines().all(|l| l.ends_with(":1")),
-        "one range in each file: {ranges}"
+        ranges.lines().all(|l| l.ends_with(":1")) && ranges.lines().count() == 2,
+        "the range the plan showed, once in each file: {ranges}"
     );
     let images = host
         .booted

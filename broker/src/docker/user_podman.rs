@@ -127,8 +127,14 @@ impl UserPodman {
 
 impl Drop for UserPodman {
     fn drop(&mut self) {
-        if self.owned.is_some() {
-            // kill_on_drop ends the service.
+        if let Some(child) = &self.owned {
+            // Rootless Podman re-executes itself inside the user's namespace, so killing the
+            // first process (kill_on_drop) would leave the service: its whole process group ends
+            // (the containers' conmon runs in a session of its own and stays).
+            if let Some(group) = child.id().and_then(|id| i32::try_from(id).ok()) {
+                let group = nix::unistd::Pid::from_raw(group);
+                let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGTERM);
+            }
             let _ = std::fs::remove_file(&self.socket);
         }
     }

@@ -133,6 +133,7 @@ pub enum BlockerReason {
     PodmanCdiUnsupported,
     /// No sub-ID range can be given: the files cannot be read exactly, the user has a range in
     /// one file only, or no free range is left.
+    #[serde(rename = "subids-unavailable")]
     SubIdsUnavailable,
     /// Rootless Podman was asked for by root.
     RootlessPodmanAsRoot,
