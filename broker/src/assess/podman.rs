@@ -167,10 +167,15 @@ pub fn plan(view: &LinuxView) -> Result<InstallPlan, Vec<Blocker>> {
                 packages = packages.join(", ")
             ),
         };
-        changes.push(
-            SystemChange::new(SystemChangeCode::InstallPackages, text)
-                .with_param("packages", packages.join(",")),
-        );
+        let mut change = SystemChange::new(SystemChangeCode::InstallPackages, text)
+            .with_param("packages", packages.join(","));
+        if components.contains(&Component::Podman) {
+            // What a signed recipe's own list replaces the names with (plan::recipe).
+            change = change
+                .with_param("vendor", "podman")
+                .with_param("family", family.as_str());
+        }
+        changes.push(change);
     }
     if !view.gpu_runtime_from_config {
         components.insert(Component::NvidiaCdi);

@@ -42,11 +42,13 @@ pub struct SignedSources {
     pub packages: BTreeMap<(String, String), Vec<String>>,
 }
 
-/// The vendor of a component's repository and packages (the plan's `vendor` param).
+/// The vendor of a component's repository and packages (the plan's `vendor` param); Podman's
+/// packages come from the distribution's archive and have no repository of their own.
 fn vendor_of(component: &Component) -> Option<&'static str> {
     match component {
         Component::DockerEngine => Some("docker"),
         Component::NvidiaContainerToolkit => Some("nvidia"),
+        Component::Podman => Some("podman"),
         _ => None,
     }
 }
@@ -226,13 +228,13 @@ fn name_signed_packages(
     packages: &BTreeMap<(String, String), Vec<String>>,
     changes: &mut [SystemChange],
 ) {
-    // The family and the vendors come from the plan's add-repository changes.
+    // The family and the vendors come from the plan's add-repository changes, and from an
+    // install of packages of the distribution's archive (Podman's), which names its own.
     let mut family = None;
     let mut vendors = Vec::new();
-    for change in changes
-        .iter()
-        .filter(|c| c.code == SystemChangeCode::AddRepository)
-    {
+    for change in changes.iter().filter(|c| {
+        c.code == SystemChangeCode::AddRepository || c.code == SystemChangeCode::InstallPackages
+    }) {
         if let (Some(f), Some(v)) = (change.param("family"), change.param("vendor")) {
             family = Some(f.to_owned());
             vendors.push(v.to_owned());
@@ -265,6 +267,53 @@ fn name_signed_packages(
 #[cfg(test)]
 mod tests {
     use super::template_locations;
+
+    #[test]
+    fn a_signed_recipe_names_podmans_packages_too_even_without_a_repository_to_add() {
+        use enginekit_shared::wire::plan::{SystemChange, SystemChangeCode};
+        let packages = std::collections::BTreeMap::from([
+            (
+                ("apt".into(), "podman".into()),
+                vec!["podman".into(), "crun 1.8".into()],
+            ),
+            (
+                ("apt".into(), "nvidia".into()),
+                vec!["nvidia-container-toolkit".into()],
+            ),
+        ]);
+        let install = |with_vendor: bool| {
+            let c = SystemChange::new(SystemChangeCode::InstallPackages, "built-in names")
+                .with_param("packages", "podman");
+            match with_vendor {
+                true => c.with_param("vendor", "podman").with_param("family", "apt"),
+                false => c,
+            }
+        };
+        // Podman alone: no add-repository change, the install names its family and vendor.
+        let mut changes = vec![install(true)];
+        super::name_signed_packages(7, &packages, &mut changes);
+        assert_eq!(
+            changes[0].text,
+            "Install the missing packages as the signed recipe (serial 7) names them: podman, crun 1.8."
+        );
+        // With the toolkit's repository: both vendors' packages.
+        let repository = SystemChange::new(SystemChangeCode::AddRepository, "repo")
+            .with_param("vendor", "nvidia")
+            .with_param("family", "apt");
+        let mut changes = vec![repository.clone(), install(true)];
+        super::name_signed_packages(7, &packages, &mut changes);
+        assert!(
+            changes[1]
+                .text
+                .ends_with("nvidia-container-toolkit, podman, crun 1.8."),
+            "{}",
+            changes[1].text
+        );
+        // Docker's path names no vendor on its install: only the repositories' vendors count.
+        let mut changes = vec![repository, install(false)];
+        super::name_signed_packages(7, &packages, &mut changes);
+        assert!(changes[1].text.ends_with(": nvidia-container-toolkit."));
+    }
 
     #[test]
     fn template_locations_name_who_serves_each_url() {
