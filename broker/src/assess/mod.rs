@@ -120,9 +120,12 @@ pub fn assess_view(
 ) -> Assessment {
     let docker = options.runtime.is_docker();
     let gate = install_gate(view, manifest, &options.recipe_id, docker);
+    // 1. Universal blockers, whatever the runtime.
+    let universal = universal_blockers(view, descriptor, options);
     let verdict = match options.runtime {
-        Runtime::Docker => decide(view, descriptor, gate, options),
-        Runtime::Podman => decide_podman(view, descriptor, gate, options),
+        _ if !universal.is_empty() => Verdict::blocked(Gate::Universal, universal),
+        Runtime::Docker => decide(view, gate),
+        Runtime::Podman => decide_podman(view, gate),
     };
     let later_gate_notes = match docker {
         true => later_notes(view, gate, &verdict),
@@ -243,18 +246,8 @@ fn install_recognised(view: &LinuxView) -> bool {
     view.install_method.is_some() || (view.family() == PackageFamily::Pacman && view.cli)
 }
 
-fn decide(
-    view: &LinuxView,
-    descriptor: &Descriptor,
-    gate: InstallGate,
-    options: &Options,
-) -> Verdict {
-    // 1. Universal blockers.
-    let universal = universal_blockers(view, descriptor, options);
-    if !universal.is_empty() {
-        return Verdict::blocked(Gate::Universal, universal);
-    }
-
+/// Docker's gates after the universal ones.
+fn decide(view: &LinuxView, gate: InstallGate) -> Verdict {
     // 2. Adopt a Docker that already answers with a GPU runtime. The group and systemd play no
     // part: root reaching the daemon adopts too. A toolkit below the minimum is not adopted.
     let toolkit_outdated = view.toolkit_outdated().is_some();
@@ -358,18 +351,9 @@ fn decide(
     Verdict::plan(Gate::InstallPlan, install_plan::build(view))
 }
 
-/// Rootless Podman: the universal blockers, the distribution's qualification, then its own
+/// Rootless Podman after the universal gates: the distribution's qualification, then its own
 /// checks and plan. A host with nothing to change is used as it is.
-fn decide_podman(
-    view: &LinuxView,
-    descriptor: &Descriptor,
-    gate: InstallGate,
-    options: &Options,
-) -> Verdict {
-    let universal = universal_blockers(view, descriptor, options);
-    if !universal.is_empty() {
-        return Verdict::blocked(Gate::Universal, universal);
-    }
+fn decide_podman(view: &LinuxView, gate: InstallGate) -> Verdict {
     if gate != InstallGate::Recipe {
         let gate_blocker = blockers::gate_blocker(view, gate);
         return Verdict::blocked(Gate::Distribution, gate_blocker.into_iter().collect());
