@@ -51,11 +51,14 @@ impl DockerRoute {
 
     /// To the user's rootless Podman: the `podman.socket` unit's, else a service of our own.
     pub fn user_podman() -> DockerRoute {
-        let route = DockerRoute::new(PathBuf::new());
-        if let Ok(mut state) = route.state.try_lock() {
-            state.podman = Some(None);
+        let state = RelayState {
+            podman: Some(None),
+            ..RelayState::default()
+        };
+        DockerRoute {
+            state: Arc::new(Mutex::new(state)),
+            ..DockerRoute::new(PathBuf::new())
         }
-        route
     }
 
     /// The daemon's socket from `DOCKER_HOST` when it names an absolute unix socket (a system
@@ -106,7 +109,10 @@ impl DockerRoute {
     /// Connects through [`DockerRoute::socket`]; the client of the last connection through the
     /// same socket is reused.
     pub async fn connect(&self) -> Result<Docker> {
-        let socket = self.podman_socket().await?.unwrap_or(self.socket().await);
+        let socket = match self.podman_socket().await? {
+            Some(podman) => podman,
+            None => self.socket().await,
+        };
         let mut cached = self.client.lock().await;
         if let Some((path, docker)) = cached.as_ref() {
             if *path == socket {
