@@ -288,3 +288,55 @@ fn an_unreachable_daemon_is_shown_as_not_checked_in_the_human_report() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!text.contains("What could not be checked:"), "{text}");
 }
+
+#[test]
+fn without_runtime_the_plan_is_for_rootless_podman_on_a_machine_without_docker_and_says_why() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let mut facts: Value = serde_json::from_slice(
+        &std::fs::read(facts_file("ubuntu2404-rtx4070-clean.json")).expect("facts"),
+    )
+    .expect("json");
+    // The user has no sub-ID range yet; the probe proposes the next free one.
+    facts["podman"] = serde_json::json!({"version": null, "subids": {"state": "known", "value":
+        {"uid_ranges": [], "gid_ranges": [], "proposed": {"start": 165536, "count": 65536}}}});
+    let path = home.path().join("facts.json");
+    std::fs::write(&path, facts.to_string()).expect("write");
+    let path = path.to_str().expect("p");
+
+    let json = json_of(&enginekit(
+        home.path(),
+        &["plan", "--json", "--facts", path],
+    ));
+    assert_eq!(json["runtime"], "podman", "{json}");
+    assert!(json["host_step"]["parameters"]["components"]
+        .as_array()
+        .is_some_and(|c| c.contains(&Value::from("podman"))));
+    let asked = json_of(&enginekit(
+        home.path(),
+        &["plan", "--json", "--runtime", "podman", "--facts", path],
+    ));
+    assert_eq!(asked["plan_digest"], json["plan_digest"], "the same plan");
+    let docker = json_of(&enginekit(
+        home.path(),
+        &["plan", "--json", "--runtime", "docker", "--facts", path],
+    ));
+    assert_eq!(docker["runtime"], "docker", "{docker}");
+    assert_ne!(docker["plan_digest"], json["plan_digest"]);
+
+    let text = enginekit(home.path(), &["plan", "--facts", path]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("Runtime: rootless Podman, as this machine has no Docker (--runtime docker chooses Docker)."),
+        "{text}"
+    );
+
+    // Docker on the machine keeps Docker, and the report says so.
+    facts["docker"]["cli"] = serde_json::json!({"state": "known", "value": true});
+    std::fs::write(home.path().join("facts.json"), facts.to_string()).expect("write");
+    let text = enginekit(home.path(), &["plan", "--facts", path]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("Runtime: Docker, which this machine already has (--runtime podman chooses rootless Podman)."),
+        "{text}"
+    );
+}

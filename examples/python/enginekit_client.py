@@ -5,7 +5,8 @@ It uses python3-gi only (no enginekit code): every value on the bus is a plain D
 JSON text, and every error a stable name (docs/dbus-api.md). What a desktop app does:
 
   1. list the installed engines          Installations()
-  2. show the plan and its digest        Plan(engine)
+  2. show the plan and its digest        Plan(engine): on the Docker the machine has, else on
+                                         rootless Podman (no group, no new sign-in)
   3. ask the user                        (a dialog in an app; a prompt here, or --yes)
   4. set up under that consent           Setup(engine, plan_digest) -> operation object
   5. follow progress by signals          Operation.Changed, Operation.Progress
@@ -19,8 +20,8 @@ Run it on a desktop session (the service is D-Bus activated):
 
   examples/python/enginekit_client.py --engine vllm --model ~/models/Qwen2.5-7B-Instruct
 
-Each line it prints starts with a word a script can match: engines, plan, changes, digest,
-signal, phase, progress, error, relogin, url. Exit status: 0 done, 1 failed, 3 blocked or
+Each line it prints starts with a word a script can match: engines, plan, runtime, changes,
+digest, signal, phase, progress, error, relogin, url. Exit status: 0 done, 1 failed, 3 blocked or
 declined, 4 sign in again first.
 """
 
@@ -141,6 +142,8 @@ def set_up(client, engine, yes):
     (text,) = client.call("Plan", GLib.Variant("(s)", (engine,)), "(s)")
     plan = json.loads(text)
     print(f"plan {engine}: {plan['availability']}", flush=True)
+    # Docker where the machine has it, else rootless Podman (no group, no new sign-in).
+    print(f"runtime {plan.get('runtime', 'docker')}", flush=True)
     for blocker in plan.get("blockers", []):
         print(f"plan blocker {blocker['code']}: {blocker.get('message', '')}", flush=True)
     if plan["availability"] == "supported":

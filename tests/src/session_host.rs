@@ -109,7 +109,7 @@ impl SessionHost {
     /// A setup in a new sign-in ends ready without the helper running again, and `status`
     /// says ready.
     pub fn assert_setup_finishes_without_the_helper(&self) {
-        let out = self.enginekit("setup --engine vllm --yes --json");
+        let out = self.enginekit("setup --engine vllm --runtime docker --yes --json");
         assert_eq!(
             result_of(&out)["phase"],
             "ready",
@@ -131,9 +131,9 @@ impl SessionHost {
         )
     }
 
-    /// `enginekit plan --json` as the user.
+    /// `enginekit plan --runtime docker --json` as the user (these hosts test the Docker path).
     pub fn plan(&self) -> Value {
-        let plan = self.enginekit("plan --engine vllm --json");
+        let plan = self.enginekit("plan --engine vllm --runtime docker --json");
         serde_json::from_slice(&plan.stdout)
             .unwrap_or_else(|e| panic!("plan json: {e}: {}", describe(&plan)))
     }

@@ -21,6 +21,20 @@ use crate::bench::{unique_name, AptRepo, Service, SYSTEMD_RUN_FLAGS};
 /// cannot bring up `lo` in an inner container.
 pub const INNER_DOCKER_FLAGS: &[&str] = &["--network", "host", "--cap-add", "NET_ADMIN"];
 
+/// What rootless Podman needs of the container, as of a desktop host: /dev/net/tun (slirp4netns)
+/// and /dev/fuse, and no masking of the paths its user namespaces mount. Make the two nodes
+/// 0666 inside, as udev leaves them on a desktop ([`BootedSystemd::open_podman_devices`]).
+pub const ROOTLESS_PODMAN_FLAGS: &[&str] = &[
+    "--device",
+    "/dev/net/tun",
+    "--device",
+    "/dev/fuse",
+    "--security-opt",
+    "systempaths=unconfined",
+    "--security-opt",
+    "apparmor=unconfined",
+];
+
 /// What confines a Docker inside the container to a private network namespace (see
 /// tests/bench/systemd-image, which writes these into the docker variant image).
 pub const DOCKER_CONFINEMENT: &[&str] = &[
@@ -96,6 +110,27 @@ impl BootedSystemd {
         assert!(started.contains("started"), "inner docker: {started}");
         booted.wait_for_docker();
         booted
+    }
+
+    /// /dev/net/tun and /dev/fuse as udev leaves them on a desktop (0666), for rootless Podman
+    /// in a container booted with [`ROOTLESS_PODMAN_FLAGS`].
+    pub fn open_podman_devices(&self) {
+        let nodes = self.sh("chmod 0666 /dev/net/tun /dev/fuse && echo ok");
+        assert!(nodes.contains("ok"), "{nodes}");
+    }
+
+    /// Lets `user`'s Podman pull from the bench registry at `addr`, which speaks plain HTTP on
+    /// loopback (a real registry is TLS).
+    pub fn podman_registry_for(&self, user: &str, addr: &str) {
+        let conf = format!(
+            "mkdir -p ~/.config/containers && printf '[[registry]]\\nlocation = \"{addr}\"\\ninsecure = true\\n' > ~/.config/containers/registries.conf && echo ok"
+        );
+        let out = self.sh_as(user, &conf);
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("ok"),
+            "{}",
+            crate::output::describe(&out)
+        );
     }
 
     /// Sets `features.NAME = VALUE` in the inner Docker's /etc/docker/daemon.json for each of

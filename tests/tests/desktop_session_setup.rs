@@ -68,7 +68,7 @@ use enginekit_integration::bench::{self, Service};
 use enginekit_integration::documents::vllm_descriptor;
 use enginekit_integration::output::describe;
 use enginekit_integration::session_host::{SessionHost, USER};
-use enginekit_integration::systemd::{docker, BootedSystemd};
+use enginekit_integration::systemd::{docker, BootedSystemd, ROOTLESS_PODMAN_FLAGS};
 use serde_json::Value;
 use systemd_host_support::bench_recipe;
 
@@ -102,6 +102,16 @@ impl DesktopGpuHost {
     /// answering `polkit` (`YES`, `AUTH_ADMIN`) for the user and the helper's action.
     /// The engine descriptor names `engine_ref` as the engine image.
     fn start(prefix: &str, polkit: &str, engine_ref: Option<&str>) -> DesktopGpuHost {
+        Self::start_with(prefix, polkit, engine_ref, &[])
+    }
+
+    /// [`Self::start`] with `extra` `docker run` flags.
+    fn start_with(
+        prefix: &str,
+        polkit: &str,
+        engine_ref: Option<&str>,
+        extra: &[&str],
+    ) -> DesktopGpuHost {
         let env = bench::require(&[
             Service::Docker,
             Service::Registry,
@@ -109,7 +119,7 @@ impl DesktopGpuHost {
             Service::SystemdImage,
         ]);
         let booted =
-            BootedSystemd::boot_docker_variant(&bench::systemd_desktop_image(), prefix, &[], &[]);
+            BootedSystemd::boot_docker_variant(&bench::systemd_desktop_image(), prefix, extra, &[]);
         booted.install_package();
         booted.copy(
             &bench::workspace_root().join("examples/python/enginekit_client.py"),
@@ -718,4 +728,84 @@ fn a_setup_through_the_session_service_raises_the_desktop_agents_dialog_cancel_o
     );
     assert!(host.groups().iter().any(|g| g == "docker"));
     assert_eq!(host.burnt_nonces().len(), 1, "{}", host.journal());
+}
+
+/// Issue 24's desktop path: on a desktop with no container runtime (the image's Docker purged,
+/// its group gone), the same app's `Plan` is for rootless Podman, and its `Setup` goes through
+/// polkit and the helper (Podman and what it needs from Debian's own archive by real apt, the
+/// STAND-IN toolkit, the CDI spec, the user's sub-ID range) to ready in the same session: no
+/// "sign in again", no group added. `enginekit plan` as the user says why Podman.
+#[test]
+fn on_a_desktop_without_docker_the_python_clients_setup_is_rootless_podman_and_needs_no_new_sign_in(
+) {
+    let host = DesktopGpuHost::start_with("ek-desk2-podman", "YES", None, ROOTLESS_PODMAN_FLAGS);
+    host.booted.open_podman_devices();
+    let purged = host.sh(&format!(
+        "systemctl stop docker.socket docker.service containerd.service registry-proxy.socket; \
+         apt-get purge -y -q docker.io containerd runc >/tmp/purge.log 2>&1 && groupdel docker && \
+         sed -i '/^{USER}:/d' /etc/subuid /etc/subgid && echo purged"
+    ));
+    assert!(
+        purged.contains("purged"),
+        "{purged}\n{}",
+        host.sh("tail -n 20 /tmp/purge.log")
+    );
+    let left = host.sh(
+        "for p in docker dockerd containerd runc podman; do command -v $p; done; getent group docker; true",
+    );
+    assert!(
+        left.trim().is_empty(),
+        "no container runtime is left: {left}"
+    );
+    host.booted
+        .podman_registry_for(USER, &host.env.registry_addr);
+    let groups_before = host.groups();
+
+    let report = host.enginekit("plan --engine vllm");
+    let report = String::from_utf8_lossy(&report.stdout).into_owned();
+    assert!(
+        report.contains("Runtime: rootless Podman, as this machine has no Docker"),
+        "{report}"
+    );
+    assert!(!report.contains("docker group"), "{report}");
+
+    let (printed, status) = host.client("--engine vllm --yes");
+    eprintln!("client:\n{printed}");
+    assert_eq!(
+        status,
+        Some(0),
+        "the setup ends ready in this session:\n{printed}\nhelper journal:\n{}",
+        host.journal()
+    );
+    line(&printed, "the plan on rootless Podman", |l| {
+        l == "runtime podman"
+    });
+    for code in [
+        "install-packages",
+        "generate-cdi-spec",
+        "add-subordinate-ids",
+    ] {
+        line(&printed, code, |l| {
+            l.starts_with(&format!("changes {code}: "))
+        });
+    }
+    line(&printed, "the phase ready", |l| l == "phase ready");
+    assert!(
+        !printed.contains("relogin") && !printed.contains("add-user-to-docker-group"),
+        "{printed}"
+    );
+    assert_eq!(host.groups(), groups_before, "no group was added");
+    assert!(host.installed_version("podman").is_some());
+    let images = host
+        .booted
+        .sh_as(USER, "podman images --digests --format '{{.Digest}}'");
+    let images = String::from_utf8_lossy(&images.stdout).into_owned();
+    let digest = host.env.busybox_ref.rsplit('@').next().expect("digest");
+    assert!(
+        images.contains(digest),
+        "the engine image is in the user's Podman: {images}"
+    );
+    let status = host.enginekit("status --json");
+    let status: Value = serde_json::from_slice(&status.stdout).expect("status json");
+    assert_eq!(status["installations"][0]["runtime"], "podman", "{status}");
 }

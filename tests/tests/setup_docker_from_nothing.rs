@@ -159,10 +159,10 @@ echo "start-exit=$?"
         ))
     }
 
-    /// `enginekit setup --engine vllm --yes --json` as the user; fails the test, with the
+    /// `enginekit setup --engine vllm --runtime docker --yes --json` as the user; fails the test, with the
     /// helper's journal, unless it ends with the error `code`.
     fn setup_expecting_error(&self, code: &str) -> Output {
-        let out = self.enginekit("setup --engine vllm --yes --json");
+        let out = self.enginekit("setup --engine vllm --runtime docker --yes --json");
         assert_eq!(
             result_of(&out)["error"]["code"],
             code,
@@ -358,7 +358,7 @@ fn from_no_docker_at_all_setup_adds_dockers_repository_installs_it_and_the_toolk
         !plan.to_string().contains("repository-not-checked"),
         "the repository was asked: {plan}"
     );
-    let report = host.enginekit("plan --engine vllm");
+    let report = host.enginekit("plan --engine vllm --runtime docker");
     let report = String::from_utf8_lossy(&report.stdout).into_owned();
     for package in DOCKER_PACKAGES {
         assert!(report.contains(package), "{package}: {report}");
@@ -374,7 +374,7 @@ fn from_no_docker_at_all_setup_adds_dockers_repository_installs_it_and_the_toolk
     let holder = hold_dpkg_lock_until_apt_installs(&host.booted);
     let first = host.booted.sh_as(
         USER,
-        "ENGINEKIT_LOG=info enginekit setup --engine vllm --yes --json </dev/null",
+        "ENGINEKIT_LOG=info enginekit setup --engine vllm --runtime docker --yes --json </dev/null",
     );
     assert_eq!(
         result_of(&first)["phase"],
@@ -580,7 +580,7 @@ fn from_no_docker_at_all_setup_adds_dockers_repository_installs_it_and_the_toolk
     // undo leaves it, docker-ce and what docker-ce needs (named, with why), and undoes the rest.
     let again = host.booted.sh_as(
         USER,
-        "ENGINEKIT_LOG=warn enginekit setup --engine vllm --yes --json </dev/null",
+        "ENGINEKIT_LOG=warn enginekit setup --engine vllm --runtime docker --yes --json </dev/null",
     );
     let receipt = host.last_receipt();
     assert_eq!(receipt["outcome"], "succeeded", "{}", describe(&again));
@@ -658,7 +658,7 @@ fn the_key_pin_holds_for_real_a_repository_signed_by_another_key_is_refused_by_a
         "{before}"
     );
 
-    let out = host.enginekit("setup --engine vllm --yes --json");
+    let out = host.enginekit("setup --engine vllm --runtime docker --yes --json");
     let result = result_of(&out);
     assert!(
         result["error"]["code"].is_string(),
@@ -785,7 +785,7 @@ fn conflict_is_refused_then_removed(debian: &str) {
     let apt_before = host.tree_snapshot(APT_TREES);
 
     // The built-in conflict check (remove: false) refuses, naming the package and the remedy.
-    let refused = host.enginekit("setup --engine vllm --yes --json");
+    let refused = host.enginekit("setup --engine vllm --runtime docker --yes --json");
     let result = result_of(&refused);
     assert_eq!(
         result["error"]["code"],
@@ -879,7 +879,7 @@ fn conflict_is_refused_then_removed(debian: &str) {
     host.booted.assert_docker_confined();
     let proxy = host.sh("systemctl start registry-proxy.socket && echo ok");
     assert!(proxy.contains("ok"), "{proxy}");
-    let ready = host.enginekit("setup --engine vllm --yes --json");
+    let ready = host.enginekit("setup --engine vllm --runtime docker --yes --json");
     assert_eq!(result_of(&ready)["phase"], "ready", "{}", describe(&ready));
 }
 

@@ -145,7 +145,7 @@ fn on_a_simulated_rocky_9_host_without_docker_setup_installs_the_pinned_rpms_wit
 
     let plan = host.plan();
     assert_dnf_plan(&plan);
-    let report = host.enginekit("plan --engine vllm");
+    let report = host.enginekit("plan --engine vllm --runtime docker");
     let report = String::from_utf8_lossy(&report.stdout).into_owned();
     assert!(report.contains("dnf"), "{report}");
     for package in DOCKER_PACKAGES {
@@ -153,7 +153,7 @@ fn on_a_simulated_rocky_9_host_without_docker_setup_installs_the_pinned_rpms_wit
     }
 
     // First run: polkit allows, the helper runs the dnf family; the group needs a new session.
-    let first = host.enginekit("setup --engine vllm --yes --json");
+    let first = host.enginekit("setup --engine vllm --runtime docker --yes --json");
     assert_eq!(
         result_of(&first)["error"]["code"],
         "MANAGED_RELOGIN_REQUIRED",
@@ -359,7 +359,7 @@ fn a_toolkit_repository_whose_metadata_another_key_signed_is_refused_by_dnf_nami
     let before = host.plan();
     assert_dnf_plan(&before);
 
-    let out = host.enginekit("setup --engine vllm --yes --json");
+    let out = host.enginekit("setup --engine vllm --runtime docker --yes --json");
     let result = result_of(&out);
     assert_eq!(
         result["error"]["code"],
@@ -461,7 +461,7 @@ fn with_rhels_podman_and_runc_installed_the_built_in_conflict_check_refuses_befo
     assert!(versions.iter().all(Option::is_some), "{versions:?}");
     assert_dnf_plan(&host.plan());
 
-    let refused = host.enginekit("setup --engine vllm --yes --json");
+    let refused = host.enginekit("setup --engine vllm --runtime docker --yes --json");
     let result = result_of(&refused);
     assert_eq!(
         result["error"]["code"],

@@ -39,7 +39,7 @@ use std::time::Duration;
 use enginekit_integration::bench::{self, BenchEnv, Service};
 use enginekit_integration::documents::vllm_descriptor;
 use enginekit_integration::output::{describe, events, result_of};
-use enginekit_integration::systemd::BootedSystemd;
+use enginekit_integration::systemd::{BootedSystemd, ROOTLESS_PODMAN_FLAGS};
 use enginekit_shared::signed::DocumentKind;
 use serde_json::{json, Value};
 use systemd_host_support::bench_recipe;
@@ -65,19 +65,6 @@ struct SystemdGpuHost {
     booted: BootedSystemd,
     env: BenchEnv,
 }
-
-/// What rootless Podman needs of the container, as of a desktop host: /dev/net/tun (slirp4netns)
-/// and /dev/fuse, and no masking of the paths its user namespaces mount.
-const PODMAN_FLAGS: &[&str] = &[
-    "--device",
-    "/dev/net/tun",
-    "--device",
-    "/dev/fuse",
-    "--security-opt",
-    "systempaths=unconfined",
-    "--security-opt",
-    "apparmor=unconfined",
-];
 
 impl SystemdGpuHost {
     fn start(polkit: Polkit) -> SystemdGpuHost {
@@ -460,10 +447,8 @@ fn setup_installs_the_toolkit_through_polkit_and_the_helper_waits_for_relogin_th
 /// verifies and records; Docker's store is left alone.
 #[test]
 fn setup_on_rootless_podman_installs_it_from_the_archive_beside_docker_and_adds_no_group() {
-    let host = SystemdGpuHost::start_with(Polkit::Allow, PODMAN_FLAGS);
-    // As udev leaves them on a desktop.
-    let nodes = host.sh("chmod 0666 /dev/net/tun /dev/fuse && echo ok");
-    assert!(nodes.contains("ok"), "{nodes}");
+    let host = SystemdGpuHost::start_with(Polkit::Allow, ROOTLESS_PODMAN_FLAGS);
+    host.booted.open_podman_devices();
     assert_eq!(host.installed_version("podman"), None);
     // useradd gave the user a range; without one, the plan asks for it too.
     let none = host.sh(&format!(
@@ -471,17 +456,8 @@ fn setup_on_rootless_podman_installs_it_from_the_archive_beside_docker_and_adds_
     ));
     assert!(none.contains("ok"), "{none}");
     let groups_before = host.groups();
-    // The bench registry speaks plain HTTP on loopback (a real one is TLS).
-    let conf = format!(
-        "mkdir -p ~/.config/containers && printf '[[registry]]\\nlocation = \"{}\"\\ninsecure = true\\n' > ~/.config/containers/registries.conf && echo ok",
-        host.env.registry_addr
-    );
-    let conf = host.booted.sh_as(USER, &conf);
-    assert!(
-        String::from_utf8_lossy(&conf.stdout).contains("ok"),
-        "{}",
-        describe(&conf)
-    );
+    host.booted
+        .podman_registry_for(USER, &host.env.registry_addr);
 
     let plan = host.enginekit("plan --engine vllm --runtime podman --json");
     let doc: Value = serde_json::from_slice(&plan.stdout)

@@ -11,6 +11,7 @@ pub mod install_plan;
 pub mod network;
 pub mod no_driver;
 pub mod podman;
+pub mod runtime_choice;
 pub mod version;
 pub mod view;
 pub mod warnings;

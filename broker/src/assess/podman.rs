@@ -106,6 +106,25 @@ fn subid_grant(view: &LinuxView) -> Result<Option<SubIdRange>, Blocker> {
     }
 }
 
+fn cdi_unsupported(view: &LinuxView) -> Option<Blocker> {
+    podman_without_cdi(view).map(|version| {
+        blocker(
+            BlockerReason::PodmanCdiUnsupported,
+            tr!(
+                "Podman {version} cannot pass a GPU into a container (CDI needs Podman {minimum} or later). Choose Docker instead (--runtime docker).",
+                version = version,
+                minimum = PODMAN_CDI_MINIMUM
+            ),
+        )
+    })
+}
+
+/// What makes rootless Podman impossible for this user where Docker is not: a Podman without
+/// CDI, or no sub-ID range to be had. (Root is the caller's own case.)
+pub fn cannot_run(view: &LinuxView) -> Option<Blocker> {
+    cdi_unsupported(view).or_else(|| subid_grant(view).err())
+}
+
 /// The blockers of the Podman path, or its install plan (empty when nothing is to change).
 pub fn plan(view: &LinuxView) -> Result<InstallPlan, Vec<Blocker>> {
     let mut blockers = Vec::new();
@@ -115,15 +134,8 @@ pub fn plan(view: &LinuxView) -> Result<InstallPlan, Vec<Blocker>> {
             tr!("Rootless Podman runs containers as a user, not as root. Run enginekit as your own user, or choose Docker (--runtime docker)."),
         ));
     }
-    if let Some(version) = podman_without_cdi(view) {
-        blockers.push(blocker(
-            BlockerReason::PodmanCdiUnsupported,
-            tr!(
-                "Podman {version} cannot pass a GPU into a container (CDI needs Podman {minimum} or later). Choose Docker instead (--runtime docker).",
-                version = version,
-                minimum = PODMAN_CDI_MINIMUM
-            ),
-        ));
+    if let Some(b) = cdi_unsupported(view) {
+        blockers.push(b);
     }
     let subids = if view.is_root {
         None

@@ -11,6 +11,7 @@ use enginekit_shared::error::{CodedError, ErrorCode};
 use enginekit_shared::wire::plan::{Availability, Blocker, GpuAccess, ImageStore, Plan, Runtime};
 
 use super::{EXIT_BLOCKED, EXIT_FAILURE};
+use crate::assess::runtime_choice::{default_runtime, Why};
 use crate::assess::view::LinuxView;
 use crate::assess::Assessment;
 use crate::documents::descriptor::{Descriptor, KnownEngine};
@@ -34,9 +35,10 @@ pub struct PlanArgs {
     /// Assess recorded facts (the output of `enginekit probe --json`) instead of probing.
     #[arg(long, value_name = "FILE")]
     pub facts: Option<PathBuf>,
-    /// The container runtime to plan for: docker, or podman (rootless, no group added).
-    #[arg(long, default_value = "docker", value_parser = parse_runtime)]
-    pub runtime: Runtime,
+    /// The container runtime to plan for: docker, or podman (rootless, no group added). Without
+    /// it: the Docker this machine has, else rootless Podman.
+    #[arg(long, value_parser = parse_runtime)]
+    pub runtime: Option<Runtime>,
 }
 
 fn parse_runtime(text: &str) -> Result<Runtime, String> {
@@ -102,6 +104,19 @@ pub struct PlanOutcome {
     pub facts: HostFacts,
     /// Notes about the documents (a refused update, an expired one).
     pub document_notes: Vec<String>,
+    /// Why this runtime, when the user did not name one.
+    pub runtime_why: Option<Why>,
+}
+
+/// The runtime asked for, or this machine's default and why.
+pub fn choose_runtime(asked: Option<Runtime>, facts: &HostFacts) -> (Runtime, Option<Why>) {
+    match asked {
+        Some(runtime) => (runtime, None),
+        None => {
+            let (runtime, why) = default_runtime(&LinuxView::from_facts(facts));
+            (runtime, Some(why))
+        }
+    }
 }
 
 /// Plans for `engine` over `facts` with the documents from `sources`.
@@ -136,6 +151,7 @@ pub fn plan_for(
                 descriptor: Some(descriptor.clone()),
                 facts,
                 document_notes: notes,
+                runtime_why: None,
             })
         }
         Err(error) => Ok(PlanOutcome {
@@ -144,6 +160,7 @@ pub fn plan_for(
             descriptor: None,
             facts,
             document_notes: notes,
+            runtime_why: None,
         }),
     }
 }
@@ -178,7 +195,12 @@ pub fn run(args: PlanArgs) -> ExitCode {
         None => live_facts(),
     };
     let sources = DocumentSources::from_env();
-    let outcome = facts.and_then(|f| plan_for(args.engine, args.runtime, f, &sources));
+    let outcome = facts.and_then(|f| {
+        let (runtime, why) = choose_runtime(args.runtime, &f);
+        let mut outcome = plan_for(args.engine, runtime, f, &sources)?;
+        outcome.runtime_why = why;
+        Ok(outcome)
+    });
     let outcome = match outcome {
         // A live plan asks the repository it would add; a replay of recorded facts does not
         // (it answers the same every time, offline).
@@ -206,12 +228,24 @@ pub fn run(args: PlanArgs) -> ExitCode {
     ExitCode::from(exit_status(&outcome.plan))
 }
 
-/// The runtime, and in one line what choosing it grants.
-fn runtime_line(runtime: Runtime) -> String {
-    match runtime {
-        Runtime::Docker => tr!("Runtime: Docker (--runtime docker). Whoever can use Docker's socket, the docker group included, is root on this machine without a password."),
-        Runtime::Podman => tr!("Runtime: rootless Podman (--runtime podman). Containers run as you, in your own user namespace; no group is added and nothing grants root."),
-    }
+/// The runtime, why it when the user did not choose, and in one line what choosing it grants.
+fn runtime_line(runtime: Runtime, why: Option<&Why>) -> String {
+    let chosen = match (runtime, why) {
+        (Runtime::Docker, None) => tr!("Runtime: Docker (--runtime docker)."),
+        (Runtime::Podman, None) => tr!("Runtime: rootless Podman (--runtime podman)."),
+        (_, Some(Why::DockerPresent)) => tr!("Runtime: Docker, which this machine already has (--runtime podman chooses rootless Podman)."),
+        (_, Some(Why::Root)) => tr!("Runtime: Docker, as enginekit runs as root and rootless Podman is for a user."),
+        (_, Some(Why::PodmanCannot(reason))) => tr!(
+            "Runtime: Docker, as rootless Podman cannot be used here: {reason}",
+            reason = reason
+        ),
+        (_, Some(Why::NoDocker)) => tr!("Runtime: rootless Podman, as this machine has no Docker (--runtime docker chooses Docker)."),
+    };
+    let grants = match runtime {
+        Runtime::Docker => tr!("Whoever can use Docker's socket, the docker group included, is root on this machine without a password."),
+        Runtime::Podman => tr!("Containers run as you, in your own user namespace; no group is added and nothing grants root."),
+    };
+    format!("{chosen} {grants}")
 }
 
 fn gb(bytes: u64) -> String {
@@ -365,7 +399,11 @@ pub fn human_report(outcome: &PlanOutcome) -> String {
             availability = plan.availability.as_str()
         )
     );
-    let _ = writeln!(out, "{}", runtime_line(plan.runtime));
+    let _ = writeln!(
+        out,
+        "{}",
+        runtime_line(plan.runtime, outcome.runtime_why.as_ref())
+    );
 
     if let Some(descriptor) = &outcome.descriptor {
         let view = LinuxView::from_facts(&outcome.facts);

@@ -25,9 +25,10 @@ pub struct SetupArgs {
     /// One JSON event per line on stdout.
     #[arg(long)]
     pub json: bool,
-    /// The container runtime: docker, or podman (rootless, no group added).
-    #[arg(long, default_value = "docker", value_parser = |s: &str| s.parse::<Runtime>())]
-    pub runtime: Runtime,
+    /// The container runtime: docker, or podman (rootless, no group added). Without it: the
+    /// Docker this machine has, else rootless Podman (what `enginekit plan` shows).
+    #[arg(long, value_parser = |s: &str| s.parse::<Runtime>())]
+    pub runtime: Option<Runtime>,
 }
 
 pub fn run(args: SetupArgs) -> ExitCode {
@@ -60,7 +61,14 @@ async fn setup(args: SetupArgs) -> ExitCode {
             Err(e) => report_error(json, &e),
         };
     }
-    let plan = match runner.plan(&engine, args.runtime).await {
+    let runtime = match args.runtime {
+        Some(runtime) => runtime,
+        None => {
+            crate::operations::boundary::Probing::default_runtime(runner.provisioner().as_ref())
+                .await
+        }
+    };
+    let plan = match runner.plan(&engine, runtime).await {
         Ok(plan) => plan,
         Err(e) => return report_error(json, &e),
     };
@@ -85,7 +93,7 @@ async fn setup(args: SetupArgs) -> ExitCode {
     if let Err(e) = consent(args.yes, json, "Set up with this plan?") {
         return report_error(json, &e);
     }
-    let op = match runner.begin_setup(&engine, Some(digest), args.runtime) {
+    let op = match runner.begin_setup(&engine, Some(digest), plan.runtime) {
         Ok(op) => op,
         Err(e) => return report_error(json, &e),
     };

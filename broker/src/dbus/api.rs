@@ -25,6 +25,10 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait BrokerApi: Send + Sync + 'static {
     fn probe(&self) -> BoxFuture<'_, Result<serde_json::Value, CodedError>>;
     fn plan(&self, engine: EngineId, runtime: Runtime) -> BoxFuture<'_, Result<Plan, CodedError>>;
+    /// The runtime `Plan` and `Setup` use when the caller names none.
+    fn default_runtime(&self) -> BoxFuture<'_, Runtime> {
+        Box::pin(async { Runtime::Docker })
+    }
     fn begin_setup(
         &self,
         engine: EngineId,
@@ -118,6 +122,10 @@ impl<P: Provisioner + Probing, E: Elevator> BrokerApi for Broker<P, E> {
 
     fn plan(&self, engine: EngineId, runtime: Runtime) -> BoxFuture<'_, Result<Plan, CodedError>> {
         Box::pin(async move { self.runner.plan(&engine, runtime).await })
+    }
+
+    fn default_runtime(&self) -> BoxFuture<'_, Runtime> {
+        Box::pin(self.runner.provisioner().default_runtime())
     }
 
     fn begin_setup(

@@ -89,11 +89,14 @@ impl BrokerObject {
         json_text(&self.api.probe().await?)
     }
 
-    /// The plan for `engine` as JSON; its `plan_digest` is what `Setup` takes as consent.
+    /// The plan for `engine` as JSON, on the Docker this machine has, else on rootless Podman;
+    /// its `plan_digest` is what `Setup` takes as consent.
     #[zbus(out_args("plan"))]
     async fn plan(&self, engine_id: &str) -> Result<String, BrokerError> {
         let _call = self.api.call_started();
-        json_text(&self.api.plan(engine(engine_id)?, Runtime::Docker).await?)
+        let engine = engine(engine_id)?;
+        let runtime = self.api.default_runtime().await;
+        json_text(&self.api.plan(engine, runtime).await?)
     }
 
     /// The plan for an engine on a container runtime (`docker` or `podman`).
@@ -117,7 +120,8 @@ impl BrokerObject {
         #[zbus(object_server)] server: &zbus::ObjectServer,
         #[zbus(header)] header: zbus::message::Header<'_>,
     ) -> Result<OwnedObjectPath, BrokerError> {
-        self.setup_on(engine_id, plan_digest, "docker", server, header)
+        let runtime = self.api.default_runtime().await;
+        self.setup_on(engine_id, plan_digest, runtime.as_str(), server, header)
             .await
     }
 

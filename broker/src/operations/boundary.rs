@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use enginekit_shared::digest::Digest;
 use enginekit_shared::error::CodedError;
+use enginekit_shared::wire::plan::Runtime;
 use serde::Serialize;
 
 use enginekit_shared::wire::host_step::HostStep;
@@ -124,6 +125,9 @@ pub enum ReceiptLookup {
 /// The host facts, for the session service's `Probe`.
 pub trait Probing {
     fn probe_facts(&self) -> impl Future<Output = Result<serde_json::Value, CodedError>> + Send;
+    /// The runtime a plan is for when the caller names none
+    /// ([`crate::assess::runtime_choice::default_runtime`] over a fresh probe).
+    fn default_runtime(&self) -> impl Future<Output = Runtime> + Send;
 }
 
 /// The root helper on the system bus.

@@ -159,6 +159,14 @@ impl Probing for LinuxMachine {
                 .with_details(e.to_string())
         })
     }
+
+    async fn default_runtime(&self) -> Runtime {
+        let facts = probe(self.probe_options().await).await;
+        crate::assess::runtime_choice::default_runtime(&crate::assess::view::LinuxView::from_facts(
+            &facts,
+        ))
+        .0
+    }
 }
 
 /// Each effect is written in its own module (planning, environment, image, removal).
