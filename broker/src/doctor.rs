@@ -3,10 +3,15 @@
 //! The plan answers "what would setup change"; the doctor answers "why does it not work now"
 //! after setup, from the same facts: the driver (mismatch after an update, why there is none),
 //! the daemon and this session's access to it, the GPU runtime and a CDI spec that no longer
-//! matches the cards, a toolkit with known vulnerabilities, and the installed engines.
+//! matches the cards, a toolkit with known vulnerabilities, and the installed engines; on rootless
+//! Podman, Podman, the sub-ID ranges and CDI instead of Docker's daemon.
+
+use std::collections::BTreeSet;
 
 use crate::assess::cdi::CdiSpec;
-use enginekit_shared::wire::plan::BlockerReason;
+use crate::assess::podman::PODMAN_CDI_MINIMUM;
+use crate::assess::runtime_choice::default_runtime;
+use enginekit_shared::wire::plan::{BlockerReason, Runtime};
 use serde::Serialize;
 
 use crate::assess::no_driver;
@@ -60,11 +65,22 @@ impl Finding {
 }
 
 /// Every finding for these facts and installed engines, in the order a person would check.
+/// Each runtime an engine is installed in is checked (none installed: the one `plan` would
+/// choose), and only those: a rootless Podman user is not told that Docker does not answer.
 pub fn diagnose(facts: &HostFacts, installations: &[Installation]) -> Vec<Finding> {
     let view = LinuxView::from_facts(facts);
+    let mut runtimes: BTreeSet<Runtime> = installations.iter().map(|i| i.runtime).collect();
+    if runtimes.is_empty() {
+        runtimes.insert(default_runtime(&view).0);
+    }
     let mut out = vec![driver(&view)];
-    out.push(daemon(&view));
-    out.push(gpu_runtime(&view));
+    if runtimes.contains(&Runtime::Docker) {
+        out.push(daemon(&view));
+        out.push(gpu_runtime(&view));
+    }
+    if runtimes.contains(&Runtime::Podman) {
+        out.extend(podman(&view, facts));
+    }
     out.extend(cdi_spec(facts));
     out.extend(toolkit(&view));
     out.push(engines(installations));
@@ -165,6 +181,67 @@ fn gpu_runtime(view: &LinuxView) -> Finding {
             "Run `enginekit setup`; it configures the runtime and generates the CDI specification.",
         )
     }
+}
+
+/// Rootless Podman: the package (one that takes a CDI device), the user's sub-ID ranges, and a
+/// CDI spec naming the GPU (Podman's only way to it).
+fn podman(view: &LinuxView, facts: &HostFacts) -> Vec<Finding> {
+    let setup = "enginekit setup --runtime podman";
+    let package = match &view.podman_version {
+        None => Finding::problem(
+            "podman",
+            Severity::Error,
+            "Podman is not installed.",
+            setup,
+        ),
+        Some(v) if !enginekit_shared::recipe::version::at_least(v, PODMAN_CDI_MINIMUM) => {
+            Finding::problem(
+                "podman",
+                Severity::Error,
+                format!("Podman {v} cannot pass a GPU into a container (CDI needs Podman {PODMAN_CDI_MINIMUM} or later)."),
+                "Upgrade Podman from your distribution, or use Docker (enginekit setup --runtime docker).",
+            )
+        }
+        Some(v) => Finding::ok("podman", format!("Podman {v}, rootless")),
+    };
+    let subids = match &view.subids {
+        Ok(s) if !s.uid_ranges.is_empty() && !s.gid_ranges.is_empty() => Finding::ok(
+            "subids",
+            format!(
+                "{} has subordinate user and group IDs for rootless containers",
+                view.user_name()
+            ),
+        ),
+        Ok(_) => Finding::problem(
+            "subids",
+            Severity::Error,
+            format!(
+                "{} has no range in /etc/subuid and /etc/subgid; rootless containers cannot start.",
+                view.user_name()
+            ),
+            setup,
+        ),
+        Err(why) => Finding::problem(
+            "subids",
+            Severity::Error,
+            format!("/etc/subuid and /etc/subgid cannot be read exactly: {why}."),
+            "Fix the files (one user:start:count per line), then run `enginekit doctor` again.",
+        ),
+    };
+    let gpu = if facts.nvidia.cdi_nvidia_gpu_listed.is_true() {
+        Finding::ok(
+            "gpu-runtime",
+            "Podman can pass the GPU into containers (an NVIDIA CDI device is listed)",
+        )
+    } else {
+        Finding::problem(
+            "gpu-runtime",
+            Severity::Error,
+            "Podman cannot pass the GPU into containers: no NVIDIA CDI device is listed.",
+            setup,
+        )
+    };
+    vec![package, subids, gpu]
 }
 
 /// A CDI spec generated before a card was added, removed or swapped lists other devices than
@@ -337,5 +414,84 @@ mod tests {
                 "adopted: {ctk}, package {package:?}"
             );
         }
+    }
+
+    /// An engine installed in rootless Podman (deserialised as the record store writes it).
+    fn podman_installation() -> Installation {
+        serde_json::from_value(json!({
+            "schema_version": 1, "engine": "vllm", "descriptor_id": "vllm-r1",
+            "status": "ready",
+            "image": {"repository": "127.0.0.1:5000/ekt/engine",
+                      "digest": format!("sha256:{}", "a".repeat(64))},
+            "probe_image": null, "platform": "linux/amd64",
+            "installed_at": "2026-12-06T00:00:00Z", "operation_id": "op_1",
+            "runtime": "podman"
+        }))
+        .unwrap()
+    }
+
+    fn podman_host(version: Option<&str>, ranges: bool) -> HostFacts {
+        let mut facts: Value = serde_json::from_str(READY).unwrap();
+        let range = json!({"start": 100000, "count": 65536});
+        let (uids, proposed) = match ranges {
+            true => (json!([range]), Value::Null),
+            false => (json!([]), range.clone()),
+        };
+        facts["podman"] = json!({"version": version, "subids": {"state": "known", "value":
+            {"uid_ranges": uids, "gid_ranges": uids, "proposed": proposed}}});
+        serde_json::from_value(facts).unwrap()
+    }
+
+    fn by_code<'a>(findings: &'a [Finding], code: &str) -> Option<&'a Finding> {
+        findings.iter().find(|f| f.code == code)
+    }
+
+    #[test]
+    fn an_engine_on_rootless_podman_is_diagnosed_on_podman_and_docker_is_not_asked_about() {
+        let findings = diagnose(
+            &podman_host(Some("4.3.1+ds1-8+deb12u1"), true),
+            &[podman_installation()],
+        );
+        assert!(
+            by_code(&findings, "docker-daemon").is_none(),
+            "{findings:?}"
+        );
+        for code in ["podman", "subids", "gpu-runtime"] {
+            let f = by_code(&findings, code).unwrap_or_else(|| panic!("{code}: {findings:?}"));
+            assert_eq!(f.severity, Severity::Ok, "{f:?}");
+        }
+        assert!(by_code(&findings, "gpu-runtime")
+            .unwrap()
+            .message
+            .starts_with("Podman"));
+
+        let findings = diagnose(&podman_host(Some("4.3.1"), false), &[podman_installation()]);
+        let subids = by_code(&findings, "subids").unwrap();
+        assert_eq!(subids.severity, Severity::Error, "{subids:?}");
+        assert_eq!(subids.remedy, "enginekit setup --runtime podman");
+
+        let findings = diagnose(
+            &podman_host(Some("3.4.4+ds1-1ubuntu1"), true),
+            &[podman_installation()],
+        );
+        assert_eq!(
+            by_code(&findings, "podman").unwrap().severity,
+            Severity::Error
+        );
+        let findings = diagnose(&podman_host(None, true), &[podman_installation()]);
+        assert_eq!(
+            by_code(&findings, "podman").unwrap().severity,
+            Severity::Error
+        );
+    }
+
+    #[test]
+    fn a_docker_installation_or_a_machine_with_docker_is_diagnosed_on_docker() {
+        let findings = diagnose(&podman_host(Some("4.3.1"), true), &[]);
+        assert!(
+            by_code(&findings, "docker-daemon").is_some(),
+            "{findings:?}"
+        );
+        assert!(by_code(&findings, "podman").is_none(), "{findings:?}");
     }
 }

@@ -743,6 +743,7 @@ fn on_a_desktop_without_docker_the_python_clients_setup_is_rootless_podman_and_n
     let purged = host.sh(&format!(
         "systemctl stop docker.socket docker.service containerd.service registry-proxy.socket; \
          apt-get purge -y -q docker.io containerd runc >/tmp/purge.log 2>&1 && groupdel docker && \
+         rm -f /run/docker.sock && \
          sed -i '/^{USER}:/d' /etc/subuid /etc/subgid && echo purged"
     ));
     assert!(
@@ -768,6 +769,10 @@ fn on_a_desktop_without_docker_the_python_clients_setup_is_rootless_podman_and_n
         "{report}"
     );
     assert!(!report.contains("docker group"), "{report}");
+    assert!(
+        !report.contains("Docker daemon"),
+        "a Podman plan reads no Docker daemon: {report}"
+    );
 
     let (printed, status) = host.client("--engine vllm --yes");
     eprintln!("client:\n{printed}");

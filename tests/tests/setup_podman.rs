@@ -32,6 +32,7 @@ mod helper_support;
 mod setup_support;
 
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -167,6 +168,17 @@ impl AsUser {
     }
 
     fn command(&self, host: &SimulatedGpuHost, program: &Path, args: &[&str]) -> Command {
+        self.command_env(host, &[], program, args)
+    }
+
+    /// [`Self::command`] with `env` (`NAME=value`) added to what the user's process gets.
+    fn command_env(
+        &self,
+        host: &SimulatedGpuHost,
+        env: &[&str],
+        program: &Path,
+        args: &[&str],
+    ) -> Command {
         let home = host.home.path();
         let mut cmd = Command::new("setpriv");
         cmd.args(["--reuid", &self.user.name, "--regid", &self.user.name])
@@ -187,6 +199,7 @@ impl AsUser {
             ))
             .arg("PATH=/usr/sbin:/usr/bin:/sbin:/bin")
             .arg("RUST_LOG=warn")
+            .args(env)
             .arg(program)
             .args(args)
             .stdin(Stdio::null());
@@ -319,6 +332,20 @@ fn setup_on_rootless_podman_checks_the_gpu_through_cdi_pulls_records_and_remove_
     let record = host.installation().expect("installation record");
     assert_eq!(record["status"], "ready");
     assert_eq!(record["runtime"], "podman", "{record}");
+    // The doctor checks the installation's runtime: Podman, the range, CDI; not Docker's daemon.
+    let doctor = user.enginekit(&host, &["doctor", "--json"]);
+    let doctor: Value = serde_json::from_slice(&doctor.stdout).expect("doctor json");
+    let findings = doctor["findings"].as_array().expect("findings");
+    let severity = |code: &str| {
+        findings
+            .iter()
+            .find(|f| f["code"] == code)
+            .map(|f| f["severity"].clone())
+    };
+    assert_eq!(severity("docker-daemon"), None, "{doctor}");
+    for code in ["podman", "subids", "gpu-runtime"] {
+        assert_eq!(severity(code), Some(Value::from("ok")), "{code}: {doctor}");
+    }
 
     // The STAND-IN engine served from a folder, in the user's Podman, on loopback.
     let model = host.home.path().join("models/Qwen-Stand-In");
@@ -395,4 +422,116 @@ fn setup_on_rootless_podman_checks_the_gpu_through_cdi_pulls_records_and_remove_
     assert!(!user.podman_has(&host, &standin));
     assert!(!user.podman_has(&host, &host.probe_ref));
     assert!(host.installation().is_none());
+}
+
+/// The Podman path's refusal and crash recovery, as the Docker path has them
+/// (setup_systemd_host.rs, setup_crash_recovery.rs): polkit saying no to the sub-ID step ends in
+/// `MANAGED_ELEVATION_DECLINED` with nothing changed (no range, no nonce burnt, no record); then,
+/// allowed, a broker killed (SIGKILL, the `ENGINEKIT_TEST_KILL_AT` hook) right after the GPU
+/// check through CDI began, and again in the pull into the user's Podman, continues the same
+/// operation on the next run to ready, with nothing left over in the user's Podman.
+#[test]
+fn on_rootless_podman_a_refused_step_changes_nothing_and_a_killed_setup_resumes_to_ready() {
+    bench::require(&[Service::TestUser, Service::RootlessPodman, Service::AptRepo]);
+    let host = SimulatedGpuHost::start();
+    let standin = standin_engine();
+    host.write_descriptor(standin.clone(), 2);
+    let user = AsUser::new(&host);
+    let _toolkit = apt_support::HostGuard::new(&user.user.name);
+    let helper = helper_support::InstalledHelper::install("podman-refusal", "");
+    let _subids = SubIdsTakenAway::from(&user.user.name);
+    let subid_files =
+        || ["/etc/subuid", "/etc/subgid"].map(|p| std::fs::read_to_string(p).expect(p));
+    let before = subid_files();
+    let installed = Command::new("dpkg")
+        .arg("-i")
+        .args(standin_toolkit_debs("1.18.1-1"))
+        .output()
+        .expect("dpkg -i");
+    assert!(installed.status.success(), "{}", describe(&installed));
+    let setup = [
+        "setup",
+        "--runtime",
+        "podman",
+        "--engine",
+        "vllm",
+        "--yes",
+        "--json",
+    ];
+
+    let deny = bench::install_polkit_rule(
+        "podman-refusal",
+        &format!(
+            "polkit.addRule(function(action, subject) {{\n\
+             \x20   if (action.id == \"{}\" && subject.user == \"{}\") return polkit.Result.NO;\n\
+             }});",
+            helper_support::ACTION_ID,
+            user.user.name
+        ),
+    );
+    let refused = user.enginekit(&host, &setup);
+    let result = result_of(&refused);
+    assert_eq!(
+        result["error"]["code"],
+        "MANAGED_ELEVATION_DECLINED",
+        "{}",
+        describe(&refused)
+    );
+    assert_eq!(subid_files(), before, "no range was written");
+    assert!(
+        helper.ledger_files().is_empty(),
+        "a refused step burns nothing"
+    );
+    assert!(host.installation().is_none());
+    drop(deny);
+
+    let _allow = bench::install_polkit_rule(
+        "podman-refusal",
+        &helper_support::allow_test_user_rule(&user.user.name),
+    );
+    let enginekit = bench::bin("enginekit");
+    for point in ["preparing-environment", "pulling-image"] {
+        let kill = format!("ENGINEKIT_TEST_KILL_AT={point}");
+        let killed = user
+            .command_env(&host, &[&kill], &enginekit, &setup)
+            .output()
+            .expect("enginekit setup");
+        assert_eq!(
+            killed.status.signal(),
+            Some(9),
+            "the hook did not kill at {point}: {}",
+            describe(&killed)
+        );
+        let again = user.enginekit(&host, &setup);
+        let result = result_of(&again);
+        assert_eq!(
+            result["phase"],
+            "ready",
+            "after a kill at {point}: {}",
+            describe(&again)
+        );
+        let ops = host.operations();
+        let killed_op = ops
+            .iter()
+            .find(|o| o["operation_id"] == result["operation_id"])
+            .expect("the operation");
+        assert_eq!(killed_op["runtime"], "podman", "{killed_op}");
+        assert!(user.podman_has(&host, &standin), "{point}");
+        assert!(user.podman_has(&host, &host.probe_ref), "{point}");
+        assert!(!host.image_present(&standin), "nothing in Docker's store");
+        let left = user.podman(&host, &["ps", "-a", "--format", "{{.Names}}"]);
+        assert_eq!(
+            String::from_utf8_lossy(&left.stdout).trim(),
+            "",
+            "a container left in the user's Podman after a kill at {point}"
+        );
+        let remove = user.enginekit(&host, &["remove", "--engine", "vllm", "--yes", "--json"]);
+        assert_eq!(
+            result_of(&remove)["phase"],
+            "removed",
+            "{}",
+            describe(&remove)
+        );
+        assert!(!user.podman_has(&host, &standin) && !user.podman_has(&host, &host.probe_ref));
+    }
 }

@@ -417,8 +417,9 @@ pub fn human_report(outcome: &PlanOutcome) -> String {
     }
 
     // An unreachable daemon is not a verdict of its own (a later gate may decide), but the user
-    // must see it: every daemon fact in this report is then unknown.
-    if let DaemonState::Unreachable { socket, reason } = &outcome.facts.docker.daemon {
+    // must see it: every daemon fact in this report is then unknown. A Podman plan reads none.
+    let daemon = (plan.runtime == Runtime::Docker).then_some(&outcome.facts.docker.daemon);
+    if let Some(DaemonState::Unreachable { socket, reason }) = daemon {
         let _ = writeln!(out, "\n{}", tr!("What could not be checked:"));
         let _ = writeln!(
             out,

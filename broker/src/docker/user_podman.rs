@@ -1,9 +1,10 @@
 //! The user's own Podman API (rootless Podman, RECIPES.md §11): the `podman.socket` user unit's
-//! socket, `$XDG_RUNTIME_DIR/podman/podman.sock`, where a systemd user manager listens on it;
-//! else a `podman system service` this process starts and owns, on a socket in its private
-//! runtime folder. That service ends when this value is dropped, and by itself after a minute
-//! with no client, so a broker that dies leaves only its containers running (conmon keeps them,
-//! as it does for the unit's service).
+//! socket, `$XDG_RUNTIME_DIR/podman/podman.sock`, where a systemd user manager listens on it
+//! (started through that manager when nothing listens yet: the package ships the unit, and
+//! nothing enables it); else a `podman system service` this process starts and owns, on a
+//! socket in its private runtime folder. That service ends when this value is dropped, and by
+//! itself after a minute with no client, so a broker that dies leaves only its containers
+//! running (conmon keeps them, as it does for the unit's service).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -57,11 +58,19 @@ pub struct UserPodman {
 impl UserPodman {
     /// The unit's socket when something listens on it, else a service of our own.
     pub async fn reach() -> Result<UserPodman, UserPodmanError> {
-        if let Some(unit) = std::env::var_os("XDG_RUNTIME_DIR")
-            .map(|dir| PathBuf::from(dir).join("podman/podman.sock"))
+        if let Some(runtime_dir) = std::env::var_os("XDG_RUNTIME_DIR")
+            .map(PathBuf::from)
             .filter(|p| p.is_absolute())
         {
-            if tokio::net::UnixStream::connect(&unit).await.is_ok() {
+            let unit = runtime_dir.join("podman/podman.sock");
+            let listening = || tokio::net::UnixStream::connect(&unit);
+            // Where the user's systemd manager runs, it starts the unit (shipped, seldom enabled):
+            // a service of ours could not map IDs from under the packaged unit's NoNewPrivileges.
+            if listening().await.is_ok()
+                || (runtime_dir.join("systemd/private").exists()
+                    && start_socket_unit().await
+                    && listening().await.is_ok())
+            {
                 return Ok(UserPodman {
                     socket: unit,
                     owned: None,
@@ -123,6 +132,27 @@ impl UserPodman {
             None => true,
         }
     }
+}
+
+/// `systemctl --user start podman.socket`: true when the user's manager started it.
+async fn start_socket_unit() -> bool {
+    let Some(systemctl) = crate::programs::find("systemctl") else {
+        return false;
+    };
+    let mut command = Command::from(crate::programs::command(&systemctl, Reader::Broker));
+    for name in ["XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS"] {
+        if let Some(value) = std::env::var_os(name) {
+            command.env(name, value);
+        }
+    }
+    command
+        .args(["--user", "start", "podman.socket"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    let started = tokio::time::timeout(Duration::from_secs(15), command.status()).await;
+    matches!(started, Ok(Ok(status)) if status.success())
 }
 
 impl Drop for UserPodman {
