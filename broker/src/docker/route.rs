@@ -126,6 +126,25 @@ impl DockerRoute {
 }
 
 impl DockerRoute {
+    /// After a sub-ID range was added for this user: rootless Podman keeps the user namespace
+    /// it first made (its pause process) with the IDs of then, and a user who had none gets
+    /// "insufficient UIDs or GIDs" on every container. Ends our service and the unit's, and
+    /// `podman system migrate` ends the pause process, so the next use maps the new range.
+    /// Nothing on a Docker route.
+    pub async fn remap_after_new_subids(&self) {
+        let reached = {
+            let mut state = self.state.lock().await;
+            match state.podman.as_mut() {
+                Some(podman) => podman.take(),
+                None => return,
+            }
+        };
+        *self.client.lock().await = None;
+        let unit = reached.as_ref().is_some_and(|r| !r.owned());
+        drop(reached);
+        super::user_podman::migrate(unit).await;
+    }
+
     /// The user's Podman socket on a Podman route (reaching it when needed); `None` on Docker's.
     async fn podman_socket(&self) -> Result<Option<PathBuf>> {
         let mut state = self.state.lock().await;

@@ -134,25 +134,42 @@ impl UserPodman {
     }
 }
 
-/// `systemctl --user start podman.socket`: true when the user's manager started it.
-async fn start_socket_unit() -> bool {
-    let Some(systemctl) = crate::programs::find("systemctl") else {
+/// `program args…` with what Podman and the user's manager read from the environment, within
+/// 15 s, its output dropped: true when it exited 0.
+async fn run_quietly(program: &str, args: &[&str]) -> bool {
+    let Some(path) = crate::programs::find(program) else {
         return false;
     };
-    let mut command = Command::from(crate::programs::command(&systemctl, Reader::Broker));
-    for name in ["XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS"] {
+    let mut command = Command::from(crate::programs::command(&path, Reader::Broker));
+    for name in PODMAN_VARIABLES.iter().chain(&["DBUS_SESSION_BUS_ADDRESS"]) {
         if let Some(value) = std::env::var_os(name) {
             command.env(name, value);
         }
     }
     command
-        .args(["--user", "start", "podman.socket"])
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(true);
-    let started = tokio::time::timeout(Duration::from_secs(15), command.status()).await;
-    matches!(started, Ok(Ok(status)) if status.success())
+    let done = tokio::time::timeout(Duration::from_secs(15), command.status()).await;
+    matches!(done, Ok(Ok(status)) if status.success())
+}
+
+/// `systemctl --user start podman.socket`: true when the user's manager started it.
+async fn start_socket_unit() -> bool {
+    run_quietly("systemctl", &["--user", "start", "podman.socket"]).await
+}
+
+/// What a new sub-ID range needs before Podman uses it: the unit's service stopped (when that
+/// was the way in; its socket starts a fresh one) and `podman system migrate`.
+pub async fn migrate(unit: bool) {
+    if unit {
+        run_quietly("systemctl", &["--user", "stop", "podman.service"]).await;
+    }
+    if !run_quietly("podman", &["system", "migrate"]).await {
+        tracing::warn!("podman system migrate failed; containers may not see the new sub-ID range");
+    }
 }
 
 impl Drop for UserPodman {

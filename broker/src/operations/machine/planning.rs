@@ -102,6 +102,13 @@ impl LinuxMachine {
     }
 
     pub(super) async fn verify_host(&self, op: &Operation) -> Result<HostCheck, CodedError> {
+        let added_subids = op.pending_host_step.as_ref().is_some_and(|step| {
+            let components = step.request().parameters().components();
+            components.contains(&enginekit_shared::recipe::Component::UserSubIds)
+        });
+        if op.runtime == Runtime::Podman && added_subids {
+            self.podman_route.remap_after_new_subids().await;
+        }
         let planned = self.planned(op).await?;
         let blockers = &planned.plan.blockers;
         if blockers.len() == 1 && blockers[0].code == ErrorCode::ReloginRequired {
