@@ -228,7 +228,14 @@ fn podman(view: &LinuxView, facts: &HostFacts) -> Vec<Finding> {
             "Fix the files (one user:start:count per line), then run `enginekit doctor` again.",
         ),
     };
-    let gpu = if facts.nvidia.cdi_nvidia_gpu_listed.is_true() {
+    let gpu = if let Some((podman, spec)) = crate::assess::podman::cdi_spec_too_new(view) {
+        Finding::problem(
+            "gpu-runtime",
+            Severity::Error,
+            format!("Podman {podman} cannot read the NVIDIA CDI specification: it is CDI {spec}, and Podman reads CDI 0.7.0 only from 5.1."),
+            setup,
+        )
+    } else if facts.nvidia.cdi_nvidia_gpu_listed.is_true() {
         Finding::ok(
             "gpu-runtime",
             "Podman can pass the GPU into containers (an NVIDIA CDI device is listed)",

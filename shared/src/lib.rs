@@ -19,6 +19,7 @@
 //! Every parser here refuses rather than repairs, and every refusal maps to a stable code.
 
 pub mod canonical;
+pub mod cdi;
 pub mod digest;
 pub mod durable;
 pub mod error;

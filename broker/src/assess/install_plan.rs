@@ -23,6 +23,8 @@ pub struct InstallPlan {
     pub may_require_relogin: bool,
     /// The sub-ID range `user-subids` gives (rootless Podman's path only).
     pub subids: Option<SubIdRange>,
+    /// The CDI specification without additional GIDs, for a Podman before 5.1 (Podman's path).
+    pub cdi_no_additional_gids: bool,
 }
 
 /// Docker's packages, planned only when no engine is installed at all.
@@ -67,6 +69,7 @@ pub fn group_only(view: &LinuxView) -> InstallPlan {
         requires_elevation: true,
         may_require_relogin: true,
         subids: None,
+        cdi_no_additional_gids: false,
     }
 }
 
@@ -204,5 +207,6 @@ pub fn build(view: &LinuxView) -> InstallPlan {
         system_changes: changes,
         components,
         subids: None,
+        cdi_no_additional_gids: false,
     }
 }

@@ -17,22 +17,52 @@ use crate::probe::packages::TOOLKIT_PACKAGE;
 
 /// The first Podman that takes a CDI device (`--device nvidia.com/gpu=…`).
 pub const PODMAN_CDI_MINIMUM: &str = "4.1";
+/// The first Podman that reads CDI 0.7.0, what the toolkit writes from 1.19.1.
+const PODMAN_CDI_0_7: &str = "5.1";
 
-/// Releases whose archive's Podman predates CDI, and that version (RECIPES.md §11).
-const ARCHIVE_PODMAN_WITHOUT_CDI: &[(&str, &str, &str)] = &[("ubuntu", "22.04", "3.4.4")];
+/// The Podman of each release's own archive (RECIPES.md §11).
+const ARCHIVE_PODMAN: &[(&str, &str, &str)] = &[
+    ("debian", "12", "4.3.1"),
+    ("debian", "13", "5.4.2"),
+    ("ubuntu", "22.04", "3.4.4"),
+    ("ubuntu", "24.04", "4.9.3"),
+];
 
-/// The Podman version that cannot take a CDI device: the installed one, or, when none is, the
-/// one this release's archive would install.
-fn podman_without_cdi(view: &LinuxView) -> Option<String> {
+/// The Podman that will run: the installed one, or, when none is, the one this release's
+/// archive would install (`None` for a release not in the table).
+fn podman_to_run(view: &LinuxView) -> Option<String> {
     if let Some(version) = &view.podman_version {
-        let ok = enginekit_shared::recipe::version::at_least(version, PODMAN_CDI_MINIMUM);
-        return (!ok).then(|| version.clone());
+        return Some(version.clone());
     }
     let distro = view.distribution.as_ref()?;
-    ARCHIVE_PODMAN_WITHOUT_CDI
+    ARCHIVE_PODMAN
         .iter()
         .find(|(id, release, _)| *id == distro.id && *release == distro.version_id)
         .map(|(_, _, version)| (*version).to_owned())
+}
+
+/// The Podman version that cannot take a CDI device.
+fn podman_without_cdi(view: &LinuxView) -> Option<String> {
+    let version = podman_to_run(view)?;
+    let ok = enginekit_shared::recipe::version::at_least(&version, PODMAN_CDI_MINIMUM);
+    (!ok).then_some(version)
+}
+
+/// Whether the Podman that will run may not read CDI 0.7.0 (older than 5.1, or not known):
+/// then the spec is generated without additional GIDs, which every Podman reads.
+fn reads_only_below_cdi_0_7(view: &LinuxView) -> bool {
+    podman_to_run(view)
+        .is_none_or(|v| !enginekit_shared::recipe::version::at_least(&v, PODMAN_CDI_0_7))
+}
+
+/// The Podman and the specification's CDI version, when that Podman cannot read it.
+pub fn cdi_spec_too_new(view: &LinuxView) -> Option<(String, String)> {
+    let spec = view.cdi_spec_version.as_deref()?;
+    let too_new = enginekit_shared::recipe::version::at_least(spec, "0.7.0");
+    (too_new && reads_only_below_cdi_0_7(view)).then(|| {
+        let podman = podman_to_run(view).unwrap_or_else(|| "here".to_owned());
+        (podman, spec.to_owned())
+    })
 }
 
 /// The packages the built-in recipe installs for Podman on this family.
@@ -189,12 +219,19 @@ pub fn plan(view: &LinuxView) -> Result<InstallPlan, Vec<Blocker>> {
         }
         changes.push(change);
     }
-    if !view.gpu_runtime_from_config {
+    let too_new = cdi_spec_too_new(view);
+    if !view.gpu_runtime_from_config || too_new.is_some() {
         components.insert(Component::NvidiaCdi);
-        changes.push(SystemChange::new(
-            SystemChangeCode::GenerateCdiSpec,
-            tr!("Generate the NVIDIA CDI specification Podman uses to pass the GPU into containers (nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml), and keep it current after driver updates and reboots with nvidia-cdi-refresh.path where the toolkit provides it."),
-        ));
+        let text = match (&too_new, reads_only_below_cdi_0_7(view)) {
+            (Some((podman, spec)), _) => tr!(
+                "Generate the NVIDIA CDI specification again without additional group IDs (nvidia-ctk cdi generate --feature-flag no-additional-gids-for-device-nodes): Podman {podman} cannot read the CDI {spec} one there now. The toolkit's refresh keeps that flag.",
+                podman = podman,
+                spec = spec
+            ),
+            (None, true) => tr!("Generate the NVIDIA CDI specification Podman uses to pass the GPU into containers, without additional group IDs so that a Podman before 5.1 reads it (nvidia-ctk cdi generate --feature-flag no-additional-gids-for-device-nodes --output=/var/run/cdi/nvidia.yaml), and keep it current after driver updates and reboots with nvidia-cdi-refresh.path, with the same flag, where the toolkit provides it."),
+            (None, false) => tr!("Generate the NVIDIA CDI specification Podman uses to pass the GPU into containers (nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml), and keep it current after driver updates and reboots with nvidia-cdi-refresh.path where the toolkit provides it."),
+        };
+        changes.push(SystemChange::new(SystemChangeCode::GenerateCdiSpec, text));
     }
     if let Some(range) = subids {
         components.insert(Component::UserSubIds);
@@ -216,6 +253,8 @@ pub fn plan(view: &LinuxView) -> Result<InstallPlan, Vec<Blocker>> {
         requires_elevation: !changes.is_empty(),
         may_require_relogin: false,
         system_changes: changes,
+        cdi_no_additional_gids: components.contains(&Component::NvidiaCdi)
+            && reads_only_below_cdi_0_7(view),
         components,
         subids,
     })
@@ -257,5 +296,44 @@ mod tests {
         assert_eq!(podman_packages(PackageFamily::Apt)[..2], ["podman", "crun"]);
         assert!(podman_packages(PackageFamily::Dnf).contains(&"passt".to_owned()));
         assert!(!podman_packages(PackageFamily::Dnf).contains(&"uidmap".to_owned()));
+    }
+
+    #[test]
+    fn a_podman_before_5_1_gets_a_spec_without_additional_gids_and_a_too_new_one_again() {
+        let mut v = view();
+        v.subids = Err("not probed".into());
+        v.is_root = false;
+        // 24.04's archive Podman (4.9.3) reads no CDI 0.7.0: the spec is generated for it.
+        v.gpu_runtime_from_config = false;
+        v.subids = Ok(crate::probe::facts::SubIdFacts {
+            uid_ranges: vec![SubIdRange::granted_from(100_000).unwrap()],
+            gid_ranges: vec![SubIdRange::granted_from(100_000).unwrap()],
+            proposed: None,
+            no_proposal: None,
+        });
+        let p = plan(&v).unwrap();
+        assert!(p.components.contains(&Component::NvidiaCdi));
+        assert!(p.cdi_no_additional_gids);
+        // Podman 5.4 reads it as the toolkit writes it.
+        v.podman_version = Some("5.4.2+ds1-1".into());
+        assert!(!plan(&v).unwrap().cdi_no_additional_gids);
+
+        // A spec that lists the GPU: nothing to do, unless it is CDI 0.7.0 for a Podman 4.
+        v.gpu_runtime_from_config = true;
+        v.cdi_spec_version = Some("0.7.0".into());
+        assert!(!plan(&v).unwrap().components.contains(&Component::NvidiaCdi));
+        v.podman_version = Some("4.9.3+ds1-1ubuntu0.2".into());
+        let p = plan(&v).unwrap();
+        assert!(p.components.contains(&Component::NvidiaCdi) && p.cdi_no_additional_gids);
+        assert!(p
+            .system_changes
+            .iter()
+            .any(|c| c.text.contains("cannot read the CDI 0.7.0")));
+        assert_eq!(
+            cdi_spec_too_new(&v),
+            Some(("4.9.3+ds1-1ubuntu0.2".to_owned(), "0.7.0".to_owned()))
+        );
+        v.cdi_spec_version = Some("0.6.0".into());
+        assert!(!plan(&v).unwrap().components.contains(&Component::NvidiaCdi));
     }
 }

@@ -88,6 +88,8 @@ pub struct LinuxView {
     pub is_root: bool,
     /// The `podman` package's version; `None` when none is installed.
     pub podman_version: Option<String>,
+    /// The highest CDI version among the NVIDIA specifications, when one says.
+    pub cdi_spec_version: Option<String>,
     /// The user's sub-ID ranges, or why the files could not be read.
     pub subids: Result<SubIdFacts, String>,
 }
@@ -176,6 +178,7 @@ impl LinuxView {
             user: facts.system.user.name.value().cloned(),
             is_root: facts.system.user.is_root,
             podman_version: facts.podman.version.clone(),
+            cdi_spec_version: facts.nvidia.cdi_spec_version.clone(),
             subids: match &facts.podman.subids {
                 Fact::Known { value } => Ok(value.clone()),
                 Fact::Unknown { reason } => Err(reason.clone()),

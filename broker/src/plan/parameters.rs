@@ -41,5 +41,9 @@ pub fn from_plan(plan: &InstallPlan, view: &LinuxView) -> Result<HostParameters,
         &components,
         plan.subids.map(|range| range.start),
     )
+    .and_then(|p| match plan.cdi_no_additional_gids {
+        true => p.with_cdi_no_additional_gids(),
+        false => Ok(p),
+    })
     .map_err(|problems| problems.to_string())
 }

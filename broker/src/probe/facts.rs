@@ -675,6 +675,9 @@ pub struct NvidiaFacts {
     pub cdi_nvidia_gpu_listed: Fact<bool>,
     /// Device names `nvidia-ctk cdi list` printed (e.g. `nvidia.com/gpu=0`).
     pub cdi_devices: Vec<String>,
+    /// The highest CDI version among the NVIDIA specifications (`0.7.0` needs Podman 5.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cdi_spec_version: Option<String>,
     /// nvidia-smi said the kernel module and the user-space driver differ (an update without a
     /// restart); the driver version and the GPUs are then unknown. Absent in older facts.
     #[serde(default)]

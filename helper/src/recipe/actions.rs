@@ -422,26 +422,42 @@ pub(super) async fn configure_runtime(
     applied("registered the NVIDIA runtime and restarted Docker")
 }
 
-pub(super) async fn generate_cdi(r: &mut Executor<'_>) -> Done {
+/// `no_gids`: for a Podman before 5.1, which reads no CDI 0.7.0 (RECIPES.md §11): the spec and
+/// the toolkit's refreshes without additional GIDs.
+pub(super) async fn generate_cdi(r: &mut Executor<'_>, no_gids: bool) -> Done {
     async fn lists_gpu(r: &mut Executor<'_>) -> Result<bool, Failure> {
         let out = r.run(&cmd::cdi_list()?, false).await?;
         Ok(out.success() && out.stdout.to_ascii_lowercase().contains("nvidia.com/gpu"))
     }
     let mut notes = Vec::new();
     let mut changed = false;
+    let generate = match no_gids {
+        true => cmd::cdi_generate_without_gids()?,
+        false => cmd::cdi_generate()?,
+    };
+    let spec = files::under_root(&r.ctx.file_root, cmd::CDI_SPEC);
+    let too_new = |spec: &std::path::Path| -> Result<bool, Failure> {
+        let text = files::read_state(spec)?.map(|(b, _)| String::from_utf8_lossy(&b).into_owned());
+        Ok(no_gids
+            && text.is_some_and(|t| enginekit_shared::cdi::too_new_for_podman_before_5_1(&t)))
+    };
     // Both the generation and the mode change below rewrite the spec.
     r.journal.record(cmd::CDI_SPEC)?;
-    if !lists_gpu(r).await? {
-        r.must(&cmd::cdi_generate()?, true).await?;
+    if !lists_gpu(r).await? || too_new(&spec)? {
+        r.must(&generate, true).await?;
         changed = true;
-        if !lists_gpu(r).await? {
-            return fail("nvidia-ctk generated a CDI specification, but it lists no GPU");
+        if !lists_gpu(r).await? || too_new(&spec)? {
+            return fail("nvidia-ctk generated a CDI specification, but it lists no GPU, or it is CDI 0.7.0 or later though asked for none");
         }
-        notes.push(format!("generated {}", cmd::CDI_SPEC));
+        let how = if no_gids {
+            " without additional GIDs"
+        } else {
+            ""
+        };
+        notes.push(format!("generated {}{how}", cmd::CDI_SPEC));
     }
     // Containers run as the user read the spec; fixed on the open file, never through a path
     // a link could redirect between a look and a change.
-    let spec = files::under_root(&r.ctx.file_root, cmd::CDI_SPEC);
     let unreadable = "could not make the CDI specification readable";
     if files::make_readable(&spec).map_err(|e| Failure(format!("{unreadable}: {e}")))? {
         changed = true;
@@ -462,6 +478,19 @@ pub(super) async fn generate_cdi(r: &mut Executor<'_>) -> Done {
             } else {
                 notes.push(format!("could not enable {UNIT}: {}", en.describe()));
             }
+        }
+        let dropin = files::under_root(&r.ctx.file_root, cmd::CDI_REFRESH_DROPIN);
+        let body = cmd::CDI_REFRESH_DROPIN_BODY.as_bytes();
+        if no_gids && files::read_state(&dropin)?.is_none_or(|(b, _)| b != body) {
+            r.journal.record(cmd::CDI_REFRESH_DROPIN)?;
+            files::write_atomic(&r.ctx.file_root, &dropin, body, 0o644)?;
+            let reload = r.run(&cmd::systemd_reload()?, true).await?;
+            changed = true;
+            notes.push(format!(
+                "wrote {} ({})",
+                cmd::CDI_REFRESH_DROPIN,
+                reload.describe()
+            ));
         }
     } else {
         notes.push(format!("{UNIT} is not installed"));

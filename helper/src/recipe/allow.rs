@@ -158,13 +158,20 @@ pub(crate) fn permits(
             docker_restart()?,
             docker_journal()?,
         ]),
-        A::GenerateCdi { .. } => out.extend([
-            cdi_list()?,
-            cdi_generate()?,
-            cdi_refresh_present()?,
-            cdi_refresh_enabled()?,
-            cdi_refresh_enable()?,
-        ]),
+        A::GenerateCdi {
+            no_additional_gids, ..
+        } => {
+            out.extend([
+                cdi_list()?,
+                cdi_refresh_present()?,
+                cdi_refresh_enabled()?,
+                cdi_refresh_enable()?,
+            ]);
+            match no_additional_gids {
+                true => out.extend([cdi_generate_without_gids()?, systemd_reload()?]),
+                false => out.push(cdi_generate()?),
+            }
+        }
         A::EnableService { .. } => out.extend([
             docker_enabled()?,
             docker_active()?,

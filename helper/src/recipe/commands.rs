@@ -16,6 +16,10 @@ pub(crate) const DAEMON_JSON: &str = "/etc/docker/daemon.json";
 pub(crate) const CDI_SPEC: &str = "/var/run/cdi/nvidia.yaml";
 /// The toolkit's unit that regenerates the spec on driver changes.
 pub(crate) const CDI_REFRESH_UNIT: &str = "nvidia-cdi-refresh.path";
+/// Keeps that refresh below CDI 0.7.0 for a Podman before 5.1 (the service reads the variable).
+pub(crate) const CDI_REFRESH_DROPIN: &str =
+    "/etc/systemd/system/nvidia-cdi-refresh.service.d/enginekit-no-additional-gids.conf";
+pub(crate) const CDI_REFRESH_DROPIN_BODY: &str = "# enginekit: Podman before 5.1 reads no CDI 0.7.0\n[Service]\nEnvironment=NVIDIA_CTK_CDI_GENERATE_FEATURE_FLAGS=no-additional-gids-for-device-nodes\n";
 /// The runtime name `nvidia-ctk` registers.
 pub(crate) const RUNTIME_NAME: &str = "nvidia";
 
@@ -221,6 +225,10 @@ fixed_commands! {
         .diagnostic();
     cdi_list = NvidiaCtk ["cdi", "list"];
     cdi_generate = NvidiaCtk ["cdi", "generate", format!("--output={CDI_SPEC}").as_str()];
+    cdi_generate_without_gids = NvidiaCtk ["cdi", "generate",
+        format!("--feature-flag={}", enginekit_shared::cdi::NO_ADDITIONAL_GIDS).as_str(),
+        format!("--output={CDI_SPEC}").as_str()];
+    systemd_reload = Systemctl ["daemon-reload"];
     cdi_refresh_present = Systemctl ["list-unit-files", "--no-legend", CDI_REFRESH_UNIT];
     cdi_refresh_enabled = Systemctl ["is-enabled", CDI_REFRESH_UNIT];
     cdi_refresh_enable = Systemctl ["enable", "--now", CDI_REFRESH_UNIT];

@@ -21,7 +21,7 @@ use enginekit_shared::wire::changes::Change;
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
-use super::commands::{CDI_SPEC, DAEMON_JSON};
+use super::commands::{CDI_REFRESH_DROPIN, CDI_SPEC, DAEMON_JSON};
 use super::executor::Failure;
 use super::files::{self, FileError};
 
@@ -53,7 +53,9 @@ pub(crate) struct Journal {
 /// files: nothing else.
 fn allowed(path: &str) -> bool {
     let subids = [SubIdFile::Uid.path(), SubIdFile::Gid.path()];
-    [DAEMON_JSON, CDI_SPEC].contains(&path) || subids.contains(&path) || is_key_or_source_path(path)
+    [DAEMON_JSON, CDI_SPEC, CDI_REFRESH_DROPIN].contains(&path)
+        || subids.contains(&path)
+        || is_key_or_source_path(path)
 }
 
 impl Journal {

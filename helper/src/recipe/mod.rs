@@ -334,7 +334,9 @@ pub async fn run_plan(
             A::ConfigureRuntime {
                 restart_approved, ..
             } => actions::configure_runtime(&mut r, *restart_approved, active_at_start).await,
-            A::GenerateCdi { .. } => actions::generate_cdi(&mut r).await,
+            A::GenerateCdi {
+                no_additional_gids, ..
+            } => actions::generate_cdi(&mut r, *no_additional_gids).await,
             A::EnableService { .. } => actions::enable_service(&mut r).await,
             A::AddToDockerGroup { user, .. } => actions::add_to_docker_group(&mut r, user).await,
             A::AddSubIds { user, range, .. } => actions::add_subids(&mut r, user, *range).await,

@@ -7,7 +7,7 @@ use enginekit_shared::recipe::{PlannedAction, PlannedPackage};
 
 use super::VerifiedStep;
 use crate::recipe::actions::fingerprint_list;
-use crate::recipe::commands::{CDI_REFRESH_UNIT, CDI_SPEC, DAEMON_JSON};
+use crate::recipe::commands::{CDI_REFRESH_DROPIN, CDI_REFRESH_UNIT, CDI_SPEC, DAEMON_JSON};
 
 /// The keys and values handed to polkit as the check's details. Keys that name a kind of change
 /// the step does not make are left out.
@@ -111,8 +111,13 @@ impl Changes {
                         );
                     }
                 }
-                A::GenerateCdi { .. } => {
+                A::GenerateCdi {
+                    no_additional_gids, ..
+                } => {
                     c.files.push(CDI_SPEC.to_owned());
+                    if *no_additional_gids {
+                        c.files.push(CDI_REFRESH_DROPIN.to_owned());
+                    }
                     c.services.push(format!(
                         "enable {CDI_REFRESH_UNIT} where the toolkit ships it"
                     ));

@@ -23,6 +23,8 @@ pub struct Target {
     pub user: UserName,
     /// The range `user-subids` gives (the parameters carry it exactly with that component).
     pub subids: Option<SubIdRange>,
+    /// The CDI specification without additional GIDs, for a Podman before 5.1.
+    pub cdi_no_additional_gids: bool,
 }
 
 impl From<&HostParameters> for Target {
@@ -35,6 +37,7 @@ impl From<&HostParameters> for Target {
             components: p.components().to_vec(),
             user: p.user().clone(),
             subids: p.subid_range(),
+            cdi_no_additional_gids: p.cdi_no_additional_gids(),
         }
     }
 }
@@ -107,6 +110,8 @@ pub enum PlannedAction {
     },
     GenerateCdi {
         id: String,
+        /// With `--feature-flag no-additional-gids-for-device-nodes`, refreshes included.
+        no_additional_gids: bool,
     },
     EnableService {
         id: String,
@@ -133,7 +138,7 @@ impl PlannedAction {
             | PlannedAction::RefreshMetadata { id, .. }
             | PlannedAction::InstallPackages { id, .. }
             | PlannedAction::ConfigureRuntime { id, .. }
-            | PlannedAction::GenerateCdi { id }
+            | PlannedAction::GenerateCdi { id, .. }
             | PlannedAction::EnableService { id }
             | PlannedAction::AddToDockerGroup { id, .. }
             | PlannedAction::AddSubIds { id, .. } => id,
@@ -394,7 +399,10 @@ pub(super) fn steps_for(
                 });
             }
             ActionSpec::GenerateCdi { id, component } if selected(component) => {
-                out.push(PlannedAction::GenerateCdi { id: id.clone() });
+                out.push(PlannedAction::GenerateCdi {
+                    id: id.clone(),
+                    no_additional_gids: target.cdi_no_additional_gids,
+                });
             }
             ActionSpec::EnableService { id, component } if selected(component) => {
                 out.push(PlannedAction::EnableService { id: id.clone() });

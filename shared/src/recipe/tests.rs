@@ -38,6 +38,7 @@ fn target(
         components,
         user: UserName::new("alice").unwrap(),
         subids: None,
+        cdi_no_additional_gids: false,
     }
 }
 

@@ -204,10 +204,16 @@ pub struct HostParameters {
     /// component (the count is always [`crate::subid::RANGE_COUNT`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     subid_start: Option<u32>,
+    /// Generate the CDI specification without additional GIDs (below CDI 0.7.0) for a Podman
+    /// before 5.1, and keep the toolkit's refresh doing so: only with `nvidia-cdi`, only `true`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    cdi_no_additional_gids: bool,
 }
 
 /// The parameter that only `user-subids` takes.
 const SUBID_KEY: &str = "subid_start";
+/// The parameter that only `nvidia-cdi` takes.
+const CDI_COMPAT_KEY: &str = "cdi_no_additional_gids";
 
 const PARAMETER_KEYS: [&str; 6] = [
     "user",
@@ -326,6 +332,29 @@ fn subid_problems(
     }
 }
 
+/// `cdi_no_additional_gids` is `true` when given, and goes only with `nvidia-cdi`.
+fn cdi_compat_problems(
+    seen: &BTreeSet<Component>,
+    value: Option<&Value>,
+    problems: &mut Vec<String>,
+) -> bool {
+    match value {
+        None => false,
+        Some(Value::Bool(true)) if seen.contains(&Component::NvidiaCdi) => true,
+        Some(Value::Bool(true)) => {
+            problems.push(format!("{CDI_COMPAT_KEY} is given without nvidia-cdi"));
+            false
+        }
+        Some(other) => {
+            problems.push(format!(
+                "{CDI_COMPAT_KEY} must be true when given, not {}",
+                shown(other)
+            ));
+            false
+        }
+    }
+}
+
 impl HostParameters {
     /// Validates raw parameters against the built-in recipe's tables (REFERENCE.md §8.4): the
     /// recipe in charge when a step carries none of its own.
@@ -356,7 +385,8 @@ impl HostParameters {
             }
         };
         for key in map.keys() {
-            if !PARAMETER_KEYS.contains(&key.as_str()) && key != SUBID_KEY {
+            if !PARAMETER_KEYS.contains(&key.as_str()) && key != SUBID_KEY && key != CDI_COMPAT_KEY
+            {
                 problems.push(format!(
                     "unknown parameter {}",
                     shown(&Value::String(key.clone()))
@@ -469,6 +499,8 @@ impl HostParameters {
         let empty = listed == Some(0);
         component_problems(user.as_ref(), empty, &seen, repeated, &mut problems);
         let subid_start = subid_problems(&seen, map.get(SUBID_KEY), &mut problems);
+        let cdi_no_additional_gids =
+            cdi_compat_problems(&seen, map.get(CDI_COMPAT_KEY), &mut problems);
 
         match (user, arch, family, distro, version, components) {
             (
@@ -486,6 +518,7 @@ impl HostParameters {
                 version_id,
                 components,
                 subid_start,
+                cdi_no_additional_gids,
             }),
             _ => Err(ParameterProblems { problems }),
         }
@@ -525,7 +558,21 @@ impl HostParameters {
             // A BTreeSet of Components iterates in declaration order, which is recipe order.
             components: seen.into_iter().collect(),
             subid_start,
+            cdi_no_additional_gids: false,
         })
+    }
+
+    /// These parameters asking for a CDI specification without additional GIDs (for a Podman
+    /// before 5.1); refused without `nvidia-cdi`.
+    pub fn with_cdi_no_additional_gids(mut self) -> Result<HostParameters, ParameterProblems> {
+        let seen: BTreeSet<Component> = self.components.iter().copied().collect();
+        let mut problems = Vec::new();
+        self.cdi_no_additional_gids =
+            cdi_compat_problems(&seen, Some(&Value::Bool(true)), &mut problems);
+        match problems.is_empty() {
+            true => Ok(self),
+            false => Err(ParameterProblems { problems }),
+        }
     }
 
     pub fn user(&self) -> &UserName {
@@ -550,6 +597,10 @@ impl HostParameters {
     pub fn has(&self, component: Component) -> bool {
         self.components.contains(&component)
     }
+    /// Whether the CDI specification is to be generated without additional GIDs.
+    pub fn cdi_no_additional_gids(&self) -> bool {
+        self.cdi_no_additional_gids
+    }
     /// The sub-ID range to give the user: `Some` exactly when `user-subids` is a component.
     pub fn subid_range(&self) -> Option<SubIdRange> {
         self.subid_start
@@ -565,8 +616,12 @@ impl HostParameters {
             .subid_start
             .map(|start| format!(",\"{SUBID_KEY}\":{start}"))
             .unwrap_or_default();
+        let compat = match self.cdi_no_additional_gids {
+            true => format!(",\"{CDI_COMPAT_KEY}\":true"),
+            false => String::new(),
+        };
         format!(
-            "{{\"arch\":{},\"components\":[{}],\"distro_id\":{},\"family\":{}{subids},\"user\":{},\"version_id\":{}}}",
+            "{{\"arch\":{}{compat},\"components\":[{}],\"distro_id\":{},\"family\":{}{subids},\"user\":{},\"version_id\":{}}}",
             lit(self.arch.as_str()),
             components.join(","),
             lit(&self.distro_id),
@@ -611,6 +666,9 @@ impl HostParameters {
         );
         if let Some(start) = self.subid_start {
             map.insert(SUBID_KEY.to_owned(), Value::from(start));
+        }
+        if self.cdi_no_additional_gids {
+            map.insert(CDI_COMPAT_KEY.to_owned(), Value::Bool(true));
         }
         Value::Object(map)
     }
@@ -1091,6 +1149,46 @@ mod tests {
         let p = problems(raw);
         assert_eq!(p.len(), 1, "{p:?}");
         p[0].clone()
+    }
+
+    #[test]
+    fn the_cdi_compatibility_parameter_is_true_with_nvidia_cdi_or_refused() {
+        let cdi = with("components", json!(["nvidia-cdi"]));
+        let plain = HostParameters::validate(&cdi).unwrap();
+        assert!(!plain.cdi_no_additional_gids());
+        let mut asked = cdi.clone();
+        asked["cdi_no_additional_gids"] = json!(true);
+        let compat = HostParameters::validate(&asked).unwrap();
+        assert!(compat.cdi_no_additional_gids());
+        assert_ne!(compat.digest(), plain.digest(), "the digest covers it");
+        assert_eq!(compat.to_value(), asked, "it round-trips");
+        assert_eq!(
+            HostParameters::validate(&compat.to_value())
+                .unwrap()
+                .digest(),
+            compat.digest()
+        );
+        assert_eq!(plain.clone().with_cdi_no_additional_gids().unwrap(), compat);
+        assert!(compat
+            .canonical_json()
+            .starts_with("{\"arch\":\"x86_64\",\"cdi_no_additional_gids\":true,\"components\""));
+
+        let mut without = base();
+        without["cdi_no_additional_gids"] = json!(true);
+        assert_eq!(
+            one(&without),
+            "cdi_no_additional_gids is given without nvidia-cdi"
+        );
+        let docker_only = HostParameters::validate(&base()).unwrap();
+        assert!(docker_only.with_cdi_no_additional_gids().is_err());
+        for bad in [json!(false), json!("true"), json!(1)] {
+            let mut raw = cdi.clone();
+            raw["cdi_no_additional_gids"] = bad;
+            assert!(
+                one(&raw).starts_with("cdi_no_additional_gids must be true"),
+                "{raw}"
+            );
+        }
     }
 
     #[test]
