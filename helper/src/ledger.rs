@@ -110,9 +110,7 @@ impl Ledger {
                 _ => check_private_dir(&dir)?,
             }
         }
-        Ok(Ledger {
-            root: root.to_owned(),
-        })
+        Ok(Ledger { root: root.into() })
     }
 
     /// Burns `nonce` for the step whose digest is `step_digest`, or reports what an earlier burn
@@ -200,10 +198,8 @@ impl Ledger {
                 continue;
             }
             if found.len() == SETUPS_PER_UID {
-                return Err(damaged(
-                    &dir,
-                    format!("more than {SETUPS_PER_UID} setups of {uid}"),
-                ));
+                let why = format!("more than {SETUPS_PER_UID} setups of {uid}");
+                return Err(damaged(&dir, why));
             }
             let record: ReceiptRecord = read_json(&path)?;
             if record.uid == uid {

@@ -89,17 +89,13 @@ impl Admission {
     fn charge(self: &Arc<Self>, uid: u32) -> Result<Ticket, Refusal> {
         let mut in_flight = lock(&self.in_flight);
         if in_flight.values().sum::<usize>() >= self.limits.total.max(1) {
-            return Err(refuse!(
-                Busy,
-                "the helper is serving too many calls; try again shortly"
-            ));
+            let why = "the helper is serving too many calls; try again shortly";
+            return Err(refuse!(Busy, "{why}"));
         }
         let count = in_flight.entry(uid).or_insert(0);
         if *count >= self.limits.per_uid.max(1) {
-            return Err(refuse!(
-                Busy,
-                "too many calls of this user are in flight; wait for them to finish"
-            ));
+            let why = "too many calls of this user are in flight; wait for them to finish";
+            return Err(refuse!(Busy, "{why}"));
         }
         *count += 1;
         Ok(Ticket {

@@ -18,8 +18,7 @@ use enginekit_shared::error::ErrorCode;
 use enginekit_shared::wire::receipt::{Outcome, Receipt};
 use tracing::Instrument;
 use zbus::message::Header;
-use zbus::Connection;
-use zbus::OwnedObjectPath;
+use zbus::{Connection, OwnedObjectPath};
 
 use super::caller::Caller;
 use super::job::{JobShared, JobState, JobStatus, Owner};
@@ -156,9 +155,8 @@ async fn launch(
     authorise(helper, conn, header, &caller, head.action, &details, log).await?;
     // 6: the job slot, then the nonce.
     let nonce = head.nonce.as_str().to_owned();
-    let Some(slot) = helper.activity.reserve_job() else {
-        return Err(refuse!(Busy, "{BUSY}"));
-    };
+    let slot = helper.activity.reserve_job();
+    let slot = slot.ok_or_else(|| refuse!(Busy, "{BUSY}"))?;
     // The prompt may have stayed open for minutes: the window, the recipe's standing and an
     // undo's setups are judged again now, before anything is written.
     judge(helper, &caller, |checks| work.recheck(checks))?;
@@ -174,18 +172,14 @@ async fn launch(
         Burn::Fresh => {}
         Burn::Conflict => return Err(refuse!(ReceiptConflict, "{used} a different step")),
         Burn::Replay { receipt: None } => {
-            return Err(refuse!(
-            ReceiptMissing,
-            "{used} this step, whose job left no receipt; probe the machine and issue a new step"
-        ))
+            let why = "whose job left no receipt; probe the machine and issue a new step";
+            return Err(refuse!(ReceiptMissing, "{used} this step, {why}"));
         }
-        Burn::Replay {
-            receipt: Some(receipt),
-        } => {
+        Burn::Replay { receipt: Some(old) } => {
             log.replay = true;
             drop(slot);
-            let outcome = Receipt::parse(receipt.as_bytes()).map_or(Outcome::Failed, |r| r.outcome);
-            let status = JobStatus::over(outcome, "finished earlier", receipt);
+            let outcome = Receipt::parse(old.as_bytes()).map_or(Outcome::Failed, |r| r.outcome);
+            let status = JobStatus::over(outcome, "finished earlier", old);
             let job = JobShared::new(owner, nonce, status, Arc::clone(&helper.admission));
             let exported = jobs.export(conn, &path, job).await;
             let shared = exported.map_err(|e| refuse!(Internal, "cannot export the job: {e}"))?;

@@ -207,10 +207,8 @@ impl Job {
         let (caller, _ticket) = self.0.admission.admit(conn, &header).await?;
         if caller.uid != self.0.owner.uid {
             tracing::warn!(uid = caller.uid, action = "cancel", nonce = %self.0.nonce, outcome = "not-owner", "cancel refused");
-            return Err(refuse!(
-                NotOwner,
-                "only the caller that started this job may cancel it"
-            ));
+            let why = "only the caller that started this job may cancel it";
+            return Err(refuse!(NotOwner, "{why}"));
         }
         let status = self.0.status();
         if status.state != JobState::Running || !status.allow_cancel {

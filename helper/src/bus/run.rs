@@ -9,8 +9,7 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 use zbus::names::BusName;
 use zbus::object_server::SignalEmitter;
-use zbus::Connection;
-use zbus::OwnedObjectPath;
+use zbus::{Connection, OwnedObjectPath};
 
 use super::activity::JobSlot;
 use super::job::{Job, JobShared, JobStatus, JobTable};

@@ -7,8 +7,7 @@ use std::sync::Arc;
 use enginekit_shared::nonce::Nonce;
 use tracing::Instrument;
 use zbus::message::Header;
-use zbus::Connection;
-use zbus::{ObjectPath, OwnedObjectPath};
+use zbus::{Connection, ObjectPath, OwnedObjectPath};
 
 use super::activity::Activity;
 use super::admission::Admission;

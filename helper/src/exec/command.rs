@@ -55,10 +55,7 @@ impl Program {
     /// Whether this program changes packages when run as mutating (its start ends the window for
     /// cancelling; a logind inhibitor is held while it runs).
     pub(crate) fn is_package_manager(self) -> bool {
-        matches!(
-            self,
-            Program::AptGet | Program::Dnf | Program::Dpkg | Program::Rpm
-        )
+        matches!(self, Self::AptGet | Self::Dnf | Self::Dpkg | Self::Rpm)
     }
 
     /// The absolute path to run: the first trusted directory holding a trusted executable.

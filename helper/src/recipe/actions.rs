@@ -7,10 +7,8 @@ use enginekit_shared::recipe::{Family, KeyEncoding, PlannedConflict, PlannedPack
 use enginekit_shared::safe::UserName;
 use enginekit_shared::subid::{SubIdFile, SubIdFiles, SubIdRange};
 
-use super::commands as cmd;
 use super::executor::{Executor, Failure};
-use super::files;
-use super::ActionStatus;
+use super::{commands as cmd, files, ActionStatus};
 use crate::exec::command::Command;
 
 /// How an action that did not fail ended, and what it says about it.
@@ -300,11 +298,10 @@ pub(super) async fn install_packages(r: &mut Executor<'_>, packages: &[PlannedPa
     // installed package as it is, and `upgrade` is a word the allowlist never lets through: the
     // person upgrades it (the plan says so first), and dnf installs only absent packages.
     if let (Family::Dnf, Some((p, have))) = (r.family, outdated.first()) {
+        let (name, have) = (&p.name, have.as_deref().unwrap_or("?"));
+        let minimum = p.minimum_version.as_deref().unwrap_or("?");
         return fail(format!(
-            "{0} {1} is installed, below the recipe's minimum {2}; upgrade it first (sudo dnf upgrade {0}). Nothing was installed.",
-            p.name,
-            have.as_deref().unwrap_or("?"),
-            p.minimum_version.as_deref().unwrap_or("?"),
+            "{name} {have} is installed, below the recipe's minimum {minimum}; upgrade it first (sudo dnf upgrade {name}). Nothing was installed."
         ));
     }
     r.must(&cmd::package_install(r.family, &all)?, true).await?;
@@ -329,12 +326,9 @@ pub(super) async fn install_packages(r: &mut Executor<'_>, packages: &[PlannedPa
         said.push(format!("installed {}", installed.join(" ")));
     }
     for (p, have) in &outdated {
-        said.push(format!(
-            "upgraded {} from {} (below {})",
-            p.name,
-            have.as_deref().unwrap_or("?"),
-            p.minimum_version.as_deref().unwrap_or("?")
-        ));
+        let have = have.as_deref().unwrap_or("?");
+        let minimum = p.minimum_version.as_deref().unwrap_or("?");
+        said.push(format!("upgraded {} from {have} (below {minimum})", p.name));
     }
     applied(said.join("; "))
 }
@@ -349,10 +343,8 @@ fn daemon_json(r: &Executor<'_>) -> Option<Vec<u8>> {
 /// daemon.json parses and has `runtimes.nvidia`; one that does not parse is not registered.
 fn registered(bytes: Option<&[u8]>) -> bool {
     let json = bytes.and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok());
-    json.is_some_and(|v| {
-        v.pointer(&format!("/runtimes/{}", cmd::RUNTIME_NAME))
-            .is_some()
-    })
+    let runtime = format!("/runtimes/{}", cmd::RUNTIME_NAME);
+    json.is_some_and(|v| v.pointer(&runtime).is_some())
 }
 
 pub(super) async fn docker_is_active(r: &mut Executor<'_>) -> Result<bool, Failure> {
@@ -397,12 +389,11 @@ pub(super) async fn configure_runtime(
         changed = daemon_json(r) != before;
     }
     if !docker_is_active(r).await? {
+        let later = "Docker is not running and loads it on start";
         return if was_registered {
-            satisfied(
-                "the NVIDIA runtime is registered; Docker is not running and loads it on start",
-            )
+            satisfied(format!("the NVIDIA runtime is registered; {later}"))
         } else {
-            applied("registered the NVIDIA runtime; Docker is not running and loads it on start")
+            applied(format!("registered the NVIDIA runtime; {later}"))
         };
     }
     let loaded = runtime_loaded(r).await?;
@@ -431,9 +422,12 @@ pub(super) async fn generate_cdi(r: &mut Executor<'_>, no_gids: bool) -> Done {
     }
     let mut notes = Vec::new();
     let mut changed = false;
-    let generate = match no_gids {
-        true => cmd::cdi_generate_without_gids()?,
-        false => cmd::cdi_generate()?,
+    let (generate, how) = match no_gids {
+        true => (
+            cmd::cdi_generate_without_gids()?,
+            " without additional GIDs",
+        ),
+        false => (cmd::cdi_generate()?, ""),
     };
     let spec = files::under_root(&r.ctx.file_root, cmd::CDI_SPEC);
     let too_new = |spec: &std::path::Path| -> Result<bool, Failure> {
@@ -449,11 +443,6 @@ pub(super) async fn generate_cdi(r: &mut Executor<'_>, no_gids: bool) -> Done {
         if !lists_gpu(r).await? || too_new(&spec)? {
             return fail("nvidia-ctk generated a CDI specification, but it lists no GPU, or it is CDI 0.7.0 or later though asked for none");
         }
-        let how = if no_gids {
-            " without additional GIDs"
-        } else {
-            ""
-        };
         notes.push(format!("generated {}{how}", cmd::CDI_SPEC));
     }
     // Containers run as the user read the spec; fixed on the open file, never through a path
@@ -484,13 +473,9 @@ pub(super) async fn generate_cdi(r: &mut Executor<'_>, no_gids: bool) -> Done {
         if no_gids && files::read_state(&dropin)?.is_none_or(|(b, _)| b != body) {
             r.journal.record(cmd::CDI_REFRESH_DROPIN)?;
             files::write_atomic(&r.ctx.file_root, &dropin, body, 0o644)?;
-            let reload = r.run(&cmd::systemd_reload()?, true).await?;
+            let reload = r.run(&cmd::systemd_reload()?, true).await?.describe();
             changed = true;
-            notes.push(format!(
-                "wrote {} ({})",
-                cmd::CDI_REFRESH_DROPIN,
-                reload.describe()
-            ));
+            notes.push(format!("wrote {} ({reload})", cmd::CDI_REFRESH_DROPIN));
         }
     } else {
         notes.push(format!("{UNIT} is not installed"));

@@ -9,9 +9,8 @@ use enginekit_shared::recipe::Family;
 use enginekit_shared::wire::changes::{self, HostChanges, PackageSet};
 
 use super::allow::Allowed;
-use super::commands as cmd;
 use super::executor::{Executor, Failure};
-use super::files;
+use super::{commands as cmd, files};
 use crate::exec::spawn::LISTED;
 
 const GROUP_FILE: &str = "/etc/group";

@@ -174,19 +174,13 @@ fn package_query(family: Family, dpkg: &str, rpm: &str, package: Option<&str>) -
 
 pub(crate) const DNF_INSTALL: &[&str] = &["install", "-y", "--setopt=install_weak_deps=False"];
 
-const DNF_REPOQUERY: &[&str] = &[
-    "repoquery",
-    "--quiet",
-    "-y",
-    "--setopt=skip_if_unavailable=False",
-];
-
 /// `dnf repoquery …` in the private configuration (`dir`'s `.repo` files and cache only),
 /// `extra` words, then `package`: with none, what they offer of it (one line per version; none:
 /// not served); with `--obsoletes`, what installing it would replace (RPM Obsoletes).
 pub(crate) fn dnf_repoquery(dir: &str, extra: &[&str], package: &str) -> Built {
     CommandBuilder::new(Program::Dnf)
-        .words(DNF_REPOQUERY)
+        .words(&["repoquery", "--quiet", "-y"])
+        .flag("--setopt=skip_if_unavailable=False")
         .flag(&format!("--setopt=reposdir={dir}/repos"))
         .flag(&format!("--setopt=cachedir={dir}/cache"))
         .flag(&format!("--setopt=system_cachedir={dir}/cache"))

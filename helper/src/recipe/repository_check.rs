@@ -10,9 +10,8 @@ use std::path::{Path, PathBuf};
 use enginekit_shared::recipe::{sources, Family, PlannedAction, PlannedPackage};
 
 use super::actions::{self, fail, missing, names, satisfied, Done};
-use super::commands as cmd;
 use super::executor::{Executor, Failure};
-use super::files;
+use super::{commands as cmd, files};
 
 pub(super) async fn check_repositories(
     r: &mut Executor<'_>,

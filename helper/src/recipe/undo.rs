@@ -102,8 +102,7 @@ fn restore(r: &mut Executor<'_>, undo: &[FileUndo], journals: &[PathBuf]) -> Don
         r.journal.record(path)?;
         let now = files::read_state(&files::under_root(&r.ctx.file_root, path))?;
         if now.map(|s| Digest::of_bytes(&s.0)).as_ref() != Some(&f.now) {
-            let why = format!("{path} changed since the undo was planned");
-            return Err(Failure(why));
+            return super::actions::fail(format!("{path} changed since the undo was planned"));
         }
         journal::put_back_from(&r.ctx.file_root, journals, path, f.back_to.as_ref())?;
     }

@@ -336,11 +336,8 @@ fn check_machine(parameters: &HostParameters, machine: &MachineFacts) -> Result<
     if wrong.is_empty() {
         return Ok(());
     }
-    let wrong = wrong.join(", ");
-    Err(refuse!(
-        WrongMachine,
-        "the step is for another machine: {wrong}"
-    ))
+    let why = format!("the step is for another machine: {}", wrong.join(", "));
+    Err(refuse!(WrongMachine, "{why}"))
 }
 
 fn check_window(issued_at: OffsetDateTime, checks: &Checks<'_>) -> Result<(), Refusal> {
