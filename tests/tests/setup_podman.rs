@@ -535,3 +535,146 @@ fn on_rootless_podman_a_refused_step_changes_nothing_and_a_killed_setup_resumes_
         assert!(!user.podman_has(&host, &standin) && !user.podman_has(&host, &host.probe_ref));
     }
 }
+
+/// Removes a file on drop (a spec the test or the helper wrote).
+struct FileRemovedOnDrop(PathBuf);
+
+impl Drop for FileRemovedOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Toolkit 1.19.1 and later write CDI 0.7.0 (`additionalGids`), which the bench's real Podman
+/// 4.3.1 cannot parse (RECIPES §11). With such a spec as the only NVIDIA one (written by the
+/// STAND-IN toolkit at 1.19.1, as the toolkit's refresh writes it at install): the user's Podman
+/// refuses the GPU device; the plan asks for the spec again without additional GIDs
+/// (`cdi_no_additional_gids`, the only change); the real helper generates it with
+/// `--feature-flag no-additional-gids-for-device-nodes` (CDI 0.5.0); the GPU check through CDI
+/// then passes in the same real Podman, and the doctor is content.
+#[test]
+fn a_cdi_0_7_spec_that_podman_4_cannot_read_is_generated_again_without_additional_gids() {
+    bench::require(&[Service::TestUser, Service::RootlessPodman, Service::AptRepo]);
+    let host = SimulatedGpuHost::start();
+    let standin = standin_engine();
+    host.write_descriptor(standin.clone(), 2);
+    let user = AsUser::new(&host);
+    let _toolkit = apt_support::HostGuard::new(&user.user.name);
+    let helper = helper_support::InstalledHelper::install("podman-cdi", "");
+    let _rule = bench::install_polkit_rule(
+        "podman-cdi",
+        &helper_support::allow_test_user_rule(&user.user.name),
+    );
+    let installed = Command::new("dpkg")
+        .arg("-i")
+        .args(standin_toolkit_debs("1.18.1-1"))
+        .output()
+        .expect("dpkg -i");
+    assert!(installed.status.success(), "{}", describe(&installed));
+    // The STAND-IN toolkit at 1.19.1: the 1.18.1 stand-in's nvidia-ctk, saying 1.19.1.
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/standins/nvidia-ctk");
+    let text = std::fs::read_to_string(&source).expect("stand-in nvidia-ctk");
+    std::fs::write("/usr/bin/nvidia-ctk", text.replace("@VERSION@", "1.19.1")).expect("write");
+    let spec = PathBuf::from("/var/run/cdi/nvidia.yaml");
+    let _spec = FileRemovedOnDrop(spec.clone());
+    let generated = Command::new("/usr/bin/nvidia-ctk")
+        .args(["cdi", "generate", "--output=/var/run/cdi/nvidia.yaml"])
+        .env(
+            "PATH",
+            format!("{}:/usr/bin:/bin", host.env.standins_dir.display()),
+        )
+        .output()
+        .expect("nvidia-ctk");
+    assert!(generated.status.success(), "{}", describe(&generated));
+    let _ = std::fs::remove_file(&host.cdi_spec);
+    let version = |path: &Path| {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        enginekit_shared::cdi::spec_version(&text)
+    };
+    assert_eq!(version(&spec), Some((0, 7, 0)));
+
+    let pulled = user.podman(&host, &["pull", &host.probe_ref]);
+    assert!(pulled.status.success(), "{}", describe(&pulled));
+    let device = [
+        "run",
+        "--rm",
+        "--device",
+        "nvidia.com/gpu=0",
+        &host.probe_ref,
+        "true",
+    ];
+    let refused = user.podman(&host, &device);
+    assert!(
+        !refused.status.success(),
+        "Podman 4.3.1 reads no CDI 0.7.0: {}",
+        describe(&refused)
+    );
+    eprintln!("Podman 4.3.1 on the CDI 0.7.0 spec: {}", describe(&refused));
+
+    let plan = user.enginekit(
+        &host,
+        &["plan", "--runtime", "podman", "--engine", "vllm", "--json"],
+    );
+    let plan: Value = serde_json::from_slice(&plan.stdout).expect("plan json");
+    let changes: Vec<&str> = plan["system_changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .filter_map(|c| c["code"].as_str())
+        .collect();
+    assert_eq!(changes, ["generate-cdi-spec"], "{plan}");
+    let parameters = &plan["host_step"]["parameters"];
+    assert_eq!(
+        parameters["components"],
+        serde_json::json!(["nvidia-cdi"]),
+        "{plan}"
+    );
+    assert_eq!(parameters["cdi_no_additional_gids"], true, "{plan}");
+
+    let setup = user.enginekit(
+        &host,
+        &[
+            "setup",
+            "--runtime",
+            "podman",
+            "--engine",
+            "vllm",
+            "--yes",
+            "--json",
+        ],
+    );
+    assert_eq!(
+        result_of(&setup)["phase"],
+        "ready",
+        "{}\nhelper log:\n{}",
+        describe(&setup),
+        helper.log()
+    );
+    assert_eq!(
+        version(&spec),
+        Some((0, 5, 0)),
+        "generated again below 0.7.0"
+    );
+    assert!(
+        helper.log().contains("without additional GIDs"),
+        "{}",
+        helper.log()
+    );
+    let runs = user.podman(&host, &device);
+    assert!(runs.status.success(), "{}", describe(&runs));
+    let doctor = user.enginekit(&host, &["doctor", "--json"]);
+    let doctor: Value = serde_json::from_slice(&doctor.stdout).expect("doctor json");
+    let gpu = doctor["findings"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["code"] == "gpu-runtime"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(gpu["severity"], "ok", "{doctor}");
+    let remove = user.enginekit(&host, &["remove", "--engine", "vllm", "--yes", "--json"]);
+    assert_eq!(
+        result_of(&remove)["phase"],
+        "removed",
+        "{}",
+        describe(&remove)
+    );
+}

@@ -145,6 +145,21 @@ fn on_a_simulated_rocky_9_host_without_docker_setup_installs_the_pinned_rpms_wit
 
     let plan = host.plan();
     assert_dnf_plan(&plan);
+    // Without --runtime, a host with no Docker gets rootless Podman, from the distribution's
+    // own repositories by dnf. (Not set up here: the bench's rpm repositories are STAND-INs of
+    // NVIDIA's and Docker's, and Podman itself is never a stand-in.)
+    let default = host.enginekit("plan --engine vllm --json");
+    let default: Value = serde_json::from_slice(&default.stdout)
+        .unwrap_or_else(|e| panic!("plan json: {e}: {}", describe(&default)));
+    assert_eq!(default["runtime"], "podman", "{default}");
+    let parameters = &default["host_step"]["parameters"];
+    assert_eq!(parameters["family"], "dnf", "{default}");
+    assert!(
+        parameters["components"]
+            .as_array()
+            .is_some_and(|c| c.contains(&Value::from("podman"))),
+        "{default}"
+    );
     let report = host.enginekit("plan --engine vllm --runtime docker");
     let report = String::from_utf8_lossy(&report.stdout).into_owned();
     assert!(report.contains("dnf"), "{report}");

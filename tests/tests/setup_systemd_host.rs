@@ -506,6 +506,20 @@ fn setup_on_rootless_podman_installs_it_from_the_archive_beside_docker_and_adds_
         assert!(host.installed_version(p).is_some(), "{p} was not installed");
     }
     assert_eq!(host.groups(), groups_before, "no group was added");
+    // Podman 4.3.1 reads no CDI 0.7.0: the spec is generated without additional GIDs, and the
+    // toolkit's refresh unit (STAND-IN) keeps doing so through the helper's drop-in.
+    assert_eq!(
+        doc["host_step"]["parameters"]["cdi_no_additional_gids"], true,
+        "{doc}"
+    );
+    let refresh = host.sh("systemctl show -p Environment nvidia-cdi-refresh.service; \
+         grep -h cdiVersion /var/run/cdi/nvidia.yaml");
+    assert!(
+        refresh
+            .contains("NVIDIA_CTK_CDI_GENERATE_FEATURE_FLAGS=no-additional-gids-for-device-nodes")
+            && refresh.contains("\"0.5.0\""),
+        "{refresh}"
+    );
     let start = doc["host_step"]["parameters"]["subid_start"]
         .as_u64()
         .expect("subid_start");

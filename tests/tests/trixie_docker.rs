@@ -355,3 +355,75 @@ fn without_cdi_the_gpu_check_goes_by_gpus_and_a_cdi_request_fails_clearly() {
     );
     assert_eq!(host.plan()["gpu_access"], "cdi");
 }
+
+/// Rootless Podman 5.4 (trixie's own, real apt from deb.debian.org, never a stand-in) beside the
+/// Docker 26 of the same host: the administrator installed Podman and gave the user a sub-ID
+/// range, the toolkit and its CDI spec are there, so `plan --runtime podman` changes nothing on
+/// the system (Podman 5.4 reads CDI 0.7.0: no spec without additional GIDs is asked for), and
+/// `setup --runtime podman` reaches the user's Podman through its socket unit, checks the GPU
+/// through CDI, pulls by digest into the user's store and records. Docker's store does not get
+/// the images. (Serving an engine on Podman is setup_podman's, on Debian 12's Podman 4.3.1.)
+#[test]
+fn rootless_podman_5_4_from_trixies_archive_sets_up_beside_docker_with_nothing_to_change() {
+    let host = TrixieGpuHost::start(
+        "ekt-trixie-podman",
+        enginekit_integration::systemd::ROOTLESS_PODMAN_FLAGS,
+        &[],
+    );
+    host.booted.open_podman_devices();
+    let installed = host.sh(&format!(
+        "export DEBIAN_FRONTEND=noninteractive; \
+         (apt-get update -q && apt-get install -y -q podman crun uidmap passt fuse-overlayfs) \
+           >/root/podman-apt.log 2>&1 || {{ tail -n 30 /root/podman-apt.log; exit 1; }}; \
+         sed -i '/^{USER}:/d' /etc/subuid /etc/subgid 2>/dev/null; \
+         usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {USER} && \
+         dpkg-query -W -f='${{Version}}' podman"
+    ));
+    assert!(installed.starts_with("5."), "trixie's podman: {installed}");
+    host.booted
+        .podman_registry_for(USER, &host.env.registry_addr);
+
+    let plan = host.document("plan --engine vllm --runtime podman --json");
+    assert_eq!(plan["runtime"], "podman", "{plan}");
+    assert_eq!(plan["system_changes"], serde_json::json!([]), "{plan}");
+    assert!(plan["host_step"].is_null(), "{plan}");
+    assert_eq!(plan["gpu_access"], "cdi", "{plan}");
+
+    let setup = host.enginekit("setup --engine vllm --runtime podman --yes --json");
+    assert_eq!(
+        result_of(&setup)["phase"],
+        "ready",
+        "{}\nuser journal: {}",
+        describe(&setup),
+        host.sh(&format!(
+            "journalctl --user -M {USER}@ --no-pager | tail -n 20"
+        ))
+    );
+    let labels: Vec<String> = events(&setup)
+        .iter()
+        .filter(|e| e["event"] == "progress" && e["phase"] == "preparing-environment")
+        .filter_map(|e| e["progress"]["label"].as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        labels.iter().any(|l| l.contains("(through CDI)")),
+        "{labels:?}"
+    );
+    let images = host
+        .booted
+        .sh_as(USER, "podman images --digests --format '{{.Digest}}'");
+    let images = String::from_utf8_lossy(&images.stdout).into_owned();
+    for reference in [&host.env.busybox_ref, &host.env.gpu_check_ref] {
+        let digest = reference.rsplit('@').next().expect("digest");
+        assert!(
+            images.contains(digest),
+            "{reference} in the user's Podman: {images}"
+        );
+    }
+    let docker_images = host.sh("docker images --digests --format '{{.Digest}}'");
+    assert!(
+        !docker_images.contains(host.env.busybox_ref.rsplit('@').next().expect("digest")),
+        "nothing in Docker's store: {docker_images}"
+    );
+    let status = host.document("status --json");
+    assert_eq!(status["installations"][0]["runtime"], "podman", "{status}");
+}
