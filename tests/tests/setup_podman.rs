@@ -575,9 +575,21 @@ fn a_cdi_0_7_spec_that_podman_4_cannot_read_is_generated_again_without_additiona
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/standins/nvidia-ctk");
     let text = std::fs::read_to_string(&source).expect("stand-in nvidia-ctk");
     std::fs::write("/usr/bin/nvidia-ctk", text.replace("@VERSION@", "1.19.1")).expect("write");
+    // The helper's nvidia-ctk asks nvidia-smi on the system PATH: the STAND-IN, for this test.
+    let smi = PathBuf::from("/usr/bin/nvidia-smi");
+    assert!(!smi.exists(), "the bench host has no nvidia-smi of its own");
+    let _smi = FileRemovedOnDrop(smi.clone());
+    let wrapper = format!(
+        "#!/bin/sh\n# STAND-IN (enginekit test bench)\nexec {}/nvidia-smi \"$@\"\n",
+        host.env.standins_dir.display()
+    );
+    std::fs::write(&smi, wrapper).expect("nvidia-smi");
+    std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let spec = PathBuf::from("/var/run/cdi/nvidia.yaml");
     let _spec = FileRemovedOnDrop(spec.clone());
-    let generated = Command::new("/usr/bin/nvidia-ctk")
+    // The STAND-IN this test just wrote (check-programs: not a program of the machine).
+    let written = Path::new("/usr/bin/nvidia-ctk");
+    let generated = Command::new(written)
         .args(["cdi", "generate", "--output=/var/run/cdi/nvidia.yaml"])
         .env(
             "PATH",
@@ -611,26 +623,6 @@ fn a_cdi_0_7_spec_that_podman_4_cannot_read_is_generated_again_without_additiona
     );
     eprintln!("Podman 4.3.1 on the CDI 0.7.0 spec: {}", describe(&refused));
 
-    let plan = user.enginekit(
-        &host,
-        &["plan", "--runtime", "podman", "--engine", "vllm", "--json"],
-    );
-    let plan: Value = serde_json::from_slice(&plan.stdout).expect("plan json");
-    let changes: Vec<&str> = plan["system_changes"]
-        .as_array()
-        .expect("changes")
-        .iter()
-        .filter_map(|c| c["code"].as_str())
-        .collect();
-    assert_eq!(changes, ["generate-cdi-spec"], "{plan}");
-    let parameters = &plan["host_step"]["parameters"];
-    assert_eq!(
-        parameters["components"],
-        serde_json::json!(["nvidia-cdi"]),
-        "{plan}"
-    );
-    assert_eq!(parameters["cdi_no_additional_gids"], true, "{plan}");
-
     let setup = user.enginekit(
         &host,
         &[
@@ -650,6 +642,27 @@ fn a_cdi_0_7_spec_that_podman_4_cannot_read_is_generated_again_without_additiona
         describe(&setup),
         helper.log()
     );
+    // The plan setup showed (the CLI's `plan` probes without the STAND-IN nvidia-smi).
+    let events = events(&setup);
+    let plan = &events
+        .iter()
+        .find(|e| e["event"] == "plan")
+        .expect("plan event")["plan"];
+    let changes: Vec<&str> = plan["system_changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .filter_map(|c| c["code"].as_str())
+        .collect();
+    assert_eq!(changes, ["generate-cdi-spec"], "{plan}");
+    let parameters = &plan["host_step"]["parameters"];
+    assert_eq!(
+        parameters["components"],
+        serde_json::json!(["nvidia-cdi"]),
+        "{plan}"
+    );
+    assert_eq!(parameters["cdi_no_additional_gids"], true, "{plan}");
+
     assert_eq!(
         version(&spec),
         Some((0, 5, 0)),
