@@ -224,39 +224,76 @@ impl AsUser {
     }
 }
 
+/// `enginekit setup` on Podman, as every test here runs it.
+const SETUP_ON_PODMAN: [&str; 7] = [
+    "setup",
+    "--runtime",
+    "podman",
+    "--engine",
+    "vllm",
+    "--yes",
+    "--json",
+];
+
+/// What every test here starts from (dropped in this order): the real helper installed under a
+/// name of the test's, the STAND-IN toolkit 1.18.1 installed with dpkg (purged after), the test
+/// user, and the simulated host whose descriptor names the STAND-IN engine.
+struct PodmanBench {
+    helper: helper_support::InstalledHelper,
+    _toolkit: apt_support::HostGuard,
+    user: AsUser,
+    host: SimulatedGpuHost,
+    standin: String,
+}
+
+impl PodmanBench {
+    fn start(name: &str) -> PodmanBench {
+        bench::require(&[Service::TestUser, Service::RootlessPodman, Service::AptRepo]);
+        let host = SimulatedGpuHost::start();
+        let standin = standin_engine();
+        host.write_descriptor(standin.clone(), 2);
+        let user = AsUser::new(&host);
+        let toolkit = apt_support::HostGuard::new(&user.user.name);
+        let helper = helper_support::InstalledHelper::install(name, "");
+        let installed = Command::new("dpkg")
+            .arg("-i")
+            .args(standin_toolkit_debs("1.18.1-1"))
+            .output()
+            .expect("dpkg -i");
+        assert!(installed.status.success(), "{}", describe(&installed));
+        PodmanBench {
+            helper,
+            _toolkit: toolkit,
+            user,
+            host,
+            standin,
+        }
+    }
+
+    /// A polkit rule allowing the test user the helper's action, under `name`.
+    fn allow(&self, name: &str) -> bench::RuleGuard {
+        bench::install_polkit_rule(
+            name,
+            &helper_support::allow_test_user_rule(&self.user.user.name),
+        )
+    }
+}
+
 #[test]
 fn setup_on_rootless_podman_checks_the_gpu_through_cdi_pulls_records_and_remove_takes_it_back() {
-    bench::require(&[Service::TestUser, Service::RootlessPodman, Service::AptRepo]);
-    let host = SimulatedGpuHost::start();
-    let standin = standin_engine();
-    host.write_descriptor(standin.clone(), 2);
-    let user = AsUser::new(&host);
-    let _toolkit = apt_support::HostGuard::new(&user.user.name);
-    let helper = helper_support::InstalledHelper::install("podman-setup", "");
-    let _rule = bench::install_polkit_rule(
-        "podman-setup",
-        &helper_support::allow_test_user_rule(&user.user.name),
-    );
+    let bench = PodmanBench::start("podman-setup");
+    let _rule = bench.allow("podman-setup");
+    let PodmanBench {
+        helper,
+        user,
+        host,
+        standin,
+        ..
+    } = &bench;
     let _subids = SubIdsTakenAway::from(&user.user.name);
     let groups_before = id_groups(&user.user.name);
-    let debs = standin_toolkit_debs("1.18.1-1");
-    let mut install = Command::new("dpkg");
-    install.arg("-i").args(&debs);
-    let installed = install.output().expect("dpkg -i");
-    assert!(installed.status.success(), "{}", describe(&installed));
 
-    let setup = user.enginekit(
-        &host,
-        &[
-            "setup",
-            "--runtime",
-            "podman",
-            "--engine",
-            "vllm",
-            "--yes",
-            "--json",
-        ],
-    );
+    let setup = user.enginekit(host, &SETUP_ON_PODMAN);
     let result = result_of(&setup);
     assert_eq!(result["phase"], "ready", "{}", describe(&setup));
     let events = events(&setup);
@@ -319,11 +356,11 @@ fn setup_on_rootless_podman_checks_the_gpu_through_cdi_pulls_records_and_remove_
     assert!(done.windows(2).all(|w| w[0] <= w[1]), "monotonic {done:?}");
 
     // Both images in the user's Podman, by digest; nothing in Docker's.
-    assert!(user.podman_has(&host, &standin));
-    assert!(user.podman_has(&host, &host.probe_ref));
-    assert!(!host.image_present(&standin));
+    assert!(user.podman_has(host, standin));
+    assert!(user.podman_has(host, &host.probe_ref));
+    assert!(!host.image_present(standin));
     assert!(!host.image_present(&host.probe_ref));
-    let left = user.podman(&host, &["ps", "-a", "--format", "{{.Names}}"]);
+    let left = user.podman(host, &["ps", "-a", "--format", "{{.Names}}"]);
     assert_eq!(
         String::from_utf8_lossy(&left.stdout).trim(),
         "",
@@ -333,7 +370,7 @@ fn setup_on_rootless_podman_checks_the_gpu_through_cdi_pulls_records_and_remove_
     assert_eq!(record["status"], "ready");
     assert_eq!(record["runtime"], "podman", "{record}");
     // The doctor checks the installation's runtime: Podman, the range, CDI; not Docker's daemon.
-    let doctor = user.enginekit(&host, &["doctor", "--json"]);
+    let doctor = user.enginekit(host, &["doctor", "--json"]);
     let doctor: Value = serde_json::from_slice(&doctor.stdout).expect("doctor json");
     let findings = doctor["findings"].as_array().expect("findings");
     let severity = |code: &str| {
@@ -376,7 +413,7 @@ fn setup_on_rootless_podman_checks_the_gpu_through_cdi_pulls_records_and_remove_
         "--json",
     ];
     let mut started = user
-        .command(&host, &bench::bin("enginekit"), &start)
+        .command(host, &bench::bin("enginekit"), &start)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -390,7 +427,7 @@ fn setup_on_rootless_podman_checks_the_gpu_through_cdi_pulls_records_and_remove_
         .expect("curl");
     let body: Value = serde_json::from_slice(&models.stdout).unwrap_or_default();
     assert_eq!(body["data"][0]["id"], "qwen", "{}", describe(&models));
-    let logs = user.enginekit(&host, &["logs", "qwen"]);
+    let logs = user.enginekit(host, &["logs", "qwen"]);
     let text = String::from_utf8_lossy(&logs.stdout).into_owned();
     let (uid, gid) = (user.user.uid, user.user.gid);
     assert!(
@@ -399,28 +436,28 @@ fn setup_on_rootless_podman_checks_the_gpu_through_cdi_pulls_records_and_remove_
         )),
         "the engine runs as the user, with no capability: {text}"
     );
-    let ps = user.enginekit(&host, &["ps", "--json"]);
+    let ps = user.enginekit(host, &["ps", "--json"]);
     let listed = String::from_utf8_lossy(&ps.stdout).into_owned();
     assert!(listed.contains("\"running\""), "{listed}");
-    let stop = user.enginekit(&host, &["stop", "qwen", "--json"]);
+    let stop = user.enginekit(host, &["stop", "qwen", "--json"]);
     assert!(stop.status.success(), "{}", describe(&stop));
     let _ = started.wait();
-    let left = user.podman(&host, &["ps", "-a", "--format", "{{.Names}}"]);
+    let left = user.podman(host, &["ps", "-a", "--format", "{{.Names}}"]);
     assert_eq!(
         String::from_utf8_lossy(&left.stdout).trim(),
         "",
         "stop left a container"
     );
 
-    let remove = user.enginekit(&host, &["remove", "--engine", "vllm", "--yes", "--json"]);
+    let remove = user.enginekit(host, &["remove", "--engine", "vllm", "--yes", "--json"]);
     assert_eq!(
         result_of(&remove)["phase"],
         "removed",
         "{}",
         describe(&remove)
     );
-    assert!(!user.podman_has(&host, &standin));
-    assert!(!user.podman_has(&host, &host.probe_ref));
+    assert!(!user.podman_has(host, standin));
+    assert!(!user.podman_has(host, &host.probe_ref));
     assert!(host.installation().is_none());
 }
 
@@ -432,32 +469,19 @@ fn setup_on_rootless_podman_checks_the_gpu_through_cdi_pulls_records_and_remove_
 /// operation on the next run to ready, with nothing left over in the user's Podman.
 #[test]
 fn on_rootless_podman_a_refused_step_changes_nothing_and_a_killed_setup_resumes_to_ready() {
-    bench::require(&[Service::TestUser, Service::RootlessPodman, Service::AptRepo]);
-    let host = SimulatedGpuHost::start();
-    let standin = standin_engine();
-    host.write_descriptor(standin.clone(), 2);
-    let user = AsUser::new(&host);
-    let _toolkit = apt_support::HostGuard::new(&user.user.name);
-    let helper = helper_support::InstalledHelper::install("podman-refusal", "");
+    let bench = PodmanBench::start("podman-refusal");
+    let PodmanBench {
+        helper,
+        user,
+        host,
+        standin,
+        ..
+    } = &bench;
     let _subids = SubIdsTakenAway::from(&user.user.name);
     let subid_files =
         || ["/etc/subuid", "/etc/subgid"].map(|p| std::fs::read_to_string(p).expect(p));
     let before = subid_files();
-    let installed = Command::new("dpkg")
-        .arg("-i")
-        .args(standin_toolkit_debs("1.18.1-1"))
-        .output()
-        .expect("dpkg -i");
-    assert!(installed.status.success(), "{}", describe(&installed));
-    let setup = [
-        "setup",
-        "--runtime",
-        "podman",
-        "--engine",
-        "vllm",
-        "--yes",
-        "--json",
-    ];
+    let setup = SETUP_ON_PODMAN;
 
     let deny = bench::install_polkit_rule(
         "podman-refusal",
@@ -469,7 +493,7 @@ fn on_rootless_podman_a_refused_step_changes_nothing_and_a_killed_setup_resumes_
             user.user.name
         ),
     );
-    let refused = user.enginekit(&host, &setup);
+    let refused = user.enginekit(host, &setup);
     let result = result_of(&refused);
     assert_eq!(
         result["error"]["code"],
@@ -485,15 +509,12 @@ fn on_rootless_podman_a_refused_step_changes_nothing_and_a_killed_setup_resumes_
     assert!(host.installation().is_none());
     drop(deny);
 
-    let _allow = bench::install_polkit_rule(
-        "podman-refusal",
-        &helper_support::allow_test_user_rule(&user.user.name),
-    );
+    let _allow = bench.allow("podman-refusal");
     let enginekit = bench::bin("enginekit");
     for point in ["preparing-environment", "pulling-image"] {
         let kill = format!("ENGINEKIT_TEST_KILL_AT={point}");
         let killed = user
-            .command_env(&host, &[&kill], &enginekit, &setup)
+            .command_env(host, &[&kill], &enginekit, &setup)
             .output()
             .expect("enginekit setup");
         assert_eq!(
@@ -502,7 +523,7 @@ fn on_rootless_podman_a_refused_step_changes_nothing_and_a_killed_setup_resumes_
             "the hook did not kill at {point}: {}",
             describe(&killed)
         );
-        let again = user.enginekit(&host, &setup);
+        let again = user.enginekit(host, &setup);
         let result = result_of(&again);
         assert_eq!(
             result["phase"],
@@ -516,23 +537,23 @@ fn on_rootless_podman_a_refused_step_changes_nothing_and_a_killed_setup_resumes_
             .find(|o| o["operation_id"] == result["operation_id"])
             .expect("the operation");
         assert_eq!(killed_op["runtime"], "podman", "{killed_op}");
-        assert!(user.podman_has(&host, &standin), "{point}");
-        assert!(user.podman_has(&host, &host.probe_ref), "{point}");
-        assert!(!host.image_present(&standin), "nothing in Docker's store");
-        let left = user.podman(&host, &["ps", "-a", "--format", "{{.Names}}"]);
+        assert!(user.podman_has(host, standin), "{point}");
+        assert!(user.podman_has(host, &host.probe_ref), "{point}");
+        assert!(!host.image_present(standin), "nothing in Docker's store");
+        let left = user.podman(host, &["ps", "-a", "--format", "{{.Names}}"]);
         assert_eq!(
             String::from_utf8_lossy(&left.stdout).trim(),
             "",
             "a container left in the user's Podman after a kill at {point}"
         );
-        let remove = user.enginekit(&host, &["remove", "--engine", "vllm", "--yes", "--json"]);
+        let remove = user.enginekit(host, &["remove", "--engine", "vllm", "--yes", "--json"]);
         assert_eq!(
             result_of(&remove)["phase"],
             "removed",
             "{}",
             describe(&remove)
         );
-        assert!(!user.podman_has(&host, &standin) && !user.podman_has(&host, &host.probe_ref));
+        assert!(!user.podman_has(host, standin) && !user.podman_has(host, &host.probe_ref));
     }
 }
 
@@ -554,23 +575,11 @@ impl Drop for FileRemovedOnDrop {
 /// then passes in the same real Podman, and the doctor is content.
 #[test]
 fn a_cdi_0_7_spec_that_podman_4_cannot_read_is_generated_again_without_additional_gids() {
-    bench::require(&[Service::TestUser, Service::RootlessPodman, Service::AptRepo]);
-    let host = SimulatedGpuHost::start();
-    let standin = standin_engine();
-    host.write_descriptor(standin.clone(), 2);
-    let user = AsUser::new(&host);
-    let _toolkit = apt_support::HostGuard::new(&user.user.name);
-    let helper = helper_support::InstalledHelper::install("podman-cdi", "");
-    let _rule = bench::install_polkit_rule(
-        "podman-cdi",
-        &helper_support::allow_test_user_rule(&user.user.name),
-    );
-    let installed = Command::new("dpkg")
-        .arg("-i")
-        .args(standin_toolkit_debs("1.18.1-1"))
-        .output()
-        .expect("dpkg -i");
-    assert!(installed.status.success(), "{}", describe(&installed));
+    let bench = PodmanBench::start("podman-cdi");
+    let _rule = bench.allow("podman-cdi");
+    let PodmanBench {
+        helper, user, host, ..
+    } = &bench;
     // The STAND-IN toolkit at 1.19.1: the 1.18.1 stand-in's nvidia-ctk, saying 1.19.1.
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/standins/nvidia-ctk");
     let text = std::fs::read_to_string(&source).expect("stand-in nvidia-ctk");
@@ -605,7 +614,7 @@ fn a_cdi_0_7_spec_that_podman_4_cannot_read_is_generated_again_without_additiona
     };
     assert_eq!(version(&spec), Some((0, 7, 0)));
 
-    let pulled = user.podman(&host, &["pull", &host.probe_ref]);
+    let pulled = user.podman(host, &["pull", &host.probe_ref]);
     assert!(pulled.status.success(), "{}", describe(&pulled));
     let device = [
         "run",
@@ -615,7 +624,7 @@ fn a_cdi_0_7_spec_that_podman_4_cannot_read_is_generated_again_without_additiona
         &host.probe_ref,
         "true",
     ];
-    let refused = user.podman(&host, &device);
+    let refused = user.podman(host, &device);
     assert!(
         !refused.status.success(),
         "Podman 4.3.1 reads no CDI 0.7.0: {}",
@@ -624,7 +633,7 @@ fn a_cdi_0_7_spec_that_podman_4_cannot_read_is_generated_again_without_additiona
     eprintln!("Podman 4.3.1 on the CDI 0.7.0 spec: {}", describe(&refused));
 
     let setup = user.enginekit(
-        &host,
+        host,
         &[
             "setup",
             "--runtime",
@@ -673,9 +682,9 @@ fn a_cdi_0_7_spec_that_podman_4_cannot_read_is_generated_again_without_additiona
         "{}",
         helper.log()
     );
-    let runs = user.podman(&host, &device);
+    let runs = user.podman(host, &device);
     assert!(runs.status.success(), "{}", describe(&runs));
-    let doctor = user.enginekit(&host, &["doctor", "--json"]);
+    let doctor = user.enginekit(host, &["doctor", "--json"]);
     let doctor: Value = serde_json::from_slice(&doctor.stdout).expect("doctor json");
     let gpu = doctor["findings"]
         .as_array()
@@ -683,7 +692,7 @@ fn a_cdi_0_7_spec_that_podman_4_cannot_read_is_generated_again_without_additiona
         .cloned()
         .unwrap_or_default();
     assert_eq!(gpu["severity"], "ok", "{doctor}");
-    let remove = user.enginekit(&host, &["remove", "--engine", "vllm", "--yes", "--json"]);
+    let remove = user.enginekit(host, &["remove", "--engine", "vllm", "--yes", "--json"]);
     assert_eq!(
         result_of(&remove)["phase"],
         "removed",
