@@ -119,6 +119,15 @@ impl BootedSystemd {
         assert!(nodes.contains("ok"), "{nodes}");
     }
 
+    /// Whether `user`'s rootless Podman has the image `reference` (`repo@sha256:…`) by digest.
+    pub fn podman_has(&self, user: &str, reference: &str) -> bool {
+        let listed = self.sh_as(user, "podman images --digests --format '{{.Digest}}'");
+        let digest = reference.rsplit('@').next().unwrap_or(reference);
+        String::from_utf8_lossy(&listed.stdout)
+            .lines()
+            .any(|l| l.trim() == digest)
+    }
+
     /// Lets `user`'s Podman pull from the bench registry at `addr`, which speaks plain HTTP on
     /// loopback (a real registry is TLS).
     pub fn podman_registry_for(&self, user: &str, addr: &str) {
