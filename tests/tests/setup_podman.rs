@@ -222,6 +222,27 @@ impl AsUser {
             .status
             .success()
     }
+
+    /// The names of the containers in the user's Podman, running or not ("" when none).
+    fn containers(&self, host: &SimulatedGpuHost) -> String {
+        let listed = self.podman(host, &["ps", "-a", "--format", "{{.Names}}"]);
+        String::from_utf8_lossy(&listed.stdout).trim().to_owned()
+    }
+
+    /// `enginekit remove --engine vllm` ends `removed`, and none of `images` is left in the
+    /// user's Podman.
+    fn remove_engine(&self, host: &SimulatedGpuHost, images: &[&str]) {
+        let remove = self.enginekit(host, &["remove", "--engine", "vllm", "--yes", "--json"]);
+        assert_eq!(
+            result_of(&remove)["phase"],
+            "removed",
+            "{}",
+            describe(&remove)
+        );
+        for image in images {
+            assert!(!self.podman_has(host, image), "{image} is left");
+        }
+    }
 }
 
 /// `enginekit setup` on Podman, as every test here runs it.
@@ -360,12 +381,7 @@ fn setup_on_rootless_podman_checks_the_gpu_through_cdi_pulls_records_and_remove_
     assert!(user.podman_has(host, &host.probe_ref));
     assert!(!host.image_present(standin));
     assert!(!host.image_present(&host.probe_ref));
-    let left = user.podman(host, &["ps", "-a", "--format", "{{.Names}}"]);
-    assert_eq!(
-        String::from_utf8_lossy(&left.stdout).trim(),
-        "",
-        "the GPU check left a container"
-    );
+    assert_eq!(user.containers(host), "", "the GPU check left a container");
     let record = host.installation().expect("installation record");
     assert_eq!(record["status"], "ready");
     assert_eq!(record["runtime"], "podman", "{record}");
@@ -442,22 +458,9 @@ fn setup_on_rootless_podman_checks_the_gpu_through_cdi_pulls_records_and_remove_
     let stop = user.enginekit(host, &["stop", "qwen", "--json"]);
     assert!(stop.status.success(), "{}", describe(&stop));
     let _ = started.wait();
-    let left = user.podman(host, &["ps", "-a", "--format", "{{.Names}}"]);
-    assert_eq!(
-        String::from_utf8_lossy(&left.stdout).trim(),
-        "",
-        "stop left a container"
-    );
+    assert_eq!(user.containers(host), "", "stop left a container");
 
-    let remove = user.enginekit(host, &["remove", "--engine", "vllm", "--yes", "--json"]);
-    assert_eq!(
-        result_of(&remove)["phase"],
-        "removed",
-        "{}",
-        describe(&remove)
-    );
-    assert!(!user.podman_has(host, standin));
-    assert!(!user.podman_has(host, &host.probe_ref));
+    user.remove_engine(host, &[standin, &host.probe_ref]);
     assert!(host.installation().is_none());
 }
 
@@ -540,20 +543,12 @@ fn on_rootless_podman_a_refused_step_changes_nothing_and_a_killed_setup_resumes_
         assert!(user.podman_has(host, standin), "{point}");
         assert!(user.podman_has(host, &host.probe_ref), "{point}");
         assert!(!host.image_present(standin), "nothing in Docker's store");
-        let left = user.podman(host, &["ps", "-a", "--format", "{{.Names}}"]);
         assert_eq!(
-            String::from_utf8_lossy(&left.stdout).trim(),
+            user.containers(host),
             "",
             "a container left in the user's Podman after a kill at {point}"
         );
-        let remove = user.enginekit(host, &["remove", "--engine", "vllm", "--yes", "--json"]);
-        assert_eq!(
-            result_of(&remove)["phase"],
-            "removed",
-            "{}",
-            describe(&remove)
-        );
-        assert!(!user.podman_has(host, standin) && !user.podman_has(host, &host.probe_ref));
+        user.remove_engine(host, &[standin, &host.probe_ref]);
     }
 }
 
@@ -692,11 +687,6 @@ fn a_cdi_0_7_spec_that_podman_4_cannot_read_is_generated_again_without_additiona
         .cloned()
         .unwrap_or_default();
     assert_eq!(gpu["severity"], "ok", "{doctor}");
-    let remove = user.enginekit(host, &["remove", "--engine", "vllm", "--yes", "--json"]);
-    assert_eq!(
-        result_of(&remove)["phase"],
-        "removed",
-        "{}",
-        describe(&remove)
-    );
+    // The GPU-check image was pulled by the test above, not by the setup: only the engine's goes.
+    user.remove_engine(host, &[&bench.standin]);
 }
