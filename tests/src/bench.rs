@@ -737,19 +737,23 @@ pub fn workspace_root() -> PathBuf {
     here.parent().unwrap_or(here).to_path_buf()
 }
 
+/// cargo's target folder: `CARGO_TARGET_DIR` (relative to the workspace root) or `target`.
+pub fn target_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    if target.is_relative() {
+        workspace_root().join(target)
+    } else {
+        target
+    }
+}
+
 /// The path of a workspace binary in the debug profile, honouring `CARGO_TARGET_DIR`. Panics
 /// with a hint when it was not built (`cargo test` builds only the binaries of the package under
 /// test; `tests/run` builds the whole workspace first).
 pub fn bin(name: &str) -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"));
-    let target = if target.is_relative() {
-        workspace_root().join(target)
-    } else {
-        target
-    };
-    let path = target.join("debug").join(name);
+    let path = target_dir().join("debug").join(name);
     if !path.is_file() {
         panic!(
             "binary {} is not built; run `cargo build --workspace` (tests/run does)",

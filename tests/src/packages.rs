@@ -1,7 +1,11 @@
 //! The enginekit packages as the tests see them: `packaging/build` run once per test process
-//! (CI starts from a clean clone, so the packages are always built inside the run; `tests/run`
-//! runs the same script first, which leaves this call with little to do), and the file lists of
-//! the .deb (`dpkg-deb`) and the .rpm (`rpm -qp`) with modes and owners.
+//! (CI starts from a clean clone, so the packages are always built inside the run), and the file
+//! lists of the .deb (`dpkg-deb`) and the .rpm (`rpm -qp`) with modes and owners.
+//!
+//! `tests/run` runs `packaging/build` once, as a job of its own, and starts the files that need
+//! the packages only after it passed, with `EK_PACKAGES_BUILT=1`: they then take the two packages
+//! that run left in `target/packages/` instead of running the script again. Several files run at
+//! once there, and the script empties that folder before it writes the packages anew.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -28,6 +32,9 @@ pub fn build() -> &'static Packages {
 }
 
 fn run_build() -> Result<Packages, String> {
+    if std::env::var("EK_PACKAGES_BUILT").as_deref() == Ok("1") {
+        return built_by_tests_run();
+    }
     let script = workspace_root().join("packaging/build");
     let out = Command::new(&script)
         .current_dir(workspace_root())
@@ -52,6 +59,37 @@ fn run_build() -> Result<Packages, String> {
     Ok(Packages {
         deb: find(".deb")?,
         rpm: find(".rpm")?,
+    })
+}
+
+/// The one .deb and one .rpm in the target folder's `packages/`, where `packaging/build` writes
+/// them (tests/run cleared that folder before it ran the script).
+fn built_by_tests_run() -> Result<Packages, String> {
+    let dir = crate::bench::target_dir().join("packages");
+    let entries = std::fs::read_dir(&dir).map_err(|e| {
+        format!(
+            "EK_PACKAGES_BUILT=1 but {}: {e} (tests/run's packaging/build job)",
+            dir.display()
+        )
+    })?;
+    let files: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    let one = |ext: &str| -> Result<PathBuf, String> {
+        let found: Vec<&PathBuf> = files
+            .iter()
+            .filter(|p| p.extension().is_some_and(|e| e == ext))
+            .collect();
+        match found.as_slice() {
+            [one] => Ok((*one).clone()),
+            _ => Err(format!(
+                "EK_PACKAGES_BUILT=1 but {} holds {} .{ext} files, not one",
+                dir.display(),
+                found.len()
+            )),
+        }
+    };
+    Ok(Packages {
+        deb: one("deb")?,
+        rpm: one("rpm")?,
     })
 }
 

@@ -1,5 +1,6 @@
 //! The bench's services, proved for real: each test talks to the live service the way the product
 //! will, and would fail if the service only pretended.
+// bench: exclusive=polkit-rules,host-packages,host-accounts
 
 use std::path::Path;
 use std::process::{Command, Output};

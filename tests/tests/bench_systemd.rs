@@ -1,5 +1,7 @@
 //! The bench's systemd-booted container: it really boots systemd, with logind and a system bus,
 //! under the bench's dockerd (for tests that need service management or a login session).
+// bench: exclusive=none
+// bench: needs=systemd-image
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -2,6 +2,8 @@
 //! client that watches its signals. The broker is D-Bus activated by a private dbus-daemon
 //! (`--session` configuration plus a service folder holding a test activation file that runs
 //! the built `enginekit serve` on a SIMULATED GPU HOST, see setup_support).
+// bench: exclusive=host-cdi
+// bench: shared=host-packages,host-accounts,host-daemon-json
 
 // Test scaffolding: a failed setup step should stop the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -4,6 +4,8 @@
 //! through PAM and logind (`su -`), which starts that user's systemd instance and session bus.
 //! A D-Bus call on the user's bus starts the unit in the user's systemd (not a bare process),
 //! its log goes to the user's journal, and it stops by itself when idle.
+// bench: exclusive=none
+// bench: needs=systemd-image
 
 // Test scaffolding: a failed setup step should stop the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -20,6 +20,8 @@
 //! The container has no seat (no VT), so no login session in it is "active and local" for
 //! polkit, and an action with `allow_any=no` is refused without a dialog. A test rule answers for
 //! the test user what `allow_active` says for a desktop session: `auth_admin`.
+// bench: exclusive=none
+// bench: needs=desktop-image
 
 // Test scaffolding: a failed step should stop the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -48,6 +48,8 @@
 //! bench, where the service is started inside the daemon's namespace.
 
 // bench: test-threads=1
+// bench: exclusive=none
+// bench: needs=desktop-image,packages
 
 // Test scaffolding: a failed step should stop the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

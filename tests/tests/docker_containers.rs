@@ -1,5 +1,6 @@
 //! Engine containers against the real dockerd: the journalled lifecycle, the tri-state stop,
 //! loopback-only publication, the hardened posture, and network isolation.
+// bench: exclusive=none
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod docker_common;

@@ -12,6 +12,8 @@
 
 // Both tests change /usr/bin/newgrp's mode or rely on it.
 // bench: test-threads=1
+// bench: exclusive=host-accounts
+// bench: shared=host-packages,host-cdi,host-daemon-json
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,5 +1,6 @@
 //! Pull by digest against the real dockerd and the bench registry (127.0.0.1:5000): progress,
 //! verification, the distinct failures, cancellation that stops the daemon too, and stalls.
+// bench: exclusive=none
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod docker_common;

@@ -6,6 +6,7 @@
 //! The "broker process" is this test binary re-executed to run the ignored
 //! `child_broker_starts_a_container_then_waits`, which uses the broker library exactly as the
 //! broker does (journal, then create, then start).
+// bench: exclusive=none
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod docker_common;

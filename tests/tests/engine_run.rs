@@ -7,6 +7,8 @@
 //! The private dockerd lives in its own network namespace, so its 127.0.0.1 publications are
 //! reachable only there: the broker (readiness probe) and the test's HTTP requests run in that
 //! namespace through `nsenter --net`, as a user's broker runs in the daemon's namespace.
+// bench: exclusive=host-cdi
+// bench: shared=host-packages,host-accounts,host-daemon-json
 
 // Test scaffolding: a failed step should stop the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

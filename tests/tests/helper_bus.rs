@@ -6,6 +6,8 @@
 //! takes `helper_support::serial()` first; this is the only test binary that does.
 
 // bench: test-threads=1
+// bench: exclusive=helper-bus-name,polkit-rules
+// bench: shared=host-packages,host-accounts
 
 // Test helpers outside #[test] fns: a failed setup step is a test failure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -9,6 +9,7 @@
 //!
 //! Not selected, as in helper_install.rs: `docker-restart`, `docker-service` (no systemd here and
 //! the shared dockerd must not restart) and `nvidia-cdi` (needs a GPU).
+// bench: exclusive=helper-bus-name,polkit-rules,host-packages,host-accounts,host-daemon-json
 
 // Test scaffolding: a failed setup step should stop the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -18,6 +18,7 @@
 //! source files removed, daemon.json restored byte for byte (or removed if there was none), and
 //! `ekuser` taken out of the docker group. Tests that install the stand-in packages serialise on
 //! the lock file [`APT_TEST_LOCK`].
+// bench: exclusive=host-packages,host-accounts,host-daemon-json
 
 // Test scaffolding: a failed setup step should stop the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

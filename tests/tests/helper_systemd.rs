@@ -8,6 +8,8 @@
 //! session: `allow_active=auth_admin` then asks for interaction, and the shipped example rule
 //! (`polkit/examples/49-enginekit-admins.rules`) asks members of `sudo` for their own password
 //! (AUTH_SELF), never letting them in without one.
+// bench: exclusive=none
+// bench: needs=systemd-image,packages
 
 // Test helpers outside #[test] fns: a failed setup step is a test failure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

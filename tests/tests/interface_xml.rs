@@ -6,6 +6,7 @@
 //!
 //! `EK_BLESS=1` rewrites the XML files (structure from the services, documentation kept; a new
 //! member arrives undocumented, which the documentation test then names) and the page.
+// bench: exclusive=none
 
 // Test scaffolding: a failed step should stop the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

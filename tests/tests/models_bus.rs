@@ -5,6 +5,8 @@
 //! code, `HF_HUB_OFFLINE` with nothing cached, and `Cancel` of a slowed transfer with its partial
 //! files kept. No docker, polkit or system bus.
 // bench: test-threads=1
+// bench: exclusive=none
+// bench: shared=host-packages,host-cdi
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "broker_bus_support/mod.rs"]

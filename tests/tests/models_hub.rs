@@ -4,6 +4,7 @@
 //! pickle-only repository, cancel, stall, removal; and the real huggingface_hub (PyPI, in a venv
 //! from tests/bench/hub/hf-venv) sharing the cache both ways. No docker, bus or polkit.
 // bench: test-threads=1
+// bench: exclusive=host-packages
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};

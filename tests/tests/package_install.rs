@@ -11,6 +11,8 @@
 //! The packages are built once per test process by `packaging/build` (see
 //! enginekit_integration::packages); `tests/run` runs that script as a step of its own first, so
 //! the release build's time shows there.
+// bench: exclusive=none
+// bench: needs=systemd-image,packages
 
 // Test scaffolding: a failed setup step should stop the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -10,6 +10,8 @@
 //! GPU host) and the GPU-check image's nvidia-smi, which lists the GPUs that variable names.
 
 // bench: test-threads=1
+// bench: exclusive=user-podman,host-cdi
+// bench: shared=host-accounts
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -2,6 +2,8 @@
 //! apt, without root: the bench's STAND-IN of Docker's apt repository over HTTPS
 //! (tests/bench/dockerrepo: laid out and signed like download.docker.com, bookworm, amd64 only),
 //! its copy signed by another key, and a port nobody listens on.
+// bench: exclusive=none
+// bench: shared=host-packages
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

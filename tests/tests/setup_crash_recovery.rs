@@ -2,6 +2,8 @@
 //! (see setup_support). The broker's test hook `ENGINEKIT_TEST_KILL_AT=<phase>` sends the broker
 //! SIGKILL right after the record reached that phase. Each run must end `ready`, continue the
 //! same operation, and leave nothing behind that is not in the final state.
+// bench: exclusive=host-cdi
+// bench: shared=host-packages,host-accounts,host-daemon-json
 
 #[path = "setup_support/mod.rs"]
 mod setup_support;

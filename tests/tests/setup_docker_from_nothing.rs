@@ -21,6 +21,8 @@
 //! helper installs never touches the host's networking ([`BootedSystemd::boot_without_docker`]).
 
 // bench: test-threads=1
+// bench: exclusive=none
+// bench: needs=systemd-image,packages
 
 // Test scaffolding: a failed setup step should stop the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -7,6 +7,8 @@
 //! with `init-not-systemd`): the host step itself. setup_systemd_host.rs runs the whole setup,
 //! host step included, inside a systemd-booted container; setup_helper.rs drives the runner
 //! against the real helper and polkitd on the bench itself.
+// bench: exclusive=host-cdi
+// bench: shared=host-packages,host-accounts,host-daemon-json
 
 #[path = "setup_support/mod.rs"]
 mod setup_support;

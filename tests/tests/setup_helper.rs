@@ -8,6 +8,8 @@
 //! setup_gpu_host.rs and setup_crash_recovery.rs. The step is the helper tests' harmless one
 //! (`docker-service`, whose command fails without systemd), so the helper really runs a job and
 //! writes a real (failed) receipt.
+// bench: exclusive=helper-bus-name,polkit-rules
+// bench: shared=host-packages,host-accounts
 
 // Test scaffolding: a failed setup step should stop the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

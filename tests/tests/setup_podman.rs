@@ -20,6 +20,7 @@
 //! are helper_install.rs's and helper_bus.rs's.
 
 // bench: test-threads=1
+// bench: exclusive=helper-bus-name,polkit-rules,host-packages,host-accounts,user-podman,host-cdi
 
 // Test scaffolding: a failed setup step should stop the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

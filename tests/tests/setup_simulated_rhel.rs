@@ -19,6 +19,8 @@
 //! ([`BootedSystemd::boot_image_without_docker`]).
 
 // bench: test-threads=1
+// bench: exclusive=none
+// bench: needs=rhel-image,packages
 
 // Test scaffolding: a failed setup step should stop the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

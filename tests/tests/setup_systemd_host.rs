@@ -22,6 +22,8 @@
 //! the container's own.
 
 // bench: test-threads=1
+// bench: exclusive=none
+// bench: needs=systemd-image,packages
 
 // Test scaffolding: a failed setup step should stop the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

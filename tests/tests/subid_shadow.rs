@@ -2,6 +2,7 @@
 //! root (`usermod --prefix`): the range it proposes is one `usermod --add-subuids/--add-subgids`
 //! takes and writes as the rule reads it back, and `usermod` itself adds an overlapping range
 //! without a word, which is why the helper checks before it.
+// bench: exclusive=none
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -3,6 +3,7 @@
 //! by `msgfmt --xml`; the plan's (the broker's `tr!` texts) extracted into the same template and
 //! looked up at run time with the C library's gettext. The English text stays the default.
 //! Needs gettext's xgettext and msgfmt (no bench service).
+// bench: exclusive=none
 
 // Test scaffolding: a failed step should stop the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -18,6 +18,8 @@
 //! user in the docker group in a login session; its documents are signed with a key made here.
 
 // bench: test-threads=1
+// bench: exclusive=none
+// bench: needs=trixie-image
 
 // Test scaffolding: a failed setup step should stop the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
