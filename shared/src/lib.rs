@@ -13,6 +13,7 @@
 //! | [`nonce`], [`image`], [`safe`] | newtypes: nonce, digest-pinned image reference, argv-safe values |
 //! | [`recipe`] | the host-step recipe as signed data |
 //! | [`undo`] | what undoing the setups would do: one rule over their recorded changes and the machine now, for both sides |
+//! | [`logfield`] | the fmt layers' field formatter and [`logfield::clean`]: caller-given text that can neither start a log line nor pass for another field |
 //! | [`ownership`] | the one "owned by this uid and writable by no one else" check |
 //! | [`release`] | how a dnf distribution numbers its releases (Fedora `41`, the RHEL family `9.4`) |
 //!
@@ -24,6 +25,7 @@ pub mod digest;
 pub mod durable;
 pub mod error;
 pub mod image;
+pub mod logfield;
 pub mod newtype;
 pub mod nonce;
 pub mod os_release;

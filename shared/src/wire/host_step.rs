@@ -962,12 +962,10 @@ impl HostRequest {
     }
 }
 
-/// Serde's shape check, its message bounded.
+/// Serde's shape check, its message (which quotes the caller's keys) escaped and bounded.
 fn shape<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, HostStepError> {
-    serde_json::from_value(value).map_err(|e| {
-        let text: String = e.to_string().chars().take(200).collect();
-        HostStepError::Shape(text)
-    })
+    serde_json::from_value(value)
+        .map_err(|e| HostStepError::Shape(crate::logfield::clean(&e.to_string(), 200)))
 }
 
 fn object(value: Value) -> Result<Map<String, Value>, HostStepError> {
@@ -1749,6 +1747,30 @@ mod tests {
         for err in [HostStepError::TooLarge, HostStepError::RevisionOutOfRange] {
             assert_eq!(err.code(), ErrorCode::HostStepInvalid);
         }
+    }
+
+    #[test]
+    fn a_key_of_the_callers_reaches_the_refusal_escaped_and_bounded() {
+        let forged = format!(
+            "x\n2026-12-07T00:00:00Z  INFO host_step: {}",
+            "y".repeat(500)
+        );
+        let err = mutate(|m| {
+            m.insert(forged, json!(1));
+        })
+        .unwrap_err();
+        let HostStepError::Shape(text) = &err else {
+            panic!("{err}")
+        };
+        assert!(
+            text.starts_with("unknown field `x\\n2026-12-07T00:00:00Z  INFO"),
+            "{text}"
+        );
+        assert!(
+            !err.to_string().contains('\n') && text.chars().count() == 201,
+            "{text}"
+        );
+        assert!(text.ends_with('…'), "{text}");
     }
 
     #[test]

@@ -17,6 +17,7 @@ use super::Timestamp;
 use crate::canonical::{self, ParseError};
 use crate::digest::{digest_of_serialize, Digest};
 use crate::error::ErrorCode;
+use crate::logfield::clean;
 use crate::nonce::{Nonce, RandomUnavailable};
 use crate::undo::UndoPlan;
 
@@ -121,8 +122,9 @@ impl UndoStep {
             return Err(UndoStepError::TooLarge);
         }
         let value: Value = canonical::parse_strict(bytes).map_err(UndoStepError::Malformed)?;
-        let step: UndoStep =
-            serde_json::from_value(value).map_err(|e| UndoStepError::Shape(e.to_string()))?;
+        // Serde's text quotes the caller's keys: escaped and bounded for the refusal.
+        let shape = |e: serde_json::Error| UndoStepError::Shape(clean(&e.to_string(), 200));
+        let step: UndoStep = serde_json::from_value(value).map_err(shape)?;
         step.checked()
     }
 
@@ -294,6 +296,30 @@ mod tests {
             both.kept_setups(&damaged),
             Err(KeptMismatch::Damaged(_))
         ));
+    }
+
+    #[test]
+    fn a_key_of_the_callers_reaches_the_refusal_escaped_and_bounded() {
+        let step = UndoStep::issue(vec![receipt(1)], plan()).unwrap();
+        let mut v: Value = serde_json::from_str(&step.to_json()).unwrap();
+        let forged = format!(
+            "x\n2026-12-07T00:00:00Z  INFO host_step: {}",
+            "y".repeat(500)
+        );
+        v[forged.as_str()] = serde_json::json!(1);
+        let err = UndoStep::parse(v.to_string().as_bytes()).unwrap_err();
+        let UndoStepError::Shape(text) = &err else {
+            panic!("{err}")
+        };
+        assert!(
+            text.starts_with("unknown field `x\\n2026-12-07T00:00:00Z  INFO"),
+            "{text}"
+        );
+        assert!(
+            !err.to_string().contains('\n') && text.chars().count() == 201,
+            "{text}"
+        );
+        assert!(text.ends_with('…'), "{text}");
     }
 
     #[test]
