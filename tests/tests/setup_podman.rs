@@ -691,3 +691,178 @@ fn a_cdi_0_7_spec_that_podman_4_cannot_read_is_generated_again_without_additiona
     // The GPU-check image was pulled by the test above, not by the setup: only the engine's goes.
     user.remove_engine(host, &[&bench.standin]);
 }
+
+/// A host file as it was when the test began (content and mode, or absent, with whether its
+/// folder was there), put back on drop.
+struct FileKeptAsItWas {
+    path: &'static str,
+    before: Option<(Vec<u8>, u32)>,
+    folder_was_there: bool,
+}
+
+impl FileKeptAsItWas {
+    fn new(path: &'static str) -> FileKeptAsItWas {
+        FileKeptAsItWas {
+            path,
+            before: file_state(path),
+            folder_was_there: Path::new(path).parent().is_some_and(Path::exists),
+        }
+    }
+}
+
+impl Drop for FileKeptAsItWas {
+    fn drop(&mut self) {
+        match &self.before {
+            Some((bytes, mode)) => {
+                let _ = std::fs::write(self.path, bytes);
+                let _ = std::fs::set_permissions(self.path, std::fs::Permissions::from_mode(*mode));
+            }
+            None => {
+                let _ = std::fs::remove_file(self.path);
+                if !self.folder_was_there {
+                    let _ = Path::new(self.path).parent().map(std::fs::remove_dir);
+                }
+            }
+        }
+    }
+}
+
+/// Content and mode of a host file; `None` when it is absent.
+fn file_state(path: &str) -> Option<(Vec<u8>, u32)> {
+    let bytes = std::fs::read(path).ok()?;
+    let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o7777;
+    Some((bytes, mode))
+}
+
+/// The CDI refresh unit's drop-in the helper writes for a Podman before 5.1.
+const CDI_REFRESH_DROPIN: &str =
+    "/etc/systemd/system/nvidia-cdi-refresh.service.d/enginekit-no-additional-gids.conf";
+
+/// The way back from a rootless Podman setup, on the bench: one host step through the real
+/// helper gives the test user a sub-ID range (in /etc/subuid and /etc/subgid) and generates the
+/// CDI spec again without additional GIDs, writing the refresh unit's drop-in over an older one
+/// (the STAND-IN toolkit at 1.19.1, as the CDI test above); then `enginekit remove --host` (the
+/// helper's `Undo`, allowed by a polkit rule, checked against its own receipt) puts /etc/subuid,
+/// /etc/subgid, the drop-in and the spec back byte for byte (and mode for mode) as they were
+/// before the setup, and nothing is left to undo.
+#[test]
+fn undoing_a_podman_setup_puts_the_sub_id_files_and_the_cdi_drop_in_back_byte_for_byte() {
+    let bench = PodmanBench::start("podman-undo");
+    let PodmanBench {
+        helper,
+        user,
+        host,
+        standin,
+        ..
+    } = &bench;
+    let rule = format!(
+        "polkit.addRule(function(action, subject) {{\n\
+         \x20   if ((action.id == \"{}\" || action.id == \"org.enginekit.helper.undo-setup\") && subject.user == \"{}\") return polkit.Result.YES;\n\
+         }});",
+        helper_support::ACTION_ID,
+        user.user.name
+    );
+    let _rule = bench::install_polkit_rule("podman-undo", &rule);
+    let _subids = SubIdsTakenAway::from(&user.user.name);
+    // The toolkit at 1.19.1 and the only NVIDIA spec a CDI 0.7.0 one, as the CDI test above.
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/standins/nvidia-ctk");
+    let text = std::fs::read_to_string(&source).expect("stand-in nvidia-ctk");
+    std::fs::write("/usr/bin/nvidia-ctk", text.replace("@VERSION@", "1.19.1")).expect("write");
+    let smi = PathBuf::from("/usr/bin/nvidia-smi");
+    assert!(!smi.exists(), "the bench host has no nvidia-smi of its own");
+    let _smi = FileRemovedOnDrop(smi.clone());
+    let wrapper = format!(
+        "#!/bin/sh\n# STAND-IN (enginekit test bench)\nexec {}/nvidia-smi \"$@\"\n",
+        host.env.standins_dir.display()
+    );
+    std::fs::write(&smi, wrapper).expect("nvidia-smi");
+    std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let spec = "/var/run/cdi/nvidia.yaml";
+    let _spec = FileRemovedOnDrop(PathBuf::from(spec));
+    // The STAND-IN this test just wrote (check-programs: not a program of the machine).
+    let written = Path::new("/usr/bin/nvidia-ctk");
+    let generated = Command::new(written)
+        .args(["cdi", "generate", &format!("--output={spec}")])
+        .env(
+            "PATH",
+            format!("{}:/usr/bin:/bin", host.env.standins_dir.display()),
+        )
+        .output()
+        .expect("nvidia-ctk");
+    assert!(generated.status.success(), "{}", describe(&generated));
+    let _ = std::fs::remove_file(&host.cdi_spec);
+    // An older drop-in of the refresh unit: the setup writes over it, the undo writes it back.
+    let _dropin = FileKeptAsItWas::new(CDI_REFRESH_DROPIN);
+    std::fs::create_dir_all(Path::new(CDI_REFRESH_DROPIN).parent().unwrap()).expect("mkdir");
+    let older = "# an older drop-in, kept by the undo\n[Service]\nEnvironment=KEEP=1\n";
+    std::fs::write(CDI_REFRESH_DROPIN, older).expect("drop-in");
+    std::fs::set_permissions(CDI_REFRESH_DROPIN, std::fs::Permissions::from_mode(0o640))
+        .expect("chmod");
+    let files = ["/etc/subuid", "/etc/subgid", CDI_REFRESH_DROPIN, spec];
+    let before: Vec<_> = files.iter().map(|f| file_state(f)).collect();
+
+    let setup = user.enginekit(host, &SETUP_ON_PODMAN);
+    assert_eq!(
+        result_of(&setup)["phase"],
+        "ready",
+        "{}\nhelper log:\n{}",
+        describe(&setup),
+        helper.log()
+    );
+    let setup_events = events(&setup);
+    let plan = &setup_events
+        .iter()
+        .find(|e| e["event"] == "plan")
+        .expect("plan event")["plan"];
+    let mut changes: Vec<&str> = plan["system_changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .filter_map(|c| c["code"].as_str())
+        .collect();
+    changes.sort_unstable();
+    assert_eq!(
+        changes,
+        ["add-subordinate-ids", "generate-cdi-spec"],
+        "{plan}"
+    );
+    // The setup changed each of the four files (so putting them back can fail).
+    for (path, was) in files.iter().zip(&before) {
+        assert_ne!(&file_state(path), was, "the setup did not change {path}");
+    }
+    user.remove_engine(host, &[standin, &host.probe_ref]);
+
+    let undone = user.enginekit(host, &["remove", "--host", "--yes", "--json"]);
+    let undo_events = events(&undone);
+    let shown = undo_events
+        .iter()
+        .find(|e| e["event"] == "host-changes")
+        .unwrap_or_else(|| panic!("no host-changes event: {}", describe(&undone)));
+    let planned = shown["host_changes"]["undo"]["files"].to_string();
+    for path in files {
+        assert!(planned.contains(path), "{path} is not in the undo: {shown}");
+    }
+    let removed = undo_events
+        .iter()
+        .find(|e| e["event"] == "host-removed")
+        .unwrap_or_else(|| panic!("no host-removed event: {}", describe(&undone)));
+    assert!(
+        undone.status.success() && removed["outcome"] == "succeeded",
+        "{}\nhelper log:\n{}",
+        describe(&undone),
+        helper.log()
+    );
+    assert_eq!(removed["still_to_undo"], false, "{removed}");
+    // Byte for byte, mode for mode, as before the setup.
+    for (path, was) in files.iter().zip(&before) {
+        let now = file_state(path);
+        assert!(
+            &now == was,
+            "{path} after the undo: {:?}, before the setup: {:?}",
+            now.as_ref()
+                .map(|(b, m)| (String::from_utf8_lossy(b), format!("{m:o}"))),
+            was.as_ref()
+                .map(|(b, m)| (String::from_utf8_lossy(b), format!("{m:o}")))
+        );
+    }
+}
