@@ -798,6 +798,12 @@ fn undoing_a_podman_setup_puts_the_sub_id_files_and_the_cdi_drop_in_back_byte_fo
     std::fs::write(CDI_REFRESH_DROPIN, older).expect("drop-in");
     std::fs::set_permissions(CDI_REFRESH_DROPIN, std::fs::Permissions::from_mode(0o640))
         .expect("chmod");
+    // The helper's `systemctl enable --now` of the refresh unit links it before it fails to
+    // start it (no systemd as PID 1 here); a link the test did not find goes.
+    let wants = Path::new("/etc/systemd/system/multi-user.target.wants/nvidia-cdi-refresh.path");
+    let _wants = std::fs::symlink_metadata(wants)
+        .is_err()
+        .then(|| FileRemovedOnDrop(wants.to_path_buf()));
     let files = ["/etc/subuid", "/etc/subgid", CDI_REFRESH_DROPIN, spec];
     let before: Vec<_> = files.iter().map(|f| file_state(f)).collect();
 
