@@ -217,9 +217,9 @@ impl PolkitGate {
     }
 
     fn rule(&self, user: &str) -> String {
-        let script = "d=$1; i=0; while ! mkdir $d/call-$i 2>/dev/null; do i=$((i+1)); done; \
+        let script = "PATH=/usr/bin:/bin; d=$1; i=0; while ! mkdir $d/call-$i 2>/dev/null && [ $i -lt 50 ]; do i=$((i+1)); done; \
                       printf %s $2 > $d/call-$i/action; n=0; \
-                      while [ ! -e $d/go-$i ] && [ $n -lt 70 ]; do sleep 0.1; n=$((n+1)); done";
+                      while [ ! -e $d/go-$i ] && [ $n -lt 70 ]; do sleep 0.1; n=$((n+1)); done; exit 0";
         let script = serde_json::to_string(script).unwrap();
         let dir = serde_json::to_string(&self.dir.display().to_string()).unwrap();
         format!(
