@@ -10,6 +10,7 @@
 //! takes `helper_support::serial()` first.
 
 // bench: test-threads=1
+// bench: exclusive=helper-bus-name,polkit-rules,host-packages
 
 // Test scaffolding: a failed setup step should stop the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
