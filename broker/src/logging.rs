@@ -7,9 +7,13 @@
 //!
 //! Under journald each event carries the fields of the spans it is in (`F_OPERATION_ID`,
 //! `F_STEP_ID`, `F_JOB_ID`), so one setup can be followed into the helper's journal by its step id.
+//! Its fields are length-prefixed; on stderr, each is escaped ([`logfield`]): a value that holds
+//! outside text (a daemon's or the helper's message, a file's name) neither starts a line nor
+//! passes for another field.
 
 use std::os::unix::fs::MetadataExt;
 
+use enginekit_shared::logfield;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
@@ -40,11 +44,9 @@ pub fn init(default: &str) {
         .flatten();
     // journald stamps each entry itself; a terminal reader wants no clock either.
     let stderr = journald.is_none().then(|| {
-        tracing_subscriber::fmt::layer()
+        logfield::layer()
             .with_writer(std::io::stderr)
-            .with_target(false)
             .without_time()
-            .with_ansi(false)
     });
     let _ = tracing_subscriber::registry()
         .with(filter)

@@ -3,11 +3,13 @@
 //!
 //! Every decision is one event with fields, so `journalctl -u enginekit-helper` shows who obtained
 //! what and why it was refused; a step's events carry its step id (span `host_step`), a job's its
-//! job and step ids (span `job`): the ids the broker's journal gives the same step.
+//! job and step ids (span `job`): the ids the broker's journal gives the same step. Fields that
+//! hold a caller's text are escaped ([`logfield`]); the journal's are length-prefixed.
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
+use enginekit_shared::logfield;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
@@ -20,26 +22,17 @@ const JOURNAL_SOCKET: &str = "/run/systemd/journal/socket";
 pub fn init(log_file: Option<&Path>) {
     let mut options = std::fs::OpenOptions::new();
     options.create(true).append(true).mode(0o600);
-    let file = log_file.and_then(|path| {
-        let no_follow = nix::fcntl::OFlag::O_NOFOLLOW.bits();
-        options.custom_flags(no_follow).open(path).ok()
-    });
-    let file_layer = file.map(|f| {
-        tracing_subscriber::fmt::layer()
-            .with_writer(std::sync::Mutex::new(f))
-            .with_ansi(false)
-            .with_target(false)
-    });
+    options.custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits());
+    let file = log_file.and_then(|path| options.open(path).ok());
+    let file_layer = file.map(|f| logfield::layer().with_writer(std::sync::Mutex::new(f)));
     let journald = Path::new(JOURNAL_SOCKET)
         .exists()
         .then(tracing_journald::layer)
         .and_then(Result::ok)
         .map(|layer| layer.with_syslog_identifier("enginekit-helper".to_owned()));
-    let stderr = journald.is_none().then(|| {
-        tracing_subscriber::fmt::layer()
-            .with_writer(std::io::stderr)
-            .with_target(false)
-    });
+    let stderr = journald
+        .is_none()
+        .then(|| logfield::layer().with_writer(std::io::stderr));
     let _ = tracing_subscriber::registry()
         .with(EnvFilter::new("info"))
         .with(journald)

@@ -1,7 +1,7 @@
 //! Caller-given text in log lines and refusals, kept from forging lines or fields (CWE-117).
 //!
-//! [`EscapedFields`] is the field formatter of both programs' fmt layers (their stderr and the
-//! helper's log file), so no call site can forget it: every value is escaped (line breaks, tabs,
+//! [`EscapedFields`] is the field formatter of both programs' fmt layers ([`layer`]: their stderr
+//! and the helper's log file), so no call site can forget it: every value is escaped (line breaks, tabs,
 //! ESC and the other C0/C1 controls, U+2028/2029, bidi overrides), a text value is written
 //! quoted with its quotes and backslashes escaped, any other value is quoted when it holds
 //! whitespace, `=`, `"` or `\`, and each is cut at [`MAX_FIELD_BYTES`] with `…`. The message is
@@ -18,6 +18,7 @@ use tracing::field::Field;
 use tracing_subscriber::field::{RecordFields, Visit};
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::FormatFields;
+use tracing_subscriber::registry::LookupSpan;
 
 /// The most bytes of one field's value written, escapes included; the rest becomes `…`.
 pub const MAX_FIELD_BYTES: usize = 2048;
@@ -99,6 +100,18 @@ impl fmt::Write for Capped {
         }
         Ok(())
     }
+}
+
+/// Both programs' fmt layer: fields through [`EscapedFields`], no target, no ANSI colours (its
+/// readers are files, the journal's stream and test logs).
+pub fn layer<S>() -> tracing_subscriber::fmt::Layer<S, EscapedFields>
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+{
+    tracing_subscriber::fmt::layer()
+        .fmt_fields(EscapedFields)
+        .with_target(false)
+        .with_ansi(false)
 }
 
 /// The fmt layers' field formatter: see the module's documentation.

@@ -56,7 +56,7 @@ where
         let Some(pause) = pause_before(policy, tries + 1, &err, moved) else {
             return Err(err);
         };
-        tracing::info!(what, attempt = tries, "retrying after: {err}");
+        tracing::info!(what, attempt = tries, error = %err, "retrying");
         tokio::time::sleep(pause).await;
         tries += 1;
     }
