@@ -92,6 +92,8 @@ pub struct JobShared {
     pub(crate) fetched: Notify,
     /// What every call on the job object passes first, as the helper's own calls do.
     admission: Arc<Admission>,
+    /// Calls of other uids refused, per uid.
+    refused: Mutex<HashMap<u32, u32>>,
 }
 
 impl JobShared {
@@ -103,6 +105,18 @@ impl JobShared {
             status: Mutex::new(status),
             fetched: Notify::new(),
             admission,
+            refused: Mutex::default(),
+        }
+    }
+
+    /// Logs another uid's refused `Get` or `Cancel`: its 1st, 2nd, 4th, 8th… with the count so
+    /// far, so that a probe loop writes a few lines, not one per call.
+    fn refused(&self, caller: &super::caller::Caller, action: &'static str) {
+        let mut counts = lock(&self.refused);
+        let n = counts.entry(caller.uid).or_default();
+        *n = n.saturating_add(1);
+        if n.is_power_of_two() {
+            tracing::warn!(uid = caller.uid, pid = caller.pid, action, nonce = %self.nonce, outcome = "not-owner", refused = *n, "a call on another user's job was refused");
         }
     }
 
@@ -133,7 +147,7 @@ impl Job {
             _ => denied(),
         })?;
         if caller.uid != self.0.owner.uid && caller.uid != 0 {
-            tracing::warn!(uid = caller.uid, pid = caller.pid, nonce = %self.0.nonce, "a job's properties were asked for by another user");
+            self.0.refused(&caller, "get");
             return Err(denied());
         }
         Ok(self.0.status())
@@ -206,19 +220,17 @@ impl Job {
     ) -> Result<(), Refusal> {
         let (caller, _ticket) = self.0.admission.admit(conn, &header).await?;
         if caller.uid != self.0.owner.uid {
-            tracing::warn!(uid = caller.uid, action = "cancel", nonce = %self.0.nonce, outcome = "not-owner", "cancel refused");
+            self.0.refused(&caller, "cancel");
             let why = "only the caller that started this job may cancel it";
             return Err(refuse!(NotOwner, "{why}"));
         }
         let status = self.0.status();
         if status.state != JobState::Running || !status.allow_cancel {
             tracing::info!(uid = caller.uid, action = "cancel", nonce = %self.0.nonce, outcome = "not-cancellable", "cancel refused");
-            return Err(refuse!(
-                NotCancellable,
-                "the job can no longer be cancelled (state {}, phase {:?})",
-                status.state.as_str(),
-                status.phase
-            ));
+            let (state, phase) = (status.state.as_str(), &status.phase);
+            let why =
+                format!("the job can no longer be cancelled (state {state}, phase {phase:?})");
+            return Err(refuse!(NotCancellable, "{why}"));
         }
         drop(status);
         self.0.cancel.cancel();
