@@ -272,8 +272,9 @@ impl PolkitGate {
 #[test]
 fn calls_made_while_a_start_waits_for_polkit_change_nothing_of_its_job() {
     let _serial = serial();
-    // Room for the four calls of the test user held at polkit at once, and Get/Cancel beside.
-    let helper = InstalledHelper::install("pending", "max_calls_per_uid = 8");
+    // Four calls of one uid in flight at once, no more: a fifth of the test user's calls is
+    // answered `Busy` exactly while the first and the three below are all in the helper.
+    let helper = InstalledHelper::install("pending", "max_calls_per_uid = 4");
     let user = helper.user().clone();
     let other = helper.other().clone();
     let gate = PolkitGate::new(&helper);
@@ -363,8 +364,23 @@ fn calls_made_while_a_start_waits_for_polkit_change_nothing_of_its_job() {
             !helper.nonce_burnt(&nonce),
             "the nonce was burnt before polkit answered"
         );
-        // The three calls are in the helper by now (ordering only: nothing is asserted on it).
+        // The three calls are in the helper, waiting, while the first is held: a fifth call of
+        // the user is refused for the four in flight (probed after a pause, so that a probe
+        // never takes the slot of one of the three still on its way).
         std::thread::sleep(Duration::from_secs(1));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let probe = helper.call_as(user, &["receipt", &nonce]);
+            if probe.error() == "org.enginekit.Helper1.Error.Busy" {
+                break;
+            }
+            probe.assert_refused("NoReceipt", "MANAGED_OPERATION_NOT_FOUND");
+            assert!(
+                Instant::now() < deadline,
+                "the three calls were never in the helper together with the first"
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
 
         // The first is let through and runs to its end.
         gate.open(0);
