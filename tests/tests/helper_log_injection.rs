@@ -8,6 +8,8 @@
 //! takes `helper_support::serial()` first.
 
 // bench: test-threads=1
+// bench: exclusive=helper-bus-name,polkit-rules
+// bench: shared=host-packages,host-accounts
 
 // Test scaffolding: a failed setup step should stop the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
