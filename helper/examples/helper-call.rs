@@ -5,6 +5,7 @@
 //! ```text
 //! helper-call start STEP_FILE [--interactive] [--wait] [--leave-after-ms N] [--undo]
 //! helper-call receipt NONCE
+//! helper-call setups
 //! helper-call cancel JOB_PATH
 //! helper-call introspect OBJECT_PATH
 //! helper-call serve-trivial BUS_NAME
@@ -40,6 +41,7 @@ async fn main() -> std::process::ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("start") if args.len() >= 2 => start(&args[1], &args[2..]).await,
         Some("receipt") if args.len() == 2 => receipt(&args[1]).await,
+        Some("setups") if args.len() == 1 => setups().await,
         Some("cancel") if args.len() == 2 => cancel(&args[1]).await,
         Some("introspect") if args.len() == 2 => introspect(&args[1]).await,
         Some("serve-trivial") if args.len() == 2 => serve_trivial(&args[1]).await,
@@ -205,6 +207,16 @@ async fn receipt(nonce: &str) -> Result<Value, Value> {
         .await
         .map_err(error_json)?;
     Ok(json!({"receipt": receipt}))
+}
+
+/// `Setups()`: the caller's kept setups, each receipt's exact text.
+async fn setups() -> Result<Value, Value> {
+    let conn = connect().await?;
+    let proxy = Proxy::new(&conn, NAME, PATH, IFACE)
+        .await
+        .map_err(error_json)?;
+    let setups: Vec<String> = proxy.call("Setups", &()).await.map_err(error_json)?;
+    Ok(json!({"setups": setups}))
 }
 
 async fn cancel(job: &str) -> Result<Value, Value> {

@@ -27,8 +27,13 @@ use std::time::UNIX_EPOCH;
 
 use enginekit_shared::nonce::Nonce;
 use enginekit_shared::signed::HighWater;
+use enginekit_shared::undo::{self, UndoPlan};
+use enginekit_shared::wire::changes::HostChanges;
+use enginekit_shared::wire::receipt::Receipt;
 use enginekit_shared::{durable, ownership};
 use serde::{Deserialize, Serialize};
+
+use crate::recipe::journal;
 
 /// Largest record or receipt file the ledger reads back (a receipt holds bounded log tails).
 const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
@@ -168,46 +173,110 @@ impl Ledger {
         let to = dir.join(from.file_name().unwrap_or_default());
         match fs::hard_link(&from, &to) {
             Err(e) if e.kind() != ErrorKind::AlreadyExists => Err(io_error(&to)(e)),
-            _ => durable::sync_dir(&dir).map_err(io_error(&dir)),
+            _ => self.sync_setups().and_then(|()| self.fold_excess(uid)),
         }
     }
 
-    /// Forgets `uid`'s setups `nonces`, undone: their receipts stay until trimmed or pruned.
-    pub(crate) fn drop_setups(&self, uid: u32, nonces: &[String]) -> Result<(), LedgerError> {
-        let dir = self.root.join("setups");
+    /// What `uid`'s setups `nonces` still hold once the undo `done` ran whole: each one's record
+    /// less what it undid ([`undo::left_of`]); one with nothing left to undo is forgotten.
+    pub(crate) fn settle_setups(
+        &self,
+        uid: u32,
+        nonces: &[String],
+        done: &UndoPlan,
+    ) -> Result<(), LedgerError> {
         for nonce in nonces {
-            let path = dir.join(format!("{uid}-{}", checked_key(nonce)?));
-            match fs::remove_file(&path) {
-                Err(e) if e.kind() != ErrorKind::NotFound => return Err(io_error(&path)(e)),
-                _ => {}
-            }
+            let path = self
+                .root
+                .join("setups")
+                .join(format!("{uid}-{}", checked_key(nonce)?));
+            self.edit_setup(&path, |changes| *changes = undo::left_of(changes, done))?;
         }
+        self.sync_setups()
+    }
+
+    /// The setup record at `path` with `edit` made to its changes, written anew (the receipt it
+    /// was linked to stays as the job left it); removed when nothing is left to undo.
+    fn edit_setup(
+        &self,
+        path: &Path,
+        edit: impl FnOnce(&mut HostChanges),
+    ) -> Result<(), LedgerError> {
+        let Some(mut record) = read_json_if_any::<ReceiptRecord>(path)? else {
+            return Ok(());
+        };
+        let receipt = Receipt::parse(record.receipt.as_bytes());
+        let mut receipt = receipt.map_err(|e| damaged(path, e))?;
+        edit(&mut receipt.changes);
+        if receipt.changes.nothing_to_undo() {
+            return fs::remove_file(path).map_err(io_error(path));
+        }
+        let text = receipt.to_bytes().map(String::from_utf8);
+        record.receipt = text
+            .map_err(|e| damaged(path, e))?
+            .map_err(|e| damaged(path, e))?;
+        let bytes = serde_json::to_vec(&record).map_err(|e| damaged(path, e))?;
+        durable::write_atomic(path, &bytes, durable::PRIVATE).map_err(io_error(path))
+    }
+
+    /// Folds `uid`'s two oldest setups into one ([`undo::fold`], their journals with them) while
+    /// there are more than [`SETUPS_PER_UID`]: no count of setups locks a user out.
+    fn fold_excess(&self, uid: u32) -> Result<(), LedgerError> {
+        loop {
+            let mine = self.setup_records(uid)?;
+            let [(_, older, _), (_, newer, record), ..] = &mine[..] else {
+                return Ok(());
+            };
+            if mine.len() <= SETUPS_PER_UID {
+                return Ok(());
+            }
+            let journal = |p: &PathBuf| {
+                self.journal_dir()
+                    .join(format!("{}.before.jsonl", name_of(p)))
+            };
+            let fold = journal::fold_into(&journal(older), &journal(newer));
+            fold.map_err(io_error(&self.journal_dir()))?;
+            let newer_changes = Receipt::parse(record.receipt.as_bytes());
+            let newer_changes = newer_changes.map_err(|e| damaged(newer, e))?.changes;
+            self.edit_setup(older, |changes| {
+                *changes = undo::fold(changes, &newer_changes)
+            })?;
+            fs::remove_file(newer).map_err(io_error(newer))?;
+            self.sync_setups()?;
+        }
+    }
+
+    fn sync_setups(&self) -> Result<(), LedgerError> {
+        let dir = self.root.join("setups");
         durable::sync_dir(&dir).map_err(io_error(&dir))
     }
 
-    /// The receipts of `uid`'s kept setups, oldest first; more than [`SETUPS_PER_UID`] is an
-    /// error rather than a silently shorter list (an undo plans from all of them).
-    pub(crate) fn setups(&self, uid: u32) -> Result<Vec<String>, LedgerError> {
+    /// `uid`'s kept setups, oldest first: when the step was issued, where, and the record.
+    fn setup_records(&self, uid: u32) -> Result<Vec<(u64, PathBuf, ReceiptRecord)>, LedgerError> {
         let dir = self.root.join("setups");
         let prefix = format!("{uid}-");
         let mut found = Vec::new();
         for entry in fs::read_dir(&dir).map_err(io_error(&dir))? {
             let path = entry.map_err(io_error(&dir))?.path();
-            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            let name = name_of(&path);
             if !name.starts_with(&prefix) || durable::is_temp_name(&name) {
                 continue;
             }
-            if found.len() == SETUPS_PER_UID {
-                let why = format!("more than {SETUPS_PER_UID} setups of {uid}");
-                return Err(damaged(&dir, why));
-            }
             let record: ReceiptRecord = read_json(&path)?;
             if record.uid == uid {
-                found.push((record.issued_at, record.receipt));
+                found.push((record.issued_at, path, record));
             }
         }
-        found.sort();
-        Ok(found.into_iter().map(|(_, receipt)| receipt).collect())
+        found.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        Ok(found)
+    }
+
+    /// The receipts of `uid`'s kept setups, oldest first, folded to at most [`SETUPS_PER_UID`]
+    /// (a ledger of an older helper may hold more).
+    pub(crate) fn setups(&self, uid: u32) -> Result<Vec<String>, LedgerError> {
+        self.fold_excess(uid)?;
+        let found = self.setup_records(uid)?.into_iter();
+        Ok(found.map(|(_, _, record)| record.receipt).collect())
     }
 
     /// Keeps the newest `RECEIPTS_PER_UID` receipts of `uid`.
@@ -296,6 +365,13 @@ impl Ledger {
         // Hex keeps any id a plain file name, whatever the recipe validator allowed.
         self.root.join("serials").join(hex::encode(recipe_id))
     }
+}
+
+fn name_of(path: &Path) -> String {
+    path.file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// A nonce becomes a file name only when it is one: [`Nonce`]'s format, 32 lowercase hex digits.
@@ -443,6 +519,145 @@ mod tests {
             left,
             BTreeSet::from(["1000-a.before.jsonl".into(), "1000-c.restored.jsonl".into()])
         );
+    }
+
+    /// Stores and keeps, for uid 1000, a setup issued at `issued_at` that changed `changes`.
+    fn keep_changes(ledger: &Ledger, i: u64, changes: HostChanges) -> String {
+        use enginekit_shared::wire::receipt::{Outcome, ReceiptId};
+        let nonce = format!("{i:032x}");
+        let receipt = Receipt {
+            receipt_id: ReceiptId::generate().unwrap(),
+            step_id: enginekit_shared::wire::host_step::StepId::generate().unwrap(),
+            nonce: nonce.parse().unwrap(),
+            expected_operation_revision: 1,
+            recipe_digest: enginekit_shared::digest::Digest::of_bytes(b"r"),
+            parameters_digest: enginekit_shared::digest::Digest::of_bytes(b"p"),
+            started_at: enginekit_shared::wire::Timestamp::now(),
+            finished_at: enginekit_shared::wire::Timestamp::now(),
+            outcome: Outcome::Succeeded,
+            actions: Vec::new(),
+            error: None,
+            restored: Vec::new(),
+            changes,
+        };
+        let text = String::from_utf8(receipt.to_bytes().unwrap()).unwrap();
+        ledger.store_receipt(&nonce, 1000, i, &text).unwrap();
+        ledger.keep_setup(&nonce, 1000).unwrap();
+        nonce
+    }
+
+    fn package(name: &str) -> enginekit_shared::wire::changes::Change<Vec<String>> {
+        enginekit_shared::wire::changes::Change {
+            name: name.into(),
+            before: None,
+            after: Some(vec!["1".into()]),
+        }
+    }
+
+    fn kept_changes(ledger: &Ledger) -> Vec<HostChanges> {
+        let setups = ledger.setups(1000).unwrap();
+        setups
+            .iter()
+            .map(|r| Receipt::parse(r.as_bytes()).unwrap().changes)
+            .collect()
+    }
+
+    #[test]
+    fn an_undo_forgets_only_what_it_undid_and_the_receipt_stays_as_the_job_left_it() {
+        let (_dir, ledger) = ledger();
+        let both = HostChanges {
+            packages: vec![package("docker-ce"), package("containerd.io")],
+            ..HostChanges::default()
+        };
+        let first = keep_changes(&ledger, 1, both.clone());
+        let second = keep_changes(
+            &ledger,
+            2,
+            HostChanges {
+                packages: vec![package("pigz")],
+                ..HostChanges::default()
+            },
+        );
+        // docker-ce and pigz removed; containerd.io kept (another package needs it).
+        let done = UndoPlan {
+            remove_packages: vec!["docker-ce".into(), "pigz".into()],
+            ..UndoPlan::default()
+        };
+        ledger
+            .settle_setups(1000, &[first.clone(), second.clone()], &done)
+            .unwrap();
+        let left = kept_changes(&ledger);
+        assert_eq!(left.len(), 1, "the second had nothing left: forgotten");
+        assert_eq!(left[0].packages, vec![package("containerd.io")]);
+        let receipt = ledger.receipt_for(&first, 1000).unwrap().unwrap();
+        assert_eq!(Receipt::parse(receipt.as_bytes()).unwrap().changes, both);
+        // Undone later, the rest goes too.
+        let rest = UndoPlan {
+            remove_packages: vec!["containerd.io".into()],
+            ..UndoPlan::default()
+        };
+        ledger.settle_setups(1000, &[first], &rest).unwrap();
+        assert!(ledger.setups(1000).unwrap().is_empty());
+    }
+
+    #[test]
+    fn setups_past_the_limit_fold_and_never_lock_their_user_out() {
+        let (_dir, ledger) = ledger();
+        let journal = |i: u64| {
+            ledger
+                .journal_dir()
+                .join(format!("1000-{i:032x}.before.jsonl"))
+        };
+        let line = |path: &str, before: &str| {
+            format!(
+                "{}\n",
+                serde_json::json!({"path": path, "before": [before.as_bytes(), 0o644]})
+            )
+        };
+        let key = "/etc/apt/keyrings/docker.asc";
+        fs::write(journal(0), line(key, "first")).unwrap();
+        fs::write(
+            journal(1),
+            line(key, "second") + &line("/etc/docker/daemon.json", "{}"),
+        )
+        .unwrap();
+        let count = u64::try_from(SETUPS_PER_UID).unwrap() + 2;
+        for i in 0..count {
+            keep_changes(
+                &ledger,
+                i,
+                HostChanges {
+                    packages: vec![package(&format!("p{i}"))],
+                    ..HostChanges::default()
+                },
+            );
+        }
+        let kept = kept_changes(&ledger);
+        assert_eq!(kept.len(), SETUPS_PER_UID);
+        let names: Vec<&str> = kept[0].packages.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["p0", "p1", "p2"], "the oldest three in one record");
+        assert_eq!(kept[1].packages[0].name, "p3");
+        // The folded journals: the first setup's key as it was, the second's daemon.json.
+        let text = fs::read_to_string(journal(0)).unwrap();
+        assert_eq!(
+            text,
+            line(key, "first") + &line("/etc/docker/daemon.json", "{}")
+        );
+        assert!(!journal(1).exists());
+        // A ledger an older helper left with more than the limit folds when read.
+        let extra = ledger
+            .root
+            .join("setups")
+            .join(format!("1000-{:032x}", 999));
+        fs::hard_link(
+            ledger
+                .root
+                .join("receipts")
+                .join(format!("1000-{:032x}", count - 1)),
+            &extra,
+        )
+        .unwrap();
+        assert_eq!(ledger.setups(1000).unwrap().len(), SETUPS_PER_UID);
     }
 
     #[test]

@@ -76,13 +76,25 @@ pub struct UndoPlan {
     pub left: Vec<Left>,
 }
 
+impl GroupUndo {
+    /// Whether the entry does nothing: no member to take out and no deletion.
+    pub fn is_idle(&self) -> bool {
+        self.remove_members.is_empty() && !self.delete
+    }
+}
+
 impl UndoPlan {
-    /// Whether it would change nothing (what is left is only said).
+    /// Whether it would change nothing (what is left is only said): an entry that does nothing
+    /// (a group with no member to take out and no deletion) counts for nothing.
     pub fn is_empty(&self) -> bool {
-        self.disable_units.is_empty()
-            && self.files.is_empty()
-            && self.remove_packages.is_empty()
-            && self.groups.is_empty()
+        self.actions().is_empty()
+    }
+
+    /// The first entry that does nothing, named: a plan the helper is asked to run holds none,
+    /// so what polkit is shown is exactly what runs.
+    pub fn idle_entry(&self) -> Option<String> {
+        let group = self.groups.iter().find(|g| g.is_idle());
+        group.map(|g| format!("the group {:?}", g.group))
     }
 
     /// What it does, one line each, in its order: what the terminal shows and polkit is told.
@@ -131,16 +143,16 @@ impl UndoPlan {
             h == g || (h.group == g.group && !g.delete && some)
         };
         let what = if let Some(u) = extra(&self.disable_units, &found.disable_units) {
-            format!("disables {u}")
+            format!("disables {u:?}")
         } else if let Some(f) = extra(&self.files, &found.files) {
-            format!("puts back {} (now {})", f.path, f.now)
+            format!("puts back {:?} (now {})", f.path, f.now)
         } else if let Some(p) = extra(&self.remove_packages, &found.remove_packages) {
-            format!("removes the package {p}")
+            format!("removes the package {p:?}")
         } else if let Some(g) =
             (self.groups.iter()).find(|g| !found.groups.iter().any(|h| part_of(g, h)))
         {
             format!(
-                "takes {:?} out of {} (delete: {})",
+                "takes {:?} out of {:?} (delete: {})",
                 g.remove_members, g.group, g.delete
             )
         } else {
@@ -183,6 +195,54 @@ impl MachineNow {
             .flat_map(|s| s.units_enabled.clone())
             .collect();
         now
+    }
+}
+
+/// What stays recorded of `setup` once `done` ran whole: the setup less what `done` undid (a
+/// package removed, a file put back, a unit disabled, a member taken out, a group deleted).
+/// What the plan left, named and kept or left out by the caller, stays to be undone later.
+pub fn left_of(setup: &HostChanges, done: &UndoPlan) -> HostChanges {
+    let mut left = setup.clone();
+    left.packages
+        .retain(|p| !done.remove_packages.contains(&p.name));
+    left.files
+        .retain(|f| !done.files.iter().any(|u| u.path == f.name));
+    left.units_enabled
+        .retain(|u| !done.disable_units.contains(u));
+    left.groups.retain_mut(|g| {
+        let Some(undone) = done.groups.iter().find(|u| u.group == g.name) else {
+            return true;
+        };
+        let out = |m: &String| !undone.remove_members.contains(m);
+        g.after.iter_mut().for_each(|after| after.retain(out));
+        // A group the setup created stays recorded while it is there (`before` absent).
+        !undone.delete && g.before != g.after
+    });
+    left
+}
+
+/// Two setups' records as one, as [`plan`] composes them (`older` first): what a ledger keeps
+/// when a user has more setups than it holds, so none is ever refused or forgotten.
+pub fn fold(older: &HostChanges, newer: &HostChanges) -> HostChanges {
+    fn both<T: Clone + PartialEq>(a: &[Change<T>], b: &[Change<T>]) -> Vec<Change<T>> {
+        let lists = [a.to_vec(), b.to_vec()].into_iter();
+        composed(lists)
+            .into_iter()
+            .filter(|c| c.before != c.after)
+            .collect()
+    }
+    let union = |a: &[String], b: &[String]| {
+        let mut all: Vec<String> = a.iter().chain(b).cloned().collect();
+        all.sort();
+        all.dedup();
+        all
+    };
+    HostChanges {
+        packages: both(&older.packages, &newer.packages),
+        files: both(&older.files, &newer.files),
+        groups: both(&older.groups, &newer.groups),
+        units_enabled: union(&older.units_enabled, &newer.units_enabled),
+        unknown: union(&older.unknown, &newer.unknown),
     }
 }
 
@@ -421,15 +481,15 @@ mod tests {
         };
         refused(
             &|p| p.remove_packages.push("bash".into()),
-            "removes the package bash",
+            "removes the package \"bash\"",
         );
         refused(
             &|p| p.disable_units.push("ssh.service".into()),
-            "disables ssh.service",
+            "disables \"ssh.service\"",
         );
         refused(
             &|p| p.files[0].now = Digest::of_bytes(b"edited"),
-            "puts back /etc/apt/keyrings/docker.asc",
+            "puts back \"/etc/apt/keyrings/docker.asc\"",
         );
         refused(
             &|p| p.files[0].back_to = Some(Digest::of_bytes(b"x")),
@@ -437,14 +497,14 @@ mod tests {
         );
         refused(
             &|p| p.groups[0].remove_members.push("carol".into()),
-            "out of docker",
+            "out of \"docker\"",
         );
         // Deleting is only the whole group undo: never with fewer members taken out.
         refused(
             &|p| p.groups[0].remove_members.clear(),
-            "out of docker (delete: true)",
+            "out of \"docker\" (delete: true)",
         );
-        refused(&|p| p.groups[0].group = "wheel".into(), "out of wheel");
+        refused(&|p| p.groups[0].group = "wheel".into(), "out of \"wheel\"");
     }
 
     #[test]
@@ -585,6 +645,83 @@ mod tests {
         );
         assert_eq!(plan.left.len(), 1, "said once: {:?}", plan.left);
         assert!(plan.left[0].why.contains("not known"));
+    }
+
+    #[test]
+    fn an_undo_forgets_only_what_it_undid() {
+        let setup = setup();
+        let mut done = plan(std::slice::from_ref(&setup), &as_left(&setup));
+        done.keep_package("containerd.io", "docker-compose-plugin needs it".into());
+        done.files.retain(|f| f.path == "/etc/docker/daemon.json"); // the key left out
+        done.groups[0].delete = false; // bob joined meanwhile: alice alone taken out
+        let left = left_of(&setup, &done);
+        let names = |l: &[Change<Vec<String>>]| -> Vec<String> {
+            l.iter().map(|c| c.name.clone()).collect()
+        };
+        // Kept, and what the plan can never undo (an upgrade, a removal), stay recorded.
+        assert_eq!(
+            names(&left.packages),
+            ["containerd.io", "nvidia-container-toolkit", "containerd"]
+        );
+        assert_eq!(left.files.len(), 1);
+        assert_eq!(left.files[0].name, "/etc/apt/keyrings/docker.asc");
+        assert!(left.units_enabled.is_empty());
+        // The group the setup created is still its record, without alice.
+        assert_eq!(left.groups, vec![change("docker", None, v(&[]))]);
+        // Undone in full later, from what stayed recorded.
+        let mut now = as_left(&left);
+        now.groups.insert("docker".into(), Vec::new());
+        let rest = plan(std::slice::from_ref(&left), &now);
+        assert_eq!(rest.remove_packages, ["containerd.io"]);
+        assert!(rest.groups[0].delete);
+        let all = left_of(&left, &rest);
+        assert!(
+            !all.nothing_to_undo(),
+            "upgrades and removals are said, never undone"
+        );
+        assert_eq!(
+            names(&all.packages),
+            ["nvidia-container-toolkit", "containerd"]
+        );
+        let whole = plan(std::slice::from_ref(&setup), &as_left(&setup));
+        let member_only = left_of(
+            &HostChanges {
+                groups: vec![change("docker", v(&["bob"]), v(&["bob", "alice"]))],
+                ..HostChanges::default()
+            },
+            &whole,
+        );
+        assert!(member_only.nothing_to_undo(), "{member_only:?}");
+    }
+
+    #[test]
+    fn two_setups_fold_into_one_that_plans_the_same_undo() {
+        let first = setup();
+        let second = HostChanges {
+            packages: vec![
+                change("docker-ce", v(&["5:27.3.1"]), v(&["5:28.0.0"])),
+                change("pigz", None, v(&["2.6"])),
+            ],
+            groups: vec![change("docker", v(&["alice"]), v(&["alice", "bob"]))],
+            units_enabled: vec!["containerd.service".into()],
+            unknown: vec!["groups".into()],
+            ..HostChanges::default()
+        };
+        let both = [first.clone(), second.clone()];
+        let folded = fold(&first, &second);
+        let now = MachineNow::as_left_by(&both);
+        assert_eq!(MachineNow::as_left_by(std::slice::from_ref(&folded)), now);
+        assert_eq!(plan(std::slice::from_ref(&folded), &now), plan(&both, &now));
+        // Installed by one and removed by the next: nothing of it is left to record.
+        let gone = HostChanges {
+            packages: vec![change("pigz", v(&["2.6"]), None)],
+            ..HostChanges::default()
+        };
+        let folded = fold(&second, &gone);
+        assert!(
+            folded.packages.iter().all(|p| p.name != "pigz"),
+            "{folded:?}"
+        );
     }
 
     #[test]

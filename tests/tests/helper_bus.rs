@@ -1337,6 +1337,18 @@ const UNDO_KEY: &str = "/etc/apt/keyrings/enginekit-undo-test.asc";
 /// A setup of the test user kept in the helper's ledger, as a job that wrote `UNDO_KEY` (absent
 /// before, `content` after) leaves it; its receipt text and nonce.
 fn keep_undo_setup(helper: &InstalledHelper, content: &[u8]) -> (String, String) {
+    keep_setup_of(helper, 1, &[(UNDO_KEY, content)], Vec::new())
+}
+
+/// A setup of the test user kept in the helper's ledger, issued at `issued_at`, as a job that
+/// wrote each of `files` (absent before, the content after) and changed `groups` leaves it; its
+/// receipt text and nonce.
+fn keep_setup_of(
+    helper: &InstalledHelper,
+    issued_at: u64,
+    files: &[(&str, &[u8])],
+    groups: Vec<enginekit_shared::wire::changes::Change<Vec<String>>>,
+) -> (String, String) {
     use enginekit_shared::wire::changes::{Change, HostChanges};
     use enginekit_shared::wire::receipt::{Outcome, Receipt, ReceiptId};
     use std::os::unix::fs::PermissionsExt;
@@ -1355,11 +1367,15 @@ fn keep_undo_setup(helper: &InstalledHelper, content: &[u8]) -> (String, String)
         error: None,
         restored: Vec::new(),
         changes: HostChanges {
-            files: vec![Change {
-                name: UNDO_KEY.into(),
-                before: None,
-                after: Some(Digest::of_bytes(content)),
-            }],
+            files: files
+                .iter()
+                .map(|(path, content)| Change {
+                    name: (*path).into(),
+                    before: None,
+                    after: Some(Digest::of_bytes(content)),
+                })
+                .collect(),
+            groups,
             ..HostChanges::default()
         },
     };
@@ -1371,18 +1387,18 @@ fn keep_undo_setup(helper: &InstalledHelper, content: &[u8]) -> (String, String)
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
     }
-    // The journal the setup kept of what it wrote: the key was not there before.
+    // The journal the setup kept of what it wrote: the files were not there before.
     let journal = helper
         .state_dir
         .join("journals")
         .join(format!("{name}.before.jsonl"));
-    std::fs::write(
-        &journal,
-        format!("{}\n", json!({"path": UNDO_KEY, "before": null})),
-    )
-    .unwrap();
+    let lines: String = files
+        .iter()
+        .map(|(path, _)| format!("{}\n", json!({"path": path, "before": null})))
+        .collect();
+    std::fs::write(&journal, lines).unwrap();
     std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let record = json!({"uid": uid, "issued_at": 1, "receipt": text});
+    let record = json!({"uid": uid, "issued_at": issued_at, "receipt": text});
     let at = helper.state_dir.join("receipts").join(&name);
     std::fs::write(&at, record.to_string()).unwrap();
     std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -1458,7 +1474,7 @@ fn undo_is_denied_without_a_rule_and_a_receipt_the_ledger_does_not_hold_is_refus
     let result = helper.start(beyond.to_json().as_bytes(), &["--undo"]);
     result.assert_refused("ParametersInvalid", HOST_STEP_INVALID);
     assert!(
-        result.message().contains("removes the package bash"),
+        result.message().contains("removes the package \"bash\""),
         "{}",
         result.message()
     );
@@ -1515,4 +1531,173 @@ fn an_allowed_undo_removes_what_the_setup_wrote_and_forgets_the_setup() {
     let again = undo_step(&result.receipt().to_string(), content);
     let result = helper.start(again.to_json().as_bytes(), &["--undo"]);
     result.assert_refused("ParametersInvalid", HOST_STEP_INVALID);
+}
+
+/// The undo step over `receipts` (texts as `Setups()` lists them) that removes each of `files`
+/// (now the given content, absent before) and does what `groups` says.
+fn undo_of(
+    receipts: &[String],
+    files: &[(&str, &[u8])],
+    groups: Vec<enginekit_shared::undo::GroupUndo>,
+) -> enginekit_shared::wire::undo_step::UndoStep {
+    use enginekit_shared::undo::{FileUndo, UndoPlan};
+    use enginekit_shared::wire::undo_step::{ReceiptRef, UndoStep};
+    let plan = UndoPlan {
+        files: files
+            .iter()
+            .map(|(path, content)| FileUndo {
+                path: (*path).into(),
+                now: Digest::of_bytes(content),
+                back_to: None,
+            })
+            .collect(),
+        groups,
+        ..UndoPlan::default()
+    };
+    let refs = receipts.iter().map(|text| {
+        let parsed = enginekit_shared::wire::receipt::Receipt::parse(text.as_bytes()).unwrap();
+        ReceiptRef::of(parsed.receipt_id, text.as_bytes())
+    });
+    UndoStep::issue(refs.collect(), plan).unwrap()
+}
+
+/// The step's JSON with its plan replaced by `plan` and the digest made to match: what a
+/// caller can send that `UndoStep::issue` would never build.
+fn with_plan(step: &enginekit_shared::wire::undo_step::UndoStep, plan: Value) -> Vec<u8> {
+    let mut v: Value = serde_json::from_str(&step.to_json()).unwrap();
+    let digest = enginekit_shared::digest::digest_of_serialize(&plan).unwrap();
+    v["plan"] = plan;
+    v["plan_digest"] = json!(digest.as_str());
+    to_bytes(&v)
+}
+
+const SECOND_KEY: &str = "/etc/apt/keyrings/enginekit-undo-test-2.asc";
+
+#[test]
+fn an_undo_that_changes_nothing_is_refused_before_polkit_and_the_setups_stay() {
+    let _serial = serial();
+    let helper = InstalledHelper::install("undo-idle", "");
+    let user = helper.user().name.clone();
+    // polkit would allow it: a plan that reached polkit would run.
+    let rule = allow_test_user_rule(&user).replace(ACTION_ID, UNDO_ACTION_ID);
+    let _rule = bench::install_polkit_rule("helper-undo-idle", &rule);
+    let content = b"undo test key\n";
+    std::fs::create_dir_all("/etc/apt/keyrings").unwrap();
+    std::fs::write(UNDO_KEY, content).unwrap();
+    let docker = enginekit_shared::wire::changes::Change {
+        name: "enginekit-undo-test".into(),
+        before: None,
+        after: Some(vec![user.clone()]),
+    };
+    let (receipt, _) = keep_setup_of(&helper, 1, &[(UNDO_KEY, content)], vec![docker]);
+    let step = undo_of(
+        std::slice::from_ref(&receipt),
+        &[(UNDO_KEY, content)],
+        Vec::new(),
+    );
+
+    // A group entry with no member to take out and no deletion, alone: nothing to do.
+    let idle = json!({"groups": [{"group": "enginekit-undo-test", "remove_members": [], "delete": false}]});
+    let result = helper.start(&with_plan(&step, idle.clone()), &["--undo", "--wait"]);
+    result.assert_refused("NothingToDo", HOST_STEP_INVALID);
+    // Beside an action: refused naming it, before polkit too.
+    let mut both = serde_json::to_value(step.plan()).unwrap();
+    both["groups"] = idle["groups"].clone();
+    let result = helper.start(&with_plan(&step, both), &["--undo", "--wait"]);
+    result.assert_refused("StepMalformed", HOST_STEP_INVALID);
+    assert!(
+        result.message().contains("enginekit-undo-test"),
+        "{}",
+        result.json
+    );
+    let log = helper.log();
+    assert!(
+        !log.contains("authz=\"authorized\""),
+        "polkit was asked: {log}"
+    );
+    assert_eq!(
+        helper.setups_of(helper.user()),
+        std::slice::from_ref(&receipt),
+        "a setup was forgotten"
+    );
+    assert_eq!(std::fs::read(UNDO_KEY).unwrap(), content);
+    let _ = std::fs::remove_file(UNDO_KEY);
+}
+
+#[test]
+fn a_partial_undo_forgets_only_what_it_undid_and_the_rest_is_undone_later() {
+    let _serial = serial();
+    let helper = InstalledHelper::install("undo-partial", "");
+    let user = helper.user().name.clone();
+    let rule = allow_test_user_rule(&user).replace(ACTION_ID, UNDO_ACTION_ID);
+    let _rule = bench::install_polkit_rule("helper-undo-partial", &rule);
+    let (first, second) = (&b"first key\n"[..], &b"second key\n"[..]);
+    std::fs::create_dir_all("/etc/apt/keyrings").unwrap();
+    std::fs::write(UNDO_KEY, first).unwrap();
+    std::fs::write(SECOND_KEY, second).unwrap();
+    let files = [(UNDO_KEY, first), (SECOND_KEY, second)];
+    // Issued now: the job's own receipt is still kept for GetReceipt.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let (receipt, _) = keep_setup_of(&helper, now.as_secs(), &files, Vec::new());
+
+    // The caller leaves the second key out: only the first goes.
+    let step = undo_of(std::slice::from_ref(&receipt), &files[..1], Vec::new());
+    let result = helper.start(step.to_json().as_bytes(), &["--undo", "--wait"]);
+    assert!(result.ok, "Undo was refused: {}", result.json);
+    assert_eq!(result.receipt()["outcome"], "succeeded", "{}", result.json);
+    assert!(!std::path::Path::new(UNDO_KEY).exists());
+    assert_eq!(std::fs::read(SECOND_KEY).unwrap(), second);
+
+    // What it left is still recorded, and nothing else.
+    let kept = helper.setups_of(helper.user());
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let left = enginekit_shared::wire::receipt::Receipt::parse(kept[0].as_bytes()).unwrap();
+    let names: Vec<&str> = left.changes.files.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, [SECOND_KEY]);
+    // The record of the job itself is as the job left it.
+    let original = helper.call_as(helper.user(), &["receipt", left.nonce.as_str()]);
+    assert_eq!(
+        original.receipt()["changes"]["files"]
+            .as_array()
+            .map(Vec::len),
+        Some(2)
+    );
+
+    // Undone later, from what stayed recorded.
+    let rest = undo_of(&kept, &files[1..], Vec::new());
+    let result = helper.start(rest.to_json().as_bytes(), &["--undo", "--wait"]);
+    assert!(result.ok, "Undo was refused: {}", result.json);
+    assert_eq!(result.receipt()["outcome"], "succeeded", "{}", result.json);
+    assert!(!std::path::Path::new(SECOND_KEY).exists());
+    assert!(helper.setups_of(helper.user()).is_empty());
+}
+
+#[test]
+fn sixty_five_kept_setups_fold_and_their_user_can_still_list_and_undo_them() {
+    let _serial = serial();
+    let helper = InstalledHelper::install("undo-many", "");
+    let user = helper.user().name.clone();
+    let rule = allow_test_user_rule(&user).replace(ACTION_ID, UNDO_ACTION_ID);
+    let _rule = bench::install_polkit_rule("helper-undo-many", &rule);
+    std::fs::create_dir_all("/etc/apt/keyrings").unwrap();
+    let paths: Vec<String> = (0..65)
+        .map(|i| format!("/etc/apt/keyrings/enginekit-undo-many-{i}.asc"))
+        .collect();
+    let content = b"one of many\n";
+    for (i, path) in paths.iter().enumerate() {
+        std::fs::write(path, content).unwrap();
+        keep_setup_of(&helper, i as u64 + 1, &[(path, content)], Vec::new());
+    }
+    // More than the ledger holds per user: folded, never an error.
+    let kept = helper.setups_of(helper.user());
+    assert_eq!(kept.len(), 64);
+    let files: Vec<(&str, &[u8])> = paths.iter().map(|p| (p.as_str(), &content[..])).collect();
+    let step = undo_of(&kept, &files, Vec::new());
+    let result = helper.start(step.to_json().as_bytes(), &["--undo", "--wait"]);
+    assert!(result.ok, "Undo was refused: {}", result.json);
+    assert_eq!(result.receipt()["outcome"], "succeeded", "{}", result.json);
+    assert!(paths.iter().all(|p| !std::path::Path::new(p).exists()));
+    assert!(helper.setups_of(helper.user()).is_empty());
 }

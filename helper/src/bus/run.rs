@@ -106,11 +106,14 @@ pub(super) async fn run_job(
         }
     };
     let receipt = crate::receipt::build(&work, started, SystemTime::now(), &report);
-    // A setup that changed the machine is kept; an undo that succeeded forgets what it undid.
+    // A setup that changed the machine is kept; an undo that succeeded forgets what it undid
+    // and keeps what it left.
     let stored = ledger.store_receipt(nonce, uid, head.issued_at, &receipt);
     let kept = stored.and_then(|()| match &*work {
         Work::Setup(_) if !report.changes.is_empty() => ledger.keep_setup(nonce, uid),
-        Work::Undo(u) if report.outcome == Outcome::Succeeded => ledger.drop_setups(uid, &u.setups),
+        Work::Undo(u) if report.outcome == Outcome::Succeeded => {
+            ledger.settle_setups(uid, &u.setups, u.step.plan())
+        }
         _ => Ok(()),
     });
     if let Err(e) = kept {

@@ -525,6 +525,7 @@ pub(super) async fn add_to_docker_group(r: &mut Executor<'_>, user: &UserName) -
     if groups.stdout.split_whitespace().any(|g| g == "docker") {
         return satisfied(format!("{user} is already in the docker group"));
     }
+    r.own_members.push(("docker".into(), user.to_string()));
     r.must(&cmd::add_to_docker_group(user)?, true).await?;
     applied(format!(
         "added {user} to the docker group (it takes effect at the next login)"

@@ -39,10 +39,31 @@ pub(super) async fn since(r: &mut Executor<'_>, before: &Before, files_kept: boo
             Vec::new()
         })
     };
-    let packages = packages(r).await;
-    let packages = packages.map(|now| changes::diff(&before.packages, &now));
+    // Only what the step's own transactions' records name, and the members its own commands
+    // changed: another transaction or account change meanwhile is not this step's.
+    let own = r.own_packages.take();
+    let own = own.ok_or_else(|| Failure("a package transaction's own record was not read".into()));
+    let packages = match own {
+        Ok(own) => packages(r).await.map(|now| (own, now)),
+        Err(e) => Err(e),
+    };
+    let packages = packages.map(|(own, now)| {
+        let all = changes::diff(&before.packages, &now).into_iter();
+        let (mine, theirs): (Vec<_>, Vec<_>) =
+            all.partition(|c| changes::transaction_owns(&own, &c.name));
+        if !theirs.is_empty() {
+            let theirs = Vec::from_iter(theirs.into_iter().map(|c| c.name));
+            tracing::warn!(
+                ?theirs,
+                "changed meanwhile by another transaction: not recorded"
+            );
+        }
+        mine
+    });
     let packages = or_unknown("packages", packages);
-    let groups = groups(r).map(|now| changes::diff(&before.groups, &now));
+    let ours = std::mem::take(&mut r.own_members);
+    let groups =
+        groups(r).map(|now| changes::own_group_changes(changes::diff(&before.groups, &now), &ours));
     let groups = or_unknown("groups", groups);
     HostChanges {
         packages,

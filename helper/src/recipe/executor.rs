@@ -1,9 +1,11 @@
 //! The executor's per-run state: the environment, progress reporting, the cancel window, and
 //! running one command through the plan's allowlist.
 
+use std::collections::BTreeSet;
 use std::time::Instant;
 
 use enginekit_shared::recipe::Family;
+use enginekit_shared::wire::changes;
 use enginekit_shared::wire::receipt::bounded_tail;
 
 use super::allow::Allowed;
@@ -43,6 +45,10 @@ pub(super) struct Executor<'a> {
     pub(crate) journal: Journal,
     /// The systemd units the actions enabled.
     pub(crate) units_enabled: Vec<String>,
+    /// What the step's own package transactions' records name; `None`: one could not be read.
+    pub(crate) own_packages: Option<BTreeSet<String>>,
+    /// The group members the step's own commands added or took out (group, member).
+    pub(crate) own_members: Vec<(String, String)>,
     /// The package database's answers since the step last changed the host: every action asks
     /// after the same packages, and nothing but the step changes them in between.
     answers: Vec<(Command, CommandResult)>,
@@ -67,6 +73,8 @@ impl<'a> Executor<'a> {
             commands: Vec::new(),
             journal: Journal::new(&ctx.file_root, ctx.journal.clone()),
             units_enabled: Vec::new(),
+            own_packages: Some(BTreeSet::new()),
+            own_members: Vec::new(),
             answers: Vec::new(),
         }
     }
@@ -108,7 +116,22 @@ impl<'a> Executor<'a> {
             false => None,
         };
         let started = Instant::now();
+        let history = (is_pm && cmd.program == Program::AptGet).then(|| apt_history(None));
         let result = spawn::run(cmd, &self.env, &self.ctx.timeouts).await;
+        if is_pm {
+            // The transaction's own record: what apt appended to its history, dnf's report.
+            let record = match history {
+                Some(at) => at
+                    .and_then(|(_, at)| apt_history(Some(at)))
+                    .map(|(text, _)| text),
+                None => Some(result.stdout.clone()),
+            };
+            let names = record.map(|r| changes::transaction_names(&result.argv, &r));
+            self.own_packages = self.own_packages.take().zip(names).map(|(mut a, b)| {
+                a.extend(b);
+                a
+            });
+        }
         if result.success() {
             self.allowed.learn(cmd, &result.stdout);
         }
@@ -149,6 +172,20 @@ impl<'a> Executor<'a> {
                 bounded_tail(&format!("{}{text}", last.stderr_tail), STDERR_TAIL_BYTES);
         }
     }
+}
+
+/// apt's history log from `at` on (from its start when it was rotated since), and its length.
+fn apt_history(at: Option<u64>) -> Option<(String, u64)> {
+    use std::io::{Read, Seek};
+    let mut file = std::fs::File::open(changes::APT_HISTORY).ok()?;
+    let len = file.metadata().ok()?.len();
+    let from = at.filter(|at| *at <= len).unwrap_or(0);
+    file.seek(std::io::SeekFrom::Start(from)).ok()?;
+    let mut text = String::new();
+    file.take(spawn::LISTED as u64)
+        .read_to_string(&mut text)
+        .ok()?;
+    Some((text, len))
 }
 
 #[cfg(test)]

@@ -228,6 +228,31 @@ fn reopen(path: &Path, root: &Path) -> io::Result<Option<Journal>> {
     Ok(Some(journal))
 }
 
+/// Adds to the kept journal `older` what `newer` holds of the paths `older` does not (what a
+/// file was before the first of two folded setups that changed it is the older's); `newer` goes.
+pub(crate) fn fold_into(older: &Path, newer: &Path) -> io::Result<()> {
+    let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
+    let read = |p: &Path| match durable::read_bounded(p, MAX_JOURNAL_BYTES) {
+        Ok(text) => entries(&text.ok_or_else(|| io::Error::other("too large"))?),
+        Err(e) if gone(&e) => Ok(Vec::new()), // a setup that changed no file kept none
+        Err(e) => Err(e),
+    };
+    let (mut kept, more) = (read(older)?, read(newer)?);
+    let more: Vec<Entry> = more
+        .into_iter()
+        .filter(|e| kept.iter().all(|k| k.path != e.path))
+        .collect();
+    kept.extend(more);
+    let lines = kept
+        .iter()
+        .map(|e| serde_json::to_string(e).map(|l| l + "\n"));
+    let text = lines.collect::<Result<String, _>>()?;
+    if !text.is_empty() {
+        durable::write_atomic(older, text.as_bytes(), durable::PRIVATE)?;
+    }
+    std::fs::remove_file(newer).or_else(|e| if gone(&e) { Ok(()) } else { Err(e) })
+}
+
 /// A journal's entries. Only the last line can lack its newline: the helper died writing it,
 /// before its change.
 fn entries(text: &[u8]) -> io::Result<Vec<Entry>> {

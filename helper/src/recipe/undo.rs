@@ -34,6 +34,17 @@ pub(crate) async fn run_undo(
         Ok(before) => before,
         Err(Failure(why)) => return super::not_read(ctx, &why),
     };
+    let members = plan.groups.iter().flat_map(|g| {
+        g.remove_members
+            .iter()
+            .map(|m| (g.group.clone(), m.clone()))
+    });
+    let deleted = plan
+        .groups
+        .iter()
+        .filter(|g| g.delete)
+        .map(|g| (g.group.clone(), String::new()));
+    r.own_members = members.chain(deleted).collect();
     let mut run = Actions(Outcome::Succeeded, Vec::new(), None);
     let (units, packages) = (plan.disable_units.iter(), &plan.remove_packages);
     let units = units

@@ -8,7 +8,7 @@
 //! by someone else since. Both sides read a package list and `/etc/group` with the parsers
 //! here, so the helper's record and the broker's look at the machine agree on what a name is.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -58,6 +58,15 @@ impl HostChanges {
             && self.groups.is_empty()
             && self.units_enabled.is_empty()
             && self.unknown.is_empty()
+    }
+
+    /// Whether an undo has nothing of it to do: what is recorded as not known is only said.
+    pub fn nothing_to_undo(&self) -> bool {
+        HostChanges {
+            unknown: Vec::new(),
+            ..self.clone()
+        }
+        .is_empty()
     }
 
     /// One line for a person or a journal: what was added, removed or changed, by kind.
@@ -210,6 +219,138 @@ pub fn parse_group_file(text: &str) -> BTreeMap<String, Vec<String>> {
         .collect()
 }
 
+/// Where apt appends its own record of each transaction (`Dir::Log::History`).
+pub const APT_HISTORY: &str = "/var/log/apt/history.log";
+
+/// The packages a package manager's own record of one transaction names, by the name
+/// [`transaction_owns`] matches: `argv` ran it, and `record` is what apt appended to
+/// [`APT_HISTORY`] meanwhile (its blocks whose `Commandline:` is `argv`; another transaction's
+/// block is not this one's), or dnf's report of its transaction (its output: `Installed:`,
+/// `Upgraded:`, `Removed:`… and the keys it imported). `dpkg` and `rpm` remove what `argv` names.
+pub fn transaction_names(argv: &[String], record: &str) -> BTreeSet<String> {
+    let program = argv
+        .first()
+        .map_or("", |p| p.rsplit('/').next().unwrap_or(p));
+    let named = argv.iter().skip(1).filter(|a| !a.starts_with('-'));
+    match program {
+        "dpkg" | "rpm" => named
+            .map(|n| n.split(':').next().unwrap_or(n).to_owned())
+            .collect(),
+        "apt-get" => apt_history_names(argv, record),
+        _ => dnf_report_names(record),
+    }
+}
+
+fn apt_history_names(argv: &[String], record: &str) -> BTreeSet<String> {
+    // apt writes its argv joined by spaces, without quote characters, cut when long.
+    let words = std::iter::once("apt-get").chain(argv.iter().skip(1).map(String::as_str));
+    let ran: String = words.collect::<Vec<_>>().join(" ").replace(['"', '\''], "");
+    let ours = |line: &str| line == ran || (line.len() >= 100 && ran.starts_with(line));
+    let mut names = BTreeSet::new();
+    for block in record.split("\n\n") {
+        let line = |tag: &str| block.lines().find_map(|l| l.strip_prefix(tag));
+        let commandline = line("Commandline: ").map(|c| c.trim_start_matches("/usr/bin/"));
+        if !commandline.is_some_and(ours) {
+            continue;
+        }
+        let tags = [
+            "Install: ",
+            "Upgrade: ",
+            "Downgrade: ",
+            "Remove: ",
+            "Purge: ",
+            "Reinstall: ",
+        ];
+        for list in block
+            .lines()
+            .filter_map(|l| tags.iter().find_map(|t| l.strip_prefix(t)))
+        {
+            // `name:arch (version[, version][, automatic])`, comma-separated.
+            for item in list.split("), ") {
+                let name = item.split([' ', ':']).next().unwrap_or_default();
+                names.extend((!name.is_empty()).then(|| name.to_owned()));
+            }
+        }
+    }
+    names
+}
+
+fn dnf_report_names(report: &str) -> BTreeSet<String> {
+    const SECTIONS: [&str; 6] = [
+        "Installed:",
+        "Upgraded:",
+        "Downgraded:",
+        "Removed:",
+        "Reinstalled:",
+        "Obsoleted:",
+    ];
+    let (mut names, mut listing) = (BTreeSet::new(), false);
+    for line in report.lines() {
+        if let Some(key) = line.split("Importing GPG key 0x").nth(1) {
+            let id: String = key.chars().take_while(char::is_ascii_hexdigit).collect();
+            names.insert(format!("gpg-pubkey-{}", id.to_ascii_lowercase()));
+        }
+        if SECTIONS.contains(&line.trim()) {
+            listing = true;
+        } else if line.trim().is_empty() || !line.starts_with(' ') {
+            listing = false;
+        } else if listing {
+            // `name-[epoch:]version-release.arch`: the list's key is `name.arch`.
+            for nevra in line.split_whitespace() {
+                let mut parts = nevra.rsplitn(3, '-');
+                let (release, _version, name) = (parts.next(), parts.next(), parts.next());
+                let arch = release.and_then(|r| r.rsplit_once('.')).map(|(_, a)| a);
+                if let (Some(name), Some(arch)) = (name, arch) {
+                    names.insert(format!("{name}.{arch}"));
+                }
+            }
+        }
+    }
+    names
+}
+
+/// What a step changed of `/etc/group` by its own hand, from the `diff` of the whole file across
+/// it: a group created meanwhile (by its packages' scripts) or deleted by it (`ours` names it),
+/// and only the members its own commands added or took out (`ours`: group and member). What
+/// another process changed meanwhile is not the step's to record, nor an undo's to revert.
+pub fn own_group_changes(
+    diff: Vec<Change<Vec<String>>>,
+    ours: &[(String, String)],
+) -> Vec<Change<Vec<String>>> {
+    let mut own = Vec::new();
+    for mut change in diff {
+        let mine = |m: &String| ours.iter().any(|(g, u)| *g == change.name && u == m);
+        let after = match (&change.before, &change.after) {
+            (None, Some(a)) => Some(a.iter().filter(|m| mine(m)).cloned().collect()),
+            (Some(_), None) if ours.iter().any(|(g, _)| *g == change.name) => None,
+            (Some(b), Some(a)) => {
+                let kept = b.iter().filter(|m| a.contains(m) || !mine(m));
+                let added = a.iter().filter(|m| !b.contains(m) && mine(m));
+                Some(kept.chain(added).cloned().collect())
+            }
+            _ => continue,
+        };
+        if after != change.before {
+            change.after = after;
+            own.push(change);
+        }
+    }
+    own
+}
+
+/// Whether the package list's entry `name` is one a transaction's record named (`names`, by
+/// [`transaction_names`]): dpkg's `name:arch` by its name, rpm's key `gpg-pubkey-<id>-<date>`
+/// by its id.
+pub fn transaction_owns(names: &BTreeSet<String>, name: &str) -> bool {
+    let base = name.split(':').next().unwrap_or(name);
+    let key = name
+        .strip_prefix("gpg-pubkey-")
+        .and_then(|k| k.split('-').next());
+    names.contains(name)
+        || names.contains(base)
+        || key.is_some_and(|k| names.contains(&format!("gpg-pubkey-{k}")))
+}
+
 /// What differs between two readings of the same kind of thing, by name.
 pub fn diff<T: Clone + PartialEq>(
     before: &BTreeMap<String, T>,
@@ -232,6 +373,94 @@ pub fn diff<T: Clone + PartialEq>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn argv(words: &[&str]) -> Vec<String> {
+        words.iter().map(|w| w.to_string()).collect()
+    }
+
+    #[test]
+    fn a_step_records_only_the_group_members_its_own_commands_changed() {
+        let list = |m: &[&str]| Some(m.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let change = |name: &str, before, after| Change {
+            name: name.into(),
+            before,
+            after,
+        };
+        let diff = vec![
+            // Created by the packages' scripts; bob was added by someone else meanwhile.
+            change("docker", None, list(&["alice", "bob"])),
+            // Another process added carol to a group the step never touched.
+            change("video", list(&["dave"]), list(&["dave", "carol"])),
+            // The step took erin out; someone else added frank and took gina out.
+            change("render", list(&["erin", "gina"]), list(&["frank"])),
+            // Deleted meanwhile by someone else.
+            change("audio", list(&[]), None),
+        ];
+        let ours = [
+            ("docker".to_owned(), "alice".to_owned()),
+            ("render".to_owned(), "erin".to_owned()),
+        ];
+        assert_eq!(
+            own_group_changes(diff, &ours),
+            vec![
+                change("docker", None, list(&["alice"])),
+                change("render", list(&["erin", "gina"]), list(&["gina"])),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_transaction_owns_what_its_own_record_names_and_nothing_another_did() {
+        let ours = argv(&[
+            "/usr/bin/apt-get",
+            "install",
+            "-y",
+            "-o",
+            "Dpkg::Options::=--force-confold",
+            "docker-ce",
+        ]);
+        let history = "\nStart-Date: 2026-12-07  00:09:02\n\
+            Commandline: apt-get install -y -o Dpkg::Options::=--force-confold docker-ce\n\
+            Install: containerd.io:amd64 (1.7.22, automatic), docker-ce:amd64 (5:27.3.1-1)\n\
+            Upgrade: libc6:amd64 (2.36-9, 2.36-9+deb12u1)\n\
+            End-Date: 2026-12-07  00:09:09\n\n\
+            Start-Date: 2026-12-07  00:09:10\n\
+            Commandline: /usr/bin/unattended-upgrade\n\
+            Install: pigz:amd64 (2.6-1)\n\
+            End-Date: 2026-12-07  00:09:11\n";
+        let names = transaction_names(&ours, history);
+        assert_eq!(
+            Vec::from_iter(names.iter().map(String::as_str)),
+            ["containerd.io", "docker-ce", "libc6"]
+        );
+        assert!(transaction_owns(&names, "docker-ce") && transaction_owns(&names, "libc6:i386"));
+        assert!(!transaction_owns(&names, "pigz"), "another transaction's");
+        // No block of its own (apt writes none when nothing changed): nothing owned.
+        assert!(transaction_names(&ours, "").is_empty());
+
+        let dnf = argv(&["/usr/bin/dnf", "install", "-y", "docker-ce"]);
+        let report = "Importing GPG key 0x621E9F35:\n Userid : \"Docker Release (CE rpm)\"\n\
+            Key imported successfully\n\
+            Installed:\n  docker-ce-3:27.3.1-1.el9.x86_64      containerd.io-1.7.22-3.1.el9.x86_64\n\
+            \x20 docker-buildx-plugin-0.17.1-1.el9.x86_64\n\nComplete!\n";
+        let names = transaction_names(&dnf, report);
+        for owned in [
+            "docker-ce.x86_64",
+            "containerd.io.x86_64",
+            "docker-buildx-plugin.x86_64",
+            "gpg-pubkey-621e9f35-5b6d6d63",
+        ] {
+            assert!(transaction_owns(&names, owned), "{owned}: {names:?}");
+        }
+        assert!(!transaction_owns(&names, "gpg-pubkey-aaaaaaaa-5b6d6d63"));
+        assert!(!transaction_owns(&names, "Complete!"));
+
+        let purge = transaction_names(
+            &argv(&["/usr/bin/dpkg", "--purge", "docker-ce", "libfoo:amd64"]),
+            "",
+        );
+        assert_eq!(Vec::from_iter(purge), ["docker-ce", "libfoo"]);
+    }
 
     #[test]
     fn a_dpkg_list_keeps_unpacked_packages_only() {

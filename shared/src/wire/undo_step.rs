@@ -71,6 +71,8 @@ pub enum UndoStepError {
     PlanDigestMismatch { claimed: Digest, computed: Digest },
     #[error("the undo plan changes nothing")]
     NothingToDo,
+    #[error("the undo plan names {0}, which it changes nothing of")]
+    IdleEntry(String),
     #[error(transparent)]
     Random(RandomUnavailable),
 }
@@ -148,6 +150,9 @@ impl UndoStep {
         }
         if self.plan.is_empty() {
             return Err(UndoStepError::NothingToDo);
+        }
+        if let Some(entry) = self.plan.idle_entry() {
+            return Err(UndoStepError::IdleEntry(entry));
         }
         Ok(self)
     }
@@ -363,5 +368,35 @@ mod tests {
         v["plan_digest"] = serde_json::to_value(plan_digest(&empty)).unwrap();
         let err = UndoStep::parse(v.to_string().as_bytes()).unwrap_err();
         assert_eq!(err, UndoStepError::NothingToDo);
+
+        // A group entry with no member to take out and no deletion does nothing: alone, the
+        // plan changes nothing; beside other actions, the step is refused naming it.
+        let idle = crate::undo::GroupUndo {
+            group: "docker".into(),
+            remove_members: Vec::new(),
+            delete: false,
+        };
+        let only_idle = UndoPlan {
+            groups: vec![idle.clone()],
+            ..UndoPlan::default()
+        };
+        let mut with_idle = plan();
+        with_idle.groups.push(idle);
+        for (asked, expected) in [
+            (only_idle, UndoStepError::NothingToDo),
+            (
+                with_idle,
+                UndoStepError::IdleEntry("the group \"docker\"".into()),
+            ),
+        ] {
+            v["plan"] = serde_json::to_value(&asked).unwrap();
+            v["plan_digest"] = serde_json::to_value(plan_digest(&asked)).unwrap();
+            let err = UndoStep::parse(v.to_string().as_bytes()).unwrap_err();
+            assert_eq!(err, expected);
+            assert_eq!(
+                UndoStep::issue(vec![receipt(1)], asked).unwrap_err(),
+                expected
+            );
+        }
     }
 }

@@ -370,6 +370,19 @@ impl InstalledHelper {
         self.call_as(self.user(), &args)
     }
 
+    /// `user`'s kept setups as `Setups()` lists them: each receipt's exact text.
+    pub fn setups_of(&self, user: &TestUser) -> Vec<String> {
+        let answer = self.call_as(user, &["setups"]);
+        assert!(answer.ok, "Setups() failed: {}", answer.json);
+        let list = answer.json["setups"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        list.iter()
+            .map(|r| r.as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
     /// Every file under the state directory (relative), sorted: "nothing written" is this
     /// staying the same.
     pub fn ledger_files(&self) -> Vec<String> {
