@@ -242,15 +242,19 @@ pub fn transaction_names(argv: &[String], record: &str) -> BTreeSet<String> {
 }
 
 fn apt_history_names(argv: &[String], record: &str) -> BTreeSet<String> {
-    // apt writes its argv joined by spaces, without quote characters, cut when long.
-    let words = std::iter::once("apt-get").chain(argv.iter().skip(1).map(String::as_str));
-    let ran: String = words.collect::<Vec<_>>().join(" ").replace(['"', '\''], "");
-    let ours = |line: &str| line == ran || (line.len() >= 100 && ran.starts_with(line));
+    // apt writes its argv joined by spaces, without quote characters, cut when long; the
+    // program as it was named (a path or not).
+    let unquoted = |text: &str| text.replace(['"', '\''], "");
+    let ran = unquoted(&argv.get(1..).unwrap_or_default().join(" "));
+    let ours = |line: &str| {
+        let (program, args) = line.split_once(' ').unwrap_or((line, ""));
+        let cut = line.len() >= 100 && !args.is_empty() && ran.starts_with(args);
+        program.rsplit('/').next() == Some("apt-get") && (args == ran || cut)
+    };
     let mut names = BTreeSet::new();
     for block in record.split("\n\n") {
         let line = |tag: &str| block.lines().find_map(|l| l.strip_prefix(tag));
-        let commandline = line("Commandline: ").map(|c| c.trim_start_matches("/usr/bin/"));
-        if !commandline.is_some_and(ours) {
+        if !line("Commandline: ").is_some_and(ours) {
             continue;
         }
         let tags = [
@@ -420,7 +424,7 @@ mod tests {
             "docker-ce",
         ]);
         let history = "\nStart-Date: 2026-12-07  00:09:02\n\
-            Commandline: apt-get install -y -o Dpkg::Options::=--force-confold docker-ce\n\
+            Commandline: /usr/bin/apt-get install -y -o Dpkg::Options::=--force-confold docker-ce\n\
             Install: containerd.io:amd64 (1.7.22, automatic), docker-ce:amd64 (5:27.3.1-1)\n\
             Upgrade: libc6:amd64 (2.36-9, 2.36-9+deb12u1)\n\
             End-Date: 2026-12-07  00:09:09\n\n\
