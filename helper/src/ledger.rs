@@ -160,8 +160,7 @@ impl Ledger {
             issued_at,
             receipt: receipt.to_owned(),
         };
-        let bytes = serde_json::to_vec(&record).map_err(|e| damaged(&path, e))?;
-        durable::write_atomic(&path, &bytes, durable::PRIVATE).map_err(io_error(&path))?;
+        write_json(&path, &record)?;
         self.trim_receipts(uid)
     }
 
@@ -190,38 +189,41 @@ impl Ledger {
                 .root
                 .join("setups")
                 .join(format!("{uid}-{}", checked_key(nonce)?));
-            self.edit_setup(&path, |changes| *changes = undo::left_of(changes, done))?;
+            self.edit_setup(&path, |changes| undo::left_of(changes, done))?;
         }
         self.sync_setups()
     }
 
-    /// The setup record at `path` with `edit` made to its changes, written anew (the receipt it
-    /// was linked to stays as the job left it); removed when nothing is left to undo.
+    /// The setup record at `path` with `edit`'s changes, written anew (the receipt it was linked
+    /// to stays as the job left it); removed when nothing is left to undo.
     fn edit_setup(
         &self,
         path: &Path,
-        edit: impl FnOnce(&mut HostChanges),
+        edit: impl FnOnce(&HostChanges) -> HostChanges,
     ) -> Result<(), LedgerError> {
-        let Some(mut record) = read_json_if_any::<ReceiptRecord>(path)? else {
+        let Some(record) = read_json_if_any::<ReceiptRecord>(path)? else {
             return Ok(());
         };
-        let receipt = Receipt::parse(record.receipt.as_bytes());
-        let mut receipt = receipt.map_err(|e| damaged(path, e))?;
-        edit(&mut receipt.changes);
-        if receipt.changes.nothing_to_undo() {
-            return fs::remove_file(path).map_err(io_error(path));
+        match Receipt::with_changes(&record.receipt, edit).map_err(|e| damaged(path, e))? {
+            None => fs::remove_file(path).map_err(io_error(path)),
+            Some(text) => write_json(
+                path,
+                &ReceiptRecord {
+                    receipt: text,
+                    ..record
+                },
+            ),
         }
-        let text = receipt.to_bytes().map(String::from_utf8);
-        record.receipt = text
-            .map_err(|e| damaged(path, e))?
-            .map_err(|e| damaged(path, e))?;
-        let bytes = serde_json::to_vec(&record).map_err(|e| damaged(path, e))?;
-        durable::write_atomic(path, &bytes, durable::PRIVATE).map_err(io_error(path))
     }
 
     /// Folds `uid`'s two oldest setups into one ([`undo::fold`], their journals with them) while
-    /// there are more than [`SETUPS_PER_UID`]: no count of setups locks a user out.
+    /// there are more than [`SETUPS_PER_UID`]: no count of setups locks a user out. (A crash
+    /// between the steps leaves the newer one twice, which composes to the same.)
     fn fold_excess(&self, uid: u32) -> Result<(), LedgerError> {
+        let journal = |p: &Path| {
+            self.journal_dir()
+                .join(format!("{}.before.jsonl", name_of(p)))
+        };
         loop {
             let mine = self.setup_records(uid)?;
             let [(_, older, _), (_, newer, record), ..] = &mine[..] else {
@@ -230,19 +232,11 @@ impl Ledger {
             if mine.len() <= SETUPS_PER_UID {
                 return Ok(());
             }
-            let journal = |p: &PathBuf| {
-                self.journal_dir()
-                    .join(format!("{}.before.jsonl", name_of(p)))
-            };
-            let fold = journal::fold_into(&journal(older), &journal(newer));
-            fold.map_err(io_error(&self.journal_dir()))?;
-            let newer_changes = Receipt::parse(record.receipt.as_bytes());
-            let newer_changes = newer_changes.map_err(|e| damaged(newer, e))?.changes;
-            self.edit_setup(older, |changes| {
-                *changes = undo::fold(changes, &newer_changes)
-            })?;
+            journal::fold_into(&journal(older), &journal(newer)).map_err(io_error(newer))?;
+            let newer_receipt = Receipt::parse(record.receipt.as_bytes());
+            let newer_changes = newer_receipt.map_err(|e| damaged(newer, e))?.changes;
+            self.edit_setup(older, |changes| undo::fold(changes, &newer_changes))?;
             fs::remove_file(newer).map_err(io_error(newer))?;
-            self.sync_setups()?;
         }
     }
 
@@ -324,9 +318,7 @@ impl Ledger {
         if current.is_some_and(|current| current.serial >= mark.serial) {
             return Ok(());
         }
-        let path = self.serial_path(recipe_id);
-        let bytes = serde_json::to_vec(mark).map_err(|e| damaged(&path, e))?;
-        durable::write_atomic(&path, &bytes, durable::PRIVATE).map_err(io_error(&path))
+        write_json(&self.serial_path(recipe_id), mark)
     }
 
     /// Removes nonce records whose step's window has closed (`issued_at + keep_secs` in the
@@ -405,6 +397,11 @@ fn damaged(path: &Path, reason: impl std::fmt::Display) -> LedgerError {
         path: path.to_owned(),
         reason: reason.to_string(),
     }
+}
+
+fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), LedgerError> {
+    let bytes = serde_json::to_vec(value).map_err(|e| damaged(path, e))?;
+    durable::write_atomic(path, &bytes, durable::PRIVATE).map_err(io_error(path))
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, LedgerError> {

@@ -253,6 +253,20 @@ impl Receipt {
         digest_of(&Value::Object(map))
     }
 
+    /// The receipt `text` of a kept setup with `edit`'s changes in place of its own: what a
+    /// ledger keeps of it to undo later; `None` when nothing is left to undo.
+    pub fn with_changes(
+        text: &str,
+        edit: impl FnOnce(&HostChanges) -> HostChanges,
+    ) -> Result<Option<String>, ReceiptError> {
+        let mut receipt = Receipt::parse(text.as_bytes())?;
+        receipt.changes = edit(&receipt.changes);
+        let bytes = receipt.to_bytes()?;
+        // Canonical JSON is UTF-8.
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        Ok((!receipt.changes.nothing_to_undo()).then_some(text))
+    }
+
     /// The receipt's canonical bytes.
     pub fn to_bytes(&self) -> Result<Vec<u8>, ReceiptError> {
         let value = serde_json::to_value(self).map_err(|e| {
