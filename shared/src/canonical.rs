@@ -1,6 +1,6 @@
 //! Canonical JSON (RFC 8785, JCS) and a strict JSON reader.
 //!
-//! Output rules (REFERENCE.md §4.1): no whitespace; object keys sorted by UTF-16 code units;
+//! Output rules: no whitespace; object keys sorted by UTF-16 code units;
 //! strings escaped exactly as ECMAScript `JSON.stringify` does (only `"`, `\` and U+0000–U+001F,
 //! with `\b \f \n \r \t` and lowercase `\u00xx`); numbers in ECMAScript `Number::toString` form
 //! (shortest round trip, `1e+21`, `-0` → `0`).

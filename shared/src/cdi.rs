@@ -1,4 +1,4 @@
-//! The CDI specification's version, as both sides judge it (RECIPES.md §11): the NVIDIA
+//! The CDI specification's version, as both sides judge it: the NVIDIA
 //! toolkit from 1.19.1 writes specifications of CDI 0.7.0 (`additionalGids`), which Podman reads
 //! only from 5.1; `nvidia-ctk cdi generate --feature-flag no-additional-gids-for-device-nodes`
 //! writes one an older Podman reads. The broker's probe and the helper read the version with the

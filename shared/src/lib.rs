@@ -8,7 +8,7 @@
 //! | [`digest`] | [`digest::Digest`] (`sha256:` + 64 hex) and [`digest::digest_of`] the canonical bytes |
 //! | [`durable`] | the one durable small-file write of both sides: temp file, fsync, rename or link, fsync of the directory |
 //! | [`signed`] | the signed-document envelope, per-kind context strings, ed25519 keys, the [`signed::TrustStore`], [`signed::verify`] with anti-rollback and expiry |
-//! | [`wire`] | host step and parameters (validated as REFERENCE.md §8.4), receipt and what a step changed ([`wire::changes`]), plan, [`wire::Timestamp`] |
+//! | [`wire`] | host step and parameters (validated against the recipe's tables and the caller), receipt and what a step changed ([`wire::changes`]), plan, [`wire::Timestamp`] |
 //! | [`error`] | the stable [`error::ErrorCode`] strings and the `{code, message, details?}` object |
 //! | [`nonce`], [`image`], [`safe`] | newtypes: nonce, digest-pinned image reference, argv-safe values |
 //! | [`recipe`] | the host-step recipe as signed data |

@@ -74,7 +74,7 @@ impl OsRelease {
     }
 }
 
-/// Package family (REFERENCE §6.3 row 0).
+/// Package family, from os-release's `ID`, then `ID_LIKE` ([`OsRelease::package_family`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PackageFamily {

@@ -4,10 +4,10 @@
 //!
 //! - Fedora: a whole number (`41`); the host step keeps the reference's `^[1-9][0-9]$`.
 //! - The RHEL family (RHEL, Rocky, AlmaLinux, CentOS): the major release, optionally with the
-//!   point release (`9`, `9.4`, `10.0`; RECIPES.md §6.4). A manifest qualifies the major release,
+//!   point release (`9`, `9.4`, `10.0`, as os-release(5) gives them). A manifest qualifies the major release,
 //!   and every point release of it is that release (`${VERSION_ID%%.*}`).
 
-/// The os-release `ID`s of the RHEL family (RECIPES.md §6.4).
+/// The os-release `ID`s of the RHEL family.
 pub const RHEL_FAMILY: [&str; 4] = ["rhel", "rocky", "almalinux", "centos"];
 
 /// How a distribution writes its release in `VERSION_ID`.

@@ -97,7 +97,7 @@ impl From<AbsPath> for SafeArg {
     }
 }
 
-/// A POSIX user name: `^[A-Za-z_][A-Za-z0-9._-]{0,31}$` (REFERENCE.md §8.4).
+/// A POSIX user name: `^[A-Za-z_][A-Za-z0-9._-]{0,31}$`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct UserName(String);
 

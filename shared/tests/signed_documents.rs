@@ -58,7 +58,7 @@ fn a_signed_document_verifies_and_reports_its_header() {
     );
     assert_eq!(v.signed_by, vec![k.id().clone()]);
     assert_eq!(v.payload_value(), payload(DocumentKind::Recipe, 7));
-    // The envelope shape of DESIGN.md.
+    // The envelope's shape on the wire: each of `signatures` is `{alg, key_id, sig}`.
     let text: Value = serde_json::from_slice(&bytes).unwrap();
     let sig = &text["signatures"][0];
     assert_eq!(sig["alg"], "ed25519");

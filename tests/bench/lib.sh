@@ -105,10 +105,16 @@ socket_owner_pid() {
     ss -Hlpn "$@" 2>/dev/null | sed -n 's/.*pid=\([0-9]*\).*/\1/p' | head -n1
 }
 
+# Bash code that closes every file descriptor above 2 of the shell running it, before that shell
+# execs a daemon: a daemon must hold nothing of its caller's. A lock a caller holds through an
+# inherited descriptor (`flock LOCKFILE tests/run`, which leaves the lock on fd 3 for its command)
+# would otherwise stay held for as long as the daemon lives, by nobody that will ever let go.
+EK_CLOSE_INHERITED_FDS='for fd in /proc/$$/fd/*; do fd=${fd##*/}; ((fd > 2)) && eval "exec $fd>&-"; done'
+
 # Start a detached daemon: start_daemon NAME LOGFILE CMD... ; writes $EK_BENCH_RUN/NAME.pid and
 # prints the pid. setsid detaches it from the caller's session (it outlives the test process and
-# gets no terminal signals); the inner shell records its own pid and then execs, so the pid is the
-# daemon's.
+# gets no terminal signals); the inner shell closes what it inherited (above), records its own pid
+# and then execs, so the pid is the daemon's.
 start_daemon() {
     local name=$1 logfile=$2
     shift 2
@@ -116,7 +122,7 @@ start_daemon() {
     rm -f "$pidfile"
     : >"$logfile"
     env -i PATH="$EK_SYSTEM_PATH" LANG=C.UTF-8 HOME=/root \
-        setsid --fork bash -c 'echo $$ >"$0"; exec "$@"' "$pidfile" "$@" \
+        setsid --fork bash -c "$EK_CLOSE_INHERITED_FDS"'; echo $$ >"$0"; exec "$@"' "$pidfile" "$@" \
         </dev/null >>"$logfile" 2>&1 9>&-
     local i
     for i in $(seq 1 50); do

@@ -15,7 +15,7 @@
 //!   vendor) and refuse a payload with more than one spelling, so [`Recipe::digest`] is the
 //!   digest of what was signed.
 //! - [`builtin`] is the compiled-in production recipe (`builtin.json`).
-//! - [`Recipe::steps_for`] builds the ordered [`PlannedAction`]s for one host (REFERENCE.md §8.7).
+//! - [`Recipe::steps_for`] builds the ordered [`PlannedAction`]s for one host.
 //!   The helper turns those into commands; argv shapes live in code, not in data.
 
 pub mod model;
@@ -169,7 +169,7 @@ impl Recipe {
         )
     }
 
-    /// The ordered actions for validated parameters (REFERENCE.md §8.7).
+    /// The ordered actions for validated parameters.
     pub fn steps_for(&self, params: &HostParameters) -> Result<Vec<PlannedAction>, RecipeError> {
         plan::steps_for(self, &self.target_for(params)?)
     }

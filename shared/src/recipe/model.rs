@@ -55,10 +55,10 @@ pub struct DnfDistribution {
     pub min: u32,
     pub max: u32,
     /// `${repository_distro}` in templates: Docker serves Fedora at `linux/fedora` and the
-    /// RHEL family (RHEL, Rocky, AlmaLinux) at `linux/rhel` (RECIPES.md §2.1).
+    /// RHEL family (RHEL, Rocky, AlmaLinux) at `linux/rhel`.
     pub repository_distro: String,
-    /// Checked by the check-conflicts action after its own list (RECIPES.md §2.3: the RHEL
-    /// family's `podman`).
+    /// Checked by the check-conflicts action after its own list (the RHEL family's
+    /// `podman`, which conflicts with Docker's packages there).
     pub conflicts: Vec<ConflictSpec>,
 }
 

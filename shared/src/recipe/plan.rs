@@ -1,6 +1,6 @@
-//! From a recipe and one host's parameters to the ordered list of actions to run
-//! (REFERENCE.md §8.7): only the selected components' actions, templates rendered, packages and
-//! conflicts filtered to the selected vendors.
+//! From a recipe and one host's parameters to the ordered list of actions to run: only the
+//! selected components' actions, templates rendered, packages and conflicts filtered to the
+//! selected vendors.
 
 use super::model::{ActionSpec, ConflictSpec, KeyEncoding};
 use super::openpgp::Fingerprint;

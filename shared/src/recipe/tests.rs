@@ -58,7 +58,8 @@ fn expect_invalid(payload: Value, needle: &str) {
 
 #[test]
 fn the_reference_recipe_digests_of_revisions_1_and_2_reproduce() {
-    // REFERENCE.md §4.2: the canonical rules applied to the §8.5 data, written here as plain JSON.
+    // The reference's revision-2 recipe, written here as plain JSON: the canonical rules applied to
+    // it must give the digests the reference pinned (revision 1) or that follow from its data.
     let rev2: Value = serde_json::from_str(REFERENCE_REV2).unwrap();
     assert_eq!(
         digest_of(&rev2).unwrap().as_str(),
@@ -133,8 +134,8 @@ fn the_builtin_recipe_matches_the_reference_data() {
             }
             if let ActionSpec::InstallPackages { packages, .. } = action {
                 // Podman's packages are ours (the reference installs Docker only): what
-                // RECIPES.md §11 says each family's rootless Podman needs, recommends included
-                // (the helper installs without recommends).
+                // each family's rootless Podman needs (its Depends and Recommends, since
+                // the helper installs without recommends).
                 let podman = match family {
                     "apt" => json!([
                         "podman",
@@ -317,7 +318,7 @@ fn apt_sources_render_the_reference_suite_and_arch_as_deb822() {
 
 #[test]
 fn steps_check_before_they_write_then_follow_the_reference_order_and_selection() {
-    // The two checks come first, on purpose unlike the reference (§8.5): a refused step must
+    // The two checks come first, on purpose unlike the reference's recipe: a refused step must
     // have written nothing.
     let recipe = builtin().unwrap();
     let ids = |family, distro, version, components| -> Vec<String> {

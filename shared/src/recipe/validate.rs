@@ -30,7 +30,7 @@ fn bad(what: impl Into<String>) -> RecipeError {
     RecipeError::Invalid(what.into())
 }
 
-/// `^[A-Za-z0-9_][A-Za-z0-9._+-]{0,127}$` (REFERENCE.md §8.10).
+/// A package name the allowlist accepts: `^[A-Za-z0-9_][A-Za-z0-9._+-]{0,127}$`.
 pub fn is_package_name(name: &str) -> bool {
     let bytes = name.as_bytes();
     !bytes.is_empty()

@@ -1,4 +1,4 @@
-//! Host step and its parameters (DESIGN.md "Host step", REFERENCE.md §5.5, §8.1, §8.4).
+//! Host step and its parameters.
 //!
 //! A host step is JSON the broker mints and the helper verifies:
 //! `step_id`, `action`, `recipe_id`, `recipe_digest`, optional inline signed `recipe`,
@@ -115,8 +115,7 @@ string_enum! {
     }
 }
 
-/// Which distributions and versions the recipe knows (REFERENCE.md §8.5 `apt.suites`,
-/// `dnf.versions`). A Fedora version must be a two-digit release number `^[1-9][0-9]$`; a RHEL-family
+/// Which distributions and versions the recipe knows (its apt suites and dnf versions). A Fedora version must be a two-digit release number `^[1-9][0-9]$`; a RHEL-family
 /// one a major release, optionally with its point release.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DistroTable {
@@ -356,7 +355,7 @@ fn cdi_compat_problems(
 }
 
 impl HostParameters {
-    /// Validates raw parameters against the built-in recipe's tables (REFERENCE.md §8.4): the
+    /// Validates raw parameters against the built-in recipe's tables: the
     /// recipe in charge when a step carries none of its own.
     pub fn validate(raw: &Value) -> Result<HostParameters, ParameterProblems> {
         HostParameters::validate_with(raw, Some(&DistroTable::built_in()))
@@ -739,7 +738,7 @@ impl FromStr for StepId {
     }
 }
 
-/// A recipe id: `^[a-z0-9.-]{1,64}$` (REFERENCE.md §5.7).
+/// A recipe id: `^[a-z0-9.-]{1,64}$`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RecipeId(String);
 

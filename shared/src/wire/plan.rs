@@ -1,4 +1,4 @@
-//! The requirement plan: availability, blockers, warnings, system changes (REFERENCE §5.3, §5.4).
+//! The requirement plan: availability, blockers, warnings, system changes.
 //!
 //! These are the wire types the broker answers `enginekit plan --json` and `Plan(engine)` with.
 //! Every object refuses unknown fields, and every code is a closed enum with the reference's
@@ -23,7 +23,7 @@ fn add_param(params: &mut Option<Params>, key: &str, value: String) {
         .insert(key.to_owned(), value);
 }
 
-/// Whether the engine can run here, and what it takes (REFERENCE §5.3).
+/// Whether the engine can run here, and what it takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Availability {
@@ -49,7 +49,7 @@ impl Availability {
     }
 }
 
-/// Why a plan is blocked (REFERENCE §5.4), one value per blocker kind.
+/// Why a plan is blocked, one value per blocker kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum BlockerReason {
@@ -230,8 +230,8 @@ impl BlockerReason {
         }
     }
 
-    /// The error code a blocker of this reason carries (REFERENCE §5.4 `toManagedBlocker`, plus
-    /// the provisioner's own codes).
+    /// The error code a blocker of this reason carries (the reference's codes, plus the
+    /// provisioner's own).
     pub fn code(self) -> ErrorCode {
         match self {
             BlockerReason::ReloginRequired => ErrorCode::ReloginRequired,
@@ -331,7 +331,7 @@ impl std::str::FromStr for Runtime {
     }
 }
 
-/// What a setup (or removal) would change on the machine (REFERENCE §5.3).
+/// What a setup (or removal) would change on the machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SystemChangeCode {
@@ -433,12 +433,14 @@ impl SystemChange {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum WarningCode {
-    /// Routes (often a full-tunnel VPN) cover every default Docker address pool (REFERENCE §7.1).
+    /// Routes (often a full-tunnel VPN) cover every default Docker address pool.
     DockerAddressPoolsOverlapRoutes,
-    /// SELinux is enforcing: GPU access from containers needs a policy decision (RECIPES §6.5).
+    /// SELinux is enforcing: GPU access from containers needs a policy decision
+    /// (`container_use_devices`), which enginekit leaves to the user.
     SelinuxEnforcing,
     /// Docker uses the systemd cgroup driver: a `systemctl daemon-reload` can make running
-    /// containers lose their GPUs (RECIPES §3.7, §8).
+    /// containers lose their GPUs ("Failed to initialize NVML: Unknown Error"), unless they get
+    /// them through CDI.
     SystemdCgroupDriverGpuLoss,
     /// A newer document on disk was refused; the embedded one is used.
     DocumentRefused,
@@ -494,7 +496,7 @@ impl Warning {
     }
 }
 
-/// What a plan is for (REFERENCE §4.3 `target`).
+/// What a plan is for (the `target` that a plan's digest and a consent both name).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum PlanTarget {
@@ -508,7 +510,7 @@ pub enum PlanTarget {
 }
 
 /// The answer to "what stands between this machine and a running engine, and what would setup
-/// change" (REFERENCE §5.3). `plan_digest` covers only what consent covers (REFERENCE §4.3).
+/// change". `plan_digest` covers only what consent covers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Plan {

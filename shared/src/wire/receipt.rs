@@ -1,4 +1,4 @@
-//! The helper's receipt for a host step (DESIGN.md "Receipt", REFERENCE.md §4.3).
+//! The helper's receipt for a host step.
 //!
 //! The receipt says what the helper ran; success is still judged by probing the machine again.
 //! Its identity ([`Receipt::identity_digest`]) covers what makes it *this* receipt for *this*
@@ -231,7 +231,7 @@ impl Receipt {
         }
     }
 
-    /// The receipt's identity (REFERENCE.md §4.3): the canonical digest of
+    /// The receipt's identity, which makes its nonce single-use: the canonical digest of
     /// `{step_id, nonce, expected_operation_revision, recipe_digest, parameters_digest, outcome,
     /// receipt_id}`. Times, actions, log tails and the error are not part of it.
     pub fn identity_digest(&self) -> Result<Digest, CanonicalError> {

@@ -113,7 +113,7 @@ fn check_section(section: &Section<'_>, component: Component, keys: &InstalledKe
     if section.get("gpgkey").is_none() {
         return Err("no gpgkey=: the repository must name its key".into());
     }
-    // NVIDIA signs only its metadata (RECIPES.md §3.2), so either check is enough, but one of
+    // NVIDIA's repository signs only its metadata, not its packages, so either check is enough, but one of
     // them must be on.
     if section.get("gpgcheck") != Some("1") && section.get("repo_gpgcheck") != Some("1") {
         return Err(
