@@ -21,6 +21,7 @@
 pub mod model;
 pub mod openpgp;
 mod plan;
+pub mod prompt;
 mod source_policy;
 pub mod sources;
 pub mod template;
