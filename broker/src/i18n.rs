@@ -8,8 +8,7 @@
 //! them. A translation that names a value the call does not give is not trusted: the English
 //! text is shown instead of a sentence with a hole in it.
 //!
-//! The plan digest covers the change texts as shown (REFERENCE §4.3: consent binds what the
-//! user read), so a plan shown in another language has another digest, and an approval given to
+//! The plan digest covers the change texts as shown (consent binds what the user read), so a plan shown in another language has another digest, and an approval given to
 //! one language does not carry over to the other: the service asks again.
 //!
 //! `po/update` extracts every `tr!` literal of the files in `po/POTFILES` into the template.

@@ -35,10 +35,10 @@ fn not_sized(name: &str) -> String {
 #[test]
 fn kv_bytes_per_token_of_recorded_models() {
     // Llama-3.1-8B: 32 layers, 8 KV heads, head 4096 / 32 = 128, bfloat16:
-    // 2 × 32 × 8 × 128 × 2 = 131,072 (MODELS.md §5).
+    // 2 × 32 × 8 × 128 × 2 = 131,072 (the values of its config.json in fixtures/models/).
     assert_eq!(kv_per_token("meta-llama--Llama-3.1-8B"), Some(131_072));
     // Qwen2.5-7B: 28 layers, 4 KV heads, head 3584 / 28 = 128, bfloat16; its sliding_window
-    // 131072 is off (use_sliding_window false): 2 × 28 × 4 × 128 × 2 = 57,344 (MODELS.md §5).
+    // 131072 is off (use_sliding_window false): 2 × 28 × 4 × 128 × 2 = 57,344.
     assert_eq!(kv_per_token("Qwen--Qwen2.5-7B"), Some(57_344));
     // Qwen3-4B: explicit head_dim 128, not hidden 2560 / 32 heads = 80; 36 layers, 8 KV heads:
     // 2 × 36 × 8 × 128 × 2 = 147,456 (with 80 it would be 92,160).

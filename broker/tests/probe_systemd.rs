@@ -1,5 +1,5 @@
 //! The probe where systemd is PID 1: inside the bench's systemd-booted Debian 12 container (run on
-//! the shared dockerd with the flags DESIGN.md gives), `enginekit probe --json` must see systemd
+//! the shared dockerd with `bench::SYSTEMD_RUN_FLAGS`), `enginekit probe --json` must see systemd
 //! and read `systemctl is-active docker` strictly: inactive with no docker unit, active once a
 //! unit named docker.service runs (a `sleep` unit standing in for dockerd, which is not installed
 //! in the image; only the service state is under test).

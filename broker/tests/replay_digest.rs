@@ -1,5 +1,6 @@
 //! The plan digest of a replayed host changes when a digested field changes, and does not
-//! change when only a warning, a byte count, or the nonce changes (REFERENCE §4.3).
+//! change when only a warning, a byte count, or the nonce changes: consent
+//! binds what a plan means, so a re-probe a second later must not ask again.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a failed expectation is the test failing
 

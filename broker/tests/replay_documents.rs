@@ -1,5 +1,5 @@
-//! Documents: the embedded descriptors and manifest, the strict parsers (REFERENCE §5.1, §5.2 and
-//! the environment-manifest test titles), and newer signed documents from the user's config dir
+//! Documents: the embedded descriptors and manifest, the strict parsers (the reference's
+//! descriptor and manifest rules and its environment-manifest test titles), and newer signed documents from the user's config dir
 //! verified with real ed25519 keys generated here, with anti-rollback marks on disk.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a failed expectation is the test failing

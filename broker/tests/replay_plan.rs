@@ -1,7 +1,7 @@
 //! `--facts` replay: recorded host facts (the `enginekit probe --json` document) in, a plan out.
 //!
-//! Each case starts from a facts file under `tests/facts/`, changes the facts a reference test
-//! title names (REFERENCE.md §10, linux-plan / linux-blockers), writes the result to a file and
+//! Each case starts from a facts file under `tests/facts/`, changes the facts one of the
+//! reference core's test titles names (its linux-plan and linux-blockers tests), writes the result to a file and
 //! reads it back through the same reader `enginekit plan --facts` uses. It then asserts
 //! availability, blocker reasons, system-change codes, host-step components and
 //! `requires_elevation`. The last test checks that every blocker reason was produced.

@@ -1,5 +1,5 @@
 //! Blocker constructors with the reference's exact messages, params and remedy commands
-//! (REFERENCE §5.4, `linux-blockers.ts`).
+//! (the reference's `linux-blockers.ts`).
 
 use enginekit_shared::wire::plan::{Blocker, BlockerReason};
 
@@ -7,7 +7,7 @@ use super::view::LinuxView;
 use crate::i18n::tr;
 use crate::probe::facts::{InstallMethod, UnknownFact};
 
-/// Where the install stands with respect to automatic setup (REFERENCE §7.3 gate 3).
+/// Where the install stands with respect to automatic setup (the third gate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InstallGate {
     /// An rpm-ostree host.
@@ -153,7 +153,7 @@ pub fn compute_capability_too_low(required: &str, actual: &str) -> Blocker {
     .with_param("actual", actual)
 }
 
-/// Install methods that can never be configured for the GPU runtime (REFERENCE §7.3 gate 1).
+/// Install methods that can never be configured for the GPU runtime (first gate: universal).
 pub fn install_method(method: Option<InstallMethod>) -> Option<Blocker> {
     let (reason, message) = match method? {
         InstallMethod::Snap => (
@@ -471,7 +471,7 @@ fn distribution_not_in_recipe(view: &LinuxView) -> Blocker {
     .with_param("arch", view.architecture.as_deref().unwrap_or("unknown"))
 }
 
-/// The reference gives no text for this blocker (REFERENCE §13); this one says what is missing
+/// The reference gives no text for this blocker; this one says what is missing
 /// and what the user can do.
 pub fn environment_manifest_unavailable() -> Blocker {
     Blocker::new(

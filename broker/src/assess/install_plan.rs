@@ -1,6 +1,6 @@
-//! The install plan (REFERENCE §7.4, `buildInstallPlan`): the system changes a setup makes, in
+//! The install plan (the reference's `buildInstallPlan`): the system changes a setup makes, in
 //! the order the recipe makes them, and the recipe components they are. The components go to the
-//! host step's parameters as they are (REFERENCE §7.6's mapping is made here, typed, once).
+//! host step's parameters as they are (the mapping is made here, typed, once).
 
 use std::collections::BTreeSet;
 
@@ -30,7 +30,7 @@ pub struct InstallPlan {
 /// Docker's packages, planned only when no engine is installed at all.
 const DOCKER_PACKAGES: [&str; 3] = ["docker-ce", "docker-ce-cli", "containerd.io"];
 
-/// The packages the plan names for a component (REFERENCE §7.4); a signed recipe's own list
+/// The packages the plan names for a component; a signed recipe's own list
 /// replaces them in the text ([`crate::plan::recipe::name_signed_sources`]).
 fn packages_of(component: Component) -> &'static [&'static str] {
     match component {
@@ -186,7 +186,7 @@ pub fn build(view: &LinuxView) -> InstallPlan {
                 "0".to_owned(),
             ),
             Some(n) => (
-                // TRANSLATORS: the English text is REFERENCE §7's for any count.
+                // TRANSLATORS: the English text is the reference's, the same for any count.
                 trn!(
                     "Restart Docker to load the new runtime configuration; {n} running container(s) will stop.",
                     "Restart Docker to load the new runtime configuration; {n} running container(s) will stop.",

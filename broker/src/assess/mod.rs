@@ -1,5 +1,5 @@
-//! Gates that turn host facts into availability, blockers, warnings and an install plan
-//! (REFERENCE §7). Pure: no I/O, the same facts always give the same assessment.
+//! Gates that turn host facts into availability, blockers, warnings and an install plan.
+//! Pure: no I/O, the same facts always give the same assessment.
 //!
 //! The gates run in the reference's order and the first one that answers decides. Facts a later
 //! gate would raise are collected separately as `later_gate_notes`, outside the verdict, so a
@@ -34,7 +34,7 @@ pub struct Options {
     /// The recipe whose qualified distributions the manifest lists.
     pub recipe_id: String,
     /// Bytes the engine image still needs on disk; `None` skips the disk check (image already
-    /// present, or a target that pulls nothing). REFERENCE §7.5 `stillNeeded`.
+    /// present, or a target that pulls nothing).
     pub still_needed_disk_bytes: Option<u64>,
     /// The container runtime to set up.
     pub runtime: Runtime,
@@ -171,7 +171,7 @@ fn install_gate(
     if docker && view.cli && view.install_method.is_none() {
         return InstallGate::Unrecognised;
     }
-    // The reference leaves the position of the manifest gate open (§13); here it sits where the
+    // The reference does not say where the manifest gate goes; here it sits where the
     // manifest is first needed, so a host that would be refused for another reason still is.
     let Some(manifest) = manifest else {
         return InstallGate::ManifestUnavailable;

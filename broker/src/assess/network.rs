@@ -1,5 +1,5 @@
-//! Routes that cover every Docker default address pool (REFERENCE §7.1,
-//! `linux-docker-network.ts`): a warning, never a blocker, outside the digest.
+//! Routes that cover every Docker default address pool (often a full-tunnel VPN's): a warning,
+//! never a blocker, outside the digest.
 
 use enginekit_shared::wire::plan::{Warning, WarningCode};
 
@@ -152,7 +152,7 @@ pub fn address_pool_warning(view: &LinuxView) -> Option<Warning> {
         Warning::new(
             WarningCode::DockerAddressPoolsOverlapRoutes,
             // TRANSLATORS: {listed} is "<range> via <device>", comma-separated. The last
-            // sentence is REFERENCE §7.1's instruction.
+            // sentence is the reference's instruction, word for word.
             trn!(
                 "Docker will not be able to start: the route {listed} (often a full-tunnel VPN) covers every address range Docker uses for its networks by default. Exclude Docker's ranges (172.17.0.0/16 to 172.31.0.0/16 and 192.168.0.0/16) from the VPN, or set \"default-address-pools\" (or \"bip\") in /etc/docker/daemon.json to a range no route uses, before continuing.",
                 "Docker will not be able to start: the routes {listed} (often a full-tunnel VPN) cover every address range Docker uses for its networks by default. Exclude Docker's ranges (172.17.0.0/16 to 172.31.0.0/16 and 192.168.0.0/16) from the VPN, or set \"default-address-pools\" (or \"bip\") in /etc/docker/daemon.json to a range no route uses, before continuing.",

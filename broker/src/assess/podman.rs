@@ -1,4 +1,4 @@
-//! Rootless Podman's path (RECIPES.md §11): what blocks it, and its install plan. Podman comes
+//! Rootless Podman's path: what blocks it, and its install plan. Podman comes
 //! from the distribution's own archive, the GPU through the NVIDIA toolkit's CDI specification,
 //! and the user's containers map onto a sub-ID range of their own. No group is added, no service
 //! is enabled, and nothing needs a new login. Pure, like the rest of the assessment.
@@ -20,7 +20,7 @@ pub const PODMAN_CDI_MINIMUM: &str = "4.1";
 /// The first Podman that reads CDI 0.7.0, what the toolkit writes from 1.19.1.
 const PODMAN_CDI_0_7: &str = "5.1";
 
-/// The Podman of each release's own archive (RECIPES.md §11).
+/// The Podman version in each release's own archive.
 const ARCHIVE_PODMAN: &[(&str, &str, &str)] = &[
     ("debian", "12", "4.3.1"),
     ("debian", "13", "5.4.2"),

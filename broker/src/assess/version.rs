@@ -1,13 +1,12 @@
-//! Dotted version comparison (REFERENCE §7.2 `compareDottedVersions`).
+//! Dotted version comparison, as the reference's `compareDottedVersions` with suffixes read.
 
 use std::cmp::Ordering;
 
 /// Compares `a` and `b` segment by segment as numbers, padding the shorter with zeros, so
 /// `580.65.06 < 590.44.01`, `9.0 < 10.0` and `8.0 == 8`.
 ///
-/// A segment that is not a number counts as 0, as in the reference. The reference notes this
-/// misreads `590.44.01-beta` (REFERENCE §12.8); here the leading digits of a segment are used
-/// instead, so `01-beta` reads as 1 rather than 0.
+/// The reference counted a segment that is not a number as 0, which misreads `590.44.01-beta`;
+/// here the leading digits of a segment are used instead, so `01-beta` reads as 1 rather than 0.
 pub fn compare_dotted(a: &str, b: &str) -> Ordering {
     let left: Vec<u64> = a.trim().split('.').map(segment).collect();
     let right: Vec<u64> = b.trim().split('.').map(segment).collect();

@@ -1,4 +1,4 @@
-//! The reference's `LinuxFacts` (REFERENCE §6.5) read off the probe's [`HostFacts`].
+//! The reference's `LinuxFacts` read off the probe's [`HostFacts`].
 //!
 //! The gates are written against this flat view so that each rule reads like the reference's,
 //! and so that one place decides how a three-way probe fact (known, absent, unknown) maps onto

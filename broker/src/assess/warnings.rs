@@ -1,6 +1,6 @@
-//! Warnings that block nothing and stay outside the plan digest: address pools vs routes
-//! (REFERENCE §7.1), SELinux (RECIPES §6.5), and the systemd cgroup driver's GPU loss after a
-//! `systemctl daemon-reload` (RECIPES §3.7, §8).
+//! Warnings that block nothing and stay outside the plan digest: address pools vs routes,
+//! SELinux's labels on containers, and the systemd cgroup driver's GPU loss after a
+//! `systemctl daemon-reload`.
 
 use enginekit_shared::wire::plan::{Warning, WarningCode};
 

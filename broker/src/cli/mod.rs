@@ -86,7 +86,7 @@ pub fn command() -> clap::Command {
 pub fn main() -> ExitCode {
     crate::i18n::init();
     let cli = Cli::parse();
-    // STYLE.md: WARN for the CLI, INFO for the service.
+    // WARN for the CLI (its output is the answer), INFO for the service (its log is the record).
     let service = matches!(cli.command, Command::Serve(_));
     crate::logging::init(if service { "info" } else { "warn" });
     match cli.command {

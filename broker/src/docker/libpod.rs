@@ -1,5 +1,5 @@
 //! Podman's native (libpod) container create, the one call the broker does not make through the
-//! Docker-compatible API when the daemon is Podman (RECIPES.md §11):
+//! Docker-compatible API when the daemon is Podman:
 //! - Podman's compatible create ignores a `--gpus`-style request without a word (the container
 //!   starts with no GPU) and honours a CDI device request only from 5.4; the native create takes
 //!   CDI names as devices on every Podman the recipe installs (4.3 and later);

@@ -1,6 +1,6 @@
 //! Byte progress of an image pull, aggregated from the daemon's per-layer JSON lines.
 //!
-//! Rules (CONTAINERS.md §4, made stricter): only `Downloading` lines with an id and a numeric
+//! Rules (the reference's, made stricter): only `Downloading` lines with an id and a numeric
 //! `current` count bytes (`Extracting` reuses the layer id with unrelated numbers); per layer the
 //! total is the running maximum of the reported total and the raw current, and the current never
 //! exceeds it; the aggregate total is the larger of the layer sum and a known total; a layer that

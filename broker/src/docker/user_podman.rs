@@ -1,4 +1,4 @@
-//! The user's own Podman API (rootless Podman, RECIPES.md §11): the `podman.socket` user unit's
+//! The user's own Podman API (rootless Podman): the `podman.socket` user unit's
 //! socket, `$XDG_RUNTIME_DIR/podman/podman.sock`, where a systemd user manager listens on it
 //! (started through that manager when nothing listens yet: the package ships the unit, and
 //! nothing enables it); else a `podman system service` this process starts and owns, on a

@@ -1,5 +1,5 @@
-//! Engine descriptors: which image to run, where, and what the host must have (REFERENCE §5.1,
-//! reduced to what enginekit uses, plus `kind`, `serial` and `expires_at` for signed updates).
+//! Engine descriptors: which image to run, where, and what the host must have (the
+//! reference's, reduced to what enginekit uses, plus `kind`, `serial` and `expires_at` for signed updates).
 
 use std::fmt;
 use std::str::FromStr;

@@ -1,5 +1,5 @@
 //! The Linux environment manifest: which distributions each recipe is qualified for
-//! (REFERENCE §5.2), plus `kind`, `serial` and `expires_at` for signed updates.
+//! (the reference's), plus `kind`, `serial` and `expires_at` for signed updates.
 
 use enginekit_shared::error::CodedError;
 use serde::Serialize;

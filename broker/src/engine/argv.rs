@@ -1,5 +1,5 @@
 //! The engine's launch inside its container: argv and environment for vLLM and TensorRT-LLM
-//! (CONTAINERS.md §6.3), from the engine kind and the checked options.
+//! from the engine kind and the checked options.
 //!
 //! Never `--trust-remote-code` (a checkpoint's Python would run with the user's GPU), never
 //! `--enable-log-requests` or `--api-key`; always offline (`HF_HUB_OFFLINE`,

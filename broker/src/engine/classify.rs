@@ -1,4 +1,4 @@
-//! Why an engine exited before it became ready (CONTAINERS.md §6.5), from its bounded log.
+//! Why an engine exited before it became ready, from its bounded log.
 //!
 //! Before readiness the **whole** bounded log is classified (an OOM line can sit far above a
 //! traceback longer than the tail); after readiness the crash monitor passes the tail only.

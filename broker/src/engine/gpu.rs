@@ -1,4 +1,4 @@
-//! Which card a load runs on (CONTAINERS.md §6.8), or which cards for a tensor-parallel group.
+//! Which card a load runs on, or which cards for a tensor-parallel group.
 //! The rule that a card holds one session is kept by `claim`.
 //!
 //! Selection: a requested card that is present wins; otherwise the most **free** memory, ties

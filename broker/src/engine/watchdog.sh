@@ -1,5 +1,5 @@
 #!/bin/sh
-# enginekit watchdog: PID 1 of an engine container (CONTAINERS.md §6.6). It starts the engine
+# enginekit watchdog: PID 1 of an engine container. It starts the engine
 # given after `--`, forwards TERM/INT to it as TERM, and stops it when the broker's heartbeat goes
 # stale, so a broker that dies (kill -9, crash, lost session) never leaves the GPU held.
 #

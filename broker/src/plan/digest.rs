@@ -1,4 +1,4 @@
-//! What `plan_digest` covers, and nothing else (REFERENCE §4.3).
+//! What `plan_digest` covers, and nothing else.
 //!
 //! The digest binds the meaning of a plan: target, recipe, descriptor and image, manifest, the
 //! system changes in order (texts and params), the elevation flags, and the host's GPU set,

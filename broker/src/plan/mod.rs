@@ -1,5 +1,5 @@
-//! The plan answered to the user, its digest, and the host step when root is needed
-//! (REFERENCE §5.3, §7.5 provisioner post-processing, §4.3 digests).
+//! The plan answered to the user, its digest, and the host step when root is needed: what the
+//! plan adds to the assessment (the disk still needed, the descriptor's engine, the digests).
 
 pub mod digest;
 pub mod parameters;
@@ -49,7 +49,7 @@ pub fn plan_setup(request: &PlanRequest<'_>) -> Result<PlannedSetup, CodedError>
     let recipe = request.recipe;
     let descriptor = request.descriptor;
     let view = LinuxView::from_facts(request.facts).for_runtime(request.runtime, request.facts);
-    // REFERENCE §7.5 `stillNeeded`: no disk check when the image is already there, or when a
+    // Bytes still needed on disk: no disk check when the image is already there, or when a
     // ready installation cannot be asked about its image because the daemon does not answer.
     let installed_here = request.installed_descriptor_id == Some(descriptor.descriptor_id.as_str());
     let skip_disk = request.image_present || (installed_here && !view.daemon_reachable);
@@ -64,7 +64,7 @@ pub fn plan_setup(request: &PlanRequest<'_>) -> Result<PlannedSetup, CodedError>
     };
     let assessment = assess::assess_view(&view, descriptor, request.manifest, &options);
 
-    // Provisioner post-processing (REFERENCE §7.5).
+    // After the gates: what the plan adds to the assessment.
     let mut blockers = assessment.blockers.clone();
     if descriptor.engine_id != request.engine {
         blockers.push(blockers::engine_mismatch(

@@ -1,4 +1,4 @@
-//! Install plan → host-step parameters (REFERENCE §7.6 `parametersFromPlan`): the plan's
+//! Install plan → host-step parameters: the plan's
 //! components as the assessment typed them; the host part comes from the facts. Built typed,
 //! once, through the shared validator.
 

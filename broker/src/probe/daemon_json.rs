@@ -1,4 +1,4 @@
-//! `/etc/docker/daemon.json` → [`DaemonJson`] (REFERENCE §6.3 row 16).
+//! `/etc/docker/daemon.json` → [`DaemonJson`].
 
 use super::facts::DaemonJson;
 

@@ -1,5 +1,5 @@
-//! The Engine API's `/info` (bollard's `SystemInfo`) → [`DaemonInfo`] (REFERENCE §6.3 row 4, read
-//! from the API rather than from CLI text).
+//! The Engine API's `/info` (bollard's `SystemInfo`) → [`DaemonInfo`] (read from the API rather
+//! than from `docker info`'s text).
 
 use bollard::models::SystemInfo;
 

@@ -5,7 +5,7 @@
 //! versioned (`schema_version: 1`) and refuses unknown fields: a replayed file means exactly what it
 //! says or it is rejected. Field names are stable; new fields arrive with a new schema version.
 //!
-//! It mirrors the reference core's `LinuxFacts` (REFERENCE.md §6.5) field by field, grouped by
+//! It mirrors the reference core's `LinuxFacts` field by field, grouped by
 //! subject (system, Docker, NVIDIA, disk, network). Every fact the probe can fail to read is a
 //! [`Fact`]: `Known` with its value, or `Unknown` with the reason — never a guess. A fact that is
 //! definitely absent (no NVIDIA driver, no docker group) is `Known` with that absence.
@@ -161,7 +161,7 @@ pub struct HostFacts {
     pub podman: PodmanFacts,
 }
 
-/// What a rootless Podman runtime (RECIPES.md §11) would start from. Reported; no gate reads it
+/// What a rootless Podman runtime would start from. Reported; no gate reads it
 /// yet.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -202,8 +202,7 @@ pub struct SubIdFacts {
     pub no_proposal: Option<String>,
 }
 
-/// A fact whose absence blocks the plan (REFERENCE §6.3: the `unknown` list), in the reference's
-/// order.
+/// A fact whose absence blocks the plan (the plan's `unknown` list), in the reference's order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum UnknownFact {
@@ -351,7 +350,7 @@ pub struct SystemFacts {
     pub docker_group: DockerGroupFacts,
 }
 
-/// The distribution from `/etc/os-release` (REFERENCE §6.3 row 0).
+/// The distribution from `/etc/os-release`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Distribution {
@@ -371,7 +370,8 @@ pub struct Distribution {
     pub family: PackageFamily,
 }
 
-/// Package family (REFERENCE §6.3 row 0): the one table the helper's machine check uses too.
+/// Package family, from os-release's `ID` then `ID_LIKE`: the one table the helper's machine check
+/// uses too.
 pub use enginekit_shared::os_release::PackageFamily;
 pub use enginekit_shared::wire::plan::ImageStore;
 
@@ -412,7 +412,8 @@ pub struct UserFacts {
     pub name: Fact<String>,
 }
 
-/// The `docker` group (REFERENCE §6.3 rows 13–14). Diagnostic: never gates readiness alone.
+/// The `docker` group: whether this session has it, and whether the group database lists the
+/// user. Diagnostic: never gates readiness alone.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DockerGroupFacts {
@@ -442,7 +443,7 @@ pub struct DockerFacts {
     pub cli_version: Option<String>,
     /// The Engine API on the system socket.
     pub daemon: DaemonState,
-    /// How Docker got onto this machine (REFERENCE §6.4); `None` when not identified.
+    /// How Docker got onto this machine; `None` when not identified.
     pub install_method: Option<InstallMethod>,
     /// Engine-related packages the package databases list as installed (`docker-ce`,
     /// `docker.io`, `moby-engine`, `podman-docker`, `docker-desktop`, `docker`).
@@ -536,7 +537,7 @@ pub struct AddressPool {
     pub size: u8,
 }
 
-/// How Docker got onto this machine (REFERENCE §6.4).
+/// How Docker got onto this machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum InstallMethod {
@@ -596,7 +597,7 @@ pub enum PackageDatabase {
     Pacman,
 }
 
-/// `/etc/docker/daemon.json` (REFERENCE §6.3 row 16), three ways plus "does not parse".
+/// `/etc/docker/daemon.json`, three ways plus "does not parse".
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum DaemonJson {
@@ -809,7 +810,7 @@ impl<'de> Deserialize<'de> for ComputeCapability {
 // ---------------------------------------------------------------------------------------------
 // Disk and network
 
-/// Free space where Docker keeps its data (REFERENCE §6.3 row 20).
+/// Free space where the engine image would land.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DiskFacts {
@@ -823,7 +824,7 @@ pub struct DiskFacts {
     pub free_bytes: Fact<u64>,
 }
 
-/// Routes (REFERENCE §6.3 row 18).
+/// IPv4 routes, from `/proc/net/route`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkFacts {

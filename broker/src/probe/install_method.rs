@@ -1,4 +1,4 @@
-//! How Docker got onto this machine (REFERENCE §6.4; the first rule that matches wins).
+//! How Docker got onto this machine (the first rule that matches wins).
 
 use super::facts::{DaemonInfo, Fact, InstallMethod, InstalledPackage};
 

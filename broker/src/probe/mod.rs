@@ -1,5 +1,5 @@
 //! Read-only host facts: distribution, Docker, NVIDIA driver and GPUs, toolkit, disk, SELinux,
-//! networks (REFERENCE.md §6).
+//! networks.
 //!
 //! [`probe`] runs every read concurrently, each under its own deadline, and always answers: a read
 //! that fails becomes an explicit unknown in [`HostFacts`], never an error or a guess. Binaries are

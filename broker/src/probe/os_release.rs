@@ -1,4 +1,4 @@
-//! `/etc/os-release` → [`Distribution`] (REFERENCE §6.3 row 0, os-release(5)).
+//! `/etc/os-release` → [`Distribution`] (os-release(5)).
 
 use enginekit_shared::os_release::OsRelease;
 

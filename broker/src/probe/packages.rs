@@ -1,5 +1,5 @@
 //! Package-database answers → installed packages, engine version, toolkit presence
-//! (REFERENCE §6.3 rows 7–10, 17).
+//! (dpkg, rpm, pacman and snap).
 
 use super::facts::{InstalledPackage, PackageDatabase};
 

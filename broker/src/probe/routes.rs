@@ -1,4 +1,4 @@
-//! `/proc/net/route` → IPv4 routes (REFERENCE §6.3 row 18).
+//! `/proc/net/route` → IPv4 routes.
 
 use super::facts::Route;
 
