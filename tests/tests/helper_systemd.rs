@@ -1,8 +1,8 @@
 //! The production activation path, which the launch-helper tests (helper_bus.rs) cannot take:
 //! the shipped `org.enginekit.Helper1.service` (`Exec=/bin/false`, `SystemdService=`), the
 //! shipped systemd unit (`Type=dbus`, `StateDirectory=` 0700, the hardening) and journald
-//! logging, inside a systemd-booted Debian 12 container on the bench's dockerd (run with the
-//! flags DESIGN.md gives; `--privileged` is refused here). The caller is root inside the
+//! logging, inside a systemd-booted Debian 12 container on the bench's dockerd (run with
+//! `bench::SYSTEMD_RUN_FLAGS`; `--privileged` is refused here). The caller is root inside the
 //! container for the activation test (polkit authorises root; denial as a test user is in
 //! helper_bus.rs). The container also has logind, so the second test calls from an active local
 //! session: `allow_active=auth_admin` then asks for interaction, and the shipped example rule

@@ -563,7 +563,7 @@ impl Drop for FileRemovedOnDrop {
 }
 
 /// Toolkit 1.19.1 and later write CDI 0.7.0 (`additionalGids`), which the bench's real Podman
-/// 4.3.1 cannot parse (RECIPES §11). With such a spec as the only NVIDIA one (written by the
+/// 4.3.1 cannot parse (Podman reads CDI 0.7.0 from 5.1). With such a spec as the only NVIDIA one (written by the
 /// STAND-IN toolkit at 1.19.1, as the toolkit's refresh writes it at install): the user's Podman
 /// refuses the GPU device; the plan asks for the spec again without additional GIDs
 /// (`cdi_no_additional_gids`, the only change); the real helper generates it with
