@@ -12,6 +12,7 @@
 //! | [`error`] | the stable [`error::ErrorCode`] strings and the `{code, message, details?}` object |
 //! | [`nonce`], [`image`], [`safe`] | newtypes: nonce, digest-pinned image reference, argv-safe values |
 //! | [`recipe`] | the host-step recipe as signed data |
+//! | [`journal`] | a step's file journal as lines: what each file was before it, parsed and folded |
 //! | [`undo`] | what undoing the setups would do: one rule over their recorded changes and the machine now, for both sides |
 //! | [`logfield`] | the fmt layers' field formatter and [`logfield::clean`]: caller-given text that can neither start a log line nor pass for another field |
 //! | [`ownership`] | the one "owned by this uid and writable by no one else" check |
@@ -25,6 +26,7 @@ pub mod digest;
 pub mod durable;
 pub mod error;
 pub mod image;
+pub mod journal;
 pub mod logfield;
 pub mod newtype;
 pub mod nonce;

@@ -4,8 +4,8 @@
 //! mid-step ([`restore_interrupted`]). Packages are not journalled: the package manager's
 //! transaction is the unit.
 //!
-//! JSON lines, `{"path", "before": null | [bytes, mode]}`, in `journals/<uid>-<nonce>.open` while
-//! the step runs (under `flock`: a helper starting meanwhile leaves it be), then `.before.jsonl`
+//! Its lines ([`enginekit_shared::journal`]) are in `journals/<uid>-<nonce>.open` while the step
+//! runs (under `flock`: a helper starting meanwhile leaves it be), then `.before.jsonl`
 //! (succeeded: what was there, for a later undo) or `.restored.jsonl`.
 
 use std::fs::{File, OpenOptions};
@@ -15,11 +15,11 @@ use std::path::{Path, PathBuf};
 
 use enginekit_shared::digest::Digest;
 use enginekit_shared::durable;
+use enginekit_shared::journal::{fold_entries, parse_entries, JournalEntry as Entry};
 use enginekit_shared::recipe::is_key_or_source_path;
 use enginekit_shared::subid::SubIdFile;
 use enginekit_shared::wire::changes::Change;
 use nix::fcntl::{Flock, FlockArg};
-use serde::{Deserialize, Serialize};
 
 use super::commands::{CDI_REFRESH_DROPIN, CDI_SPEC, DAEMON_JSON};
 use super::executor::Failure;
@@ -27,17 +27,6 @@ use super::files::{self, FileError};
 
 /// Largest journal read back: a few files of at most `MAX_READ_BYTES`, as JSON numbers.
 const MAX_JOURNAL_BYTES: u64 = 16 * files::MAX_READ_BYTES;
-
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Entry {
-    path: String,
-    /// Content and mode; `None`: there was no file.
-    before: Option<(Vec<u8>, u32)>,
-    /// Its folder was not there either: it goes with the file if empty (not if in use since).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    new_folder: bool,
-}
 
 /// The files one step changed, and what they were before.
 #[derive(Debug, Default)]
@@ -116,20 +105,17 @@ impl Journal {
                 self.file.insert(file)
             }
         };
-        let mut line = serde_json::to_vec(entry)?;
-        line.push(b'\n');
-        file.write_all(&line)?;
+        file.write_all(entry.line()?.as_bytes())?;
         file.sync_all()
     }
 
     /// Each journalled file whose content is not what it was: its digest before and now.
     pub(crate) fn changes(&self) -> Vec<Change<Digest>> {
-        let digest = |state: Option<&(Vec<u8>, u32)>| state.map(|(b, _)| Digest::of_bytes(b));
         self.entries
             .iter()
             .filter_map(|e| {
-                let now = files::read_state(&files::under_root(&self.root, &e.path));
-                let (before, after) = (digest(e.before.as_ref()), digest(now.ok()?.as_ref()));
+                let now = files::read_state(&files::under_root(&self.root, &e.path)).ok()?;
+                let (before, after) = (e.before_digest(), now.map(|(b, _)| Digest::of_bytes(&b)));
                 (before != after).then(|| Change {
                     name: e.path.clone(),
                     before,
@@ -220,10 +206,8 @@ fn reopen(path: &Path, root: &Path) -> io::Result<Option<Journal>> {
         Err((_, nix::errno::Errno::EWOULDBLOCK)) => return Ok(None),
         Err((_, e)) => return Err(e.into()),
     };
-    let text = durable::read_bounded(path, MAX_JOURNAL_BYTES)?;
-    let text = text.ok_or_else(|| io::Error::other("too large"))?;
     let mut journal = Journal::new(root, Some(path.to_path_buf()));
-    journal.entries = entries(&text)?;
+    journal.entries = read(path)?;
     journal.file = Some(file);
     Ok(Some(journal))
 }
@@ -232,40 +216,21 @@ fn reopen(path: &Path, root: &Path) -> io::Result<Option<Journal>> {
 /// file was before the first of two folded setups that changed it is the older's); `newer` goes.
 pub(crate) fn fold_into(older: &Path, newer: &Path) -> io::Result<()> {
     let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
-    let read = |p: &Path| match durable::read_bounded(p, MAX_JOURNAL_BYTES) {
-        Ok(text) => entries(&text.ok_or_else(|| io::Error::other("too large"))?),
+    let entries = |p: &Path| match read(p) {
         Err(e) if gone(&e) => Ok(Vec::new()), // a setup that changed no file kept none
-        Err(e) => Err(e),
+        other => other,
     };
-    let (mut kept, more) = (read(older)?, read(newer)?);
-    let more: Vec<Entry> = more
-        .into_iter()
-        .filter(|e| kept.iter().all(|k| k.path != e.path))
-        .collect();
-    kept.extend(more);
-    let lines = kept
-        .iter()
-        .map(|e| serde_json::to_string(e).map(|l| l + "\n"));
-    let text = lines.collect::<Result<String, _>>()?;
+    let text = fold_entries(&entries(older)?, &entries(newer)?)?;
     if !text.is_empty() {
         durable::write_atomic(older, text.as_bytes(), durable::PRIVATE)?;
     }
     std::fs::remove_file(newer).or_else(|e| if gone(&e) { Ok(()) } else { Err(e) })
 }
 
-/// A journal's entries. Only the last line can lack its newline: the helper died writing it,
-/// before its change.
-fn entries(text: &[u8]) -> io::Result<Vec<Entry>> {
-    let mut entries: Vec<Entry> = Vec::new();
-    let lines = text.split_inclusive(|b| *b == b'\n');
-    for line in lines.filter(|l| l.ends_with(b"\n")) {
-        let entry: Entry = serde_json::from_slice(line)?;
-        if !allowed(&entry.path) || entries.iter().any(|e| e.path == entry.path) {
-            return Err(io::Error::other("a path it may not restore"));
-        }
-        entries.push(entry);
-    }
-    Ok(entries)
+/// The journal at `path`, each of its paths one it may restore ([`allowed`]).
+fn read(path: &Path) -> io::Result<Vec<Entry>> {
+    let text = durable::read_bounded(path, MAX_JOURNAL_BYTES)?;
+    parse_entries(&text.ok_or_else(|| io::Error::other("too large"))?, allowed)
 }
 
 /// Undo: puts `path` back as the earliest of the setups' kept journals (`.before.jsonl`, oldest
@@ -276,11 +241,8 @@ pub(crate) fn put_back_from(
     path: &str,
     back_to: Option<&Digest>,
 ) -> Result<(), Failure> {
-    let read = |j: &PathBuf| durable::read_bounded(j, MAX_JOURNAL_BYTES).ok().flatten();
-    let found = setups.iter().filter_map(read);
-    let mut found = found.flat_map(|t| entries(&t).unwrap_or_default());
-    let digest = |e: &Entry| e.before.as_ref().map(|b| Digest::of_bytes(&b.0));
-    let entry = found.find(|e| e.path == path && digest(e).as_ref() == back_to);
+    let mut found = setups.iter().flat_map(|j| read(j).unwrap_or_default());
+    let entry = found.find(|e| e.path == path && e.before_digest().as_ref() == back_to);
     let why = || Failure(format!("no setup's journal holds what {path} was before"));
     let entry = entry.ok_or_else(why)?;
     put_back(root, &entry).map(drop).map_err(Failure::from)
