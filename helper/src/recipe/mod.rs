@@ -177,25 +177,6 @@ pub(crate) fn child_environment(recipe: &Recipe) -> Vec<(String, String)> {
         .collect()
 }
 
-fn phase_of(action: &PlannedAction) -> String {
-    use PlannedAction as A;
-    match action {
-        A::InstallKey { path, .. } => format!("adding the repository key {path}"),
-        A::WriteSource { path, .. } => format!("writing {path}"),
-        A::CheckConflicts { .. } => "checking for conflicting packages".into(),
-        A::CheckRepositories { .. } => {
-            "asking the repositories for the packages, with the pinned keys".into()
-        }
-        A::RefreshMetadata { .. } => "refreshing package lists".into(),
-        A::InstallPackages { packages, .. } => format!("installing {}", actions::names(packages)),
-        A::ConfigureRuntime { .. } => "configuring the NVIDIA runtime for Docker".into(),
-        A::GenerateCdi { .. } => "generating the CDI specification".into(),
-        A::EnableService { .. } => "enabling docker.service".into(),
-        A::AddToDockerGroup { user, .. } => format!("adding {user} to the docker group"),
-        A::AddSubIds { user, range, .. } => format!("giving {user} subordinate IDs ({range})"),
-    }
-}
-
 /// A run's actions so far: how it goes, each one's report, the first failure's error.
 struct Actions(Outcome, Vec<ActionReport>, Option<CodedError>);
 
@@ -302,7 +283,7 @@ pub async fn run_plan(
         }
         r.allowed = std::mem::take(&mut allowed[i]);
         let percent = i32::try_from(i * 100 / total).unwrap_or(0);
-        r.set_phase(phase_of(action), percent);
+        r.set_phase(action.phase(), percent);
         let started = Instant::now();
         let done = match action {
             A::InstallKey {

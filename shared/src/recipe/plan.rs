@@ -161,6 +161,29 @@ impl PlannedAction {
             PlannedAction::AddSubIds { .. } => "add-subids",
         }
     }
+
+    /// What the job is doing while the action runs, in words: the job's `Phase`.
+    pub fn phase(&self) -> String {
+        use PlannedAction as A;
+        match self {
+            A::InstallKey { path, .. } => format!("adding the repository key {path}"),
+            A::WriteSource { path, .. } => format!("writing {path}"),
+            A::CheckConflicts { .. } => "checking for conflicting packages".into(),
+            A::CheckRepositories { .. } => {
+                "asking the repositories for the packages, with the pinned keys".into()
+            }
+            A::RefreshMetadata { .. } => "refreshing package lists".into(),
+            A::InstallPackages { packages, .. } => {
+                let names: Vec<&str> = packages.iter().map(|p| p.name.as_str()).collect();
+                format!("installing {}", names.join(" "))
+            }
+            A::ConfigureRuntime { .. } => "configuring the NVIDIA runtime for Docker".into(),
+            A::GenerateCdi { .. } => "generating the CDI specification".into(),
+            A::EnableService { .. } => "enabling docker.service".into(),
+            A::AddToDockerGroup { user, .. } => format!("adding {user} to the docker group"),
+            A::AddSubIds { user, range, .. } => format!("giving {user} subordinate IDs ({range})"),
+        }
+    }
 }
 
 /// Where Debian and Ubuntu keep their own archive's sources: the one-line list, and the deb822

@@ -712,6 +712,16 @@ fn validated_parameters_plan_like_their_target_and_the_tables_agree() {
             "docker-group"
         ]
     );
+    let phases: Vec<String> = steps.iter().map(PlannedAction::phase).collect();
+    assert_eq!(
+        phases[2],
+        "adding the repository key /etc/apt/keyrings/docker.asc"
+    );
+    assert_eq!(
+        phases[5],
+        "installing docker-ce docker-ce-cli containerd.io"
+    );
+    assert_eq!(phases[6], "adding alice to the docker group");
 }
 
 /// The body of the docker-source action and the conflict names planned for one dnf host.
