@@ -154,7 +154,7 @@ impl Ledger {
         issued_at: u64,
         receipt: &str,
     ) -> Result<(), LedgerError> {
-        let path = self.receipt_path(nonce, uid)?;
+        let path = self.path_in("receipts", nonce, uid)?;
         let record = ReceiptRecord {
             uid,
             issued_at,
@@ -167,9 +167,8 @@ impl Ledger {
     /// Keeps the stored receipt of `nonce` for good, as the record of a setup that changed the
     /// machine (a hard link: trimming the receipts leaves it).
     pub(crate) fn keep_setup(&self, nonce: &str, uid: u32) -> Result<(), LedgerError> {
-        let from = self.receipt_path(nonce, uid)?;
-        let dir = self.root.join("setups");
-        let to = dir.join(from.file_name().unwrap_or_default());
+        let from = self.path_in("receipts", nonce, uid)?;
+        let to = self.path_in("setups", nonce, uid)?;
         match fs::hard_link(&from, &to) {
             Err(e) if e.kind() != ErrorKind::AlreadyExists => Err(io_error(&to)(e)),
             _ => self.sync_setups().and_then(|()| self.fold_excess(uid)),
@@ -185,10 +184,7 @@ impl Ledger {
         done: &UndoPlan,
     ) -> Result<(), LedgerError> {
         for nonce in nonces {
-            let path = self
-                .root
-                .join("setups")
-                .join(format!("{uid}-{}", checked_key(nonce)?));
+            let path = self.path_in("setups", nonce, uid)?;
             self.edit_setup(&path, |changes| undo::left_of(changes, done))?;
         }
         self.sync_setups()
@@ -206,13 +202,7 @@ impl Ledger {
         };
         match Receipt::with_changes(&record.receipt, edit).map_err(|e| damaged(path, e))? {
             None => fs::remove_file(path).map_err(io_error(path)),
-            Some(text) => write_json(
-                path,
-                &ReceiptRecord {
-                    receipt: text,
-                    ..record
-                },
-            ),
+            Some(receipt) => write_json(path, &ReceiptRecord { receipt, ..record }),
         }
     }
 
@@ -299,7 +289,8 @@ impl Ledger {
     /// The receipt for `nonce` if it exists and belongs to `uid`. Another uid's receipt and a
     /// missing one look the same to the caller.
     pub(crate) fn receipt_for(&self, nonce: &str, uid: u32) -> Result<Option<String>, LedgerError> {
-        let record: Option<ReceiptRecord> = read_json_if_any(&self.receipt_path(nonce, uid)?)?;
+        let path = self.path_in("receipts", nonce, uid)?;
+        let record: Option<ReceiptRecord> = read_json_if_any(&path)?;
         Ok(record.filter(|r| r.uid == uid).map(|r| r.receipt))
     }
 
@@ -344,9 +335,10 @@ impl Ledger {
         Ok(nonces + receipts + journals)
     }
 
-    fn receipt_path(&self, nonce: &str, uid: u32) -> Result<PathBuf, LedgerError> {
+    /// `<dir>/<uid>-<nonce>`: a receipt, or a kept setup's record.
+    fn path_in(&self, dir: &str, nonce: &str, uid: u32) -> Result<PathBuf, LedgerError> {
         let name = format!("{uid}-{}", checked_key(nonce)?);
-        Ok(self.root.join("receipts").join(name))
+        Ok(self.root.join(dir).join(name))
     }
 
     pub(crate) fn journal_dir(&self) -> PathBuf {
