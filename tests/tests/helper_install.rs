@@ -210,11 +210,39 @@ fn installs_the_stand_in_toolkit_from_the_signed_local_repository_then_changes_n
             install.argv
         );
     }
-    let refresh = by_code("refresh");
-    assert_eq!(refresh.exit_status, Some(0));
-    assert!(refresh
-        .argv
-        .contains(&format!("Dir::Etc::sourcelist={SOURCE}")));
+    // The refresh fetched nothing again: it wrote the lists the repository check's private
+    // update fetched and verified with the pinned key, byte for byte and with the server's time.
+    let refresh = first.actions.iter().find(|a| a.id == "refresh").unwrap();
+    let apt_get = |c: &recipe::CommandRecord| c.argv[0] == "/usr/bin/apt-get";
+    assert!(
+        !refresh.commands.iter().any(apt_get),
+        "{:?}",
+        refresh.commands
+    );
+    assert!(
+        refresh
+            .detail
+            .contains("as the repository check fetched them"),
+        "{}",
+        refresh.detail
+    );
+    let served = env.apt_repo.dir.join("InRelease");
+    let listed = "/var/lib/apt/lists/127.0.0.1:5443_stable_deb_amd64_InRelease";
+    assert_eq!(
+        std::fs::read(listed).unwrap(),
+        std::fs::read(&served).unwrap()
+    );
+    let seconds = |p: &std::path::Path| {
+        let time = std::fs::metadata(p).unwrap().modified().unwrap();
+        time.duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    assert_eq!(
+        seconds(listed.as_ref()),
+        seconds(&served),
+        "apt's If-Modified-Since"
+    );
     assert_eq!(
         by_code("nvidia-runtime").argv[1..],
         ["runtime", "configure", "--runtime=docker"]

@@ -47,6 +47,9 @@ pub(super) fn install_key(
         // Stricter than the reference (§12.2): an existing key must be the pinned key.
         return match openpgp::fingerprints_of_file(&existing) {
             Ok(found) if found.iter().all(|f| pinned.contains(f)) => {
+                // Not the copy the repository check verified its lists with: apt fetches again.
+                let same = pinned_key(path, encoding, armored, pinned).is_ok_and(|k| k == existing);
+                r.verified_lists.take_if(|_| !same);
                 satisfied(format!("kept the existing {path}, whose keys are pinned"))
             }
             Ok(found) => fail(format!(
@@ -166,18 +169,10 @@ async fn installed_version(r: &mut Executor<'_>, name: &str) -> Result<String, F
     }
 }
 
-/// The recipe packages still to install, or to upgrade: one installed below the recipe's
-/// minimum counts as missing. A pinned package installed at another version is a failure: the
-/// recipe never moves a pinned package.
+/// The recipe packages still to install, or to upgrade, each with the version installed now
+/// (`None`: not installed): one installed below the recipe's minimum counts as missing. A pinned
+/// package installed at another version is a failure: the recipe never moves a pinned package.
 pub(super) async fn missing(
-    r: &mut Executor<'_>,
-    wanted: &[PlannedPackage],
-) -> Result<Vec<PlannedPackage>, Failure> {
-    Ok(todo(r, wanted).await?.into_iter().map(|(p, _)| p).collect())
-}
-
-/// What [`missing`] finds, each with the version installed now (`None`: not installed).
-async fn todo(
     r: &mut Executor<'_>,
     wanted: &[PlannedPackage],
 ) -> Result<Vec<(PlannedPackage, Option<String>)>, Failure> {
@@ -226,8 +221,8 @@ pub(super) async fn check_conflicts(
     let mut found = Vec::new();
     for c in conflicts {
         // Only a component that still has something to install can be blocked.
-        let blocked = missing.iter().filter(|m| m.component == c.component);
-        let blocked: Vec<PlannedPackage> = blocked.cloned().collect();
+        let blocked = missing.iter().filter(|m| m.0.component == c.component);
+        let blocked: Vec<PlannedPackage> = blocked.map(|m| m.0.clone()).collect();
         if !blocked.is_empty() && is_installed(r, &c.name).await? {
             found.push((c.name.clone(), blocked));
         }
@@ -263,7 +258,8 @@ fn conflict_refusal(family: Family, found: &[(String, Vec<PlannedPackage>)]) -> 
     )
 }
 
-/// Refreshes the vendors' sources, then the distribution's own that exist (its packages').
+/// Refreshes the vendors' sources (or writes the lists the repository check verified, with their
+/// times, as apt would; any not written: apt fetches), then the distribution's own that exist.
 pub(super) async fn refresh(
     r: &mut Executor<'_>,
     sources: &[String],
@@ -274,19 +270,27 @@ pub(super) async fn refresh(
         return satisfied("every recipe package is installed; nothing to refresh");
     }
     let root = r.ctx.file_root.clone();
+    let seed = |(name, bytes, time): super::executor::ListFile| -> Result<(), Failure> {
+        let path = files::under_root(&root, "/var/lib/apt/lists").join(name);
+        files::write_atomic(&root, &path, &bytes, 0o644)?;
+        Ok(files::open_to_read(&path)?.set_modified(time)?)
+    };
+    let lists = r.verified_lists.take();
+    let seeded = lists.is_some_and(|l| l.into_iter().all(|f| seed(f).is_ok()));
     let present = distribution
         .iter()
         .filter(|s| files::under_root(&root, s).exists());
     let all: Vec<&str> = sources.iter().chain(present).map(String::as_str).collect();
-    for source in &all {
+    for source in &all[if seeded { sources.len() } else { 0 }..] {
         let path = files::under_root(&root, source).display().to_string();
         r.must(&cmd::apt_refresh(&path)?, true).await?;
     }
-    applied(format!("refreshed {}", all.join(", ")))
+    let how = seeded.then_some(" (the vendors' as the repository check fetched them)");
+    applied(format!("refreshed {}{}", all.join(", "), how.unwrap_or("")))
 }
 
 pub(super) async fn install_packages(r: &mut Executor<'_>, packages: &[PlannedPackage]) -> Done {
-    let found = todo(r, packages).await?;
+    let found = missing(r, packages).await?;
     if found.is_empty() {
         return satisfied(format!("{} already installed", names(packages)));
     }
@@ -305,7 +309,7 @@ pub(super) async fn install_packages(r: &mut Executor<'_>, packages: &[PlannedPa
         ));
     }
     r.must(&cmd::package_install(r.family, &all)?, true).await?;
-    let still = todo(r, &all).await?;
+    let still = missing(r, &all).await?;
     if let Some((p, have)) = still.first() {
         return fail(match have {
             None => format!(
@@ -422,12 +426,10 @@ pub(super) async fn generate_cdi(r: &mut Executor<'_>, no_gids: bool) -> Done {
     }
     let mut notes = Vec::new();
     let mut changed = false;
-    let (generate, how) = match no_gids {
-        true => (
-            cmd::cdi_generate_without_gids()?,
-            " without additional GIDs",
-        ),
-        false => (cmd::cdi_generate()?, ""),
+    let how = no_gids.then_some(" without additional GIDs");
+    let generate = match no_gids {
+        true => cmd::cdi_generate_without_gids()?,
+        false => cmd::cdi_generate()?,
     };
     let spec = files::under_root(&r.ctx.file_root, cmd::CDI_SPEC);
     let too_new = |spec: &std::path::Path| -> Result<bool, Failure> {
@@ -443,7 +445,7 @@ pub(super) async fn generate_cdi(r: &mut Executor<'_>, no_gids: bool) -> Done {
         if !lists_gpu(r).await? || too_new(&spec)? {
             return fail("nvidia-ctk generated a CDI specification, but it lists no GPU, or it is CDI 0.7.0 or later though asked for none");
         }
-        notes.push(format!("generated {}{how}", cmd::CDI_SPEC));
+        notes.push(format!("generated {}{}", cmd::CDI_SPEC, how.unwrap_or("")));
     }
     // Containers run as the user read the spec; fixed on the open file, never through a path
     // a link could redirect between a look and a change.

@@ -17,6 +17,9 @@ use crate::exec::spawn::{self, CommandResult};
 /// Most bytes of a command's stderr kept in its record (the reference keeps 2000).
 const STDERR_TAIL_BYTES: usize = 2000;
 
+type Ran = Result<CommandResult, Failure>;
+pub(crate) type ListFile = (std::ffi::OsString, Vec<u8>, std::time::SystemTime);
+
 /// Why an action stopped.
 #[derive(Debug, Clone)]
 pub(crate) struct Failure(pub String);
@@ -52,6 +55,8 @@ pub(super) struct Executor<'a> {
     /// The package database's answers since the step last changed the host: every action asks
     /// after the same packages, and nothing but the step changes them in between.
     answers: Vec<(Command, CommandResult)>,
+    /// The list files (name, bytes, time) the repository check's private update verified.
+    pub(crate) verified_lists: Option<Vec<ListFile>>,
 }
 
 impl<'a> Executor<'a> {
@@ -76,6 +81,7 @@ impl<'a> Executor<'a> {
             own_packages: Some(BTreeSet::new()),
             own_members: Vec::new(),
             answers: Vec::new(),
+            verified_lists: None,
         }
     }
 
@@ -85,17 +91,12 @@ impl<'a> Executor<'a> {
     }
 
     pub(crate) fn set_phase(&mut self, phase: String, percent: i32) {
-        self.phase = phase;
-        self.percent = percent;
+        (self.phase, self.percent) = (phase, percent);
         self.report();
     }
 
     /// Runs one command, recording it. `mutating` marks a command that changes the host.
-    pub(crate) async fn run(
-        &mut self,
-        cmd: &Command,
-        mutating: bool,
-    ) -> Result<CommandResult, Failure> {
+    pub(crate) async fn run(&mut self, cmd: &Command, mutating: bool) -> Ran {
         self.allowed.permit(cmd)?;
         let query = !mutating && matches!(cmd.program, Program::DpkgQuery | Program::Rpm);
         if mutating {
@@ -153,16 +154,10 @@ impl<'a> Executor<'a> {
         Ok(result)
     }
 
-    pub(crate) async fn must(
-        &mut self,
-        cmd: &Command,
-        mutating: bool,
-    ) -> Result<CommandResult, Failure> {
+    pub(crate) async fn must(&mut self, cmd: &Command, mutating: bool) -> Ran {
         let r = self.run(cmd, mutating).await?;
-        match r.success() {
-            true => Ok(r),
-            false => Err(Failure(r.describe())),
-        }
+        let why = Failure(r.describe());
+        r.success().then_some(r).ok_or(why)
     }
 
     /// Appends text to the last command's stderr tail, keeping its end.

@@ -1,16 +1,16 @@
 //! The repositories a plan adds, asked before anything is written, in an apt or dnf
 //! configuration of their own (private copies of the plan's keys and sources, removed after):
 //! the pinned key must verify each repository, which must serve every package still missing
-//! (on dnf, what those would replace is asked too). A refusal here leaves the host as it was,
-//! where the same failure at `apt-get update` after the writes left a source that broke every
-//! later update.
+//! (on dnf, what those would replace is asked too). A refusal here leaves the host as it was
+//! (the same failure at `apt-get update` after the writes left a source that broke every later
+//! update); a pass keeps apt's verified lists in memory, which the refresh writes, not fetches.
 
 use std::path::{Path, PathBuf};
 
 use enginekit_shared::recipe::{sources, Family, PlannedAction, PlannedPackage};
 
-use super::actions::{self, fail, missing, names, satisfied, Done};
-use super::executor::{Executor, Failure};
+use super::actions::{self, fail, is_installed, missing, names, satisfied, Done};
+use super::executor::{Executor, Failure, ListFile};
 use super::{commands as cmd, files};
 
 pub(super) async fn check_repositories(
@@ -22,6 +22,7 @@ pub(super) async fn check_repositories(
     if missing.is_empty() {
         return satisfied("every recipe package is installed; no repository was asked");
     }
+    let missing: Vec<PlannedPackage> = missing.into_iter().map(|(p, _)| p).collect();
     let dir = files::under_root(&r.ctx.file_root, cmd::REPOSITORY_CHECK_DIR);
     // A check killed half-way leaves its folder; apt's own files in it are never trusted.
     let _ = std::fs::remove_dir_all(&dir);
@@ -67,28 +68,59 @@ async fn ask(
                     "they offer no {lacking} for this release and architecture{said}"
                 ));
             }
+            r.verified_lists = verified_lists(&Path::new(&dir).join("lists"));
         }
         Family::Dnf => {
-            for p in missing {
-                let offered = cmd::dnf_repoquery(&dir, &[], &p.name)?;
-                let out = r.run(&offered, false).await?;
+            for name in missing.iter().map(|p| &p.name) {
+                let out = r.run(&cmd::dnf_repoquery(&dir, &[], name)?, false).await?;
                 if !out.success() {
                     return refused(out.describe());
                 }
                 if out.stdout.trim().is_empty() {
-                    let name = &p.name;
                     return refused(format!(
                         "they offer no {name} for this release and architecture"
                     ));
                 }
+                // dnf has no switch to turn Obsoletes off: ask what it would replace.
+                let replaced = cmd::dnf_repoquery(&dir, &["--obsoletes"], name)?;
+                let out = r.run(&replaced, false).await?;
+                if !out.success() {
+                    let why = out.describe();
+                    return fail(format!("could not ask what {name} obsoletes: {why}"));
+                }
+                let Some(names) = cmd::obsoleted_names(&out.stdout) else {
+                    return fail(format!(
+                        "{name} obsoletes something that is not a package name"
+                    ));
+                };
+                for old in names {
+                    if !wanted.iter().any(|w| w.name == old) && is_installed(r, old).await? {
+                        return fail(format!(
+                            "{old} is installed, and {name} would replace it (RPM Obsoletes). Nothing was installed and nothing was removed."
+                        ));
+                    }
+                }
             }
-            obsoletes(r, &dir, wanted, missing).await?;
         }
     }
     satisfied(format!(
         "the repositories verify with the pinned keys and serve {}",
         names(missing)
     ))
+}
+
+/// What apt verified in `lists`, for the refresh; a link, a non-regular file or any unread: none.
+fn verified_lists(lists: &Path) -> Option<Vec<ListFile>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(lists).ok()? {
+        let (entry, name) = entry.ok().map(|e| (e.path(), e.file_name()))?;
+        let meta = std::fs::symlink_metadata(&entry).ok()?;
+        if !meta.is_dir() && name != "lock" {
+            let bytes = files::read_state(&entry).ok()??.0;
+            out.push((name, bytes, meta.modified().ok()?));
+        }
+    }
+    Some(out)
 }
 
 fn refused<T>(why: String) -> Result<T, Failure> {
@@ -132,8 +164,7 @@ fn private_copies(root: &Path, plan: &[PlannedAction], dir: &Path) -> Result<Pat
                 list.set_extension("sources");
             }
             // deb822 stanzas are separated by a blank line.
-            apt_text.push_str(&body);
-            apt_text.push('\n');
+            apt_text.extend([body.as_str(), "\n"]);
         }
     }
     files::write_atomic(root, &list, apt_text.as_bytes(), 0o644)?;
@@ -150,32 +181,35 @@ fn file_name(path: &str) -> Result<&str, Failure> {
     name.ok_or_else(|| Failure(format!("{path} has no file name")))
 }
 
-/// dnf has no switch to turn Obsoletes off: ask what each missing package would replace.
-async fn obsoletes(
-    r: &mut Executor<'_>,
-    dir: &str,
-    wanted: &[PlannedPackage],
-    missing: &[PlannedPackage],
-) -> Result<(), Failure> {
-    for name in missing.iter().map(|p| &p.name) {
-        let replaced = cmd::dnf_repoquery(dir, &["--obsoletes"], name)?;
-        let out = r.run(&replaced, false).await?;
-        if !out.success() {
-            let why = out.describe();
-            return fail(format!("could not ask what {name} obsoletes: {why}"));
-        }
-        let Some(names) = cmd::obsoleted_names(&out.stdout) else {
-            return fail(format!(
-                "{name} obsoletes something that is not a package name"
-            ));
-        };
-        for first in names {
-            if !wanted.iter().any(|w| w.name == first) && actions::is_installed(r, first).await? {
-                return fail(format!(
-                    "{first} is installed, and {name} would replace it (RPM Obsoletes). Nothing was installed and nothing was removed."
-                ));
-            }
-        }
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    #[test]
+    fn apts_list_files_are_kept_with_their_times_and_a_link_or_a_fifo_keeps_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let lists = dir.path();
+        std::fs::create_dir_all(lists.join("partial")).unwrap();
+        std::fs::write(lists.join("lock"), b"").unwrap();
+        let release = lists.join("host_dists_x_InRelease");
+        std::fs::write(&release, b"signed").unwrap();
+        let time =
+            std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+        std::fs::File::open(&release)
+            .unwrap()
+            .set_modified(time)
+            .unwrap();
+        let kept = super::verified_lists(lists).unwrap();
+        assert_eq!(
+            kept,
+            vec![("host_dists_x_InRelease".into(), b"signed".to_vec(), time)]
+        );
+        // A folder tampered with: nothing is kept, the refresh fetches with apt again.
+        let link = lists.join("host_dists_x_main_binary-amd64_Packages");
+        std::os::unix::fs::symlink("/etc/shadow", &link).unwrap();
+        assert_eq!(super::verified_lists(lists), None);
+        std::fs::remove_file(&link).unwrap();
+        nix::unistd::mkfifo(&link, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert_eq!(super::verified_lists(lists), None);
     }
-    Ok(())
 }
