@@ -306,3 +306,128 @@ fn a_helper_killed_between_two_writes_puts_the_first_back_before_it_answers_agai
         .exists());
     assert!(helper.log().contains("restored after an interrupted step"));
 }
+
+/// A package and a group member another process adds while the step runs (an apt hook of the
+/// bench's: before the step's own `apt-get update`, `dpkg -i` of a tiny package and `gpasswd -a`
+/// of the other test user to the docker group) are not the step's: its receipt records what its
+/// own transactions' records name and the member it added, so an undo never takes them away.
+#[test]
+fn a_setup_records_what_its_own_transactions_and_commands_changed_not_what_ran_meanwhile() {
+    let _serial = serial();
+    let env = bench::require(&[Service::AptRepo, Service::TestUser]);
+    let helper = InstalledHelper::install("bus-install-own", "");
+    let (user, other) = (helper.user().clone(), helper.other().clone());
+    let _host = HostGuard::new(&user.name);
+    let _rule =
+        bench::install_polkit_rule("helper-bus-install-own", &allow_test_user_rule(&user.name));
+    let (key, recipe, digest) = signed_test_recipe(&env);
+    helper.trust(&key, "bus-install-own");
+    let _bystander = Bystander::arm(&other.name);
+
+    let step = mint(
+        &parameters(&user.name, &COMPONENTS),
+        Some(recipe),
+        &digest,
+        0,
+    );
+    let result = helper.start(&to_bytes(&step), &["--wait"]);
+    assert!(result.ok, "Start was refused: {}", result.json);
+    let receipt = result.receipt();
+    actions_of(&receipt);
+    // It did happen meanwhile: the machine has both.
+    assert!(
+        installed_version(BYSTANDER).is_some(),
+        "the hook did not run"
+    );
+    assert!(groups_of(&other.name).iter().any(|g| g == "docker"));
+
+    let changes = &receipt["changes"];
+    let names = |kind: &str| -> Vec<String> {
+        let list = changes[kind].as_array().cloned().unwrap_or_default();
+        list.iter()
+            .map(|c| c["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let packages = names("packages");
+    for p in PACKAGES {
+        assert!(
+            packages
+                .iter()
+                .any(|n| n == p || n.starts_with(&format!("{p}:"))),
+            "{p} not recorded: {changes}"
+        );
+    }
+    assert!(
+        !packages.iter().any(|n| n.starts_with(BYSTANDER)),
+        "another's package recorded: {changes}"
+    );
+    let groups = changes["groups"].as_array().cloned().unwrap_or_default();
+    let docker = groups
+        .iter()
+        .find(|g| g["name"] == "docker")
+        .expect("docker group change");
+    let after = docker["after"].as_array().unwrap();
+    assert!(after.contains(&json!(user.name)), "{docker}");
+    assert!(
+        !after.contains(&json!(other.name)),
+        "another's member recorded: {docker}"
+    );
+}
+
+const BYSTANDER: &str = "ek-bystander";
+
+/// An apt hook that installs `BYSTANDER` and adds a user to the docker group before any
+/// `apt-get update`, as another administrator's work would; taken away with what it did.
+struct Bystander {
+    dir: tempfile::TempDir,
+    other: String,
+}
+
+const BYSTANDER_HOOK: &str = "/etc/apt/apt.conf.d/99enginekit-test-bystander";
+
+impl Bystander {
+    fn arm(other: &str) -> Bystander {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("pkg");
+        std::fs::create_dir_all(root.join("DEBIAN")).unwrap();
+        std::fs::write(
+            root.join("DEBIAN/control"),
+            format!("Package: {BYSTANDER}\nVersion: 1.0\nArchitecture: all\nMaintainer: bench <bench@localhost>\nDescription: a package another administrator installs\n"),
+        )
+        .unwrap();
+        let deb = dir.path().join("bystander.deb");
+        let built = std::process::Command::new("dpkg-deb")
+            .args(["--build", "--root-owner-group"])
+            .arg(&root)
+            .arg(&deb)
+            .output()
+            .unwrap();
+        assert!(
+            built.status.success(),
+            "{}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        let hook = format!(
+            "APT::Update::Pre-Invoke {{ \"dpkg -i {} >/dev/null 2>&1; gpasswd -a {other} docker >/dev/null 2>&1; true\"; }};\n",
+            deb.display()
+        );
+        std::fs::write(BYSTANDER_HOOK, hook).unwrap();
+        Bystander {
+            dir,
+            other: other.to_owned(),
+        }
+    }
+}
+
+impl Drop for Bystander {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(BYSTANDER_HOOK);
+        let _ = std::process::Command::new("dpkg")
+            .args(["--purge", BYSTANDER])
+            .output();
+        let _ = std::process::Command::new("gpasswd")
+            .args(["-d", &self.other, "docker"])
+            .output();
+        let _ = &self.dir;
+    }
+}
