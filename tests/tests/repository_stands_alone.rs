@@ -55,30 +55,6 @@ const EXCEPTIONS: &[(&str, &str, Kept, &str)] = &[
         "an engine log the exit classifier's tests read line by line",
     ),
     (
-        "helper/src/exec/spawn.rs",
-        "/// Time limits per kind of command (",
-        Kept::Pending,
-        "helper/ is being reworked in another change",
-    ),
-    (
-        "helper/src/recipe/commands.rs",
-        "reference recipe's (",
-        Kept::Pending,
-        "helper/ is being reworked in another change",
-    ),
-    (
-        "helper/src/recipe/tests.rs",
-        "//! The built-in recipe against the reference's data (",
-        Kept::Pending,
-        "helper/ is being reworked in another change",
-    ),
-    (
-        "helper/src/recipe/tests.rs",
-        "The newest revision's CDI spec mode check and fix (",
-        Kept::Pending,
-        "helper/ is being reworked in another change",
-    ),
-    (
         "helper/src/recipe/actions.rs",
         "//! Each action of the vocabulary, check then act (",
         Kept::Pending,
@@ -93,24 +69,6 @@ const EXCEPTIONS: &[(&str, &str, Kept, &str)] = &[
     (
         "helper/src/recipe/actions.rs",
         "for a Podman before 5.1, which reads no CDI 0.7.0 (",
-        Kept::Pending,
-        "helper/ is being reworked in another change",
-    ),
-    (
-        "helper/src/recipe/allow.rs",
-        "//! The allowlist every command passes just before it is spawned (",
-        Kept::Pending,
-        "helper/ is being reworked in another change",
-    ),
-    (
-        "helper/src/recipe/allow.rs",
-        "reference's own shape rules (",
-        Kept::Pending,
-        "helper/ is being reworked in another change",
-    ),
-    (
-        "helper/src/recipe/files.rs",
-        "//! Root file I/O for keys and sources (",
         Kept::Pending,
         "helper/ is being reworked in another change",
     ),

@@ -20,7 +20,7 @@ pub(crate) const CAPTURED: usize = 16 * 1024;
 /// Bytes of a listing's stdout kept ([`Command::listing`]): its whole, up to this.
 pub(crate) const LISTED: usize = 4 * 1024 * 1024;
 
-/// Time limits per kind of command (REFERENCE.md §8.11).
+/// Time limits per kind of command: ordinary, long-running (package installs) and diagnostic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Timeouts {
     pub(crate) ordinary: Duration,

@@ -1,4 +1,4 @@
-//! The allowlist every command passes just before it is spawned (REFERENCE.md §8.10): exactly the
+//! The allowlist every command passes just before it is spawned: exactly the
 //! commands the running action may run, built from the verified plan's typed values by the
 //! builders the actions use, so that neither a builder bug nor an injected argument runs anything
 //! else, or another action's command; the forbidden words are a second lock on the same door.
@@ -33,7 +33,7 @@ pub(crate) const FORBIDDEN_WORDS: &[&str] = &[
 ];
 
 /// Whatever the plan says, a command with this first argument must carry this word: the
-/// reference's own shape rules (§8.10), kept as a second lock against a builder that lost one.
+/// reference's own argv shape rules, kept as a second lock against a builder that lost one.
 const REQUIRED: &[(Program, &str, &str)] = &[
     (Program::AptGet, "install", "--no-remove"),
     (Program::AptGet, "update", "Dir::Etc::sourceparts=-"),

@@ -1,5 +1,5 @@
 //! Every argv the recipe can run, built in code from typed values. The shapes are exactly the
-//! reference recipe's (REFERENCE.md §8.5); the recipe data only supplies package names, pins
+//! reference recipe's; the recipe data only supplies package names, pins
 //! and the vendors' source paths, all validated on parse. `super::allow` builds, with these
 //! same functions, the exact set a plan may run.
 

@@ -1,4 +1,4 @@
-//! Root file I/O for keys and sources (REFERENCE.md §8.11): never through a symlink, parents
+//! Root file I/O for keys and sources: never through a symlink, parents
 //! created 0755 and required to be ours and not group/world-writable, the content written by
 //! [`enginekit_shared::durable::write_atomic`] (exclusive `O_NOFOLLOW` temp file, `fchmod`,
 //! `fsync`, renamed over the target, the directory synced).

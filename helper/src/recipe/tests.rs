@@ -1,5 +1,5 @@
-//! The built-in recipe against the reference's data (REFERENCE.md §8.5, whose digests the
-//! shared crate reproduces), and the executor's file actions on a real filesystem.
+//! The built-in recipe against the reference's revision-2 recipe data (whose digests the shared
+//! crate reproduces), and the executor's file actions on a real filesystem.
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::MetadataExt;
@@ -141,7 +141,7 @@ fn reference_argv(family: &str) -> BTreeSet<Vec<String>> {
         commands::version_query(Family::Dnf, "nvidia-container-toolkit")
     };
     out.insert(version.unwrap().argv());
-    // The newest revision's CDI spec mode check and fix (§8.5, "Revisions") is `stat` then
+    // The reference's newest revision checks and fixes the CDI spec's mode with `stat` then
     // `chmod` there; here it is done in-process on the open file (files::make_readable), so
     // neither command is run.
     out
