@@ -25,52 +25,22 @@ const NOTES: [&str; 7] = [
 /// Documents a section sign may number, when the same line names them.
 const NAMED_STANDARDS: [&str; 2] = ["RFC ", "ECMA-"];
 
-/// Why a line may keep its pointer.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kept {
-    /// For good: the bytes are data a test reads.
-    Data,
-    /// Until a change in progress elsewhere rewrites it; fine once it is gone.
-    Pending,
-}
-
-/// Lines left as they are: (path, a piece of the line, kind, why).
-const EXCEPTIONS: &[(&str, &str, Kept, &str)] = &[
+/// Lines left as they are, data a test reads: (path, a piece of the line, why).
+const EXCEPTIONS: &[(&str, &str, &str)] = &[
     (
         "broker/tests/fixtures/engine_logs/trtllm-oom.log",
         "# Marker strings from",
-        Kept::Data,
         "an engine log the exit classifier's tests read line by line",
     ),
     (
         "broker/tests/fixtures/engine_logs/trtllm-unknown-architecture.log",
         "# follows on purpose: the architecture rule is decisive",
-        Kept::Data,
         "an engine log the exit classifier's tests read line by line",
     ),
     (
         "broker/tests/fixtures/engine_logs/trtllm-unknown-architecture.log",
         "# Message format from",
-        Kept::Data,
         "an engine log the exit classifier's tests read line by line",
-    ),
-    (
-        "helper/src/recipe/actions.rs",
-        "//! Each action of the vocabulary, check then act (",
-        Kept::Pending,
-        "helper/ is being reworked in another change",
-    ),
-    (
-        "helper/src/recipe/actions.rs",
-        "// Stricter than the reference (",
-        Kept::Pending,
-        "helper/ is being reworked in another change",
-    ),
-    (
-        "helper/src/recipe/actions.rs",
-        "for a Podman before 5.1, which reads no CDI 0.7.0 (",
-        Kept::Pending,
-        "helper/ is being reworked in another change",
     ),
 ];
 
@@ -96,15 +66,15 @@ fn no_tracked_file_points_outside_the_repository() {
             };
             let exception = EXCEPTIONS
                 .iter()
-                .position(|(p, piece, _, _)| p == path && line.contains(piece));
+                .position(|(p, piece, _)| p == path && line.contains(piece));
             match exception {
                 Some(i) => used[i] = true,
                 None => found.push(format!("{path}:{}: {why}: {}", n + 1, line.trim())),
             }
         }
     }
-    for (i, (path, piece, kept, why)) in EXCEPTIONS.iter().enumerate() {
-        if !used[i] && *kept == Kept::Data {
+    for (i, (path, piece, why)) in EXCEPTIONS.iter().enumerate() {
+        if !used[i] {
             found.push(format!(
                 "{path}: the exception for {piece:?} ({why}) matches no line any more; remove it"
             ));

@@ -1,4 +1,4 @@
-//! Each action of the vocabulary, check then act (REFERENCE.md §8.9), so that a step re-run on
+//! Each action of the vocabulary, check then act, so that a step re-run on
 //! a half-done host finishes the job and a second run changes nothing.
 
 use enginekit_shared::recipe::openpgp;
@@ -44,7 +44,7 @@ pub(super) fn install_key(
 ) -> Done {
     let target = files::under_root(&r.ctx.file_root, path);
     if let Some((existing, _)) = files::read_state(&target)? {
-        // Stricter than the reference (§12.2): an existing key must be the pinned key.
+        // Stricter than the reference, which trusted any key file: it must be the pinned key.
         return match openpgp::fingerprints_of_file(&existing) {
             Ok(found) if found.iter().all(|f| pinned.contains(f)) => {
                 // Not the copy the repository check verified its lists with: apt fetches again.
@@ -112,7 +112,7 @@ pub(super) fn write_source(r: &mut Executor<'_>, path: &str, body: &str) -> Done
         }
     }
     if let Some((existing, _)) = files::read_state(&target)? {
-        // Stricter than the reference (§12.2): a differing source is reported, never trusted.
+        // Stricter than the reference, which kept any source file: a differing one is reported.
         if existing != body.as_bytes() {
             return fail(format!(
                 "{path} already exists and differs from the recipe's; it was left as it is"
@@ -417,8 +417,8 @@ pub(super) async fn configure_runtime(
     applied("registered the NVIDIA runtime and restarted Docker")
 }
 
-/// `no_gids`: for a Podman before 5.1, which reads no CDI 0.7.0 (RECIPES.md §11): the spec and
-/// the toolkit's refreshes without additional GIDs.
+/// `no_gids`: for a Podman before 5.1, which reads no CDI 0.7.0 (what the toolkit writes from
+/// 1.19.1): the spec and the toolkit's refreshes without additional GIDs.
 pub(super) async fn generate_cdi(r: &mut Executor<'_>, no_gids: bool) -> Done {
     async fn lists_gpu(r: &mut Executor<'_>) -> Result<bool, Failure> {
         let out = r.run(&cmd::cdi_list()?, false).await?;
