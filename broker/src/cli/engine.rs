@@ -33,7 +33,7 @@ pub struct StartArgs {
     /// The session name, also the served model name (default: from the folder's name).
     #[arg(long)]
     pub name: Option<String>,
-    /// Context length in tokens (256..=1048576, default 8192).
+    /// Context length in tokens (256..=1048576; default: for vLLM, the longest that fits the card when the model can be sized, else 8192).
     #[arg(long)]
     pub context: Option<u32>,
     /// The GPU (GPU-/MIG- UUID as `nvidia-smi -L` prints it; default: most free memory).
