@@ -33,7 +33,7 @@ pub const EXIT_FAILURE: u8 = 1;
 #[command(
     name = "enginekit",
     version,
-    about = "Get this Linux desktop ready to run a GPU inference engine in Docker"
+    about = "Get this Linux desktop ready to run a GPU inference engine in a container (Docker, or rootless Podman)"
 )]
 pub struct Cli {
     #[command(subcommand)]
