@@ -158,6 +158,48 @@ fn readers_of_a_resource_run_together_and_never_beside_its_writer() {
 }
 
 #[test]
+fn a_writer_waiting_for_readers_keeps_new_readers_off_but_a_job_waiting_for_a_holder_reserves_nothing(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut jobs = Vec::new();
+    for (name, uses, secs) in [
+        // A long reader; the writer waits for it; a later reader must not slip in before the writer.
+        ("long-reader", "host-packages:shared", "2"),
+        ("writer", "host-packages", "1"),
+        ("later-reader", "host-packages:shared", "0.5"),
+        // A compiler holds cpu; the unit tests wait for cpu (and read host-accounts); meanwhile
+        // the job that writes host-accounts runs, rather than waiting behind them.
+        ("compiler", "cpu", "2"),
+        ("unit-tests", "cpu,host-accounts:shared", "0.5"),
+        ("accounts-writer", "host-accounts", "0.5"),
+    ] {
+        let argv = timed(d, name, secs);
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        job(&mut jobs, name, "", uses, &argv);
+    }
+    let out = run_scheduler(d, &jobs, "6");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        interval(d, "later-reader").0 >= interval(d, "writer").1,
+        "a reader started before the waiting writer ran: {:?} {:?}",
+        interval(d, "later-reader"),
+        interval(d, "writer")
+    );
+    assert!(
+        interval(d, "accounts-writer").1 <= interval(d, "compiler").1,
+        "the accounts writer waited behind the unit tests' wait for cpu: {:?} {:?}",
+        interval(d, "accounts-writer"),
+        interval(d, "compiler")
+    );
+    assert!(!overlap(
+        interval(d, "accounts-writer"),
+        interval(d, "unit-tests")
+    ));
+}
+
+#[test]
 fn a_job_starts_after_the_jobs_it_names_and_not_at_all_after_a_required_one_failed() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
