@@ -125,7 +125,7 @@ impl<'a> Executor<'a> {
                 Some(at) => at
                     .and_then(|(_, at)| apt_history(Some(at)))
                     .map(|(text, _)| text),
-                None => Some(result.stdout.clone()),
+                None => Some(format!("{}\n{}", result.stdout, result.stderr)), // dnf's keys: stderr
             };
             let names = record.map(|r| changes::transaction_names(&result.argv, &r));
             self.own_packages = self.own_packages.take().zip(names).map(|(mut a, b)| {
