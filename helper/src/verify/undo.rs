@@ -223,7 +223,10 @@ mod tests {
         let step = UndoStep::issue(vec![reference(&text)], more).unwrap();
         let (name, message) = kind(check(step, 1000, &checks));
         assert_eq!(name, "ParametersInvalid");
-        assert!(message.contains("removes the package \"bash\""), "{message}");
+        assert!(
+            message.contains("removes the package \"bash\""),
+            "{message}"
+        );
     }
 
     #[test]
