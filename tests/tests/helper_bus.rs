@@ -1349,61 +1349,15 @@ fn keep_setup_of(
     files: &[(&str, &[u8])],
     groups: Vec<enginekit_shared::wire::changes::Change<Vec<String>>>,
 ) -> (String, String) {
-    use enginekit_shared::wire::changes::{Change, HostChanges};
-    use enginekit_shared::wire::receipt::{Outcome, Receipt, ReceiptId};
-    use std::os::unix::fs::PermissionsExt;
-    let nonce = enginekit_shared::nonce::Nonce::generate().unwrap();
-    let receipt = Receipt {
-        receipt_id: ReceiptId::generate().unwrap(),
-        step_id: enginekit_shared::wire::host_step::StepId::generate().unwrap(),
-        nonce: nonce.clone(),
-        expected_operation_revision: 1,
-        recipe_digest: builtin_digest(),
-        parameters_digest: Digest::of_bytes(b"p"),
-        started_at: enginekit_shared::wire::Timestamp::now(),
-        finished_at: enginekit_shared::wire::Timestamp::now(),
-        outcome: Outcome::Succeeded,
-        actions: Vec::new(),
-        error: None,
-        restored: Vec::new(),
-        changes: HostChanges {
-            files: files
-                .iter()
-                .map(|(path, content)| Change {
-                    name: (*path).into(),
-                    before: None,
-                    after: Some(Digest::of_bytes(content)),
-                })
-                .collect(),
-            groups,
-            ..HostChanges::default()
-        },
-    };
-    let text = String::from_utf8(receipt.to_bytes().unwrap()).unwrap();
-    let uid = helper.user().uid;
-    let name = format!("{uid}-{}", nonce.as_str());
-    for dir in ["", "receipts", "setups", "journals"] {
-        let dir = helper.state_dir.join(dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-    }
-    // The journal the setup kept of what it wrote: the files were not there before.
-    let journal = helper
-        .state_dir
-        .join("journals")
-        .join(format!("{name}.before.jsonl"));
-    let lines: String = files
+    let files: Vec<Wrote<'_>> = files
         .iter()
-        .map(|(path, _)| format!("{}\n", json!({"path": path, "before": null})))
+        .map(|(path, after)| Wrote {
+            path,
+            before: None,
+            after,
+        })
         .collect();
-    std::fs::write(&journal, lines).unwrap();
-    std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let record = json!({"uid": uid, "issued_at": issued_at, "receipt": text});
-    let at = helper.state_dir.join("receipts").join(&name);
-    std::fs::write(&at, record.to_string()).unwrap();
-    std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o600)).unwrap();
-    std::fs::hard_link(&at, helper.state_dir.join("setups").join(&name)).unwrap();
-    (text, nonce.as_str().to_owned())
+    keep_setup(helper, issued_at, &files, groups)
 }
 
 /// The undo step of the kept setup `receipt`: `UNDO_KEY` removed.

@@ -46,33 +46,11 @@ fn good_step(user: &str) -> Value {
 
 /// The client run as `user` with `args`, from any thread (`InstalledHelper` is not `Sync`).
 fn call(client: &Path, bus: &str, user: &TestUser, args: &[String]) -> CallResult {
-    let out = bench::run_as(user, client)
-        .args(args)
-        .env("DBUS_SYSTEM_BUS_ADDRESS", bus)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run the client: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let json = serde_json::from_str(stdout.trim()).unwrap_or_else(|_| {
-        panic!(
-            "client printed no JSON (status {}): {stdout} {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    CallResult {
-        ok: out.status.success(),
-        json,
-    }
+    call_client(client, bus, user, args)
 }
 
 fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|a| (*a).to_owned()).collect()
-}
-
-/// A directory as the helper's ledger must find it: root's, mode 0700.
-fn private_dir(path: &Path) {
-    std::fs::create_dir_all(path).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).unwrap();
 }
 
 /// The names in `dir` of the helper's state directory, sorted.
@@ -86,74 +64,6 @@ fn names_in(helper: &InstalledHelper, dir: &str) -> Vec<String> {
         .unwrap_or_default();
     names.sort();
     names
-}
-
-/// One file a kept setup wrote: its path, what it was before (content and mode, or absent) and
-/// what the setup left.
-struct Wrote<'a> {
-    path: &'a str,
-    before: Option<(&'a [u8], u32)>,
-    after: &'a [u8],
-}
-
-/// A setup of the test user kept in the helper's ledger as a job that wrote `files` leaves it
-/// (its receipt, the `setups` link, the journal of what each file was before): its receipt text
-/// and nonce. As helper_bus.rs's `keep_undo_setup`, for several files.
-fn keep_setup(helper: &InstalledHelper, files: &[Wrote<'_>]) -> (String, String) {
-    use enginekit_shared::wire::changes::{Change, HostChanges};
-    use enginekit_shared::wire::receipt::{Outcome, Receipt, ReceiptId};
-    let nonce = enginekit_shared::nonce::Nonce::generate().unwrap();
-    let changes = files
-        .iter()
-        .map(|f| Change {
-            name: f.path.into(),
-            before: f.before.map(|(b, _)| Digest::of_bytes(b)),
-            after: Some(Digest::of_bytes(f.after)),
-        })
-        .collect();
-    let receipt = Receipt {
-        receipt_id: ReceiptId::generate().unwrap(),
-        step_id: enginekit_shared::wire::host_step::StepId::generate().unwrap(),
-        nonce: nonce.clone(),
-        expected_operation_revision: 1,
-        recipe_digest: builtin_digest(),
-        parameters_digest: Digest::of_bytes(b"p"),
-        started_at: enginekit_shared::wire::Timestamp::now(),
-        finished_at: enginekit_shared::wire::Timestamp::now(),
-        outcome: Outcome::Succeeded,
-        actions: Vec::new(),
-        error: None,
-        restored: Vec::new(),
-        changes: HostChanges {
-            files: changes,
-            ..HostChanges::default()
-        },
-    };
-    let text = String::from_utf8(receipt.to_bytes().unwrap()).unwrap();
-    let uid = helper.user().uid;
-    let name = format!("{uid}-{}", nonce.as_str());
-    for dir in ["", "receipts", "setups", "journals"] {
-        private_dir(&helper.state_dir.join(dir));
-    }
-    let journal = helper
-        .state_dir
-        .join("journals")
-        .join(format!("{name}.before.jsonl"));
-    let lines: String = files
-        .iter()
-        .map(|f| {
-            let before = f.before.map(|(b, mode)| json!([b.to_vec(), mode]));
-            format!("{}\n", json!({"path": f.path, "before": before}))
-        })
-        .collect();
-    std::fs::write(&journal, lines).unwrap();
-    std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let record = json!({"uid": uid, "issued_at": 1, "receipt": text});
-    let at = helper.state_dir.join("receipts").join(&name);
-    std::fs::write(&at, record.to_string()).unwrap();
-    std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o600)).unwrap();
-    std::fs::hard_link(&at, helper.state_dir.join("setups").join(&name)).unwrap();
-    (text, nonce.as_str().to_owned())
 }
 
 /// The undo step of the kept setup `receipt` that puts `files` back, in this order.
@@ -290,7 +200,7 @@ fn calls_made_while_a_start_waits_for_polkit_change_nothing_of_its_job() {
         before: None,
         after: content,
     }];
-    let (setup_receipt, setup_nonce) = keep_setup(&helper, &kept);
+    let (setup_receipt, setup_nonce) = keep_setup(&helper, 1, &kept, Vec::new());
     let setup_name = format!("{}-{setup_nonce}", user.uid);
 
     let first = good_step(&user.name);
@@ -489,31 +399,12 @@ fn calls_made_while_a_start_waits_for_polkit_change_nothing_of_its_job() {
     theirs.assert_refused("NoReceipt", "MANAGED_OPERATION_NOT_FOUND");
 }
 
-/// The test user's kept setups, as `Setups()` lists them: the receipts' texts.
+/// `user`'s kept setups, as `Setups()` lists them, parsed.
 fn setups_of(helper: &InstalledHelper, user: &TestUser) -> Vec<Value> {
-    let out = bench::run_as(user, "dbus-send")
-        .env("DBUS_SYSTEM_BUS_ADDRESS", &helper.env.system_bus_address)
-        .args([
-            "--system",
-            "--print-reply=literal",
-            &format!("--dest={BUS_NAME}"),
-            "/org/enginekit/Helper1",
-            "org.enginekit.Helper1.Setups",
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "Setups(): {text} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // One receipt a line; the array's closing bracket may follow the last on its line.
-    text.lines()
-        .map(str::trim)
-        .filter(|l| l.starts_with('{'))
-        .map(|l| &l[..=l.rfind('}').unwrap()])
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+    let texts = helper.setups_of(user);
+    texts
+        .iter()
+        .map(|t| serde_json::from_str(t).unwrap())
         .collect()
 }
 
@@ -548,7 +439,7 @@ fn a_helper_killed_mid_undo_puts_the_files_back_at_its_next_start_and_keeps_the_
     ];
     host.write(added, kept[0].after, 0o644);
     host.write(replaced, kept[1].after, 0o644);
-    let (receipt, setup_nonce) = keep_setup(&helper, &kept);
+    let (receipt, setup_nonce) = keep_setup(&helper, 1, &kept, Vec::new());
     let listed = setups_of(&helper, &user);
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0]["nonce"], json!(setup_nonce));

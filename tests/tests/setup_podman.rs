@@ -554,6 +554,24 @@ fn on_rootless_podman_a_refused_step_changes_nothing_and_a_killed_setup_resumes_
 }
 
 /// Removes a file on drop (a spec the test or the helper wrote).
+/// The STAND-IN toolkit at 1.19.1 (the 1.18.1 stand-in's nvidia-ctk, saying 1.19.1), and the
+/// STAND-IN nvidia-smi on the system PATH that the helper's nvidia-ctk asks, removed on drop.
+fn toolkit_1_19_1(host: &SimulatedGpuHost) -> FileRemovedOnDrop {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/standins/nvidia-ctk");
+    let text = std::fs::read_to_string(&source).expect("stand-in nvidia-ctk");
+    std::fs::write("/usr/bin/nvidia-ctk", text.replace("@VERSION@", "1.19.1")).expect("write");
+    let smi = PathBuf::from("/usr/bin/nvidia-smi");
+    assert!(!smi.exists(), "the bench host has no nvidia-smi of its own");
+    let guard = FileRemovedOnDrop(smi.clone());
+    let wrapper = format!(
+        "#!/bin/sh\n# STAND-IN (enginekit test bench)\nexec {}/nvidia-smi \"$@\"\n",
+        host.env.standins_dir.display()
+    );
+    std::fs::write(&smi, wrapper).expect("nvidia-smi");
+    std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    guard
+}
+
 struct FileRemovedOnDrop(PathBuf);
 
 impl Drop for FileRemovedOnDrop {
@@ -576,20 +594,7 @@ fn a_cdi_0_7_spec_that_podman_4_cannot_read_is_generated_again_without_additiona
     let PodmanBench {
         helper, user, host, ..
     } = &bench;
-    // The STAND-IN toolkit at 1.19.1: the 1.18.1 stand-in's nvidia-ctk, saying 1.19.1.
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/standins/nvidia-ctk");
-    let text = std::fs::read_to_string(&source).expect("stand-in nvidia-ctk");
-    std::fs::write("/usr/bin/nvidia-ctk", text.replace("@VERSION@", "1.19.1")).expect("write");
-    // The helper's nvidia-ctk asks nvidia-smi on the system PATH: the STAND-IN, for this test.
-    let smi = PathBuf::from("/usr/bin/nvidia-smi");
-    assert!(!smi.exists(), "the bench host has no nvidia-smi of its own");
-    let _smi = FileRemovedOnDrop(smi.clone());
-    let wrapper = format!(
-        "#!/bin/sh\n# STAND-IN (enginekit test bench)\nexec {}/nvidia-smi \"$@\"\n",
-        host.env.standins_dir.display()
-    );
-    std::fs::write(&smi, wrapper).expect("nvidia-smi");
-    std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let _smi = toolkit_1_19_1(host);
     let spec = PathBuf::from("/var/run/cdi/nvidia.yaml");
     let _spec = FileRemovedOnDrop(spec.clone());
     // The STAND-IN this test just wrote (check-programs: not a program of the machine).
@@ -765,18 +770,7 @@ fn undoing_a_podman_setup_puts_the_sub_id_files_and_the_cdi_drop_in_back_byte_fo
     let _rule = bench::install_polkit_rule("podman-undo", &rule);
     let _subids = SubIdsTakenAway::from(&user.user.name);
     // The toolkit at 1.19.1 and the only NVIDIA spec a CDI 0.7.0 one, as the CDI test above.
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/standins/nvidia-ctk");
-    let text = std::fs::read_to_string(&source).expect("stand-in nvidia-ctk");
-    std::fs::write("/usr/bin/nvidia-ctk", text.replace("@VERSION@", "1.19.1")).expect("write");
-    let smi = PathBuf::from("/usr/bin/nvidia-smi");
-    assert!(!smi.exists(), "the bench host has no nvidia-smi of its own");
-    let _smi = FileRemovedOnDrop(smi.clone());
-    let wrapper = format!(
-        "#!/bin/sh\n# STAND-IN (enginekit test bench)\nexec {}/nvidia-smi \"$@\"\n",
-        host.env.standins_dir.display()
-    );
-    std::fs::write(&smi, wrapper).expect("nvidia-smi");
-    std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let _smi = toolkit_1_19_1(host);
     let spec = "/var/run/cdi/nvidia.yaml";
     let _spec = FileRemovedOnDrop(PathBuf::from(spec));
     // The STAND-IN this test just wrote (check-programs: not a program of the machine).

@@ -342,23 +342,8 @@ impl InstalledHelper {
 
     /// Runs the client as `user` with `args`.
     pub fn call_as(&self, user: &TestUser, args: &[&str]) -> CallResult {
-        let out = bench::run_as(user, &self.client_bin)
-            .args(args)
-            .env("DBUS_SYSTEM_BUS_ADDRESS", &self.env.system_bus_address)
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run the client: {e}"));
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let json = serde_json::from_str(stdout.trim()).unwrap_or_else(|_| {
-            panic!(
-                "client printed no JSON (status {}): {stdout} {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-        CallResult {
-            ok: out.status.success(),
-            json,
-        }
+        let bus = &self.env.system_bus_address;
+        call_client(&self.client_bin, bus, user, args)
     }
 
     /// `Start` as the test user with the step in `bytes`; `flags` like `--wait`.
@@ -507,4 +492,108 @@ pub fn allow_test_user_rule(user: &str) -> String {
          \x20   if (action.id == \"{ACTION_ID}\" && subject.user == \"{user}\") return polkit.Result.YES;\n\
          }});"
     )
+}
+
+/// One file a kept setup wrote: its path, what it was before (content and mode, or absent) and
+/// what the setup left.
+pub struct Wrote<'a> {
+    pub path: &'a str,
+    pub before: Option<(&'a [u8], u32)>,
+    pub after: &'a [u8],
+}
+
+/// A setup of the test user kept in the helper's ledger, issued at `issued_at` (seconds since
+/// the epoch; an old one's `receipts/` copy is pruned, its `setups/` link stays), as a job that
+/// wrote `files` and changed `groups` leaves it: its receipt, the `setups` link and the journal
+/// of what each file was before. Its receipt text and nonce.
+pub fn keep_setup(
+    helper: &InstalledHelper,
+    issued_at: u64,
+    files: &[Wrote<'_>],
+    groups: Vec<enginekit_shared::wire::changes::Change<Vec<String>>>,
+) -> (String, String) {
+    use enginekit_shared::wire::changes::{Change, HostChanges};
+    use enginekit_shared::wire::receipt::{Outcome, Receipt, ReceiptId};
+    let nonce = enginekit_shared::nonce::Nonce::generate().unwrap();
+    let changes = files
+        .iter()
+        .map(|f| Change {
+            name: f.path.into(),
+            before: f.before.map(|(b, _)| Digest::of_bytes(b)),
+            after: Some(Digest::of_bytes(f.after)),
+        })
+        .collect();
+    let receipt = Receipt {
+        receipt_id: ReceiptId::generate().unwrap(),
+        step_id: enginekit_shared::wire::host_step::StepId::generate().unwrap(),
+        nonce: nonce.clone(),
+        expected_operation_revision: 1,
+        recipe_digest: builtin_digest(),
+        parameters_digest: Digest::of_bytes(b"p"),
+        started_at: enginekit_shared::wire::Timestamp::now(),
+        finished_at: enginekit_shared::wire::Timestamp::now(),
+        outcome: Outcome::Succeeded,
+        actions: Vec::new(),
+        error: None,
+        restored: Vec::new(),
+        changes: HostChanges {
+            files: changes,
+            groups,
+            ..HostChanges::default()
+        },
+    };
+    let text = String::from_utf8(receipt.to_bytes().unwrap()).unwrap();
+    let uid = helper.user().uid;
+    let name = format!("{uid}-{}", nonce.as_str());
+    for dir in ["", "receipts", "setups", "journals"] {
+        let dir = helper.state_dir.join(dir);
+        fs::create_dir_all(&dir).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let journal = helper
+        .state_dir
+        .join("journals")
+        .join(format!("{name}.before.jsonl"));
+    let lines: String = files
+        .iter()
+        .map(|f| {
+            let before = f.before.map(|(b, mode)| json!([b.to_vec(), mode]));
+            format!("{}\n", json!({"path": f.path, "before": before}))
+        })
+        .collect();
+    fs::write(&journal, lines).unwrap();
+    fs::set_permissions(&journal, fs::Permissions::from_mode(0o600)).unwrap();
+    let record = json!({"uid": uid, "issued_at": issued_at, "receipt": text});
+    let at = helper.state_dir.join("receipts").join(&name);
+    fs::write(&at, record.to_string()).unwrap();
+    fs::set_permissions(&at, fs::Permissions::from_mode(0o600)).unwrap();
+    fs::hard_link(&at, helper.state_dir.join("setups").join(&name)).unwrap();
+    (text, nonce.as_str().to_owned())
+}
+
+/// The client at `client` run as `user` with `args` on the system bus at `bus`: usable from any
+/// thread (`InstalledHelper` is not `Sync`).
+pub fn call_client<S: AsRef<std::ffi::OsStr>>(
+    client: &Path,
+    bus: &str,
+    user: &TestUser,
+    args: &[S],
+) -> CallResult {
+    let out = bench::run_as(user, client)
+        .args(args)
+        .env("DBUS_SYSTEM_BUS_ADDRESS", bus)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run the client: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let json = serde_json::from_str(stdout.trim()).unwrap_or_else(|_| {
+        panic!(
+            "client printed no JSON (status {}): {stdout} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    CallResult {
+        ok: out.status.success(),
+        json,
+    }
 }
