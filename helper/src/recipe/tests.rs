@@ -12,8 +12,7 @@ use serde_json::{json, Value};
 
 use super::*;
 
-const REFERENCE: &str =
-    include_str!("../../../shared/src/recipe/testdata/reference-recipe-rev2.json");
+const REFERENCE: &str = enginekit_shared::recipe::REFERENCE_REV2_JSON;
 
 /// The host shapes the brief names, and two aarch64 ones.
 const HOSTS: &[(&str, &str, &str, &str)] = &[

@@ -191,5 +191,10 @@ pub fn builtin() -> Result<&'static Recipe, RecipeError> {
         .map_err(Clone::clone)
 }
 
+/// The reference recipe's revision-2 data, whose digests this crate reproduces: the tests of
+/// both crates read it.
+#[cfg(any(test, feature = "testdata"))]
+pub const REFERENCE_REV2_JSON: &str = include_str!("testdata/reference-recipe-rev2.json");
+
 #[cfg(test)]
 mod tests;

@@ -9,7 +9,7 @@ use crate::safe::UserName;
 const BUILTIN_DIGEST: &str =
     "sha256:5d183eb03524e915080859beee23cd916b559f5686e0387e1b8d8f397ce5149e";
 
-const REFERENCE_REV2: &str = include_str!("testdata/reference-recipe-rev2.json");
+const REFERENCE_REV2: &str = super::REFERENCE_REV2_JSON;
 
 fn all_components() -> Vec<Component> {
     vec![
