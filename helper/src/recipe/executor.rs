@@ -117,14 +117,17 @@ impl<'a> Executor<'a> {
             false => None,
         };
         let started = Instant::now();
-        let history = (is_pm && cmd.program == Program::AptGet).then(|| apt_history(None));
+        // Where apt's history log ends before this apt-get: its own record is what it appends.
+        let history = (is_pm && cmd.program == Program::AptGet).then(|| {
+            std::fs::metadata(changes::APT_HISTORY)
+                .map(|m| m.len())
+                .ok()
+        });
         let result = spawn::run(cmd, &self.env, &self.ctx.timeouts).await;
         if is_pm {
             // The transaction's own record: what apt appended to its history, dnf's report.
             let record = match history {
-                Some(at) => at
-                    .and_then(|(_, at)| apt_history(Some(at)))
-                    .map(|(text, _)| text),
+                Some(at) => at.and_then(apt_history_from),
                 None => Some(format!("{}\n{}", result.stdout, result.stderr)), // dnf's keys: stderr
             };
             let names = record.map(|r| changes::transaction_names(&result.argv, &r));
@@ -156,8 +159,10 @@ impl<'a> Executor<'a> {
 
     pub(crate) async fn must(&mut self, cmd: &Command, mutating: bool) -> Ran {
         let r = self.run(cmd, mutating).await?;
-        let why = Failure(r.describe());
-        r.success().then_some(r).ok_or(why)
+        match r.success() {
+            true => Ok(r),
+            false => Err(Failure(r.describe())),
+        }
     }
 
     /// Appends text to the last command's stderr tail, keeping its end.
@@ -169,18 +174,18 @@ impl<'a> Executor<'a> {
     }
 }
 
-/// apt's history log from `at` on (from its start when it was rotated since), and its length.
-fn apt_history(at: Option<u64>) -> Option<(String, u64)> {
+/// apt's history log from byte `at` on (from its start when it was rotated since).
+fn apt_history_from(at: u64) -> Option<String> {
     use std::io::{Read, Seek};
     let mut file = std::fs::File::open(changes::APT_HISTORY).ok()?;
-    let len = file.metadata().ok()?.len();
-    let from = at.filter(|at| *at <= len).unwrap_or(0);
-    file.seek(std::io::SeekFrom::Start(from)).ok()?;
+    let from = Some(at).filter(|at| *at <= file.metadata().map_or(0, |m| m.len()));
+    file.seek(std::io::SeekFrom::Start(from.unwrap_or(0)))
+        .ok()?;
     let mut text = String::new();
     file.take(spawn::LISTED as u64)
         .read_to_string(&mut text)
         .ok()?;
-    Some((text, len))
+    Some(text)
 }
 
 #[cfg(test)]
