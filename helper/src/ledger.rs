@@ -171,7 +171,7 @@ impl Ledger {
         let to = self.path_in("setups", nonce, uid)?;
         match fs::hard_link(&from, &to) {
             Err(e) if e.kind() != ErrorKind::AlreadyExists => Err(io_error(&to)(e)),
-            _ => self.sync_setups().and_then(|()| self.fold_excess(uid)),
+            _ => self.sync_setups().and_then(|()| self.folded(uid).map(drop)),
         }
     }
 
@@ -206,22 +206,22 @@ impl Ledger {
         }
     }
 
-    /// Folds `uid`'s two oldest setups into one ([`undo::fold`], their journals with them) while
-    /// there are more than [`SETUPS_PER_UID`]: no count of setups locks a user out. (A crash
-    /// between the steps leaves the newer one twice, which composes to the same.)
-    fn fold_excess(&self, uid: u32) -> Result<(), LedgerError> {
+    /// `uid`'s kept setups ([`Self::setup_records`]), the two oldest folded into one
+    /// ([`undo::fold`], their journals with them) while there are more than [`SETUPS_PER_UID`]:
+    /// no count of setups locks a user out. (A crash between the steps leaves the newer one
+    /// twice, which composes to the same.)
+    fn folded(&self, uid: u32) -> Result<Vec<(u64, PathBuf, ReceiptRecord)>, LedgerError> {
         let journal = |p: &Path| {
             self.journal_dir()
                 .join(format!("{}.before.jsonl", name_of(p)))
         };
         loop {
             let mine = self.setup_records(uid)?;
-            let [(_, older, _), (_, newer, record), ..] = &mine[..] else {
-                return Ok(());
+            let ([(_, older, _), (_, newer, record), ..], true) =
+                (&mine[..], mine.len() > SETUPS_PER_UID)
+            else {
+                return Ok(mine);
             };
-            if mine.len() <= SETUPS_PER_UID {
-                return Ok(());
-            }
             journal::fold_into(&journal(older), &journal(newer)).map_err(io_error(newer))?;
             let newer_receipt = Receipt::parse(record.receipt.as_bytes());
             let newer_changes = newer_receipt.map_err(|e| damaged(newer, e))?.changes;
@@ -258,8 +258,7 @@ impl Ledger {
     /// The receipts of `uid`'s kept setups, oldest first, folded to at most [`SETUPS_PER_UID`]
     /// (a ledger of an older helper may hold more).
     pub(crate) fn setups(&self, uid: u32) -> Result<Vec<String>, LedgerError> {
-        self.fold_excess(uid)?;
-        let found = self.setup_records(uid)?.into_iter();
+        let found = self.folded(uid)?.into_iter();
         Ok(found.map(|(_, _, record)| record.receipt).collect())
     }
 
