@@ -201,7 +201,7 @@ impl Receipt {
         }
         let value = canonical::parse_strict(bytes).map_err(ReceiptError::Malformed)?;
         let receipt: Receipt = serde_json::from_value(value)
-            .map_err(|e| ReceiptError::Shape(e.to_string().chars().take(200).collect()))?;
+            .map_err(|e| ReceiptError::Shape(crate::logfield::clean(&e.to_string(), 200)))?;
         receipt.check()?;
         Ok(receipt)
     }
