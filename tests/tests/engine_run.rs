@@ -164,33 +164,9 @@ impl EngineHost {
     /// `standins/gpus/<fixture>` (the probe runs it with a cleared environment, so the fixture
     /// is chosen by a wrapper, not by `EK_STANDIN_GPUS` in the broker's environment).
     fn use_gpu_fixture(&mut self, fixture: &str) {
-        let standins = self.host.env.standins_dir.clone();
+        let standins = &self.host.env.standins_dir;
         let dir = self.host.home.path().join(format!("standins-{fixture}"));
-        std::fs::create_dir_all(&dir).expect("stand-in folder");
-        for entry in std::fs::read_dir(&standins).expect("stand-ins").flatten() {
-            let name = entry.file_name();
-            if name != "nvidia-smi" {
-                std::os::unix::fs::symlink(entry.path(), dir.join(&name)).expect("symlink");
-            }
-        }
-        let csv = standins.join("gpus").join(fixture);
-        assert!(csv.is_file(), "{}", csv.display());
-        let wrapper = dir.join("nvidia-smi");
-        std::fs::write(
-            &wrapper,
-            format!(
-                "#!/bin/sh\nEK_STANDIN_GPUS='{}' exec '{}' \"$@\"\n",
-                csv.display(),
-                standins.join("nvidia-smi").display()
-            ),
-        )
-        .expect("nvidia-smi wrapper");
-        std::fs::set_permissions(
-            &wrapper,
-            std::os::unix::fs::PermissionsExt::from_mode(0o755),
-        )
-        .expect("chmod wrapper");
-        self.standin_dir = Some(dir);
+        self.standin_dir = Some(standins_with_gpu_fixture(standins, &dir, fixture));
     }
 
     fn run(&self, args: &[&str]) -> Output {

@@ -142,6 +142,7 @@ impl SimulatedGpuHost {
         .expect("chmod home");
         let cdi_dir = Path::new("/var/run/cdi");
         std::fs::create_dir_all(cdi_dir).expect("mkdir /var/run/cdi");
+        remove_specs_of_dead_tests(cdi_dir);
         let cdi_spec = cdi_dir.join(format!("{}.yaml", bench::unique_name("ekt-setup")));
         let out = Command::new(env.standins_dir.join("nvidia-ctk"))
             .args([
@@ -281,6 +282,61 @@ impl SimulatedGpuHost {
         std::fs::read_to_string(path)
             .ok()
             .map(|t| serde_json::from_str(&t).expect("installation json"))
+    }
+}
+
+/// A folder `dir` of the bench's STAND-IN vendor binaries whose nvidia-smi answers from
+/// `standins/gpus/<fixture>`: the broker's probe runs nvidia-smi with a cleared environment, so
+/// the fixture is chosen by a wrapper, not by `EK_STANDIN_GPUS` in the broker's environment.
+/// For `ENGINEKIT_TEST_STANDIN_DIR`.
+pub fn standins_with_gpu_fixture(standins: &Path, dir: &Path, fixture: &str) -> PathBuf {
+    std::fs::create_dir_all(dir).expect("stand-in folder");
+    for entry in std::fs::read_dir(standins).expect("stand-ins").flatten() {
+        let name = entry.file_name();
+        if name != "nvidia-smi" {
+            std::os::unix::fs::symlink(entry.path(), dir.join(&name)).expect("symlink");
+        }
+    }
+    let csv = standins.join("gpus").join(fixture);
+    assert!(csv.is_file(), "{}", csv.display());
+    let wrapper = dir.join("nvidia-smi");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nEK_STANDIN_GPUS='{}' exec '{}' \"$@\"\n",
+            csv.display(),
+            standins.join("nvidia-smi").display()
+        ),
+    )
+    .expect("nvidia-smi wrapper");
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod wrapper");
+    dir.to_path_buf()
+}
+
+/// Specs this harness wrote for test processes that are gone (killed before their drop ran).
+/// Two specs in one folder that name the same device make it unresolvable for Podman and Docker
+/// alike (the CDI registry drops conflicting devices), so one left behind breaks every later
+/// GPU check through CDI on the machine. The name carries the writer's pid ([`bench::unique_name`]).
+fn remove_specs_of_dead_tests(cdi_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(cdi_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("ekt-setup-")
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|hex| u32::from_str_radix(hex, 16).ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_file(entry.path());
+        }
     }
 }
 
