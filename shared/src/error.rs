@@ -97,6 +97,13 @@ error_codes! {
     ModelDigestMismatch => "MODEL_DIGEST_MISMATCH",
     /// The model's weights and KV cache fit no card's free memory, alone or together.
     ModelDoesNotFit => "MODEL_DOES_NOT_FIT",
+    /// The NVIDIA CDI specification was generated for another driver than the loaded one (or
+    /// for other cards): a container given the GPU through it would fail; it must be generated
+    /// again.
+    CdiSpecStale => "GPU_CDI_SPEC_STALE",
+    /// The GPU was taken away from a running engine (its device access dropped by a daemon
+    /// reload, the driver reloaded, the card lost).
+    GpuLost => "GPU_LOST",
 }
 
 impl fmt::Display for ErrorCode {

@@ -11,6 +11,10 @@
 //! - TensorRT-LLM: (1) `Unknown architecture for AutoModelForCausalLM` → incompatible (decisive:
 //!   the lookup happens before any allocation); (2) OOM markers, numbers from the last line
 //!   with both, else the last "tried", else the last "free"; (3) `unsupported quant mode`.
+//! - Both, first: the GPU taken away under the engine (NVML's `Unknown Error` after a
+//!   `systemctl daemon-reload` on the runtime-hook path, NVIDIA/nvidia-container-toolkit#48,
+//!   #1227; `GPU is lost`, Xid 79 `fallen off the bus`; CUDA finding no device it had) → GPU lost
+//!   (`GPU_LOST`), with the remedy: a memory or model error it caused is not the cause.
 //! - Otherwise: other (`MODEL_LOAD_FAILED`) with the exit code.
 
 use enginekit_shared::error::ErrorCode;
@@ -31,6 +35,7 @@ pub const EXCERPT_CHARS: usize = 500;
 pub enum Kind {
     OutOfMemory,
     UnsupportedModel,
+    GpuLost,
     Other,
 }
 
@@ -39,6 +44,7 @@ impl Kind {
         match self {
             Kind::OutOfMemory => ErrorCode::OutOfMemory,
             Kind::UnsupportedModel => ErrorCode::ModelIncompatible,
+            Kind::GpuLost => ErrorCode::GpuLost,
             Kind::Other => ErrorCode::ModelLoadFailed,
         }
     }
@@ -163,23 +169,24 @@ pub fn classify(
     } else {
         last_lines(tail, TAIL_LINES)
     };
-    let mut c = match engine {
-        KnownEngine::Vllm => vllm(lines),
-        KnownEngine::TensorrtLlm => trtllm(lines),
-    }
-    .unwrap_or_else(|| Classification {
-        kind: Kind::Other,
-        message: format!(
-            "{} exited unexpectedly with exit code {} before it became ready.",
-            program(engine),
-            exit_code.map_or("unknown".to_owned(), |c| c.to_string())
-        ),
-        exit_code: None,
-        requested_gib: None,
-        free_gib: None,
-        excerpt: Vec::new(),
-        tail: Vec::new(),
-    });
+    let mut c = gpu_lost(engine, lines)
+        .or_else(|| match engine {
+            KnownEngine::Vllm => vllm(lines),
+            KnownEngine::TensorrtLlm => trtllm(lines),
+        })
+        .unwrap_or_else(|| Classification {
+            kind: Kind::Other,
+            message: format!(
+                "{} exited unexpectedly with exit code {} before it became ready.",
+                program(engine),
+                exit_code.map_or("unknown".to_owned(), |c| c.to_string())
+            ),
+            exit_code: None,
+            requested_gib: None,
+            free_gib: None,
+            excerpt: Vec::new(),
+            tail: Vec::new(),
+        });
     c.exit_code = exit_code;
     c.tail = tail;
     c
@@ -329,6 +336,42 @@ fn vllm(lines: &[String]) -> Option<Classification> {
         ));
     }
     None
+}
+
+/// What the driver, NVML and CUDA print when the GPU is taken from a running process: the
+/// runtime-hook's device rules dropped by a daemon reload (NVML `Unknown Error`, CUDA `unknown
+/// error`), the card lost to the driver (`GPU is lost`, Xid 79), or the driver unloaded.
+const GPU_LOST: &[&str] = &[
+    "Failed to initialize NVML: Unknown Error",
+    "NVML_ERROR_GPU_IS_LOST",
+    "GPU is lost",
+    "fallen off the bus",
+    "CUDA error: unknown error",
+    "cudaErrorDevicesUnavailable",
+];
+
+/// The GPU taken away under the engine, whatever the engine: the cause behind the out-of-memory
+/// or CUDA errors that follow it, so it is looked for first.
+fn gpu_lost(engine: KnownEngine, lines: &[String]) -> Option<Classification> {
+    let matching: Vec<&String> = lines
+        .iter()
+        .filter(|l| GPU_LOST.iter().any(|m| l.contains(m)))
+        .collect();
+    if matching.is_empty() {
+        return None;
+    }
+    Some(Classification {
+        kind: Kind::GpuLost,
+        message: format!(
+            "The GPU was taken away from {}: the container lost its access to the card (after `systemctl daemon-reload` with the NVIDIA runtime hook, a driver update or reload, or the card failing). Start the model again; if it recurs after daemon reloads, give the GPU through CDI (`enginekit setup` generates the spec), and check `nvidia-smi` and the kernel log for Xid errors.",
+            program(engine)
+        ),
+        exit_code: None,
+        requested_gib: None,
+        free_gib: None,
+        excerpt: excerpt_of(matching.into_iter()),
+        tail: Vec::new(),
+    })
 }
 
 const TRTLLM_OOM: &[&str] = &[
@@ -592,5 +635,42 @@ mod tests {
         assert_eq!(size_at("1073741824 bytes"), Some(1.0));
         assert_eq!(size_at("x GiB"), None);
         assert_eq!(size_at("3 TB"), None);
+    }
+
+    #[test]
+    fn a_gpu_taken_away_is_its_own_kind_before_the_memory_errors_it_causes() {
+        let log = |lines: &[&str]| -> Vec<String> { lines.iter().map(|l| l.to_string()).collect() };
+        for (engine, marker) in [
+            (
+                KnownEngine::Vllm,
+                "Failed to initialize NVML: Unknown Error",
+            ),
+            (KnownEngine::Vllm, "RuntimeError: CUDA error: unknown error"),
+            (
+                KnownEngine::TensorrtLlm,
+                "pynvml.NVMLError_GpuIsLost: GPU is lost",
+            ),
+            (
+                KnownEngine::Vllm,
+                "NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.",
+            ),
+        ] {
+            let lines = log(&[
+                "INFO serving",
+                marker,
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+            ]);
+            let c = classify(engine, Some(1), &lines, &[]);
+            assert_eq!(c.kind, Kind::GpuLost, "{marker}");
+            assert_eq!(c.kind.code(), ErrorCode::GpuLost);
+            assert_eq!(c.excerpt, [marker.to_owned()]);
+            assert!(c.message.contains("taken away"), "{}", c.message);
+        }
+        // An out-of-memory alone stays one.
+        let lines = log(&["torch.OutOfMemoryError: CUDA out of memory."]);
+        assert_eq!(
+            classify(KnownEngine::Vllm, Some(1), &lines, &[]).kind,
+            Kind::OutOfMemory
+        );
     }
 }
