@@ -252,7 +252,8 @@ fn podman(view: &LinuxView, facts: &HostFacts) -> Vec<Finding> {
 }
 
 /// A CDI spec generated before a card was added, removed or swapped lists other devices than
-/// the driver does (NVIDIA/nvidia-container-toolkit#1611): it must be generated again.
+/// the driver does (NVIDIA/nvidia-container-toolkit#1611); one generated under another driver
+/// mounts its libraries (#450): either must be generated again.
 fn cdi_spec(facts: &HostFacts) -> Option<Finding> {
     match crate::assess::cdi::spec_state(facts) {
         CdiSpec::Absent => None,
@@ -275,10 +276,23 @@ fn cdi_spec(facts: &HostFacts) -> Option<Finding> {
                     format!("; not listed: {}", missing.join(", "))
                 }
             ),
-            "sudo nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml (and enable nvidia-cdi-refresh.path where the toolkit ships it, so it stays current)",
+            REGENERATE_CDI,
+        )),
+        CdiSpec::ForOtherDriver { spec, loaded } => Some(Finding::problem(
+            "cdi-spec-driver",
+            Severity::Error,
+            format!(
+                "The NVIDIA CDI specification was generated for driver {}, but driver {loaded} is loaded: it mounts libraries the update removed, so a container given the GPU through it fails (cannot stat …so.{}).",
+                spec.join(" and "),
+                spec.first().map_or("", String::as_str),
+            ),
+            REGENERATE_CDI,
         )),
     }
 }
+
+/// The one command that makes the spec again, for the loaded driver and the cards it sees.
+const REGENERATE_CDI: &str = "sudo nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml (and enable nvidia-cdi-refresh.path where the toolkit ships it, so it stays current)";
 
 /// The toolkit's version, judged by the plan's own rule ([`LinuxView::toolkit_outdated`]).
 fn toolkit(view: &LinuxView) -> Option<Finding> {
@@ -367,6 +381,66 @@ mod tests {
         facts["nvidia"]["toolkit_installed"] =
             json!({"state": "known", "value": package.is_some()});
         serde_json::from_value(facts).unwrap()
+    }
+
+    /// A spec generated under the driver before the update (the ready host runs 590.44.01):
+    /// the doctor names both versions and the remedy, and the plan generates it again, the CDI
+    /// step alone, saying why. The same spec for the loaded driver is current.
+    #[test]
+    fn a_spec_made_for_the_driver_before_an_update_is_named_by_the_doctor_and_the_plan_remakes_it()
+    {
+        let with_spec_for = |driver: &str| -> HostFacts {
+            let mut facts: Value = serde_json::from_str(READY).unwrap();
+            facts["nvidia"]["cdi_driver_versions"] = json!([driver]);
+            serde_json::from_value(facts).unwrap()
+        };
+        let plan = |facts: HostFacts| {
+            plan_for(
+                KnownEngine::Vllm,
+                Runtime::Docker,
+                facts,
+                &DocumentSources::embedded_only(),
+            )
+            .unwrap()
+            .plan
+        };
+
+        let current = with_spec_for("590.44.01");
+        let findings = diagnose(&current, &[]);
+        assert!(
+            findings
+                .iter()
+                .all(|f| f.code != "cdi-spec-driver" && f.severity != Severity::Error),
+            "{findings:?}"
+        );
+        assert!(plan(current).system_changes.is_empty());
+
+        let stale = with_spec_for("580.95.05");
+        let findings = diagnose(&stale, &[]);
+        let finding = findings
+            .iter()
+            .find(|f| f.code == "cdi-spec-driver")
+            .expect("a cdi-spec-driver finding");
+        assert_eq!(finding.severity, Severity::Error);
+        assert!(
+            finding.message.contains("580.95.05") && finding.message.contains("590.44.01"),
+            "{}",
+            finding.message
+        );
+        assert!(
+            finding.remedy.contains("nvidia-ctk cdi generate"),
+            "{}",
+            finding.remedy
+        );
+        let changes = plan(stale).system_changes;
+        let codes: Vec<&str> = changes.iter().map(|c| c.code.as_str()).collect();
+        assert_eq!(codes, ["generate-cdi-spec"], "{changes:?}");
+        assert!(
+            changes[0].text.contains("driver 580.95.05")
+                && changes[0].text.contains("driver 590.44.01"),
+            "{}",
+            changes[0].text
+        );
     }
 
     /// The plan and the doctor must flag the same toolkits: one fact (the CLI's version), one

@@ -207,6 +207,32 @@ impl AsUser {
         cmd
     }
 
+    /// `enginekit start` of `model` as `qwen`, its JSON events on a pipe.
+    fn start_model(
+        &self,
+        host: &SimulatedGpuHost,
+        env: &[&str],
+        model: &str,
+    ) -> std::process::Child {
+        let start = [
+            "start",
+            "--engine",
+            "vllm",
+            "--model",
+            model,
+            "--name",
+            "qwen",
+            "--context",
+            "4096",
+            "--json",
+        ];
+        self.command_env(host, env, &bench::bin("enginekit"), &start)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("enginekit start")
+    }
+
     fn enginekit(&self, host: &SimulatedGpuHost, args: &[&str]) -> Output {
         let bin = bench::bin("enginekit");
         self.command(host, &bin, args).output().expect("enginekit")
@@ -244,6 +270,25 @@ impl AsUser {
             assert!(!self.podman_has(host, image), "{image} is left");
         }
     }
+}
+
+/// A STAND-IN model folder of the user's (a config and weights the STAND-IN engine accepts).
+fn stand_in_model(host: &SimulatedGpuHost, user: &AsUser) -> String {
+    let model = host.home.path().join("models/Qwen-Stand-In");
+    std::fs::create_dir_all(&model).expect("model dir");
+    std::fs::write(
+        model.join("config.json"),
+        r#"{"architectures":["Qwen2ForCausalLM"]}"#,
+    )
+    .expect("config.json");
+    std::fs::write(model.join("model.safetensors"), b"STAND-IN weights").expect("weights");
+    let chown = Command::new("chown")
+        .args(["-R", &format!("{}:{}", user.user.uid, user.user.gid)])
+        .arg(host.home.path().join("models"))
+        .output()
+        .expect("chown");
+    assert!(chown.status.success());
+    model.display().to_string()
 }
 
 /// `enginekit setup` on Podman, as every test here runs it.
@@ -402,39 +447,8 @@ fn setup_on_rootless_podman_checks_the_gpu_through_cdi_pulls_records_and_remove_
     }
 
     // The STAND-IN engine served from a folder, in the user's Podman, on loopback.
-    let model = host.home.path().join("models/Qwen-Stand-In");
-    std::fs::create_dir_all(&model).expect("model dir");
-    std::fs::write(
-        model.join("config.json"),
-        r#"{"architectures":["Qwen2ForCausalLM"]}"#,
-    )
-    .expect("config.json");
-    std::fs::write(model.join("model.safetensors"), b"STAND-IN weights").expect("weights");
-    let chown = Command::new("chown")
-        .args(["-R", &format!("{}:{}", user.user.uid, user.user.gid)])
-        .arg(host.home.path().join("models"))
-        .output()
-        .expect("chown");
-    assert!(chown.status.success());
-    let model_arg = model.display().to_string();
-    let start = [
-        "start",
-        "--engine",
-        "vllm",
-        "--model",
-        &model_arg,
-        "--name",
-        "qwen",
-        "--context",
-        "4096",
-        "--json",
-    ];
-    let mut started = user
-        .command(host, &bench::bin("enginekit"), &start)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("enginekit start");
+    let model = stand_in_model(host, user);
+    let mut started = user.start_model(host, &[], &model);
     let ready = ready_or_error(&mut started, 120);
     assert_eq!(ready["event"], "ready", "{ready}");
     let base = ready["base_url"].as_str().expect("base_url").to_owned();
@@ -553,13 +567,18 @@ fn on_rootless_podman_a_refused_step_changes_nothing_and_a_killed_setup_resumes_
     }
 }
 
-/// Removes a file on drop (a spec the test or the helper wrote).
 /// The STAND-IN toolkit at 1.19.1 (the 1.18.1 stand-in's nvidia-ctk, saying 1.19.1), and the
 /// STAND-IN nvidia-smi on the system PATH that the helper's nvidia-ctk asks, removed on drop.
 fn toolkit_1_19_1(host: &SimulatedGpuHost) -> FileRemovedOnDrop {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/standins/nvidia-ctk");
     let text = std::fs::read_to_string(&source).expect("stand-in nvidia-ctk");
     std::fs::write("/usr/bin/nvidia-ctk", text.replace("@VERSION@", "1.19.1")).expect("write");
+    standin_smi_on_system_path(host)
+}
+
+/// The STAND-IN nvidia-smi on the system PATH, where the helper's nvidia-ctk asks it; removed
+/// on drop.
+fn standin_smi_on_system_path(host: &SimulatedGpuHost) -> FileRemovedOnDrop {
     let smi = PathBuf::from("/usr/bin/nvidia-smi");
     assert!(!smi.exists(), "the bench host has no nvidia-smi of its own");
     let guard = FileRemovedOnDrop(smi.clone());
@@ -572,6 +591,7 @@ fn toolkit_1_19_1(host: &SimulatedGpuHost) -> FileRemovedOnDrop {
     guard
 }
 
+/// Removes a file on drop (a spec the test or the helper wrote).
 struct FileRemovedOnDrop(PathBuf);
 
 impl Drop for FileRemovedOnDrop {
@@ -695,6 +715,218 @@ fn a_cdi_0_7_spec_that_podman_4_cannot_read_is_generated_again_without_additiona
     assert_eq!(gpu["severity"], "ok", "{doctor}");
     // The GPU-check image was pulled by the test above, not by the setup: only the engine's goes.
     user.remove_engine(host, &[&bench.standin]);
+}
+
+/// A STAND-IN driver: its libraries by versioned name under a driver root of the test's (in the
+/// host's private HOME, readable by the user's containers), named to the STAND-IN nvidia-ctk by
+/// the bench-only file /etc/enginekit-standin/driver-root (removed on drop).
+struct StandinDriver {
+    root: PathBuf,
+}
+
+const DRIVER_ROOT_FILE: &str = "/etc/enginekit-standin/driver-root";
+const DRIVER_LIBRARIES: [&str; 3] = ["libcuda.so", "libnvidia-ml.so", "libEGL_nvidia.so"];
+
+impl StandinDriver {
+    fn install(host: &SimulatedGpuHost, version: &str) -> StandinDriver {
+        let root = host.home.path().join("driver");
+        std::fs::create_dir_all(Path::new(DRIVER_ROOT_FILE).parent().expect("dir")).expect("dir");
+        std::fs::write(DRIVER_ROOT_FILE, root.display().to_string()).expect("driver root");
+        let driver = StandinDriver { root };
+        driver.put(version);
+        driver
+    }
+
+    fn lib_dir(&self) -> PathBuf {
+        self.root.join("usr/lib/x86_64-linux-gnu")
+    }
+
+    /// The libraries of `version` in place of whatever was there, as a driver package update
+    /// leaves them.
+    fn put(&self, version: &str) {
+        let dir = self.lib_dir();
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("lib dir");
+        for library in DRIVER_LIBRARIES {
+            let file = dir.join(format!("{library}.{version}"));
+            std::fs::write(&file, "STAND-IN driver library\n").expect("library");
+        }
+        std::os::unix::fs::symlink(format!("libcuda.so.{version}"), dir.join("libcuda.so.1"))
+            .expect("link");
+    }
+}
+
+impl Drop for StandinDriver {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(DRIVER_ROOT_FILE);
+    }
+}
+
+/// A driver update under an engine set up on rootless Podman (the STAND-IN driver's libraries
+/// go from 580.95.05 to 590.44.01 and nvidia-smi says so; the spec stays as the toolkit wrote it
+/// for the old driver, its libraries by versioned name). Podman's own answer is then the
+/// `cannot stat`-like failure users meet; enginekit names it first: the plan generates the spec
+/// again (that step alone, saying why), the doctor names both versions and the remedy, and
+/// `start` refuses with GPU_CDI_SPEC_STALE, both versions and the command, before any
+/// container. After `enginekit setup` (the real helper regenerates the spec for the loaded
+/// driver), `start` serves.
+#[test]
+fn after_a_driver_update_the_spec_for_the_old_driver_is_named_by_plan_doctor_and_start_and_setup_repairs_it(
+) {
+    let bench = PodmanBench::start("podman-driver");
+    let _rule = bench.allow("podman-driver");
+    let PodmanBench {
+        helper,
+        user,
+        host,
+        standin,
+        ..
+    } = &bench;
+    let _smi = standin_smi_on_system_path(host);
+    let driver = StandinDriver::install(host, "580.95.05");
+    let spec = PathBuf::from("/var/run/cdi/nvidia.yaml");
+    let _spec = FileRemovedOnDrop(spec.clone());
+    // The toolkit's own spec (the STAND-IN toolkit package's nvidia-ctk), as it writes it at
+    // install, for Podman 4: below CDI 0.7.0.
+    let generated = Command::new("/usr/bin/nvidia-ctk")
+        .args(["cdi", "generate", "--output=/var/run/cdi/nvidia.yaml"])
+        .arg(format!(
+            "--feature-flag={}",
+            enginekit_shared::cdi::NO_ADDITIONAL_GIDS
+        ))
+        .output()
+        .expect("nvidia-ctk");
+    assert!(generated.status.success(), "{}", describe(&generated));
+    let _ = std::fs::remove_file(&host.cdi_spec);
+    let old_library = driver.lib_dir().join("libcuda.so.580.95.05");
+    let text = std::fs::read_to_string(&spec).expect("spec");
+    assert!(
+        text.contains(&old_library.display().to_string()),
+        "the spec mounts the driver's libraries by versioned name: {text}"
+    );
+
+    let setup = user.enginekit(host, &SETUP_ON_PODMAN);
+    assert_eq!(result_of(&setup)["phase"], "ready", "{}", describe(&setup));
+    let model = stand_in_model(host, user);
+
+    // The driver update.
+    driver.put("590.44.01");
+    let updated = standins_with_gpu_fixture(
+        &host.env.standins_dir,
+        &host.home.path().join("standins-updated-driver"),
+        "updated-driver.csv",
+    );
+    let updated = format!("ENGINEKIT_TEST_STANDIN_DIR={}", updated.display());
+    let env = [updated.as_str()];
+    let enginekit = |args: &[&str]| {
+        user.command_env(host, &env, &bench::bin("enginekit"), args)
+            .output()
+            .expect("enginekit")
+    };
+
+    // Without enginekit's check: the runtime's own failure, on the library the update removed.
+    let gpu = format!("nvidia.com/gpu={STANDIN_GPU}");
+    let device = ["run", "--rm", "--device", &gpu, &host.probe_ref, "true"];
+    let refused = user.podman(host, &device);
+    assert!(
+        !refused.status.success()
+            && String::from_utf8_lossy(&refused.stderr).contains("libcuda.so.580.95.05"),
+        "{}",
+        describe(&refused)
+    );
+
+    // The plan: the CDI step alone, and why.
+    let plan = enginekit(&["plan", "--runtime", "podman", "--json"]);
+    let plan: Value = events(&plan)
+        .into_iter()
+        .find(|e| e["event"] == "plan")
+        .map(|e| e["plan"].clone())
+        .unwrap_or_else(|| panic!("no plan: {}", describe(&plan)));
+    let changes = plan["system_changes"].as_array().expect("changes");
+    assert_eq!(changes.len(), 1, "{plan}");
+    assert_eq!(changes[0]["code"], "generate-cdi-spec", "{plan}");
+    let why = changes[0]["text"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("driver 580.95.05") && why.contains("driver 590.44.01"),
+        "{why}"
+    );
+
+    // The doctor: both versions and the remedy.
+    let doctor = enginekit(&["doctor", "--json"]);
+    let doctor: Value = serde_json::from_slice(&doctor.stdout).expect("doctor json");
+    let finding = doctor["findings"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["code"] == "cdi-spec-driver"))
+        .cloned()
+        .unwrap_or_else(|| panic!("no cdi-spec-driver finding: {doctor}"));
+    assert_eq!(finding["severity"], "error", "{finding}");
+    let message = finding["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("580.95.05") && message.contains("590.44.01"),
+        "{finding}"
+    );
+    assert!(
+        finding["remedy"]
+            .as_str()
+            .is_some_and(|r| r.contains("nvidia-ctk cdi generate")),
+        "{finding}"
+    );
+
+    // `start`: its own code, both versions and the command, and no container.
+    let mut started = user.start_model(host, &env, &model);
+    let refusal = ready_or_error(&mut started, 120);
+    let _ = started.wait();
+    assert_eq!(refusal["event"], "error", "{refusal}");
+    assert_eq!(refusal["error"]["code"], "GPU_CDI_SPEC_STALE", "{refusal}");
+    let message = refusal["error"]["message"].as_str().unwrap_or_default();
+    let repair = format!(
+        "sudo nvidia-ctk cdi generate --feature-flag {} --output=/var/run/cdi/nvidia.yaml",
+        enginekit_shared::cdi::NO_ADDITIONAL_GIDS
+    );
+    assert!(
+        message.contains("driver 580.95.05")
+            && message.contains("driver 590.44.01")
+            && message.contains(&repair)
+            && !message.contains("cannot stat"),
+        "{refusal}"
+    );
+    assert_eq!(
+        user.containers(host),
+        "",
+        "a refused start created a container"
+    );
+
+    // The repair: setup asks for the CDI step alone, the real helper regenerates the spec.
+    let repaired = user
+        .command_env(host, &env, &bench::bin("enginekit"), &SETUP_ON_PODMAN)
+        .output()
+        .expect("enginekit setup");
+    assert_eq!(
+        result_of(&repaired)["phase"],
+        "ready",
+        "{}\nhelper log:\n{}",
+        describe(&repaired),
+        helper.log()
+    );
+    let components = events(&repaired)
+        .into_iter()
+        .find(|e| e["event"] == "plan")
+        .map(|e| e["plan"]["host_step"]["parameters"]["components"].clone());
+    assert_eq!(components, Some(serde_json::json!(["nvidia-cdi"])));
+    let text = std::fs::read_to_string(&spec).expect("spec");
+    assert!(
+        text.contains("libcuda.so.590.44.01") && !text.contains("580.95.05"),
+        "{text}"
+    );
+
+    let mut started = user.start_model(host, &env, &model);
+    let ready = ready_or_error(&mut started, 120);
+    assert_eq!(ready["event"], "ready", "{ready}");
+    let stop = user.enginekit(host, &["stop", "qwen", "--json"]);
+    assert!(stop.status.success(), "{}", describe(&stop));
+    let _ = started.wait();
+    assert_eq!(user.containers(host), "", "stop left a container");
+    user.remove_engine(host, &[standin, &host.probe_ref]);
 }
 
 /// A host file as it was when the test began (content and mode, or absent, with whether its

@@ -1,10 +1,12 @@
 //! The NVIDIA CDI specification against the GPUs the driver reports: current, stale or absent;
 //! and, from that and the daemon, how a container is given its GPU.
 //!
-//! A spec generated before a card was added, removed or swapped, or for another driver, lists
-//! other devices than the driver does (NVIDIA/nvidia-container-toolkit#1611, Tdarr#1423,
-//! NVIDIA/NemoClaw#4733): the plan regenerates it, the doctor reports it, and the GPU is not
-//! requested through it meanwhile.
+//! A spec generated before a card was added, removed or swapped lists other devices than the
+//! driver does (NVIDIA/nvidia-container-toolkit#1611, Tdarr#1423, NVIDIA/NemoClaw#4733); one
+//! generated under another driver mounts that driver's libraries, gone after the update
+//! (NVIDIA/nvidia-container-toolkit#450, #1517). Either way the plan regenerates it, the doctor
+//! reports it, `start` refuses to hand the GPU through it, and the GPU is not requested through
+//! it meanwhile.
 
 use enginekit_shared::wire::plan::GpuAccess;
 
@@ -20,6 +22,10 @@ pub struct CdiFacts<'a> {
     pub gpus: Option<&'a [Gpu]>,
     pub cdi_devices: &'a [String],
     pub daemon_cdi: bool,
+    /// The loaded driver's version, when known.
+    pub loaded_driver: Option<&'a str>,
+    /// The driver versions the specs' libraries are named for ([`crate::probe::cdi_specs`]).
+    pub spec_drivers: &'a [String],
 }
 
 impl<'a> CdiFacts<'a> {
@@ -30,8 +36,17 @@ impl<'a> CdiFacts<'a> {
             daemon_cdi: facts
                 .daemon_info()
                 .is_some_and(|info| !info.cdi_spec_dirs.is_empty()),
+            loaded_driver: loaded_driver(facts),
+            spec_drivers: &facts.nvidia.cdi_driver_versions,
         }
     }
+}
+
+/// The loaded driver: what NVML or nvidia-smi report, else the kernel module's version.
+fn loaded_driver(facts: &HostFacts) -> Option<&str> {
+    let nvidia = &facts.nvidia;
+    let reported = nvidia.driver_version.value().and_then(Option::as_deref);
+    reported.or_else(|| nvidia.kernel_module_version.value()?.as_deref())
 }
 
 /// The spec as the driver sees it.
@@ -48,8 +63,35 @@ pub enum CdiSpec {
         /// UUIDs the driver reports that the spec does not name (when it names UUIDs at all).
         missing: Vec<String>,
     },
-    /// It lists exactly the driver's GPUs.
+    /// It mounts the libraries of another driver than the loaded one: files an update removed.
+    ForOtherDriver {
+        /// The driver versions the spec's libraries are named for.
+        spec: Vec<String>,
+        /// The loaded driver's version.
+        loaded: String,
+    },
+    /// It lists exactly the driver's GPUs, for the loaded driver.
     Current,
+}
+
+impl CdiSpec {
+    /// Whether the spec must be generated again before the GPU is handed through it.
+    pub fn is_stale(&self) -> bool {
+        matches!(self, CdiSpec::Stale { .. } | CdiSpec::ForOtherDriver { .. })
+    }
+}
+
+/// Why the plan generates the spec again when it was made for another driver, said before the
+/// step's own text; empty otherwise.
+pub fn other_driver_reason(view: &super::view::LinuxView) -> String {
+    match &view.cdi_for_other_driver {
+        Some((spec, loaded)) => crate::i18n::tr!(
+            "The NVIDIA CDI specification here was generated for driver {spec}, but driver {loaded} is loaded, so containers given the GPU through it fail. ",
+            spec = spec,
+            loaded = loaded
+        ),
+        None => String::new(),
+    }
 }
 
 /// Compares `nvidia-ctk cdi list` with the driver's GPUs.
@@ -57,13 +99,21 @@ pub fn spec_state(facts: &HostFacts) -> CdiSpec {
     state_of(CdiFacts::of(facts))
 }
 
-fn state_of(facts: CdiFacts<'_>) -> CdiSpec {
+pub fn state_of(facts: CdiFacts<'_>) -> CdiSpec {
     let Some(gpus) = facts.gpus else {
         return CdiSpec::Absent;
     };
     let names = gpu_names(facts.cdi_devices);
     if gpus.is_empty() || names.is_empty() {
         return CdiSpec::Absent;
+    }
+    if let Some(loaded) = facts.loaded_driver {
+        if facts.spec_drivers.iter().any(|v| v != loaded) {
+            return CdiSpec::ForOtherDriver {
+                spec: facts.spec_drivers.to_vec(),
+                loaded: loaded.to_owned(),
+            };
+        }
     }
     let by_index = names
         .iter()
@@ -156,7 +206,50 @@ mod tests {
             gpus: Some(gpus),
             cdi_devices: cdi,
             daemon_cdi,
+            loaded_driver: Some("580.95.05"),
+            spec_drivers: &[],
         }
+    }
+
+    fn for_drivers<'a>(base: CdiFacts<'a>, spec_drivers: &'a [String]) -> CdiFacts<'a> {
+        CdiFacts {
+            spec_drivers,
+            ..base
+        }
+    }
+
+    #[test]
+    fn a_spec_made_for_another_driver_is_stale_and_the_gpu_is_not_asked_for_through_it() {
+        let one = [gpu(A, 0)];
+        let current = devices(&["0", A, "all"]);
+        let base = facts(&one, &current, true);
+        let same = ["580.95.05".to_owned()];
+        let older = ["570.86.15".to_owned()];
+        assert_eq!(state_of(for_drivers(base, &same)), CdiSpec::Current);
+        let stale = state_of(for_drivers(base, &older));
+        assert_eq!(
+            stale,
+            CdiSpec::ForOtherDriver {
+                spec: older.to_vec(),
+                loaded: "580.95.05".to_owned()
+            }
+        );
+        assert!(stale.is_stale());
+        assert_eq!(
+            access_of(for_drivers(base, &older), Some(A)),
+            GpuAccess::GpusFlag
+        );
+        // A spec naming no library (the env-only kind) cannot be judged by driver: devices decide.
+        assert_eq!(state_of(for_drivers(base, &[])), CdiSpec::Current);
+        // No driver version known: nothing to compare with.
+        let unknown = CdiFacts {
+            loaded_driver: None,
+            ..for_drivers(base, &older)
+        };
+        assert_eq!(state_of(unknown), CdiSpec::Current);
+        // Two specs, one current, one left from the old driver: still stale.
+        let both = ["570.86.15".to_owned(), "580.95.05".to_owned()];
+        assert!(state_of(for_drivers(base, &both)).is_stale());
     }
 
     #[test]

@@ -158,9 +158,10 @@ pub fn build(view: &LinuxView) -> InstallPlan {
     }
     if !gpu_ready {
         components.insert(Component::NvidiaCdi);
+        let text = tr!("Generate the NVIDIA CDI specification Docker uses to pass the GPU into containers (nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml), and keep it current after driver updates and reboots with nvidia-cdi-refresh.path where the toolkit provides it.");
         changes.push(SystemChange::new(
             SystemChangeCode::GenerateCdiSpec,
-            tr!("Generate the NVIDIA CDI specification Docker uses to pass the GPU into containers (nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml), and keep it current after driver updates and reboots with nvidia-cdi-refresh.path where the toolkit provides it."),
+            format!("{}{text}", super::cdi::other_driver_reason(view)),
         ));
     }
     if !live_evidence && view.service_active != Some(true) {

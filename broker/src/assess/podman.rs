@@ -231,6 +231,7 @@ pub fn plan(view: &LinuxView) -> Result<InstallPlan, Vec<Blocker>> {
             (None, true) => tr!("Generate the NVIDIA CDI specification Podman uses to pass the GPU into containers, without additional group IDs so that a Podman before 5.1 reads it (nvidia-ctk cdi generate --feature-flag no-additional-gids-for-device-nodes --output=/var/run/cdi/nvidia.yaml), and keep it current after driver updates and reboots with nvidia-cdi-refresh.path, with the same flag, where the toolkit provides it."),
             (None, false) => tr!("Generate the NVIDIA CDI specification Podman uses to pass the GPU into containers (nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml), and keep it current after driver updates and reboots with nvidia-cdi-refresh.path where the toolkit provides it."),
         };
+        let text = format!("{}{text}", super::cdi::other_driver_reason(view));
         changes.push(SystemChange::new(SystemChangeCode::GenerateCdiSpec, text));
     }
     if let Some(range) = subids {

@@ -90,6 +90,9 @@ pub struct LinuxView {
     pub podman_version: Option<String>,
     /// The highest CDI version among the NVIDIA specifications, when one says.
     pub cdi_spec_version: Option<String>,
+    /// The driver versions an NVIDIA CDI spec was generated for and the loaded driver's, when
+    /// they differ: the spec mounts libraries the driver update removed.
+    pub cdi_for_other_driver: Option<(String, String)>,
     /// The user's sub-ID ranges, or why the files could not be read.
     pub subids: Result<SubIdFacts, String>,
 }
@@ -103,10 +106,8 @@ impl LinuxView {
     /// [`HostFacts::unknown_facts`].
     pub fn from_facts(facts: &HostFacts) -> Self {
         let info = facts.daemon_info();
-        let cdi_stale = matches!(
-            super::cdi::spec_state(facts),
-            super::cdi::CdiSpec::Stale { .. }
-        );
+        let cdi_state = super::cdi::spec_state(facts);
+        let cdi_stale = cdi_state.is_stale();
         LinuxView {
             architecture: facts.system.architecture.value().cloned(),
             distribution: facts.system.distribution.value().map(|d| DistroView {
@@ -179,6 +180,13 @@ impl LinuxView {
             is_root: facts.system.user.is_root,
             podman_version: facts.podman.version.clone(),
             cdi_spec_version: facts.nvidia.cdi_spec_version.clone(),
+            cdi_for_other_driver: match cdi_state {
+                super::cdi::CdiSpec::ForOtherDriver { spec, loaded } => {
+                    let spec: Vec<String> = spec.into_iter().filter(|v| *v != loaded).collect();
+                    Some((spec.join(" and "), loaded))
+                }
+                _ => None,
+            },
             subids: match &facts.podman.subids {
                 Fact::Known { value } => Ok(value.clone()),
                 Fact::Unknown { reason } => Err(reason.clone()),

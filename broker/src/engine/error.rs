@@ -80,6 +80,14 @@ pub enum EngineError {
         "GPU {gpu}, one of the cards the model was fitted to, is no longer reported; start again"
     )]
     GroupCardGone { gpu: String },
+    /// The CDI specification the GPU would be handed through mounts another driver's libraries:
+    /// refused before a container is created, never left to the runtime's `cannot stat`.
+    #[error("the NVIDIA CDI specification was generated for driver {spec}, but driver {loaded} is loaded, so a container given the GPU through it would fail; generate it again: {repair}")]
+    CdiSpecForOtherDriver {
+        spec: String,
+        loaded: String,
+        repair: String,
+    },
 }
 
 impl From<crate::journal::LifecycleError> for EngineError {
@@ -113,6 +121,7 @@ impl EngineError {
             EngineError::Hub { .. } => "engine.model_hub",
             EngineError::GpuBusy { .. } => "engine.gpu_busy",
             EngineError::GroupCardGone { .. } => "engine.group_card_gone",
+            EngineError::CdiSpecForOtherDriver { .. } => "engine.cdi_spec_other_driver",
         }
     }
 
@@ -137,6 +146,7 @@ impl EngineError {
             EngineError::Journal(err) => err.code(),
             EngineError::DoesNotFit { error } | EngineError::Hub { error } => error.code,
             EngineError::GpuBusy { .. } => ErrorCode::GpuBusy,
+            EngineError::CdiSpecForOtherDriver { .. } => ErrorCode::CdiSpecStale,
         }
     }
 

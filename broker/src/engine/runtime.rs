@@ -565,14 +565,12 @@ impl Runtime {
     async fn read_gpus(&self, runtime: ContainerRuntime) -> Result<Vec<Card>> {
         let mut options = crate::probe::ProbeOptions::from_env();
         options.docker_socket = self.route.socket().await;
-        if let Some(dir) = crate::test_hooks::standin_dir() {
-            options.bin_dirs.insert(0, dir);
-        }
         let ctx = crate::probe::reads::ProbeContext::new(options);
-        let (read, (_, cdi_devices), daemon) = tokio::join!(
+        let (read, (_, cdi_devices), daemon, specs) = tokio::join!(
             crate::probe::reads::gpus(&ctx),
             crate::probe::reads::cdi_list(&ctx),
             crate::probe::reads::daemon(&ctx),
+            crate::probe::reads::cdi_specs(&ctx),
         );
         // Podman reads CDI specs itself (from 4.1, which its plan requires).
         let daemon_cdi = runtime == ContainerRuntime::Podman
@@ -580,27 +578,28 @@ impl Runtime {
                 &daemon,
                 crate::probe::facts::DaemonState::Reachable { info } if !info.cdi_spec_dirs.is_empty()
             );
-        match read.gpus {
-            crate::probe::facts::Fact::Known { value } => {
-                let facts = crate::assess::cdi::CdiFacts {
-                    gpus: Some(&value),
-                    cdi_devices: &cdi_devices,
-                    daemon_cdi,
-                };
-                Ok(Card::from_probe(&value, |uuid| {
-                    crate::assess::cdi::access_of(facts, Some(uuid))
-                }))
-            }
-            crate::probe::facts::Fact::Unknown { .. } => Ok(Vec::new()),
+        let crate::probe::facts::Fact::Known { value } = read.gpus else {
+            return Ok(Vec::new());
+        };
+        let loaded = read.driver_version.value().and_then(Option::as_deref);
+        let facts = crate::assess::cdi::CdiFacts {
+            gpus: Some(&value),
+            cdi_devices: &cdi_devices,
+            daemon_cdi,
+            loaded_driver: loaded,
+            spec_drivers: &specs.driver_versions,
+        };
+        if let (true, Some(loaded)) = (daemon_cdi, loaded) {
+            stale_spec_check(&specs, loaded, runtime)?;
         }
+        Ok(Card::from_probe(&value, |uuid| {
+            crate::assess::cdi::access_of(facts, Some(uuid))
+        }))
     }
 
     /// The cards' memory, read without Docker (nvidia-smi or NVML only).
     async fn read_gpu_memory(&self) -> Vec<CardMemory> {
-        let mut options = crate::probe::ProbeOptions::from_env();
-        if let Some(dir) = crate::test_hooks::standin_dir() {
-            options.bin_dirs.insert(0, dir);
-        }
+        let options = crate::probe::ProbeOptions::from_env();
         let ctx = crate::probe::reads::ProbeContext::new(options);
         match crate::probe::reads::gpus(&ctx).await.gpus {
             crate::probe::facts::Fact::Known { value } => CardMemory::from_probe(&value),
@@ -721,6 +720,10 @@ impl Runtime {
             }
         }
 
+        // The cards and how each is reached, and a CDI spec made for another driver refused,
+        // before a model is downloaded.
+        let available = self.read_gpus(installation.runtime).await?;
+
         // A model on the hub comes into the hub cache now, after the fit check and before any
         // Docker call: a refusal above costs no download, a failed download no container.
         let served = match &opts.model {
@@ -739,7 +742,6 @@ impl Runtime {
         if let Some(leftover) = self.sessions.get(&name) {
             self.stop_session(&leftover).await?;
         }
-        let available = self.read_gpus(installation.runtime).await?;
         let cards = if group.is_empty() {
             let Selection {
                 card,
@@ -1101,6 +1103,38 @@ impl Evict for Runtime {
     async fn evict(&self, holder: &SessionRecord) -> Result<()> {
         self.stop_session(holder).await
     }
+}
+
+/// Where the runtime reads CDI (Podman always, Docker with CDI enabled), a spec made for another
+/// driver is refused before any container: its libraries are gone, and the runtime's own error
+/// (`cannot stat …so.<old>`) would name neither the cause nor the repair. The repair regenerates
+/// that file; for Podman without the additional GIDs a Podman before 5.1 cannot read.
+fn stale_spec_check(
+    specs: &crate::probe::cdi_specs::CdiSpecFiles,
+    loaded: &str,
+    runtime: ContainerRuntime,
+) -> Result<()> {
+    let Some(stale) = specs.for_other_driver(loaded).next() else {
+        return Ok(());
+    };
+    let flag = match runtime {
+        ContainerRuntime::Podman => format!(
+            " --feature-flag {}",
+            enginekit_shared::cdi::NO_ADDITIONAL_GIDS
+        ),
+        ContainerRuntime::Docker => String::new(),
+    };
+    let spec: Vec<&str> = stale
+        .drivers
+        .iter()
+        .map(String::as_str)
+        .filter(|v| *v != loaded)
+        .collect();
+    Err(EngineError::CdiSpecForOtherDriver {
+        spec: spec.join(" and "),
+        loaded: loaded.to_owned(),
+        repair: format!("sudo nvidia-ctk cdi generate{flag} --output={}", stale.path),
+    })
 }
 
 #[cfg(test)]

@@ -679,6 +679,10 @@ pub struct NvidiaFacts {
     /// The highest CDI version among the NVIDIA specifications (`0.7.0` needs Podman 5.1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cdi_spec_version: Option<String>,
+    /// The driver versions the NVIDIA specifications' libraries are named for: a spec made for
+    /// another driver than the loaded one mounts files that are gone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cdi_driver_versions: Vec<String>,
     /// nvidia-smi said the kernel module and the user-space driver differ (an update without a
     /// restart); the driver version and the GPUs are then unknown. Absent in older facts.
     #[serde(default)]

@@ -6,6 +6,7 @@
 //! looked up only in the system directories, their environment is scrubbed, and the daemon is asked
 //! through the Engine API on its socket.
 
+pub mod cdi_specs;
 pub mod containerd_config;
 pub mod daemon;
 pub mod daemon_json;
@@ -91,11 +92,17 @@ impl ProbeOptions {
         };
         let data_home = absolute("XDG_DATA_HOME")
             .or_else(|| absolute("HOME").map(|home| home.join(".local/share")));
-        ProbeOptions {
+        let mut options = ProbeOptions {
             xdg_runtime_dir,
             podman_storage: data_home.map(|d| d.join("containers/storage")),
             ..ProbeOptions::default()
+        };
+        // One place for every probe of the process (plan, doctor, probe, setup, the engine), so
+        // what `plan` shows is what `setup` asks consent for.
+        if let Some(dir) = crate::test_hooks::standin_dir() {
+            options.bin_dirs.insert(0, dir);
         }
+        options
     }
 }
 
@@ -148,7 +155,7 @@ pub async fn probe_with(ctx: &ProbeContext) -> HostFacts {
         nvidia_hardware,
         nvidia_ctk_version,
         (cdi_nvidia_gpu_listed, cdi_devices),
-        cdi_spec_version,
+        cdi_specs,
         routes,
         rootless_socket,
         subid_files,
@@ -172,7 +179,7 @@ pub async fn probe_with(ctx: &ProbeContext) -> HostFacts {
         reads::nvidia_hardware(ctx),
         reads::nvidia_ctk_version(ctx),
         reads::cdi_list(ctx),
-        reads::cdi_spec_version(ctx),
+        reads::cdi_specs(ctx),
         reads::routes(ctx),
         reads::rootless_socket(ctx),
         reads::subid_files(ctx),
@@ -238,7 +245,10 @@ pub async fn probe_with(ctx: &ProbeContext) -> HostFacts {
             hook_on_path,
             cdi_nvidia_gpu_listed,
             cdi_devices,
-            cdi_spec_version,
+            cdi_spec_version: cdi_specs
+                .highest_version
+                .map(|(a, b, c)| format!("{a}.{b}.{c}")),
+            cdi_driver_versions: cdi_specs.driver_versions,
             library_mismatch: gpus.library_mismatch,
             hardware: nvidia_hardware,
         },

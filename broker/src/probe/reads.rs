@@ -740,37 +740,16 @@ pub async fn cdi_list(ctx: &ProbeContext) -> (Fact<bool>, Vec<String>) {
     }
 }
 
-/// The highest `cdiVersion` among the NVIDIA specifications (`nvidia.com/gpu`) in /etc/cdi and
-/// /var/run/cdi, where Podman and Docker look: a Podman before 5.1 reads none from 0.7.0
-/// ([`enginekit_shared::cdi`]). `None` when there is none, or none says its version.
-pub async fn cdi_spec_version(ctx: &ProbeContext) -> Option<String> {
+/// What the NVIDIA specifications in /etc/cdi and /var/run/cdi say of themselves: their
+/// highest CDI version (a Podman before 5.1 reads none from 0.7.0, [`enginekit_shared::cdi`])
+/// and the driver versions their libraries are named for ([`super::cdi_specs`]). Empty when
+/// there is none, or they could not be read in time.
+pub async fn cdi_specs(ctx: &ProbeContext) -> super::cdi_specs::CdiSpecFiles {
     let root = ctx.options.root.clone();
-    let read = move || {
-        let mut highest = None;
-        for dir in ["etc/cdi", "var/run/cdi"] {
-            let Ok(entries) = std::fs::read_dir(root.join(dir)) else {
-                continue;
-            };
-            for entry in entries.flatten().take(64) {
-                let Ok(file) = std::fs::File::open(entry.path()) else {
-                    continue;
-                };
-                let mut text = String::new();
-                let _ = std::io::Read::read_to_string(
-                    &mut std::io::Read::take(file, 1 << 20),
-                    &mut text,
-                );
-                if text.contains("nvidia.com/gpu") {
-                    highest = highest.max(enginekit_shared::cdi::spec_version(&text));
-                }
-            }
-        }
-        highest.map(|(a, b, c)| format!("{a}.{b}.{c}"))
-    };
+    let read = move || super::cdi_specs::read(&root);
     bounded_blocking(ctx.options.read_timeout, "CDI specifications", read)
         .await
-        .ok()
-        .flatten()
+        .unwrap_or_default()
 }
 
 /// Device names in `nvidia-ctk cdi list` output (`vendor/class=name` lines, log lines skipped).

@@ -61,11 +61,8 @@ struct Planned {
 impl LinuxMachine {
     pub fn new(state_root: &Path, data_root: &Path, installations: Installations) -> LinuxMachine {
         // The daemon's socket is the route's, set per probe (`probe_options()`).
-        let mut probe_options = ProbeOptions::from_env();
+        let probe_options = ProbeOptions::from_env();
         let route = DockerRoute::from_env();
-        if let Some(dir) = crate::test_hooks::standin_dir() {
-            probe_options.bin_dirs.insert(0, dir);
-        }
         LinuxMachine {
             state_root: state_root.to_path_buf(),
             data_root: data_root.to_path_buf(),
