@@ -278,16 +278,25 @@ fn cdi_spec(facts: &HostFacts) -> Option<Finding> {
             ),
             REGENERATE_CDI,
         )),
-        CdiSpec::ForOtherDriver { spec, loaded } => Some(Finding::problem(
-            "cdi-spec-driver",
-            Severity::Error,
-            format!(
-                "The NVIDIA CDI specification was generated for driver {}, but driver {loaded} is loaded: it mounts libraries the update removed, so a container given the GPU through it fails (cannot stat …so.{}).",
-                spec.join(" and "),
-                spec.first().map_or("", String::as_str),
-            ),
-            REGENERATE_CDI,
-        )),
+        CdiSpec::ForOtherDriver { spec, loaded } => {
+            let old: Vec<&str> = spec
+                .iter()
+                .map(String::as_str)
+                .filter(|v| *v != loaded)
+                .collect();
+            let refresh = facts.nvidia.cdi_refresh.as_ref().map(|r| r.sentence());
+            Some(Finding::problem(
+                "cdi-spec-driver",
+                Severity::Error,
+                format!(
+                    "The NVIDIA CDI specification was generated for driver {}, but driver {loaded} is loaded: it mounts libraries the update removed, so a container given the GPU through it fails (cannot stat …so.{}).{}",
+                    old.join(" and "),
+                    old.first().copied().unwrap_or_default(),
+                    refresh.map(|r| format!(" {r}")).unwrap_or_default(),
+                ),
+                REGENERATE_CDI,
+            ))
+        }
     }
 }
 
@@ -432,6 +441,22 @@ mod tests {
             "{}",
             finding.remedy
         );
+        // Where the toolkit's refresh units are, the doctor and the plan say what they did.
+        let mut units: Value = serde_json::to_value(&stale).unwrap();
+        units["nvidia"]["cdi_refresh"] = json!({
+            "path_unit_state": "disabled", "last_run": null, "result": null,
+            "driver_installed_at": null
+        });
+        let units: HostFacts = serde_json::from_value(units).unwrap();
+        let said = diagnose(&units, &[])
+            .into_iter()
+            .find(|f| f.code == "cdi-spec-driver")
+            .map(|f| f.message)
+            .unwrap_or_default();
+        assert!(said.contains("nvidia-cdi-refresh.path"), "{said}");
+        let text = plan(units).system_changes[0].text.clone();
+        assert!(text.contains("is disabled"), "{text}");
+
         let changes = plan(stale).system_changes;
         let codes: Vec<&str> = changes.iter().map(|c| c.code.as_str()).collect();
         assert_eq!(codes, ["generate-cdi-spec"], "{changes:?}");

@@ -85,11 +85,18 @@ impl CdiSpec {
 /// step's own text; empty otherwise.
 pub fn other_driver_reason(view: &super::view::LinuxView) -> String {
     match &view.cdi_for_other_driver {
-        Some((spec, loaded)) => crate::i18n::tr!(
-            "The NVIDIA CDI specification here was generated for driver {spec}, but driver {loaded} is loaded, so containers given the GPU through it fail. ",
-            spec = spec,
-            loaded = loaded
-        ),
+        Some((spec, loaded)) => {
+            let mut why = crate::i18n::tr!(
+                "The NVIDIA CDI specification here was generated for driver {spec}, but driver {loaded} is loaded, so containers given the GPU through it fail. ",
+                spec = spec,
+                loaded = loaded
+            );
+            if let Some(refresh) = &view.cdi_refresh {
+                why.push_str(refresh);
+                why.push(' ');
+            }
+            why
+        }
         None => String::new(),
     }
 }

@@ -93,6 +93,9 @@ pub struct LinuxView {
     /// The driver versions an NVIDIA CDI spec was generated for and the loaded driver's, when
     /// they differ: the spec mounts libraries the driver update removed.
     pub cdi_for_other_driver: Option<(String, String)>,
+    /// What the toolkit's refresh units did about it, as one sentence (systemd hosts that have
+    /// them).
+    pub cdi_refresh: Option<String>,
     /// The user's sub-ID ranges, or why the files could not be read.
     pub subids: Result<SubIdFacts, String>,
 }
@@ -180,6 +183,11 @@ impl LinuxView {
             is_root: facts.system.user.is_root,
             podman_version: facts.podman.version.clone(),
             cdi_spec_version: facts.nvidia.cdi_spec_version.clone(),
+            cdi_refresh: facts
+                .nvidia
+                .cdi_refresh
+                .as_ref()
+                .map(crate::probe::cdi_refresh::CdiRefresh::sentence),
             cdi_for_other_driver: match cdi_state {
                 super::cdi::CdiSpec::ForOtherDriver { spec, loaded } => {
                     let spec: Vec<String> = spec.into_iter().filter(|v| *v != loaded).collect();

@@ -37,6 +37,8 @@ pub struct CdiSpecFiles {
 pub struct SpecFile {
     pub path: String,
     pub drivers: BTreeSet<String>,
+    /// The host path of the `libcuda.so.<version>` it mounts, when it mounts one.
+    pub libcuda: Option<String>,
 }
 
 impl CdiSpecFiles {
@@ -76,6 +78,7 @@ pub fn read(root: &Path) -> CdiSpecFiles {
                 files.files.push(SpecFile {
                     path: format!("/{dir}/{}", name.to_string_lossy()),
                     drivers: named,
+                    libcuda: libcuda_path(&text),
                 });
             }
         }
@@ -98,6 +101,33 @@ pub fn driver_versions(text: &str) -> BTreeSet<String> {
             (driver_library(name) && driver_version(version)).then(|| version.to_owned())
         })
         .collect()
+}
+
+/// The first `…/libcuda.so.<driver version>` path a spec names.
+fn libcuda_path(text: &str) -> Option<String> {
+    let is_path_char = |c: char| c.is_ascii_alphanumeric() || "._-/+".contains(c);
+    text.split(|c: char| !is_path_char(c))
+        .find(|word| {
+            word.starts_with('/')
+                && word
+                    .rsplit('/')
+                    .next()
+                    .and_then(|f| f.strip_prefix("libcuda.so."))
+                    .is_some_and(driver_version)
+        })
+        .map(str::to_owned)
+}
+
+/// When the loaded driver's libcuda came (its inode change time, seconds since the epoch): the
+/// driver update's time, next to the old one the spec names. `None` when it is not there.
+pub fn loaded_driver_installed_at(root: &Path, spec_libcuda: &str, loaded: &str) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = Path::new(spec_libcuda).parent()?;
+    let file = root
+        .join(dir.strip_prefix("/").unwrap_or(dir))
+        .join(format!("libcuda.so.{loaded}"));
+    let ctime = std::fs::metadata(file).ok()?.ctime();
+    u64::try_from(ctime).ok()
 }
 
 /// A library of the driver itself, by name without `.so`.
@@ -202,5 +232,9 @@ kind: nvidia.com/gpu
             .map(|f| f.path.as_str())
             .collect();
         assert_eq!(stale, ["/var/run/cdi/nvidia.yaml"]);
+        assert_eq!(
+            files.files[0].libcuda.as_deref(),
+            Some("/usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05")
+        );
     }
 }

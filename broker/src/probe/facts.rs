@@ -683,6 +683,9 @@ pub struct NvidiaFacts {
     /// another driver than the loaded one mounts files that are gone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cdi_driver_versions: Vec<String>,
+    /// The toolkit's `nvidia-cdi-refresh` units, read only when a spec names another driver.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cdi_refresh: Option<super::cdi_refresh::CdiRefresh>,
     /// nvidia-smi said the kernel module and the user-space driver differ (an update without a
     /// restart); the driver version and the GPUs are then unknown. Absent in older facts.
     #[serde(default)]

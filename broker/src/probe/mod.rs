@@ -6,6 +6,7 @@
 //! looked up only in the system directories, their environment is scrubbed, and the daemon is asked
 //! through the Engine API on its socket.
 
+pub mod cdi_refresh;
 pub mod cdi_specs;
 pub mod containerd_config;
 pub mod daemon;
@@ -191,6 +192,7 @@ pub async fn probe_with(ctx: &ProbeContext) -> HostFacts {
         async { (reads::hook_on_path(ctx), reads::architecture()) },
     );
 
+    let cdi_refresh = reads::cdi_refresh(ctx, &init, &gpus.driver_version, &cdi_specs).await;
     let family = distribution.value().map(|d| d.family);
     let toolkit_installed = toolkit_installed(&nvidia_ctk_version, &packages, family);
     let package_list: &[facts::InstalledPackage] = packages.value().map_or(&[], Vec::as_slice);
@@ -249,6 +251,7 @@ pub async fn probe_with(ctx: &ProbeContext) -> HostFacts {
                 .highest_version
                 .map(|(a, b, c)| format!("{a}.{b}.{c}")),
             cdi_driver_versions: cdi_specs.driver_versions,
+            cdi_refresh,
             library_mismatch: gpus.library_mismatch,
             hardware: nvidia_hardware,
         },

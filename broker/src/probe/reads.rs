@@ -752,6 +752,32 @@ pub async fn cdi_specs(ctx: &ProbeContext) -> super::cdi_specs::CdiSpecFiles {
         .unwrap_or_default()
 }
 
+/// The toolkit's `nvidia-cdi-refresh` units ([`super::cdi_refresh`]), read only where systemd
+/// is PID 1 and a spec names another driver than the loaded one.
+pub async fn cdi_refresh(
+    ctx: &ProbeContext,
+    init: &Fact<InitSystem>,
+    driver: &Fact<Option<String>>,
+    specs: &super::cdi_specs::CdiSpecFiles,
+) -> Option<super::cdi_refresh::CdiRefresh> {
+    let systemd = matches!(init.value(), Some(InitSystem::Systemd));
+    let loaded = driver.value()?.as_deref()?;
+    let stale = specs.for_other_driver(loaded).next()?;
+    if !systemd {
+        return None;
+    }
+    let out = ctx
+        .commands
+        .run("systemctl", &super::cdi_refresh::SHOW_ARGS)
+        .await
+        .ok()?;
+    let mut units = super::cdi_refresh::parse_show(&out.stdout)?;
+    units.driver_installed_at = stale.libcuda.as_deref().and_then(|libcuda| {
+        super::cdi_specs::loaded_driver_installed_at(&ctx.options.root, libcuda, loaded)
+    });
+    Some(units)
+}
+
 /// Device names in `nvidia-ctk cdi list` output (`vendor/class=name` lines, log lines skipped).
 pub fn parse_cdi_list(text: &str) -> Vec<String> {
     text.lines()
