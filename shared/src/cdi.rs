@@ -32,8 +32,45 @@ pub fn too_new_for_podman_before_5_1(text: &str) -> bool {
     spec_version(text).is_some_and(|v| v >= TOO_NEW_FOR_OLD_PODMAN)
 }
 
+/// The host paths a specification mounts (`hostPath:` in YAML, `"hostPath":` in JSON), each
+/// once. A spec made for the driver before an update names libraries that are gone: the helper
+/// generates it again when one of these is missing, whatever the caller said.
+pub fn host_paths(text: &str) -> Vec<&str> {
+    let mut paths: Vec<&str> = text
+        .match_indices("hostPath")
+        .filter_map(|(at, key)| {
+            let rest = text[at + key.len()..].trim_start_matches('"').trim_start();
+            let value = rest.strip_prefix(':')?.trim_start();
+            let value = value.trim_start_matches(['"', '\'']);
+            let end = value
+                .find(|c: char| c == '"' || c == '\'' || c == ',' || c == '}' || c.is_whitespace())
+                .unwrap_or(value.len());
+            let path = &value[..end];
+            path.starts_with('/').then_some(path)
+        })
+        .collect();
+    paths.sort_unstable();
+    paths.dedup();
+    paths
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_mounted_host_paths_are_read_from_yaml_or_json() {
+        let yaml = "containerEdits:\n  mounts:\n  - hostPath: /usr/lib/libcuda.so.580.95.05\n    containerPath: /usr/lib/libcuda.so.580.95.05\n  - hostPath: \"/usr/lib/libnvidia-ml.so.580.95.05\"\n";
+        assert_eq!(
+            super::host_paths(yaml),
+            [
+                "/usr/lib/libcuda.so.580.95.05",
+                "/usr/lib/libnvidia-ml.so.580.95.05"
+            ]
+        );
+        let json = r#"{"mounts":[{"hostPath":"/a/libEGL_nvidia.so.1","containerPath":"/b"},{"hostPath": "/a/x"}]}"#;
+        assert_eq!(super::host_paths(json), ["/a/libEGL_nvidia.so.1", "/a/x"]);
+        assert!(super::host_paths("hostPath: relative\nhostPath:").is_empty());
+    }
+
     use super::*;
 
     #[test]

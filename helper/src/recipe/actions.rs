@@ -432,10 +432,20 @@ pub(super) async fn generate_cdi(r: &mut Executor<'_>, no_gids: bool) -> Done {
         false => cmd::cdi_generate()?,
     };
     let spec = files::under_root(&r.ctx.file_root, cmd::CDI_SPEC);
+    // Too new for an old Podman, or made for the driver before an update (a library it mounts
+    // is gone: every container given the GPU through it fails).
+    let root = r.ctx.file_root.clone();
     let too_new = |spec: &std::path::Path| -> Result<bool, Failure> {
         let text = files::read_state(spec)?.map(|(b, _)| String::from_utf8_lossy(&b).into_owned());
-        Ok(no_gids
-            && text.is_some_and(|t| enginekit_shared::cdi::too_new_for_podman_before_5_1(&t)))
+        let gone = |t: &str| {
+            let paths = enginekit_shared::cdi::host_paths(t);
+            paths
+                .into_iter()
+                .any(|p| !files::under_root(&root, p).exists())
+        };
+        Ok(text.is_some_and(|t| {
+            (no_gids && enginekit_shared::cdi::too_new_for_podman_before_5_1(&t)) || gone(&t)
+        }))
     };
     // Both the generation and the mode change below rewrite the spec.
     r.journal.record(cmd::CDI_SPEC)?;
@@ -443,7 +453,7 @@ pub(super) async fn generate_cdi(r: &mut Executor<'_>, no_gids: bool) -> Done {
         r.must(&generate, true).await?;
         changed = true;
         if !lists_gpu(r).await? || too_new(&spec)? {
-            return fail("nvidia-ctk generated a CDI specification, but it lists no GPU, or it is CDI 0.7.0 or later though asked for none");
+            return fail("nvidia-ctk generated a CDI specification, but it lists no GPU, mounts a file that is not there, or is CDI 0.7.0 or later though asked for none");
         }
         notes.push(format!("generated {}{}", cmd::CDI_SPEC, how.unwrap_or("")));
     }
