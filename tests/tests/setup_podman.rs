@@ -786,9 +786,10 @@ fn after_a_driver_update_the_spec_for_the_old_driver_is_named_by_plan_doctor_and
     let driver = StandinDriver::install(host, "580.95.05");
     let spec = PathBuf::from("/var/run/cdi/nvidia.yaml");
     let _spec = FileRemovedOnDrop(spec.clone());
-    // The toolkit's own spec (the STAND-IN toolkit package's nvidia-ctk), as it writes it at
-    // install, for Podman 4: below CDI 0.7.0.
-    let generated = Command::new("/usr/bin/nvidia-ctk")
+    // The toolkit's own spec, as it writes it at install, for Podman 4: below CDI 0.7.0. The
+    // STAND-IN toolkit package's (check-programs: not a program of the machine).
+    let toolkit = Path::new("/usr/bin/nvidia-ctk");
+    let generated = Command::new(toolkit)
         .args(["cdi", "generate", "--output=/var/run/cdi/nvidia.yaml"])
         .arg(format!(
             "--feature-flag={}",
@@ -824,24 +825,22 @@ fn after_a_driver_update_the_spec_for_the_old_driver_is_named_by_plan_doctor_and
             .expect("enginekit")
     };
 
-    // Without enginekit's check: the runtime's own failure, on the library the update removed.
+    // Without enginekit's check: the runtime's own failure, on a library the update removed
+    // (crun: "error stat'ing file `…/libEGL_nvidia.so.580.95.05`: No such file or directory").
     let gpu = format!("nvidia.com/gpu={STANDIN_GPU}");
     let device = ["run", "--rm", "--device", &gpu, &host.probe_ref, "true"];
     let refused = user.podman(host, &device);
     assert!(
         !refused.status.success()
-            && String::from_utf8_lossy(&refused.stderr).contains("libcuda.so.580.95.05"),
+            && String::from_utf8_lossy(&refused.stderr).contains(".so.580.95.05`: No such file"),
         "{}",
         describe(&refused)
     );
 
     // The plan: the CDI step alone, and why.
     let plan = enginekit(&["plan", "--runtime", "podman", "--json"]);
-    let plan: Value = events(&plan)
-        .into_iter()
-        .find(|e| e["event"] == "plan")
-        .map(|e| e["plan"].clone())
-        .unwrap_or_else(|| panic!("no plan: {}", describe(&plan)));
+    let plan: Value = serde_json::from_slice(&plan.stdout)
+        .unwrap_or_else(|e| panic!("the plan document: {e}: {}", describe(&plan)));
     let changes = plan["system_changes"].as_array().expect("changes");
     assert_eq!(changes.len(), 1, "{plan}");
     assert_eq!(changes[0]["code"], "generate-cdi-spec", "{plan}");
