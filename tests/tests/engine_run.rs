@@ -872,6 +872,23 @@ fn each_failure_gives_its_code_message_and_excerpt_and_leaves_nothing() {
     assert_eq!(exit, Some(1));
     h.assert_nothing_left("crash after ready");
 
+    // The GPU taken away under a running engine (STAND-IN: /health answers 500 and the engine
+    // dies with NVML's Unknown Error, as after a daemon reload on the hook path): its own code
+    // and the remedy, not a load failure; nothing left.
+    let model = h.model("gpu-lost", r#"{"enginekit_standin":"gpu-lost"}"#);
+    let mut s = h.start_engine(&model, &["--name", "gpu-lost"]);
+    assert_eq!(s.outcome(120)["event"], "ready", "{:?}", s.seen);
+    let event = s.outcome(60);
+    let (code, message, details) = error_of(&event);
+    assert_eq!(code, "GPU_LOST", "{event}");
+    assert!(
+        message.contains("taken away") && message.contains("daemon-reload"),
+        "{message}"
+    );
+    assert!(details.contains("Failed to initialize NVML"), "{details}");
+    let _ = s.finish(30);
+    h.assert_nothing_left("gpu lost");
+
     // An engine that ignores TERM is still stopped (KILL after the grace), confirmed.
     let model = h.model("stubborn", r#"{"enginekit_standin":"ignore-term"}"#);
     let mut s = h.start_engine(&model, &["--name", "stubborn"]);

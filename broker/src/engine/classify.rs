@@ -666,6 +666,16 @@ mod tests {
             assert_eq!(c.excerpt, [marker.to_owned()]);
             assert!(c.message.contains("taken away"), "{}", c.message);
         }
+        // The fixture the STAND-IN engine prints when its GPU is taken away.
+        let c = run(KnownEngine::Vllm, "vllm-gpu-lost.log");
+        assert_eq!(c.kind, Kind::GpuLost);
+        assert!(
+            c.excerpt
+                .iter()
+                .any(|l| l.contains("Failed to initialize NVML")),
+            "{:?}",
+            c.excerpt
+        );
         // An out-of-memory alone stays one.
         let lines = log(&["torch.OutOfMemoryError: CUDA out of memory."]);
         assert_eq!(
