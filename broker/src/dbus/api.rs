@@ -29,6 +29,13 @@ pub trait BrokerApi: Send + Sync + 'static {
     fn default_runtime(&self) -> BoxFuture<'_, Runtime> {
         Box::pin(async { Runtime::Docker })
     }
+    /// The plan on the runtime [`Self::default_runtime`] chooses (the bus's `Plan`).
+    fn plan_on_chosen(&self, engine: EngineId) -> BoxFuture<'_, Result<Plan, CodedError>> {
+        Box::pin(async move {
+            let runtime = self.default_runtime().await;
+            self.plan(engine, runtime).await
+        })
+    }
     fn begin_setup(
         &self,
         engine: EngineId,
@@ -126,6 +133,11 @@ impl<P: Provisioner + Probing, E: Elevator> BrokerApi for Broker<P, E> {
 
     fn default_runtime(&self) -> BoxFuture<'_, Runtime> {
         Box::pin(self.runner.provisioner().default_runtime())
+    }
+
+    /// One probe chooses the runtime and makes the plan.
+    fn plan_on_chosen(&self, engine: EngineId) -> BoxFuture<'_, Result<Plan, CodedError>> {
+        Box::pin(async move { self.runner.plan_on_chosen(&engine).await })
     }
 
     fn begin_setup(

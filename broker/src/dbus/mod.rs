@@ -94,9 +94,7 @@ impl BrokerObject {
     #[zbus(out_args("plan"))]
     async fn plan(&self, engine_id: &str) -> Result<String, BrokerError> {
         let _call = self.api.call_started();
-        let engine = engine(engine_id)?;
-        let runtime = self.api.default_runtime().await;
-        json_text(&self.api.plan(engine, runtime).await?)
+        json_text(&self.api.plan_on_chosen(engine(engine_id)?).await?)
     }
 
     /// The plan for an engine on a container runtime (`docker` or `podman`).

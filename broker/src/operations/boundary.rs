@@ -128,6 +128,11 @@ pub trait Probing {
     /// The runtime a plan is for when the caller names none
     /// ([`crate::assess::runtime_choice::default_runtime`] over a fresh probe).
     fn default_runtime(&self) -> impl Future<Output = Runtime> + Send;
+    /// The plan for `op` on the runtime [`Self::default_runtime`] would choose, from one probe.
+    fn plan_on_chosen(
+        &self,
+        op: Operation,
+    ) -> impl Future<Output = Result<ProbedPlan, CodedError>> + Send;
 }
 
 /// The root helper on the system bus.

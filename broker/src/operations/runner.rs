@@ -118,6 +118,22 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
         Ok(*self.provisioner.plan(&probe).await?.document)
     }
 
+    /// [`Self::plan`] on the runtime the machine chooses, probed once.
+    pub async fn plan_on_chosen(&self, engine: &EngineId) -> Result<Plan, CodedError>
+    where
+        P: super::boundary::Probing,
+    {
+        let probe = start(
+            OperationId::fresh()?,
+            engine.clone(),
+            OperationKind::Setup,
+            true,
+            None,
+            self.instance_id.clone(),
+        );
+        Ok(*self.provisioner.plan_on_chosen(probe).await?.document)
+    }
+
     /// Start a setup under the approval of `plan_digest`, or pick up the one already there.
     pub fn begin_setup(
         &self,

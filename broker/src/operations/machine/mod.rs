@@ -164,6 +164,11 @@ impl Probing for LinuxMachine {
         ))
         .0
     }
+
+    async fn plan_on_chosen(&self, mut op: Operation) -> Result<ProbedPlan, CodedError> {
+        let planned = self.planned_on_chosen(&mut op).await?;
+        Self::probed(&planned)
+    }
 }
 
 /// Each effect is written in its own module (planning, environment, image, removal).

@@ -40,6 +40,31 @@ impl LinuxMachine {
         // they are read while it runs, so a plan costs little more than a probe.
         let (facts, (docs, image_present)) =
             tokio::join!(probe(options), self.documents_and_image(op));
+        self.planned_from(op, facts, docs, image_present).await
+    }
+
+    /// The plan on the runtime this machine's own facts choose when the caller names none
+    /// (the bus's `Plan`): one probe chooses and plans, where asking for the runtime first
+    /// probed twice. The documents are read after the probe, since the image looked for
+    /// depends on the runtime chosen.
+    pub(super) async fn planned_on_chosen(
+        &self,
+        op: &mut Operation,
+    ) -> Result<Planned, CodedError> {
+        let facts = probe(self.probe_options().await).await;
+        let view = crate::assess::view::LinuxView::from_facts(&facts);
+        op.runtime = crate::assess::runtime_choice::default_runtime(&view).0;
+        let (docs, image_present) = self.documents_and_image(op).await;
+        self.planned_from(op, facts, docs, image_present).await
+    }
+
+    async fn planned_from(
+        &self,
+        op: &Operation,
+        facts: HostFacts,
+        docs: DocumentSet,
+        image_present: bool,
+    ) -> Result<Planned, CodedError> {
         let descriptor = match Self::descriptor_in(&docs, op) {
             Ok(d) => d,
             Err(e) => {
