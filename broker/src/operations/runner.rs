@@ -104,16 +104,21 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
         })
     }
 
-    /// A plan for `engine` without starting anything (the CLI's and the bus's `Plan`).
-    pub async fn plan(&self, engine: &EngineId, runtime: Runtime) -> Result<Plan, CodedError> {
-        let mut probe = start(
+    /// A setup operation that is never stored: what a plan is computed for.
+    fn plan_probe(&self, engine: &EngineId) -> Result<Operation, CodedError> {
+        Ok(start(
             OperationId::fresh()?,
             engine.clone(),
             OperationKind::Setup,
             true,
             None,
             self.instance_id.clone(),
-        );
+        ))
+    }
+
+    /// A plan for `engine` without starting anything (the CLI's and the bus's `Plan`).
+    pub async fn plan(&self, engine: &EngineId, runtime: Runtime) -> Result<Plan, CodedError> {
+        let mut probe = self.plan_probe(engine)?;
         probe.runtime = runtime;
         Ok(*self.provisioner.plan(&probe).await?.document)
     }
@@ -123,14 +128,7 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
     where
         P: super::boundary::Probing,
     {
-        let probe = start(
-            OperationId::fresh()?,
-            engine.clone(),
-            OperationKind::Setup,
-            true,
-            None,
-            self.instance_id.clone(),
-        );
+        let probe = self.plan_probe(engine)?;
         Ok(*self.provisioner.plan_on_chosen(probe).await?.document)
     }
 
