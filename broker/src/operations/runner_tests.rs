@@ -268,7 +268,12 @@ struct Captured(Arc<Mutex<Vec<u8>>>);
 
 impl Captured {
     /// A capture of the INFO lines logged on this thread until the guard is dropped.
-    fn installed() -> (Captured, tracing::subscriber::DefaultGuard) {
+    ///
+    /// A second dispatcher is kept alive beside it: with exactly one registered, tracing-core
+    /// computes the interest of a callsite first hit on *another* thread (a test running beside
+    /// this one) from that thread's default alone, caches "never", and this capture then misses
+    /// the line. With two, every registered dispatcher is asked.
+    fn installed() -> (Captured, (tracing::subscriber::DefaultGuard, tracing::Dispatch)) {
         let captured = Captured::default();
         let writer = captured.clone();
         let subscriber = tracing_subscriber::fmt()
@@ -276,7 +281,10 @@ impl Captured {
             .with_ansi(false)
             .with_max_level(tracing::Level::INFO)
             .finish();
-        (captured, tracing::subscriber::set_default(subscriber))
+        let second = tracing::Dispatch::new(tracing_subscriber::registry());
+        let guard = tracing::subscriber::set_default(subscriber);
+        tracing::callsite::rebuild_interest_cache();
+        (captured, (guard, second))
     }
 }
 
