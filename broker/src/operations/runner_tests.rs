@@ -273,7 +273,10 @@ impl Captured {
     /// computes the interest of a callsite first hit on *another* thread (a test running beside
     /// this one) from that thread's default alone, caches "never", and this capture then misses
     /// the line. With two, every registered dispatcher is asked.
-    fn installed() -> (Captured, (tracing::subscriber::DefaultGuard, tracing::Dispatch)) {
+    fn installed() -> (
+        Captured,
+        (tracing::subscriber::DefaultGuard, tracing::Dispatch),
+    ) {
         let captured = Captured::default();
         let writer = captured.clone();
         let subscriber = tracing_subscriber::fmt()
