@@ -441,6 +441,15 @@ mod tests {
             "{}",
             finding.remedy
         );
+        // An update before its restart (kernel module and libraries differ) is the driver
+        // finding's, not the spec's: nothing to compare the spec with.
+        let mut mismatch: Value = serde_json::to_value(&stale).unwrap();
+        mismatch["nvidia"]["library_mismatch"] = json!({"library_version": "590.44.01"});
+        let mismatch: HostFacts = serde_json::from_value(mismatch).unwrap();
+        assert!(diagnose(&mismatch, &[])
+            .iter()
+            .all(|f| f.code != "cdi-spec-driver"));
+
         // Where the toolkit's refresh units are, the doctor and the plan say what they did.
         let mut units: Value = serde_json::to_value(&stale).unwrap();
         units["nvidia"]["cdi_refresh"] = json!({

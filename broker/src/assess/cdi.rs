@@ -42,9 +42,14 @@ impl<'a> CdiFacts<'a> {
     }
 }
 
-/// The loaded driver: what NVML or nvidia-smi report, else the kernel module's version.
+/// The loaded driver: what NVML or nvidia-smi report, else the kernel module's version. None
+/// while the kernel module and the libraries differ (an update before its restart): the spec
+/// cannot be judged then, and the plan's own blocker asks for the restart.
 fn loaded_driver(facts: &HostFacts) -> Option<&str> {
     let nvidia = &facts.nvidia;
+    if nvidia.library_mismatch.is_some() {
+        return None;
+    }
     let reported = nvidia.driver_version.value().and_then(Option::as_deref);
     reported.or_else(|| nvidia.kernel_module_version.value()?.as_deref())
 }
