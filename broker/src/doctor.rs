@@ -278,12 +278,7 @@ fn cdi_spec(facts: &HostFacts) -> Option<Finding> {
             ),
             REGENERATE_CDI,
         )),
-        CdiSpec::ForOtherDriver { spec, loaded } => {
-            let old: Vec<&str> = spec
-                .iter()
-                .map(String::as_str)
-                .filter(|v| *v != loaded)
-                .collect();
+        CdiSpec::ForOtherDriver { spec: old, loaded } => {
             let refresh = facts.nvidia.cdi_refresh.as_ref().map(|r| r.sentence());
             Some(Finding::problem(
                 "cdi-spec-driver",
@@ -291,7 +286,7 @@ fn cdi_spec(facts: &HostFacts) -> Option<Finding> {
                 format!(
                     "The NVIDIA CDI specification was generated for driver {}, but driver {loaded} is loaded: it mounts libraries the update removed, so a container given the GPU through it fails (cannot stat …so.{}).{}",
                     old.join(" and "),
-                    old.first().copied().unwrap_or_default(),
+                    old.first().map_or("", String::as_str),
                     refresh.map(|r| format!(" {r}")).unwrap_or_default(),
                 ),
                 REGENERATE_CDI,

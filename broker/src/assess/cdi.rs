@@ -70,7 +70,7 @@ pub enum CdiSpec {
     },
     /// It mounts the libraries of another driver than the loaded one: files an update removed.
     ForOtherDriver {
-        /// The driver versions the spec's libraries are named for.
+        /// The other driver versions the spec's libraries are named for (never the loaded one).
         spec: Vec<String>,
         /// The loaded driver's version.
         loaded: String,
@@ -122,7 +122,12 @@ pub fn state_of(facts: CdiFacts<'_>) -> CdiSpec {
     if let Some(loaded) = facts.loaded_driver {
         if facts.spec_drivers.iter().any(|v| v != loaded) {
             return CdiSpec::ForOtherDriver {
-                spec: facts.spec_drivers.to_vec(),
+                spec: facts
+                    .spec_drivers
+                    .iter()
+                    .filter(|v| *v != loaded)
+                    .cloned()
+                    .collect(),
                 loaded: loaded.to_owned(),
             };
         }

@@ -190,7 +190,6 @@ impl LinuxView {
                 .map(crate::probe::cdi_refresh::CdiRefresh::sentence),
             cdi_for_other_driver: match cdi_state {
                 super::cdi::CdiSpec::ForOtherDriver { spec, loaded } => {
-                    let spec: Vec<String> = spec.into_iter().filter(|v| *v != loaded).collect();
                     Some((spec.join(" and "), loaded))
                 }
                 _ => None,
