@@ -87,33 +87,32 @@ pub fn read(root: &Path) -> CdiSpecFiles {
     files
 }
 
-/// The driver versions in the names of the driver libraries a spec mounts: `libcuda.so.V`,
+/// The driver versions in the names of the driver libraries a spec mounts (its `hostPath`s, read
+/// by the rule the helper uses, [`enginekit_shared::cdi::host_paths`]): `libcuda.so.V`,
 /// `libnvidia-*.so.V`, `lib*_nvidia.so.V`, `libnvcuvid.so.V`, `libnvoptix.so.V`, where V is a
 /// driver version (`580.95.05`, `535.183.01`, `470.256.02`; its first number has three digits).
 /// Libraries the driver ships with versions of their own (`libnvidia-egl-wayland.so.1.1.13`)
 /// and the unversioned links (`libcuda.so.1`) are not driver versions.
 pub fn driver_versions(text: &str) -> BTreeSet<String> {
-    let is_path_char = |c: char| c.is_ascii_alphanumeric() || "._-/+".contains(c);
-    text.split(|c: char| !is_path_char(c))
-        .filter_map(|word| {
-            let file = word.rsplit('/').next()?;
+    enginekit_shared::cdi::host_paths(text)
+        .into_iter()
+        .filter_map(|path| {
+            let file = path.rsplit('/').next()?;
             let (name, version) = file.split_once(".so.")?;
             (driver_library(name) && driver_version(version)).then(|| version.to_owned())
         })
         .collect()
 }
 
-/// The first `…/libcuda.so.<driver version>` path a spec names.
+/// The first `…/libcuda.so.<driver version>` host path a spec mounts.
 fn libcuda_path(text: &str) -> Option<String> {
-    let is_path_char = |c: char| c.is_ascii_alphanumeric() || "._-/+".contains(c);
-    text.split(|c: char| !is_path_char(c))
-        .find(|word| {
-            word.starts_with('/')
-                && word
-                    .rsplit('/')
-                    .next()
-                    .and_then(|f| f.strip_prefix("libcuda.so."))
-                    .is_some_and(driver_version)
+    enginekit_shared::cdi::host_paths(text)
+        .into_iter()
+        .find(|path| {
+            path.rsplit('/')
+                .next()
+                .and_then(|f| f.strip_prefix("libcuda.so."))
+                .is_some_and(driver_version)
         })
         .map(str::to_owned)
 }
@@ -201,9 +200,10 @@ kind: nvidia.com/gpu
             "/usr/lib/libfoo_nvidia.so.58.95.05",
             "/usr/lib/libnvidia-ml.so.580.95.05.1",
             "/usr/lib/libnvidia-ml.so.580.",
-            "libnvidia-ml.so.",
+            "/libnvidia-ml.so.",
         ] {
-            assert!(driver_versions(text).is_empty(), "{text}");
+            let mount = format!("hostPath: {text}");
+            assert!(driver_versions(&mount).is_empty(), "{text}");
         }
     }
 
