@@ -20,7 +20,7 @@
 //! dockerd in a private network namespace, a forwarder to the bench registry), so the Docker the
 //! helper installs never touches the host's networking ([`BootedSystemd::boot_without_docker`]).
 
-// bench: test-threads=1
+// bench: test-threads=3
 // bench: exclusive=none
 // bench: needs=systemd-image,packages
 
