@@ -4,13 +4,16 @@
 use std::sync::Arc;
 
 use enginekit_shared::error::CodedError;
+use enginekit_shared::wire::plan::Runtime;
 
 use crate::elevate::SystemHelper;
+use crate::ids::EngineId;
 use crate::installations::Installations;
 use crate::operations::machine::LinuxMachine;
 use crate::operations::runner::Runner;
 use crate::operations::store::Store;
 use crate::paths;
+use crate::plan::outcome::PlanOutcome;
 
 pub type RealRunner = Runner<LinuxMachine, SystemHelper>;
 
@@ -34,5 +37,16 @@ impl Context {
             installations,
             machine,
         })
+    }
+
+    /// The plan `setup` would ask consent for on this machine, with what it was made from
+    /// (`enginekit plan`): the runner's planning operation on the machine's planner, probed once.
+    pub async fn plan_report(
+        &self,
+        engine: &EngineId,
+        runtime: Option<Runtime>,
+    ) -> Result<PlanOutcome, CodedError> {
+        let op = self.runner.plan_probe(engine)?;
+        self.machine.plan_report(op, runtime).await
     }
 }

@@ -11,14 +11,14 @@ use enginekit_shared::error::{CodedError, ErrorCode};
 use enginekit_shared::wire::plan::{Availability, Blocker, GpuAccess, ImageStore, Plan, Runtime};
 
 use super::{EXIT_BLOCKED, EXIT_FAILURE};
+use crate::app::Context;
 use crate::assess::runtime_choice::{default_runtime, Why};
 use crate::assess::view::LinuxView;
-use crate::assess::Assessment;
 use crate::documents::descriptor::{Descriptor, KnownEngine};
 use crate::documents::store::{DocumentSet, DocumentSources};
 use crate::i18n::tr;
 use crate::ids::EngineId;
-use crate::plan::{plan_setup, plan_without_descriptor, PlanRequest};
+use crate::plan::outcome::{PlanBasis, PlanOutcome};
 use crate::probe::facts::{DaemonState, HostFacts};
 
 /// The largest facts file read (a real one is a few KiB).
@@ -95,19 +95,6 @@ pub(super) fn live_facts() -> Result<HostFacts, CodedError> {
         .map_err(|e| CodedError::new(ErrorCode::IoError, format!("Cannot start the probe: {e}")))
 }
 
-/// The plan, the assessment behind it (when a descriptor was at hand), and the facts.
-#[derive(Debug)]
-pub struct PlanOutcome {
-    pub plan: Plan,
-    pub assessment: Option<Assessment>,
-    pub descriptor: Option<Descriptor>,
-    pub facts: HostFacts,
-    /// Notes about the documents (a refused update, an expired one).
-    pub document_notes: Vec<String>,
-    /// Why this runtime, when the user did not name one.
-    pub runtime_why: Option<Why>,
-}
-
 /// The runtime asked for, or this machine's default and why.
 pub fn choose_runtime(asked: Option<Runtime>, facts: &HostFacts) -> (Runtime, Option<Why>) {
     match asked {
@@ -119,7 +106,8 @@ pub fn choose_runtime(asked: Option<Runtime>, facts: &HostFacts) -> (Runtime, Op
     }
 }
 
-/// Plans for `engine` over `facts` with the documents from `sources`.
+/// Plans for `engine` over recorded `facts` with the documents from `sources`: a replay, so
+/// nothing counts as installed and the image as absent.
 pub fn plan_for(
     engine: KnownEngine,
     runtime: Runtime,
@@ -127,58 +115,24 @@ pub fn plan_for(
     sources: &DocumentSources,
 ) -> Result<PlanOutcome, CodedError> {
     let documents = DocumentSet::load(sources);
-    let mut notes: Vec<String> = documents.notes.clone();
-    let manifest = documents.manifest.as_ref().ok();
-    if let Err(e) = &documents.manifest {
-        notes.push(e.message.clone());
+    let descriptor = documents.descriptor(engine).cloned().map_err(Clone::clone);
+    PlanBasis {
+        engine,
+        runtime,
+        documents: &documents,
+        installed_descriptor_id: None,
+        image_present: false,
     }
-    match documents.descriptor(engine) {
-        Ok(descriptor) => {
-            let recipe = crate::plan::recipe::in_charge(&documents)?;
-            let planned = plan_setup(&PlanRequest {
-                engine,
-                descriptor,
-                manifest,
-                recipe: &recipe,
-                facts: &facts,
-                installed_descriptor_id: None,
-                image_present: false,
-                runtime,
-            })?;
-            Ok(PlanOutcome {
-                plan: planned.plan,
-                assessment: Some(planned.assessment),
-                descriptor: Some(descriptor.clone()),
-                facts,
-                document_notes: notes,
-                runtime_why: None,
-            })
-        }
-        Err(error) => Ok(PlanOutcome {
-            plan: plan_without_descriptor(engine, error)?,
-            assessment: None,
-            descriptor: None,
-            facts,
-            document_notes: notes,
-            runtime_why: None,
-        }),
-    }
+    .plan(facts, descriptor)
 }
 
-/// [`crate::candidates::check_plan`] for a live plan.
-fn ask_repository(outcome: &mut PlanOutcome) {
-    // Most plans add no repository: the documents are read a second time only when one does.
-    if !crate::candidates::plan_adds_docker_repository(&outcome.plan) {
-        return;
-    }
-    let documents = DocumentSet::load(&DocumentSources::from_env());
-    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
-        return;
-    };
-    runtime.block_on(crate::candidates::check_plan(&mut outcome.plan, &documents));
+/// The live plan: the one the runner makes for `setup` on this machine (the installation
+/// records, whether the image is present, the repository the plan would add asked), probed once.
+fn live_plan(engine: KnownEngine, runtime: Option<Runtime>) -> Result<PlanOutcome, CodedError> {
+    let rt = super::common::runtime()
+        .map_err(|_| CodedError::new(ErrorCode::IoError, "Cannot start the async runtime."))?;
+    let ctx = Context::open()?;
+    rt.block_on(ctx.plan_report(&EngineId::from(engine), runtime))
 }
 
 /// The exit status of a plan: 0 when setup can proceed or nothing is needed, 3 when blocked.
@@ -190,24 +144,18 @@ pub fn exit_status(plan: &Plan) -> u8 {
 }
 
 pub fn run(args: PlanArgs) -> ExitCode {
-    let facts = match &args.facts {
-        Some(path) => read_facts_file(path),
-        None => live_facts(),
+    // A replay of recorded facts answers the same every time, offline; a live plan is the
+    // runner's, as `setup` makes it.
+    let outcome = match &args.facts {
+        Some(path) => read_facts_file(path).and_then(|f| {
+            let (runtime, why) = choose_runtime(args.runtime, &f);
+            let mut outcome = plan_for(args.engine, runtime, f, &DocumentSources::from_env())?;
+            outcome.runtime_why = why;
+            Ok(outcome)
+        }),
+        None => live_plan(args.engine, args.runtime),
     };
-    let sources = DocumentSources::from_env();
-    let outcome = facts.and_then(|f| {
-        let (runtime, why) = choose_runtime(args.runtime, &f);
-        let mut outcome = plan_for(args.engine, runtime, f, &sources)?;
-        outcome.runtime_why = why;
-        Ok(outcome)
-    });
     let outcome = match outcome {
-        // A live plan asks the repository it would add; a replay of recorded facts does not
-        // (it answers the same every time, offline).
-        Ok(mut o) if args.facts.is_none() => {
-            ask_repository(&mut o);
-            o
-        }
         Ok(o) => o,
         Err(e) => {
             eprintln!("enginekit plan: {} ({})", e.message, e.code);

@@ -61,14 +61,12 @@ async fn setup(args: SetupArgs) -> ExitCode {
             Err(e) => report_error(json, &e),
         };
     }
-    let runtime = match args.runtime {
-        Some(runtime) => runtime,
-        None => {
-            crate::operations::boundary::Probing::default_runtime(runner.provisioner().as_ref())
-                .await
-        }
+    // Without --runtime, one probe chooses it and plans (as `plan` and the bus's `Plan` do).
+    let plan = match args.runtime {
+        Some(runtime) => runner.plan(&engine, runtime).await,
+        None => runner.plan_on_chosen(&engine).await,
     };
-    let plan = match runner.plan(&engine, runtime).await {
+    let plan = match plan {
         Ok(plan) => plan,
         Err(e) => return report_error(json, &e),
     };

@@ -105,7 +105,7 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
     }
 
     /// A setup operation that is never stored: what a plan is computed for.
-    fn plan_probe(&self, engine: &EngineId) -> Result<Operation, CodedError> {
+    pub(crate) fn plan_probe(&self, engine: &EngineId) -> Result<Operation, CodedError> {
         Ok(start(
             OperationId::fresh()?,
             engine.clone(),

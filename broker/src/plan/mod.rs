@@ -2,6 +2,7 @@
 //! plan adds to the assessment (the disk still needed, the descriptor's engine, the digests).
 
 pub mod digest;
+pub mod outcome;
 pub mod parameters;
 pub mod recipe;
 

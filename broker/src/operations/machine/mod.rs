@@ -21,7 +21,7 @@ use crate::installations::{
     now_rfc3339, Installation, InstallationStatus, Installations, PinnedImage,
 };
 use crate::journal::{InstanceId, Journal, ReconcileLimits, ReconcileReport};
-use crate::plan::{plan_setup, plan_without_descriptor, PlanRequest};
+use crate::plan::outcome::{PlanBasis, PlanOutcome};
 use crate::probe::{probe, HostFacts, ProbeOptions};
 
 mod environment;
@@ -53,8 +53,7 @@ fn resource_of(image: &ImageRef) -> String {
 
 /// A plan with what was needed to make it.
 struct Planned {
-    plan: enginekit_shared::wire::plan::Plan,
-    facts: HostFacts,
+    outcome: PlanOutcome,
     image_present: bool,
 }
 

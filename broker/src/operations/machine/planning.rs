@@ -44,18 +44,38 @@ impl LinuxMachine {
     }
 
     /// The plan on the runtime this machine's own facts choose when the caller names none
-    /// (the bus's `Plan`): one probe chooses and plans, where asking for the runtime first
-    /// probed twice. The documents are read after the probe, since the image looked for
-    /// depends on the runtime chosen.
+    /// (the bus's `Plan`, `setup` and `plan` without `--runtime`): one probe chooses and plans,
+    /// where asking for the runtime first probed twice. The documents are read after the probe,
+    /// since the image looked for depends on the runtime chosen.
     pub(super) async fn planned_on_chosen(
         &self,
         op: &mut Operation,
     ) -> Result<Planned, CodedError> {
         let facts = probe(self.probe_options().await).await;
         let view = crate::assess::view::LinuxView::from_facts(&facts);
-        op.runtime = crate::assess::runtime_choice::default_runtime(&view).0;
+        let (runtime, why) = crate::assess::runtime_choice::default_runtime(&view);
+        op.runtime = runtime;
         let (docs, image_present) = self.documents_and_image(op).await;
-        self.planned_from(op, facts, docs, image_present).await
+        let mut planned = self.planned_from(op, facts, docs, image_present).await?;
+        planned.outcome.runtime_why = Some(why);
+        Ok(planned)
+    }
+
+    /// The plan for `op`'s engine on `runtime`, or on the one this machine chooses, with what it
+    /// was made from (`enginekit plan`'s report): the same planning as the setup's.
+    pub(crate) async fn plan_report(
+        &self,
+        mut op: Operation,
+        runtime: Option<Runtime>,
+    ) -> Result<PlanOutcome, CodedError> {
+        let planned = match runtime {
+            Some(runtime) => {
+                op.runtime = runtime;
+                self.planned(&op).await?
+            }
+            None => self.planned_on_chosen(&mut op).await?,
+        };
+        Ok(planned.outcome)
     }
 
     async fn planned_from(
@@ -65,45 +85,32 @@ impl LinuxMachine {
         docs: DocumentSet,
         image_present: bool,
     ) -> Result<Planned, CodedError> {
-        let descriptor = match Self::descriptor_in(&docs, op) {
-            Ok(d) => d,
-            Err(e) => {
-                let plan = plan_without_descriptor(op.engine.known()?, &e)?;
-                return Ok(Planned {
-                    plan,
-                    facts,
-                    image_present: false,
-                });
-            }
-        };
-        let manifest = docs.manifest.as_ref().ok();
-        let recipe = crate::plan::recipe::in_charge(&docs)?;
+        let descriptor = Self::descriptor_in(&docs, op);
+        let image_present = image_present && descriptor.is_ok();
         let installed = self.installations.get(&op.engine);
         let installed_id = installed
             .as_ref()
             .filter(|i| i.status == InstallationStatus::Ready)
             .map(|i| i.descriptor_id.as_str());
-        let request = PlanRequest {
+        let basis = PlanBasis {
             engine: op.engine.known()?,
-            descriptor: &descriptor,
-            manifest,
-            recipe: &recipe,
-            facts: &facts,
+            runtime: op.runtime,
+            documents: &docs,
             installed_descriptor_id: installed_id,
             image_present,
-            runtime: op.runtime,
         };
-        let mut plan = plan_setup(&request)?.plan;
-        crate::candidates::check_plan(&mut plan, &docs).await;
+        let mut outcome = basis.plan(facts, descriptor)?;
+        if outcome.descriptor.is_some() {
+            crate::candidates::check_plan(&mut outcome.plan, &docs).await;
+        }
         Ok(Planned {
-            plan,
-            facts,
+            outcome,
             image_present,
         })
     }
 
     pub(super) fn probed(planned: &Planned) -> Result<ProbedPlan, CodedError> {
-        let plan = &planned.plan;
+        let plan = &planned.outcome.plan;
         let host_step = plan.host_step.clone().filter(|_| plan.blockers.is_empty());
         Ok(ProbedPlan {
             plan_digest: plan.plan_digest.clone(),
@@ -135,9 +142,9 @@ impl LinuxMachine {
             self.podman_route.remap_after_new_subids().await;
         }
         let planned = self.planned(op).await?;
-        let blockers = &planned.plan.blockers;
+        let blockers = &planned.outcome.plan.blockers;
         if blockers.len() == 1 && blockers[0].code == ErrorCode::ReloginRequired {
-            let root = planned.facts.system.user.uid == 0;
+            let root = planned.outcome.facts.system.user.uid == 0;
             return Ok(HostCheck {
                 prerequisites_met: root,
                 needs_relogin: !root,
@@ -162,8 +169,8 @@ impl LinuxMachine {
                 ),
             });
         }
-        if planned.plan.host_step.is_some() {
-            let changes = &planned.plan.system_changes;
+        if planned.outcome.plan.host_step.is_some() {
+            let changes = &planned.outcome.plan.system_changes;
             let texts: Vec<_> = changes.iter().map(|c| c.text.clone()).collect();
             let codes: Vec<_> = changes.iter().map(|c| c.code.as_str()).collect();
             return Ok(HostCheck {
@@ -187,9 +194,9 @@ impl LinuxMachine {
 
     pub(super) async fn reconcile(&self, op: &Operation) -> Result<Reconciliation, CodedError> {
         let planned = self.planned(op).await?;
-        let facts = &planned.facts;
+        let facts = &planned.outcome.facts;
         let installed = facts.docker.cli.is_true() && facts.nvidia.toolkit_installed.is_true();
-        let blockers = &planned.plan.blockers;
+        let blockers = &planned.outcome.plan.blockers;
         let relogin = op.kind != OperationKind::Remove
             && blockers.len() == 1
             && blockers[0].code == ErrorCode::ReloginRequired
@@ -200,7 +207,7 @@ impl LinuxMachine {
             } else {
                 Vec::new()
             },
-            current_plan_digest: Some(planned.plan.plan_digest.clone()),
+            current_plan_digest: Some(planned.outcome.plan.plan_digest.clone()),
             needs_relogin: relogin,
             needs_reboot: false,
         })
