@@ -21,7 +21,7 @@
 //! Nothing here restarts the shared dockerd: the helper's `systemctl restart docker` restarts
 //! the container's own.
 
-// bench: test-threads=1
+// bench: test-threads=4
 // bench: exclusive=none
 // bench: needs=systemd-image,packages
 
@@ -176,6 +176,28 @@ impl SystemdGpuHost {
             .filter_map(|c| c["code"].as_str().map(str::to_owned))
             .collect();
         (doc, codes)
+    }
+
+    /// `plan --json` shows the plan that `setup` asks consent for: the same digest, read from
+    /// the plan event of a `setup --json` without `--yes` (refused on a pipe, nothing started).
+    fn assert_plan_is_what_setup_asks_consent_for(&self) {
+        let (plan, _) = self.plan();
+        let setup = self.enginekit("setup --engine vllm --json");
+        assert_eq!(
+            result_of(&setup)["error"]["code"],
+            "MANAGED_CONSENT_REQUIRED",
+            "{}",
+            describe(&setup)
+        );
+        let asked = events(&setup)
+            .into_iter()
+            .find(|e| e["event"] == "plan")
+            .unwrap_or_else(|| panic!("no plan event: {}", describe(&setup)));
+        assert_eq!(
+            plan["plan_digest"], asked["plan"]["plan_digest"],
+            "plan --json: {plan}\nsetup asked for: {asked}"
+        );
+        assert_eq!(plan["availability"], asked["plan"]["availability"]);
     }
 
     /// `enginekit ARGS` with the broker's crash hook armed at `point` (a debug build's hook).
@@ -346,6 +368,8 @@ fn setup_installs_the_toolkit_through_polkit_and_the_helper_waits_for_relogin_th
         "{repository}"
     );
 
+    host.assert_plan_is_what_setup_asks_consent_for();
+
     // First run: the helper installs; the group is not effective in this session yet.
     let first = host.setup_expecting_error("MANAGED_RELOGIN_REQUIRED");
     assert_eq!(first.status.code(), Some(3), "{}", describe(&first));
@@ -422,6 +446,9 @@ fn setup_installs_the_toolkit_through_polkit_and_the_helper_waits_for_relogin_th
     let status = host.enginekit("status --json");
     let status: Value = serde_json::from_slice(&status.stdout).expect("status json");
     assert_eq!(status["installations"][0]["status"], "ready", "{status}");
+    // Installed, with its image present: `plan` says so, as the setup's planner does.
+    host.assert_plan_is_what_setup_asks_consent_for();
+    assert_eq!(host.plan().0["availability"], "supported");
 
     // Removal takes back what setup added to Docker and the user's state, never the toolkit,
     // the group or the repository.
