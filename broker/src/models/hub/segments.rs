@@ -264,12 +264,7 @@ impl Transfers<'_> {
                     }
                 };
                 let len = chunk.len() as u64;
-                if seg.done + len > last + 1 {
-                    return Err(HubError::SizeMismatch {
-                        file: file.path.to_string(),
-                        expected: file.size,
-                    });
-                }
+                super::transfer::refuse_overrun(file, seg.done + len, last + 1)?;
                 out.write_all(&chunk)
                     .await
                     .map_err(CacheError::io("writing", part))?;

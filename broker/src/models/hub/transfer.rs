@@ -193,15 +193,20 @@ impl Transfers<'_> {
             };
             let mut stream = response.bytes_stream();
             while have < end {
-                let chunk = self.next_chunk(&mut stream, file, have).await?;
+                let chunk = match self.next_chunk(&mut stream, file, have).await {
+                    Ok(chunk) => chunk,
+                    Err(e) => {
+                        // A cut keeps every byte that landed: tokio's `write_all` returns before
+                        // its write has run, and a process ending now would lose the last ones.
+                        out.flush().await.map_err(CacheError::io("writing", part))?;
+                        return Err(e);
+                    }
+                };
                 let len = chunk.len() as u64;
-                if have + len > end {
+                if let Err(e) = refuse_overrun(file, have + len, end) {
                     drop(out);
                     let _ = std::fs::remove_file(part);
-                    return Err(HubError::SizeMismatch {
-                        file: file.path.to_string(),
-                        expected: file.size,
-                    });
+                    return Err(e);
                 }
                 out.write_all(&chunk)
                     .await
@@ -217,6 +222,18 @@ impl Transfers<'_> {
         out.flush().await.map_err(CacheError::io("writing", part))?;
         Ok(())
     }
+}
+
+/// A response that runs past `end` (the offset after the last byte asked for) is refused before
+/// the chunk that overruns is written: the server sent more than the file's announced size.
+pub(crate) fn refuse_overrun(file: &RemoteFile, reached: u64, end: u64) -> Result<(), HubError> {
+    if reached > end {
+        return Err(HubError::SizeMismatch {
+            file: file.path.to_string(),
+            expected: file.size,
+        });
+    }
+    Ok(())
 }
 
 /// A 206 must start where we asked: a server that sends another part would corrupt the file.
@@ -241,5 +258,27 @@ pub(crate) fn check_content_range(
                 file.path
             ),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::models::hub::listing::Digest;
+    use crate::models::id::{BlobId, RepoFile};
+    use enginekit_shared::error::ErrorCode;
+
+    #[test]
+    fn a_chunk_that_reaches_past_the_asked_end_is_refused_and_one_that_reaches_it_is_not() {
+        let file = RemoteFile {
+            path: RepoFile::parse("model.safetensors").unwrap(),
+            size: 10,
+            blob: BlobId::parse(&"a".repeat(40)).unwrap(),
+            digest: Digest::Sha256("0".repeat(64)),
+        };
+        assert!(refuse_overrun(&file, 10, 10).is_ok());
+        let err = refuse_overrun(&file, 11, 10).unwrap_err();
+        assert!(matches!(err, HubError::SizeMismatch { expected: 10, .. }));
+        assert_eq!(err.code(), ErrorCode::ModelDigestMismatch);
     }
 }
