@@ -286,10 +286,7 @@ impl Pulls {
         // lifetime (a higher-ranked closure inside it), so it cannot go to `tokio::spawn`;
         // `block_on` there runs it on this runtime's I/O and timers all the same.
         let handle = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || {
-            let _leave = leave;
-            handle.block_on(task.run());
-        });
+        tokio::task::spawn_blocking(move || handle.block_on(task.run(leave)));
         OwnedObjectPath::try_from(path).map_err(BrokerError::ZBus)
     }
 
@@ -365,8 +362,10 @@ struct PullTask {
 }
 
 impl PullTask {
-    /// Runs the pull, announcing its progress every [`PROGRESS_EVERY`] while it moves, then its end.
-    async fn run(self) {
+    /// Runs the pull, announcing its progress every [`PROGRESS_EVERY`] while it moves, then its
+    /// end; `leave` takes it out of the registry first, so that a client told the pull ended
+    /// may remove the model at once.
+    async fn run(self, leave: Leave) {
         let progress = Arc::new(Progress::default());
         let options = PullOptions::default();
         let pulling = hub::pull(
@@ -394,6 +393,7 @@ impl PullTask {
             tracing::info!(model = %self.id, code = %e.code(), error = %e, "pull ended");
         }
         let reading = progress.read();
+        drop(leave);
         update(&self.conn, &self.path, Step::End(reading, &outcome)).await;
     }
 }
