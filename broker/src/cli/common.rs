@@ -11,8 +11,9 @@ use super::{EXIT_BLOCKED, EXIT_FAILURE, EXIT_USAGE};
 use crate::app::Context;
 use crate::ids::EngineId;
 
-/// A multi-thread runtime (the drive and the view run side by side).
-pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+/// The process's async runtime, built once in [`super::main`]: multi-thread (a setup's drive and
+/// its view run side by side).
+pub(super) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         // The probe's concurrent reads make deep futures; the default 2 MiB is not enough.

@@ -78,17 +78,7 @@ pub enum DockerCommand {
 }
 
 /// Runs a `docker` subcommand.
-pub fn run(args: DockerArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(err) => {
-            eprintln!("enginekit: could not start the async runtime: {err}");
-            return ExitCode::from(EXIT_FAILURE);
-        }
-    };
+pub async fn run(args: DockerArgs) -> ExitCode {
     match args.command {
         DockerCommand::Pull {
             image,
@@ -106,10 +96,10 @@ pub fn run(args: DockerArgs) -> ExitCode {
                     ..RetryPolicy::default()
                 },
             };
-            runtime.block_on(pull(&image, json, &options, socket))
+            pull(&image, json, &options, socket).await
         }
         DockerCommand::Relay { listen, target } => {
-            match runtime.block_on(crate::docker::group_relay::serve(&listen, &target)) {
+            match crate::docker::group_relay::serve(&listen, &target).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(err) => {
                     eprintln!("enginekit: relay: {err}");
@@ -121,7 +111,7 @@ pub fn run(args: DockerArgs) -> ExitCode {
             json,
             state_dir,
             socket,
-        } => runtime.block_on(reconcile(json, state_dir, socket)),
+        } => reconcile(json, state_dir, socket).await,
     }
 }
 

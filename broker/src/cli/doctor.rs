@@ -24,11 +24,11 @@ pub struct DoctorArgs {
     pub facts: Option<PathBuf>,
 }
 
-pub fn run(args: DoctorArgs) -> ExitCode {
+pub async fn run(args: DoctorArgs) -> ExitCode {
     let json = args.json;
     let facts = match &args.facts {
         Some(path) => read_facts_file(path),
-        None => live_facts(),
+        None => Ok(live_facts().await),
     };
     let facts = match facts {
         Ok(facts) => facts,

@@ -14,7 +14,7 @@ use clap::Args;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::common::{emit, report_error, runtime};
+use super::common::{emit, report_error};
 use super::{EXIT_FAILURE, EXIT_USAGE};
 use crate::documents::descriptor::KnownEngine;
 use crate::engine::options::LoadRequest;
@@ -78,23 +78,16 @@ pub struct LogsArgs {
     pub tail: u32,
 }
 
-/// Runs `body` on a fresh async runtime with the engine runtime open as the CLI's, or reports
-/// why it cannot be opened.
-fn with_runtime<F, Fut>(json: bool, body: F) -> ExitCode
+/// Runs `body` with the engine runtime open as the CLI's, or reports why it cannot be opened.
+async fn with_runtime<F, Fut>(json: bool, body: F) -> ExitCode
 where
     F: FnOnce(Runtime) -> Fut,
     Fut: std::future::Future<Output = ExitCode>,
 {
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(code) => return code,
-    };
-    rt.block_on(async move {
-        match Runtime::open(Owner::Cli) {
-            Ok(runtime) => body(runtime).await,
-            Err(e) => fail(json, &e),
-        }
-    })
+    match Runtime::open(Owner::Cli) {
+        Ok(runtime) => body(runtime).await,
+        Err(e) => fail(json, &e),
+    }
 }
 
 fn fail(json: bool, err: &EngineError) -> ExitCode {
@@ -197,7 +190,7 @@ fn download_bar(model: &str) -> indicatif::ProgressBar {
     bar
 }
 
-pub fn start(args: StartArgs) -> ExitCode {
+pub async fn start(args: StartArgs) -> ExitCode {
     let json = args.json;
     let engine: KnownEngine = match args.engine.parse() {
         Ok(e) => e,
@@ -308,9 +301,10 @@ pub fn start(args: StartArgs) -> ExitCode {
             Err(e) => fail(json, &e),
         }
     })
+    .await
 }
 
-pub fn stop(args: StopArgs) -> ExitCode {
+pub async fn stop(args: StopArgs) -> ExitCode {
     let json = args.json;
     with_runtime(json, move |runtime| async move {
         let name = match args.name {
@@ -351,9 +345,10 @@ pub fn stop(args: StopArgs) -> ExitCode {
             Err(e) => fail(json, &e),
         }
     })
+    .await
 }
 
-pub fn ps(args: PsArgs) -> ExitCode {
+pub async fn ps(args: PsArgs) -> ExitCode {
     with_runtime(args.json, move |runtime| async move {
         if let Err(e) = runtime.reconcile().await {
             return fail(args.json, &e);
@@ -397,9 +392,10 @@ pub fn ps(args: PsArgs) -> ExitCode {
         }
         ExitCode::SUCCESS
     })
+    .await
 }
 
-pub fn logs(args: LogsArgs) -> ExitCode {
+pub async fn logs(args: LogsArgs) -> ExitCode {
     let tail = args.tail.clamp(1, 10_000);
     with_runtime(false, move |runtime| async move {
         if args.follow {
@@ -427,4 +423,5 @@ pub fn logs(args: LogsArgs) -> ExitCode {
             }
         }
     })
+    .await
 }

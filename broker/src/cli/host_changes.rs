@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::json;
 
-use super::common::{emit, report_error, runtime};
+use super::common::{emit, report_error};
 use crate::elevate::SystemHelper;
 use crate::host_changes::{report, ChangesReport};
 use enginekit_shared::undo::UndoPlan;
@@ -20,12 +20,8 @@ pub struct HostChangesArgs {
     pub json: bool,
 }
 
-pub fn run(args: HostChangesArgs) -> ExitCode {
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(code) => return code,
-    };
-    let receipts = rt.block_on(async { SystemHelper::connect().await?.setups().await });
+pub async fn run(args: HostChangesArgs) -> ExitCode {
+    let receipts = async { SystemHelper::connect().await?.setups().await }.await;
     let changes = receipts.and_then(|receipts| report(Path::new("/"), &receipts));
     match changes {
         Ok(changes) => {

@@ -89,22 +89,35 @@ pub fn main() -> ExitCode {
     // WARN for the CLI (its output is the answer), INFO for the service (its log is the record).
     let service = matches!(cli.command, Command::Serve(_));
     crate::logging::init(if service { "info" } else { "warn" });
-    match cli.command {
-        Command::Docker(args) => docker::run(args),
-        Command::Plan(args) => plan::run(args),
-        Command::Doctor(args) => doctor::run(args),
+    // The process's one async runtime: every command runs on it.
+    let rt = match common::runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    let code = rt.block_on(run(cli.command));
+    // A read that outlived its deadline (a hung nvidia-smi) must not hold the exit: what the
+    // command needed it awaited.
+    rt.shutdown_background();
+    code
+}
+
+async fn run(command: Command) -> ExitCode {
+    match command {
+        Command::Docker(args) => docker::run(args).await,
+        Command::Plan(args) => plan::run(args).await,
+        Command::Doctor(args) => doctor::run(args).await,
         Command::Engines(args) => engines::run(args),
-        Command::Probe(args) => probe::run(args),
-        Command::Setup(args) => setup::run(args),
-        Command::Remove(args) => remove::run(args),
-        Command::HostChanges(args) => host_changes::run(args),
+        Command::Probe(args) => probe::run(args).await,
+        Command::Setup(args) => setup::run(args).await,
+        Command::Remove(args) => remove::run(args).await,
+        Command::HostChanges(args) => host_changes::run(args).await,
         Command::Status(args) => status::run(args),
-        Command::Models(args) => models::run(args),
-        Command::Serve(args) => serve::run(args),
-        Command::Start(args) => engine::start(args),
-        Command::Stop(args) => engine::stop(args),
-        Command::Ps(args) => engine::ps(args),
-        Command::Logs(args) => engine::logs(args),
+        Command::Models(args) => models::run(args).await,
+        Command::Serve(args) => serve::run(args).await,
+        Command::Start(args) => engine::start(args).await,
+        Command::Stop(args) => engine::stop(args).await,
+        Command::Ps(args) => engine::ps(args).await,
+        Command::Logs(args) => engine::logs(args).await,
     }
 }
 

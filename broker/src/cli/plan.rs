@@ -90,9 +90,8 @@ pub fn parse_facts(bytes: &[u8]) -> Result<HostFacts, String> {
     serde_json::from_slice(bytes).map_err(|e| e.to_string())
 }
 
-pub(super) fn live_facts() -> Result<HostFacts, CodedError> {
-    super::probe::probe_blocking(crate::probe::ProbeOptions::from_env())
-        .map_err(|e| CodedError::new(ErrorCode::IoError, format!("Cannot start the probe: {e}")))
+pub(super) async fn live_facts() -> HostFacts {
+    super::probe::probe_through_route(crate::probe::ProbeOptions::from_env()).await
 }
 
 /// The runtime asked for, or this machine's default and why.
@@ -128,11 +127,13 @@ pub fn plan_for(
 
 /// The live plan: the one the runner makes for `setup` on this machine (the installation
 /// records, whether the image is present, the repository the plan would add asked), probed once.
-fn live_plan(engine: KnownEngine, runtime: Option<Runtime>) -> Result<PlanOutcome, CodedError> {
-    let rt = super::common::runtime()
-        .map_err(|_| CodedError::new(ErrorCode::IoError, "Cannot start the async runtime."))?;
-    let ctx = Context::open()?;
-    rt.block_on(ctx.plan_report(&EngineId::from(engine), runtime))
+async fn live_plan(
+    engine: KnownEngine,
+    runtime: Option<Runtime>,
+) -> Result<PlanOutcome, CodedError> {
+    Context::open()?
+        .plan_report(&EngineId::from(engine), runtime)
+        .await
 }
 
 /// The exit status of a plan: 0 when setup can proceed or nothing is needed, 3 when blocked.
@@ -143,7 +144,7 @@ pub fn exit_status(plan: &Plan) -> u8 {
     }
 }
 
-pub fn run(args: PlanArgs) -> ExitCode {
+pub async fn run(args: PlanArgs) -> ExitCode {
     // A replay of recorded facts answers the same every time, offline; a live plan is the
     // runner's, as `setup` makes it.
     let outcome = match &args.facts {
@@ -153,7 +154,7 @@ pub fn run(args: PlanArgs) -> ExitCode {
             outcome.runtime_why = why;
             Ok(outcome)
         }),
-        None => live_plan(args.engine, args.runtime),
+        None => live_plan(args.engine, args.runtime).await,
     };
     let outcome = match outcome {
         Ok(o) => o,

@@ -35,19 +35,13 @@ pub struct ProbeArgs {
 }
 
 /// Runs `enginekit probe`.
-pub fn run(args: ProbeArgs) -> ExitCode {
+pub async fn run(args: ProbeArgs) -> ExitCode {
     let mut options = ProbeOptions::from_env();
     options.read_timeout = Duration::from_millis(args.timeout_ms);
     if let Some(socket) = args.docker_socket {
         options.docker_socket = socket;
     }
-    let facts = match probe_blocking(options) {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("enginekit: cannot start the probe: {e}");
-            return ExitCode::from(super::EXIT_FAILURE);
-        }
-    };
+    let facts = probe_through_route(options).await;
     let text = if args.json {
         match serde_json::to_string_pretty(&facts) {
             Ok(t) => t,
@@ -66,23 +60,14 @@ pub fn run(args: ProbeArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Probes on a current-thread runtime (small RSS), dropping it without waiting for any read that
-/// outlived its deadline.
-pub fn probe_blocking(options: ProbeOptions) -> std::io::Result<HostFacts> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .max_blocking_threads(8)
-        .build()?;
-    let facts = runtime.block_on(async {
-        // In the session that joined the docker group, the daemon is read through `sg docker`
-        // (the relay lives until this probe ends).
-        let route = DockerRoute::new(options.docker_socket.clone());
-        let mut options = options;
-        options.docker_socket = route.socket().await;
-        probe(options).await
-    });
-    runtime.shutdown_background();
-    Ok(facts)
+/// Probes, reading the daemon the way this session can: in the session that joined the docker
+/// group, through `sg docker` (the relay lives until this probe ends). A read that outlives its
+/// deadline is not waited for (see [`super::main`]).
+pub async fn probe_through_route(options: ProbeOptions) -> HostFacts {
+    let route = DockerRoute::new(options.docker_socket.clone());
+    let mut options = options;
+    options.docker_socket = route.socket().await;
+    probe(options).await
 }
 
 fn report_peak_rss() {

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::json;
 
-use super::common::{consent, emit, open_for_engine, report_error, runtime};
+use super::common::{consent, emit, open_for_engine, report_error};
 use super::follow::{conclude, drive_with_view};
 
 #[derive(Debug, Args)]
@@ -38,15 +38,11 @@ pub struct RemoveArgs {
     pub json: bool,
 }
 
-pub fn run(args: RemoveArgs) -> ExitCode {
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(code) => return code,
-    };
+pub async fn run(args: RemoveArgs) -> ExitCode {
     if args.host {
-        return rt.block_on(super::remove_host::run(&args));
+        return super::remove_host::run(&args).await;
     }
-    rt.block_on(remove(args))
+    remove(args).await
 }
 
 async fn remove(args: RemoveArgs) -> ExitCode {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Args;
 use enginekit_shared::error::{CodedError, ErrorCode};
 
-use super::common::{report_error, runtime};
+use super::common::report_error;
 use crate::app::Context;
 use crate::dbus::api::{Broker, BrokerApi};
 
@@ -19,15 +19,7 @@ pub struct ServeArgs {
     pub idle_exit: u64,
 }
 
-pub fn run(args: ServeArgs) -> ExitCode {
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(code) => return code,
-    };
-    rt.block_on(serve(args))
-}
-
-async fn serve(args: ServeArgs) -> ExitCode {
+pub async fn run(args: ServeArgs) -> ExitCode {
     let ctx = match Context::open() {
         Ok(ctx) => ctx,
         Err(e) => return report_error(false, &e),

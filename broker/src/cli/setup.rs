@@ -10,7 +10,7 @@ use serde_json::json;
 
 use enginekit_shared::error::{CodedError, ErrorCode};
 
-use super::common::{consent, emit, open_for_engine, report_error, runtime};
+use super::common::{consent, emit, open_for_engine, report_error};
 use super::follow::{conclude, drive_with_view, print_plan};
 use super::EXIT_BLOCKED;
 
@@ -31,15 +31,7 @@ pub struct SetupArgs {
     pub runtime: Option<Runtime>,
 }
 
-pub fn run(args: SetupArgs) -> ExitCode {
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(code) => return code,
-    };
-    rt.block_on(setup(args))
-}
-
-async fn setup(args: SetupArgs) -> ExitCode {
+pub async fn run(args: SetupArgs) -> ExitCode {
     let json = args.json;
     let (engine, ctx) = match open_for_engine(json, &args.engine) {
         Ok(opened) => opened,

@@ -18,7 +18,7 @@ use clap::Args;
 use enginekit_shared::error::{CodedError, ErrorCode};
 use serde_json::json;
 
-use crate::cli::common::{report_error, runtime};
+use crate::cli::common::report_error;
 use crate::cli::plan::{live_facts, read_facts_file};
 use crate::cli::EXIT_FAILURE;
 use crate::i18n::tr;
@@ -95,7 +95,7 @@ impl FolderModel {
 
     /// MODEL as `models fit` and `start` take it: an existing folder is a folder (so `models/x`
     /// on disk keeps working), anything else that parses as `org/name[@rev]` is on the hub.
-    pub fn resolve(text: &str) -> Result<FolderModel, CodedError> {
+    pub async fn resolve(text: &str) -> Result<FolderModel, CodedError> {
         if Path::new(text).is_dir() {
             return FolderModel::read(Path::new(text));
         }
@@ -104,11 +104,8 @@ impl FolderModel {
             ModelRef::Hub { id, revision } => {
                 let cache = HubCache::from_env().map_err(|e| e.to_coded())?;
                 let env = HubEnv::from_env().map_err(|e| e.to_coded())?;
-                let rt = runtime().map_err(|_| {
-                    CodedError::new(ErrorCode::IoError, "the async runtime did not start")
-                })?;
-                let sized = rt
-                    .block_on(remote::size(&cache, env, &id, revision.as_ref(), HUB_STALL))
+                let sized = remote::size(&cache, env, &id, revision.as_ref(), HUB_STALL)
+                    .await
                     .map_err(|e| e.to_coded())?;
                 Ok(FolderModel {
                     label: text.to_owned(),
@@ -160,20 +157,21 @@ pub fn check_context(context: Option<u32>) -> Result<Option<u64>, CodedError> {
 }
 
 /// Runs `models fit`.
-pub fn run(args: FitArgs) -> ExitCode {
+pub async fn run(args: FitArgs) -> ExitCode {
     let json = args.json;
-    let judged = (|| {
+    let judged = async {
         let context = check_context(args.context)?;
         // The model first: a name the hub does not know is said before the cards are probed.
-        let model = FolderModel::resolve(&args.model)?;
+        let model = FolderModel::resolve(&args.model).await?;
         let facts = match &args.facts {
             Some(path) => read_facts_file(path)?,
-            None => live_facts()?,
+            None => live_facts().await,
         };
         let cards = cards_of(&facts, args.gpu.as_deref())?;
         let judgment = fit::judge(&model.needs(), context, &cards);
         Ok::<_, CodedError>((model, judgment))
-    })();
+    }
+    .await;
     let (model, judgment) = match judged {
         Ok(judged) => judged,
         Err(e) => return report_error(json, &e),

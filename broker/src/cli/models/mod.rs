@@ -23,9 +23,9 @@ pub enum ModelsCommand {
 }
 
 /// Runs a `models` subcommand.
-pub fn run(args: ModelsArgs) -> ExitCode {
+pub async fn run(args: ModelsArgs) -> ExitCode {
     match args.command {
-        ModelsCommand::Store(command) => store::run(command),
-        ModelsCommand::Fit(args) => fit::run(args),
+        ModelsCommand::Store(command) => store::run(command).await,
+        ModelsCommand::Fit(args) => fit::run(args).await,
     }
 }

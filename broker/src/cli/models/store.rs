@@ -18,7 +18,7 @@ use indicatif::{HumanBytes, ProgressBar, ProgressStyle};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::common::{emit, report_error, runtime};
+use crate::cli::common::{emit, report_error};
 use crate::i18n::tr;
 use std::path::Path;
 
@@ -73,11 +73,7 @@ pub enum StoreCommand {
 }
 
 /// Runs a `models` subcommand.
-pub fn run(command: StoreCommand) -> ExitCode {
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(code) => return code,
-    };
+pub async fn run(command: StoreCommand) -> ExitCode {
     match command {
         StoreCommand::Pull {
             model,
@@ -94,9 +90,9 @@ pub fn run(command: StoreCommand) -> ExitCode {
             if let Some(bytes) = range_bytes {
                 options.range_bytes = bytes.max(1);
             }
-            rt.block_on(pull(&model, json, &options))
+            pull(&model, json, &options).await
         }
-        StoreCommand::List { json, facts } => list(json, facts.as_deref()),
+        StoreCommand::List { json, facts } => list(json, facts.as_deref()).await,
         StoreCommand::Rm { model, json } => remove(&model, json),
     }
 }
@@ -294,33 +290,29 @@ fn fit_of(cache: &HubCache, model: &CachedModel, cards: &[CardMemory]) -> ListFi
     }
 }
 
-/// The cards to judge on: the recorded facts, else a probe of this machine. A probe that
-/// cannot run leaves every fit unknown rather than failing the list.
-fn list_cards(facts: Option<&Path>) -> Result<Option<Vec<CardMemory>>, CodedError> {
+/// The cards to judge on: the recorded facts, else a probe of this machine.
+async fn list_cards(facts: Option<&Path>) -> Result<Vec<CardMemory>, CodedError> {
     let facts = match facts {
         Some(path) => read_facts_file(path)?,
-        None => match live_facts() {
-            Ok(facts) => facts,
-            Err(e) => {
-                tracing::info!(error = %e.message, "models list: no fit without the probe");
-                return Ok(None);
-            }
-        },
+        None => live_facts().await,
     };
-    cards_of(&facts, None).map(Some)
+    cards_of(&facts, None)
 }
 
-fn list(json: bool, facts: Option<&Path>) -> ExitCode {
+async fn list(json: bool, facts: Option<&Path>) -> ExitCode {
     let listed = HubCache::from_env().and_then(|cache| Ok((cache.list()?, cache)));
     let (models, cache) = match listed.map_err(|e| e.to_coded()) {
         Ok(listed) => listed,
         Err(e) => return report_error(json, &e),
     };
     // No probe for an empty cache: nothing to judge.
-    let cards = match (models.is_empty(), list_cards(facts)) {
-        (true, _) => None,
-        (false, Ok(cards)) => cards,
-        (false, Err(e)) => return report_error(json, &e),
+    let cards = if models.is_empty() {
+        None
+    } else {
+        match list_cards(facts).await {
+            Ok(cards) => Some(cards),
+            Err(e) => return report_error(json, &e),
+        }
     };
     let fits: Vec<ListFit> = models
         .iter()
