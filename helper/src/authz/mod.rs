@@ -17,10 +17,26 @@ use zbus::names::UniqueName;
 use zbus::Connection;
 use zbus_polkit::policykit1::{AuthorityProxy, CheckAuthorizationFlags, Subject};
 
-/// The polkit action of `Start`.
-pub(crate) const ACTION_ID: &str = "org.enginekit.helper.install-container-runtime";
-/// The polkit action of `Undo`.
-pub(crate) const UNDO_ACTION_ID: &str = "org.enginekit.helper.undo-setup";
+/// The helper's methods that change the machine, each with the polkit action that must
+/// authorise it: the one place that maps a method to its action. (`GetReceipt` and `Setups`
+/// change nothing and answer only about the caller's own uid: they ask polkit nothing.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Method {
+    /// Runs one verified host step.
+    Start,
+    /// Undoes the caller's setups from the helper's own records.
+    Undo,
+}
+
+impl Method {
+    /// The polkit action (`polkit/org.enginekit.helper.policy`) this method is authorised as.
+    pub(crate) const fn action(self) -> &'static str {
+        match self {
+            Method::Start => "org.enginekit.helper.install-container-runtime",
+            Method::Undo => "org.enginekit.helper.undo-setup",
+        }
+    }
+}
 
 /// What polkit (or the lack of it) decided. Only [`Decision::Authorized`] lets a step go on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,6 +150,19 @@ fn cancellation_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_method_is_authorised_as_an_action_the_shipped_policy_defines() {
+        let policy = include_str!("../../../polkit/org.enginekit.helper.policy");
+        for method in [Method::Start, Method::Undo] {
+            let declared = format!("<action id=\"{}\">", method.action());
+            assert!(
+                policy.contains(&declared),
+                "{method:?}: {declared} not in the policy"
+            );
+        }
+        assert_ne!(Method::Start.action(), Method::Undo.action());
+    }
 
     #[test]
     fn cancellation_ids_are_unique_and_non_empty() {

@@ -24,7 +24,7 @@ use super::caller::Caller;
 use super::job::{JobShared, JobState, JobStatus, Owner};
 use super::run::run_job;
 use super::service::Helper;
-use crate::authz::{self, Decision};
+use crate::authz::{self, Decision, Method};
 use crate::ledger::Burn;
 use crate::refusal::{refuse, Refusal};
 use crate::verify::{self, Checks, MachineFacts, Work};
@@ -60,11 +60,12 @@ async fn authorise(
     conn: &Connection,
     header: &Header<'_>,
     caller: &Caller,
-    action: &str,
+    method: Method,
     details: &[(&'static str, String)],
     log: &mut DecisionLog,
 ) -> Result<(), Refusal> {
     let (uid, timeout) = (caller.uid, helper.config.polkit_timeout);
+    let action = method.action();
     let question = authz::Question {
         action,
         header,
@@ -97,17 +98,18 @@ async fn authorise(
 
 const BUSY: &str = "another job is running; try again when it has finished";
 
-/// `Start` or `Undo` (by `log.action`), steps 1-2: the exact bytes parsed (an undo step by
+/// `Start` or `Undo` (`method`), steps 1-2: the exact bytes parsed (an undo step by
 /// [`verify::undo`]) and what they name logged; then [`launch`] with that kind's own check.
 pub(super) async fn step(
     helper: &Helper,
+    method: Method,
     bytes: &[u8],
     header: &Header<'_>,
     conn: &Connection,
     log: &mut DecisionLog,
 ) -> Result<OwnedObjectPath, Refusal> {
     // 1-2: size, strict parse and schema, before anything else is looked at.
-    if log.action == authz::UNDO_ACTION_ID {
+    if method == Method::Undo {
         let step = verify::undo::parse(bytes)?;
         tracing::Span::current().record("step_id", tracing::field::display(step.step_id()));
         log.nonce = step.nonce().as_str().to_owned();
@@ -152,7 +154,7 @@ async fn launch(
         return Err(refuse!(Busy, "{BUSY}"));
     }
     // 5: polkit.
-    authorise(helper, conn, header, &caller, head.action, &details, log).await?;
+    authorise(helper, conn, header, &caller, head.method, &details, log).await?;
     // 6: the job slot, then the nonce.
     let nonce = head.nonce.as_str().to_owned();
     let slot = helper.activity.reserve_job();
@@ -231,8 +233,8 @@ async fn launch(
 /// Collects what one `Start` or `Undo` decided, for a single journal entry.
 #[derive(Debug, Default)]
 pub(super) struct DecisionLog {
-    /// The polkit action the call is for (`Start`'s or `Undo`'s).
-    pub(super) action: &'static str,
+    /// The method called (`Start` or `Undo`); its polkit action is logged.
+    pub(super) method: Option<Method>,
     uid: Option<u32>,
     pid: Option<u32>,
     // Empty until known: the journal entry names what was learnt before the refusal.
@@ -260,7 +262,8 @@ impl DecisionLog {
         let (unit, cgroup, nonce) = (&self.unit, &self.cgroup, &self.nonce);
         let (recipe_id, recipe_digest) = (&self.recipe_id, &self.recipe_digest);
         let parameters_digest = &self.parameters_digest;
-        let (authz, action) = (self.authz.unwrap_or("not-asked"), self.action);
+        let authz = self.authz.unwrap_or("not-asked");
+        let action = self.method.map(Method::action).unwrap_or("?");
         match result {
             Ok(job) => tracing::info!(
                 sender, uid, pid, unit, cgroup, action, nonce, recipe_id, recipe_digest,

@@ -122,7 +122,7 @@ pub(super) async fn run_job(
     *shared.status() = JobStatus::over(report.outcome, "finished", receipt.clone());
     tracing::info!(
         uid,
-        action = head.action,
+        action = head.method.action(),
         nonce,
         recipe_digest = head.recipe_digest.as_str(),
         parameters_digest = head.parameters_digest.as_str(),

@@ -13,7 +13,7 @@ use super::activity::Activity;
 use super::admission::Admission;
 use super::chain::{self, DecisionLog};
 use super::job::{JobTable, JOB_PATH_PREFIX};
-use crate::authz;
+use crate::authz::Method;
 use crate::config::Config;
 use crate::ledger::Ledger;
 use crate::refusal::{refuse, Refusal};
@@ -51,22 +51,21 @@ impl Helper {
         ObjectPath::from_string_unchecked(format!("{JOB_PATH_PREFIX}{n}")).into()
     }
 
-    /// `Start` or `Undo` (by its polkit `action`): the chain, and one journal entry of what it
-    /// decided.
+    /// `Start` or `Undo`: the chain, and one journal entry of what it decided.
     async fn step_call(
         &self,
-        action: &'static str,
+        method: Method,
         step: &str,
         header: &Header<'_>,
         conn: &Connection,
     ) -> Result<OwnedObjectPath, Refusal> {
         let _call = self.activity.call_started();
         let mut log = DecisionLog::default();
-        log.action = action;
+        log.method = Some(method);
         // One span per step, its id recorded once parsed: the decision and the job's lines
         // carry the step id the broker logged when it issued the step.
         let span = tracing::info_span!("host_step", step_id = tracing::field::Empty);
-        let call = chain::step(self, step.as_bytes(), header, conn, &mut log);
+        let call = chain::step(self, method, step.as_bytes(), header, conn, &mut log);
         let result = call.instrument(span.clone()).await;
         span.in_scope(|| log.emit(header.sender().map(|s| s.as_str()).unwrap_or("?"), &result));
         result
@@ -83,7 +82,7 @@ impl Helper {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<OwnedObjectPath, Refusal> {
-        self.step_call(authz::ACTION_ID, step, &header, conn).await
+        self.step_call(Method::Start, step, &header, conn).await
     }
 
     /// Verifies and authorises an undo of the caller's setups, then starts its job.
@@ -94,8 +93,7 @@ impl Helper {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<OwnedObjectPath, Refusal> {
-        self.step_call(authz::UNDO_ACTION_ID, step, &header, conn)
-            .await
+        self.step_call(Method::Undo, step, &header, conn).await
     }
 
     /// The receipt of the job `nonce` started, for the same uid only.

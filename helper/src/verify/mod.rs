@@ -95,8 +95,8 @@ pub(crate) struct Head {
     pub(crate) recipe_digest: Digest,
     pub(crate) parameters_digest: Digest,
     pub(crate) step_digest: Digest,
-    /// The polkit action it is authorised as.
-    pub(crate) action: &'static str,
+    /// The method it came by, and so the polkit action it is authorised as.
+    pub(crate) method: crate::authz::Method,
 }
 
 impl Work {
@@ -111,7 +111,7 @@ impl Work {
                 recipe_digest: v.step.recipe_digest().clone(),
                 parameters_digest: v.step.parameters_digest().clone(),
                 step_digest: v.step_digest.clone(),
-                action: crate::authz::ACTION_ID,
+                method: crate::authz::Method::Start,
             },
             Work::Undo(u) => Head {
                 step_id: u.step.step_id().clone(),
@@ -121,7 +121,7 @@ impl Work {
                 recipe_digest: u.step.plan_digest().clone(),
                 parameters_digest: u.receipts_digest.clone(),
                 step_digest: u.step_digest.clone(),
-                action: crate::authz::UNDO_ACTION_ID,
+                method: crate::authz::Method::Undo,
             },
         }
     }
