@@ -30,7 +30,7 @@ fn applied_if(changed: bool, detail: impl Into<String>) -> Done {
 }
 
 pub(super) fn fail<T>(detail: impl Into<String>) -> Result<T, Failure> {
-    Err(Failure(detail.into()))
+    Err(Failure::Blocked(detail.into()))
 }
 
 // --- keys and sources -------------------------------------------------------------------------
@@ -81,9 +81,10 @@ pub(super) fn pinned_key(
     armored: &str,
     pinned: &[openpgp::Fingerprint],
 ) -> Result<Vec<u8>, Failure> {
-    let binary = openpgp::dearmor(armored)
-        .map_err(|e| Failure(format!("the recipe's key for {path}: {e}")))?;
-    let served = openpgp::primary_fingerprints(&binary)?;
+    let unusable =
+        |e: openpgp::KeyError| Failure::Blocked(format!("the recipe's key for {path}: {e}"));
+    let binary = openpgp::dearmor(armored).map_err(unusable)?;
+    let served = openpgp::primary_fingerprints(&binary).map_err(unusable)?;
     if let Some(bad) = served.iter().find(|f| !pinned.contains(f)) {
         return fail(format!(
             "the key for {path} is {bad}, not the pinned {}; nothing was written",
@@ -460,7 +461,7 @@ pub(super) async fn generate_cdi(r: &mut Executor<'_>, no_gids: bool) -> Done {
     // Containers run as the user read the spec; fixed on the open file, never through a path
     // a link could redirect between a look and a change.
     let unreadable = "could not make the CDI specification readable";
-    if files::make_readable(&spec).map_err(|e| Failure(format!("{unreadable}: {e}")))? {
+    if files::make_readable(&spec).map_err(|e| Failure::Io(format!("{unreadable}: {e}")))? {
         changed = true;
         notes.push(format!("made {} readable", cmd::CDI_SPEC));
     }
@@ -517,7 +518,7 @@ async fn caller_uid(r: &mut Executor<'_>, user: &UserName, what: &str) -> Result
     if !uid_out.success() {
         return fail(format!("there is no user {user}"));
     }
-    let unreadable = |_| Failure(format!("could not read the uid of {user}"));
+    let unreadable = |_| Failure::Io(format!("could not read the uid of {user}"));
     let uid: u32 = uid_out.stdout.trim().parse().map_err(unreadable)?;
     if uid == 0 {
         return fail(format!("{user} is uid 0; root is never {what}"));
@@ -552,7 +553,7 @@ pub(super) async fn add_subids(r: &mut Executor<'_>, user: &UserName, range: Sub
         let files = SubIdFiles::read(&r.ctx.file_root);
         files.and_then(|files| files.grant_state(user.as_str(), uid, range))
     };
-    if given(r).map_err(|e| Failure(format!("{e}; nothing was changed")))? {
+    if given(r).map_err(|e| Failure::Blocked(format!("{e}; nothing was changed")))? {
         return satisfied(format!("{user} already has {range}"));
     }
     for file in [SubIdFile::Uid, SubIdFile::Gid] {

@@ -33,7 +33,7 @@ pub(super) async fn before(r: &mut Executor<'_>) -> Result<Before, Failure> {
 pub(super) async fn since(r: &mut Executor<'_>, before: &Before, files_kept: bool) -> HostChanges {
     let mut unknown = Vec::new();
     let mut or_unknown = |what: &str, read: Result<Vec<_>, Failure>| {
-        read.unwrap_or_else(|Failure(why)| {
+        read.unwrap_or_else(|why| {
             tracing::error!(what, error = %why, "could not read what the step changed");
             unknown.push(what.to_owned());
             Vec::new()
@@ -42,7 +42,8 @@ pub(super) async fn since(r: &mut Executor<'_>, before: &Before, files_kept: boo
     // Only what the step's own transactions' records name, and the members its own commands
     // changed: another transaction or account change meanwhile is not this step's.
     let own = r.own_packages.take();
-    let own = own.ok_or_else(|| Failure("a package transaction's own record was not read".into()));
+    let own =
+        own.ok_or_else(|| Failure::Io("a package transaction's own record was not read".into()));
     let packages = match own {
         Ok(own) => packages(r).await.map(|now| (own, now)),
         Err(e) => Err(e),
@@ -87,7 +88,7 @@ pub(super) async fn packages(r: &mut Executor<'_>) -> Result<PackageSet, Failure
     r.commands.clear();
     let out = out?;
     if out.stdout.len() >= LISTED {
-        return Err(Failure(format!(
+        return Err(Failure::Blocked(format!(
             "the list of installed packages is longer than {LISTED} bytes"
         )));
     }

@@ -4,11 +4,14 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
+use enginekit_shared::error::ErrorCode;
 use enginekit_shared::recipe::Family;
+use enginekit_shared::safe::UnsafeValue;
 use enginekit_shared::wire::changes;
 use enginekit_shared::wire::receipt::bounded_tail;
 
-use super::allow::Allowed;
+use super::allow::{Allowed, Refused};
+use super::files::FileError;
 use super::journal::Journal;
 use super::{CommandRecord, ExecContext, ProgressSink};
 use crate::exec::command::{Command, Program};
@@ -20,14 +23,74 @@ const STDERR_TAIL_BYTES: usize = 2000;
 type Ran = Result<CommandResult, Failure>;
 pub(crate) type ListFile = (std::ffi::OsString, Vec<u8>, std::time::SystemTime);
 
-/// Why an action stopped.
-#[derive(Debug, Clone)]
-pub(crate) struct Failure(pub String);
+/// Why an action stopped, and so the code its receipt carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// The host rules the action out: a command failed, a repository could not be fetched, a
+    /// package conflicts, a user is not what the step says.
+    Blocked(String),
+    /// A file, a record or a key could not be read or written.
+    Io(String),
+    /// The step asks for what the helper never does: a command its allowlist refuses, a value
+    /// that cannot go into an argument vector.
+    Refused(String),
+}
 
-/// Any error becomes a failure by its text (a file, a key, a command the allowlist refuses).
-impl<E: std::error::Error> From<E> for Failure {
-    fn from(e: E) -> Failure {
-        Failure(e.to_string())
+impl Failure {
+    /// The receipt's code.
+    pub(crate) fn code(&self) -> ErrorCode {
+        match self {
+            Failure::Blocked(_) => ErrorCode::PrerequisiteBlocked,
+            Failure::Io(_) => ErrorCode::IoError,
+            Failure::Refused(_) => ErrorCode::HostStepInvalid,
+        }
+    }
+
+    /// What stopped it, for the action's detail and the receipt's message.
+    pub(crate) fn into_why(self) -> String {
+        match self {
+            Failure::Blocked(why) | Failure::Io(why) | Failure::Refused(why) => why,
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Blocked(why) | Failure::Io(why) | Failure::Refused(why) => f.write_str(why),
+        }
+    }
+}
+
+impl From<std::io::Error> for Failure {
+    fn from(e: std::io::Error) -> Failure {
+        Failure::Io(e.to_string())
+    }
+}
+
+impl From<FileError> for Failure {
+    fn from(e: FileError) -> Failure {
+        match e {
+            FileError::Io(..) => Failure::Io(e.to_string()),
+            // A link, a device, an oversized file or an untrusted folder where the recipe
+            // writes: this host's state rules the action out.
+            FileError::Symlink(_)
+            | FileError::NotRegular(_)
+            | FileError::TooLarge(_)
+            | FileError::UntrustedDir(..) => Failure::Blocked(e.to_string()),
+        }
+    }
+}
+
+impl From<Refused> for Failure {
+    fn from(e: Refused) -> Failure {
+        Failure::Refused(e.to_string())
+    }
+}
+
+impl From<UnsafeValue> for Failure {
+    fn from(e: UnsafeValue) -> Failure {
+        Failure::Refused(e.to_string())
     }
 }
 
@@ -161,7 +224,7 @@ impl<'a> Executor<'a> {
         let r = self.run(cmd, mutating).await?;
         match r.success() {
             true => Ok(r),
-            false => Err(Failure(r.describe())),
+            false => Err(Failure::Blocked(r.describe())),
         }
     }
 

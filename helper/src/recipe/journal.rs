@@ -61,9 +61,10 @@ impl Journal {
         if self.entries.iter().any(|e| e.path == path) {
             return Ok(());
         }
-        let refuse = |e: String| Failure(format!("{path} was not changed: {e}"));
+        let refuse = |e: String| Failure::Io(format!("{path} was not changed: {e}"));
         if !allowed(path) {
-            return Err(refuse("not a file a recipe may change".into()));
+            let why = format!("{path} was not changed: not a file a recipe may change");
+            return Err(Failure::Blocked(why));
         }
         // Test hook, debug builds only: die as a kill -9 would, before the Nth record.
         #[cfg(debug_assertions)]
@@ -243,7 +244,7 @@ pub(crate) fn put_back_from(
 ) -> Result<(), Failure> {
     let mut found = setups.iter().flat_map(|j| read(j).unwrap_or_default());
     let entry = found.find(|e| e.path == path && e.before_digest().as_ref() == back_to);
-    let why = || Failure(format!("no setup's journal holds what {path} was before"));
+    let why = || Failure::Blocked(format!("no setup's journal holds what {path} was before"));
     let entry = entry.ok_or_else(why)?;
     put_back(root, &entry).map(drop).map_err(Failure::from)
 }

@@ -37,7 +37,7 @@ use enginekit_shared::wire::receipt::{bounded_log_tail, ActionRecord, Outcome};
 use crate::exec::spawn::Timeouts;
 pub use crate::execution::{CancelToken, ProgressSink};
 use actions::Done;
-use executor::{Executor, Failure};
+use executor::Executor;
 
 /// Where and as whom the executor works.
 #[derive(Debug, Clone)]
@@ -200,9 +200,11 @@ impl Actions {
 
     /// Records how action `id`, started at `started`, ended.
     fn ended(&mut self, r: &mut Executor<'_>, id: &str, at: Instant, done: Done) -> &ActionReport {
-        let (status, detail) = done.unwrap_or_else(|Failure(why)| {
+        let (status, detail) = done.unwrap_or_else(|failure| {
             self.0 = Outcome::Failed;
-            let error = CodedError::new(ErrorCode::PrerequisiteBlocked, format!("{id}: {why}"));
+            let code = failure.code();
+            let why = failure.into_why();
+            let error = CodedError::new(code, format!("{id}: {why}"));
             self.2 = Some(error.with_details(why.clone()));
             (ActionStatus::Failed, why)
         });
@@ -259,7 +261,7 @@ pub async fn run_plan(
     let total = plan.len().max(1);
     let before = match changes::before(&mut r).await {
         Ok(before) => before,
-        Err(Failure(why)) => return not_read(ctx, &why),
+        Err(why) => return not_read(ctx, &why.into_why()),
     };
 
     // Whether Docker was running before anything ran: an approved restart is needed only for a

@@ -171,14 +171,14 @@ fn private_copies(root: &Path, plan: &[PlannedAction], dir: &Path) -> Result<Pat
     files::write_atomic(root, &dir.join("status"), b"", 0o644)?;
     for sub in ["lists/partial", "cache/archives/partial", "prefs", "repos"] {
         std::fs::create_dir_all(dir.join(sub))
-            .map_err(|e| Failure(format!("{}: {e}", dir.display())))?;
+            .map_err(|e| Failure::Io(format!("{}: {e}", dir.display())))?;
     }
     Ok(list)
 }
 
 fn file_name(path: &str) -> Result<&str, Failure> {
     let name = Path::new(path).file_name().and_then(|n| n.to_str());
-    name.ok_or_else(|| Failure(format!("{path} has no file name")))
+    name.ok_or_else(|| Failure::Blocked(format!("{path} has no file name")))
 }
 
 #[cfg(test)]
