@@ -288,4 +288,23 @@ mod tests {
         assert_eq!(ask(&mut r, &query, false).await, first);
         assert_eq!(r.commands.len(), 5);
     }
+
+    #[test]
+    fn each_failure_carries_the_code_of_what_stopped_it() {
+        let io = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "denied");
+        let file = FileError::Io("/etc/apt/sources.list.d/x".into(), io);
+        assert_eq!(Failure::from(file).code(), ErrorCode::IoError);
+        let link = FileError::Symlink("/etc/apt/sources.list.d/x".into());
+        assert_eq!(Failure::from(link).code(), ErrorCode::PrerequisiteBlocked);
+        let refused = Refused {
+            argv: vec!["/usr/bin/apt-get".into(), "purge".into()],
+            why: "not in this action's plan",
+        };
+        let failure = Failure::from(refused);
+        assert_eq!(failure.code(), ErrorCode::HostStepInvalid);
+        assert!(failure.into_why().contains("apt-get"));
+        let blocked = Failure::Blocked("apt-get install exited with 100".into());
+        assert_eq!(blocked.code(), ErrorCode::PrerequisiteBlocked);
+        assert_eq!(blocked.to_string(), "apt-get install exited with 100");
+    }
 }
