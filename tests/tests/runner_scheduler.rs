@@ -2,7 +2,8 @@
 //! file) side by side, on tiny jobs that record when they really ran: two jobs declaring the same
 //! exclusive resource never run at once, even when each declares several; jobs that share
 //! nothing do; readers of a resource run together but never beside the job that holds it alone;
-//! a job starts after the jobs it names, and not at all when one it requires failed. No bench
+//! a job starts after the jobs it names, and not at all when one it requires failed; the durations
+//! the repository ships rank jobs where the machine has measured none. No bench
 //! service: the jobs are `sh` and `sleep`.
 // bench: exclusive=none
 // Test scaffolding: a failed step should stop the test with its message.
@@ -269,4 +270,57 @@ fn the_test_harness_counts_are_summed_over_every_job() {
         "{text}"
     );
     assert!(text.contains("two: b  [FAILED]"), "{text}");
+}
+
+/// The names of the jobs in the order `--dry-run` says they would start.
+fn dry_run_order(dir: &Path, jobs: &[u8], extra: &[&str]) -> Vec<String> {
+    let file = dir.join("jobs");
+    std::fs::write(&file, jobs).unwrap();
+    let out = Command::new("python3")
+        .arg(workspace_root().join("tests/scheduler"))
+        .arg(&file)
+        .args(["--jobs", "1", "--dry-run", "--log-dir"])
+        .arg(dir.join("logs"))
+        .args(extra)
+        .output()
+        .expect("python3 tests/scheduler");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with(' '))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_shipped_durations_rank_jobs_where_this_machine_has_measured_none_and_its_own_win() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut jobs = Vec::new();
+    job(&mut jobs, "a", "", "cpu", &["true"]);
+    job(&mut jobs, "b", "", "cpu", &["true"]);
+    job(&mut jobs, "c", "a", "", &["true"]);
+    // Unknown durations: `a` has `c` behind it, so more work waits for it.
+    assert_eq!(dry_run_order(dir, &jobs, &[]), ["a", "b", "c"]);
+    // A fresh machine: the repository's durations say `b` is long.
+    let baseline = dir.join("baseline.json");
+    std::fs::write(&baseline, r#"{"b": 500}"#).unwrap();
+    let baseline = baseline.display().to_string();
+    let with_baseline = ["--baseline", baseline.as_str()];
+    assert_eq!(dry_run_order(dir, &jobs, &with_baseline), ["b", "a", "c"]);
+    // This machine measured `b` short: its own durations win over the shipped ones.
+    let history = dir.join("history.json");
+    std::fs::write(&history, r#"{"b": 10}"#).unwrap();
+    let history = history.display().to_string();
+    let both = [
+        with_baseline[0],
+        with_baseline[1],
+        "--history",
+        history.as_str(),
+    ];
+    assert_eq!(dry_run_order(dir, &jobs, &both), ["a", "c", "b"]);
+    // A baseline that does not parse is no baseline.
+    std::fs::write(dir.join("baseline.json"), "not json").unwrap();
+    assert_eq!(dry_run_order(dir, &jobs, &with_baseline), ["a", "b", "c"]);
 }
