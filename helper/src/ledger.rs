@@ -28,8 +28,7 @@ use std::time::UNIX_EPOCH;
 use enginekit_shared::nonce::Nonce;
 use enginekit_shared::signed::HighWater;
 use enginekit_shared::undo::{self, UndoPlan};
-use enginekit_shared::wire::changes::HostChanges;
-use enginekit_shared::wire::receipt::Receipt;
+use enginekit_shared::wire::{changes::HostChanges, receipt::Receipt};
 use enginekit_shared::{durable, ownership};
 use serde::{Deserialize, Serialize};
 

@@ -17,14 +17,12 @@ use zbus::names::UniqueName;
 use zbus::Connection;
 use zbus_polkit::policykit1::{AuthorityProxy, CheckAuthorizationFlags, Subject};
 
-/// The helper's methods that change the machine, each with the polkit action that must
-/// authorise it: the one place that maps a method to its action. (`GetReceipt` and `Setups`
-/// change nothing and answer only about the caller's own uid: they ask polkit nothing.)
+/// The helper's methods that change the machine (`Start`: one host step; `Undo`: the caller's
+/// setups), each with its polkit action: the one map of method to action. `GetReceipt` and
+/// `Setups` read only the caller's own records and ask polkit nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Method {
-    /// Runs one verified host step.
     Start,
-    /// Undoes the caller's setups from the helper's own records.
     Undo,
 }
 

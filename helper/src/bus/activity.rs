@@ -7,8 +7,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 
-use tokio::sync::futures::Notified;
-use tokio::sync::Notify;
+use tokio::sync::{futures::Notified, Notify};
 
 /// Shared between the interface objects and the idle loop.
 #[derive(Debug, Default)]

@@ -64,8 +64,7 @@ async fn authorise(
     details: &[(&'static str, String)],
     log: &mut DecisionLog,
 ) -> Result<(), Refusal> {
-    let (uid, timeout) = (caller.uid, helper.config.polkit_timeout);
-    let action = method.action();
+    let (uid, timeout, action) = (caller.uid, helper.config.polkit_timeout, method.action());
     let question = authz::Question {
         action,
         header,
@@ -262,8 +261,10 @@ impl DecisionLog {
         let (unit, cgroup, nonce) = (&self.unit, &self.cgroup, &self.nonce);
         let (recipe_id, recipe_digest) = (&self.recipe_id, &self.recipe_digest);
         let parameters_digest = &self.parameters_digest;
-        let authz = self.authz.unwrap_or("not-asked");
-        let action = self.method.map(Method::action).unwrap_or("?");
+        let (authz, action) = (
+            self.authz.unwrap_or("not-asked"),
+            self.method.map_or("?", Method::action),
+        );
         match result {
             Ok(job) => tracing::info!(
                 sender, uid, pid, unit, cgroup, action, nonce, recipe_id, recipe_digest,

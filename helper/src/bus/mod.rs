@@ -64,7 +64,10 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     });
     wait_until_idle(&conn, &activity, config.idle_exit).await;
     pruner.abort();
-    notify_stopping();
+    // STOPPING=1 to systemd when it started the helper (the launch helper sets no NOTIFY_SOCKET).
+    if let Err(e) = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]) {
+        tracing::warn!(error = %e, "sd_notify failed");
+    }
     if let Err(e) = conn.release_name(BUS_NAME).await {
         tracing::warn!(error = %e, "could not release the bus name");
     }
@@ -120,24 +123,6 @@ async fn quiet_for(activity: &Activity, quiet: Duration) {
         } else if tokio::time::timeout(quiet, changed).await.is_err() && activity.is_idle() {
             return;
         }
-    }
-}
-
-/// `sd_notify("STOPPING=1")` when started by systemd (NOTIFY_SOCKET is systemd's, set for the
-/// unit; the launch-helper path has none). Best effort.
-fn notify_stopping() {
-    use std::os::linux::net::SocketAddrExt;
-    use std::os::unix::net::{SocketAddr, UnixDatagram};
-    let Some(socket) = std::env::var_os("NOTIFY_SOCKET") else {
-        return;
-    };
-    let addr = match socket.as_encoded_bytes().strip_prefix(b"@") {
-        Some(name) => SocketAddr::from_abstract_name(name),
-        None => SocketAddr::from_pathname(&socket),
-    };
-    let sent = addr.and_then(|addr| UnixDatagram::unbound()?.send_to_addr(b"STOPPING=1", &addr));
-    if let Err(e) = sent {
-        tracing::warn!(error = %e, "sd_notify failed");
     }
 }
 

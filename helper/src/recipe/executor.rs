@@ -7,8 +7,7 @@ use std::time::Instant;
 use enginekit_shared::error::ErrorCode;
 use enginekit_shared::recipe::Family;
 use enginekit_shared::safe::UnsafeValue;
-use enginekit_shared::wire::changes;
-use enginekit_shared::wire::receipt::bounded_tail;
+use enginekit_shared::wire::{changes, receipt::bounded_tail};
 
 use super::allow::{Allowed, Refused};
 use super::files::FileError;
@@ -24,15 +23,16 @@ type Ran = Result<CommandResult, Failure>;
 pub(crate) type ListFile = (std::ffi::OsString, Vec<u8>, std::time::SystemTime);
 
 /// Why an action stopped, and so the code its receipt carries.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum Failure {
-    /// The host rules the action out: a command failed, a repository could not be fetched, a
-    /// package conflicts, a user is not what the step says.
+    /// The host rules it out: a command failed, a package conflicts, a user is not the step's.
+    #[error("{0}")]
     Blocked(String),
-    /// A file, a record or a key could not be read or written.
+    /// A file or record could not be read or written (or not safely: a link, an open folder).
+    #[error("{0}")]
     Io(String),
-    /// The step asks for what the helper never does: a command its allowlist refuses, a value
-    /// that cannot go into an argument vector.
+    /// The step asks what the helper never does: a command off its allowlist, an unsafe value.
+    #[error("{0}")]
     Refused(String),
 }
 
@@ -45,54 +45,19 @@ impl Failure {
             Failure::Refused(_) => ErrorCode::HostStepInvalid,
         }
     }
+}
 
-    /// What stopped it, for the action's detail and the receipt's message.
-    pub(crate) fn into_why(self) -> String {
-        match self {
-            Failure::Blocked(why) | Failure::Io(why) | Failure::Refused(why) => why,
+/// The errors that `?` turns into a failure, each into one kind, by its text.
+macro_rules! failure_from {
+    ($($error:ty => $kind:ident),+) => {$(
+        impl From<$error> for Failure {
+            fn from(e: $error) -> Failure {
+                Failure::$kind(e.to_string())
+            }
         }
-    }
+    )+};
 }
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Failure::Blocked(why) | Failure::Io(why) | Failure::Refused(why) => f.write_str(why),
-        }
-    }
-}
-
-impl From<std::io::Error> for Failure {
-    fn from(e: std::io::Error) -> Failure {
-        Failure::Io(e.to_string())
-    }
-}
-
-impl From<FileError> for Failure {
-    fn from(e: FileError) -> Failure {
-        match e {
-            FileError::Io(..) => Failure::Io(e.to_string()),
-            // A link, a device, an oversized file or an untrusted folder where the recipe
-            // writes: this host's state rules the action out.
-            FileError::Symlink(_)
-            | FileError::NotRegular(_)
-            | FileError::TooLarge(_)
-            | FileError::UntrustedDir(..) => Failure::Blocked(e.to_string()),
-        }
-    }
-}
-
-impl From<Refused> for Failure {
-    fn from(e: Refused) -> Failure {
-        Failure::Refused(e.to_string())
-    }
-}
-
-impl From<UnsafeValue> for Failure {
-    fn from(e: UnsafeValue) -> Failure {
-        Failure::Refused(e.to_string())
-    }
-}
+failure_from!(std::io::Error => Io, FileError => Io, Refused => Refused, UnsafeValue => Refused);
 
 pub(super) struct Executor<'a> {
     pub(crate) ctx: &'a ExecContext,
@@ -295,14 +260,14 @@ mod tests {
         let file = FileError::Io("/etc/apt/sources.list.d/x".into(), io);
         assert_eq!(Failure::from(file).code(), ErrorCode::IoError);
         let link = FileError::Symlink("/etc/apt/sources.list.d/x".into());
-        assert_eq!(Failure::from(link).code(), ErrorCode::PrerequisiteBlocked);
+        assert_eq!(Failure::from(link).code(), ErrorCode::IoError);
         let refused = Refused {
             argv: vec!["/usr/bin/apt-get".into(), "purge".into()],
             why: "not in this action's plan",
         };
         let failure = Failure::from(refused);
         assert_eq!(failure.code(), ErrorCode::HostStepInvalid);
-        assert!(failure.into_why().contains("apt-get"));
+        assert!(failure.to_string().contains("apt-get"));
         let blocked = Failure::Blocked("apt-get install exited with 100".into());
         assert_eq!(blocked.code(), ErrorCode::PrerequisiteBlocked);
         assert_eq!(blocked.to_string(), "apt-get install exited with 100");

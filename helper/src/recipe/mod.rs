@@ -203,7 +203,7 @@ impl Actions {
         let (status, detail) = done.unwrap_or_else(|failure| {
             self.0 = Outcome::Failed;
             let code = failure.code();
-            let why = failure.into_why();
+            let why = failure.to_string();
             let error = CodedError::new(code, format!("{id}: {why}"));
             self.2 = Some(error.with_details(why.clone()));
             (ActionStatus::Failed, why)
@@ -261,7 +261,7 @@ pub async fn run_plan(
     let total = plan.len().max(1);
     let before = match changes::before(&mut r).await {
         Ok(before) => before,
-        Err(why) => return not_read(ctx, &why.into_why()),
+        Err(why) => return not_read(ctx, &why.to_string()),
     };
 
     // Whether Docker was running before anything ran: an approved restart is needed only for a

@@ -32,7 +32,7 @@ pub(crate) async fn run_undo(
     let mut r = Executor::new(ctx, family, env.unwrap_or_default(), sink);
     let before = match changes::before(&mut r).await {
         Ok(before) => before,
-        Err(why) => return super::not_read(ctx, &why.into_why()),
+        Err(why) => return super::not_read(ctx, &why.to_string()),
     };
     let members = plan.groups.iter().flat_map(|g| {
         g.remove_members
