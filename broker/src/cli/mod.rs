@@ -94,7 +94,9 @@ pub fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    let code = rt.block_on(run(cli.command));
+    // On the heap: the future of every command together is large, and `block_on` moves it
+    // through several frames of the main thread's stack (a debug build overflowed it).
+    let code = rt.block_on(Box::pin(run(cli.command)));
     // A read that outlived its deadline (a hung nvidia-smi) must not hold the exit: what the
     // command needed it awaited.
     rt.shutdown_background();
