@@ -3,6 +3,21 @@
 
 use super::*;
 
+/// How many more probes the check after a host step makes while the machine does not show the
+/// step's changes: on a loaded machine a read past the probe's deadline (`dpkg-query`,
+/// `nvidia-ctk --version`) reads as "not there", and what the step started may still be settling.
+const RECHECKS: u32 = 2;
+const RECHECK_PAUSE: Duration = Duration::from_secs(1);
+
+/// Whether the machine, as planned from a fresh probe, still lacks what a host step should have
+/// done: a blocker other than the session's group membership, or a host step still to run.
+fn lacks_the_step(planned: &Planned) -> bool {
+    let plan = &planned.outcome.plan;
+    let relogin_only =
+        plan.blockers.len() == 1 && plan.blockers[0].code == ErrorCode::ReloginRequired;
+    (!plan.blockers.is_empty() && !relogin_only) || plan.host_step.is_some()
+}
+
 impl LinuxMachine {
     pub(super) async fn image_present(&self, image: &ImageRef, runtime: Runtime) -> bool {
         match self.docker(runtime).await {
@@ -141,7 +156,15 @@ impl LinuxMachine {
         if op.runtime == Runtime::Podman && added_subids {
             self.podman_route.remap_after_new_subids().await;
         }
-        let planned = self.planned(op).await?;
+        let mut planned = self.planned(op).await?;
+        for _ in 0..RECHECKS {
+            if !lacks_the_step(&planned) {
+                break;
+            }
+            tracing::info!("the machine does not show the host step's changes yet: probing again");
+            tokio::time::sleep(RECHECK_PAUSE).await;
+            planned = self.planned(op).await?;
+        }
         let blockers = &planned.outcome.plan.blockers;
         if blockers.len() == 1 && blockers[0].code == ErrorCode::ReloginRequired {
             let root = planned.outcome.facts.system.user.uid == 0;
