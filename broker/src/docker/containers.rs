@@ -19,15 +19,22 @@ use super::client::{Docker, CALL_TIMEOUT};
 use super::error::{bounded, DockerError, Failure, Result};
 use super::libpod::{self, EngineKind};
 
-/// How many times an inspect that met Podman's transitional `stopped` state is asked again.
+/// How many times an inspect that met Podman between a container's exit and its cleanup is
+/// asked again.
 const PODMAN_STOPPED_RETRIES: usize = 20;
 
-/// The answer did not decode because its state was Podman's `stopped`.
+/// Podman between a container's exit and its cleanup: the answer did not decode because its
+/// state was Podman's `stopped`, or Podman failed to read the process that had just exited
+/// (`read /proc/PID/cgroup: no such process`, a 500 seen under load).
 fn podman_stopped(err: &bollard::errors::Error) -> bool {
     use bollard::errors::Error as B;
     let text = match err {
         B::JsonDataError { message, .. } => message.clone(),
         B::JsonSerdeError { err } => err.to_string(),
+        B::DockerResponseServerError {
+            status_code: 500,
+            message,
+        } => return message.starts_with("read /proc/") && message.ends_with("no such process"),
         _ => return false,
     };
     text.contains("unknown variant `stopped`")
@@ -463,5 +470,14 @@ mod tests {
         assert!(!podman_stopped(
             &bollard::errors::Error::RequestTimeoutError
         ));
+        let server =
+            |status_code, message: &str| bollard::errors::Error::DockerResponseServerError {
+                status_code,
+                message: message.to_owned(),
+            };
+        let exited = "read /proc/19836/cgroup: no such process";
+        assert!(podman_stopped(&server(500, exited)));
+        assert!(!podman_stopped(&server(404, exited)));
+        assert!(!podman_stopped(&server(500, "no such container")));
     }
 }
