@@ -21,7 +21,7 @@
 //! Nothing here restarts the shared dockerd: the helper's `systemctl restart docker` restarts
 //! the container's own.
 
-// bench: test-threads=4
+// bench: test-threads=2
 // bench: exclusive=none
 // bench: needs=systemd-image,packages
 
