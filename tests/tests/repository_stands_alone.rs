@@ -25,31 +25,11 @@ const NOTES: [&str; 7] = [
 /// Documents a section sign may number, when the same line names them.
 const NAMED_STANDARDS: [&str; 2] = ["RFC ", "ECMA-"];
 
-/// Lines left as they are, data a test reads: (path, a piece of the line, why).
-const EXCEPTIONS: &[(&str, &str, &str)] = &[
-    (
-        "broker/tests/fixtures/engine_logs/trtllm-oom.log",
-        "# Marker strings from",
-        "an engine log the exit classifier's tests read line by line",
-    ),
-    (
-        "broker/tests/fixtures/engine_logs/trtllm-unknown-architecture.log",
-        "# follows on purpose: the architecture rule is decisive",
-        "an engine log the exit classifier's tests read line by line",
-    ),
-    (
-        "broker/tests/fixtures/engine_logs/trtllm-unknown-architecture.log",
-        "# Message format from",
-        "an engine log the exit classifier's tests read line by line",
-    ),
-];
-
 #[test]
 fn no_tracked_file_points_outside_the_repository() {
     let root = bench::workspace_root();
     let tracked = tracked_files(&root);
     let mut found = Vec::new();
-    let mut used = vec![false; EXCEPTIONS.len()];
     for path in &tracked {
         let Ok(bytes) = std::fs::read(root.join(path)) else {
             continue; // deleted in the working tree
@@ -61,23 +41,9 @@ fn no_tracked_file_points_outside_the_repository() {
             continue; // not text
         };
         for (n, line) in text.lines().enumerate() {
-            let Some(why) = points_outside(&root, &tracked, path, line) else {
-                continue;
-            };
-            let exception = EXCEPTIONS
-                .iter()
-                .position(|(p, piece, _)| p == path && line.contains(piece));
-            match exception {
-                Some(i) => used[i] = true,
-                None => found.push(format!("{path}:{}: {why}: {}", n + 1, line.trim())),
+            if let Some(why) = points_outside(&root, &tracked, path, line) {
+                found.push(format!("{path}:{}: {why}: {}", n + 1, line.trim()));
             }
-        }
-    }
-    for (i, (path, piece, why)) in EXCEPTIONS.iter().enumerate() {
-        if !used[i] {
-            found.push(format!(
-                "{path}: the exception for {piece:?} ({why}) matches no line any more; remove it"
-            ));
         }
     }
     assert!(
