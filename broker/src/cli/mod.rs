@@ -94,14 +94,33 @@ pub fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    // On the heap: the future of every command together is large, and `block_on` moves it
-    // through several frames of the main thread's stack (a debug build overflowed it).
-    let code = rt.block_on(Box::pin(run(cli.command)));
-    // A read that outlived its deadline (a hung nvidia-smi) must not hold the exit: what the
-    // command needed it awaited.
-    rt.shutdown_background();
-    code
+    // On a thread of its own with a large stack: the poll of the one future that holds every
+    // command keeps a slot for each of their futures in a debug build, which overflowed the
+    // main thread's 8 MiB in a resumed setup. The future itself is on the heap.
+    let command = cli.command;
+    let thread = std::thread::Builder::new()
+        .name("enginekit".into())
+        .stack_size(COMMAND_STACK_BYTES)
+        .spawn(move || {
+            let code = rt.block_on(Box::pin(run(command)));
+            // A read that outlived its deadline (a hung nvidia-smi) must not hold the exit:
+            // what the command needed it awaited.
+            rt.shutdown_background();
+            code
+        });
+    match thread.map(std::thread::JoinHandle::join) {
+        Ok(Ok(code)) => code,
+        // A panic has printed its message; a thread that did not start says why here.
+        Ok(Err(_)) => ExitCode::from(EXIT_FAILURE),
+        Err(e) => {
+            eprintln!("enginekit: could not start the command's thread: {e}");
+            ExitCode::from(EXIT_FAILURE)
+        }
+    }
 }
+
+/// The stack of the thread every command runs on.
+const COMMAND_STACK_BYTES: usize = 64 * 1024 * 1024;
 
 async fn run(command: Command) -> ExitCode {
     match command {
