@@ -2,6 +2,7 @@
 //! after the helper's step, and what the machine says after a restart.
 
 use super::*;
+use enginekit_shared::wire::plan::Plan;
 
 /// How many more probes the check after a host step makes while the machine does not show the
 /// step's changes: on a loaded machine a read past the probe's deadline (`dpkg-query`,
@@ -9,13 +10,16 @@ use super::*;
 const RECHECKS: u32 = 2;
 const RECHECK_PAUSE: Duration = Duration::from_secs(1);
 
+/// Whether the only thing in the way is the session's group membership (a new sign-in).
+fn relogin_only(plan: &Plan) -> bool {
+    plan.blockers.len() == 1 && plan.blockers[0].code == ErrorCode::ReloginRequired
+}
+
 /// Whether the machine, as planned from a fresh probe, still lacks what a host step should have
 /// done: a blocker other than the session's group membership, or a host step still to run.
 fn lacks_the_step(planned: &Planned) -> bool {
     let plan = &planned.outcome.plan;
-    let relogin_only =
-        plan.blockers.len() == 1 && plan.blockers[0].code == ErrorCode::ReloginRequired;
-    (!plan.blockers.is_empty() && !relogin_only) || plan.host_step.is_some()
+    (!plan.blockers.is_empty() && !relogin_only(plan)) || plan.host_step.is_some()
 }
 
 impl LinuxMachine {
@@ -166,7 +170,7 @@ impl LinuxMachine {
             planned = self.planned(op).await?;
         }
         let blockers = &planned.outcome.plan.blockers;
-        if blockers.len() == 1 && blockers[0].code == ErrorCode::ReloginRequired {
+        if relogin_only(&planned.outcome.plan) {
             let root = planned.outcome.facts.system.user.uid == 0;
             return Ok(HostCheck {
                 prerequisites_met: root,
@@ -219,10 +223,8 @@ impl LinuxMachine {
         let planned = self.planned(op).await?;
         let facts = &planned.outcome.facts;
         let installed = facts.docker.cli.is_true() && facts.nvidia.toolkit_installed.is_true();
-        let blockers = &planned.outcome.plan.blockers;
         let relogin = op.kind != OperationKind::Remove
-            && blockers.len() == 1
-            && blockers[0].code == ErrorCode::ReloginRequired
+            && relogin_only(&planned.outcome.plan)
             && facts.system.user.uid != 0;
         Ok(Reconciliation {
             verified_completed_step_ids: if installed {
