@@ -187,7 +187,7 @@ impl EngineHost {
 
     /// `start --model MODEL` (a folder or a hub name) with more environment.
     fn start_named(&self, model: &str, extra: &[&str], envs: &[(&str, &str)]) -> Started {
-        let mut args = vec!["start", "--engine", "vllm", "--model", model, "--json"];
+        let mut args = vec!["start", model, "--engine", "vllm", "--json"];
         args.extend_from_slice(extra);
         let mut command = self.command(&args);
         command.envs(envs.iter().copied());
@@ -742,6 +742,93 @@ fn start_by_hub_name_fits_first_pulls_into_the_cache_and_serves_the_snapshot_off
     h.assert_nothing_left("the offline start stopped");
 }
 
+/// `enginekit start ORG/NAME` where the engine is not set up: without a yes (a pipe, no --yes)
+/// it shows the setup's plan, changes nothing and downloads nothing; with --yes it sets up with
+/// the plan `enginekit plan --json` shows (the same digest), the model's download beside the
+/// setup from the yes on (its events come before the setup's result), then serves it.
+#[test]
+fn start_by_hub_name_where_the_engine_is_not_set_up_plans_asks_sets_up_downloads_beside_and_serves()
+{
+    use enginekit_integration::standin_hub::{safetensors, tiny_model, StandinHub};
+    let h = EngineHost::prepared();
+    let hub = StandinHub::start_in_netns(&h.netns);
+    let weights = safetensors(1000);
+    let mut files = tiny_model(&weights);
+    files[0].1 = br#"{"architectures":["Qwen2ForCausalLM"],"enginekit_standin":"ready"}"#.to_vec();
+    let refs: Vec<(&str, &[u8])> = files.iter().map(|(n, c)| (*n, c.as_slice())).collect();
+    hub.add_repo("org/tiny", &refs, None);
+    let cache = h.host.home.path().join("hf-cache");
+    let endpoint = hub.endpoint();
+    let cache_text = cache.display().to_string();
+    let env = [
+        ("HF_HUB_CACHE", cache_text.as_str()),
+        ("HF_ENDPOINT", endpoint.as_str()),
+    ];
+    let plan = h.run(&["plan", "--engine", "vllm", "--json"]);
+    let plan: Value = serde_json::from_slice(&plan.stdout).expect("plan --json");
+    let digest = plan["plan_digest"]
+        .as_str()
+        .expect("plan_digest")
+        .to_owned();
+
+    // No yes: the plan, MANAGED_CONSENT_REQUIRED, nothing set up, no weights fetched.
+    let refused = h
+        .command(&["start", "org/tiny", "--json"])
+        .envs(env)
+        .output()
+        .expect("run enginekit start");
+    assert_eq!(refused.status.code(), Some(1), "{}", describe(&refused));
+    let said: Vec<Value> = String::from_utf8_lossy(&refused.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert!(
+        said.iter()
+            .any(|e| e["event"] == "plan" && e["plan"]["plan_digest"] == digest.as_str()),
+        "{said:?}"
+    );
+    let last = said.last().expect("events");
+    assert_eq!(
+        last["error"]["code"], "MANAGED_CONSENT_REQUIRED",
+        "{said:?}"
+    );
+    assert!(h.host.installation().is_none());
+    assert!(!h.host.image_present(&h.standin));
+    assert!(
+        hub.requests()
+            .iter()
+            .all(|r| !r.path.ends_with(".safetensors")),
+        "{:?}",
+        hub.requests()
+    );
+
+    // --yes: set up with that plan, the download beside it, then served.
+    let mut started = h.start_named("org/tiny", &["--yes"], &env);
+    let ready = started.outcome(240);
+    assert_eq!(ready["event"], "ready", "{:?}", started.seen);
+    assert_eq!(ready["repo"], "org/tiny");
+    let at = |what: &dyn Fn(&Value) -> bool| started.seen.iter().position(what);
+    let consented = at(&|e| e["event"] == "plan" && e["plan"]["plan_digest"] == digest.as_str());
+    let result = at(&|e| e["event"] == "result" && e["phase"] == "ready");
+    let pulled = at(&|e| e["event"] == "pulled" && e["from_cache"] == false);
+    assert!(consented.is_some(), "{:?}", started.seen);
+    assert!(result.is_some() && pulled.is_some(), "{:?}", started.seen);
+    assert!(
+        pulled < result,
+        "the download waited for the setup: {:?}",
+        started.seen
+    );
+    assert_eq!(
+        h.host.installation().expect("installation")["status"],
+        "ready"
+    );
+    let stop = h.run(&["stop", "tiny"]);
+    assert!(stop.status.success(), "{}", describe(&stop));
+    let (code, _) = started.finish(30);
+    assert_eq!(code, Some(0), "{:?}", started.seen);
+    h.assert_nothing_left("a start that set up first");
+}
+
 fn error_of(event: &Value) -> (String, String, String) {
     let e = &event["error"];
     (
@@ -755,8 +842,8 @@ fn error_of(event: &Value) -> (String, String, String) {
 fn each_failure_gives_its_code_message_and_excerpt_and_leaves_nothing() {
     let h = EngineHost::start();
 
-    // Refused before any Docker call: options, the model folder, and an engine not set up
-    // (DOCKER_HOST points nowhere, so a Docker call would fail differently).
+    // Refused before any Docker call: options, the model folder, and an engine not set up on a
+    // machine its setup plan blocks (DOCKER_HOST points nowhere).
     let empty = h.host.home.path().join("models/empty");
     std::fs::create_dir_all(&empty).expect("empty dir");
     let good = h.model("good", r#"{"architectures":["Qwen2ForCausalLM"]}"#);
@@ -778,10 +865,12 @@ fn each_failure_gives_its_code_message_and_excerpt_and_leaves_nothing() {
             "INVALID_ARGUMENT",
             "port",
         ),
+        // Not set up: start plans the setup first, which this machine blocks (no Docker at
+        // DOCKER_HOST), and changes nothing.
         (
             vec!["--model", good_s.as_str(), "--engine", "tensorrt-llm"],
-            "MANAGED_ADAPTER_UNAVAILABLE",
-            "enginekit setup",
+            "MANAGED_PREREQUISITE_BLOCKED",
+            "nothing was changed",
         ),
     ] {
         let mut full = vec!["start", "--json"];

@@ -1,13 +1,12 @@
-//! What every command of the CLI shares: the async runtime, JSON events on stdout, errors with
-//! their exit codes, opening the stores for an engine, and consent on the terminal.
+//! What every command of the CLI shares: the async runtime, opening the stores for an engine, and
+//! consent on the terminal. What is printed and the exit status are report.rs's.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 
 use enginekit_shared::error::{CodedError, ErrorCode};
-use serde_json::{json, Value};
 
-use super::{EXIT_BLOCKED, EXIT_FAILURE, EXIT_USAGE};
+use super::report::{Exit, Output};
 use crate::app::Context;
 use crate::ids::EngineId;
 
@@ -22,39 +21,15 @@ pub(super) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
         .build()
         .map_err(|e| {
             eprintln!("enginekit: could not start the async runtime: {e}");
-            ExitCode::from(EXIT_FAILURE)
+            ExitCode::from(Exit::Failure)
         })
-}
-
-pub(crate) fn emit(json: bool, value: Value) {
-    if json {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{value}");
-        let _ = out.flush();
-    }
-}
-
-pub(crate) fn report_error(json: bool, err: &CodedError) -> ExitCode {
-    if json {
-        emit(true, json!({"event": "error", "error": err}));
-    } else {
-        eprintln!("enginekit: {} ({})", err.message, err.code);
-        if let Some(details) = &err.details {
-            eprintln!("  {details}");
-        }
-    }
-    ExitCode::from(match err.code {
-        ErrorCode::InvalidArgument => EXIT_USAGE,
-        ErrorCode::PrerequisiteBlocked | ErrorCode::ReloginRequired => EXIT_BLOCKED,
-        _ => EXIT_FAILURE,
-    })
 }
 
 /// The engine named on the command line and the broker's stores, or the exit code of the
 /// reported error (a bad engine name is a usage error).
-pub(crate) fn open_for_engine(json: bool, text: &str) -> Result<(EngineId, Context), ExitCode> {
-    let engine = EngineId::parse(text).map_err(|e| report_error(json, &e))?;
-    let ctx = Context::open().map_err(|e| report_error(json, &e))?;
+pub(crate) fn open_for_engine(out: Output, text: &str) -> Result<(EngineId, Context), Exit> {
+    let engine = EngineId::parse(text).map_err(|e| out.error(&e))?;
+    let ctx = Context::open().map_err(|e| out.error(&e))?;
     Ok((engine, ctx))
 }
 
@@ -70,11 +45,11 @@ fn ask(question: &str) -> bool {
 
 /// Consent: `--yes`, or a yes on the terminal. Without a terminal and without `--yes`:
 /// `MANAGED_CONSENT_REQUIRED`.
-pub(crate) fn consent(yes: bool, json: bool, question: &str) -> Result<(), CodedError> {
+pub(crate) fn consent(yes: bool, out: Output, question: &str) -> Result<(), CodedError> {
     if yes {
         return Ok(());
     }
-    if json || !std::io::stdin().is_terminal() {
+    if out.is_json() || !std::io::stdin().is_terminal() {
         return Err(CodedError::new(
             ErrorCode::ConsentRequired,
             "Consent is needed: run again with --yes, or on a terminal.",

@@ -6,20 +6,18 @@
 //! - `reconcile` stops and removes containers left by broker instances that are gone, and
 //!   reports labelled containers without a record.
 
-use std::io::Write;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
+use enginekit_shared::error::CodedError;
 use enginekit_shared::image::ImageRef;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
-use super::{EXIT_FAILURE, EXIT_USAGE};
+use super::report::{Exit, Output};
 use crate::docker::{
-    CancellationToken, Docker, DockerError, ProgressSnapshot, PullOptions, RetryPolicy,
-    SYSTEM_SOCKET,
+    CancellationToken, Docker, ProgressSnapshot, PullOptions, RetryPolicy, SYSTEM_SOCKET,
 };
 use crate::journal::{self, InstanceId, Journal, ReconcileLimits};
 
@@ -78,7 +76,7 @@ pub enum DockerCommand {
 }
 
 /// Runs a `docker` subcommand.
-pub async fn run(args: DockerArgs) -> ExitCode {
+pub(crate) async fn run(args: DockerArgs) -> Exit {
     match args.command {
         DockerCommand::Pull {
             image,
@@ -96,14 +94,14 @@ pub async fn run(args: DockerArgs) -> ExitCode {
                     ..RetryPolicy::default()
                 },
             };
-            pull(&image, json, &options, socket).await
+            pull(&image, Output::new(json), &options, socket).await
         }
         DockerCommand::Relay { listen, target } => {
             match crate::docker::group_relay::serve(&listen, &target).await {
-                Ok(()) => ExitCode::SUCCESS,
+                Ok(()) => Exit::Success,
                 Err(err) => {
                     eprintln!("enginekit: relay: {err}");
-                    ExitCode::from(EXIT_FAILURE)
+                    Exit::Failure
                 }
             }
         }
@@ -111,49 +109,24 @@ pub async fn run(args: DockerArgs) -> ExitCode {
             json,
             state_dir,
             socket,
-        } => reconcile(json, state_dir, socket).await,
+        } => reconcile(Output::new(json), state_dir, socket).await,
     }
 }
 
-fn print_json_line(value: &serde_json::Value) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{value}");
-    let _ = out.flush();
-}
-
-fn report_error(json: bool, err: &DockerError) {
-    let coded = err.to_coded();
-    if json {
-        print_json_line(&json!({
-            "event": "error",
-            "code": coded.code,
-            "kind": err.kind(),
-            "message": coded.message,
-        }));
-    } else {
-        eprintln!("enginekit: {} ({})", coded.message, coded.code);
-    }
-}
-
-async fn pull(image: &str, json: bool, options: &PullOptions, socket: PathBuf) -> ExitCode {
+async fn pull(image: &str, out: Output, options: &PullOptions, socket: PathBuf) -> Exit {
     let image = match ImageRef::parse(image) {
         Ok(image) => image,
         Err(err) => {
-            if json {
-                print_json_line(
-                    &json!({"event": "error", "code": err.code(), "kind": "docker.invalid_image", "message": err.to_string()}),
-                );
-            } else {
-                eprintln!("enginekit: {err} (expected REPO@sha256:<64 hex>)");
-            }
-            return ExitCode::from(EXIT_USAGE);
+            return out.error(
+                &CodedError::new(err.code(), err.to_string())
+                    .with_details("expected REPO@sha256:<64 hex> (kind=docker.invalid_image)"),
+            );
         }
     };
     let docker = match Docker::connect(&socket).await {
         Ok(docker) => docker,
         Err(err) => {
-            report_error(json, &err);
-            return ExitCode::from(EXIT_FAILURE);
+            return out.error(&err.to_coded());
         }
     };
     let cancel = CancellationToken::new();
@@ -164,7 +137,7 @@ async fn pull(image: &str, json: bool, options: &PullOptions, socket: PathBuf) -
         }
     });
 
-    let bar = (!json).then(|| {
+    let bar = (!out.is_json()).then(|| {
         let bar = ProgressBar::new(0);
         if let Ok(style) = ProgressStyle::with_template(
             "{spinner} {msg} [{bar:30}] {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} eta {eta}",
@@ -179,9 +152,7 @@ async fn pull(image: &str, json: bool, options: &PullOptions, socket: PathBuf) -
             bar.set_length(p.total);
             bar.set_position(p.current);
         }
-        None => {
-            print_json_line(&json!({"event": "progress", "current": p.current, "total": p.total}))
-        }
+        None => out.event(json!({"event": "progress", "current": p.current, "total": p.total})),
     };
     let result = docker
         .pull(&image, options, &mut on_progress, &cancel)
@@ -191,8 +162,8 @@ async fn pull(image: &str, json: bool, options: &PullOptions, socket: PathBuf) -
     }
     match result {
         Ok(outcome) => {
-            if json {
-                print_json_line(&json!({
+            if out.is_json() {
+                out.event(json!({
                     "event": "done",
                     "image": image.to_string(),
                     "image_id": outcome.image.id,
@@ -211,19 +182,16 @@ async fn pull(image: &str, json: bool, options: &PullOptions, socket: PathBuf) -
                     outcome.image.id
                 );
             }
-            ExitCode::SUCCESS
+            Exit::Success
         }
-        Err(err) => {
-            report_error(json, &err);
-            ExitCode::from(EXIT_FAILURE)
-        }
+        Err(err) => out.error(&err.to_coded()),
     }
 }
 
-async fn reconcile(json: bool, state_dir: Option<PathBuf>, socket: PathBuf) -> ExitCode {
+async fn reconcile(out: Output, state_dir: Option<PathBuf>, socket: PathBuf) -> Exit {
     let Some(state_dir) = state_dir.or_else(|| crate::paths::state_root().ok()) else {
         eprintln!("enginekit: no state directory: set XDG_STATE_HOME or HOME, or pass --state-dir");
-        return ExitCode::from(EXIT_USAGE);
+        return Exit::Usage;
     };
     let opened = InstanceId::generate()
         .map_err(|e| e.to_string())
@@ -232,25 +200,24 @@ async fn reconcile(json: bool, state_dir: Option<PathBuf>, socket: PathBuf) -> E
         Ok(journal) => journal,
         Err(err) => {
             eprintln!("enginekit: the container journal could not be opened: {err}");
-            return ExitCode::from(EXIT_FAILURE);
+            return Exit::Failure;
         }
     };
     let docker = match Docker::connect(&socket).await {
         Ok(docker) => docker,
         Err(err) => {
-            report_error(json, &err);
-            return ExitCode::from(EXIT_FAILURE);
+            return out.error(&err.to_coded());
         }
     };
     let report = match journal::reconcile(&docker, &journal, ReconcileLimits::default()).await {
         Ok(report) => report,
         Err(err) => {
             eprintln!("enginekit: reconcile failed: {err}");
-            return ExitCode::from(EXIT_FAILURE);
+            return Exit::Failure;
         }
     };
-    if json {
-        print_json_line(&serde_json::to_value(&report).unwrap_or_default());
+    if out.is_json() {
+        out.event(serde_json::to_value(&report).unwrap_or_default());
     } else {
         let groups = [
             ("stopped and removed", &report.stopped),
@@ -296,9 +263,5 @@ async fn reconcile(json: bool, state_dir: Option<PathBuf>, socket: PathBuf) -> E
             println!("nothing to reconcile");
         }
     }
-    if report.unconfirmed.is_empty() && report.failed.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(EXIT_FAILURE)
-    }
+    Exit::success_if(report.unconfirmed.is_empty() && report.failed.is_empty())
 }

@@ -2,14 +2,12 @@
 //! finding with its remedy ([`crate::doctor`]). Exit 0 when nothing is an error, 3 otherwise.
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use clap::Args;
 use serde_json::json;
 
-use super::common::{emit, report_error};
 use super::plan::{live_facts, read_facts_file};
-use super::EXIT_BLOCKED;
+use super::report::{Exit, Output};
 use crate::doctor::{diagnose, worst, Severity};
 use crate::installations::Installations;
 use crate::paths;
@@ -24,27 +22,24 @@ pub struct DoctorArgs {
     pub facts: Option<PathBuf>,
 }
 
-pub async fn run(args: DoctorArgs) -> ExitCode {
-    let json = args.json;
+pub(crate) async fn run(args: DoctorArgs) -> Exit {
+    let out = Output::new(args.json);
     let facts = match &args.facts {
         Some(path) => read_facts_file(path),
         None => Ok(live_facts().await),
     };
     let facts = match facts {
         Ok(facts) => facts,
-        Err(e) => return report_error(json, &e),
+        Err(e) => return out.error(&e),
     };
     let installations = match paths::state_root().and_then(|root| Installations::open(&root)) {
         Ok(store) => store.list(),
-        Err(e) => return report_error(json, &e),
+        Err(e) => return out.error(&e),
     };
     let findings = diagnose(&facts, &installations);
     let verdict = worst(&findings);
-    emit(
-        json,
-        json!({"event": "doctor", "verdict": verdict, "findings": findings}),
-    );
-    if !json {
+    out.event(json!({"event": "doctor", "verdict": verdict, "findings": findings}));
+    if !out.is_json() {
         for f in &findings {
             let mark = match f.severity {
                 Severity::Ok => "ok",
@@ -58,8 +53,8 @@ pub async fn run(args: DoctorArgs) -> ExitCode {
         }
     }
     if verdict == Severity::Error {
-        ExitCode::from(EXIT_BLOCKED)
+        Exit::Blocked
     } else {
-        ExitCode::SUCCESS
+        Exit::Success
     }
 }

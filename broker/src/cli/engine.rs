@@ -8,28 +8,45 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use clap::Args;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::common::{emit, report_error};
-use super::{EXIT_FAILURE, EXIT_USAGE};
+use enginekit_shared::error::{CodedError, ErrorCode};
+use enginekit_shared::wire::plan::Runtime as ContainerRuntime;
+
+use super::follow::conclude;
+use super::report::{Exit, Output};
 use crate::documents::descriptor::KnownEngine;
 use crate::engine::options::LoadRequest;
 use crate::engine::runtime::{LoadEvent, MonitorEnd, Runtime};
 use crate::engine::sessions::Owner;
 use crate::engine::EngineError;
+use crate::operations::record::Phase;
 
 #[derive(Debug, Args)]
 pub struct StartArgs {
-    /// The engine to run (it must be set up: `enginekit setup`).
+    /// The model: a hub name org/name[@revision] that is fitted to this machine's GPUs, pulled into the Hugging Face cache and served from there, or a folder (a checkpoint with a config.json); mounted read-only.
+    #[arg(value_name = "MODEL", required_unless_present = "model_option")]
+    pub model: Option<PathBuf>,
+    /// The model, as an option (the same as MODEL).
+    #[arg(
+        long = "model",
+        id = "model_option",
+        value_name = "MODEL",
+        conflicts_with = "model"
+    )]
+    pub model_option: Option<PathBuf>,
+    /// The engine to run. Where it is not set up yet, `start` first shows the setup plan and asks, as `enginekit setup` does, and the model's download begins as soon as you say yes.
     #[arg(long, default_value = "vllm")]
     pub engine: String,
-    /// The model: a folder (a checkpoint with a config.json), or a hub name org/name[@revision] that is fitted, pulled into the Hugging Face cache and served from there; mounted read-only.
+    /// Consent to the setup plan without asking (when the engine is not set up yet).
     #[arg(long)]
-    pub model: PathBuf,
+    pub yes: bool,
+    /// The container runtime of a setup this start does (docker or podman; as `setup --runtime`).
+    #[arg(long, value_parser = |s: &str| s.parse::<ContainerRuntime>())]
+    pub runtime: Option<ContainerRuntime>,
     /// The session name, also the served model name (default: from the folder's name).
     #[arg(long)]
     pub name: Option<String>,
@@ -79,19 +96,19 @@ pub struct LogsArgs {
 }
 
 /// Runs `body` with the engine runtime open as the CLI's, or reports why it cannot be opened.
-async fn with_runtime<F, Fut>(json: bool, body: F) -> ExitCode
+async fn with_runtime<F, Fut>(out: Output, body: F) -> Exit
 where
     F: FnOnce(Runtime) -> Fut,
-    Fut: std::future::Future<Output = ExitCode>,
+    Fut: std::future::Future<Output = Exit>,
 {
     match Runtime::open(Owner::Cli) {
         Ok(runtime) => body(runtime).await,
-        Err(e) => fail(json, &e),
+        Err(e) => fail(out, &e),
     }
 }
 
-fn fail(json: bool, err: &EngineError) -> ExitCode {
-    report_error(json, &err.to_coded())
+fn fail(out: Output, err: &EngineError) -> Exit {
+    out.error(&err.to_coded())
 }
 
 /// Cancels `token` on SIGINT or SIGTERM.
@@ -190,13 +207,13 @@ fn download_bar(model: &str) -> indicatif::ProgressBar {
     bar
 }
 
-pub async fn start(args: StartArgs) -> ExitCode {
-    let json = args.json;
+pub(crate) async fn start(args: StartArgs) -> Exit {
+    let out = Output::new(args.json);
     let engine: KnownEngine = match args.engine.parse() {
         Ok(e) => e,
         Err(reason) => {
             return fail(
-                json,
+                out,
                 &EngineError::InvalidOption {
                     what: "engine",
                     reason,
@@ -204,23 +221,38 @@ pub async fn start(args: StartArgs) -> ExitCode {
             );
         }
     };
+    let Some(model) = args.model.or(args.model_option) else {
+        return out.error(&CodedError::new(
+            ErrorCode::InvalidArgument,
+            "Name the model: enginekit start MODEL.",
+        ));
+    };
     let request = LoadRequest {
-        model_dir: args.model,
+        model_dir: model,
         name: args.name,
         context: args.context,
         gpu: args.gpu,
         port: args.port,
         timeout_secs: args.timeout,
     };
-    with_runtime(json, move |runtime| async move {
-        let cancel = CancellationToken::new();
-        cancel_on_signals(cancel.clone());
+    let cancel = CancellationToken::new();
+    cancel_on_signals(cancel.clone());
+    let setup = SetupChoice {
+        engine: args.engine,
+        yes: args.yes,
+        runtime: args.runtime,
+    };
+    if let Err(exit) = set_up_first(out, &setup, engine, &request, &cancel).await {
+        return exit;
+    }
+    // Opened after a setup this start did: the runtime reaches what the setup installed.
+    with_runtime(out, move |runtime| async move {
         // A download's progress is a bar on stderr (as `models pull` draws it), not a line
         // every half second; JSON gets every event.
         let mut bar: Option<indicatif::ProgressBar> = None;
         let mut on = |event: LoadEvent| {
-            if json {
-                emit(true, serde_json::to_value(&event).unwrap_or_default());
+            if out.is_json() {
+                out.event(serde_json::to_value(&event).unwrap_or_default());
                 return;
             }
             if let LoadEvent::Downloading { model, done, total } = &event {
@@ -236,13 +268,11 @@ pub async fn start(args: StartArgs) -> ExitCode {
         };
         let loaded = match runtime.load(engine, &request, &mut on, &cancel).await {
             Ok(l) => l,
-            Err(e) => return fail(json, &e),
+            Err(e) => return fail(out, &e),
         };
         let base_url = loaded.record.base_url.clone().unwrap_or_default();
-        if json {
-            emit(
-                true,
-                json!({
+        if out.is_json() {
+            out.event(json!({
                     "event": "ready",
                     "name": loaded.record.name,
                     "model": loaded.record.name,
@@ -254,8 +284,7 @@ pub async fn start(args: StartArgs) -> ExitCode {
                     "container": loaded.record.container_name,
                     "port": loaded.record.host_port,
                     "pid": std::process::id(),
-                }),
-            );
+            }));
         } else {
             println!(
                 "{} is ready at {base_url} (model \"{}\")",
@@ -270,43 +299,113 @@ pub async fn start(args: StartArgs) -> ExitCode {
         match runtime.monitor(&loaded, &cancel).await {
             Ok(MonitorEnd::Cancelled) => match runtime.unload(&loaded.record.name).await {
                 Ok(()) => {
-                    emit(
-                        json,
-                        json!({"event": "stopped", "name": loaded.record.name}),
-                    );
-                    if !json {
+                    out.event(json!({"event": "stopped", "name": loaded.record.name}));
+                    if !out.is_json() {
                         eprintln!("enginekit: {} stopped", loaded.record.name);
                     }
-                    ExitCode::SUCCESS
+                    Exit::Success
                 }
-                Err(e) => fail(json, &e),
+                Err(e) => fail(out, &e),
             },
             Ok(MonitorEnd::StoppedElsewhere) => {
-                emit(
-                    json,
-                    json!({"event": "stopped", "name": loaded.record.name, "by": "another command"}),
-                );
-                if !json {
+                out.event(json!({"event": "stopped", "name": loaded.record.name, "by": "another command"}));
+                if !out.is_json() {
                     eprintln!(
                         "enginekit: {} was stopped by another command",
                         loaded.record.name
                     );
                 }
-                ExitCode::SUCCESS
+                Exit::Success
             }
             Ok(MonitorEnd::Died(classification)) => {
                 let err = EngineError::Exited { classification };
-                fail(json, &err)
+                fail(out, &err)
             }
-            Err(e) => fail(json, &e),
+            Err(e) => fail(out, &e),
         }
     })
     .await
 }
 
-pub async fn stop(args: StopArgs) -> ExitCode {
-    let json = args.json;
-    with_runtime(json, move |runtime| async move {
+/// What `start` passes on to a setup it runs first: as `enginekit setup`'s options.
+struct SetupChoice {
+    engine: String,
+    yes: bool,
+    runtime: Option<ContainerRuntime>,
+}
+
+/// Where `engine` is not set up yet, the setup `enginekit setup` runs (the same plan, digest and
+/// one authorization), with the model on the hub sized and downloaded beside it from the moment
+/// the user says yes: the download needs no root. A refused or failed setup cancels the
+/// download, whose partial files a later pull resumes. Ok when the engine is ready to load.
+async fn set_up_first(
+    out: Output,
+    args: &SetupChoice,
+    engine: KnownEngine,
+    request: &LoadRequest,
+    cancel: &CancellationToken,
+) -> Result<(), Exit> {
+    // Options and the model's name are refused before anything is asked or changed.
+    request.check().map_err(|e| fail(out, &e))?;
+    let runtime = Runtime::open(Owner::Cli).map_err(|e| fail(out, &e))?;
+    if runtime.is_set_up(engine) {
+        return Ok(());
+    }
+    if !out.is_json() {
+        println!("{engine} is not set up on this machine yet: setting it up first.");
+    }
+    let (consented, on_consent) = tokio::sync::oneshot::channel::<()>();
+    let download = cancel.child_token();
+    let setup = super::setup::set_up(out, &args.engine, args.yes, args.runtime, move || {
+        let _ = consented.send(());
+    });
+    let fetch = async {
+        // No yes, no download.
+        on_consent.await.ok()?;
+        if !out.is_json() {
+            println!("Downloading the model while the system is prepared.");
+        }
+        // A line per event for --json; the setup's bars own the terminal otherwise.
+        let mut on = |event: LoadEvent| {
+            out.event(serde_json::to_value(&event).unwrap_or_default());
+        };
+        Some(
+            runtime
+                .prefetch(engine, request, &mut on, download.clone())
+                .await,
+        )
+    };
+    tokio::pin!(setup, fetch);
+    let mut fetched = None;
+    let op = loop {
+        tokio::select! {
+            op = &mut setup => break op,
+            done = &mut fetch, if fetched.is_none() => fetched = Some(done),
+        }
+    };
+    let ready = matches!(&op, Ok(op) if op.phase == Phase::Ready);
+    if !ready {
+        download.cancel();
+    }
+    let fetched = match fetched {
+        Some(done) => done,
+        None => fetch.await,
+    };
+    // How the setup ended, as `enginekit setup` says it (a `result` event with --json).
+    let exit = conclude(&op?, out);
+    if !ready {
+        return Err(exit);
+    }
+    // The load sizes and fetches again (from the cache): a download that failed is its error.
+    if let Some(Err(e)) = fetched {
+        tracing::info!(error = %e, "the download beside the setup did not finish");
+    }
+    Ok(())
+}
+
+pub(crate) async fn stop(args: StopArgs) -> Exit {
+    let out = Output::new(args.json);
+    with_runtime(out, move |runtime| async move {
         let name = match args.name {
             Some(n) => n,
             None => {
@@ -315,13 +414,13 @@ pub async fn stop(args: StopArgs) -> ExitCode {
                     [one] => one.name.clone(),
                     [] => {
                         if let Err(e) = runtime.reconcile().await {
-                            return fail(json, &e);
+                            return fail(out, &e);
                         }
-                        emit(json, json!({"event": "stopped", "names": []}));
-                        if !json {
+                        out.event(json!({"event": "stopped", "names": []}));
+                        if !out.is_json() {
                             println!("No engine is running.");
                         }
-                        return ExitCode::SUCCESS;
+                        return Exit::Success;
                     }
                     many => {
                         let names: Vec<&str> = many.iter().map(|s| s.name.as_str()).collect();
@@ -329,39 +428,37 @@ pub async fn stop(args: StopArgs) -> ExitCode {
                             "enginekit stop: more than one engine runs; name one of: {}",
                             names.join(", ")
                         );
-                        return ExitCode::from(EXIT_USAGE);
+                        return Exit::Usage;
                     }
                 }
             }
         };
         match runtime.unload(&name).await {
             Ok(()) => {
-                emit(json, json!({"event": "stopped", "name": name}));
-                if !json {
+                out.event(json!({"event": "stopped", "name": name}));
+                if !out.is_json() {
                     println!("{name} stopped (container removed, GPU freed).");
                 }
-                ExitCode::SUCCESS
+                Exit::Success
             }
-            Err(e) => fail(json, &e),
+            Err(e) => fail(out, &e),
         }
     })
     .await
 }
 
-pub async fn ps(args: PsArgs) -> ExitCode {
-    with_runtime(args.json, move |runtime| async move {
+pub(crate) async fn ps(args: PsArgs) -> Exit {
+    let out = Output::new(args.json);
+    with_runtime(out, move |runtime| async move {
         if let Err(e) = runtime.reconcile().await {
-            return fail(args.json, &e);
+            return fail(out, &e);
         }
         let views = match runtime.list().await {
             Ok(v) => v,
-            Err(e) => return fail(args.json, &e),
+            Err(e) => return fail(out, &e),
         };
-        if args.json {
-            match serde_json::to_string_pretty(&views) {
-                Ok(text) => println!("{text}"),
-                Err(_) => return ExitCode::from(EXIT_FAILURE),
-            }
+        if out.is_json() {
+            return Output::document(&views);
         } else if views.is_empty() {
             println!("No engine is running.");
         } else {
@@ -390,36 +487,36 @@ pub async fn ps(args: PsArgs) -> ExitCode {
                 );
             }
         }
-        ExitCode::SUCCESS
+        Exit::Success
     })
     .await
 }
 
-pub async fn logs(args: LogsArgs) -> ExitCode {
+pub(crate) async fn logs(args: LogsArgs) -> Exit {
     let tail = args.tail.clamp(1, 10_000);
-    with_runtime(false, move |runtime| async move {
+    with_runtime(Output::Text, move |runtime| async move {
         if args.follow {
             let cancel = CancellationToken::new();
             cancel_on_signals(cancel.clone());
-            let mut out = |bytes: &[u8]| {
+            let mut write = |bytes: &[u8]| {
                 let mut stdout = std::io::stdout().lock();
                 let _ = stdout.write_all(bytes);
                 let _ = stdout.flush();
             };
             match runtime
-                .follow_logs(&args.name, tail, &mut out, &cancel)
+                .follow_logs(&args.name, tail, &mut write, &cancel)
                 .await
             {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => fail(false, &e),
+                Ok(()) => Exit::Success,
+                Err(e) => fail(Output::Text, &e),
             }
         } else {
             match runtime.logs(&args.name, Some(tail)).await {
                 Ok(logs) => {
                     print!("{}", logs.text());
-                    ExitCode::SUCCESS
+                    Exit::Success
                 }
-                Err(e) => fail(false, &e),
+                Err(e) => fail(Output::Text, &e),
             }
         }
     })

@@ -2,12 +2,11 @@
 //! and minimums.
 
 use std::fmt::Write as _;
-use std::process::ExitCode;
 
 use clap::Args;
 use serde::Serialize;
 
-use super::EXIT_FAILURE;
+use super::report::{Exit, Output};
 use crate::documents::descriptor::{Descriptor, KnownEngine, PlatformImages};
 use crate::documents::store::{DocumentSet, DocumentSources, Origin};
 
@@ -97,16 +96,13 @@ fn human(entries: &[EngineEntry]) -> String {
     out
 }
 
-pub fn run(args: EnginesArgs) -> ExitCode {
+pub(crate) fn run(args: EnginesArgs) -> Exit {
     let documents = DocumentSet::load(&DocumentSources::from_env());
     let (entries, errors) = list(&documents);
     if args.json {
-        match serde_json::to_string_pretty(&entries) {
-            Ok(text) => println!("{text}"),
-            Err(e) => {
-                eprintln!("enginekit engines: {e}");
-                return ExitCode::from(EXIT_FAILURE);
-            }
+        let written = Output::document(&entries);
+        if written != Exit::Success {
+            return written;
         }
     } else {
         print!("{}", human(&entries));
@@ -117,9 +113,5 @@ pub fn run(args: EnginesArgs) -> ExitCode {
     for error in &errors {
         eprintln!("enginekit engines: {error}");
     }
-    if errors.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(EXIT_FAILURE)
-    }
+    Exit::success_if(errors.is_empty())
 }

@@ -2,7 +2,6 @@
 //! change with `--json`) while the runner drives it, then what was done and what is left.
 
 use std::collections::HashMap;
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use enginekit_shared::error::{CodedError, ErrorCode};
@@ -10,15 +9,14 @@ use enginekit_shared::wire::plan::{Plan, PlanTarget};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 
-use super::common::emit;
-use super::{EXIT_BLOCKED, EXIT_FAILURE};
+use super::report::{Exit, Output};
 use crate::app::RealRunner;
 use crate::operations::record::{Operation, OperationId, Phase};
 use crate::operations::runner::RunnerEvent;
 
 /// Progress bars, one per phase.
 struct View {
-    json: bool,
+    out: Output,
     bars: MultiProgress,
     current: Option<(Phase, ProgressBar)>,
     /// The bars are hidden while polkit may be prompting on this terminal (pkttyagent), so a
@@ -47,9 +45,9 @@ fn phase_text(phase: Phase) -> &'static str {
 }
 
 impl View {
-    fn new(json: bool) -> View {
+    fn new(out: Output) -> View {
         View {
-            json,
+            out,
             bars: MultiProgress::new(),
             current: None,
             hidden_for_prompt: false,
@@ -72,8 +70,8 @@ impl View {
     }
 
     fn changed(&mut self, op: &Operation) {
-        emit(self.json, json!({"event": "changed", "operation": op}));
-        if self.json {
+        self.out.event(json!({"event": "changed", "operation": op}));
+        if self.out.is_json() {
             return;
         }
         if self.current.as_ref().is_some_and(|(p, _)| *p == op.phase) {
@@ -100,10 +98,8 @@ impl View {
     }
 
     fn progress(&mut self, phase: Phase, tick: &crate::operations::boundary::ProgressTick) {
-        emit(
-            self.json,
-            json!({"event": "progress", "phase": phase, "progress": tick}),
-        );
+        self.out
+            .event(json!({"event": "progress", "phase": phase, "progress": tick}));
         if self.current.is_none() {
             return;
         }
@@ -152,9 +148,9 @@ impl View {
 pub(crate) struct HostStepView(View);
 
 impl HostStepView {
-    pub(crate) fn start(json: bool) -> HostStepView {
-        let mut view = View::new(json);
-        if !json {
+    pub(crate) fn start(out: Output) -> HostStepView {
+        let mut view = View::new(out);
+        if !out.is_json() {
             view.begin(Phase::PreparingHost);
         }
         HostStepView(view)
@@ -175,7 +171,7 @@ impl HostStepView {
 pub(crate) async fn drive_with_view(
     runner: &Arc<RealRunner>,
     id: &OperationId,
-    json: bool,
+    out: Output,
 ) -> Result<Operation, CodedError> {
     let mut events = runner.subscribe();
     let mut driver = {
@@ -183,7 +179,7 @@ pub(crate) async fn drive_with_view(
         let id = id.clone();
         tokio::spawn(async move { runner.drive(&id).await })
     };
-    let mut view = View::new(json);
+    let mut view = View::new(out);
     // Where it starts, before anything moves.
     if let Ok(Some(op)) = runner.store().load(id) {
         view.changed(&op);
@@ -232,18 +228,16 @@ pub(crate) async fn drive_with_view(
 }
 
 /// Say how it ended and what the user must still do; pick the exit status.
-pub(crate) fn conclude(op: &Operation, json: bool) -> ExitCode {
-    emit(
-        json,
+pub(crate) fn conclude(op: &Operation, out: Output) -> Exit {
+    out.event(
         json!({"event": "result", "operation_id": op.operation_id, "phase": op.phase, "error": op.error, "notes": op.notes}),
     );
-    let code = match op.phase {
-        Phase::Ready | Phase::Removed => 0,
-        Phase::ReloginRequired | Phase::RebootRequired => EXIT_BLOCKED,
-        Phase::AwaitingConsent => EXIT_FAILURE,
-        _ => EXIT_FAILURE,
+    let exit = match op.phase {
+        Phase::Ready | Phase::Removed => Exit::Success,
+        Phase::ReloginRequired | Phase::RebootRequired => Exit::Blocked,
+        _ => Exit::Failure,
     };
-    if !json {
+    if !out.is_json() {
         match op.phase {
             Phase::Ready => {
                 println!("{} is ready.", op.engine);
@@ -292,7 +286,7 @@ pub(crate) fn conclude(op: &Operation, json: bool) -> ExitCode {
             }
         }
     }
-    ExitCode::from(code)
+    exit
 }
 
 /// The plan as a person reads it.

@@ -3,12 +3,11 @@
 //! against the machine now ([`crate::host_changes`]). Reads only; changes nothing.
 
 use std::path::Path;
-use std::process::ExitCode;
 
 use clap::Args;
 use serde_json::json;
 
-use super::common::{emit, report_error};
+use super::report::{Exit, Output};
 use crate::elevate::SystemHelper;
 use crate::host_changes::{report, ChangesReport};
 use enginekit_shared::undo::UndoPlan;
@@ -20,21 +19,19 @@ pub struct HostChangesArgs {
     pub json: bool,
 }
 
-pub async fn run(args: HostChangesArgs) -> ExitCode {
+pub(crate) async fn run(args: HostChangesArgs) -> Exit {
+    let out = Output::new(args.json);
     let receipts = async { SystemHelper::connect().await?.setups().await }.await;
     let changes = receipts.and_then(|receipts| report(Path::new("/"), &receipts));
     match changes {
         Ok(changes) => {
-            emit(
-                args.json,
-                json!({"event": "host-changes", "host_changes": changes}),
-            );
-            if !args.json {
+            out.event(json!({"event": "host-changes", "host_changes": changes}));
+            if !out.is_json() {
                 print_report(&changes);
             }
-            ExitCode::SUCCESS
+            Exit::Success
         }
-        Err(e) => report_error(args.json, &e),
+        Err(e) => out.error(&e),
     }
 }
 

@@ -1,6 +1,7 @@
 //! The `enginekit` command line. Each subcommand lives in its own module.
 //!
-//! Exit codes: 0 success (or nothing to do), 1 failure, 2 usage error, 3 plan blocked.
+//! Exit codes ([`report::Exit`]): 0 success (or nothing to do), 1 failure, 2 usage error, 3 plan
+//! blocked.
 
 pub mod common;
 pub mod docker;
@@ -14,6 +15,7 @@ pub mod plan;
 pub mod probe;
 pub mod remove;
 mod remove_host;
+mod report;
 pub mod serve;
 pub mod setup;
 pub mod status;
@@ -22,12 +24,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
-/// Exit status for a usage error (clap uses the same).
-pub const EXIT_USAGE: u8 = 2;
-/// Exit status when the plan is blocked.
-pub const EXIT_BLOCKED: u8 = 3;
-/// Exit status for any other failure.
-pub const EXIT_FAILURE: u8 = 1;
+use report::Exit;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -40,16 +37,17 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// The subcommands in the order a person meets them (clap lists them in declaration order):
-/// plan, set up, run and watch a model, size models, diagnose, remove, then the by-hand layers.
+/// The subcommands in the order a person meets them (clap lists them in declaration order): the
+/// one command from a bare machine to a served model, then plan and set up on their own, watch
+/// a model, size models, diagnose, remove, then the by-hand layers.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Serve a model (Hugging Face name or folder) on 127.0.0.1 until Ctrl-C; on a machine not set up yet, the setup plan, one yes and one authorization first.
+    Start(engine::StartArgs),
     /// What stands between this machine and a running engine, and what setup would change.
     Plan(plan::PlanArgs),
     /// Set an engine up: plan, consent, one authorization, GPU check, pull, verify, record.
     Setup(setup::SetupArgs),
-    /// Run a model on the installed engine and serve it on 127.0.0.1 until Ctrl-C.
-    Start(engine::StartArgs),
     /// The running models: state, GPU, base URL, owner.
     Ps(engine::PsArgs),
     /// A running model's engine log (bounded).
@@ -109,12 +107,12 @@ pub fn main() -> ExitCode {
             code
         });
     match thread.map(std::thread::JoinHandle::join) {
-        Ok(Ok(code)) => code,
+        Ok(Ok(exit)) => ExitCode::from(exit),
         // A panic has printed its message; a thread that did not start says why here.
-        Ok(Err(_)) => ExitCode::from(EXIT_FAILURE),
+        Ok(Err(_)) => ExitCode::from(Exit::Failure),
         Err(e) => {
             eprintln!("enginekit: could not start the command's thread: {e}");
-            ExitCode::from(EXIT_FAILURE)
+            ExitCode::from(Exit::Failure)
         }
     }
 }
@@ -122,7 +120,7 @@ pub fn main() -> ExitCode {
 /// The stack of the thread every command runs on.
 const COMMAND_STACK_BYTES: usize = 64 * 1024 * 1024;
 
-async fn run(command: Command) -> ExitCode {
+async fn run(command: Command) -> Exit {
     match command {
         Command::Docker(args) => docker::run(args).await,
         Command::Plan(args) => plan::run(args).await,
@@ -144,8 +142,9 @@ async fn run(command: Command) -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    /// `enginekit --help` lists the commands as a person uses them: plan, set up, run and watch
-    /// a model, size models, diagnose, remove, then the by-hand layers last.
+    /// `enginekit --help` lists the commands as a person uses them: serve a model (setting up
+    /// on the way), plan and set up on their own, watch a model, size models, diagnose, remove,
+    /// then the by-hand layers last.
     #[test]
     fn help_lists_commands_in_the_order_of_use() {
         let names: Vec<String> = super::command()
@@ -155,9 +154,9 @@ mod tests {
         assert_eq!(
             names,
             [
+                "start",
                 "plan",
                 "setup",
-                "start",
                 "ps",
                 "logs",
                 "stop",

@@ -4,13 +4,12 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use clap::Args;
 use enginekit_shared::error::{CodedError, ErrorCode};
 use enginekit_shared::wire::plan::{Availability, Blocker, GpuAccess, ImageStore, Plan, Runtime};
 
-use super::{EXIT_BLOCKED, EXIT_FAILURE};
+use super::report::{Exit, Output};
 use crate::app::Context;
 use crate::assess::runtime_choice::{default_runtime, Why};
 use crate::assess::view::LinuxView;
@@ -136,15 +135,16 @@ async fn live_plan(
         .await
 }
 
-/// The exit status of a plan: 0 when setup can proceed or nothing is needed, 3 when blocked.
-pub fn exit_status(plan: &Plan) -> u8 {
+/// The exit status of a plan: success when setup can proceed or nothing is needed, blocked
+/// otherwise.
+pub(crate) fn exit_status(plan: &Plan) -> Exit {
     match plan.availability {
-        Availability::Supported | Availability::SetupRequired => 0,
-        Availability::PrerequisiteBlocked | Availability::Unsupported => EXIT_BLOCKED,
+        Availability::Supported | Availability::SetupRequired => Exit::Success,
+        Availability::PrerequisiteBlocked | Availability::Unsupported => Exit::Blocked,
     }
 }
 
-pub async fn run(args: PlanArgs) -> ExitCode {
+pub(crate) async fn run(args: PlanArgs) -> Exit {
     // A replay of recorded facts answers the same every time, offline; a live plan is the
     // runner's, as `setup` makes it.
     let outcome = match &args.facts {
@@ -159,22 +159,21 @@ pub async fn run(args: PlanArgs) -> ExitCode {
     let outcome = match outcome {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("enginekit plan: {} ({})", e.message, e.code);
-            return ExitCode::from(EXIT_FAILURE);
+            // Facts that cannot be used fail the command (1) whatever their code: the command
+            // line itself was well formed.
+            Output::Text.error(&e);
+            return Exit::Failure;
         }
     };
     if args.json {
-        match serde_json::to_string_pretty(&outcome.plan) {
-            Ok(text) => println!("{text}"),
-            Err(e) => {
-                eprintln!("enginekit plan: cannot write the plan as JSON: {e}");
-                return ExitCode::from(EXIT_FAILURE);
-            }
+        let written = Output::document(&outcome.plan);
+        if written != Exit::Success {
+            return written;
         }
     } else {
         print!("{}", human_report(&outcome));
     }
-    ExitCode::from(exit_status(&outcome.plan))
+    exit_status(&outcome.plan)
 }
 
 /// The runtime, why it when the user did not choose, and in one line what choosing it grants.

@@ -6,10 +6,11 @@
 use crate::docker::DockerRoute;
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
+
+use super::report::{Exit, Output};
 
 use crate::probe::facts::{
     DaemonJson, DaemonState, Fact, GpuSource, HostFacts, ImageStore, InitSystem, SelinuxMode,
@@ -35,29 +36,25 @@ pub struct ProbeArgs {
 }
 
 /// Runs `enginekit probe`.
-pub async fn run(args: ProbeArgs) -> ExitCode {
+pub(crate) async fn run(args: ProbeArgs) -> Exit {
     let mut options = ProbeOptions::from_env();
     options.read_timeout = Duration::from_millis(args.timeout_ms);
     if let Some(socket) = args.docker_socket {
         options.docker_socket = socket;
     }
     let facts = probe_through_route(options).await;
-    let text = if args.json {
-        match serde_json::to_string_pretty(&facts) {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("enginekit: cannot encode the facts: {e}");
-                return ExitCode::from(super::EXIT_FAILURE);
-            }
+    if args.json {
+        let written = Output::document(&facts);
+        if written != Exit::Success {
+            return written;
         }
     } else {
-        human_report(&facts)
-    };
-    println!("{text}");
+        println!("{}", human_report(&facts));
+    }
     if args.report_rss {
         report_peak_rss();
     }
-    ExitCode::SUCCESS
+    Exit::Success
 }
 
 /// Probes, reading the daemon the way this session can: in the session that joined the docker

@@ -6,13 +6,12 @@
 //! on the machine (packages, files, groups, units), as `enginekit host-changes` shows it, with
 //! one authorization; then the machine is read again and what is still left is said.
 
-use std::process::ExitCode;
-
 use clap::Args;
 use serde_json::json;
 
-use super::common::{consent, emit, open_for_engine, report_error};
+use super::common::{consent, open_for_engine};
 use super::follow::{conclude, drive_with_view};
+use super::report::{Exit, Output};
 
 #[derive(Debug, Args)]
 pub struct RemoveArgs {
@@ -38,16 +37,16 @@ pub struct RemoveArgs {
     pub json: bool,
 }
 
-pub async fn run(args: RemoveArgs) -> ExitCode {
+pub(crate) async fn run(args: RemoveArgs) -> Exit {
     if args.host {
         return super::remove_host::run(&args).await;
     }
     remove(args).await
 }
 
-async fn remove(args: RemoveArgs) -> ExitCode {
-    let json = args.json;
-    let (engine, ctx) = match open_for_engine(json, &args.engine) {
+async fn remove(args: RemoveArgs) -> Exit {
+    let out = Output::new(args.json);
+    let (engine, ctx) = match open_for_engine(out, &args.engine) {
         Ok(opened) => opened,
         Err(code) => return code,
     };
@@ -61,11 +60,8 @@ async fn remove(args: RemoveArgs) -> ExitCode {
         .flatten()
         .filter(|op| op.kind == crate::operations::record::OperationKind::Remove);
     let installed = ctx.installations.get(&engine);
-    emit(
-        json,
-        json!({"event": "installation", "installation": installed}),
-    );
-    if !json {
+    out.event(json!({"event": "installation", "installation": installed}));
+    if !out.is_json() {
         match &installed {
             Some(i) => {
                 println!(
@@ -85,18 +81,18 @@ async fn remove(args: RemoveArgs) -> ExitCode {
             None => println!("{engine} has no installation record; only leftovers are looked for."),
         }
     }
-    if let Err(e) = consent(args.yes, json, "Remove it?") {
-        return report_error(json, &e);
+    if let Err(e) = consent(args.yes, out, "Remove it?") {
+        return out.error(&e);
     }
     let id = match unfinished {
         Some(op) => op.operation_id,
         None => match runner.begin_remove(&engine, !args.delete_models) {
             Ok(op) => op.operation_id,
-            Err(e) => return report_error(json, &e),
+            Err(e) => return out.error(&e),
         },
     };
-    match drive_with_view(&runner, &id, json).await {
-        Ok(op) => conclude(&op, json),
-        Err(e) => report_error(json, &e),
+    match drive_with_view(&runner, &id, out).await {
+        Ok(op) => conclude(&op, out),
+        Err(e) => out.error(&e),
     }
 }

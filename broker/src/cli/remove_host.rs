@@ -13,70 +13,64 @@
 //! was nothing to undo); 1 for a failure, a refusal, a changed plan or a declined
 //! authorization; 2 for a bad `--digest`.
 
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use enginekit_shared::error::{CodedError, ErrorCode};
 use enginekit_shared::wire::receipt::{Outcome, Receipt};
 use serde_json::json;
 
-use super::common::{consent, emit, report_error};
+use super::common::consent;
 use super::follow::HostStepView;
 use super::host_changes::{print_actions, print_left, print_report};
 use super::remove::RemoveArgs;
-use super::EXIT_FAILURE;
+use super::report::{Exit, Output};
 use crate::elevate::{SystemHelper, UndoRun};
 use crate::host_changes::ChangesReport;
 use crate::host_undo;
 use crate::operations::boundary::{ProgressSink, ProgressTick};
 
-pub(super) async fn run(args: &RemoveArgs) -> ExitCode {
-    let json = args.json;
+pub(super) async fn run(args: &RemoveArgs) -> Exit {
+    let out = Output::new(args.json);
     // A digest that is not one is a usage error, found before anything is read.
     let consented = match args.digest.as_deref().map(host_undo::parse_digest) {
         None => None,
         Some(Ok(d)) => Some(d),
-        Some(Err(e)) => return report_error(json, &e),
+        Some(Err(e)) => return out.error(&e),
     };
     let helper = match SystemHelper::connect().await {
         Ok(h) => h,
-        Err(e) => return report_error(json, &e),
+        Err(e) => return out.error(&e),
     };
     let seen = match host_undo::read(&helper).await {
         Ok(seen) => seen,
-        Err(e) => return report_error(json, &e),
+        Err(e) => return out.error(&e),
     };
-    emit(
-        json,
-        json!({"event": "host-changes", "host_changes": seen.report}),
-    );
-    if !json {
+    out.event(json!({"event": "host-changes", "host_changes": seen.report}));
+    if !out.is_json() {
         print_report(&seen.report);
     }
     if let Some(d) = &consented {
         if let Err(e) = host_undo::check_consent(d, &seen.report) {
-            return report_error(json, &e);
+            return out.error(&e);
         }
     }
     if seen.report.undo.is_empty() {
-        emit(
-            json,
+        out.event(
             json!({"event": "host-removed", "outcome": "nothing-to-do", "receipt_id": null, "host_changes": seen.report, "still_to_undo": false}),
         );
-        if !json {
+        if !out.is_json() {
             println!("Nothing to undo; nothing was changed.");
         }
-        return ExitCode::SUCCESS;
+        return Exit::Success;
     }
-    if let Err(e) = consent(args.yes, json, "Undo these changes?") {
-        return report_error(json, &e);
+    if let Err(e) = consent(args.yes, out, "Undo these changes?") {
+        return out.error(&e);
     }
     let step = match host_undo::issue_step(&seen.setups, &seen.report.undo) {
         Ok(step) => step,
-        Err(e) => return report_error(json, &e),
+        Err(e) => return out.error(&e),
     };
-    emit(
-        json,
+    out.event(
         json!({"event": "undo-step", "step_id": step.step_id(), "plan_digest": step.plan_digest(), "receipts": step.receipts()}),
     );
     let _agent = crate::elevate::agent::start_if_needed();
@@ -84,7 +78,7 @@ pub(super) async fn run(args: &RemoveArgs) -> ExitCode {
     let sink: ProgressSink = Arc::new(move |tick| {
         let _ = tx.send(tick);
     });
-    let mut view = HostStepView::start(json);
+    let mut view = HostStepView::start(out);
     let undo = helper.run_undo(&step, sink);
     tokio::pin!(undo);
     let ran = loop {
@@ -100,17 +94,17 @@ pub(super) async fn run(args: &RemoveArgs) -> ExitCode {
         Ok(UndoRun::Finished { receipt, .. }) => receipt,
         Ok(UndoRun::Declined) => {
             view.finish(false);
-            return report_error(json, &host_undo::declined());
+            return out.error(&host_undo::declined());
         }
         Err(e) => {
             view.finish(false);
-            return report_error(json, &e);
+            return out.error(&e);
         }
     };
     view.finish(receipt.outcome == Outcome::Succeeded);
     // The helper's word is not the evidence: the machine is read again, for the same setups.
     let after = host_undo::read_again(&seen).await;
-    conclude(json, &receipt, after)
+    conclude(out, &receipt, after)
 }
 
 /// Whether the undo is done: the helper succeeded and the machine read afterwards shows
@@ -153,10 +147,10 @@ fn removed_event(
     })
 }
 
-fn conclude(json: bool, receipt: &Receipt, after: Result<ChangesReport, CodedError>) -> ExitCode {
+fn conclude(out: Output, receipt: &Receipt, after: Result<ChangesReport, CodedError>) -> Exit {
     let verdict = verdict(receipt, &after);
-    emit(json, removed_event(receipt, &after, &verdict));
-    if !json {
+    out.event(removed_event(receipt, &after, &verdict));
+    if !out.is_json() {
         match receipt.outcome {
             Outcome::Succeeded => println!("The undo succeeded (receipt {}).", receipt.receipt_id),
             other => println!(
@@ -192,15 +186,15 @@ fn conclude(json: bool, receipt: &Receipt, after: Result<ChangesReport, CodedErr
         }
     }
     match verdict {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => Exit::Success,
         Err(e) => {
-            if !json {
+            if !out.is_json() {
                 eprintln!("enginekit: {} ({})", e.message, e.code);
                 if let Some(details) = &e.details {
                     eprintln!("  {details}");
                 }
             }
-            ExitCode::from(EXIT_FAILURE)
+            Exit::Failure
         }
     }
 }

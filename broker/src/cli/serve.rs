@@ -2,13 +2,12 @@
 //! service). It first resumes every unfinished operation from what is true on the machine, then
 //! serves until idle.
 
-use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
 use enginekit_shared::error::{CodedError, ErrorCode};
 
-use super::common::report_error;
+use super::report::{Exit, Output};
 use crate::app::Context;
 use crate::dbus::api::{Broker, BrokerApi};
 
@@ -19,10 +18,10 @@ pub struct ServeArgs {
     pub idle_exit: u64,
 }
 
-pub async fn run(args: ServeArgs) -> ExitCode {
+pub(crate) async fn run(args: ServeArgs) -> Exit {
     let ctx = match Context::open() {
         Ok(ctx) => ctx,
-        Err(e) => return report_error(false, &e),
+        Err(e) => return Output::Text.error(&e),
     };
     let builder = zbus::connection::Builder::session();
     let broker = Broker::new(ctx.runner.clone(), ctx.installations.clone());
@@ -56,10 +55,9 @@ pub async fn run(args: ServeArgs) -> ExitCode {
         Err(e) => tracing::warn!(code = %e.code, message = %e.message, "container reconcile"),
     }
     match serving.await {
-        Ok(Ok(())) => ExitCode::SUCCESS,
-        Ok(Err(e)) => report_error(false, &e),
-        Err(e) => report_error(
-            false,
+        Ok(Ok(())) => Exit::Success,
+        Ok(Err(e)) => Output::Text.error(&e),
+        Err(e) => Output::Text.error(
             &CodedError::new(ErrorCode::IoError, "The service stopped.")
                 .with_details(e.to_string()),
         ),

@@ -3,16 +3,16 @@
 //! what the user must still do. `--json` prints one JSON event per line on stdout.
 
 use enginekit_shared::wire::plan::Runtime;
-use std::process::ExitCode;
 
 use clap::Args;
 use serde_json::json;
 
 use enginekit_shared::error::{CodedError, ErrorCode};
 
-use super::common::{consent, emit, open_for_engine, report_error};
+use super::common::{consent, open_for_engine};
 use super::follow::{conclude, drive_with_view, print_plan};
-use super::EXIT_BLOCKED;
+use super::report::{Exit, Output};
+use crate::operations::record::Operation;
 
 #[derive(Debug, Args)]
 pub struct SetupArgs {
@@ -31,12 +31,27 @@ pub struct SetupArgs {
     pub runtime: Option<Runtime>,
 }
 
-pub async fn run(args: SetupArgs) -> ExitCode {
-    let json = args.json;
-    let (engine, ctx) = match open_for_engine(json, &args.engine) {
-        Ok(opened) => opened,
-        Err(code) => return code,
-    };
+pub(crate) async fn run(args: SetupArgs) -> Exit {
+    let out = Output::new(args.json);
+    match set_up(out, &args.engine, args.yes, args.runtime, || {}).await {
+        Ok(op) => conclude(&op, out),
+        Err(exit) => exit,
+    }
+}
+
+/// A setup as `enginekit setup` runs it, for `setup` and for a `start` on a machine not set up
+/// yet: an unfinished setup of the engine is resumed (its consent was given), else the plan is
+/// shown and consent taken; `on_consent` runs right after the yes (a start begins its model's
+/// download there); then it is driven to rest with its view. The operation at rest, or the exit
+/// of the error already reported.
+pub(super) async fn set_up(
+    out: Output,
+    engine: &str,
+    yes: bool,
+    runtime: Option<Runtime>,
+    on_consent: impl FnOnce(),
+) -> Result<Operation, Exit> {
+    let (engine, ctx) = open_for_engine(out, engine)?;
     let runner = ctx.runner.clone();
     // An unfinished setup of this engine (a sign-in wait, a crash) is picked up first.
     let (ready, errors) = runner.recover(Some(&engine)).await;
@@ -45,50 +60,37 @@ pub async fn run(args: SetupArgs) -> ExitCode {
     }
     let _agent = crate::elevate::agent::start_if_needed();
     if let Some(id) = ready.first() {
-        if !json {
+        if !out.is_json() {
             println!("Continuing the unfinished setup of {engine}.");
         }
-        return match drive_with_view(&runner, id, json).await {
-            Ok(op) => conclude(&op, json),
-            Err(e) => report_error(json, &e),
-        };
+        on_consent();
+        return drive_with_view(&runner, id, out)
+            .await
+            .map_err(|e| out.error(&e));
     }
     // Without --runtime, one probe chooses it and plans (as `plan` and the bus's `Plan` do).
-    let plan = match args.runtime {
+    let plan = match runtime {
         Some(runtime) => runner.plan(&engine, runtime).await,
         None => runner.plan_on_chosen(&engine).await,
-    };
-    let plan = match plan {
-        Ok(plan) => plan,
-        Err(e) => return report_error(json, &e),
-    };
-    emit(json, json!({"event": "plan", "plan": plan}));
-    if !json {
+    }
+    .map_err(|e| out.error(&e))?;
+    out.event(json!({"event": "plan", "plan": plan}));
+    if !out.is_json() {
         print_plan(&plan);
     }
     let only_relogin = matches!(&plan.blockers[..], [b] if b.code == ErrorCode::ReloginRequired);
     if !plan.blockers.is_empty() && !only_relogin {
-        let err = CodedError::new(
+        return Err(out.error(&CodedError::new(
             ErrorCode::PrerequisiteBlocked,
             "This machine is blocked; nothing was changed.",
-        );
-        if json {
-            emit(true, json!({"event": "error", "error": err}));
-        } else {
-            eprintln!("enginekit: {}", err.message);
-        }
-        return ExitCode::from(EXIT_BLOCKED);
+        )));
     }
-    let digest = plan.plan_digest.clone();
-    if let Err(e) = consent(args.yes, json, "Set up with this plan?") {
-        return report_error(json, &e);
-    }
-    let op = match runner.begin_setup(&engine, Some(digest), plan.runtime) {
-        Ok(op) => op,
-        Err(e) => return report_error(json, &e),
-    };
-    match drive_with_view(&runner, &op.operation_id, json).await {
-        Ok(op) => conclude(&op, json),
-        Err(e) => report_error(json, &e),
-    }
+    consent(yes, out, "Set up with this plan?").map_err(|e| out.error(&e))?;
+    let op = runner
+        .begin_setup(&engine, Some(plan.plan_digest.clone()), plan.runtime)
+        .map_err(|e| out.error(&e))?;
+    on_consent();
+    drive_with_view(&runner, &op.operation_id, out)
+        .await
+        .map_err(|e| out.error(&e))
 }

@@ -1,11 +1,9 @@
 //! `enginekit status [--json]`: the installations and the operations not yet finished.
 
-use std::process::ExitCode;
-
 use clap::Args;
 use serde_json::json;
 
-use super::common::{emit, report_error};
+use super::report::{Exit, Output};
 use crate::app::Context;
 
 #[derive(Debug, Args)]
@@ -15,31 +13,28 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
-pub fn run(args: StatusArgs) -> ExitCode {
-    let json = args.json;
+pub(crate) fn run(args: StatusArgs) -> Exit {
+    let out = Output::new(args.json);
     let ctx = match Context::open() {
         Ok(ctx) => ctx,
-        Err(e) => return report_error(json, &e),
+        Err(e) => return out.error(&e),
     };
     let installations = ctx.installations.list();
     let (operations, unreadable) = match ctx.runner.store().list() {
         Ok(found) => found,
-        Err(e) => return report_error(json, &e),
+        Err(e) => return out.error(&e),
     };
     let unfinished: Vec<_> = operations
         .iter()
         .filter(|op| !op.is_terminal() || op.phase.is_waiting())
         .collect();
-    emit(
-        json,
-        json!({
-            "event": "status",
-            "installations": installations,
-            "operations": unfinished,
-            "unreadable_records": unreadable,
-        }),
-    );
-    if !json {
+    out.event(json!({
+        "event": "status",
+        "installations": installations,
+        "operations": unfinished,
+        "unreadable_records": unreadable,
+    }));
+    if !out.is_json() {
         if installations.is_empty() {
             println!("No engine is set up.");
         }
@@ -75,5 +70,5 @@ pub fn run(args: StatusArgs) -> ExitCode {
             );
         }
     }
-    ExitCode::SUCCESS
+    Exit::Success
 }

@@ -640,6 +640,41 @@ impl Runtime {
         }
     }
 
+    /// Whether `engine` has a ready installation, as `load` needs.
+    pub fn is_set_up(&self, engine: KnownEngine) -> bool {
+        self.installations
+            .get(&crate::ids::EngineId::from(engine))
+            .is_some_and(|i| i.status == InstallationStatus::Ready)
+    }
+
+    /// What `load` does with a model on the hub before any container: size it against this
+    /// machine's cards (one that fits none is refused) and pull the sized commit into the hub
+    /// cache. For a `start` that sets the engine up first, so the download runs while the helper
+    /// installs; the load after it finds the snapshot and fetches nothing. A folder needs
+    /// nothing. Cancel ends it at once, its partial files kept for a resume.
+    pub async fn prefetch(
+        &self,
+        engine: KnownEngine,
+        request: &LoadRequest,
+        on: &mut (dyn FnMut(LoadEvent) + Send),
+        cancel: CancellationToken,
+    ) -> Result<()> {
+        let opts = request.check()?;
+        let ModelChoice::Hub { id, revision } = &opts.model else {
+            return Ok(());
+        };
+        let mut pin = None;
+        if engine == KnownEngine::Vllm {
+            if let Some((needs, commit)) = hub_needs(id, revision.as_ref()).await? {
+                self.size(Some(needs), &opts, request.context).await?;
+                pin = Some(Revision::Commit(commit));
+            }
+        }
+        let asked = revision.as_ref();
+        fetch_hub_model(id, pin.as_ref().or(asked), asked, on, cancel).await?;
+        Ok(())
+    }
+
     /// Loads `engine` with `request`; returns once `/health` answers 200.
     pub async fn load(
         &self,

@@ -11,16 +11,14 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
 use enginekit_shared::error::{CodedError, ErrorCode};
 use serde_json::json;
 
-use crate::cli::common::report_error;
 use crate::cli::plan::{live_facts, read_facts_file};
-use crate::cli::EXIT_FAILURE;
+use crate::cli::report::{Exit, Output};
 use crate::i18n::tr;
 use crate::models::cache::HubCache;
 use crate::models::config::{KvLayout, ModelConfig};
@@ -157,8 +155,8 @@ pub fn check_context(context: Option<u32>) -> Result<Option<u64>, CodedError> {
 }
 
 /// Runs `models fit`.
-pub async fn run(args: FitArgs) -> ExitCode {
-    let json = args.json;
+pub(crate) async fn run(args: FitArgs) -> Exit {
+    let out = Output::new(args.json);
     let judged = async {
         let context = check_context(args.context)?;
         // The model first: a name the hub does not know is said before the cards are probed.
@@ -174,24 +172,20 @@ pub async fn run(args: FitArgs) -> ExitCode {
     .await;
     let (model, judgment) = match judged {
         Ok(judged) => judged,
-        Err(e) => return report_error(json, &e),
+        Err(e) => return out.error(&e),
     };
     let surely_not = !judgment.fits() && all_refused(&judgment);
     let refusal = surely_not.then(|| fit::does_not_fit(&judgment));
-    if json {
+    if out.is_json() {
         let document = json_report(&model, &judgment, refusal.as_ref());
         println!("{document}");
     } else {
         print!("{}", human_report(&model, &judgment));
         if let Some(err) = &refusal {
-            return report_error(false, err);
+            return out.error(err);
         }
     }
-    if refusal.is_some() {
-        ExitCode::from(EXIT_FAILURE)
-    } else {
-        ExitCode::SUCCESS
-    }
+    Exit::success_if(refusal.is_none())
 }
 
 /// Every card (and no group) is a confident no; an empty card list is one too.

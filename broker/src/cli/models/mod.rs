@@ -4,9 +4,9 @@
 pub mod fit;
 pub mod store;
 
-use std::process::ExitCode;
-
 use clap::{Args, Subcommand};
+
+use crate::cli::report::Exit;
 
 #[derive(Debug, Args)]
 pub struct ModelsArgs {
@@ -23,7 +23,7 @@ pub enum ModelsCommand {
 }
 
 /// Runs a `models` subcommand.
-pub async fn run(args: ModelsArgs) -> ExitCode {
+pub(crate) async fn run(args: ModelsArgs) -> Exit {
     match args.command {
         ModelsCommand::Store(command) => store::run(command).await,
         ModelsCommand::Fit(args) => fit::run(args).await,

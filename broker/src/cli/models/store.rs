@@ -8,7 +8,6 @@
 //!   this machine's cards (the `models fit` judgment of its `main` snapshot, else its first).
 //! - `rm MODEL`: removes a model from the cache, refused while a pull holds one of its locks.
 
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +17,7 @@ use indicatif::{HumanBytes, ProgressBar, ProgressStyle};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::common::{emit, report_error};
+use crate::cli::report::{Exit, Output};
 use crate::i18n::tr;
 use std::path::Path;
 
@@ -73,7 +72,7 @@ pub enum StoreCommand {
 }
 
 /// Runs a `models` subcommand.
-pub async fn run(command: StoreCommand) -> ExitCode {
+pub(crate) async fn run(command: StoreCommand) -> Exit {
     match command {
         StoreCommand::Pull {
             model,
@@ -90,10 +89,10 @@ pub async fn run(command: StoreCommand) -> ExitCode {
             if let Some(bytes) = range_bytes {
                 options.range_bytes = bytes.max(1);
             }
-            pull(&model, json, &options).await
+            pull(&model, Output::new(json), &options).await
         }
-        StoreCommand::List { json, facts } => list(json, facts.as_deref()).await,
-        StoreCommand::Rm { model, json } => remove(&model, json),
+        StoreCommand::List { json, facts } => list(Output::new(json), facts.as_deref()).await,
+        StoreCommand::Rm { model, json } => remove(&model, Output::new(json)),
     }
 }
 
@@ -118,7 +117,7 @@ fn hub_model(
     }
 }
 
-async fn pull(text: &str, json: bool, options: &PullOptions) -> ExitCode {
+async fn pull(text: &str, out: Output, options: &PullOptions) -> Exit {
     let setup = hub_model(text).and_then(|(id, rev)| {
         let cache = HubCache::from_env().map_err(|e| e.to_coded())?;
         let env = HubEnv::from_env().map_err(|e| e.to_coded())?;
@@ -126,7 +125,7 @@ async fn pull(text: &str, json: bool, options: &PullOptions) -> ExitCode {
     });
     let (id, revision, cache, env) = match setup {
         Ok(s) => s,
-        Err(e) => return report_error(json, &e),
+        Err(e) => return out.error(&e),
     };
     let cancel = CancellationToken::new();
     let on_signal = cancel.clone();
@@ -136,7 +135,7 @@ async fn pull(text: &str, json: bool, options: &PullOptions) -> ExitCode {
         }
     });
     let progress = Arc::new(Progress::default());
-    let bar = (!json).then(|| {
+    let bar = (!out.is_json()).then(|| {
         let bar = ProgressBar::new(0);
         if let Ok(style) = ProgressStyle::with_template(
             "{spinner} {msg} [{bar:30}] {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} eta {eta}",
@@ -160,8 +159,7 @@ async fn pull(text: &str, json: bool, options: &PullOptions) -> ExitCode {
                             bar.set_length(p.total);
                             bar.set_position(p.done);
                         }
-                        None => emit(
-                            true,
+                        None => out.event(
                             json!({"event": "progress", "current": p.done, "total": p.total}),
                         ),
                     }
@@ -187,19 +185,16 @@ async fn pull(text: &str, json: bool, options: &PullOptions) -> ExitCode {
     let reading = progress.read();
     match result {
         Ok(pulled) => {
-            if json {
-                emit(
-                    true,
-                    json!({
-                        "event": "done",
-                        "model": id.to_string(),
-                        "commit": pulled.snapshot.commit.as_str(),
-                        "snapshot": pulled.snapshot.dir,
-                        "from_cache": pulled.from_cache,
-                        "total": reading.total,
-                        "fetched_bytes": reading.fetched,
-                    }),
-                );
+            if out.is_json() {
+                out.event(json!({
+                    "event": "done",
+                    "model": id.to_string(),
+                    "commit": pulled.snapshot.commit.as_str(),
+                    "snapshot": pulled.snapshot.dir,
+                    "from_cache": pulled.from_cache,
+                    "total": reading.total,
+                    "fetched_bytes": reading.fetched,
+                }));
             } else if pulled.from_cache {
                 println!(
                     "{}",
@@ -220,9 +215,9 @@ async fn pull(text: &str, json: bool, options: &PullOptions) -> ExitCode {
                     )
                 );
             }
-            ExitCode::SUCCESS
+            Exit::Success
         }
-        Err(err) => report_error(json, &err.to_coded()),
+        Err(err) => out.error(&err.to_coded()),
     }
 }
 
@@ -299,11 +294,11 @@ async fn list_cards(facts: Option<&Path>) -> Result<Vec<CardMemory>, CodedError>
     cards_of(&facts, None)
 }
 
-async fn list(json: bool, facts: Option<&Path>) -> ExitCode {
+async fn list(out: Output, facts: Option<&Path>) -> Exit {
     let listed = HubCache::from_env().and_then(|cache| Ok((cache.list()?, cache)));
     let (models, cache) = match listed.map_err(|e| e.to_coded()) {
         Ok(listed) => listed,
-        Err(e) => return report_error(json, &e),
+        Err(e) => return out.error(&e),
     };
     // No probe for an empty cache: nothing to judge.
     let cards = if models.is_empty() {
@@ -311,7 +306,7 @@ async fn list(json: bool, facts: Option<&Path>) -> ExitCode {
     } else {
         match list_cards(facts).await {
             Ok(cards) => Some(cards),
-            Err(e) => return report_error(json, &e),
+            Err(e) => return out.error(&e),
         }
     };
     let fits: Vec<ListFit> = models
@@ -321,7 +316,7 @@ async fn list(json: bool, facts: Option<&Path>) -> ExitCode {
             None => ListFit::CannotTell,
         })
         .collect();
-    if json {
+    if out.is_json() {
         // The bus's shape (`Models`), each model with its fit on this machine's cards.
         let mut listed = list_json(&models);
         if let Some(items) = listed["models"].as_array_mut() {
@@ -329,8 +324,8 @@ async fn list(json: bool, facts: Option<&Path>) -> ExitCode {
                 item["fit"] = json!(fit);
             }
         }
-        emit(true, listed);
-        return ExitCode::SUCCESS;
+        out.event(listed);
+        return Exit::Success;
     }
     if models.is_empty() {
         println!("{}", tr!("no models in the Hugging Face cache"));
@@ -351,10 +346,10 @@ async fn list(json: bool, facts: Option<&Path>) -> ExitCode {
             refs.join(" ")
         );
     }
-    ExitCode::SUCCESS
+    Exit::Success
 }
 
-fn remove(text: &str, json: bool) -> ExitCode {
+fn remove(text: &str, out: Output) -> Exit {
     let removed = hub_model(text).and_then(|(id, _)| {
         let cache = HubCache::from_env().map_err(|e| e.to_coded())?;
         cache.repo(&id).remove().map_err(|e| e.to_coded())?;
@@ -362,19 +357,16 @@ fn remove(text: &str, json: bool) -> ExitCode {
     });
     match removed {
         Ok(id) => {
-            if json {
-                emit(
-                    true,
-                    json!({"event": "done", "model": id.to_string(), "removed": true}),
-                );
+            if out.is_json() {
+                out.event(json!({"event": "done", "model": id.to_string(), "removed": true}));
             } else {
                 println!(
                     "{}",
                     tr!("removed {model} from the Hugging Face cache", model = id)
                 );
             }
-            ExitCode::SUCCESS
+            Exit::Success
         }
-        Err(e) => report_error(json, &e),
+        Err(e) => out.error(&e),
     }
 }
