@@ -10,6 +10,8 @@ use enginekit_shared::error::{CodedError, ErrorCode};
 use super::report::{Exit, Output};
 use crate::app::Context;
 use crate::dbus::api::{Broker, BrokerApi};
+use crate::engine::runtime::Runtime;
+use crate::engine::sessions::Owner;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -41,18 +43,15 @@ pub(crate) async fn run(args: ServeArgs) -> Exit {
         api.spawn_drive(id);
     }
     // Containers a crashed broker left running are stopped (after the identity check) before
-    // this instance starts any of its own.
-    match ctx.machine.reconcile_containers().await {
-        Ok(report) => tracing::info!(
-            stopped = report.stopped.len(),
-            absent = report.absent.len(),
-            unconfirmed = report.unconfirmed.len(),
-            failed = report.failed.len(),
-            skipped = report.skipped.len(),
-            unrecorded = report.unrecorded.len(),
-            "container journal reconciled"
-        ),
-        Err(e) => tracing::warn!(code = %e.code, message = %e.message, "container reconcile"),
+    // this instance starts any of its own: in every runtime an engine is installed in, as
+    // `enginekit start` does.
+    match Runtime::open(Owner::Service) {
+        Ok(runtime) => {
+            if let Err(e) = runtime.reconcile().await {
+                tracing::warn!(error = %e, "container reconcile");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "container reconcile"),
     }
     match serving.await {
         Ok(Ok(())) => Exit::Success,

@@ -406,8 +406,19 @@ impl Runtime {
         for runtime in runtimes {
             let docker = self.docker(runtime).await?;
             let limits = ReconcileLimits::default();
-            if let Err(e) = crate::journal::reconcile(docker, &self.journal, limits).await {
-                tracing::warn!(error = %e, "container reconcile failed");
+            match crate::journal::reconcile(docker, &self.journal, limits).await {
+                Ok(report) => tracing::info!(
+                    runtime = runtime.as_str(),
+                    stopped = report.stopped.len(),
+                    absent = report.absent.len(),
+                    unconfirmed = report.unconfirmed.len(),
+                    failed = report.failed.len(),
+                    unrecorded = report.unrecorded.len(),
+                    "container journal reconciled"
+                ),
+                Err(e) => {
+                    tracing::warn!(runtime = runtime.as_str(), error = %e, "container reconcile failed")
+                }
             }
         }
         let recorded: Vec<String> = self

@@ -20,7 +20,7 @@ use crate::documents::store::{DocumentSet, DocumentSources};
 use crate::installations::{
     now_rfc3339, Installation, InstallationStatus, Installations, PinnedImage,
 };
-use crate::journal::{InstanceId, Journal, ReconcileLimits, ReconcileReport};
+use crate::journal::{InstanceId, Journal};
 use crate::plan::outcome::{PlanBasis, PlanOutcome};
 use crate::probe::{probe, HostFacts, ProbeOptions};
 
@@ -74,16 +74,6 @@ impl LinuxMachine {
 
     pub fn installations(&self) -> &Installations {
         &self.installations
-    }
-
-    /// Reconciles the container journal records that dead broker instances left behind
-    /// (bounded by [`ReconcileLimits::default`]); a container that is not ours is never touched.
-    pub async fn reconcile_containers(&self) -> Result<ReconcileReport, CodedError> {
-        let docker = self.docker(Runtime::Docker).await?;
-        let journal = self.open_journal()?;
-        crate::journal::reconcile(&docker, &journal, ReconcileLimits::default())
-            .await
-            .map_err(|e| CodedError::new(e.code(), e.to_string()))
     }
 
     /// The container journal, under a fresh instance id of this process.
