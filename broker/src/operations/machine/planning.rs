@@ -4,8 +4,8 @@
 use super::*;
 use enginekit_shared::wire::plan::Plan;
 
-/// How many more probes the check after a host step makes while the machine does not show the
-/// step's changes: on a loaded machine a read past the probe's deadline (`dpkg-query`,
+/// How many more probes the check after a host step (and a plan made after consented work
+/// began) makes while the machine does not show the step's changes: on a loaded machine a read past the probe's deadline (`dpkg-query`,
 /// `nvidia-ctk --version`) reads as "not there", and what the step started may still be settling.
 const RECHECKS: u32 = 2;
 const RECHECK_PAUSE: Duration = Duration::from_secs(1);
@@ -148,7 +148,20 @@ impl LinuxMachine {
     }
 
     pub(super) async fn plan(&self, op: &Operation) -> Result<ProbedPlan, CodedError> {
-        let planned = self.planned(op).await?;
+        let mut planned = self.planned(op).await?;
+        // Once consented work has begun (a host step ran, or may have when the broker was
+        // killed), a plan that asks for the step again is probed again first, as after a host
+        // step: on a loaded machine a misread would otherwise ask the user to approve again.
+        if op.checkpoint.is_some() && op.consented.is_some() {
+            for _ in 0..RECHECKS {
+                if !lacks_the_step(&planned) {
+                    break;
+                }
+                tracing::info!("the plan asks for the consented step again: probing again");
+                tokio::time::sleep(RECHECK_PAUSE).await;
+                planned = self.planned(op).await?;
+            }
+        }
         Self::probed(&planned)
     }
 
