@@ -147,21 +147,30 @@ impl LinuxMachine {
         })
     }
 
-    pub(super) async fn plan(&self, op: &Operation) -> Result<ProbedPlan, CodedError> {
+    /// A plan from a fresh probe, probed again (up to [`RECHECKS`] times, [`RECHECK_PAUSE`]
+    /// apart) while the machine does not show a host step's changes.
+    async fn planned_showing_the_step(&self, op: &Operation) -> Result<Planned, CodedError> {
         let mut planned = self.planned(op).await?;
+        for _ in 0..RECHECKS {
+            if !lacks_the_step(&planned) {
+                break;
+            }
+            tracing::info!("the machine does not show the host step's changes yet: probing again");
+            tokio::time::sleep(RECHECK_PAUSE).await;
+            planned = self.planned(op).await?;
+        }
+        Ok(planned)
+    }
+
+    pub(super) async fn plan(&self, op: &Operation) -> Result<ProbedPlan, CodedError> {
         // Once consented work has begun (a host step ran, or may have when the broker was
         // killed), a plan that asks for the step again is probed again first, as after a host
         // step: on a loaded machine a misread would otherwise ask the user to approve again.
-        if op.checkpoint.is_some() && op.consented.is_some() {
-            for _ in 0..RECHECKS {
-                if !lacks_the_step(&planned) {
-                    break;
-                }
-                tracing::info!("the plan asks for the consented step again: probing again");
-                tokio::time::sleep(RECHECK_PAUSE).await;
-                planned = self.planned(op).await?;
-            }
-        }
+        let planned = if op.checkpoint.is_some() && op.consented.is_some() {
+            self.planned_showing_the_step(op).await?
+        } else {
+            self.planned(op).await?
+        };
         Self::probed(&planned)
     }
 
@@ -173,15 +182,7 @@ impl LinuxMachine {
         if op.runtime == Runtime::Podman && added_subids {
             self.podman_route.remap_after_new_subids().await;
         }
-        let mut planned = self.planned(op).await?;
-        for _ in 0..RECHECKS {
-            if !lacks_the_step(&planned) {
-                break;
-            }
-            tracing::info!("the machine does not show the host step's changes yet: probing again");
-            tokio::time::sleep(RECHECK_PAUSE).await;
-            planned = self.planned(op).await?;
-        }
+        let planned = self.planned_showing_the_step(op).await?;
         let blockers = &planned.outcome.plan.blockers;
         if relogin_only(&planned.outcome.plan) {
             let root = planned.outcome.facts.system.user.uid == 0;
