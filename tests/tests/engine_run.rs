@@ -617,17 +617,24 @@ fn llama_config() -> Vec<u8> {
     .expect("the recorded Llama config")
 }
 
-#[test]
-fn start_by_hub_name_fits_first_pulls_into_the_cache_and_serves_the_snapshot_offline() {
+/// The STAND-IN hub in the daemon's namespace (where the broker runs and asks it), serving
+/// `org/tiny`: a small checkpoint the STAND-IN engine serves.
+fn hub_with_tiny(h: &EngineHost) -> enginekit_integration::standin_hub::StandinHub {
     use enginekit_integration::standin_hub::{safetensors, tiny_model, StandinHub};
-    let h = EngineHost::start();
-    // The hub in the daemon's namespace, where the broker runs and asks it.
     let hub = StandinHub::start_in_netns(&h.netns);
     let weights = safetensors(1000);
     let mut files = tiny_model(&weights);
     files[0].1 = br#"{"architectures":["Qwen2ForCausalLM"],"enginekit_standin":"ready"}"#.to_vec();
     let refs: Vec<(&str, &[u8])> = files.iter().map(|(n, c)| (*n, c.as_slice())).collect();
     hub.add_repo("org/tiny", &refs, None);
+    hub
+}
+
+#[test]
+fn start_by_hub_name_fits_first_pulls_into_the_cache_and_serves_the_snapshot_offline() {
+    use enginekit_integration::standin_hub::safetensors;
+    let h = EngineHost::start();
+    let hub = hub_with_tiny(&h);
     let shard = safetensors(100);
     let index = serde_json::json!({
         "metadata": {"total_size": 2_000_000_000_000u64},
@@ -749,14 +756,8 @@ fn start_by_hub_name_fits_first_pulls_into_the_cache_and_serves_the_snapshot_off
 #[test]
 fn start_by_hub_name_where_the_engine_is_not_set_up_plans_asks_sets_up_downloads_beside_and_serves()
 {
-    use enginekit_integration::standin_hub::{safetensors, tiny_model, StandinHub};
     let h = EngineHost::prepared();
-    let hub = StandinHub::start_in_netns(&h.netns);
-    let weights = safetensors(1000);
-    let mut files = tiny_model(&weights);
-    files[0].1 = br#"{"architectures":["Qwen2ForCausalLM"],"enginekit_standin":"ready"}"#.to_vec();
-    let refs: Vec<(&str, &[u8])> = files.iter().map(|(n, c)| (*n, c.as_slice())).collect();
-    hub.add_repo("org/tiny", &refs, None);
+    let hub = hub_with_tiny(&h);
     let cache = h.host.home.path().join("hf-cache");
     let endpoint = hub.endpoint();
     let cache_text = cache.display().to_string();
