@@ -236,15 +236,17 @@ pub(crate) async fn start(args: StartArgs) -> Exit {
         timeout_secs: args.timeout,
     };
     let cancel = CancellationToken::new();
-    cancel_on_signals(cancel.clone());
     let setup = SetupChoice {
         engine: args.engine,
         yes: args.yes,
         runtime: args.runtime,
     };
+    // Ctrl-C during a setup ends the process as it ends `enginekit setup` (the setup resumes
+    // next time, the download's partial files stay); from the load on it stops the engine.
     if let Err(exit) = set_up_first(out, &setup, engine, &request, &cancel).await {
         return exit;
     }
+    cancel_on_signals(cancel.clone());
     // Opened after a setup this start did: the runtime reaches what the setup installed.
     with_runtime(out, move |runtime| async move {
         // A download's progress is a bar on stderr (as `models pull` draws it), not a line
@@ -337,7 +339,8 @@ struct SetupChoice {
 /// Where `engine` is not set up yet, the setup `enginekit setup` runs (the same plan, digest and
 /// one authorization), with the model on the hub sized and downloaded beside it from the moment
 /// the user says yes: the download needs no root. A refused or failed setup cancels the
-/// download, whose partial files a later pull resumes. Ok when the engine is ready to load.
+/// download (`cancel`'s child), whose partial files a later pull resumes. Ok when the engine is
+/// ready to load.
 async fn set_up_first(
     out: Output,
     args: &SetupChoice,
