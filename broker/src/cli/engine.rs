@@ -241,92 +241,104 @@ pub(crate) async fn start(args: StartArgs) -> Exit {
         yes: args.yes,
         runtime: args.runtime,
     };
-    // Ctrl-C during a setup ends the process as it ends `enginekit setup` (the setup resumes
-    // next time, the download's partial files stay); from the load on it stops the engine.
-    if let Err(exit) = set_up_first(out, &setup, engine, &request, &cancel).await {
-        return exit;
-    }
-    cancel_on_signals(cancel.clone());
-    // Opened after a setup this start did: the runtime reaches what the setup installed.
-    with_runtime(out, move |runtime| async move {
-        // A download's progress is a bar on stderr (as `models pull` draws it), not a line
-        // every half second; JSON gets every event.
-        let mut bar: Option<indicatif::ProgressBar> = None;
-        let mut on = |event: LoadEvent| {
-            if out.is_json() {
-                out.event(serde_json::to_value(&event).unwrap_or_default());
-                return;
-            }
-            if let LoadEvent::Downloading { model, done, total } = &event {
-                let bar = bar.get_or_insert_with(|| download_bar(model));
-                bar.set_length(*total);
-                bar.set_position(*done);
-                return;
-            }
-            if let Some(bar) = bar.take() {
-                bar.finish_and_clear();
-            }
-            eprintln!("enginekit: {}", describe(&event));
-        };
-        let loaded = match runtime.load(engine, &request, &mut on, &cancel).await {
-            Ok(l) => l,
-            Err(e) => return fail(out, &e),
-        };
-        let base_url = loaded.record.base_url.clone().unwrap_or_default();
-        if out.is_json() {
-            out.event(json!({
-                    "event": "ready",
-                    "name": loaded.record.name,
-                    "model": loaded.record.name,
-                    "repo": loaded.record.model_repo,
-                    "commit": loaded.record.model_commit,
-                    "base_url": base_url,
-                    "gpu": loaded.record.gpu,
-                    "gpus": loaded.record.gpus().collect::<Vec<_>>(),
-                    "container": loaded.record.container_name,
-                    "port": loaded.record.host_port,
-                    "pid": std::process::id(),
-            }));
-        } else {
-            println!(
-                "{} is ready at {base_url} (model \"{}\")",
-                loaded.record.name, loaded.record.name
-            );
-            println!(
-                "Press Ctrl-C to stop it (or run `enginekit stop {}`).",
-                loaded.record.name
-            );
-            let _ = std::io::stdout().flush();
+    let runtime = match Runtime::open(Owner::Cli) {
+        Ok(runtime) => runtime,
+        Err(e) => return fail(out, &e),
+    };
+    let runtime = if runtime.is_set_up(engine) {
+        runtime
+    } else {
+        // Ctrl-C during a setup ends the process as it ends `enginekit setup` (the setup
+        // resumes next time, the download's partial files stay); from the load on it stops the
+        // engine.
+        if let Err(exit) = set_up_first(out, &setup, engine, &request, &runtime, &cancel).await {
+            return exit;
         }
-        match runtime.monitor(&loaded, &cancel).await {
-            Ok(MonitorEnd::Cancelled) => match runtime.unload(&loaded.record.name).await {
-                Ok(()) => {
-                    out.event(json!({"event": "stopped", "name": loaded.record.name}));
-                    if !out.is_json() {
-                        eprintln!("enginekit: {} stopped", loaded.record.name);
-                    }
-                    Exit::Success
-                }
-                Err(e) => fail(out, &e),
-            },
-            Ok(MonitorEnd::StoppedElsewhere) => {
-                out.event(json!({"event": "stopped", "name": loaded.record.name, "by": "another command"}));
+        // Opened again: the runtime reaches what the setup installed.
+        match Runtime::open(Owner::Cli) {
+            Ok(runtime) => runtime,
+            Err(e) => return fail(out, &e),
+        }
+    };
+    cancel_on_signals(cancel.clone());
+    // A download's progress is a bar on stderr (as `models pull` draws it), not a line
+    // every half second; JSON gets every event.
+    let mut bar: Option<indicatif::ProgressBar> = None;
+    let mut on = |event: LoadEvent| {
+        if out.is_json() {
+            out.event(serde_json::to_value(&event).unwrap_or_default());
+            return;
+        }
+        if let LoadEvent::Downloading { model, done, total } = &event {
+            let bar = bar.get_or_insert_with(|| download_bar(model));
+            bar.set_length(*total);
+            bar.set_position(*done);
+            return;
+        }
+        if let Some(bar) = bar.take() {
+            bar.finish_and_clear();
+        }
+        eprintln!("enginekit: {}", describe(&event));
+    };
+    let loaded = match runtime.load(engine, &request, &mut on, &cancel).await {
+        Ok(l) => l,
+        Err(e) => return fail(out, &e),
+    };
+    let base_url = loaded.record.base_url.clone().unwrap_or_default();
+    if out.is_json() {
+        out.event(json!({
+                "event": "ready",
+                "name": loaded.record.name,
+                "model": loaded.record.name,
+                "repo": loaded.record.model_repo,
+                "commit": loaded.record.model_commit,
+                "base_url": base_url,
+                "gpu": loaded.record.gpu,
+                "gpus": loaded.record.gpus().collect::<Vec<_>>(),
+                "container": loaded.record.container_name,
+                "port": loaded.record.host_port,
+                "pid": std::process::id(),
+        }));
+    } else {
+        println!(
+            "{} is ready at {base_url} (model \"{}\")",
+            loaded.record.name, loaded.record.name
+        );
+        println!(
+            "Press Ctrl-C to stop it (or run `enginekit stop {}`).",
+            loaded.record.name
+        );
+        let _ = std::io::stdout().flush();
+    }
+    match runtime.monitor(&loaded, &cancel).await {
+        Ok(MonitorEnd::Cancelled) => match runtime.unload(&loaded.record.name).await {
+            Ok(()) => {
+                out.event(json!({"event": "stopped", "name": loaded.record.name}));
                 if !out.is_json() {
-                    eprintln!(
-                        "enginekit: {} was stopped by another command",
-                        loaded.record.name
-                    );
+                    eprintln!("enginekit: {} stopped", loaded.record.name);
                 }
                 Exit::Success
             }
-            Ok(MonitorEnd::Died(classification)) => {
-                let err = EngineError::Exited { classification };
-                fail(out, &err)
-            }
             Err(e) => fail(out, &e),
+        },
+        Ok(MonitorEnd::StoppedElsewhere) => {
+            out.event(
+                json!({"event": "stopped", "name": loaded.record.name, "by": "another command"}),
+            );
+            if !out.is_json() {
+                eprintln!(
+                    "enginekit: {} was stopped by another command",
+                    loaded.record.name
+                );
+            }
+            Exit::Success
         }
-    })
-    .await
+        Ok(MonitorEnd::Died(classification)) => {
+            let err = EngineError::Exited { classification };
+            fail(out, &err)
+        }
+        Err(e) => fail(out, &e),
+    }
 }
 
 /// What `start` passes on to a setup it runs first: as `enginekit setup`'s options.
@@ -336,24 +348,22 @@ struct SetupChoice {
     runtime: Option<ContainerRuntime>,
 }
 
-/// Where `engine` is not set up yet, the setup `enginekit setup` runs (the same plan, digest and
-/// one authorization), with the model on the hub sized and downloaded beside it from the moment
-/// the user says yes: the download needs no root. A refused or failed setup cancels the
-/// download (`cancel`'s child), whose partial files a later pull resumes. Ok when the engine is
-/// ready to load.
+/// For an `engine` that is not set up yet: the setup `enginekit setup` runs (the same plan,
+/// digest and one authorization), with the model on the hub sized and downloaded beside it from
+/// the moment the user says yes: the download needs no root. A refused or failed setup cancels
+/// the download (`cancel`'s child), whose partial files a later pull resumes. Ok when the engine
+/// is ready to load.
 async fn set_up_first(
     out: Output,
     args: &SetupChoice,
     engine: KnownEngine,
     request: &LoadRequest,
+    runtime: &Runtime,
     cancel: &CancellationToken,
 ) -> Result<(), Exit> {
-    // Options and the model's name are refused before anything is asked or changed.
+    // Options and the model's name are refused before anything is asked or changed (the load
+    // checks them first on a machine that is set up).
     request.check().map_err(|e| fail(out, &e))?;
-    let runtime = Runtime::open(Owner::Cli).map_err(|e| fail(out, &e))?;
-    if runtime.is_set_up(engine) {
-        return Ok(());
-    }
     if !out.is_json() {
         println!("{engine} is not set up on this machine yet: setting it up first.");
     }

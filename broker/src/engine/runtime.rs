@@ -38,7 +38,7 @@ use crate::docker::{
     DEFAULT_LOG_BYTES,
 };
 use crate::documents::descriptor::KnownEngine;
-use crate::installations::{InstallationStatus, Installations};
+use crate::installations::{Installation, InstallationStatus, Installations};
 use crate::journal::{
     ContainerName, ContainerRecord, InstanceId, Journal, LifecycleError, ReconcileLimits,
 };
@@ -651,11 +651,16 @@ impl Runtime {
         }
     }
 
-    /// Whether `engine` has a ready installation, as `load` needs.
-    pub fn is_set_up(&self, engine: KnownEngine) -> bool {
+    /// `engine`'s installation, when it is ready to load.
+    fn ready_installation(&self, engine: KnownEngine) -> Option<Installation> {
         self.installations
             .get(&crate::ids::EngineId::from(engine))
-            .is_some_and(|i| i.status == InstallationStatus::Ready)
+            .filter(|i| i.status == InstallationStatus::Ready)
+    }
+
+    /// Whether `engine` has a ready installation, as `load` needs.
+    pub fn is_set_up(&self, engine: KnownEngine) -> bool {
+        self.ready_installation(engine).is_some()
     }
 
     /// What `load` does with a model on the hub before any container: size it against this
@@ -696,13 +701,11 @@ impl Runtime {
     ) -> Result<Loaded> {
         // Everything that can be refused without Docker comes first.
         let mut opts = request.check()?;
-        let installation = self
-            .installations
-            .get(&crate::ids::EngineId::from(engine))
-            .filter(|i| i.status == InstallationStatus::Ready)
-            .ok_or_else(|| EngineError::NotInstalled {
-                engine: engine.to_string(),
-            })?;
+        let installation =
+            self.ready_installation(engine)
+                .ok_or_else(|| EngineError::NotInstalled {
+                    engine: engine.to_string(),
+                })?;
         let image =
             ImageRef::parse(&installation.image.reference()).map_err(|e| EngineError::Io {
                 what: "reading the installation record",
