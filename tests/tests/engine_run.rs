@@ -186,11 +186,11 @@ impl EngineHost {
     }
 
     /// `start --model MODEL` (a folder or a hub name) with more environment.
-    fn start_named(&self, model: &str, extra: &[&str], envs: &[(&str, &str)]) -> Started {
+    fn start_named(&self, model: &str, extra: &[&str], envs: &[(&str, String)]) -> Started {
         let mut args = vec!["start", model, "--engine", "vllm", "--json"];
         args.extend_from_slice(extra);
         let mut command = self.command(&args);
-        command.envs(envs.iter().copied());
+        command.envs(envs.iter().cloned());
         let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -618,8 +618,15 @@ fn llama_config() -> Vec<u8> {
 }
 
 /// The STAND-IN hub in the daemon's namespace (where the broker runs and asks it), serving
-/// `org/tiny`: a small checkpoint the STAND-IN engine serves.
-fn hub_with_tiny(h: &EngineHost) -> enginekit_integration::standin_hub::StandinHub {
+/// `org/tiny`: a small checkpoint the STAND-IN engine serves. With it, the hub cache in the
+/// user's home and the environment a broker finds both with (`HF_HUB_CACHE`, `HF_ENDPOINT`).
+fn hub_with_tiny(
+    h: &EngineHost,
+) -> (
+    enginekit_integration::standin_hub::StandinHub,
+    PathBuf,
+    Vec<(&'static str, String)>,
+) {
     use enginekit_integration::standin_hub::{safetensors, tiny_model, StandinHub};
     let hub = StandinHub::start_in_netns(&h.netns);
     let weights = safetensors(1000);
@@ -627,14 +634,19 @@ fn hub_with_tiny(h: &EngineHost) -> enginekit_integration::standin_hub::StandinH
     files[0].1 = br#"{"architectures":["Qwen2ForCausalLM"],"enginekit_standin":"ready"}"#.to_vec();
     let refs: Vec<(&str, &[u8])> = files.iter().map(|(n, c)| (*n, c.as_slice())).collect();
     hub.add_repo("org/tiny", &refs, None);
-    hub
+    let cache = h.host.home.path().join("hf-cache");
+    let env = vec![
+        ("HF_HUB_CACHE", cache.display().to_string()),
+        ("HF_ENDPOINT", hub.endpoint()),
+    ];
+    (hub, cache, env)
 }
 
 #[test]
 fn start_by_hub_name_fits_first_pulls_into_the_cache_and_serves_the_snapshot_offline() {
     use enginekit_integration::standin_hub::safetensors;
     let h = EngineHost::start();
-    let hub = hub_with_tiny(&h);
+    let (hub, cache, mut env) = hub_with_tiny(&h);
     let shard = safetensors(100);
     let index = serde_json::json!({
         "metadata": {"total_size": 2_000_000_000_000u64},
@@ -651,14 +663,7 @@ fn start_by_hub_name_fits_first_pulls_into_the_cache_and_serves_the_snapshot_off
         ],
         None,
     );
-    let cache = h.host.home.path().join("hf-cache");
-    let endpoint = hub.endpoint();
-    let cache_text = cache.display().to_string();
-    let env = [
-        ("HF_HUB_CACHE", cache_text.as_str()),
-        ("HF_ENDPOINT", endpoint.as_str()),
-        ("HF_TOKEN", "hf_secret_token"),
-    ];
+    env.push(("HF_TOKEN", "hf_secret_token".to_owned()));
 
     // 2 TB of weights fit no STAND-IN card: refused from the small files, nothing downloaded,
     // no container.
@@ -736,8 +741,8 @@ fn start_by_hub_name_fits_first_pulls_into_the_cache_and_serves_the_snapshot_off
 
     // Again, offline: the cache serves it and the hub is not asked.
     let asked = hub.requests().len();
-    let mut offline_env = env.to_vec();
-    offline_env.push(("HF_HUB_OFFLINE", "1"));
+    let mut offline_env = env.clone();
+    offline_env.push(("HF_HUB_OFFLINE", "1".to_owned()));
     let mut again = h.start_named("org/tiny", &[], &offline_env);
     let ready = again.outcome(180);
     assert_eq!(ready["event"], "ready", "{:?}", again.seen);
@@ -757,14 +762,7 @@ fn start_by_hub_name_fits_first_pulls_into_the_cache_and_serves_the_snapshot_off
 fn start_by_hub_name_where_the_engine_is_not_set_up_plans_asks_sets_up_downloads_beside_and_serves()
 {
     let h = EngineHost::prepared();
-    let hub = hub_with_tiny(&h);
-    let cache = h.host.home.path().join("hf-cache");
-    let endpoint = hub.endpoint();
-    let cache_text = cache.display().to_string();
-    let env = [
-        ("HF_HUB_CACHE", cache_text.as_str()),
-        ("HF_ENDPOINT", endpoint.as_str()),
-    ];
+    let (hub, _cache, env) = hub_with_tiny(&h);
     let plan = h.run(&["plan", "--engine", "vllm", "--json"]);
     let plan: Value = serde_json::from_slice(&plan.stdout).expect("plan --json");
     let digest = plan["plan_digest"]
@@ -775,7 +773,7 @@ fn start_by_hub_name_where_the_engine_is_not_set_up_plans_asks_sets_up_downloads
     // No yes: the plan, MANAGED_CONSENT_REQUIRED, nothing set up, no weights fetched.
     let refused = h
         .command(&["start", "org/tiny", "--json"])
-        .envs(env)
+        .envs(env.clone())
         .output()
         .expect("run enginekit start");
     assert_eq!(refused.status.code(), Some(1), "{}", describe(&refused));
