@@ -33,8 +33,10 @@ fn write(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
 }
 
-fn read(path: &Path) -> Option<String> {
-    std::fs::read_to_string(path).ok()
+/// `path` holds `text` (the test names each copy by what it holds).
+fn assert_holds(path: &Path, text: &str) {
+    let held = std::fs::read_to_string(path).ok();
+    assert_eq!(held.as_deref(), Some(text), "{}", path.display());
 }
 
 #[test]
@@ -59,18 +61,9 @@ fn a_save_keeps_the_profiles_this_run_did_not_build_and_leaves_out_what_no_check
         "incr",
     );
     cargo_cache("save", &cache, &first, "6");
-    assert_eq!(
-        read(&cache.join("release/deps/libserde-1.rlib")).as_deref(),
-        Some("release")
-    );
-    assert_eq!(
-        read(&cache.join("clippy/build/ring-2/out/lib.a")).as_deref(),
-        Some("built")
-    );
-    assert_eq!(
-        read(&cache.join("debug/.fingerprint/serde-1/lib-serde")).as_deref(),
-        Some("fp")
-    );
+    assert_holds(&cache.join("release/deps/libserde-1.rlib"), "release");
+    assert_holds(&cache.join("clippy/build/ring-2/out/lib.a"), "built");
+    assert_holds(&cache.join("debug/.fingerprint/serde-1/lib-serde"), "fp");
     for left_out in [
         "debug/deps/engine_run-3",
         "debug/enginekit",
@@ -84,19 +77,10 @@ fn a_save_keeps_the_profiles_this_run_did_not_build_and_leaves_out_what_no_check
     let second = dir.path().join("second");
     write(&second.join("debug/deps/libserde-9.rlib"), "newer");
     cargo_cache("save", &cache, &second, "6");
-    assert_eq!(
-        read(&cache.join("debug/deps/libserde-9.rlib")).as_deref(),
-        Some("newer")
-    );
+    assert_holds(&cache.join("debug/deps/libserde-9.rlib"), "newer");
     assert!(!cache.join("debug/deps/libserde-1.rlib").exists());
-    assert_eq!(
-        read(&cache.join("release/deps/libserde-1.rlib")).as_deref(),
-        Some("release")
-    );
-    assert_eq!(
-        read(&cache.join("clippy/deps/libserde-1.rlib")).as_deref(),
-        Some("clippy")
-    );
+    assert_holds(&cache.join("release/deps/libserde-1.rlib"), "release");
+    assert_holds(&cache.join("clippy/deps/libserde-1.rlib"), "clippy");
 
     // Another compiler's copy goes; over the limit, everything does.
     let other = dir.path().join("cache/compiler-b");
@@ -127,17 +111,11 @@ fn a_seed_copies_missing_profiles_whole_and_never_replaces_a_file_the_checkout_b
     let target = dir.path().join("checkout/target");
     write(&target.join("debug/deps/libtokio-1.rlib"), "built here");
     cargo_cache("seed", &cache, &target, "6");
-    assert_eq!(
-        read(&target.join("debug/deps/libtokio-1.rlib")).as_deref(),
-        Some("built here")
-    );
-    assert_eq!(
-        read(&target.join("debug/deps/libzbus-2.rlib")).as_deref(),
-        Some("cached zbus")
-    );
-    assert_eq!(
-        read(&target.join("release/deps/libtokio-5.rlib")).as_deref(),
-        Some("cached release tokio")
+    assert_holds(&target.join("debug/deps/libtokio-1.rlib"), "built here");
+    assert_holds(&target.join("debug/deps/libzbus-2.rlib"), "cached zbus");
+    assert_holds(
+        &target.join("release/deps/libtokio-5.rlib"),
+        "cached release tokio",
     );
     assert!(!target.join("clippy").exists());
 }
