@@ -3,7 +3,9 @@
 //! profile the run did not build, what an earlier run saved (a debug-only run does not drop the
 //! release crates); a save leaves out what a new checkout never reuses; a seed into a target
 //! folder that already has a profile adds only the files it lacks; a cache over the size limit
-//! is dropped whole. No bench service: the script uses cp, tar and find.
+//! is dropped whole; and, with real cargo on a small crate, the workspace's own units reused by
+//! content in a clean clone (exactly those whose files have the blobs the kept run built from)
+//! and never by mtime alone. No bench service: the script uses tar, find, git and cargo.
 // bench: exclusive=none
 // Test scaffolding: a failed step should stop the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -14,10 +16,18 @@ use std::process::Command;
 use enginekit_integration::bench::workspace_root;
 
 fn cargo_cache(action: &str, cache: &Path, target: &Path, max_gb: &str) {
+    cargo_cache_in(Path::new("."), &[action], cache, target, max_gb);
+}
+
+/// tests/bench/cargo-cache ARGS CACHE TARGET, run from the checkout `dir`.
+fn cargo_cache_in(dir: &Path, args: &[&str], cache: &Path, target: &Path, max_gb: &str) {
+    let (action, sources) = args.split_first().expect("an action");
     let out = Command::new(workspace_root().join("tests/bench/cargo-cache"))
-        .args([action])
+        .current_dir(dir)
+        .arg(action)
         .arg(cache)
         .arg(target)
+        .args(sources)
         .env("EK_CARGO_CACHE_MAX_GB", max_gb)
         .output()
         .expect("tests/bench/cargo-cache");
@@ -61,6 +71,10 @@ fn a_save_keeps_the_profiles_this_run_did_not_build_and_leaves_out_what_no_check
         "incr",
     );
     cargo_cache("save", &cache, &first, "6");
+    assert!(
+        !cache.join("sources").exists(),
+        "sources kept without SOURCES"
+    );
     assert_holds(&cache.join("release/deps/libserde-1.rlib"), "release");
     assert_holds(&cache.join("clippy/build/ring-2/out/lib.a"), "built");
     assert_holds(&cache.join("debug/.fingerprint/serde-1/lib-serde"), "fp");
@@ -128,4 +142,220 @@ fn a_wrong_call_is_refused_with_the_usage() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("usage: tests/bench/cargo-cache"));
+}
+
+/// `program ARGS` in `dir`, which must succeed; its stdout.
+fn run_in(dir: &Path, program: &str, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .current_dir(dir)
+        .args(args)
+        .env("CARGO_TARGET_DIR", dir.join("target"))
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?} in {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let mut all = vec![
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+        "-c",
+        "commit.gpgsign=false",
+    ];
+    all.extend_from_slice(args);
+    run_in(dir, "git", &all);
+}
+
+fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
+}
+
+/// A clone of `origin` at `dir`, with `edit` (path, text) committed in it when given.
+fn clone(origin: &Path, dir: &Path, edit: Option<(&str, &str)>) {
+    git(
+        dir.parent().unwrap(),
+        &[
+            "clone",
+            "-q",
+            origin.to_str().unwrap(),
+            dir.to_str().unwrap(),
+        ],
+    );
+    if let Some((path, text)) = edit {
+        write(&dir.join(path), text);
+        git(dir, &["add", "-A"]);
+        git(dir, &["commit", "-qm", "edit"]);
+    }
+}
+
+/// `cargo build` in `dir`: whether each of the crate's targets (lib, bin) was fresh, and what
+/// the binary prints.
+fn build_and_run(dir: &Path) -> (bool, bool, String) {
+    let json = run_in(
+        dir,
+        &cargo(),
+        &["build", "--offline", "--message-format=json"],
+    );
+    let mut fresh = (None, None);
+    for line in json.lines() {
+        let message: serde_json::Value = serde_json::from_str(line).unwrap();
+        if message["reason"] != "compiler-artifact" {
+            continue;
+        }
+        let is_fresh = message["fresh"].as_bool();
+        match message["target"]["kind"][0].as_str() {
+            Some("lib") => fresh.0 = is_fresh,
+            Some("bin") => fresh.1 = is_fresh,
+            other => panic!("unexpected target kind {other:?}"),
+        }
+    }
+    let printed = run_in(
+        dir,
+        &dir.join("target/debug/enginekit-tiny").to_string_lossy(),
+        &[],
+    );
+    (
+        fresh.0.unwrap(),
+        fresh.1.unwrap(),
+        printed.trim().to_owned(),
+    )
+}
+
+fn fingerprints(target: &Path) -> Vec<String> {
+    std::fs::read_dir(target.join("debug/.fingerprint"))
+        .map(|dir| {
+            dir.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|name| name.starts_with("enginekit-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_clean_clone_reuses_the_workspace_units_whose_files_have_the_kept_blobs_and_rebuilds_the_rest()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let cache = root.join("cache/compiler-a");
+    // A workspace crate (its name is what the cache knows the workspace by): a library and a
+    // binary that prints the library's constant.
+    let origin = root.join("origin");
+    write(
+        &origin.join("Cargo.toml"),
+        "[package]\nname = \"enginekit-tiny\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n",
+    );
+    write(&origin.join(".gitignore"), "/target\n/Cargo.lock\n");
+    write(
+        &origin.join("src/lib.rs"),
+        "pub const VALUE: &str = \"first\";\n",
+    );
+    write(
+        &origin.join("src/main.rs"),
+        "fn main() { println!(\"{}\", enginekit_tiny::VALUE); }\n",
+    );
+    git(&origin, &["init", "-q"]);
+    git(&origin, &["add", "."]);
+    git(&origin, &["commit", "-qm", "tiny"]);
+
+    // A clean run: built, its blobs kept with the units.
+    let kept = root.join("kept");
+    clone(&origin, &kept, None);
+    assert_eq!(build_and_run(&kept), (false, false, "first".into()));
+    let sources = root.join("sources");
+    std::fs::write(&sources, run_in(&kept, "git", &["ls-files", "-s", "-z"])).unwrap();
+    cargo_cache_in(
+        &kept,
+        &["save", sources.to_str().unwrap()],
+        &cache,
+        &kept.join("target"),
+        "6",
+    );
+    assert!(cache.join("sources").exists());
+
+    // The same commit in a new clone (every file newer than the units): nothing compiled, not
+    // even the binary (test binaries and executables are kept with the blobs).
+    let same = root.join("same");
+    clone(&origin, &same, None);
+    cargo_cache_in(&same, &["seed"], &cache, &same.join("target"), "6");
+    assert_eq!(build_and_run(&same), (true, true, "first".into()));
+
+    // The binary's file changed: the library is reused, the binary compiled.
+    let bin_changed = root.join("bin-changed");
+    let main_rs = "fn main() { println!(\"main {}\", enginekit_tiny::VALUE); }\n";
+    clone(&origin, &bin_changed, Some(("src/main.rs", main_rs)));
+    cargo_cache_in(
+        &bin_changed,
+        &["seed"],
+        &cache,
+        &bin_changed.join("target"),
+        "6",
+    );
+    assert_eq!(
+        build_and_run(&bin_changed),
+        (true, false, "main first".into())
+    );
+
+    // The library's file changed: both compiled, and the binary prints the new value.
+    let lib_changed = root.join("lib-changed");
+    let lib_rs = "pub const VALUE: &str = \"second\";\n";
+    clone(&origin, &lib_changed, Some(("src/lib.rs", lib_rs)));
+    cargo_cache_in(
+        &lib_changed,
+        &["seed"],
+        &cache,
+        &lib_changed.join("target"),
+        "6",
+    );
+    assert_eq!(build_and_run(&lib_changed), (false, false, "second".into()));
+
+    // A committed script that runs cargo (it may ask for other units): no unit is reused.
+    let script = root.join("script");
+    clone(
+        &origin,
+        &script,
+        Some(("release.sh", "cargo build --release\n")),
+    );
+    cargo_cache_in(&script, &["seed"], &cache, &script.join("target"), "6");
+    assert!(fingerprints(&script.join("target")).is_empty());
+    assert_eq!(build_and_run(&script), (false, false, "first".into()));
+
+    // A checkout with a file git does not track could build from it: no unit is reused.
+    let untracked = root.join("untracked");
+    clone(&origin, &untracked, None);
+    write(&untracked.join("notes.txt"), "mine");
+    cargo_cache_in(
+        &untracked,
+        &["seed"],
+        &cache,
+        &untracked.join("target"),
+        "6",
+    );
+    assert!(fingerprints(&untracked.join("target")).is_empty());
+    assert_eq!(build_and_run(&untracked), (false, false, "first".into()));
+
+    // A target folder that already has a profile (the README's first command built it from
+    // files of its own times): no workspace unit is copied into it.
+    let built = root.join("built");
+    clone(&origin, &built, None);
+    write(&built.join("target/debug/.cargo-lock"), "");
+    cargo_cache_in(&built, &["seed"], &cache, &built.join("target"), "6");
+    assert!(fingerprints(&built.join("target")).is_empty());
+
+    // A save without SOURCES (a run that was not a clean one) keeps no blobs, and a clean
+    // clone seeded from it compiles the workspace's units as from nothing.
+    cargo_cache_in(&kept, &["save"], &cache, &kept.join("target"), "6");
+    assert!(!cache.join("sources").exists());
+    let unkept = root.join("unkept");
+    clone(&origin, &unkept, None);
+    cargo_cache_in(&unkept, &["seed"], &cache, &unkept.join("target"), "6");
+    assert!(fingerprints(&unkept.join("target")).is_empty());
+    assert_eq!(build_and_run(&unkept), (false, false, "first".into()));
 }
