@@ -1,7 +1,5 @@
 //! `enginekit`: the unprivileged broker.
 
-use std::process::ExitCode;
-
-fn main() -> ExitCode {
+fn main() {
     enginekit_broker::cli::main()
 }

@@ -2,7 +2,6 @@
 //! consent on the terminal. What is printed and the exit status are report.rs's.
 
 use std::io::{BufRead, IsTerminal, Write};
-use std::process::ExitCode;
 
 use enginekit_shared::error::{CodedError, ErrorCode};
 
@@ -12,7 +11,7 @@ use crate::ids::EngineId;
 
 /// The process's async runtime, built once in [`super::main`]: multi-thread (a setup's drive and
 /// its view run side by side).
-pub(super) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+pub(super) fn runtime() -> Result<tokio::runtime::Runtime, Exit> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         // The probe's concurrent reads make deep futures; the default 2 MiB is not enough.
@@ -21,7 +20,7 @@ pub(super) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
         .build()
         .map_err(|e| {
             eprintln!("enginekit: could not start the async runtime: {e}");
-            ExitCode::from(Exit::Failure)
+            Exit::Failure
         })
 }
 

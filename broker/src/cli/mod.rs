@@ -20,8 +20,6 @@ pub mod serve;
 pub mod setup;
 pub mod status;
 
-use std::process::ExitCode;
-
 use clap::{CommandFactory, Parser, Subcommand};
 
 use report::Exit;
@@ -81,7 +79,9 @@ pub fn command() -> clap::Command {
     Cli::command()
 }
 
-pub fn main() -> ExitCode {
+/// Runs the command line and ends the process with its status (never returns: see
+/// [`report::end_process`]).
+pub fn main() -> ! {
     crate::i18n::init();
     let cli = Cli::parse();
     // WARN for the CLI (its output is the answer), INFO for the service (its log is the record).
@@ -90,7 +90,7 @@ pub fn main() -> ExitCode {
     // The process's one async runtime: every command runs on it.
     let rt = match common::runtime() {
         Ok(rt) => rt,
-        Err(code) => return code,
+        Err(exit) => report::end_process(exit),
     };
     // On a thread of its own with a large stack: the poll of the one future that holds every
     // command keeps a slot for each of their futures in a debug build, which overflowed the
@@ -106,15 +106,15 @@ pub fn main() -> ExitCode {
             rt.shutdown_background();
             code
         });
-    match thread.map(std::thread::JoinHandle::join) {
-        Ok(Ok(exit)) => ExitCode::from(exit),
+    report::end_process(match thread.map(std::thread::JoinHandle::join) {
+        Ok(Ok(exit)) => exit,
         // A panic has printed its message; a thread that did not start says why here.
-        Ok(Err(_)) => ExitCode::from(Exit::Failure),
+        Ok(Err(_)) => Exit::Failure,
         Err(e) => {
             eprintln!("enginekit: could not start the command's thread: {e}");
-            ExitCode::from(Exit::Failure)
+            Exit::Failure
         }
-    }
+    })
 }
 
 /// The stack of the thread every command runs on.

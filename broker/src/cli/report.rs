@@ -3,7 +3,6 @@
 //! [`Exit`], which [`super::main`] turns into the process's status.
 
 use std::io::Write;
-use std::process::ExitCode;
 
 use enginekit_shared::error::{CodedError, ErrorCode};
 use serde::Serialize;
@@ -113,10 +112,17 @@ impl Exit {
     }
 }
 
-impl From<Exit> for ExitCode {
-    fn from(exit: Exit) -> ExitCode {
-        ExitCode::from(exit.status())
-    }
+/// Ends the process with `exit`'s status once stdout is flushed, without exit(3)'s teardown. A
+/// read the command stopped waiting for (a user-database lookup past its deadline on a loaded
+/// machine, a hung nvidia-smi) may still run on a blocking thread, and exit(3) frees the stdio
+/// buffers that glibc's user and group lookups read through: a suite run saw `enginekit plan` die
+/// of SIGSEGV inside libc as it exited. _exit(2) leaves nothing to race.
+#[allow(unsafe_code)]
+pub(crate) fn end_process(exit: Exit) -> ! {
+    // Rust's stdout is a buffer of its own (stderr has none), flushed by exit(3)'s path only.
+    let _ = std::io::stdout().lock().flush();
+    // SAFETY: _exit takes a plain integer, reads no memory of this process and never returns.
+    unsafe { libc::_exit(i32::from(exit.status())) }
 }
 
 #[cfg(test)]
