@@ -246,7 +246,7 @@ fn a_clean_clone_reuses_the_workspace_units_whose_files_have_the_kept_blobs_and_
     let root = dir.path();
     let cache = root.join("cache/compiler-a");
     // A workspace crate (its name is what the cache knows the workspace by): a library and a
-    // binary that prints the library's constant.
+    // binary that prints the library's constant and the path cargo compiled it at.
     let origin = root.join("origin");
     write(
         &origin.join("Cargo.toml"),
@@ -257,105 +257,124 @@ fn a_clean_clone_reuses_the_workspace_units_whose_files_have_the_kept_blobs_and_
         &origin.join("src/lib.rs"),
         "pub const VALUE: &str = \"first\";\n",
     );
-    write(
-        &origin.join("src/main.rs"),
-        "fn main() { println!(\"{}\", enginekit_tiny::VALUE); }\n",
-    );
+    let main_rs =
+        "fn main() { println!(\"{} {}\", enginekit_tiny::VALUE, env!(\"CARGO_MANIFEST_DIR\")); }\n";
+    write(&origin.join("src/main.rs"), main_rs);
     git(&origin, &["init", "-q"]);
     git(&origin, &["add", "."]);
     git(&origin, &["commit", "-qm", "tiny"]);
 
+    // CI's clean clones, one after another at one path.
+    let checkout = root.join("checkout");
+    let at = checkout.to_str().unwrap().to_owned();
+    let fresh_clone = |edit: Option<(&str, &str)>| {
+        let _ = std::fs::remove_dir_all(&checkout);
+        clone(&origin, &checkout, edit);
+    };
+    let seed = |checkout: &Path| {
+        cargo_cache_in(checkout, &["seed"], &cache, &checkout.join("target"), "6");
+    };
+
     // A clean run: built, its blobs kept with the units.
-    let kept = root.join("kept");
-    clone(&origin, &kept, None);
-    assert_eq!(build_and_run(&kept), (false, false, "first".into()));
+    fresh_clone(None);
+    assert_eq!(
+        build_and_run(&checkout),
+        (false, false, format!("first {at}"))
+    );
     let sources = root.join("sources");
-    std::fs::write(&sources, run_in(&kept, "git", &["ls-files", "-s", "-z"])).unwrap();
+    std::fs::write(
+        &sources,
+        run_in(&checkout, "git", &["ls-files", "-s", "-z"]),
+    )
+    .unwrap();
     cargo_cache_in(
-        &kept,
+        &checkout,
         &["save", sources.to_str().unwrap()],
         &cache,
-        &kept.join("target"),
+        &checkout.join("target"),
         "6",
     );
     assert!(cache.join("sources").exists());
 
     // The same commit in a new clone (every file newer than the units): nothing compiled, not
     // even the binary (test binaries and executables are kept with the blobs).
-    let same = root.join("same");
-    clone(&origin, &same, None);
-    cargo_cache_in(&same, &["seed"], &cache, &same.join("target"), "6");
-    assert_eq!(build_and_run(&same), (true, true, "first".into()));
+    fresh_clone(None);
+    seed(&checkout);
+    assert_eq!(
+        build_and_run(&checkout),
+        (true, true, format!("first {at}"))
+    );
 
     // The binary's file changed: the library is reused, the binary compiled.
-    let bin_changed = root.join("bin-changed");
-    let main_rs = "fn main() { println!(\"main {}\", enginekit_tiny::VALUE); }\n";
-    clone(&origin, &bin_changed, Some(("src/main.rs", main_rs)));
-    cargo_cache_in(
-        &bin_changed,
-        &["seed"],
-        &cache,
-        &bin_changed.join("target"),
-        "6",
-    );
+    let changed_main = main_rs.replace("{} {}", "main {} {}");
+    fresh_clone(Some(("src/main.rs", &changed_main)));
+    seed(&checkout);
     assert_eq!(
-        build_and_run(&bin_changed),
-        (true, false, "main first".into())
+        build_and_run(&checkout),
+        (true, false, format!("main first {at}"))
     );
 
     // The library's file changed: both compiled, and the binary prints the new value.
-    let lib_changed = root.join("lib-changed");
     let lib_rs = "pub const VALUE: &str = \"second\";\n";
-    clone(&origin, &lib_changed, Some(("src/lib.rs", lib_rs)));
-    cargo_cache_in(
-        &lib_changed,
-        &["seed"],
-        &cache,
-        &lib_changed.join("target"),
-        "6",
+    fresh_clone(Some(("src/lib.rs", lib_rs)));
+    seed(&checkout);
+    assert_eq!(
+        build_and_run(&checkout),
+        (false, false, format!("second {at}"))
     );
-    assert_eq!(build_and_run(&lib_changed), (false, false, "second".into()));
 
     // A committed script that runs cargo (it may ask for other units): no unit is reused.
-    let script = root.join("script");
-    clone(
-        &origin,
-        &script,
-        Some(("release.sh", "cargo build --release\n")),
+    fresh_clone(Some(("release.sh", "cargo build --release\n")));
+    seed(&checkout);
+    assert!(fingerprints(&checkout.join("target")).is_empty());
+    assert_eq!(
+        build_and_run(&checkout),
+        (false, false, format!("first {at}"))
     );
-    cargo_cache_in(&script, &["seed"], &cache, &script.join("target"), "6");
-    assert!(fingerprints(&script.join("target")).is_empty());
-    assert_eq!(build_and_run(&script), (false, false, "first".into()));
 
     // A checkout with a file git does not track could build from it: no unit is reused.
-    let untracked = root.join("untracked");
-    clone(&origin, &untracked, None);
-    write(&untracked.join("notes.txt"), "mine");
-    cargo_cache_in(
-        &untracked,
-        &["seed"],
-        &cache,
-        &untracked.join("target"),
-        "6",
+    fresh_clone(None);
+    write(&checkout.join("notes.txt"), "mine");
+    seed(&checkout);
+    assert!(fingerprints(&checkout.join("target")).is_empty());
+    assert_eq!(
+        build_and_run(&checkout),
+        (false, false, format!("first {at}"))
     );
-    assert!(fingerprints(&untracked.join("target")).is_empty());
-    assert_eq!(build_and_run(&untracked), (false, false, "first".into()));
+
+    // A clone at another path: the binary compiled in the kept path, so nothing is reused and
+    // it prints its own.
+    let elsewhere = root.join("elsewhere");
+    clone(&origin, &elsewhere, None);
+    seed(&elsewhere);
+    assert!(fingerprints(&elsewhere.join("target")).is_empty());
+    assert_eq!(
+        build_and_run(&elsewhere),
+        (false, false, format!("first {}", elsewhere.display()))
+    );
 
     // A target folder that already has a profile (the README's first command built it from
     // files of its own times): no workspace unit is copied into it.
-    let built = root.join("built");
-    clone(&origin, &built, None);
-    write(&built.join("target/debug/.cargo-lock"), "");
-    cargo_cache_in(&built, &["seed"], &cache, &built.join("target"), "6");
-    assert!(fingerprints(&built.join("target")).is_empty());
+    fresh_clone(None);
+    write(&checkout.join("target/debug/.cargo-lock"), "");
+    seed(&checkout);
+    assert!(fingerprints(&checkout.join("target")).is_empty());
 
     // A save without SOURCES (a run that was not a clean one) keeps no blobs, and a clean
     // clone seeded from it compiles the workspace's units as from nothing.
-    cargo_cache_in(&kept, &["save"], &cache, &kept.join("target"), "6");
+    cargo_cache_in(
+        &elsewhere,
+        &["save"],
+        &cache,
+        &elsewhere.join("target"),
+        "6",
+    );
     assert!(!cache.join("sources").exists());
-    let unkept = root.join("unkept");
-    clone(&origin, &unkept, None);
-    cargo_cache_in(&unkept, &["seed"], &cache, &unkept.join("target"), "6");
-    assert!(fingerprints(&unkept.join("target")).is_empty());
-    assert_eq!(build_and_run(&unkept), (false, false, "first".into()));
+    fresh_clone(None);
+    seed(&checkout);
+    assert!(fingerprints(&checkout.join("target")).is_empty());
+    assert_eq!(
+        build_and_run(&checkout),
+        (false, false, format!("first {at}"))
+    );
 }
