@@ -378,3 +378,136 @@ fn a_clean_clone_reuses_the_workspace_units_whose_files_have_the_kept_blobs_and_
         (false, false, format!("first {at}"))
     );
 }
+
+/// `cargo build ARGS` in `dir`: whether the named binary's unit was fresh, and what it prints.
+fn build_bin(dir: &Path, bin: &str) -> (bool, String) {
+    let json = run_in(
+        dir,
+        &cargo(),
+        &["build", "--offline", "--message-format=json", "--bin", bin],
+    );
+    let fresh = json
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+        .find(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == bin)
+        .and_then(|m| m["fresh"].as_bool())
+        .unwrap();
+    let printed = run_in(
+        dir,
+        &dir.join("target/debug").join(bin).to_string_lossy(),
+        &[],
+    );
+    (fresh, printed.trim().to_owned())
+}
+
+#[test]
+fn a_unit_a_run_did_not_ask_for_is_not_kept_beside_files_it_was_not_compiled_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let cache = root.join("cache/compiler-a");
+    let origin = root.join("origin");
+    write(
+        &origin.join("Cargo.toml"),
+        "[package]\nname = \"enginekit-two\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n",
+    );
+    write(&origin.join(".gitignore"), "/target\n/Cargo.lock\n");
+    write(
+        &origin.join("src/main.rs"),
+        "fn main() { println!(\"main\"); }\n",
+    );
+    write(
+        &origin.join("src/bin/other.rs"),
+        "fn main() { println!(\"other first\"); }\n",
+    );
+    git(&origin, &["init", "-q"]);
+    git(&origin, &["add", "."]);
+    git(&origin, &["commit", "-qm", "two"]);
+    let checkout = root.join("checkout");
+    let sources = root.join("sources");
+    let save = |checkout: &Path| {
+        std::fs::write(&sources, run_in(checkout, "git", &["ls-files", "-s", "-z"])).unwrap();
+        cargo_cache_in(
+            checkout,
+            &["save", sources.to_str().unwrap()],
+            &cache,
+            &checkout.join("target"),
+            "6",
+        );
+    };
+    let seeded_clone = |edit: Option<(&str, &str)>| {
+        let _ = std::fs::remove_dir_all(&checkout);
+        clone(&origin, &checkout, edit);
+        cargo_cache_in(&checkout, &["seed"], &cache, &checkout.join("target"), "6");
+    };
+
+    // A run that builds both binaries.
+    clone(&origin, &checkout, None);
+    assert_eq!(build_bin(&checkout, "other"), (false, "other first".into()));
+    assert_eq!(
+        build_bin(&checkout, "enginekit-two"),
+        (false, "main".into())
+    );
+    save(&checkout);
+
+    // The next commit changes `other`, and its run builds only the main binary: `other`'s kept
+    // unit is stale here, and its save must not keep it beside the new blobs.
+    let changed = "fn main() { println!(\"other second\"); }\n";
+    seeded_clone(Some(("src/bin/other.rs", changed)));
+    assert_eq!(build_bin(&checkout, "enginekit-two"), (true, "main".into()));
+    save(&checkout);
+
+    // A run of that commit that asks for `other` compiles it from the new file.
+    seeded_clone(Some(("src/bin/other.rs", changed)));
+    assert_eq!(
+        build_bin(&checkout, "other"),
+        (false, "other second".into())
+    );
+    assert_eq!(build_bin(&checkout, "enginekit-two"), (true, "main".into()));
+
+    // Kept units dated after now (a clock set back since they were built): nothing reused,
+    // since the files that differ, dated now, would pass for older.
+    let future = "@".to_owned()
+        + &(std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + 3600)
+            .to_string();
+    save(&checkout);
+    run_in(
+        root,
+        "find",
+        &[
+            cache.to_str().unwrap(),
+            "-path",
+            "*/.fingerprint/enginekit-*",
+            "-exec",
+            "touch",
+            "-d",
+            &future,
+            "{}",
+            "+",
+        ],
+    );
+    seeded_clone(None);
+    assert!(fingerprints(&checkout.join("target")).is_empty());
+
+    // A committed symbolic link: cargo reads through it, so a blob is not what cargo sees.
+    assert_eq!(
+        build_bin(&checkout, "enginekit-two"),
+        (false, "main".into())
+    );
+    save(&checkout);
+    seeded_clone(None);
+    assert!(
+        !fingerprints(&checkout.join("target")).is_empty(),
+        "reused without the link"
+    );
+    let _ = std::fs::remove_dir_all(&checkout);
+    clone(&origin, &checkout, None);
+    std::os::unix::fs::symlink("main.rs", checkout.join("src/alias.rs")).unwrap();
+    git(&checkout, &["add", "-A"]);
+    git(&checkout, &["commit", "-qm", "link"]);
+    cargo_cache_in(&checkout, &["seed"], &cache, &checkout.join("target"), "6");
+    assert!(fingerprints(&checkout.join("target")).is_empty());
+}
