@@ -439,7 +439,7 @@ pub fn render_markdown(services: &[(Service<'_>, &Document)]) -> String {
             &format!(
                 "Generated from {} (the source of truth; each member's `<doc:doc>`) by \
                  `tests/tests/interface_xml.rs`: do not edit by hand. After changing the XML, \
-                 `EK_BLESS=1 cargo test -p enginekit-integration --test interface_xml` rewrites \
+                 `EK_BLESS=1 cargo test --workspace --test interface_xml` rewrites \
                  this page; the same test fails while it is out of date, and while a service's \
                  introspection differs from its file.",
                 files.join(" and ")
