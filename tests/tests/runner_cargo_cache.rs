@@ -120,6 +120,20 @@ fn a_seed_copies_missing_profiles_whole_and_never_replaces_a_file_the_checkout_b
         &cache.join("release/deps/libtokio-5.rlib"),
         "cached release tokio",
     );
+    // Without kept blobs no unit of the workspace is copied, at any depth (clippy's folder is a
+    // target folder of its own).
+    for profile in ["release", "clippy/debug"] {
+        write(
+            &cache.join(profile).join(".fingerprint/serde-1/lib-serde"),
+            "fp",
+        );
+        write(
+            &cache
+                .join(profile)
+                .join(".fingerprint/enginekit-broker-2/lib"),
+            "fp",
+        );
+    }
 
     // The README's first command built part of debug before the suite ran.
     let target = dir.path().join("checkout/target");
@@ -131,7 +145,16 @@ fn a_seed_copies_missing_profiles_whole_and_never_replaces_a_file_the_checkout_b
         &target.join("release/deps/libtokio-5.rlib"),
         "cached release tokio",
     );
-    assert!(!target.join("clippy").exists());
+    for profile in ["release", "clippy/debug"] {
+        assert_holds(
+            &target.join(profile).join(".fingerprint/serde-1/lib-serde"),
+            "fp",
+        );
+        assert!(!target
+            .join(profile)
+            .join(".fingerprint/enginekit-broker-2")
+            .exists());
+    }
 }
 
 #[test]
