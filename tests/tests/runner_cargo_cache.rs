@@ -262,30 +262,42 @@ fn fingerprints(target: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// A git repository at `root/origin` holding one committed workspace crate named `name` (the
+/// cache knows the workspace by the `enginekit-` prefix) with `files` (path, text).
+fn origin_crate(root: &Path, name: &str, files: &[(&str, &str)]) -> std::path::PathBuf {
+    let origin = root.join("origin");
+    write(
+        &origin.join("Cargo.toml"),
+        &format!("[package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n"),
+    );
+    write(&origin.join(".gitignore"), "/target\n/Cargo.lock\n");
+    for (path, text) in files {
+        write(&origin.join(path), text);
+    }
+    git(&origin, &["init", "-q"]);
+    git(&origin, &["add", "."]);
+    git(&origin, &["commit", "-qm", name]);
+    origin
+}
+
 #[test]
 fn a_clean_clone_reuses_the_workspace_units_whose_files_have_the_kept_blobs_and_rebuilds_the_rest()
 {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let cache = root.join("cache/compiler-a");
-    // A workspace crate (its name is what the cache knows the workspace by): a library and a
-    // binary that prints the library's constant and the path cargo compiled it at.
-    let origin = root.join("origin");
-    write(
-        &origin.join("Cargo.toml"),
-        "[package]\nname = \"enginekit-tiny\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n",
-    );
-    write(&origin.join(".gitignore"), "/target\n/Cargo.lock\n");
-    write(
-        &origin.join("src/lib.rs"),
-        "pub const VALUE: &str = \"first\";\n",
-    );
+    // A library and a binary that prints the library's constant and the path cargo compiled it
+    // at.
     let main_rs =
         "fn main() { println!(\"{} {}\", enginekit_tiny::VALUE, env!(\"CARGO_MANIFEST_DIR\")); }\n";
-    write(&origin.join("src/main.rs"), main_rs);
-    git(&origin, &["init", "-q"]);
-    git(&origin, &["add", "."]);
-    git(&origin, &["commit", "-qm", "tiny"]);
+    let origin = origin_crate(
+        root,
+        "enginekit-tiny",
+        &[
+            ("src/lib.rs", "pub const VALUE: &str = \"first\";\n"),
+            ("src/main.rs", main_rs),
+        ],
+    );
 
     // CI's clean clones, one after another at one path.
     let checkout = root.join("checkout");
@@ -428,23 +440,17 @@ fn a_unit_a_run_did_not_ask_for_is_not_kept_beside_files_it_was_not_compiled_fro
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let cache = root.join("cache/compiler-a");
-    let origin = root.join("origin");
-    write(
-        &origin.join("Cargo.toml"),
-        "[package]\nname = \"enginekit-two\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n",
+    let origin = origin_crate(
+        root,
+        "enginekit-two",
+        &[
+            ("src/main.rs", "fn main() { println!(\"main\"); }\n"),
+            (
+                "src/bin/other.rs",
+                "fn main() { println!(\"other first\"); }\n",
+            ),
+        ],
     );
-    write(&origin.join(".gitignore"), "/target\n/Cargo.lock\n");
-    write(
-        &origin.join("src/main.rs"),
-        "fn main() { println!(\"main\"); }\n",
-    );
-    write(
-        &origin.join("src/bin/other.rs"),
-        "fn main() { println!(\"other first\"); }\n",
-    );
-    git(&origin, &["init", "-q"]);
-    git(&origin, &["add", "."]);
-    git(&origin, &["commit", "-qm", "two"]);
     let checkout = root.join("checkout");
     let sources = root.join("sources");
     let save = |checkout: &Path| {
