@@ -15,17 +15,17 @@ use crate::operations::store::Store;
 use crate::paths;
 use crate::plan::outcome::PlanOutcome;
 
-pub type RealRunner = Runner<LinuxMachine, SystemHelper>;
+pub(crate) type RealRunner = Runner<LinuxMachine, SystemHelper>;
 
 #[derive(Debug, Clone)]
-pub struct Context {
-    pub runner: Arc<RealRunner>,
-    pub installations: Installations,
-    pub machine: Arc<LinuxMachine>,
+pub(crate) struct Context {
+    pub(crate) runner: Arc<RealRunner>,
+    pub(crate) installations: Installations,
+    pub(crate) machine: Arc<LinuxMachine>,
 }
 
 impl Context {
-    pub fn open() -> Result<Context, CodedError> {
+    pub(crate) fn open() -> Result<Context, CodedError> {
         let state = paths::state_root()?;
         let data = paths::data_root()?;
         let store = Store::open(&state)?;
@@ -41,7 +41,7 @@ impl Context {
 
     /// The plan `setup` would ask consent for on this machine, with what it was made from
     /// (`enginekit plan`): the runner's planning operation on the machine's planner, probed once.
-    pub async fn plan_report(
+    pub(crate) async fn plan_report(
         &self,
         engine: &EngineId,
         runtime: Option<Runtime>,

@@ -78,7 +78,7 @@ pub enum RepositoryAnswer {
 }
 
 /// The docker-engine repository of the plan's host step, when the step adds one (apt only).
-pub fn query_for(recipe: &Recipe, params: &HostParameters) -> Option<RepositoryQuery> {
+pub(crate) fn query_for(recipe: &Recipe, params: &HostParameters) -> Option<RepositoryQuery> {
     if params.family() != Family::Apt {
         return None;
     }
@@ -128,7 +128,7 @@ pub fn query_for(recipe: &Recipe, params: &HostParameters) -> Option<RepositoryQ
 
 /// When the plan adds Docker's repository: asks it (or recalls the answer) and adds what the
 /// answer means to the plan.
-pub async fn check_plan(plan: &mut Plan, documents: &DocumentSet) {
+pub(crate) async fn check_plan(plan: &mut Plan, documents: &DocumentSet) {
     if !plan_adds_docker_repository(plan) {
         return;
     }

@@ -23,7 +23,7 @@ use enginekit_shared::recipe::version::TOOLKIT_MINIMUM;
 /// How much a finding matters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Severity {
+pub(crate) enum Severity {
     Ok,
     Warning,
     Error,
@@ -31,12 +31,12 @@ pub enum Severity {
 
 /// One thing the doctor checked. `code` is stable (kebab-case); the texts are for people.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Finding {
-    pub code: &'static str,
-    pub severity: Severity,
-    pub message: String,
+pub(crate) struct Finding {
+    pub(crate) code: &'static str,
+    pub(crate) severity: Severity,
+    pub(crate) message: String,
     /// What to do; empty for a finding that is fine.
-    pub remedy: String,
+    pub(crate) remedy: String,
 }
 
 impl Finding {
@@ -67,7 +67,7 @@ impl Finding {
 /// Every finding for these facts and installed engines, in the order a person would check.
 /// Each runtime an engine is installed in is checked (none installed: the one `plan` would
 /// choose), and only those: a rootless Podman user is not told that Docker does not answer.
-pub fn diagnose(facts: &HostFacts, installations: &[Installation]) -> Vec<Finding> {
+pub(crate) fn diagnose(facts: &HostFacts, installations: &[Installation]) -> Vec<Finding> {
     let view = LinuxView::from_facts(facts);
     let mut runtimes: BTreeSet<Runtime> = installations.iter().map(|i| i.runtime).collect();
     if runtimes.is_empty() {
@@ -88,7 +88,7 @@ pub fn diagnose(facts: &HostFacts, installations: &[Installation]) -> Vec<Findin
 }
 
 /// The worst severity among the findings.
-pub fn worst(findings: &[Finding]) -> Severity {
+pub(crate) fn worst(findings: &[Finding]) -> Severity {
     findings
         .iter()
         .map(|f| f.severity)

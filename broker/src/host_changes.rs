@@ -21,22 +21,22 @@ use crate::programs::{self, Reader};
 
 /// One setup as its receipt tells it.
 #[derive(Debug, Clone, Serialize)]
-pub struct SetupSeen {
-    pub receipt_id: String,
-    pub finished_at: String,
-    pub outcome: String,
+pub(crate) struct SetupSeen {
+    pub(crate) receipt_id: String,
+    pub(crate) finished_at: String,
+    pub(crate) outcome: String,
     /// What it changed, in one line.
-    pub changed: String,
+    pub(crate) changed: String,
 }
 
 /// The setups and the undo of all of them on this machine now.
 #[derive(Debug, Clone, Serialize)]
-pub struct ChangesReport {
-    pub setups: Vec<SetupSeen>,
-    pub undo: UndoPlan,
+pub(crate) struct ChangesReport {
+    pub(crate) setups: Vec<SetupSeen>,
+    pub(crate) undo: UndoPlan,
     /// The digest of `undo`'s canonical JSON ([`undo_step::plan_digest`]): what a consent to
     /// run it is bound to (`enginekit remove --host --digest`, `RemoveHost`).
-    pub undo_digest: Digest,
+    pub(crate) undo_digest: Digest,
 }
 
 /// Which package database this machine keeps.
@@ -108,7 +108,7 @@ fn installed(db: Database) -> Result<PackageSet, CodedError> {
 }
 
 /// The machine now, for what `setups` changed; `root` is `/` but in tests.
-pub fn machine_now(root: &Path, setups: &[HostChanges]) -> Result<MachineNow, CodedError> {
+pub(crate) fn machine_now(root: &Path, setups: &[HostChanges]) -> Result<MachineNow, CodedError> {
     let mut now = MachineNow::default();
     if let Some(db) = database().filter(|_| root == Path::new("/")) {
         now.packages = installed(db)?;
@@ -199,7 +199,7 @@ fn needed_by_others(db: Database, plan: &UndoPlan) -> Result<BTreeMap<String, St
 }
 
 /// The report for `receipts` (this user's kept setups, oldest first) on the machine at `root`.
-pub fn report(root: &Path, receipts: &[Receipt]) -> Result<ChangesReport, CodedError> {
+pub(crate) fn report(root: &Path, receipts: &[Receipt]) -> Result<ChangesReport, CodedError> {
     let setups: Vec<HostChanges> = receipts.iter().map(|r| r.changes.clone()).collect();
     let now = machine_now(root, &setups)?;
     let mut plan = undo::plan(&setups, &now);

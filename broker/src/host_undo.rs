@@ -18,13 +18,13 @@ use crate::host_changes::{report, ChangesReport};
 
 /// This user's kept setups and the report over them, read together.
 #[derive(Debug, Clone)]
-pub struct Seen {
-    pub setups: Vec<KeptSetup>,
-    pub report: ChangesReport,
+pub(crate) struct Seen {
+    pub(crate) setups: Vec<KeptSetup>,
+    pub(crate) report: ChangesReport,
 }
 
 /// An undo digest as a person or a client gives it (`--digest`, `RemoveHost`'s argument).
-pub fn parse_digest(text: &str) -> Result<Digest, CodedError> {
+pub(crate) fn parse_digest(text: &str) -> Result<Digest, CodedError> {
     text.parse::<Digest>().map_err(|_| {
         CodedError::new(
             ErrorCode::InvalidArgument,
@@ -35,7 +35,7 @@ pub fn parse_digest(text: &str) -> Result<Digest, CodedError> {
 }
 
 /// The consent given to `consented` holds only for the plan computed now.
-pub fn check_consent(consented: &Digest, report: &ChangesReport) -> Result<(), CodedError> {
+pub(crate) fn check_consent(consented: &Digest, report: &ChangesReport) -> Result<(), CodedError> {
     if *consented == report.undo_digest {
         return Ok(());
     }
@@ -51,7 +51,7 @@ pub fn check_consent(consented: &Digest, report: &ChangesReport) -> Result<(), C
 
 /// The step undoing `plan` over exactly `setups`, each named by its receipt's id and the
 /// digest of its text as the helper returned it.
-pub fn issue_step(setups: &[KeptSetup], plan: &UndoPlan) -> Result<UndoStep, CodedError> {
+pub(crate) fn issue_step(setups: &[KeptSetup], plan: &UndoPlan) -> Result<UndoStep, CodedError> {
     let refs = setups.iter().map(KeptSetup::reference).collect();
     UndoStep::issue(refs, plan.clone()).map_err(|e| {
         CodedError::new(e.code(), "The undo step cannot be built.").with_details(e.to_string())
@@ -60,7 +60,7 @@ pub fn issue_step(setups: &[KeptSetup], plan: &UndoPlan) -> Result<UndoStep, Cod
 
 /// The report over `receipts` on this machine, read off the async workers (it runs the
 /// package manager's simulations).
-pub async fn report_now(receipts: Vec<Receipt>) -> Result<ChangesReport, CodedError> {
+pub(crate) async fn report_now(receipts: Vec<Receipt>) -> Result<ChangesReport, CodedError> {
     tokio::task::spawn_blocking(move || report(Path::new("/"), &receipts))
         .await
         .map_err(|e| {
@@ -70,7 +70,7 @@ pub async fn report_now(receipts: Vec<Receipt>) -> Result<ChangesReport, CodedEr
 }
 
 /// This user's kept setups from the helper, and the machine read for them now.
-pub async fn read(helper: &SystemHelper) -> Result<Seen, CodedError> {
+pub(crate) async fn read(helper: &SystemHelper) -> Result<Seen, CodedError> {
     let setups = helper.kept_setups().await?;
     let receipts = setups.iter().map(|s| s.receipt.clone()).collect();
     let report = report_now(receipts).await?;
@@ -80,25 +80,25 @@ pub async fn read(helper: &SystemHelper) -> Result<Seen, CodedError> {
 /// The machine read again for the setups `seen` named: what of them is still to undo, and
 /// what is left and why. Not the helper's list of kept setups, which a successful undo empties:
 /// the machine, judged against the very receipts the step named, is the evidence.
-pub async fn read_again(seen: &Seen) -> Result<ChangesReport, CodedError> {
+pub(crate) async fn read_again(seen: &Seen) -> Result<ChangesReport, CodedError> {
     report_now(seen.setups.iter().map(|s| s.receipt.clone()).collect()).await
 }
 
 /// What `RemoveHost` answers.
 #[derive(Debug, Clone)]
-pub struct HostRemoved {
+pub(crate) struct HostRemoved {
     /// The helper's receipt, exactly as it sent it; `None` when the plan changed nothing and the
     /// helper was not asked.
-    pub receipt: Option<String>,
+    pub(crate) receipt: Option<String>,
     /// The machine read again for the same setups; `None` when it could not be read (the undo
     /// ran all the same: the receipt says how it ended).
-    pub after: Option<ChangesReport>,
+    pub(crate) after: Option<ChangesReport>,
 }
 
 /// The session service's `RemoveHost`: the report read now, the consent to `consented`
 /// checked against it, the step issued and run (polkit may prompt through the session's agent)
 /// and waited for, then the machine read again for the same setups.
-pub async fn remove_host(consented: &Digest) -> Result<HostRemoved, CodedError> {
+pub(crate) async fn remove_host(consented: &Digest) -> Result<HostRemoved, CodedError> {
     let helper = SystemHelper::connect().await?;
     let seen = read(&helper).await?;
     check_consent(consented, &seen.report)?;
@@ -127,7 +127,7 @@ pub async fn remove_host(consented: &Digest) -> Result<HostRemoved, CodedError> 
 }
 
 /// The error for an undo nobody authorised.
-pub fn declined() -> CodedError {
+pub(crate) fn declined() -> CodedError {
     CodedError::new(
         ErrorCode::ElevationDeclined,
         "The undo was not authorized; nothing was changed.",

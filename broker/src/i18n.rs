@@ -19,16 +19,16 @@ use std::path::PathBuf;
 use gettextrs::LocaleCategory;
 
 /// The gettext domain: the catalogs' file name.
-pub const DOMAIN: &str = "enginekit";
+pub(crate) const DOMAIN: &str = "enginekit";
 
 /// Where the catalogs are looked up instead of `/usr/share/locale` (a build tree, a test).
-pub const LOCALEDIR_ENV: &str = "ENGINEKIT_LOCALEDIR";
+pub(crate) const LOCALEDIR_ENV: &str = "ENGINEKIT_LOCALEDIR";
 
 const SYSTEM_LOCALEDIR: &str = "/usr/share/locale";
 
 /// Takes the message language from the environment and binds the domain, once per process.
 /// Without it every text stays English (the library's tests rely on that).
-pub fn init() {
+pub(crate) fn init() {
     // Only messages (and the character type they are converted for): numbers and dates in
     // the JSON and the journal stay as the C locale writes them.
     let _ = gettextrs::setlocale(LocaleCategory::LcCType, "");
@@ -42,12 +42,12 @@ pub fn init() {
 }
 
 /// `msgid` in the user's language with its named values filled in.
-pub fn text(msgid: &'static str, values: &[(&str, &dyn Display)]) -> String {
+pub(crate) fn text(msgid: &'static str, values: &[(&str, &dyn Display)]) -> String {
     shown(gettextrs::dgettext(DOMAIN, msgid), msgid, values)
 }
 
 /// `singular` or `plural` (or the catalog's form for `count`) with its values filled in.
-pub fn plural_text(
+pub(crate) fn plural_text(
     singular: &'static str,
     plural: &'static str,
     count: u64,
@@ -80,7 +80,7 @@ fn shown(translated: String, english: &'static str, values: &[(&str, &dyn Displa
 
 /// `template` with each `{name}` replaced by its value; `None` when it names a value that is not
 /// given. Braces around anything but a plain name are kept as they are.
-pub fn fill(template: &str, values: &[(&str, &dyn Display)]) -> Option<String> {
+pub(crate) fn fill(template: &str, values: &[(&str, &dyn Display)]) -> Option<String> {
     let mut out = String::with_capacity(template.len() + 16);
     let mut rest = template;
     while let Some(open) = rest.find('{') {

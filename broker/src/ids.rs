@@ -39,7 +39,7 @@ impl EngineId {
     }
 
     /// The engine this build knows by this id; `INVALID_ARGUMENT` for any other.
-    pub fn known(&self) -> Result<KnownEngine, CodedError> {
+    pub(crate) fn known(&self) -> Result<KnownEngine, CodedError> {
         self.0.parse::<KnownEngine>().map_err(|e| {
             CodedError::new(
                 ErrorCode::InvalidArgument,
@@ -49,7 +49,7 @@ impl EngineId {
         })
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }

@@ -12,11 +12,11 @@ use serde::{Deserialize, Serialize};
 use crate::ids::EngineId;
 use enginekit_shared::durable::{ensure_private_dir, write_atomic, PRIVATE};
 
-pub const SCHEMA_VERSION: u32 = 1;
+pub(crate) const SCHEMA_VERSION: u32 = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum InstallationStatus {
+pub(crate) enum InstallationStatus {
     Ready,
     Removing,
 }
@@ -24,43 +24,43 @@ pub enum InstallationStatus {
 /// An image by repository and digest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PinnedImage {
-    pub repository: String,
-    pub digest: Digest,
+pub(crate) struct PinnedImage {
+    pub(crate) repository: String,
+    pub(crate) digest: Digest,
 }
 
 impl PinnedImage {
-    pub fn reference(&self) -> String {
+    pub(crate) fn reference(&self) -> String {
         format!("{}@{}", self.repository, self.digest)
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Installation {
-    pub schema_version: u32,
-    pub engine: EngineId,
-    pub descriptor_id: String,
-    pub status: InstallationStatus,
-    pub image: PinnedImage,
+pub(crate) struct Installation {
+    pub(crate) schema_version: u32,
+    pub(crate) engine: EngineId,
+    pub(crate) descriptor_id: String,
+    pub(crate) status: InstallationStatus,
+    pub(crate) image: PinnedImage,
     /// The GPU-check image, only when this installation pulled it.
-    pub probe_image: Option<PinnedImage>,
-    pub platform: String,
-    pub installed_at: String,
+    pub(crate) probe_image: Option<PinnedImage>,
+    pub(crate) platform: String,
+    pub(crate) installed_at: String,
     /// The operation that wrote the record.
-    pub operation_id: String,
+    pub(crate) operation_id: String,
     /// The container runtime its images and containers live in (Docker when not written).
     #[serde(default, skip_serializing_if = "Runtime::is_docker")]
-    pub runtime: Runtime,
+    pub(crate) runtime: Runtime,
 }
 
 #[derive(Debug, Clone)]
-pub struct Installations {
+pub(crate) struct Installations {
     root: PathBuf,
 }
 
 impl Installations {
-    pub fn open(state_root: &Path) -> Result<Installations, CodedError> {
+    pub(crate) fn open(state_root: &Path) -> Result<Installations, CodedError> {
         let root = state_root.join("installations");
         ensure_private_dir(&root).map_err(|e| {
             CodedError::new(
@@ -77,13 +77,13 @@ impl Installations {
     }
 
     /// The record of `engine`; a torn or foreign file reads as absent.
-    pub fn get(&self, engine: &EngineId) -> Option<Installation> {
+    pub(crate) fn get(&self, engine: &EngineId) -> Option<Installation> {
         let bytes = fs::read(self.path(engine)).ok()?;
         let record: Installation = serde_json::from_slice(&bytes).ok()?;
         (record.schema_version == SCHEMA_VERSION && &record.engine == engine).then_some(record)
     }
 
-    pub fn list(&self) -> Vec<Installation> {
+    pub(crate) fn list(&self) -> Vec<Installation> {
         let Ok(entries) = fs::read_dir(&self.root) else {
             return Vec::new();
         };
@@ -96,7 +96,7 @@ impl Installations {
         out
     }
 
-    pub fn put(&self, record: &Installation) -> Result<(), CodedError> {
+    pub(crate) fn put(&self, record: &Installation) -> Result<(), CodedError> {
         let dir = self.root.join(record.engine.as_str());
         let io = |e: std::io::Error| {
             CodedError::new(
@@ -118,7 +118,7 @@ impl Installations {
     }
 
     /// Delete the record; idempotent.
-    pub fn remove(&self, engine: &EngineId) -> Result<(), CodedError> {
+    pub(crate) fn remove(&self, engine: &EngineId) -> Result<(), CodedError> {
         let dir = self.root.join(engine.as_str());
         match fs::remove_dir_all(&dir) {
             Ok(()) => {}
@@ -143,7 +143,11 @@ impl Installations {
     }
 
     /// Whether another installation than `engine` recorded `image` as its probe image.
-    pub fn probe_image_used_elsewhere(&self, engine: &EngineId, image: &PinnedImage) -> bool {
+    pub(crate) fn probe_image_used_elsewhere(
+        &self,
+        engine: &EngineId,
+        image: &PinnedImage,
+    ) -> bool {
         self.list()
             .iter()
             .any(|i| &i.engine != engine && i.probe_image.as_ref() == Some(image))
@@ -151,7 +155,7 @@ impl Installations {
 }
 
 /// The current time as RFC 3339.
-pub fn now_rfc3339() -> String {
+pub(crate) fn now_rfc3339() -> String {
     time::OffsetDateTime::now_utc()
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_else(|_| "1970-01-01T00:00:00Z".into())

@@ -19,13 +19,13 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
 
 /// The variable that sets the level.
-pub const LEVEL_ENV: &str = "ENGINEKIT_LOG";
+pub(crate) const LEVEL_ENV: &str = "ENGINEKIT_LOG";
 /// The variable every tracing user knows; `ENGINEKIT_LOG` wins when both are set.
 const RUST_LOG: &str = "RUST_LOG";
 
 /// Installs the global subscriber once, at `default` (`warn`, `info`) unless the environment
 /// says otherwise; later calls do nothing.
-pub fn init(default: &str) {
+pub(crate) fn init(default: &str) {
     // A spec that does not parse counts as unset.
     let filter = [LEVEL_ENV, RUST_LOG]
         .iter()

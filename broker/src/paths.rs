@@ -8,7 +8,7 @@ use enginekit_shared::error::{CodedError, ErrorCode};
 
 /// `$var` when it is an absolute path, else `$HOME/<fallback>` when `HOME` is absolute; a
 /// relative value is ignored, as the XDG base directory specification says.
-pub fn xdg_dir(var: &str, fallback: &str) -> Option<PathBuf> {
+pub(crate) fn xdg_dir(var: &str, fallback: &str) -> Option<PathBuf> {
     std::env::var_os(var)
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())
@@ -21,7 +21,7 @@ pub fn xdg_dir(var: &str, fallback: &str) -> Option<PathBuf> {
 }
 
 /// The broker's state root: `$XDG_STATE_HOME/enginekit`, else `~/.local/state/enginekit`.
-pub fn state_root() -> Result<PathBuf, CodedError> {
+pub(crate) fn state_root() -> Result<PathBuf, CodedError> {
     xdg_dir("XDG_STATE_HOME", ".local/state")
         .map(|d| d.join("enginekit"))
         .ok_or_else(|| {
@@ -34,7 +34,7 @@ pub fn state_root() -> Result<PathBuf, CodedError> {
 
 /// The data root for caches and models: `$XDG_DATA_HOME/enginekit`, else
 /// `~/.local/share/enginekit`.
-pub fn data_root() -> Result<PathBuf, CodedError> {
+pub(crate) fn data_root() -> Result<PathBuf, CodedError> {
     xdg_dir("XDG_DATA_HOME", ".local/share")
         .map(|d| d.join("enginekit"))
         .ok_or_else(|| {

@@ -9,7 +9,7 @@ use std::process::Command;
 /// Where programs are looked up: the root-owned system directories, the same a recipe's `PATH`
 /// may name. A user-writable directory early on `$PATH` must not be able to answer for
 /// `docker`, `nvidia-smi` or `sg`.
-pub const SYSTEM_DIRS: &[&str] = enginekit_shared::recipe::PATH_DIRS;
+pub(crate) const SYSTEM_DIRS: &[&str] = enginekit_shared::recipe::PATH_DIRS;
 
 /// The system directories as paths.
 pub fn system_dirs() -> Vec<PathBuf> {
@@ -17,7 +17,7 @@ pub fn system_dirs() -> Vec<PathBuf> {
 }
 
 /// The first regular, executable file called `name` in `dirs` (a bare name only).
-pub fn find_in(dirs: &[PathBuf], name: &str) -> Option<PathBuf> {
+pub(crate) fn find_in(dirs: &[PathBuf], name: &str) -> Option<PathBuf> {
     if name.is_empty() || name.contains('/') {
         return None;
     }
@@ -27,7 +27,7 @@ pub fn find_in(dirs: &[PathBuf], name: &str) -> Option<PathBuf> {
 }
 
 /// `name` in the system directories.
-pub fn find(name: &str) -> Option<PathBuf> {
+pub(crate) fn find(name: &str) -> Option<PathBuf> {
     find_in(&system_dirs(), name)
 }
 
@@ -38,7 +38,7 @@ fn is_executable_file(path: &Path) -> bool {
 
 /// Who reads what the program prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reader {
+pub(crate) enum Reader {
     /// The broker parses it: the C locale, whatever the user's.
     Broker,
     /// The user reads it (a prompt on the terminal): the user's language and terminal type.
@@ -57,7 +57,7 @@ const USER_VARIABLES: &[&str] = &[
 
 /// A command for `path` with a cleared environment: `PATH` of the system directories, and the
 /// locale by `reader`. Standard streams, process group and the rest are the caller's.
-pub fn command(path: &Path, reader: Reader) -> Command {
+pub(crate) fn command(path: &Path, reader: Reader) -> Command {
     command_from(path, reader, |name| std::env::var_os(name))
 }
 

@@ -12,15 +12,15 @@
 
 use std::path::PathBuf;
 
-pub const STANDIN_DIR_ENV: &str = "ENGINEKIT_TEST_STANDIN_DIR";
-pub const KILL_AT_ENV: &str = "ENGINEKIT_TEST_KILL_AT";
-pub const ENGINE_PORT_ENV: &str = "ENGINEKIT_TEST_ENGINE_PORT";
+pub(crate) const STANDIN_DIR_ENV: &str = "ENGINEKIT_TEST_STANDIN_DIR";
+pub(crate) const KILL_AT_ENV: &str = "ENGINEKIT_TEST_KILL_AT";
+pub(crate) const ENGINE_PORT_ENV: &str = "ENGINEKIT_TEST_ENGINE_PORT";
 
 /// Whether this build honours the hooks at all.
-pub const ENABLED: bool = cfg!(any(debug_assertions, feature = "test-hooks"));
+pub(crate) const ENABLED: bool = cfg!(any(debug_assertions, feature = "test-hooks"));
 
 /// The stand-in folder, when set to an absolute path in a build that honours it.
-pub fn standin_dir() -> Option<PathBuf> {
+pub(crate) fn standin_dir() -> Option<PathBuf> {
     if !ENABLED {
         return None;
     }
@@ -32,7 +32,7 @@ pub fn standin_dir() -> Option<PathBuf> {
 }
 
 /// SIGKILLs this process if `point` is listed in `ENGINEKIT_TEST_KILL_AT`.
-pub fn kill_point(point: &str) {
+pub(crate) fn kill_point(point: &str) {
     if !ENABLED {
         return;
     }
@@ -45,7 +45,7 @@ pub fn kill_point(point: &str) {
 }
 
 /// The port the first engine create attempt must try, when set in a build that honours it.
-pub fn first_engine_port() -> Option<u16> {
+pub(crate) fn first_engine_port() -> Option<u16> {
     if !ENABLED {
         return None;
     }

@@ -9,7 +9,7 @@ use crate::probe::facts::{InstallMethod, UnknownFact};
 
 /// Where the install stands with respect to automatic setup (the third gate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InstallGate {
+pub(crate) enum InstallGate {
     /// An rpm-ostree host.
     Immutable,
     /// Arch and derivatives.
@@ -54,7 +54,7 @@ fn usermod(user: &str) -> String {
     format!("sudo usermod -aG docker {user}")
 }
 
-pub fn unknown_fact(fact: UnknownFact) -> Blocker {
+pub(crate) fn unknown_fact(fact: UnknownFact) -> Blocker {
     let name = fact.as_str();
     Blocker::new(
         BlockerReason::UnknownFact,
@@ -63,7 +63,7 @@ pub fn unknown_fact(fact: UnknownFact) -> Blocker {
     .with_param("fact", name)
 }
 
-pub fn unsupported_architecture(arch: &str) -> Blocker {
+pub(crate) fn unsupported_architecture(arch: &str) -> Blocker {
     Blocker::new(
         BlockerReason::UnsupportedArchitecture,
         tr!(
@@ -74,14 +74,14 @@ pub fn unsupported_architecture(arch: &str) -> Blocker {
     .with_param("actual", arch)
 }
 
-pub fn driver_missing() -> Blocker {
+pub(crate) fn driver_missing() -> Blocker {
     Blocker::new(
         BlockerReason::DriverMissing,
         tr!("No NVIDIA driver was found. Install the driver for your card, then try again."),
     )
 }
 
-pub fn driver_library_mismatch(module: Option<&str>, libraries: Option<&str>) -> Blocker {
+pub(crate) fn driver_library_mismatch(module: Option<&str>, libraries: Option<&str>) -> Blocker {
     let versions = match (module, libraries) {
         (Some(m), Some(l)) => format!(
             " {}",
@@ -115,7 +115,7 @@ pub fn driver_library_mismatch(module: Option<&str>, libraries: Option<&str>) ->
     blocker.with_param("remedy", "reboot")
 }
 
-pub fn driver_too_old(required: &str, actual: &str) -> Blocker {
+pub(crate) fn driver_too_old(required: &str, actual: &str) -> Blocker {
     Blocker::new(
         BlockerReason::DriverTooOld,
         tr!(
@@ -128,14 +128,14 @@ pub fn driver_too_old(required: &str, actual: &str) -> Blocker {
     .with_param("actual", actual)
 }
 
-pub fn no_gpu() -> Blocker {
+pub(crate) fn no_gpu() -> Blocker {
     Blocker::new(
         BlockerReason::NoGpu,
         tr!("The NVIDIA driver is installed but reports no usable GPU."),
     )
 }
 
-pub fn compute_capability_too_low(required: &str, actual: &str) -> Blocker {
+pub(crate) fn compute_capability_too_low(required: &str, actual: &str) -> Blocker {
     // The reference appends "(Ampere+)", which is only true of an 8.0 minimum; vLLM's is 7.5
     // (Turing), so the generation is named only when the minimum is 8.0.
     let generation = if required == "8.0" { " (Ampere+)" } else { "" };
@@ -154,7 +154,7 @@ pub fn compute_capability_too_low(required: &str, actual: &str) -> Blocker {
 }
 
 /// Install methods that can never be configured for the GPU runtime (first gate: universal).
-pub fn install_method(method: Option<InstallMethod>) -> Option<Blocker> {
+pub(crate) fn install_method(method: Option<InstallMethod>) -> Option<Blocker> {
     let (reason, message) = match method? {
         InstallMethod::Snap => (
             BlockerReason::DockerSnap,
@@ -179,7 +179,7 @@ pub fn install_method(method: Option<InstallMethod>) -> Option<Blocker> {
     Some(Blocker::new(reason, message))
 }
 
-pub fn insufficient_disk(free: u64, required: u64) -> Blocker {
+pub(crate) fn insufficient_disk(free: u64, required: u64) -> Blocker {
     Blocker::new(
         BlockerReason::InsufficientDisk,
         tr!("There is not enough free disk space for the runtime image."),
@@ -188,21 +188,21 @@ pub fn insufficient_disk(free: u64, required: u64) -> Blocker {
     .with_param("required", required.to_string())
 }
 
-pub fn daemon_json_unreadable() -> Blocker {
+pub(crate) fn daemon_json_unreadable() -> Blocker {
     Blocker::new(
         BlockerReason::DaemonJsonUnreadable,
         tr!("/etc/docker/daemon.json exists but could not be read or parsed, so this integration cannot tell whether the NVIDIA runtime is already configured there. Fix the file's permissions or contents by hand, then try again — nothing here will overwrite a file it cannot read back."),
     )
 }
 
-pub fn docker_access_unexplained_member() -> Blocker {
+pub(crate) fn docker_access_unexplained_member() -> Blocker {
     Blocker::new(
         BlockerReason::DockerAccessUnexplained,
         tr!("The docker group already includes this account and this login session already has it, and the daemon still did not answer over the system socket. Something other than group membership is blocking access — check the socket's permissions or an AppArmor/SELinux policy — this integration cannot fix it automatically."),
     )
 }
 
-pub fn docker_access_unexplained_root() -> Blocker {
+pub(crate) fn docker_access_unexplained_root() -> Blocker {
     Blocker::new(
         BlockerReason::DockerAccessUnexplained,
         tr!("Running as root, and docker.service is active, but the daemon still did not answer over the system socket. This is not a group-membership problem — root needs none — and this integration has no further diagnosis to offer automatically."),
@@ -210,7 +210,7 @@ pub fn docker_access_unexplained_root() -> Blocker {
 }
 
 /// The commands that add the account to the docker group by hand.
-pub fn group_only_commands(view: &LinuxView) -> Vec<String> {
+pub(crate) fn group_only_commands(view: &LinuxView) -> Vec<String> {
     let mut commands = Vec::new();
     if view.immutable_os {
         commands.push(OSTREE_GROUP_COPY.to_owned());
@@ -229,7 +229,7 @@ fn backticked(commands: &[String]) -> String {
 }
 
 /// `docker-group-manual`; `everything_else_ready` picks the reference's two wordings.
-pub fn docker_group_manual(view: &LinuxView, everything_else_ready: bool) -> Blocker {
+pub(crate) fn docker_group_manual(view: &LinuxView, everything_else_ready: bool) -> Blocker {
     let commands = group_only_commands(view);
     let listed = backticked(&commands);
     let message = if everything_else_ready {
@@ -248,7 +248,7 @@ pub fn docker_group_manual(view: &LinuxView, everything_else_ready: bool) -> Blo
         .with_commands(commands)
 }
 
-pub fn relogin_required() -> Blocker {
+pub(crate) fn relogin_required() -> Blocker {
     Blocker::new(
         BlockerReason::ReloginRequired,
         tr!("This account is already a member of the docker group, but this login session started before that took effect. Log out and back in (or restart this session) to pick it up."),
@@ -257,7 +257,7 @@ pub fn relogin_required() -> Blocker {
 }
 
 /// An installed toolkit below the minimum, where the recipe cannot upgrade it.
-pub fn toolkit_too_old(version: &str, remedy: &str) -> Blocker {
+pub(crate) fn toolkit_too_old(version: &str, remedy: &str) -> Blocker {
     Blocker::new(
         BlockerReason::ToolkitTooOld,
         tr!(
@@ -269,7 +269,7 @@ pub fn toolkit_too_old(version: &str, remedy: &str) -> Blocker {
     .with_commands(vec![remedy.to_owned()])
 }
 
-pub fn init_not_systemd() -> Blocker {
+pub(crate) fn init_not_systemd() -> Blocker {
     Blocker::new(
         BlockerReason::InitNotSystemd,
         tr!("This system does not run systemd, which the Docker install needs."),
@@ -371,7 +371,7 @@ fn docker_service_inactive(suffix: Suffix) -> Blocker {
 
 /// `missingComponentBlockers`: each missing component once, in install order. Empty when only
 /// the session's group membership is missing.
-pub fn missing_components(view: &LinuxView, gate: InstallGate) -> Vec<Blocker> {
+pub(crate) fn missing_components(view: &LinuxView, gate: InstallGate) -> Vec<Blocker> {
     let suffix = Suffix::of(gate);
     let mut out = Vec::new();
     if !view.cli {
@@ -473,7 +473,7 @@ fn distribution_not_in_recipe(view: &LinuxView) -> Blocker {
 
 /// The reference gives no text for this blocker; this one says what is missing
 /// and what the user can do.
-pub fn environment_manifest_unavailable() -> Blocker {
+pub(crate) fn environment_manifest_unavailable() -> Blocker {
     Blocker::new(
         BlockerReason::EnvironmentManifestUnavailable,
         tr!("No environment manifest is available, so this build cannot tell which distributions automatic setup is qualified on. Reinstall enginekit or remove the refused documents from its configuration folder, then try again."),
@@ -481,7 +481,7 @@ pub fn environment_manifest_unavailable() -> Blocker {
 }
 
 /// `gateBlocker`: why automatic install is not offered. `None` for the recipe gate.
-pub fn gate_blocker(view: &LinuxView, gate: InstallGate) -> Option<Blocker> {
+pub(crate) fn gate_blocker(view: &LinuxView, gate: InstallGate) -> Option<Blocker> {
     match gate {
         InstallGate::Recipe => None,
         InstallGate::Immutable => Some(immutable_os(view)),
@@ -493,7 +493,7 @@ pub fn gate_blocker(view: &LinuxView, gate: InstallGate) -> Option<Blocker> {
 }
 
 /// `gateBlockerApplies`: never on recipe; on an immutable base only when a package is missing.
-pub fn gate_blocker_applies(view: &LinuxView, gate: InstallGate) -> bool {
+pub(crate) fn gate_blocker_applies(view: &LinuxView, gate: InstallGate) -> bool {
     match gate {
         InstallGate::Recipe => false,
         InstallGate::Immutable => !view.cli || !view.toolkit_installed,
@@ -502,12 +502,12 @@ pub fn gate_blocker_applies(view: &LinuxView, gate: InstallGate) -> bool {
 }
 
 /// A provisioner blocker: the recipe refused the plan.
-pub fn recipe_refused_plan(message: impl Into<String>) -> Blocker {
+pub(crate) fn recipe_refused_plan(message: impl Into<String>) -> Blocker {
     Blocker::new(BlockerReason::RecipeRefusedPlan, message)
 }
 
 /// A provisioner blocker: the descriptor is for another engine.
-pub fn engine_mismatch(
+pub(crate) fn engine_mismatch(
     descriptor_id: &str,
     descriptor_engine: &str,
     target_engine: &str,

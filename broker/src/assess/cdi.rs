@@ -18,18 +18,18 @@ const GPU_PREFIX: &str = "nvidia.com/gpu=";
 /// What the decision reads: the driver's GPUs, `nvidia-ctk cdi list`, and whether the daemon
 /// has CDI enabled (`CDISpecDirs` in `/info`).
 #[derive(Debug, Clone, Copy)]
-pub struct CdiFacts<'a> {
-    pub gpus: Option<&'a [Gpu]>,
-    pub cdi_devices: &'a [String],
-    pub daemon_cdi: bool,
+pub(crate) struct CdiFacts<'a> {
+    pub(crate) gpus: Option<&'a [Gpu]>,
+    pub(crate) cdi_devices: &'a [String],
+    pub(crate) daemon_cdi: bool,
     /// The loaded driver's version, when known.
-    pub loaded_driver: Option<&'a str>,
+    pub(crate) loaded_driver: Option<&'a str>,
     /// The driver versions the specs' libraries are named for ([`crate::probe::cdi_specs`]).
-    pub spec_drivers: &'a [String],
+    pub(crate) spec_drivers: &'a [String],
 }
 
 impl<'a> CdiFacts<'a> {
-    pub fn of(facts: &'a HostFacts) -> CdiFacts<'a> {
+    pub(crate) fn of(facts: &'a HostFacts) -> CdiFacts<'a> {
         CdiFacts {
             gpus: facts.nvidia.gpus.value().map(Vec::as_slice),
             cdi_devices: &facts.nvidia.cdi_devices,
@@ -56,7 +56,7 @@ fn loaded_driver(facts: &HostFacts) -> Option<&str> {
 
 /// The spec as the driver sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CdiSpec {
+pub(crate) enum CdiSpec {
     /// No spec lists a GPU, or no GPU is known to compare with.
     Absent,
     /// It lists other GPUs than the driver reports.
@@ -81,14 +81,14 @@ pub enum CdiSpec {
 
 impl CdiSpec {
     /// Whether the spec must be generated again before the GPU is handed through it.
-    pub fn is_stale(&self) -> bool {
+    pub(crate) fn is_stale(&self) -> bool {
         matches!(self, CdiSpec::Stale { .. } | CdiSpec::ForOtherDriver { .. })
     }
 }
 
 /// Why the plan generates the spec again when it was made for another driver, said before the
 /// step's own text; empty otherwise.
-pub fn other_driver_reason(view: &super::view::LinuxView) -> String {
+pub(crate) fn other_driver_reason(view: &super::view::LinuxView) -> String {
     match &view.cdi_for_other_driver {
         Some((spec, loaded)) => {
             let mut why = crate::i18n::tr!(
@@ -107,11 +107,11 @@ pub fn other_driver_reason(view: &super::view::LinuxView) -> String {
 }
 
 /// Compares `nvidia-ctk cdi list` with the driver's GPUs.
-pub fn spec_state(facts: &HostFacts) -> CdiSpec {
+pub(crate) fn spec_state(facts: &HostFacts) -> CdiSpec {
     state_of(CdiFacts::of(facts))
 }
 
-pub fn state_of(facts: CdiFacts<'_>) -> CdiSpec {
+pub(crate) fn state_of(facts: CdiFacts<'_>) -> CdiSpec {
     let Some(gpus) = facts.gpus else {
         return CdiSpec::Absent;
     };
@@ -156,12 +156,12 @@ pub fn state_of(facts: CdiFacts<'_>) -> CdiSpec {
 /// How to give a container the GPU `gpu` (or, for the plan, every GPU): through CDI when the
 /// daemon has CDI enabled (`CDISpecDirs` in `/info`), the spec is current and names the card by
 /// UUID; otherwise with `--gpus`.
-pub fn gpu_access(facts: &HostFacts, gpu: Option<&str>) -> GpuAccess {
+pub(crate) fn gpu_access(facts: &HostFacts, gpu: Option<&str>) -> GpuAccess {
     access_of(CdiFacts::of(facts), gpu)
 }
 
 /// [`gpu_access`] from the few facts it reads.
-pub fn access_of(facts: CdiFacts<'_>, gpu: Option<&str>) -> GpuAccess {
+pub(crate) fn access_of(facts: CdiFacts<'_>, gpu: Option<&str>) -> GpuAccess {
     if !facts.daemon_cdi || state_of(facts) != CdiSpec::Current {
         return GpuAccess::GpusFlag;
     }

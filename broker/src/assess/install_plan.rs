@@ -15,16 +15,16 @@ use crate::probe::packages::TOOLKIT_PACKAGE;
 
 /// What setup would change, and what that asks of the user.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InstallPlan {
-    pub system_changes: Vec<SystemChange>,
+pub(crate) struct InstallPlan {
+    pub(crate) system_changes: Vec<SystemChange>,
     /// The recipe components the changes are, in recipe order: what the host step asks for.
-    pub components: BTreeSet<Component>,
-    pub requires_elevation: bool,
-    pub may_require_relogin: bool,
+    pub(crate) components: BTreeSet<Component>,
+    pub(crate) requires_elevation: bool,
+    pub(crate) may_require_relogin: bool,
     /// The sub-ID range `user-subids` gives (rootless Podman's path only).
-    pub subids: Option<SubIdRange>,
+    pub(crate) subids: Option<SubIdRange>,
     /// The CDI specification without additional GIDs, for a Podman before 5.1 (Podman's path).
-    pub cdi_no_additional_gids: bool,
+    pub(crate) cdi_no_additional_gids: bool,
 }
 
 /// Docker's packages, planned only when no engine is installed at all.
@@ -50,7 +50,7 @@ fn family_label(family: PackageFamily) -> String {
 }
 
 /// The add-user-to-docker-group change.
-pub fn add_user_to_group(user: &str) -> SystemChange {
+pub(crate) fn add_user_to_group(user: &str) -> SystemChange {
     SystemChange::new(
         SystemChangeCode::AddUserToDockerGroup,
         tr!(
@@ -62,7 +62,7 @@ pub fn add_user_to_group(user: &str) -> SystemChange {
 }
 
 /// The group-only plan of gate 5: everything is ready except this account's access.
-pub fn group_only(view: &LinuxView) -> InstallPlan {
+pub(crate) fn group_only(view: &LinuxView) -> InstallPlan {
     InstallPlan {
         system_changes: vec![add_user_to_group(view.user_name())],
         components: BTreeSet::from([Component::DockerGroup]),
@@ -74,7 +74,7 @@ pub fn group_only(view: &LinuxView) -> InstallPlan {
 }
 
 /// The add-repository change for the NVIDIA Container Toolkit.
-pub fn nvidia_repository(family: PackageFamily) -> SystemChange {
+pub(crate) fn nvidia_repository(family: PackageFamily) -> SystemChange {
     let label = family_label(family);
     SystemChange::new(
         SystemChangeCode::AddRepository,
@@ -88,7 +88,7 @@ pub fn nvidia_repository(family: PackageFamily) -> SystemChange {
 }
 
 /// The full install plan for a host on the recipe.
-pub fn build(view: &LinuxView) -> InstallPlan {
+pub(crate) fn build(view: &LinuxView) -> InstallPlan {
     let live_evidence = view.daemon_reachable;
     let gpu_ready = view.effective_gpu_runtime();
     let configure_runtime = !gpu_ready && !view.nvidia_runtime;

@@ -5,16 +5,16 @@
 //! gate would raise are collected separately as `later_gate_notes`, outside the verdict, so a
 //! person fixing the first blocker is not surprised by the next one.
 
-pub mod blockers;
-pub mod cdi;
-pub mod install_plan;
-pub mod network;
-pub mod no_driver;
-pub mod podman;
-pub mod runtime_choice;
-pub mod version;
-pub mod view;
-pub mod warnings;
+pub(crate) mod blockers;
+pub(crate) mod cdi;
+pub(crate) mod install_plan;
+pub(crate) mod network;
+pub(crate) mod no_driver;
+pub(crate) mod podman;
+pub(crate) mod runtime_choice;
+pub(crate) mod version;
+pub(crate) mod view;
+pub(crate) mod warnings;
 
 use std::cmp::Ordering;
 
@@ -26,23 +26,23 @@ use self::install_plan::InstallPlan;
 use self::view::LinuxView;
 use crate::documents::descriptor::Descriptor;
 use crate::documents::manifest::Manifest;
-use crate::probe::facts::{HostFacts, PackageFamily};
+use crate::probe::facts::PackageFamily;
 
 /// What the caller decides beyond the documents.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Options {
+pub(crate) struct Options {
     /// The recipe whose qualified distributions the manifest lists.
-    pub recipe_id: String,
+    pub(crate) recipe_id: String,
     /// Bytes the engine image still needs on disk; `None` skips the disk check (image already
     /// present, or a target that pulls nothing).
-    pub still_needed_disk_bytes: Option<u64>,
+    pub(crate) still_needed_disk_bytes: Option<u64>,
     /// The container runtime to set up.
-    pub runtime: Runtime,
+    pub(crate) runtime: Runtime,
 }
 
 /// Which gate decided (for reports and tests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Gate {
+pub(crate) enum Gate {
     Universal,
     Adopt,
     Access,
@@ -57,18 +57,18 @@ pub enum Gate {
 
 /// The verdict and everything around it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Assessment {
-    pub availability: Availability,
-    pub adopts_existing_engine: bool,
-    pub blockers: Vec<Blocker>,
-    pub warnings: Vec<Warning>,
-    pub install_plan: Option<InstallPlan>,
+pub(crate) struct Assessment {
+    pub(crate) availability: Availability,
+    pub(crate) adopts_existing_engine: bool,
+    pub(crate) blockers: Vec<Blocker>,
+    pub(crate) warnings: Vec<Warning>,
+    pub(crate) install_plan: Option<InstallPlan>,
     /// Blockers a later gate would raise once the deciding ones are fixed; outside the verdict.
-    pub later_gate_notes: Vec<Blocker>,
+    pub(crate) later_gate_notes: Vec<Blocker>,
     /// What setup would change once the blockers are fixed (recipe hosts only); for the human
     /// report, never digested.
-    pub preview: Option<InstallPlan>,
-    pub decided_by: Gate,
+    pub(crate) preview: Option<InstallPlan>,
+    pub(crate) decided_by: Gate,
 }
 
 struct Verdict {
@@ -101,19 +101,9 @@ impl Verdict {
     }
 }
 
-/// Assesses recorded or live host facts against a descriptor and (when there is one) an
-/// environment manifest.
-pub fn assess(
-    facts: &HostFacts,
-    descriptor: &Descriptor,
-    manifest: Option<&Manifest>,
-    options: &Options,
-) -> Assessment {
-    assess_view(&LinuxView::from_facts(facts), descriptor, manifest, options)
-}
-
-/// [`assess`] over the reference-shaped view.
-pub fn assess_view(
+/// Assesses recorded or live host facts (as the reference-shaped view) against a descriptor and
+/// (when there is one) an environment manifest.
+pub(crate) fn assess_view(
     view: &LinuxView,
     descriptor: &Descriptor,
     manifest: Option<&Manifest>,

@@ -9,9 +9,9 @@ use crate::probe::facts::Route;
 
 /// An IPv4 network: address with host bits cleared, and prefix length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr {
-    pub addr: u32,
-    pub prefix: u8,
+pub(crate) struct Cidr {
+    pub(crate) addr: u32,
+    pub(crate) prefix: u8,
 }
 
 impl Cidr {
@@ -25,7 +25,7 @@ impl Cidr {
 
     /// Parses `a.b.c.d` (a /32) or `a.b.c.d/n`, clearing host bits. IPv6, `default`, octets
     /// above 255 and prefixes above 32 are refused.
-    pub fn parse(text: &str) -> Option<Cidr> {
+    pub(crate) fn parse(text: &str) -> Option<Cidr> {
         let (address, prefix) = match text.split_once('/') {
             Some((a, p)) => (a, p.parse::<u8>().ok()?),
             None => (text, 32),
@@ -55,7 +55,7 @@ impl Cidr {
     }
 
     /// The wider of the two contains the other's network address.
-    pub fn overlaps(self, other: Cidr) -> bool {
+    pub(crate) fn overlaps(self, other: Cidr) -> bool {
         let mask = Cidr::mask(self.prefix.min(other.prefix));
         self.addr & mask == other.addr & mask
     }
@@ -63,7 +63,7 @@ impl Cidr {
 
 /// Docker's 31 default pools, in table order: 172.17–172.31 as /16s, then 192.168.0.0/16 as
 /// /20s.
-pub fn default_pools() -> Vec<Cidr> {
+pub(crate) fn default_pools() -> Vec<Cidr> {
     let mut pools = Vec::with_capacity(31);
     for second in 17..=31u32 {
         pools.push(Cidr {
@@ -82,7 +82,7 @@ pub fn default_pools() -> Vec<Cidr> {
 
 /// The greedy minimal set of routes that together cover every default pool, in routing-table
 /// order; `None` when some pool stays free (Docker can still start).
-pub fn routes_covering_pools(routes: &[Route]) -> Option<Vec<Route>> {
+pub(crate) fn routes_covering_pools(routes: &[Route]) -> Option<Vec<Route>> {
     let parsed: Vec<(usize, Cidr)> = routes
         .iter()
         .enumerate()
@@ -126,7 +126,7 @@ pub fn routes_covering_pools(routes: &[Route]) -> Option<Vec<Route>> {
 
 /// The warning, when Docker is not running yet, daemon.json sets no pools, and the routes cover
 /// every default pool.
-pub fn address_pool_warning(view: &LinuxView) -> Option<Warning> {
+pub(crate) fn address_pool_warning(view: &LinuxView) -> Option<Warning> {
     let docker_running = view.daemon_reachable || view.service_active == Some(true);
     if docker_running || view.address_pools_configured != Some(false) {
         return None;

@@ -12,7 +12,7 @@ use crate::probe::facts::{NvidiaHardware, UnknownFact};
 /// The blocker for a driver that cannot be used at all: its kernel module and libraries differ
 /// (a restart is due), or there is none (with its cause). `None` when a driver answers, or when
 /// it could not be asked (an unknown fact, reported as such). The plan and the doctor share it.
-pub fn unusable_driver(view: &LinuxView) -> Option<Blocker> {
+pub(crate) fn unusable_driver(view: &LinuxView) -> Option<Blocker> {
     if let Some((module, libraries)) = &view.driver_library_mismatch {
         return Some(super::blockers::driver_library_mismatch(
             module.as_deref(),
@@ -25,7 +25,7 @@ pub fn unusable_driver(view: &LinuxView) -> Option<Blocker> {
 
 /// The blocker for a host where no driver answers. Without hardware facts nothing more can be
 /// said than "no driver".
-pub fn blocker(hardware: Option<&NvidiaHardware>) -> Blocker {
+pub(crate) fn blocker(hardware: Option<&NvidiaHardware>) -> Blocker {
     let Some(hw) = hardware else {
         return driver_missing();
     };
@@ -70,7 +70,7 @@ pub fn blocker(hardware: Option<&NvidiaHardware>) -> Blocker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::facts::PciGpu;
+    use crate::probe::nvidia_hardware::PciGpu;
 
     fn hw(devices: &[(u16, Option<&str>)]) -> NvidiaHardware {
         NvidiaHardware {

@@ -16,7 +16,7 @@ use crate::probe::facts::PackageFamily;
 use crate::probe::packages::TOOLKIT_PACKAGE;
 
 /// The first Podman that takes a CDI device (`--device nvidia.com/gpu=…`).
-pub const PODMAN_CDI_MINIMUM: &str = "4.1";
+pub(crate) const PODMAN_CDI_MINIMUM: &str = "4.1";
 /// The first Podman that reads CDI 0.7.0, what the toolkit writes from 1.19.1.
 const PODMAN_CDI_0_7: &str = "5.1";
 
@@ -56,7 +56,7 @@ fn reads_only_below_cdi_0_7(view: &LinuxView) -> bool {
 }
 
 /// The Podman and the specification's CDI version, when that Podman cannot read it.
-pub fn cdi_spec_too_new(view: &LinuxView) -> Option<(String, String)> {
+pub(crate) fn cdi_spec_too_new(view: &LinuxView) -> Option<(String, String)> {
     let spec = view.cdi_spec_version.as_deref()?;
     let too_new = enginekit_shared::recipe::version::at_least(spec, "0.7.0");
     (too_new && reads_only_below_cdi_0_7(view)).then(|| {
@@ -151,12 +151,12 @@ fn cdi_unsupported(view: &LinuxView) -> Option<Blocker> {
 
 /// What makes rootless Podman impossible for this user where Docker is not: a Podman without
 /// CDI, or no sub-ID range to be had. (Root is the caller's own case.)
-pub fn cannot_run(view: &LinuxView) -> Option<Blocker> {
+pub(crate) fn cannot_run(view: &LinuxView) -> Option<Blocker> {
     cdi_unsupported(view).or_else(|| subid_grant(view).err())
 }
 
 /// The blockers of the Podman path, or its install plan (empty when nothing is to change).
-pub fn plan(view: &LinuxView) -> Result<InstallPlan, Vec<Blocker>> {
+pub(crate) fn plan(view: &LinuxView) -> Result<InstallPlan, Vec<Blocker>> {
     let mut blockers = Vec::new();
     if view.is_root {
         blockers.push(blocker(

@@ -11,7 +11,7 @@ use super::view::LinuxView;
 
 /// Why [`default_runtime`] chose what it chose, for the report.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Why {
+pub(crate) enum Why {
     /// Docker is installed, running or configured here: today's path, unchanged.
     DockerPresent,
     /// Rootless Podman is for a user; as root, Docker.
@@ -23,7 +23,7 @@ pub enum Why {
 }
 
 /// The runtime a plan is for when none was asked for, and why.
-pub fn default_runtime(view: &LinuxView) -> (Runtime, Why) {
+pub(crate) fn default_runtime(view: &LinuxView) -> (Runtime, Why) {
     let docker_here = view.cli
         || view.daemon_reachable
         || view.install_method.is_some()

@@ -7,7 +7,7 @@ use std::cmp::Ordering;
 ///
 /// The reference counted a segment that is not a number as 0, which misreads `590.44.01-beta`;
 /// here the leading digits of a segment are used instead, so `01-beta` reads as 1 rather than 0.
-pub fn compare_dotted(a: &str, b: &str) -> Ordering {
+pub(crate) fn compare_dotted(a: &str, b: &str) -> Ordering {
     let left: Vec<u64> = a.trim().split('.').map(segment).collect();
     let right: Vec<u64> = b.trim().split('.').map(segment).collect();
     let len = left.len().max(right.len());

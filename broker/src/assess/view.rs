@@ -13,91 +13,91 @@ use crate::probe::facts::{
 
 /// `/etc/os-release`, as the gates need it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DistroView {
-    pub id: String,
-    pub version_id: String,
-    pub family: PackageFamily,
+pub(crate) struct DistroView {
+    pub(crate) id: String,
+    pub(crate) version_id: String,
+    pub(crate) family: PackageFamily,
 }
 
 /// One GPU, as the gates need it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GpuView {
-    pub uuid: String,
+pub(crate) struct GpuView {
+    pub(crate) uuid: String,
     /// `None` when the probe could not tell (no `compute_cap` and not in the name table).
-    pub compute_capability: Option<ComputeCapability>,
+    pub(crate) compute_capability: Option<ComputeCapability>,
 }
 
 /// The facts the assessment reads, named as in the reference.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LinuxView {
-    pub architecture: Option<String>,
-    pub distribution: Option<DistroView>,
-    pub immutable_os: bool,
+pub(crate) struct LinuxView {
+    pub(crate) architecture: Option<String>,
+    pub(crate) distribution: Option<DistroView>,
+    pub(crate) immutable_os: bool,
     /// `Some(true)` systemd is PID 1, `Some(false)` another init, `None` unknown.
-    pub systemd: Option<bool>,
-    pub driver_version: Option<String>,
+    pub(crate) systemd: Option<bool>,
+    pub(crate) driver_version: Option<String>,
     /// The kernel module and the driver's libraries differ: `(module, libraries)` versions, each
     /// when known.
-    pub driver_library_mismatch: Option<(Option<String>, Option<String>)>,
+    pub(crate) driver_library_mismatch: Option<(Option<String>, Option<String>)>,
     /// NVIDIA devices, module and Secure Boot, when read.
-    pub nvidia_hardware: Option<NvidiaHardware>,
-    pub gpus: Vec<GpuView>,
-    pub cli: bool,
-    pub daemon_reachable: bool,
-    pub install_method: Option<InstallMethod>,
+    pub(crate) nvidia_hardware: Option<NvidiaHardware>,
+    pub(crate) gpus: Vec<GpuView>,
+    pub(crate) cli: bool,
+    pub(crate) daemon_reachable: bool,
+    pub(crate) install_method: Option<InstallMethod>,
     /// Live: the daemon answered and a CDI GPU is listed.
-    pub gpu_runtime: bool,
+    pub(crate) gpu_runtime: bool,
     /// Offline: `nvidia-ctk cdi list` lists a GPU.
-    pub gpu_runtime_from_config: bool,
+    pub(crate) gpu_runtime_from_config: bool,
     /// How the GPU check and the engine will ask for the GPU.
-    pub gpu_access: GpuAccess,
-    pub nvidia_runtime: bool,
+    pub(crate) gpu_access: GpuAccess,
+    pub(crate) nvidia_runtime: bool,
     /// `None` when daemon.json could not be read or parsed.
-    pub address_pools_configured: Option<bool>,
-    pub daemon_json_unreadable: bool,
+    pub(crate) address_pools_configured: Option<bool>,
+    pub(crate) daemon_json_unreadable: bool,
     /// The daemon labels containers (`name=selinux`).
-    pub docker_selinux: bool,
+    pub(crate) docker_selinux: bool,
     /// SELinux is enforcing on the host (`/sys/fs/selinux/enforce`).
-    pub selinux_enforcing: bool,
+    pub(crate) selinux_enforcing: bool,
     /// `DockerRootDir` from the daemon (null when it did not answer).
-    pub docker_root_dir: Option<String>,
+    pub(crate) docker_root_dir: Option<String>,
     /// `ContainersRunning` when the daemon answered.
-    pub containers_running: Option<u64>,
+    pub(crate) containers_running: Option<u64>,
     /// `CgroupDriver` when the daemon answered.
-    pub cgroup_driver: Option<String>,
+    pub(crate) cgroup_driver: Option<String>,
     /// `None` is the reference's `"unknown"`.
-    pub service_active: Option<bool>,
+    pub(crate) service_active: Option<bool>,
     /// `None` is the reference's `"unknown"`.
-    pub group_configured: Option<bool>,
-    pub group_effective: bool,
-    pub toolkit_installed: bool,
+    pub(crate) group_configured: Option<bool>,
+    pub(crate) group_effective: bool,
+    pub(crate) toolkit_installed: bool,
     /// The toolkit's version as `nvidia-ctk --version` reports it ([`NvidiaFacts::toolkit_version`]).
     ///
     /// [`NvidiaFacts::toolkit_version`]: crate::probe::facts::NvidiaFacts::toolkit_version
-    pub toolkit_version: Option<String>,
-    pub routes: Option<Vec<Route>>,
-    pub free_disk_bytes: Option<u64>,
+    pub(crate) toolkit_version: Option<String>,
+    pub(crate) routes: Option<Vec<Route>>,
+    pub(crate) free_disk_bytes: Option<u64>,
     /// What the plan reports as the measured path (Docker's root dir or `/var/lib/docker`, or
     /// containerd's root with containerd's image store).
-    pub free_disk_path: String,
+    pub(crate) free_disk_path: String,
     /// Where the daemon keeps images (a graph driver when it did not answer).
-    pub image_store: ImageStore,
-    pub unknown: Vec<UnknownFact>,
+    pub(crate) image_store: ImageStore,
+    pub(crate) unknown: Vec<UnknownFact>,
     /// Login name of the probing account; `None` when it could not be read.
-    pub user: Option<String>,
-    pub is_root: bool,
+    pub(crate) user: Option<String>,
+    pub(crate) is_root: bool,
     /// The `podman` package's version; `None` when none is installed.
-    pub podman_version: Option<String>,
+    pub(crate) podman_version: Option<String>,
     /// The highest CDI version among the NVIDIA specifications, when one says.
-    pub cdi_spec_version: Option<String>,
+    pub(crate) cdi_spec_version: Option<String>,
     /// The driver versions an NVIDIA CDI spec was generated for and the loaded driver's, when
     /// they differ: the spec mounts libraries the driver update removed.
-    pub cdi_for_other_driver: Option<(String, String)>,
+    pub(crate) cdi_for_other_driver: Option<(String, String)>,
     /// What the toolkit's refresh units did about it, as one sentence (systemd hosts that have
     /// them).
-    pub cdi_refresh: Option<String>,
+    pub(crate) cdi_refresh: Option<String>,
     /// The user's sub-ID ranges, or why the files could not be read.
-    pub subids: Result<SubIdFacts, String>,
+    pub(crate) subids: Result<SubIdFacts, String>,
 }
 
 impl LinuxView {
@@ -107,7 +107,7 @@ impl LinuxView {
     /// `toolkit_installed`, `docker_group.effective`), an unknown reads as false, exactly as the
     /// reference's "exit 0" tests do; the facts that must block when unknown are the five of
     /// [`HostFacts::unknown_facts`].
-    pub fn from_facts(facts: &HostFacts) -> Self {
+    pub(crate) fn from_facts(facts: &HostFacts) -> Self {
         let info = facts.daemon_info();
         let cdi_state = super::cdi::spec_state(facts);
         let cdi_stale = cdi_state.is_stale();
@@ -203,7 +203,7 @@ impl LinuxView {
 
     /// The view for `runtime`. On rootless Podman the disk check measures where the user's
     /// Podman keeps images, nothing of Docker's daemon is pinned, and the GPU goes in through CDI.
-    pub fn for_runtime(mut self, runtime: Runtime, facts: &HostFacts) -> Self {
+    pub(crate) fn for_runtime(mut self, runtime: Runtime, facts: &HostFacts) -> Self {
         if runtime == Runtime::Podman {
             let storage = facts.podman.storage.as_ref();
             self.free_disk_path = storage.map_or_else(
@@ -220,7 +220,7 @@ impl LinuxView {
 
     /// The reference's `effectiveGpuRuntime`: live `docker info` wins whenever the daemon
     /// answers; offline CDI evidence counts only when it does not.
-    pub fn effective_gpu_runtime(&self) -> bool {
+    pub(crate) fn effective_gpu_runtime(&self) -> bool {
         if self.daemon_reachable {
             self.gpu_runtime
         } else {
@@ -229,7 +229,7 @@ impl LinuxView {
     }
 
     /// The package family, `Other` when the distribution is unknown.
-    pub fn family(&self) -> PackageFamily {
+    pub(crate) fn family(&self) -> PackageFamily {
         self.distribution
             .as_ref()
             .map_or(PackageFamily::Other, |d| d.family)
@@ -239,7 +239,7 @@ impl LinuxView {
     /// (`recipe::version::TOOLKIT_MINIMUM`: CVE-2025-23266, CVE-2025-23267): the one judgement
     /// the plan and the doctor share. A toolkit the package database does not list counts too:
     /// it is what Docker runs.
-    pub fn toolkit_outdated(&self) -> Option<&str> {
+    pub(crate) fn toolkit_outdated(&self) -> Option<&str> {
         let version = self.toolkit_version.as_deref()?;
         (!enginekit_shared::recipe::version::at_least(
             version,
@@ -249,7 +249,7 @@ impl LinuxView {
     }
 
     /// The user's name as the messages and commands spell it.
-    pub fn user_name(&self) -> &str {
+    pub(crate) fn user_name(&self) -> &str {
         match (&self.user, self.is_root) {
             (Some(name), _) => name,
             (None, true) => "root",

@@ -56,7 +56,7 @@ fn group_this_session_only_warning(view: &LinuxView) -> Option<Warning> {
 }
 
 /// Every warning for this host, in a fixed order.
-pub fn warnings(view: &LinuxView) -> Vec<Warning> {
+pub(crate) fn warnings(view: &LinuxView) -> Vec<Warning> {
     [
         address_pool_warning(view),
         selinux_warning(view),

@@ -22,13 +22,13 @@ use crate::docker::{
 use crate::journal::{self, InstanceId, Journal, ReconcileLimits};
 
 #[derive(Debug, Args)]
-pub struct DockerArgs {
+pub(crate) struct DockerArgs {
     #[command(subcommand)]
-    pub command: DockerCommand,
+    pub(crate) command: DockerCommand,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum DockerCommand {
+pub(crate) enum DockerCommand {
     /// Pull an image by digest (REPO@sha256:…) with byte progress, and verify it.
     Pull {
         /// The image, pinned by digest.

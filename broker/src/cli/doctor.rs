@@ -13,13 +13,13 @@ use crate::installations::Installations;
 use crate::paths;
 
 #[derive(Debug, Args)]
-pub struct DoctorArgs {
+pub(crate) struct DoctorArgs {
     /// One JSON document on stdout.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// Diagnose recorded facts (the output of `enginekit probe --json`) instead of probing.
     #[arg(long, value_name = "FILE")]
-    pub facts: Option<PathBuf>,
+    pub(crate) facts: Option<PathBuf>,
 }
 
 pub(crate) async fn run(args: DoctorArgs) -> Exit {

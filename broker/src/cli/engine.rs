@@ -26,10 +26,10 @@ use crate::engine::EngineError;
 use crate::operations::record::Phase;
 
 #[derive(Debug, Args)]
-pub struct StartArgs {
+pub(crate) struct StartArgs {
     /// The model: a hub name org/name[@revision] that is fitted to this machine's GPUs, pulled into the Hugging Face cache and served from there, or a folder (a checkpoint with a config.json); mounted read-only.
     #[arg(value_name = "MODEL", required_unless_present = "model_option")]
-    pub model: Option<PathBuf>,
+    pub(crate) model: Option<PathBuf>,
     /// The model, as an option (the same as MODEL).
     #[arg(
         long = "model",
@@ -37,62 +37,62 @@ pub struct StartArgs {
         value_name = "MODEL",
         conflicts_with = "model"
     )]
-    pub model_option: Option<PathBuf>,
+    pub(crate) model_option: Option<PathBuf>,
     /// The engine to run. Where it is not set up yet, `start` first shows the setup plan and asks, as `enginekit setup` does, and the model's download begins as soon as you say yes.
     #[arg(long, default_value = "vllm")]
-    pub engine: String,
+    pub(crate) engine: String,
     /// Consent to the setup plan without asking (when the engine is not set up yet).
     #[arg(long)]
-    pub yes: bool,
+    pub(crate) yes: bool,
     /// The container runtime of a setup this start does (docker or podman; as `setup --runtime`).
     #[arg(long, value_parser = |s: &str| s.parse::<ContainerRuntime>())]
-    pub runtime: Option<ContainerRuntime>,
+    pub(crate) runtime: Option<ContainerRuntime>,
     /// The session name, also the served model name (default: from the folder's name).
     #[arg(long)]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// Context length in tokens (256..=1048576; default: for vLLM, the longest that fits the card when the model can be sized, else 8192).
     #[arg(long)]
-    pub context: Option<u32>,
+    pub(crate) context: Option<u32>,
     /// The GPU (GPU-/MIG- UUID as `nvidia-smi -L` prints it; default: most free memory).
     #[arg(long)]
-    pub gpu: Option<String>,
+    pub(crate) gpu: Option<String>,
     /// The host port on 127.0.0.1 (1024..=65535; default: a free one).
     #[arg(long)]
-    pub port: Option<u16>,
+    pub(crate) port: Option<u16>,
     /// Seconds to wait for the engine to become ready (default: 600 for vLLM, 900 for TensorRT-LLM).
     #[arg(long)]
-    pub timeout: Option<u32>,
+    pub(crate) timeout: Option<u32>,
     /// One JSON event per line on stdout.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]
-pub struct StopArgs {
+pub(crate) struct StopArgs {
     /// The session to stop (may be left out when only one runs).
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// Print the result as JSON.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]
-pub struct PsArgs {
+pub(crate) struct PsArgs {
     /// Print the sessions as JSON.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]
-pub struct LogsArgs {
+pub(crate) struct LogsArgs {
     /// The session whose engine log to print.
-    pub name: String,
+    pub(crate) name: String,
     /// Keep printing new lines until the engine ends or Ctrl-C.
     #[arg(long, short = 'f')]
-    pub follow: bool,
+    pub(crate) follow: bool,
     /// How many of the last lines to print (at most 10000; the whole log is also bounded to 4 MiB).
     #[arg(long, default_value_t = 200)]
-    pub tail: u32,
+    pub(crate) tail: u32,
 }
 
 /// Runs `body` with the engine runtime open as the CLI's, or reports why it cannot be opened.

@@ -11,27 +11,27 @@ use crate::documents::descriptor::{Descriptor, KnownEngine, PlatformImages};
 use crate::documents::store::{DocumentSet, DocumentSources, Origin};
 
 #[derive(Debug, Args)]
-pub struct EnginesArgs {
+pub(crate) struct EnginesArgs {
     /// Print the list as JSON.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 /// One engine as listed.
 #[derive(Debug, Serialize)]
-pub struct EngineEntry {
-    pub engine_id: KnownEngine,
-    pub display_name: String,
-    pub descriptor_id: String,
-    pub serial: u64,
+pub(crate) struct EngineEntry {
+    pub(crate) engine_id: KnownEngine,
+    pub(crate) display_name: String,
+    pub(crate) descriptor_id: String,
+    pub(crate) serial: u64,
     /// `embedded` or the signed file's path.
-    pub source: String,
-    pub image: PlatformImages,
-    pub probe_image: PlatformImages,
-    pub download_bytes: u64,
-    pub required_disk_bytes: u64,
-    pub minimum_driver_version: String,
-    pub minimum_compute_capability: String,
+    pub(crate) source: String,
+    pub(crate) image: PlatformImages,
+    pub(crate) probe_image: PlatformImages,
+    pub(crate) download_bytes: u64,
+    pub(crate) required_disk_bytes: u64,
+    pub(crate) minimum_driver_version: String,
+    pub(crate) minimum_compute_capability: String,
 }
 
 impl EngineEntry {
@@ -56,7 +56,7 @@ impl EngineEntry {
 }
 
 /// Every engine with the descriptor in charge; an engine without one is an error line.
-pub fn list(documents: &DocumentSet) -> (Vec<EngineEntry>, Vec<String>) {
+pub(crate) fn list(documents: &DocumentSet) -> (Vec<EngineEntry>, Vec<String>) {
     let mut entries = Vec::new();
     let mut errors = Vec::new();
     for engine in KnownEngine::ALL {

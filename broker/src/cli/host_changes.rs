@@ -13,10 +13,10 @@ use crate::host_changes::{report, ChangesReport};
 use enginekit_shared::undo::UndoPlan;
 
 #[derive(Debug, Args)]
-pub struct HostChangesArgs {
+pub(crate) struct HostChangesArgs {
     /// One JSON document on stdout.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 pub(crate) async fn run(args: HostChangesArgs) -> Exit {

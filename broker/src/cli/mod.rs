@@ -3,22 +3,22 @@
 //! Exit codes ([`report::Exit`]): 0 success (or nothing to do), 1 failure, 2 usage error, 3 plan
 //! blocked.
 
-pub mod common;
-pub mod docker;
-pub mod doctor;
-pub mod engine;
-pub mod engines;
-pub mod follow;
-pub mod host_changes;
-pub mod models;
+pub(crate) mod common;
+pub(crate) mod docker;
+pub(crate) mod doctor;
+pub(crate) mod engine;
+pub(crate) mod engines;
+pub(crate) mod follow;
+pub(crate) mod host_changes;
+pub(crate) mod models;
 pub mod plan;
-pub mod probe;
-pub mod remove;
+pub(crate) mod probe;
+pub(crate) mod remove;
 mod remove_host;
 mod report;
-pub mod serve;
-pub mod setup;
-pub mod status;
+pub(crate) mod serve;
+pub(crate) mod setup;
+pub(crate) mod status;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -30,16 +30,16 @@ use report::Exit;
     version,
     about = "Get this Linux desktop ready to run a GPU inference engine in a container (Docker, or rootless Podman)"
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 /// The subcommands in the order a person meets them (clap lists them in declaration order): the
 /// one command from a bare machine to a served model, then plan and set up on their own, watch
 /// a model, size models, diagnose, remove, then the by-hand layers.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Serve a model (Hugging Face name or folder) on 127.0.0.1 until Ctrl-C; on a machine not set up yet, the setup plan, one yes and one authorization first.
     Start(engine::StartArgs),
     /// What stands between this machine and a running engine, and what setup would change.

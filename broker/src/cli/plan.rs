@@ -24,20 +24,20 @@ use crate::probe::facts::{DaemonState, HostFacts};
 const MAX_FACTS_BYTES: u64 = 4 * 1024 * 1024;
 
 #[derive(Debug, Args)]
-pub struct PlanArgs {
+pub(crate) struct PlanArgs {
     /// The engine to plan for.
     #[arg(long, default_value = "vllm", value_parser = parse_engine)]
-    pub engine: KnownEngine,
+    pub(crate) engine: KnownEngine,
     /// Print the plan as JSON.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// Assess recorded facts (the output of `enginekit probe --json`) instead of probing.
     #[arg(long, value_name = "FILE")]
-    pub facts: Option<PathBuf>,
+    pub(crate) facts: Option<PathBuf>,
     /// The container runtime to plan for: docker, or podman (rootless, no group added). Without
     /// it: the Docker this machine has, else rootless Podman.
     #[arg(long, value_parser = parse_runtime)]
-    pub runtime: Option<Runtime>,
+    pub(crate) runtime: Option<Runtime>,
 }
 
 fn parse_runtime(text: &str) -> Result<Runtime, String> {
@@ -85,7 +85,7 @@ pub fn read_facts_file(path: &Path) -> Result<HostFacts, CodedError> {
 }
 
 /// Parses facts JSON (what `probe --json` writes).
-pub fn parse_facts(bytes: &[u8]) -> Result<HostFacts, String> {
+pub(crate) fn parse_facts(bytes: &[u8]) -> Result<HostFacts, String> {
     serde_json::from_slice(bytes).map_err(|e| e.to_string())
 }
 
@@ -94,7 +94,7 @@ pub(super) async fn live_facts() -> HostFacts {
 }
 
 /// The runtime asked for, or this machine's default and why.
-pub fn choose_runtime(asked: Option<Runtime>, facts: &HostFacts) -> (Runtime, Option<Why>) {
+pub(crate) fn choose_runtime(asked: Option<Runtime>, facts: &HostFacts) -> (Runtime, Option<Why>) {
     match asked {
         Some(runtime) => (runtime, None),
         None => {
@@ -322,7 +322,7 @@ fn note_line(note: &Blocker) -> String {
 
 /// The readable report: the verdict, what is fine, what blocks and how to fix it, what setup
 /// would change, notes from later checks, warnings, and the digest.
-pub fn human_report(outcome: &PlanOutcome) -> String {
+pub(crate) fn human_report(outcome: &PlanOutcome) -> String {
     let plan = &outcome.plan;
     let mut out = String::new();
     let engine = match &plan.target {

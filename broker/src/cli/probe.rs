@@ -20,19 +20,19 @@ use enginekit_shared::subid::SubIdRange;
 
 /// `enginekit probe` arguments.
 #[derive(Debug, Args)]
-pub struct ProbeArgs {
+pub(crate) struct ProbeArgs {
     /// Print the facts as JSON (the input of `enginekit plan --facts FILE`).
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// Deadline of each host read, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=60_000))]
-    pub timeout_ms: u64,
+    pub(crate) timeout_ms: u64,
     /// Test hook: ask the daemon on this socket instead of /var/run/docker.sock.
     #[arg(long, hide = true, value_name = "PATH")]
-    pub docker_socket: Option<PathBuf>,
+    pub(crate) docker_socket: Option<PathBuf>,
     /// Benchmark hook: print this process's peak RSS to stderr at exit.
     #[arg(long, hide = true)]
-    pub report_rss: bool,
+    pub(crate) report_rss: bool,
 }
 
 /// Runs `enginekit probe`.
@@ -60,7 +60,7 @@ pub(crate) async fn run(args: ProbeArgs) -> Exit {
 /// Probes, reading the daemon the way this session can: in the session that joined the docker
 /// group, through `sg docker` (the relay lives until this probe ends). A read that outlives its
 /// deadline is not waited for (see [`super::main`]).
-pub async fn probe_through_route(options: ProbeOptions) -> HostFacts {
+pub(crate) async fn probe_through_route(options: ProbeOptions) -> HostFacts {
     let route = DockerRoute::new(options.docker_socket.clone());
     let mut options = options;
     options.docker_socket = route.socket().await;
@@ -94,7 +94,7 @@ fn list_or(items: &[String], empty: &str) -> String {
 }
 
 /// Bytes in decimal units, as disks are sold (`12.3 GB`).
-pub fn human_bytes(bytes: u64) -> String {
+pub(crate) fn human_bytes(bytes: u64) -> String {
     const UNITS: &[&str] = &["B", "kB", "MB", "GB", "TB", "PB"];
     let mut value = bytes as f64;
     let mut unit = 0;
@@ -126,7 +126,7 @@ impl Section {
 }
 
 /// The readable report: system, Docker, NVIDIA, disk, network.
-pub fn human_report(f: &HostFacts) -> String {
+pub(crate) fn human_report(f: &HostFacts) -> String {
     let mut out = String::new();
     out.push_str(&system_section(f).text);
     out.push('\n');

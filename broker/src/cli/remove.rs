@@ -14,27 +14,27 @@ use super::follow::{conclude, drive_with_view};
 use super::report::{Exit, Output};
 
 #[derive(Debug, Args)]
-pub struct RemoveArgs {
+pub(crate) struct RemoveArgs {
     /// The engine to remove.
     #[arg(long, default_value = "vllm", conflicts_with = "host")]
-    pub engine: String,
+    pub(crate) engine: String,
     /// Also delete the downloaded models.
     #[arg(long, conflicts_with = "host")]
-    pub delete_models: bool,
+    pub(crate) delete_models: bool,
     /// Instead of an engine: undo what your setups changed on this machine (packages, files,
     /// groups, units), as `enginekit host-changes` shows it.
     #[arg(long)]
-    pub host: bool,
+    pub(crate) host: bool,
     /// With --host: go on only if the undo plan is still the one with this digest (the
     /// "Undo plan digest" `enginekit host-changes` printed); otherwise nothing is changed.
     #[arg(long, requires = "host", value_name = "UNDO_DIGEST")]
-    pub digest: Option<String>,
+    pub(crate) digest: Option<String>,
     /// Do not ask for confirmation.
     #[arg(long)]
-    pub yes: bool,
+    pub(crate) yes: bool,
     /// One JSON event per line on stdout.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 pub(crate) async fn run(args: RemoveArgs) -> Exit {

@@ -14,10 +14,10 @@ use crate::engine::runtime::Runtime;
 use crate::engine::sessions::Owner;
 
 #[derive(Debug, Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Exit after this many seconds with no calls and nothing to drive (0: never).
     #[arg(long, default_value_t = 60)]
-    pub idle_exit: u64,
+    pub(crate) idle_exit: u64,
 }
 
 pub(crate) async fn run(args: ServeArgs) -> Exit {

@@ -15,20 +15,20 @@ use super::report::{Exit, Output};
 use crate::operations::record::Operation;
 
 #[derive(Debug, Args)]
-pub struct SetupArgs {
+pub(crate) struct SetupArgs {
     /// The engine to set up.
     #[arg(long, default_value = "vllm")]
-    pub engine: String,
+    pub(crate) engine: String,
     /// Consent to the plan without asking.
     #[arg(long)]
-    pub yes: bool,
+    pub(crate) yes: bool,
     /// One JSON event per line on stdout.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// The container runtime: docker, or podman (rootless, no group added). Without it: the
     /// Docker this machine has, else rootless Podman (what `enginekit plan` shows).
     #[arg(long, value_parser = |s: &str| s.parse::<Runtime>())]
-    pub runtime: Option<Runtime>,
+    pub(crate) runtime: Option<Runtime>,
 }
 
 pub(crate) async fn run(args: SetupArgs) -> Exit {

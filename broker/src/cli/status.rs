@@ -7,10 +7,10 @@ use super::report::{Exit, Output};
 use crate::app::Context;
 
 #[derive(Debug, Args)]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     /// One JSON document on stdout.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 pub(crate) fn run(args: StatusArgs) -> Exit {

@@ -20,9 +20,9 @@ use crate::operations::boundary::{Elevator, Provisioner};
 use crate::operations::record::{Operation, OperationId};
 use crate::operations::runner::{Runner, RunnerEvent};
 
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-pub trait BrokerApi: Send + Sync + 'static {
+pub(crate) trait BrokerApi: Send + Sync + 'static {
     fn probe(&self) -> BoxFuture<'_, Result<serde_json::Value, CodedError>>;
     fn plan(&self, engine: EngineId, runtime: Runtime) -> BoxFuture<'_, Result<Plan, CodedError>>;
     /// The runtime `Plan` and `Setup` use when the caller names none.
@@ -90,7 +90,7 @@ fn no_host_undo() -> CodedError {
 
 /// Held while a bus call runs.
 #[derive(Debug)]
-pub struct CallGuard(pub(super) Arc<std::sync::atomic::AtomicUsize>);
+pub(crate) struct CallGuard(pub(super) Arc<std::sync::atomic::AtomicUsize>);
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
@@ -100,16 +100,16 @@ impl Drop for CallGuard {
 
 /// The runner plus what the service adds: the driving tasks it started.
 #[derive(Debug)]
-pub struct Broker<P, E> {
-    pub runner: Arc<Runner<P, E>>,
-    pub installations: Installations,
+pub(crate) struct Broker<P, E> {
+    pub(crate) runner: Arc<Runner<P, E>>,
+    pub(crate) installations: Installations,
     driving: Arc<std::sync::atomic::AtomicUsize>,
     calls: Arc<std::sync::atomic::AtomicUsize>,
     seen: std::sync::atomic::AtomicUsize,
 }
 
 impl<P: Provisioner + Probing, E: Elevator> Broker<P, E> {
-    pub fn new(runner: Arc<Runner<P, E>>, installations: Installations) -> Arc<Self> {
+    pub(crate) fn new(runner: Arc<Runner<P, E>>, installations: Installations) -> Arc<Self> {
         Arc::new(Broker {
             runner,
             installations,
@@ -120,7 +120,7 @@ impl<P: Provisioner + Probing, E: Elevator> Broker<P, E> {
     }
 }
 
-pub use crate::operations::boundary::Probing;
+pub(crate) use crate::operations::boundary::Probing;
 
 impl<P: Provisioner + Probing, E: Elevator> BrokerApi for Broker<P, E> {
     fn probe(&self) -> BoxFuture<'_, Result<serde_json::Value, CodedError>> {

@@ -6,7 +6,7 @@ use enginekit_shared::error::{CodedError, ErrorCode};
 
 #[derive(Debug, zbus::DBusError)]
 #[zbus(prefix = "org.enginekit.Broker1.Error")]
-pub enum BrokerError {
+pub(crate) enum BrokerError {
     #[zbus(error)]
     ZBus(zbus::Error),
     InvalidArgument(String),

@@ -9,13 +9,13 @@
 //! the Hugging Face cache; each pull is an object (see `pulls`), owned by this service too.
 //! The service is D-Bus activatable and exits when idle with nothing to drive and no session.
 
-pub mod api;
-pub mod error;
-pub mod notify;
-pub mod operation;
-pub mod pull_state;
-pub mod pulls;
-pub mod session;
+pub(crate) mod api;
+pub(crate) mod error;
+pub(crate) mod notify;
+pub(crate) mod operation;
+pub(crate) mod pull_state;
+pub(crate) mod pulls;
+pub(crate) mod session;
 pub mod specimen;
 
 use enginekit_shared::wire::plan::Runtime;
@@ -31,14 +31,14 @@ use self::api::BrokerApi;
 use self::error::BrokerError;
 use self::operation::{operation_path, OperationObject};
 use crate::ids::EngineId;
-use crate::operations::record::{Operation, OperationId};
+use crate::operations::record::Operation;
 use crate::operations::runner::RunnerEvent;
 
-pub const BUS_NAME: &str = "org.enginekit.Broker1";
-pub const OBJECT_PATH: &str = "/org/enginekit/Broker1";
+pub(crate) const BUS_NAME: &str = "org.enginekit.Broker1";
+pub(crate) const OBJECT_PATH: &str = "/org/enginekit/Broker1";
 
 /// `/org/enginekit/Broker1`.
-pub struct BrokerObject {
+pub(crate) struct BrokerObject {
     api: Arc<dyn BrokerApi>,
     /// `None` when the engine runtime could not be opened (no state or data folder).
     engines: Option<Arc<session::Engines>>,
@@ -372,12 +372,9 @@ async fn pump(
     }
 }
 
-/// How long the service stays with nothing to do before it exits.
-pub const IDLE_EXIT: Duration = Duration::from_secs(60);
-
 /// Build the connection from `builder` with the broker object served and the name owned
 /// (both before the first message is read), then serve until idle.
-pub async fn serve_on(
+pub(crate) async fn serve_on(
     builder: zbus::connection::Builder<'static>,
     api: Arc<dyn BrokerApi>,
     idle: Duration,
@@ -442,15 +439,12 @@ pub async fn serve_on(
     Ok(())
 }
 
-/// Path of the object for `id`.
-pub fn path_of(id: &OperationId) -> String {
-    operation_path(id)
-}
-
 #[cfg(test)]
 mod tests {
     use super::api::{BoxFuture, CallGuard};
+    use super::operation::operation_path as path_of;
     use super::*;
+    use crate::operations::record::OperationId;
     use crate::operations::record::Phase;
     use enginekit_shared::error::ErrorCode;
     use enginekit_shared::wire::plan::Plan;

@@ -18,27 +18,27 @@ use crate::i18n::tr;
 use crate::operations::record::{Operation, OperationId, OperationKind, Phase};
 
 /// The notification server's well-known name.
-pub const SERVER: &str = "org.freedesktop.Notifications";
+pub(crate) const SERVER: &str = "org.freedesktop.Notifications";
 /// How long a notification may take to be accepted (an activatable server starts first).
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One notification.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Notice {
-    pub summary: String,
-    pub body: String,
+pub(crate) struct Notice {
+    pub(crate) summary: String,
+    pub(crate) body: String,
 }
 
 /// Who started each setup, and what was already announced.
 #[derive(Debug, Default)]
-pub struct Watchers {
+pub(crate) struct Watchers {
     started_by: Mutex<HashMap<OperationId, OwnedUniqueName>>,
     announced: Mutex<HashSet<(OperationId, Phase)>>,
 }
 
 impl Watchers {
     /// `name` started (or picked up) `operation`.
-    pub fn started(&self, operation: &OperationId, name: OwnedUniqueName) {
+    pub(crate) fn started(&self, operation: &OperationId, name: OwnedUniqueName) {
         if let Ok(mut map) = self.started_by.lock() {
             map.insert(operation.clone(), name);
         }
@@ -103,7 +103,11 @@ fn ready(op: &Operation) -> Notice {
 }
 
 /// Sends the notice `op` deserves now, if any, in the background.
-pub fn operation_changed(conn: &Connection, watchers: &std::sync::Arc<Watchers>, op: &Operation) {
+pub(crate) fn operation_changed(
+    conn: &Connection,
+    watchers: &std::sync::Arc<Watchers>,
+    op: &Operation,
+) {
     if op.kind != OperationKind::Setup || !matches!(op.phase, Phase::ReloginRequired | Phase::Ready)
     {
         return;
@@ -136,7 +140,7 @@ async fn has_owner(conn: &Connection, name: &str) -> bool {
 }
 
 /// `Notify` on the server, if there is one (an activatable server is started by the call).
-pub async fn send(conn: &Connection, notice: &Notice) {
+pub(crate) async fn send(conn: &Connection, notice: &Notice) {
     let hints: HashMap<&str, zbus::Variant<'_>> =
         HashMap::from([("desktop-entry", zbus::Variant::from("enginekit"))]);
     // app_name, replaces_id, app_icon, summary, body, actions, hints, expire_timeout (default).

@@ -12,13 +12,13 @@ use super::error::BrokerError;
 use crate::operations::boundary::ProgressTick;
 use crate::operations::record::{Operation, OperationId};
 
-pub const PATH_PREFIX: &str = "/org/enginekit/Broker1/operation/";
+pub(crate) const PATH_PREFIX: &str = "/org/enginekit/Broker1/operation/";
 
-pub fn operation_path(id: &OperationId) -> String {
+pub(crate) fn operation_path(id: &OperationId) -> String {
     format!("{PATH_PREFIX}{}", id.path_element())
 }
 
-pub struct OperationObject {
+pub(crate) struct OperationObject {
     api: Arc<dyn BrokerApi>,
     op: Operation,
     progress: Option<ProgressTick>,
@@ -39,7 +39,7 @@ impl std::fmt::Debug for OperationObject {
 /// the object path either way. A caller that read `op` from the store (`Operations`, a service
 /// that just started) must never hand out an object that shows an older record: a change the
 /// runner announced before anyone listened would otherwise not reach it until the next one.
-pub async fn export(
+pub(crate) async fn export(
     server: &zbus::ObjectServer,
     api: &Arc<dyn BrokerApi>,
     op: &Operation,
@@ -77,7 +77,7 @@ fn text(digest: &Option<Digest>) -> String {
 impl OperationObject {
     /// Take a newer record and announce what changed; an older one, or a revision already
     /// announced, changes nothing.
-    pub async fn update(&mut self, op: Operation, emitter: &SignalEmitter<'_>) {
+    pub(crate) async fn update(&mut self, op: Operation, emitter: &SignalEmitter<'_>) {
         if op.revision < self.op.revision || self.announced >= Some(op.revision) {
             return;
         }
@@ -125,7 +125,11 @@ impl OperationObject {
         Ok(())
     }
 
-    pub async fn record_progress(&mut self, tick: ProgressTick, emitter: &SignalEmitter<'_>) {
+    pub(crate) async fn record_progress(
+        &mut self,
+        tick: ProgressTick,
+        emitter: &SignalEmitter<'_>,
+    ) {
         let completed = tick
             .completed
             .and_then(|c| i64::try_from(c).ok())

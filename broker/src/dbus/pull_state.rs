@@ -9,7 +9,7 @@ use crate::models::hub::{HubError, ProgressReading, Pulled};
 
 /// Where a pull is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PullState {
+pub(crate) enum PullState {
     Running,
     Done,
     Failed,
@@ -18,7 +18,7 @@ pub enum PullState {
 
 impl PullState {
     /// The text of the `State` property and the `Finished` signal.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             PullState::Running => "running",
             PullState::Done => "done",
@@ -30,17 +30,18 @@ impl PullState {
 
 /// Which properties a step changed, so only those are announced.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Changed {
-    pub state: bool,
-    pub bytes_done: bool,
-    pub bytes_total: bool,
-    pub commit: bool,
-    pub snapshot: bool,
-    pub error: bool,
+pub(crate) struct Changed {
+    pub(crate) state: bool,
+    pub(crate) bytes_done: bool,
+    pub(crate) bytes_total: bool,
+    pub(crate) commit: bool,
+    pub(crate) snapshot: bool,
+    pub(crate) error: bool,
 }
 
 impl Changed {
-    pub fn any(self) -> bool {
+    #[cfg(test)]
+    fn any(self) -> bool {
         self.state
             || self.bytes_done
             || self.bytes_total
@@ -50,26 +51,26 @@ impl Changed {
     }
 
     /// Whether the step ended the pull (the `Finished` signal is due).
-    pub fn finished(self) -> bool {
+    pub(crate) fn finished(self) -> bool {
         self.state
     }
 }
 
 /// The pull as its object shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PullStatus {
-    pub model: String,
-    pub state: PullState,
-    pub bytes_done: u64,
-    pub bytes_total: u64,
-    pub commit: String,
-    pub snapshot: String,
+pub(crate) struct PullStatus {
+    pub(crate) model: String,
+    pub(crate) state: PullState,
+    pub(crate) bytes_done: u64,
+    pub(crate) bytes_total: u64,
+    pub(crate) commit: String,
+    pub(crate) snapshot: String,
     /// The `{code, message}` of a failure.
-    pub error: Option<CodedError>,
+    pub(crate) error: Option<CodedError>,
 }
 
 impl PullStatus {
-    pub fn running(model: String) -> Self {
+    pub(crate) fn running(model: String) -> Self {
         PullStatus {
             model,
             state: PullState::Running,
@@ -83,7 +84,7 @@ impl PullStatus {
 
     /// A new reading of the transfer. Ignored once the pull ended; `bytes_done` never goes
     /// back even if a reading does (a client draws a bar from it).
-    pub fn progress(&mut self, reading: ProgressReading) -> Changed {
+    pub(crate) fn progress(&mut self, reading: ProgressReading) -> Changed {
         let mut changed = Changed::default();
         if self.state != PullState::Running {
             return changed;
@@ -100,7 +101,7 @@ impl PullStatus {
     }
 
     /// The hub's listing named the commit being pulled: shown before the pull ends.
-    pub fn pinned(&mut self, commit: &str) -> Changed {
+    pub(crate) fn pinned(&mut self, commit: &str) -> Changed {
         if self.state != PullState::Running || self.commit == commit {
             return Changed::default();
         }
@@ -112,7 +113,7 @@ impl PullStatus {
     }
 
     /// The user cancelled: the pull ends now, whatever the transfer still does.
-    pub fn cancel(&mut self) -> Changed {
+    pub(crate) fn cancel(&mut self) -> Changed {
         if self.state != PullState::Running {
             return Changed::default();
         }
@@ -124,7 +125,7 @@ impl PullStatus {
     }
 
     /// The transfer's outcome. A pull that already ended (cancelled) keeps its end.
-    pub fn finish(&mut self, outcome: &Result<Pulled, HubError>) -> Changed {
+    pub(crate) fn finish(&mut self, outcome: &Result<Pulled, HubError>) -> Changed {
         let mut changed = Changed::default();
         if self.state != PullState::Running {
             return changed;
@@ -155,7 +156,7 @@ impl PullStatus {
     }
 
     /// The `Error` property: `{code, message}` as JSON, empty unless failed.
-    pub fn error_json(&self) -> String {
+    pub(crate) fn error_json(&self) -> String {
         self.error
             .as_ref()
             .map(|e| serde_json::json!({"code": e.code.as_str(), "message": e.message}).to_string())

@@ -22,7 +22,7 @@ use crate::models::cache::{list_json, HubCache};
 use crate::models::hub::{self, HubEnv, HubError, Progress, ProgressReading, PullOptions, Pulled};
 use crate::models::id::{CommitId, HubModelId, ModelRef, Revision};
 
-pub const PULL_PREFIX: &str = "/org/enginekit/Broker1/pulls/";
+pub(crate) const PULL_PREFIX: &str = "/org/enginekit/Broker1/pulls/";
 
 /// How often a running pull's progress is read and, if it moved, announced: at most 10
 /// `PropertiesChanged` rounds a second, whatever the transfer's own pace, so a fast download
@@ -30,13 +30,13 @@ pub const PULL_PREFIX: &str = "/org/enginekit/Broker1/pulls/";
 const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 
 /// The object path of pull number `n`.
-pub fn pull_path(n: u64) -> String {
+pub(crate) fn pull_path(n: u64) -> String {
     format!("{PULL_PREFIX}{n}")
 }
 
 /// One pull object.
 #[derive(Debug)]
-pub struct PullObject {
+pub(crate) struct PullObject {
     status: PullStatus,
     cancel: CancellationToken,
 }
@@ -50,7 +50,7 @@ impl PullObject {
     }
 
     /// A pull with nothing behind it, for introspection (see `specimen`).
-    pub fn specimen() -> Self {
+    pub(crate) fn specimen() -> Self {
         PullObject::new("org/specimen".to_owned(), CancellationToken::new())
     }
 
@@ -180,7 +180,7 @@ struct Live {
 
 /// The pulls of the service.
 #[derive(Debug, Default)]
-pub struct Pulls {
+pub(crate) struct Pulls {
     next: AtomicU64,
     /// Running pulls by `org/name@revision`, shared with the pull tasks: each leaves when its
     /// transfer ends (a cancelled one a moment after its `Cancel`).
@@ -207,14 +207,14 @@ fn poisoned() -> BrokerError {
 
 impl Pulls {
     /// Whether a pull is running (the service must not exit then).
-    pub fn busy(&self) -> bool {
+    pub(crate) fn busy(&self) -> bool {
         self.live.lock().map(|l| !l.is_empty()).unwrap_or(true)
     }
 
     /// Starts a pull of `model` and returns its object at once. Refusals that need no network
     /// (a bad name, no cache, `HF_HUB_OFFLINE` with nothing cached) come back as errors. A pull
     /// of the same model and revision that is still running is returned instead of a second.
-    pub async fn start(
+    pub(crate) async fn start(
         &self,
         conn: &Connection,
         model: &str,
@@ -300,7 +300,7 @@ impl Pulls {
     }
 
     /// The cache's models as JSON, the shape of `enginekit models list --json`.
-    pub fn models(&self) -> Result<String, BrokerError> {
+    pub(crate) fn models(&self) -> Result<String, BrokerError> {
         let models = HubCache::from_env()
             .and_then(|cache| cache.list())
             .map_err(|e| e.to_coded())?;
@@ -310,7 +310,7 @@ impl Pulls {
 
     /// Removes `model` from the cache: refused with `MANAGED_RESOURCE_IN_USE` while a pull
     /// of it runs, here (before it took a lock) or in another program (its lock is held).
-    pub fn remove(&self, model: &str) -> Result<(), BrokerError> {
+    pub(crate) fn remove(&self, model: &str) -> Result<(), BrokerError> {
         let (id, _) = hub_ref(model)?;
         let running = self
             .live

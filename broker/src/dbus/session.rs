@@ -22,12 +22,12 @@ use crate::engine::runtime::{LoadEvent, MonitorEnd, Runtime};
 use crate::engine::sessions::Owner;
 use crate::engine::EngineError;
 
-pub const SESSION_PREFIX: &str = "/org/enginekit/Broker1/session/";
+pub(crate) const SESSION_PREFIX: &str = "/org/enginekit/Broker1/session/";
 /// How long `Unload` waits for the confirmed stop.
 const UNLOAD_WAIT: Duration = Duration::from_secs(60);
 
 /// The object path of session `name` (`.` and `-` are escaped as `_2e` and `_2d`, `_` as `_5f`).
-pub fn session_path(name: &str) -> String {
+pub(crate) fn session_path(name: &str) -> String {
     let mut out = String::from(SESSION_PREFIX);
     for c in name.chars() {
         match c {
@@ -40,7 +40,7 @@ pub fn session_path(name: &str) -> String {
 
 /// One session object.
 #[derive(Debug, Default)]
-pub struct SessionObject {
+pub(crate) struct SessionObject {
     name: String,
     state: String,
     stage: String,
@@ -160,14 +160,14 @@ struct Live {
 
 /// The engine sessions of the service.
 #[derive(Debug)]
-pub struct Engines {
+pub(crate) struct Engines {
     runtime: Arc<Runtime>,
     live: Mutex<HashMap<String, Live>>,
 }
 
 impl Engines {
     /// The service's runtime (owner: the service).
-    pub fn open() -> Result<Engines, EngineError> {
+    pub(crate) fn open() -> Result<Engines, EngineError> {
         Ok(Engines {
             runtime: Arc::new(Runtime::open(Owner::Service)?),
             live: Mutex::new(HashMap::new()),
@@ -175,7 +175,7 @@ impl Engines {
     }
 
     /// Whether any session is loading or running (the service must not exit then).
-    pub fn busy(&self) -> bool {
+    pub(crate) fn busy(&self) -> bool {
         self.live
             .lock()
             .map(|l| l.values().any(|s| s.finished.borrow().is_none()))
@@ -183,7 +183,7 @@ impl Engines {
     }
 
     /// Paths of the sessions still loading or running.
-    pub fn paths(&self) -> Vec<OwnedObjectPath> {
+    pub(crate) fn paths(&self) -> Vec<OwnedObjectPath> {
         let Ok(live) = self.live.lock() else {
             return Vec::new();
         };
@@ -201,7 +201,7 @@ impl Engines {
 
     /// Starts a load: refusals that need no Docker call come back at once; the rest is
     /// reported on the session object.
-    pub async fn load(
+    pub(crate) async fn load(
         &self,
         conn: &Connection,
         engine: &str,
@@ -373,7 +373,7 @@ impl Engines {
 
     /// Stops the session at `path` (cancels a load; confirmed stop of a running engine) and
     /// waits for the outcome.
-    pub async fn unload(&self, path: &str) -> Result<(), BrokerError> {
+    pub(crate) async fn unload(&self, path: &str) -> Result<(), BrokerError> {
         let found = self.live.lock().ok().and_then(|live| {
             live.values()
                 .find(|s| session_path(&s.name) == path)

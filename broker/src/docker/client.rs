@@ -74,7 +74,7 @@ impl Docker {
     }
 
     /// The socket this connection talks to.
-    pub fn socket(&self) -> &Path {
+    pub(crate) fn socket(&self) -> &Path {
         &self.socket
     }
 
@@ -95,7 +95,7 @@ impl Docker {
     }
 
     /// The container runtime this connection reaches.
-    pub async fn runtime(&self) -> Result<enginekit_shared::wire::plan::Runtime> {
+    pub(crate) async fn runtime(&self) -> Result<enginekit_shared::wire::plan::Runtime> {
         use enginekit_shared::wire::plan::Runtime;
         Ok(match self.engine().await? {
             EngineKind::Docker => Runtime::Docker,
@@ -104,7 +104,7 @@ impl Docker {
     }
 
     /// The same connection whose ordinary calls use `deadline` (e.g. tighter during reconcile).
-    pub fn with_call_timeout(&self, deadline: Duration) -> Docker {
+    pub(crate) fn with_call_timeout(&self, deadline: Duration) -> Docker {
         Docker {
             api: self.with_deadline(deadline),
             socket: self.socket.clone(),

@@ -49,12 +49,12 @@ pub struct ContainerFacts {
     /// Name without the leading `/`.
     pub name: String,
     /// The image reference given at create (`repo@digest` for ours).
-    pub image_ref: String,
+    pub(crate) image_ref: String,
     /// The image id it runs (config digest).
-    pub image_id: String,
-    pub labels: HashMap<String, String>,
+    pub(crate) image_id: String,
+    pub(crate) labels: HashMap<String, String>,
     /// `created`, `running`, `exited`, … as the daemon says.
-    pub status: String,
+    pub(crate) status: String,
     pub running: bool,
     pub exit_code: Option<i64>,
     /// Host bindings: (container port/proto, host ip, host port).

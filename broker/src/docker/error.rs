@@ -5,11 +5,11 @@
 use enginekit_shared::error::{CodedError, ErrorCode};
 
 /// Longest daemon- or registry-supplied text kept in an error.
-pub const MAX_DETAIL_CHARS: usize = 2000;
+pub(crate) const MAX_DETAIL_CHARS: usize = 2000;
 
 /// Cuts `text` to at most `max` characters, keeping the end (the decisive part of a Go error
 /// chain is usually its last clause) and marking the cut.
-pub fn bounded_tail(text: &str, max: usize) -> String {
+pub(crate) fn bounded_tail(text: &str, max: usize) -> String {
     let count = text.chars().count();
     if count <= max {
         return text.to_owned();
@@ -19,7 +19,7 @@ pub fn bounded_tail(text: &str, max: usize) -> String {
 }
 
 /// Cuts `text` to at most [`MAX_DETAIL_CHARS`].
-pub fn bounded(text: &str) -> String {
+pub(crate) fn bounded(text: &str) -> String {
     bounded_tail(text, MAX_DETAIL_CHARS)
 }
 
@@ -177,7 +177,7 @@ impl DockerError {
     }
 
     /// The `{code, message, details}` object for the wire; details carry the kind first.
-    pub fn to_coded(&self) -> CodedError {
+    pub(crate) fn to_coded(&self) -> CodedError {
         let details = match self {
             DockerError::GpuNotVisible { details, .. } => {
                 format!("kind={}\n{details}", self.kind())

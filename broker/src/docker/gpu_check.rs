@@ -19,10 +19,10 @@ use super::names::ContainerName;
 use super::spec::{bounded_json_log, gpu_request, GpuUuid, UserIds, LABEL_OWNER, OWNER};
 
 /// The command run in the check image.
-pub const GPU_CHECK_COMMAND: [&str; 3] =
+pub(crate) const GPU_CHECK_COMMAND: [&str; 3] =
     ["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"];
 /// Label marking the short-lived check container.
-pub const LABEL_PURPOSE: &str = "org.enginekit.purpose";
+pub(crate) const LABEL_PURPOSE: &str = "org.enginekit.purpose";
 /// Default limit for the whole check.
 pub const DEFAULT_GPU_CHECK_TIMEOUT: Duration = Duration::from_secs(60);
 const OUTPUT_TAIL_CHARS: usize = 1000;
@@ -30,8 +30,8 @@ const OUTPUT_TAIL_CHARS: usize = 1000;
 /// Host facts the probe knows, carried into the diagnostics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct ToolkitFacts {
-    pub toolkit_installed: Option<bool>,
-    pub gpu_runtime: Option<bool>,
+    pub(crate) toolkit_installed: Option<bool>,
+    pub(crate) gpu_runtime: Option<bool>,
 }
 
 /// Why the card did not appear.
@@ -58,7 +58,7 @@ pub enum GpuCheckFailure {
 }
 
 impl GpuCheckFailure {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             GpuCheckFailure::NoDeviceDriver => "no_device_driver",
             GpuCheckFailure::CdiDisabled => "cdi_disabled",
@@ -86,23 +86,27 @@ impl GpuCheckFailure {
 /// A passed check.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GpuCheckPass {
-    pub gpu: String,
+    pub(crate) gpu: String,
     pub stdout: String,
 }
 
 /// What one run produced, before judging.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct GpuCheckRun {
+pub(crate) struct GpuCheckRun {
     /// Set when the container could not even start.
-    pub start_error: Option<String>,
-    pub exit_code: Option<i64>,
-    pub timed_out: bool,
-    pub stdout: String,
-    pub stderr: String,
+    pub(crate) start_error: Option<String>,
+    pub(crate) exit_code: Option<i64>,
+    pub(crate) timed_out: bool,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 /// Judges a run: `Ok` only with exit 0 and the UUID in stdout.
-pub fn judge(gpu: &GpuUuid, run: &GpuCheckRun, facts: &ToolkitFacts) -> Result<GpuCheckPass> {
+pub(crate) fn judge(
+    gpu: &GpuUuid,
+    run: &GpuCheckRun,
+    facts: &ToolkitFacts,
+) -> Result<GpuCheckPass> {
     let failure = if let Some(error) = &run.start_error {
         let lower = error.to_ascii_lowercase();
         Some(

@@ -33,7 +33,7 @@ const MAX_STDERR: usize = 4096;
 
 /// Why no relay could be started; the caller falls back to the sign-in wait.
 #[derive(Debug, thiserror::Error)]
-pub enum RelayError {
+pub(crate) enum RelayError {
     #[error("sg is not installed (looked in {})", crate::programs::SYSTEM_DIRS.join(", "))]
     NoSg,
     #[error("the relay needs the enginekit program itself, not {0}")]
@@ -50,7 +50,7 @@ pub enum RelayError {
 
 /// A running relay; dropping it stops it.
 #[derive(Debug)]
-pub struct GroupRelay {
+pub(crate) struct GroupRelay {
     child: Child,
     socket: PathBuf,
 }
@@ -58,7 +58,7 @@ pub struct GroupRelay {
 impl GroupRelay {
     /// Starts `sg GROUP -c "exec enginekit docker relay …"` forwarding to `target`, and waits
     /// until it listens.
-    pub async fn start(group: &str, target: &Path) -> Result<GroupRelay, RelayError> {
+    pub(crate) async fn start(group: &str, target: &Path) -> Result<GroupRelay, RelayError> {
         let sg = crate::programs::find("sg").ok_or(RelayError::NoSg)?;
         let exe = std::env::current_exe().map_err(|e| RelayError::NotOurProgram(e.to_string()))?;
         if exe.file_name().and_then(|n| n.to_str()) != Some("enginekit") {
@@ -99,12 +99,12 @@ impl GroupRelay {
     }
 
     /// The socket to connect to instead of the daemon's.
-    pub fn socket(&self) -> &Path {
+    pub(crate) fn socket(&self) -> &Path {
         &self.socket
     }
 
     /// Still running.
-    pub fn alive(&mut self) -> bool {
+    pub(crate) fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
 }
@@ -184,7 +184,7 @@ fn quoted(path: &Path) -> Result<String, RelayError> {
 /// The relay itself (`enginekit docker relay`), run by `sg`: checks that the daemon's socket
 /// answers with the new group, listens on `listen` (0600), says "ready" on stdout, forwards every
 /// connection from this uid to `target`, and returns when stdin closes.
-pub async fn serve(listen: &Path, target: &Path) -> io::Result<()> {
+pub(crate) async fn serve(listen: &Path, target: &Path) -> io::Result<()> {
     serve_until(listen, target, stdin_closed()).await
 }
 

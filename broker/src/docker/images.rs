@@ -12,11 +12,11 @@ use super::error::{DockerError, Failure, Result};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ImageFacts {
     /// The image id (the config digest), e.g. `sha256:…`.
-    pub id: String,
+    pub(crate) id: String,
     /// Every `repo@digest` the image is known under.
     pub repo_digests: Vec<String>,
     /// Size on disk as the daemon reports it.
-    pub size_bytes: u64,
+    pub(crate) size_bytes: u64,
 }
 
 /// The outcome of a removal.
@@ -82,7 +82,7 @@ impl Docker {
 
     /// Ids of every container, running or not, created from `image` (or from an image built on
     /// it). Fails loudly rather than reporting no users.
-    pub async fn containers_using_image(&self, image: &ImageRef) -> Result<Vec<String>> {
+    pub(crate) async fn containers_using_image(&self, image: &ImageRef) -> Result<Vec<String>> {
         let listed = self.containers_where("ancestor", image.to_string()).await?;
         Ok(listed.into_iter().filter_map(|c| c.id).collect())
     }

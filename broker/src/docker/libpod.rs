@@ -36,7 +36,7 @@ pub enum EngineKind {
 
 impl EngineKind {
     /// From `/version`'s components: Podman names one of them "Podman Engine".
-    pub fn from_version(version: &bollard::models::SystemVersion) -> EngineKind {
+    pub(crate) fn from_version(version: &bollard::models::SystemVersion) -> EngineKind {
         let podman = version
             .components
             .iter()
@@ -64,7 +64,7 @@ fn refuse(reason: impl Into<String>) -> DockerError {
 }
 
 /// The native create's body (a SpecGenerator) for the container `name` that `body` describes.
-pub fn spec_generator(name: &str, body: &ContainerCreateBody) -> Result<Value> {
+pub(crate) fn spec_generator(name: &str, body: &ContainerCreateBody) -> Result<Value> {
     let mut from = as_object(body)?;
     let host = match from.remove("HostConfig") {
         Some(Value::Object(host)) => host,
@@ -271,7 +271,7 @@ fn log_configuration(value: &Value) -> Result<Value> {
 
 /// Creates the container over the native API on `socket`; returns its id. An image Podman does
 /// not have is `ImageAbsent`.
-pub async fn create(socket: &Path, spec: &Value, image: &str) -> Result<String> {
+pub(crate) async fn create(socket: &Path, spec: &Value, image: &str) -> Result<String> {
     let shown = socket.display().to_string();
     let unreachable = |detail: String| DockerError::DaemonUnreachable {
         socket: shown.clone(),

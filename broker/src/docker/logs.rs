@@ -35,10 +35,10 @@ pub struct LogLine {
 /// A bounded log: `head`, then (if anything was dropped) `tail`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct BoundedLogs {
-    pub head: Vec<LogLine>,
-    pub tail: Vec<LogLine>,
+    pub(crate) head: Vec<LogLine>,
+    pub(crate) tail: Vec<LogLine>,
     /// Lines dropped between head and tail.
-    pub dropped_lines: u64,
+    pub(crate) dropped_lines: u64,
 }
 
 impl BoundedLogs {
@@ -48,7 +48,7 @@ impl BoundedLogs {
     }
 
     /// The kept text, one line each, in order.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let mut out = String::new();
         for line in self.lines() {
             out.push_str(&line.text);
@@ -60,7 +60,7 @@ impl BoundedLogs {
 
 /// Collects frames into a [`BoundedLogs`] within `limit` bytes.
 #[derive(Debug)]
-pub struct LogCollector {
+pub(crate) struct LogCollector {
     head_cap: usize,
     tail_cap: usize,
     head: Vec<LogLine>,
@@ -75,7 +75,7 @@ pub struct LogCollector {
 }
 
 impl LogCollector {
-    pub fn new(limit: usize) -> LogCollector {
+    pub(crate) fn new(limit: usize) -> LogCollector {
         let head_cap = limit.div_ceil(2);
         LogCollector {
             head_cap,
@@ -92,7 +92,7 @@ impl LogCollector {
     }
 
     /// Adds a frame of `stream`.
-    pub fn push(&mut self, stream: LogStream, bytes: &[u8]) {
+    pub(crate) fn push(&mut self, stream: LogStream, bytes: &[u8]) {
         let slot = stream as usize;
         let mut rest = bytes;
         while let Some(pos) = rest.iter().position(|&b| b == b'\n') {
@@ -142,7 +142,7 @@ impl LogCollector {
     }
 
     /// Flushes unterminated lines and returns the result.
-    pub fn finish(mut self) -> BoundedLogs {
+    pub(crate) fn finish(mut self) -> BoundedLogs {
         for stream in [LogStream::Stdout, LogStream::Stderr] {
             let rest = std::mem::take(&mut self.partial[stream as usize]);
             if !rest.is_empty() {

@@ -11,20 +11,20 @@
 //! journal.stop_and_forget(&docker, &record, grace).await?;       // tri-state stop
 //! ```
 
-pub mod client;
-pub mod containers;
-pub mod error;
-pub mod gpu_check;
-pub mod group_relay;
-pub mod images;
+pub(crate) mod client;
+pub(crate) mod containers;
+pub(crate) mod error;
+pub(crate) mod gpu_check;
+pub(crate) mod group_relay;
+pub(crate) mod images;
 pub mod libpod;
-pub mod logs;
+pub(crate) mod logs;
 pub mod names;
-pub mod progress;
-pub mod pull;
-pub mod retry;
-pub mod route;
-pub mod spec;
+pub(crate) mod progress;
+pub(crate) mod pull;
+pub(crate) mod retry;
+pub(crate) mod route;
+pub(crate) mod spec;
 pub mod user_podman;
 
 pub use client::{Docker, CALL_TIMEOUT, SYSTEM_SOCKET};
@@ -36,9 +36,7 @@ pub use logs::{BoundedLogs, LogLine, LogStream, DEFAULT_LOG_BYTES};
 pub use progress::{LayerCounts, ProgressSnapshot, PullProgress};
 pub use pull::{PullOptions, PullOutcome, DEFAULT_STALL_TIMEOUT};
 pub use retry::RetryPolicy;
-pub use route::DockerRoute;
-pub use spec::{
-    shm_bytes_for, ContainerSpec, EnvVar, GpuUuid, MountSpec, NetworkName, PortSpec, Selinux,
-    UserIds,
-};
+pub(crate) use route::DockerRoute;
+pub(crate) use spec::{shm_bytes_for, EnvVar};
+pub use spec::{ContainerSpec, GpuUuid, MountSpec, NetworkName, PortSpec, UserIds};
 pub use tokio_util::sync::CancellationToken;

@@ -7,8 +7,8 @@ use std::str::FromStr;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid {what}: {reason}")]
 pub struct BadValue {
-    pub what: &'static str,
-    pub reason: &'static str,
+    pub(crate) what: &'static str,
+    pub(crate) reason: &'static str,
 }
 
 /// The id of one broker instance (one process lifetime): 128 random bits in lowercase hex.
@@ -23,7 +23,7 @@ impl InstanceId {
         Ok(InstanceId(hex::encode(raw)))
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -88,7 +88,7 @@ impl FromStr for ContainerName {
 }
 
 /// A label value we set and compare (engine id): printable ASCII without spaces, ≤ 128 bytes.
-pub fn validate_label_value(what: &'static str, value: &str) -> Result<(), BadValue> {
+pub(crate) fn validate_label_value(what: &'static str, value: &str) -> Result<(), BadValue> {
     if value.is_empty() || value.len() > 128 {
         return Err(BadValue {
             what,

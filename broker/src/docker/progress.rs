@@ -13,16 +13,16 @@ use serde::Serialize;
 
 /// One progress line of the pull stream, reduced to what counts.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LayerEvent<'a> {
-    pub id: Option<&'a str>,
-    pub status: Option<&'a str>,
-    pub current: Option<i64>,
-    pub total: Option<i64>,
+pub(crate) struct LayerEvent<'a> {
+    pub(crate) id: Option<&'a str>,
+    pub(crate) status: Option<&'a str>,
+    pub(crate) current: Option<i64>,
+    pub(crate) total: Option<i64>,
 }
 
 impl LayerEvent<'_> {
     /// The line says bytes arrived (a layer downloading, or one finished).
-    pub fn moves_bytes(&self) -> bool {
+    pub(crate) fn moves_bytes(&self) -> bool {
         self.id.is_some()
             && matches!(
                 self.status,
@@ -65,14 +65,14 @@ pub struct LayerCounts {
     /// Layers that downloaded bytes during this pull.
     pub downloaded: usize,
     /// Layers the daemon already had.
-    pub already_present: usize,
+    pub(crate) already_present: usize,
     /// Bytes counted from `Downloading` lines.
     pub downloaded_bytes: u64,
 }
 
 impl PullProgress {
     /// `known_total`: the descriptor's download size, when it has one.
-    pub fn new(known_total: Option<u64>) -> Self {
+    pub(crate) fn new(known_total: Option<u64>) -> Self {
         let known_total = known_total.unwrap_or(0);
         PullProgress {
             known_total,
@@ -85,7 +85,7 @@ impl PullProgress {
     }
 
     /// Takes one line; returns the new snapshot when it changed.
-    pub fn observe(&mut self, event: &LayerEvent<'_>) -> Option<ProgressSnapshot> {
+    pub(crate) fn observe(&mut self, event: &LayerEvent<'_>) -> Option<ProgressSnapshot> {
         if self.finished {
             return None;
         }
@@ -119,7 +119,7 @@ impl PullProgress {
     }
 
     /// The pull ended cleanly: everything counts as done, so current == total.
-    pub fn finish(&mut self) -> ProgressSnapshot {
+    pub(crate) fn finish(&mut self) -> ProgressSnapshot {
         let agg = self.aggregate();
         let total = agg.total.max(self.last.total).max(agg.current);
         self.finished = true;
@@ -131,12 +131,12 @@ impl PullProgress {
     }
 
     /// The last snapshot reported.
-    pub fn snapshot(&self) -> ProgressSnapshot {
+    pub(crate) fn snapshot(&self) -> ProgressSnapshot {
         self.last
     }
 
     /// Per-layer counts of this pull.
-    pub fn counts(&self) -> LayerCounts {
+    pub(crate) fn counts(&self) -> LayerCounts {
         let mut counts = LayerCounts::default();
         for layer in self.layers.values() {
             if layer.seen_downloading {

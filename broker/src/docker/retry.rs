@@ -52,7 +52,12 @@ impl RetryPolicy {
 
     /// The pause before attempt `next` (2 for the first retry), or `None` when the attempts are
     /// spent or `err` after an attempt that did (`moved`) or did not move bytes is final.
-    pub fn pause_before(&self, next: u32, err: &DockerError, moved: bool) -> Option<Duration> {
+    pub(crate) fn pause_before(
+        &self,
+        next: u32,
+        err: &DockerError,
+        moved: bool,
+    ) -> Option<Duration> {
         if next > self.max_attempts || !is_transient(err, moved) {
             return None;
         }

@@ -30,7 +30,7 @@ struct RelayState {
 
 /// The way to the daemon; clones share one relay and one negotiated client.
 #[derive(Debug, Clone)]
-pub struct DockerRoute {
+pub(crate) struct DockerRoute {
     system: PathBuf,
     state: Arc<Mutex<RelayState>>,
     /// The client last connected, with its socket: a plan's image check reuses it instead of
@@ -41,7 +41,7 @@ pub struct DockerRoute {
 
 impl DockerRoute {
     /// Through `system`, the daemon's socket.
-    pub fn new(system: PathBuf) -> DockerRoute {
+    pub(crate) fn new(system: PathBuf) -> DockerRoute {
         DockerRoute {
             system,
             state: Arc::default(),
@@ -50,7 +50,7 @@ impl DockerRoute {
     }
 
     /// To the user's rootless Podman: the `podman.socket` unit's, else a service of our own.
-    pub fn user_podman() -> DockerRoute {
+    pub(crate) fn user_podman() -> DockerRoute {
         let state = RelayState {
             podman: Some(None),
             ..RelayState::default()
@@ -63,7 +63,7 @@ impl DockerRoute {
 
     /// The daemon's socket from `DOCKER_HOST` when it names an absolute unix socket (a system
     /// daemon elsewhere is honoured), else the standard one.
-    pub fn from_env() -> DockerRoute {
+    pub(crate) fn from_env() -> DockerRoute {
         let system = std::env::var("DOCKER_HOST")
             .ok()
             .and_then(|h| h.strip_prefix("unix://").map(PathBuf::from))
@@ -76,7 +76,7 @@ impl DockerRoute {
     /// group database already lists the account in its group: then a relay's (started once,
     /// restarted if it died). When no relay can be started the daemon's socket is used as it is,
     /// and the probe reports the refusal (the plan then asks for a new sign-in).
-    pub async fn socket(&self) -> PathBuf {
+    pub(crate) async fn socket(&self) -> PathBuf {
         let mut state = self.state.lock().await;
         if let Some(relay) = state.relay.as_mut() {
             if relay.alive() {
@@ -108,7 +108,7 @@ impl DockerRoute {
 
     /// Connects through [`DockerRoute::socket`]; the client of the last connection through the
     /// same socket is reused.
-    pub async fn connect(&self) -> Result<Docker> {
+    pub(crate) async fn connect(&self) -> Result<Docker> {
         let socket = match self.podman_socket().await? {
             Some(podman) => podman,
             None => self.socket().await,
@@ -131,7 +131,7 @@ impl DockerRoute {
     /// "insufficient UIDs or GIDs" on every container. Ends our service and the unit's, and
     /// `podman system migrate` ends the pause process, so the next use maps the new range.
     /// Nothing on a Docker route.
-    pub async fn remap_after_new_subids(&self) {
+    pub(crate) async fn remap_after_new_subids(&self) {
         let reached = {
             let mut state = self.state.lock().await;
             match state.podman.as_mut() {

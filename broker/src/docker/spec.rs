@@ -21,20 +21,20 @@ use super::error::{DockerError, Result};
 use super::names::{validate_label_value, BadValue, ContainerName, InstanceId};
 
 /// Label naming the owner of every container and network the broker creates.
-pub const LABEL_OWNER: &str = "org.enginekit.owner";
+pub(crate) const LABEL_OWNER: &str = "org.enginekit.owner";
 /// The owner label's value.
-pub const OWNER: &str = "enginekit";
+pub(crate) const OWNER: &str = "enginekit";
 /// Label carrying the creating broker instance.
-pub const LABEL_INSTANCE: &str = "org.enginekit.instance";
+pub(crate) const LABEL_INSTANCE: &str = "org.enginekit.instance";
 /// Label carrying the engine id.
-pub const LABEL_ENGINE: &str = "org.enginekit.engine";
+pub(crate) const LABEL_ENGINE: &str = "org.enginekit.engine";
 
 /// The only host address a port is ever published on.
-pub const LOOPBACK: &str = "127.0.0.1";
+pub(crate) const LOOPBACK: &str = "127.0.0.1";
 /// Largest shared-memory size accepted.
-pub const MAX_SHM_BYTES: u64 = 16 << 30;
+pub(crate) const MAX_SHM_BYTES: u64 = 16 << 30;
 /// Default shared-memory size (a placeholder, as in the reference).
-pub const DEFAULT_SHM_BYTES: u64 = 2 << 30;
+pub(crate) const DEFAULT_SHM_BYTES: u64 = 2 << 30;
 
 /// `/dev/shm` for an engine on `cards` cards: the default for one, [`DEFAULT_SHM_BYTES`] per card
 /// for a tensor-parallel group, at most [`MAX_SHM_BYTES`].
@@ -45,14 +45,14 @@ pub const DEFAULT_SHM_BYTES: u64 = 2 << 30;
 /// private IPC namespace with a bounded tmpfs serves them; `--ipc=host` would instead open the
 /// host's SysV segments and `/dev/shm` to the engine (and the engine's to the host), and its
 /// writes there would not count against the container. So: a bounded `ShmSize`, never host IPC.
-pub fn shm_bytes_for(cards: usize) -> u64 {
+pub(crate) fn shm_bytes_for(cards: usize) -> u64 {
     let cards = u64::try_from(cards.max(1)).unwrap_or(u64::MAX);
     DEFAULT_SHM_BYTES.saturating_mul(cards).min(MAX_SHM_BYTES)
 }
 /// Default process limit inside an engine container.
-pub const DEFAULT_PIDS_LIMIT: i64 = 4096;
+pub(crate) const DEFAULT_PIDS_LIMIT: i64 = 4096;
 /// The network option that turns inter-container traffic off on a bridge.
-pub const ICC_OPTION: &str = "com.docker.network.bridge.enable_icc";
+pub(crate) const ICC_OPTION: &str = "com.docker.network.bridge.enable_icc";
 
 /// Paths a bind mount may never expose: the Docker socket and what contains it.
 const DOCKER_SOCKETS: &[&str] = &["/var/run/docker.sock", "/run/docker.sock"];
@@ -75,7 +75,7 @@ fn has_control(text: &str) -> bool {
 pub struct GpuUuid(String);
 
 impl GpuUuid {
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -139,7 +139,7 @@ pub struct UserIds {
 
 impl UserIds {
     /// The invoking user (the broker's own real ids): caches it writes stay removable.
-    pub fn current() -> UserIds {
+    pub(crate) fn current() -> UserIds {
         UserIds {
             uid: nix::unistd::getuid().as_raw(),
             gid: nix::unistd::getgid().as_raw(),
@@ -152,7 +152,7 @@ impl UserIds {
 pub struct ContainerPath(String);
 
 impl ContainerPath {
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -202,13 +202,13 @@ pub struct PortSpec {
 /// An environment entry: `KEY` as an identifier, the value free of NUL/CR/LF (a leading `-`
 /// is fine: `TEMPERATURE=-0.5`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EnvVar {
+pub(crate) struct EnvVar {
     key: String,
     value: String,
 }
 
 impl EnvVar {
-    pub fn new(key: &str, value: &str) -> Result<EnvVar> {
+    pub(crate) fn new(key: &str, value: &str) -> Result<EnvVar> {
         let mut chars = key.chars();
         let first_ok = chars
             .next()
@@ -238,33 +238,33 @@ impl EnvVar {
 
 /// SELinux relabelling: `:z` on every mount, allowed only inside `data_root`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Selinux {
-    pub data_root: PathBuf,
+pub(crate) struct Selinux {
+    pub(crate) data_root: PathBuf,
 }
 
 /// Everything needed to create one engine container.
 #[derive(Debug, Clone)]
 pub struct ContainerSpec {
     pub name: ContainerName,
-    pub engine: String,
-    pub instance: InstanceId,
+    pub(crate) engine: String,
+    pub(crate) instance: InstanceId,
     pub image: ImageRef,
     /// The cards the container gets: none, one, or a tensor-parallel group.
     pub gpus: Vec<GpuUuid>,
     /// How `gpus` are asked for.
     pub gpu_access: GpuAccess,
     pub mounts: Vec<MountSpec>,
-    pub selinux: Option<Selinux>,
+    pub(crate) selinux: Option<Selinux>,
     pub user: UserIds,
-    pub env: Vec<EnvVar>,
+    pub(crate) env: Vec<EnvVar>,
     /// Replaces the image's entrypoint when given.
     pub entrypoint: Option<Vec<String>>,
     /// Command words after the image (a leading `-` is fine: Docker never parses them).
     pub command: Vec<String>,
     pub port: Option<PortSpec>,
     pub network: NetworkName,
-    pub shm_bytes: u64,
-    pub pids_limit: i64,
+    pub(crate) shm_bytes: u64,
+    pub(crate) pids_limit: i64,
     /// Root filesystem read-only, with a private tmpfs on /tmp.
     pub read_only_root: bool,
 }
@@ -300,7 +300,7 @@ impl ContainerSpec {
     }
 
     /// The labels every container of this spec carries (discovery only, never authority).
-    pub fn labels(&self) -> HashMap<String, String> {
+    pub(crate) fn labels(&self) -> HashMap<String, String> {
         HashMap::from([
             (LABEL_OWNER.to_owned(), OWNER.to_owned()),
             (LABEL_INSTANCE.to_owned(), self.instance.to_string()),
@@ -310,7 +310,7 @@ impl ContainerSpec {
 
     /// Validates everything, resolves mount sources through the filesystem, and builds the
     /// create body. Nothing is sent to Docker here.
-    pub fn to_create_body(&self) -> Result<ContainerCreateBody> {
+    pub(crate) fn to_create_body(&self) -> Result<ContainerCreateBody> {
         validate_label_value("engine id", &self.engine)
             .map_err(|e| invalid("engine id", e.reason))?;
         if self.shm_bytes == 0 || self.shm_bytes > MAX_SHM_BYTES {

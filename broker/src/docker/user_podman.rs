@@ -163,7 +163,7 @@ async fn start_socket_unit() -> bool {
 
 /// What a new sub-ID range needs before Podman uses it: the unit's service stopped (when that
 /// was the way in; its socket starts a fresh one) and `podman system migrate`.
-pub async fn migrate(unit: bool) {
+pub(crate) async fn migrate(unit: bool) {
     if unit {
         run_quietly("systemctl", &["--user", "stop", "podman.service"]).await;
     }

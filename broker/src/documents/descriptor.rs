@@ -13,9 +13,9 @@ use serde_json::Value;
 use super::strict::{self, Currency, Fields, Refusal};
 
 /// The only descriptor schema this build reads.
-pub const DESCRIPTOR_SCHEMA_VERSION: u64 = 1;
+pub(crate) const DESCRIPTOR_SCHEMA_VERSION: u64 = 1;
 /// The `kind` a descriptor payload names.
-pub const DESCRIPTOR_KIND: &str = "engine-descriptor";
+pub(crate) const DESCRIPTOR_KIND: &str = "engine-descriptor";
 /// How refusals name the document.
 const DOCUMENT: &str = "runtime descriptor";
 
@@ -31,9 +31,9 @@ pub enum KnownEngine {
 }
 
 impl KnownEngine {
-    pub const ALL: [KnownEngine; 2] = [KnownEngine::Vllm, KnownEngine::TensorrtLlm];
+    pub(crate) const ALL: [KnownEngine; 2] = [KnownEngine::Vllm, KnownEngine::TensorrtLlm];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             KnownEngine::Vllm => "vllm",
             KnownEngine::TensorrtLlm => "tensorrt-llm",
@@ -60,7 +60,7 @@ impl FromStr for KnownEngine {
 
 /// The host platforms a descriptor names an image for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-pub enum Platform {
+pub(crate) enum Platform {
     #[serde(rename = "linux/amd64")]
     LinuxAmd64,
     #[serde(rename = "linux/arm64")]
@@ -69,7 +69,7 @@ pub enum Platform {
 
 impl Platform {
     /// The platform of a `uname -m` architecture.
-    pub fn of_architecture(arch: &str) -> Option<Platform> {
+    pub(crate) fn of_architecture(arch: &str) -> Option<Platform> {
         match arch {
             "x86_64" => Some(Platform::LinuxAmd64),
             "aarch64" => Some(Platform::LinuxArm64),
@@ -77,7 +77,7 @@ impl Platform {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Platform::LinuxAmd64 => "linux/amd64",
             Platform::LinuxArm64 => "linux/arm64",
@@ -95,7 +95,7 @@ pub struct PlatformImages {
 }
 
 impl PlatformImages {
-    pub fn for_platform(&self, platform: Platform) -> &ImageRef {
+    pub(crate) fn for_platform(&self, platform: Platform) -> &ImageRef {
         match platform {
             Platform::LinuxAmd64 => &self.amd64,
             Platform::LinuxArm64 => &self.arm64,
@@ -108,11 +108,11 @@ impl PlatformImages {
 pub struct Descriptor {
     pub descriptor_id: String,
     /// Monotonic per engine: a signed update must carry a higher serial (anti-rollback).
-    pub serial: u64,
-    pub expires_at: String,
-    pub minimum_broker_version: String,
+    pub(crate) serial: u64,
+    pub(crate) expires_at: String,
+    pub(crate) minimum_broker_version: String,
     pub engine_id: KnownEngine,
-    pub display_name: String,
+    pub(crate) display_name: String,
     pub image: PlatformImages,
     /// A small CUDA image for the GPU check before the engine image moves.
     pub probe_image: PlatformImages,
@@ -257,7 +257,7 @@ impl Descriptor {
     }
 
     /// The engine image for a platform.
-    pub fn image_for(&self, platform: Platform) -> &ImageRef {
+    pub(crate) fn image_for(&self, platform: Platform) -> &ImageRef {
         self.image.for_platform(platform)
     }
 }

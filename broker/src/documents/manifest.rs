@@ -7,8 +7,8 @@ use serde_json::Value;
 
 use super::strict::{self, Currency, Fields, Refusal};
 
-pub const MANIFEST_SCHEMA_VERSION: u64 = 1;
-pub const MANIFEST_KIND: &str = "environment-manifest";
+pub(crate) const MANIFEST_SCHEMA_VERSION: u64 = 1;
+pub(crate) const MANIFEST_KIND: &str = "environment-manifest";
 /// How refusals name the document.
 const DOCUMENT: &str = "environment manifest";
 
@@ -23,19 +23,19 @@ pub struct QualifiedDistribution {
 
 /// One recipe and where it is qualified.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ManifestRecipe {
-    pub recipe_id: String,
-    pub distributions: Vec<QualifiedDistribution>,
+pub(crate) struct ManifestRecipe {
+    pub(crate) recipe_id: String,
+    pub(crate) distributions: Vec<QualifiedDistribution>,
 }
 
 /// A parsed environment manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Manifest {
     pub manifest_id: String,
-    pub serial: u64,
-    pub expires_at: String,
-    pub minimum_broker_version: String,
-    pub recipes: Vec<ManifestRecipe>,
+    pub(crate) serial: u64,
+    pub(crate) expires_at: String,
+    pub(crate) minimum_broker_version: String,
+    pub(crate) recipes: Vec<ManifestRecipe>,
 }
 
 impl Manifest {
@@ -55,7 +55,7 @@ impl Manifest {
     }
 
     /// Parses manifest bytes (JSON text).
-    pub fn parse_bytes(bytes: &[u8]) -> Result<Manifest, CodedError> {
+    pub(crate) fn parse_bytes(bytes: &[u8]) -> Result<Manifest, CodedError> {
         Manifest::parse(&strict::json_of(bytes, DOCUMENT)?)
     }
 }

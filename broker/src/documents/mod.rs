@@ -9,7 +9,7 @@
 pub mod descriptor;
 pub mod manifest;
 pub mod store;
-pub mod strict;
+pub(crate) mod strict;
 
 use enginekit_shared::error::CodedError;
 

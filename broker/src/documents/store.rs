@@ -54,7 +54,7 @@ pub struct DocumentSources {
 impl DocumentSources {
     /// `$XDG_CONFIG_HOME/enginekit/{documents,keys}` and `$XDG_STATE_HOME/enginekit`, with the
     /// XDG defaults under `$HOME`.
-    pub fn from_env() -> DocumentSources {
+    pub(crate) fn from_env() -> DocumentSources {
         let config =
             crate::paths::xdg_dir("XDG_CONFIG_HOME", ".config").map(|d| d.join("enginekit"));
         let state = crate::paths::state_root().ok();
@@ -92,21 +92,20 @@ pub enum Origin {
 #[derive(Debug)]
 pub struct DocumentSet {
     descriptors: BTreeMap<KnownEngine, Result<(Descriptor, Origin), CodedError>>,
-    pub manifest: Result<Manifest, CodedError>,
-    pub manifest_origin: Origin,
+    pub(crate) manifest: Result<Manifest, CodedError>,
+    pub(crate) manifest_origin: Origin,
     /// A newer signed recipe, when one was accepted; `None` leaves the built-in one in charge.
-    pub recipe: Option<SignedRecipe>,
+    pub(crate) recipe: Option<SignedRecipe>,
     /// Human-readable notes: refused files, a missing newer document, a failed mark write.
     pub notes: Vec<String>,
 }
 
 /// A recipe accepted from a signed file, with the envelope the host step carries inline.
 #[derive(Debug, Clone)]
-pub struct SignedRecipe {
-    pub recipe: Recipe,
+pub(crate) struct SignedRecipe {
+    pub(crate) recipe: Recipe,
     /// The signed document exactly as read (`{payload, signatures}`).
-    pub envelope: Value,
-    pub origin: Origin,
+    pub(crate) envelope: Value,
 }
 
 /// The keys documents are verified against: the user's for descriptors and manifests, the
@@ -297,14 +296,7 @@ impl DocumentSet {
                 marks_changed = true;
             }
             let (recipe, envelope) = candidate.doc;
-            set.recipe = Some(SignedRecipe {
-                recipe,
-                envelope,
-                origin: Origin::Signed {
-                    path: candidate.path,
-                    serial: candidate.mark.serial,
-                },
-            });
+            set.recipe = Some(SignedRecipe { recipe, envelope });
         }
         set.note_missing_newer(&marks);
         if marks_changed {

@@ -6,14 +6,14 @@ use serde_json::{Map, Value};
 
 /// Why a document was refused: a path and a reason; the unknown keys, when that is the reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    pub why: String,
+pub(crate) struct Refusal {
+    pub(crate) why: String,
     /// The unknown keys, sorted, comma-separated (the reference's `details`).
-    pub details: Option<String>,
+    pub(crate) details: Option<String>,
 }
 
 impl Refusal {
-    pub fn new(why: impl Into<String>) -> Self {
+    pub(crate) fn new(why: impl Into<String>) -> Self {
         Refusal {
             why: why.into(),
             details: None,
@@ -21,7 +21,7 @@ impl Refusal {
     }
 
     /// `MANAGED_METADATA_INVALID` "Invalid <document>: …", the unknown keys in `details`.
-    pub fn into_coded(self, document: &str) -> CodedError {
+    pub(crate) fn into_coded(self, document: &str) -> CodedError {
         let err = CodedError::new(
             ErrorCode::MetadataInvalid,
             format!("Invalid {document}: {}", self.why),
@@ -34,7 +34,7 @@ impl Refusal {
 }
 
 /// The JSON value of a document's bytes; `MANAGED_METADATA_INVALID` when they are not JSON.
-pub fn json_of(bytes: &[u8], document: &str) -> Result<Value, CodedError> {
+pub(crate) fn json_of(bytes: &[u8], document: &str) -> Result<Value, CodedError> {
     serde_json::from_slice(bytes).map_err(|_| {
         CodedError::new(
             ErrorCode::MetadataInvalid,
@@ -46,15 +46,15 @@ pub fn json_of(bytes: &[u8], document: &str) -> Result<Value, CodedError> {
 /// What every document payload carries for signed updates: a serial that only grows
 /// (anti-rollback), an expiry and the oldest broker that may read it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Currency {
-    pub serial: u64,
-    pub expires_at: String,
-    pub minimum_broker_version: String,
+pub(crate) struct Currency {
+    pub(crate) serial: u64,
+    pub(crate) expires_at: String,
+    pub(crate) minimum_broker_version: String,
 }
 
 /// The fields of one JSON object, read once each.
 #[derive(Debug)]
-pub struct Fields<'a> {
+pub(crate) struct Fields<'a> {
     map: &'a Map<String, Value>,
     path: String,
     known: Vec<&'static str>,
@@ -62,7 +62,7 @@ pub struct Fields<'a> {
 
 impl<'a> Fields<'a> {
     /// `value` must be an object; `path` names it in messages (`$`, `$.image`).
-    pub fn of(value: &'a Value, path: &str) -> Result<Fields<'a>, Refusal> {
+    pub(crate) fn of(value: &'a Value, path: &str) -> Result<Fields<'a>, Refusal> {
         match value {
             Value::Object(map) => Ok(Fields {
                 map,
@@ -74,25 +74,19 @@ impl<'a> Fields<'a> {
     }
 
     /// The path of a child key.
-    pub fn child(&self, key: &str) -> String {
+    pub(crate) fn child(&self, key: &str) -> String {
         format!("{}.{key}", self.path)
     }
 
     /// A key that must be present.
-    pub fn required(&mut self, key: &'static str) -> Result<&'a Value, Refusal> {
+    pub(crate) fn required(&mut self, key: &'static str) -> Result<&'a Value, Refusal> {
         self.known.push(key);
         self.map
             .get(key)
             .ok_or_else(|| Refusal::new(format!("{} is missing", self.child(key))))
     }
 
-    /// A key that may be absent.
-    pub fn optional(&mut self, key: &'static str) -> Option<&'a Value> {
-        self.known.push(key);
-        self.map.get(key)
-    }
-
-    pub fn string(&mut self, key: &'static str) -> Result<&'a str, Refusal> {
+    pub(crate) fn string(&mut self, key: &'static str) -> Result<&'a str, Refusal> {
         let path = self.child(key);
         self.required(key)?
             .as_str()
@@ -100,7 +94,7 @@ impl<'a> Fields<'a> {
     }
 
     /// A string matching `accept`; `rule` says what was expected.
-    pub fn string_matching(
+    pub(crate) fn string_matching(
         &mut self,
         key: &'static str,
         rule: &str,
@@ -116,7 +110,7 @@ impl<'a> Fields<'a> {
     }
 
     /// A non-negative integer no larger than 2^53 − 1 (a JSON-safe integer).
-    pub fn safe_integer(&mut self, key: &'static str) -> Result<u64, Refusal> {
+    pub(crate) fn safe_integer(&mut self, key: &'static str) -> Result<u64, Refusal> {
         let path = self.child(key);
         match self.required(key)?.as_u64() {
             Some(n) if n < (1u64 << 53) => Ok(n),
@@ -126,7 +120,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    pub fn array(&mut self, key: &'static str) -> Result<&'a Vec<Value>, Refusal> {
+    pub(crate) fn array(&mut self, key: &'static str) -> Result<&'a Vec<Value>, Refusal> {
         let path = self.child(key);
         self.required(key)?
             .as_array()
@@ -134,7 +128,7 @@ impl<'a> Fields<'a> {
     }
 
     /// `schema_version` must be `version` and `kind` must be `kind`.
-    pub fn schema_and_kind(&mut self, version: u64, kind: &str) -> Result<(), Refusal> {
+    pub(crate) fn schema_and_kind(&mut self, version: u64, kind: &str) -> Result<(), Refusal> {
         if self.required("schema_version")?.as_u64() != Some(version) {
             return Err(Refusal::new(format!(
                 "{} must be {version}",
@@ -146,7 +140,7 @@ impl<'a> Fields<'a> {
     }
 
     /// `serial`, `expires_at` and `minimum_broker_version`, read in that order.
-    pub fn currency(&mut self) -> Result<Currency, Refusal> {
+    pub(crate) fn currency(&mut self) -> Result<Currency, Refusal> {
         let serial = self.safe_integer("serial")?;
         let expires_at = self
             .string_matching("expires_at", "an RFC 3339 timestamp", is_timestamp)?
@@ -166,7 +160,7 @@ impl<'a> Fields<'a> {
     }
 
     /// Refuses every key not read, listing them sorted.
-    pub fn finish(self) -> Result<(), Refusal> {
+    pub(crate) fn finish(self) -> Result<(), Refusal> {
         let mut unknown: Vec<&str> = self
             .map
             .keys()
@@ -186,32 +180,32 @@ impl<'a> Fields<'a> {
 }
 
 /// `[a-z0-9]` followed by `[a-z0-9.-]*`: descriptor, recipe and engine ids.
-pub fn is_lower_id(text: &str) -> bool {
+pub(crate) fn is_lower_id(text: &str) -> bool {
     let mut bytes = text.bytes();
     matches!(bytes.next(), Some(b'a'..=b'z' | b'0'..=b'9'))
         && bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'.' | b'-'))
 }
 
 /// `MAJOR.MINOR.PATCH` with no leading zeros.
-pub fn is_semver_core(text: &str) -> bool {
+pub(crate) fn is_semver_core(text: &str) -> bool {
     let parts: Vec<&str> = text.split('.').collect();
     parts.len() == 3 && parts.iter().all(|p| is_plain_number(p))
 }
 
 /// `0` or a number without a leading zero.
-pub fn is_plain_number(text: &str) -> bool {
+pub(crate) fn is_plain_number(text: &str) -> bool {
     !text.is_empty()
         && text.bytes().all(|b| b.is_ascii_digit())
         && (text == "0" || !text.starts_with('0'))
 }
 
 /// An RFC 3339 timestamp.
-pub fn is_timestamp(text: &str) -> bool {
+pub(crate) fn is_timestamp(text: &str) -> bool {
     time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).is_ok()
 }
 
 /// This build's version is at least `minimum` (`MAJOR.MINOR.PATCH`).
-pub fn build_satisfies(minimum: &str) -> bool {
+pub(crate) fn build_satisfies(minimum: &str) -> bool {
     let parse = |t: &str| -> Vec<u64> { t.split('.').map(|p| p.parse().unwrap_or(0)).collect() };
     parse(env!("CARGO_PKG_VERSION")) >= parse(minimum)
 }

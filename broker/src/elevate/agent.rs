@@ -7,7 +7,7 @@ use std::time::Duration;
 
 /// A running `pkttyagent`, stopped when dropped.
 #[derive(Debug)]
-pub struct TtyAgent {
+pub(crate) struct TtyAgent {
     child: Child,
 }
 
@@ -20,7 +20,7 @@ impl Drop for TtyAgent {
 
 /// Start `pkttyagent` for this process if stdin is a terminal and the binary exists. With
 /// `--fallback` it steps aside when a desktop agent is already registered for the session.
-pub fn start_if_needed() -> Option<TtyAgent> {
+pub(crate) fn start_if_needed() -> Option<TtyAgent> {
     if !std::io::stdin().is_terminal() {
         return None;
     }

@@ -4,7 +4,7 @@
 //! else gets no sentence and the raw lines stay the details.
 
 /// The first cause found in a failed action's log tail, most specific first.
-pub fn package_cause(log_tail: &str) -> Option<String> {
+pub(crate) fn package_cause(log_tail: &str) -> Option<String> {
     let lines: Vec<&str> = log_tail.lines().map(str::trim).collect();
     let find = |marker: &str| lines.iter().find_map(|l| after(l, marker));
     let key = find("NO_PUBKEY ").or_else(|| find("Missing key "));

@@ -2,7 +2,7 @@
 //! the job followed through its signals, `GetReceipt` after a crash. Also starts a text polkit
 //! agent when the session has none and a terminal is there to ask on.
 
-pub mod agent;
+pub(crate) mod agent;
 mod cause;
 mod lock_holder;
 
@@ -24,14 +24,14 @@ use enginekit_shared::wire::host_step::HostStep;
 use enginekit_shared::wire::refusal::RefusalKind;
 use enginekit_shared::wire::undo_step::{ReceiptRef, UndoStep};
 
-pub const HELPER_NAME: &str = "org.enginekit.Helper1";
+pub(crate) const HELPER_NAME: &str = "org.enginekit.Helper1";
 
 #[zbus::proxy(
     interface = "org.enginekit.Helper1",
     default_service = "org.enginekit.Helper1",
     default_path = "/org/enginekit/Helper1"
 )]
-pub trait Helper1 {
+pub(crate) trait Helper1 {
     #[zbus(allow_interactive_auth)]
     fn start(&self, step: &str) -> zbus::Result<OwnedObjectPath>;
     fn get_receipt(&self, nonce: &str) -> zbus::Result<String>;
@@ -46,7 +46,7 @@ pub trait Helper1 {
     interface = "org.enginekit.Helper1.Job",
     default_service = "org.enginekit.Helper1"
 )]
-pub trait HelperJob {
+pub(crate) trait HelperJob {
     #[zbus(property)]
     fn state(&self) -> zbus::Result<String>;
     #[zbus(property)]
@@ -95,7 +95,7 @@ impl SystemHelper {
 
     /// The receipts of this user's setups that changed the machine, oldest first, each parsed
     /// and checked as any receipt is.
-    pub async fn setups(&self) -> Result<Vec<Receipt>, CodedError> {
+    pub(crate) async fn setups(&self) -> Result<Vec<Receipt>, CodedError> {
         Ok(self
             .kept_setups()
             .await?
@@ -106,7 +106,7 @@ impl SystemHelper {
 
     /// [`SystemHelper::setups`] with each receipt's exact text as the helper returned it: an
     /// undo step names a setup by the digest of that text.
-    pub async fn kept_setups(&self) -> Result<Vec<KeptSetup>, CodedError> {
+    pub(crate) async fn kept_setups(&self) -> Result<Vec<KeptSetup>, CodedError> {
         let helper = Helper1Proxy::new(self.conn().await?)
             .await
             .map_err(bus_error)?;
@@ -116,7 +116,7 @@ impl SystemHelper {
 
     /// Asks the helper to run `step` (polkit may prompt), follows its job with `progress`, and
     /// returns its receipt, refused unless it carries the step's nonce.
-    pub async fn run_undo(
+    pub(crate) async fn run_undo(
         &self,
         step: &UndoStep,
         progress: ProgressSink,
@@ -211,14 +211,14 @@ impl SystemHelper {
 /// One of this user's kept setups: the receipt's text exactly as `Setups` returned it, and
 /// the receipt parsed from it.
 #[derive(Debug, Clone)]
-pub struct KeptSetup {
-    pub text: String,
-    pub receipt: Receipt,
+pub(crate) struct KeptSetup {
+    pub(crate) text: String,
+    pub(crate) receipt: Receipt,
 }
 
 impl KeptSetup {
     /// Parses and checks `text` as any receipt is.
-    pub fn parse(text: String) -> Result<KeptSetup, CodedError> {
+    pub(crate) fn parse(text: String) -> Result<KeptSetup, CodedError> {
         let receipt = Receipt::parse(text.as_bytes()).map_err(|e| {
             CodedError::new(e.code(), "A setup receipt from the helper is not valid.")
                 .with_details(e.to_string())
@@ -227,14 +227,14 @@ impl KeptSetup {
     }
 
     /// How an undo step names it: the id, and the digest of the exact text.
-    pub fn reference(&self) -> ReceiptRef {
+    pub(crate) fn reference(&self) -> ReceiptRef {
         ReceiptRef::of(self.receipt.receipt_id.clone(), self.text.as_bytes())
     }
 }
 
 /// How an undo ended at the helper.
 #[derive(Debug, Clone)]
-pub enum UndoRun {
+pub(crate) enum UndoRun {
     /// Nobody authorised it (polkit refused, or the dialog was dismissed): nothing ran.
     Declined,
     /// The helper's receipt, its text and parsed.
@@ -243,7 +243,7 @@ pub enum UndoRun {
 
 /// The helper's receipt of an undo, refused unless it is the receipt of `step` (its nonce and
 /// step id).
-pub fn undo_receipt(text: &str, step: &UndoStep) -> Result<Receipt, CodedError> {
+pub(crate) fn undo_receipt(text: &str, step: &UndoStep) -> Result<Receipt, CodedError> {
     let receipt = Receipt::parse(text.as_bytes()).map_err(|e| {
         CodedError::new(e.code(), "The helper's receipt is not valid.").with_details(e.to_string())
     })?;
@@ -257,7 +257,7 @@ pub fn undo_receipt(text: &str, step: &UndoStep) -> Result<Receipt, CodedError> 
 }
 
 /// The progress label while polkit decides (and an agent may be prompting on the terminal).
-pub const AWAITING_AUTHORIZATION: &str = "Waiting for authorization";
+pub(crate) const AWAITING_AUTHORIZATION: &str = "Waiting for authorization";
 
 fn tick(phase: &str, percent: i32) -> ProgressTick {
     ProgressTick {
@@ -269,7 +269,7 @@ fn tick(phase: &str, percent: i32) -> ProgressTick {
 }
 
 /// A bus error as a coded error: the helper's messages start with the stable code.
-pub fn bus_error(err: zbus::Error) -> CodedError {
+pub(crate) fn bus_error(err: zbus::Error) -> CodedError {
     if let zbus::Error::MethodError(name, message, _) = &err {
         let text = message.clone().unwrap_or_default();
         let code = text
@@ -309,7 +309,11 @@ fn is_declined(err: &zbus::Error) -> bool {
 }
 
 /// Reduce the helper's receipt to what the broker decides on, refusing one for another step.
-pub fn summarise(text: &str, step_id: &str, nonce: &str) -> Result<ReceiptSummary, CodedError> {
+pub(crate) fn summarise(
+    text: &str,
+    step_id: &str,
+    nonce: &str,
+) -> Result<ReceiptSummary, CodedError> {
     let receipt = Receipt::parse(text.as_bytes()).map_err(|e| {
         CodedError::new(e.code(), "The helper's receipt is not valid.").with_details(e.to_string())
     })?;

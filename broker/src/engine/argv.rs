@@ -8,38 +8,38 @@
 use crate::documents::descriptor::KnownEngine;
 
 /// Where the model folder is mounted, read-only.
-pub const MODEL_MOUNT: &str = "/enginekit/model";
+pub(crate) const MODEL_MOUNT: &str = "/enginekit/model";
 /// Where the per-engine cache is mounted, read-write, kept across loads.
-pub const CACHE_MOUNT: &str = "/enginekit/cache";
+pub(crate) const CACHE_MOUNT: &str = "/enginekit/cache";
 /// Where the per-load heartbeat folder is mounted, read-only.
-pub const HEARTBEAT_MOUNT: &str = "/enginekit/heartbeat";
+pub(crate) const HEARTBEAT_MOUNT: &str = "/enginekit/heartbeat";
 /// Where the watchdog script's folder is mounted, read-only.
-pub const WATCHDOG_MOUNT: &str = "/enginekit/watchdog";
+pub(crate) const WATCHDOG_MOUNT: &str = "/enginekit/watchdog";
 /// The port the engine listens on inside the container (only the host side is loopback).
-pub const ENGINE_PORT: u16 = 8000;
+pub(crate) const ENGINE_PORT: u16 = 8000;
 
 /// What the launch depends on besides the engine kind.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LaunchParams {
+pub(crate) struct LaunchParams {
     /// The served model name (vLLM `--served-model-name`).
-    pub served_name: String,
+    pub(crate) served_name: String,
     /// Context length in tokens.
-    pub context: u32,
+    pub(crate) context: u32,
     /// Concurrent sequences (vLLM `--max-num-seqs`, TensorRT-LLM `--max_batch_size`).
-    pub max_sequences: u32,
+    pub(crate) max_sequences: u32,
     /// Share of the card's memory the engine may take (0 < f ≤ 0.95).
-    pub memory_fraction: f64,
+    pub(crate) memory_fraction: f64,
     /// Cards the model is split across (vLLM `--tensor-parallel-size`); 1 is one card, and
     /// then no flag is passed, so a one-card launch reads as it always did.
-    pub tensor_parallel: u32,
+    pub(crate) tensor_parallel: u32,
     /// The model's folder in the container: [`MODEL_MOUNT`], or a hub snapshot inside it
     /// (`served::ServedModel::engine_path`).
-    pub model_path: String,
+    pub(crate) model_path: String,
 }
 
 impl LaunchParams {
     /// One sequence and 90 % of the card: a desktop serving its own user.
-    pub fn new(served_name: &str, context: u32) -> LaunchParams {
+    pub(crate) fn new(served_name: &str, context: u32) -> LaunchParams {
         LaunchParams {
             served_name: served_name.to_owned(),
             context,
@@ -53,11 +53,11 @@ impl LaunchParams {
 
 /// argv (after the watchdog's `--`) and environment of the engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Launch {
-    pub argv: Vec<String>,
-    pub env: Vec<(String, String)>,
+pub(crate) struct Launch {
+    pub(crate) argv: Vec<String>,
+    pub(crate) env: Vec<(String, String)>,
     /// The readiness path and the status that means ready.
-    pub health_path: &'static str,
+    pub(crate) health_path: &'static str,
 }
 
 fn fraction(f: f64) -> String {
@@ -69,7 +69,7 @@ fn owned(words: &[&str]) -> Vec<String> {
 }
 
 /// The launch of `engine` with `params`.
-pub fn launch(engine: KnownEngine, params: &LaunchParams) -> Launch {
+pub(crate) fn launch(engine: KnownEngine, params: &LaunchParams) -> Launch {
     let context = params.context.to_string();
     let sequences = params.max_sequences.max(1).to_string();
     let cache = |sub: &str| format!("{CACHE_MOUNT}/{sub}");
@@ -140,7 +140,7 @@ pub fn launch(engine: KnownEngine, params: &LaunchParams) -> Launch {
 }
 
 /// The cache sub-folders the engine expects to exist (created before the load).
-pub const CACHE_DIRS: &[&str] = &[
+pub(crate) const CACHE_DIRS: &[&str] = &[
     "home",
     "xdg-cache",
     "triton",

@@ -13,13 +13,13 @@ use super::error::{EngineError, Result};
 use super::sessions::{SessionRecord, SessionState, Sessions};
 
 /// How a holder is stopped: the runtime's confirmed stop (which removes its record).
-pub trait Evict {
+pub(crate) trait Evict {
     fn evict(&self, holder: &SessionRecord) -> impl Future<Output = Result<()>> + Send;
 }
 
 /// Stops every other session holding a card of `record`, then writes `record`; `on_evicted`
 /// hears each holder stopped. GPU_BUSY, with nothing written, when a holder cannot be stopped.
-pub async fn claim(
+pub(crate) async fn claim(
     sessions: &Sessions,
     record: &SessionRecord,
     evictor: &impl Evict,

@@ -23,16 +23,16 @@ use serde::Serialize;
 use crate::documents::descriptor::KnownEngine;
 
 /// Lines of the log tail kept and shown.
-pub const TAIL_LINES: usize = 200;
+pub(crate) const TAIL_LINES: usize = 200;
 /// Most excerpt lines kept.
-pub const EXCERPT_LINES: usize = 8;
+pub(crate) const EXCERPT_LINES: usize = 8;
 /// Longest excerpt line kept (characters).
-pub const EXCERPT_CHARS: usize = 500;
+pub(crate) const EXCERPT_CHARS: usize = 500;
 
 /// What kind of failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Kind {
+pub(crate) enum Kind {
     OutOfMemory,
     UnsupportedModel,
     GpuLost,
@@ -40,7 +40,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub fn code(self) -> ErrorCode {
+    pub(crate) fn code(self) -> ErrorCode {
         match self {
             Kind::OutOfMemory => ErrorCode::OutOfMemory,
             Kind::UnsupportedModel => ErrorCode::ModelIncompatible,
@@ -52,21 +52,21 @@ impl Kind {
 
 /// The classification of one exit.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Classification {
-    pub kind: Kind,
-    pub message: String,
-    pub exit_code: Option<i64>,
-    pub requested_gib: Option<f64>,
-    pub free_gib: Option<f64>,
+pub(crate) struct Classification {
+    pub(crate) kind: Kind,
+    pub(crate) message: String,
+    pub(crate) exit_code: Option<i64>,
+    pub(crate) requested_gib: Option<f64>,
+    pub(crate) free_gib: Option<f64>,
     /// The decisive lines (distinct, at most 8 of at most 500 characters).
-    pub excerpt: Vec<String>,
+    pub(crate) excerpt: Vec<String>,
     /// The last lines of the log.
-    pub tail: Vec<String>,
+    pub(crate) tail: Vec<String>,
 }
 
 impl Classification {
     /// The excerpt, then the end of the log without the excerpt lines it already shows.
-    pub fn details(&self) -> String {
+    pub(crate) fn details(&self) -> String {
         let mut out = self.excerpt.join("\n");
         let rest: Vec<&str> = self
             .tail
@@ -89,10 +89,10 @@ impl Classification {
 }
 
 /// Longest tail line kept (characters).
-pub const TAIL_LINE_CHARS: usize = 2000;
+pub(crate) const TAIL_LINE_CHARS: usize = 2000;
 
 /// The last `n` lines of `lines`, each cut to [`TAIL_LINE_CHARS`].
-pub fn last_lines(lines: &[String], n: usize) -> Vec<String> {
+pub(crate) fn last_lines(lines: &[String], n: usize) -> Vec<String> {
     lines[lines.len().saturating_sub(n)..]
         .iter()
         .map(|l| l.chars().take(TAIL_LINE_CHARS).collect())
@@ -158,7 +158,7 @@ fn gib(v: f64) -> String {
 }
 
 /// Classifies an exit of `engine` from the whole bounded log (`lines`) and the tail.
-pub fn classify(
+pub(crate) fn classify(
     engine: KnownEngine,
     exit_code: Option<i64>,
     lines: &[String],

@@ -10,7 +10,7 @@ use super::classify::Classification;
 /// Anything a load, a stop or an option check can fail with.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum EngineError {
+pub(crate) enum EngineError {
     /// An option is out of range or malformed (context, port, name, GPU id).
     #[error("invalid {what}: {reason}")]
     InvalidOption { what: &'static str, reason: String },
@@ -101,7 +101,7 @@ impl From<crate::journal::LifecycleError> for EngineError {
 
 impl EngineError {
     /// A stable, dotted name for the variant.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             EngineError::InvalidOption { .. } => "engine.invalid_option",
             EngineError::ModelFolder { .. } => "engine.model_folder",
@@ -126,7 +126,7 @@ impl EngineError {
     }
 
     /// The wire code a client matches.
-    pub fn code(&self) -> ErrorCode {
+    pub(crate) fn code(&self) -> ErrorCode {
         match self {
             EngineError::InvalidOption { .. } | EngineError::ModelFolder { .. } => {
                 ErrorCode::InvalidArgument
@@ -152,7 +152,7 @@ impl EngineError {
 
     /// The `{code, message, details}` object: details carry the kind first, then the log
     /// excerpt and tail where there is one.
-    pub fn to_coded(&self) -> CodedError {
+    pub(crate) fn to_coded(&self) -> CodedError {
         let extra = match self {
             EngineError::Exited { classification } => Some(classification.details()),
             EngineError::TimedOut { tail, .. } if !tail.is_empty() => {
@@ -173,4 +173,4 @@ impl EngineError {
 }
 
 /// The result type of the engine runtime.
-pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = EngineError> = std::result::Result<T, E>;

@@ -15,20 +15,20 @@ use crate::probe::facts::{Fact, Gpu};
 
 /// One card as the selection sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Card {
-    pub uuid: GpuUuid,
+pub(crate) struct Card {
+    pub(crate) uuid: GpuUuid,
     /// The driver's index; `None` sorts after every indexed card.
-    pub index: Option<u32>,
-    pub total_bytes: Option<u64>,
-    pub free_bytes: Option<u64>,
+    pub(crate) index: Option<u32>,
+    pub(crate) total_bytes: Option<u64>,
+    pub(crate) free_bytes: Option<u64>,
     /// How a container asks for it.
-    pub access: GpuAccess,
+    pub(crate) access: GpuAccess,
 }
 
 impl Card {
     /// The cards of a probe, in its order, each asked for as `access` says; rows whose UUID is
     /// not a valid GPU id are skipped.
-    pub fn from_probe(gpus: &[Gpu], access: impl Fn(&str) -> GpuAccess) -> Vec<Card> {
+    pub(crate) fn from_probe(gpus: &[Gpu], access: impl Fn(&str) -> GpuAccess) -> Vec<Card> {
         let known = |f: &Fact<u64>| match f {
             Fact::Known { value } => Some(*value),
             Fact::Unknown { .. } => None,
@@ -49,14 +49,14 @@ impl Card {
 
 /// The chosen card.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Selection {
-    pub card: Card,
+pub(crate) struct Selection {
+    pub(crate) card: Card,
     /// The requested card, when it was not present and another one was taken instead.
-    pub substituted_for: Option<GpuUuid>,
+    pub(crate) substituted_for: Option<GpuUuid>,
 }
 
 /// Chooses the card for a load.
-pub fn select(cards: &[Card], requested: Option<&GpuUuid>) -> Result<Selection> {
+pub(crate) fn select(cards: &[Card], requested: Option<&GpuUuid>) -> Result<Selection> {
     if let Some(want) = requested {
         if let Some(card) = cards.iter().find(|c| &c.uuid == want) {
             return Ok(Selection {
@@ -87,7 +87,7 @@ pub fn select(cards: &[Card], requested: Option<&GpuUuid>) -> Result<Selection> 
 
 /// The cards of a tensor-parallel group the fit check chose, as the probe sees them now, in
 /// the group's order; a card no longer reported fails the load rather than shrinking the group.
-pub fn group(cards: &[Card], uuids: &[GpuUuid]) -> Result<Vec<Card>> {
+pub(crate) fn group(cards: &[Card], uuids: &[GpuUuid]) -> Result<Vec<Card>> {
     uuids
         .iter()
         .map(|want| {
@@ -104,7 +104,7 @@ pub fn group(cards: &[Card], uuids: &[GpuUuid]) -> Result<Vec<Card>> {
 
 /// How a container asks for `cards` together: by CDI only when every one of them has a CDI
 /// name (one request holds them all), else by `--gpus`.
-pub fn access_of_all(cards: &[Card]) -> GpuAccess {
+pub(crate) fn access_of_all(cards: &[Card]) -> GpuAccess {
     if !cards.is_empty() && cards.iter().all(|c| c.access == GpuAccess::Cdi) {
         GpuAccess::Cdi
     } else {

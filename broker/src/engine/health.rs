@@ -14,13 +14,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Time budget of one probe (connect, write, read of the status line).
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Most bytes read while looking for the status line.
 const MAX_HEAD: usize = 1024;
 
 /// What one probe saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Probe {
+pub(crate) enum Probe {
     /// An HTTP status.
     Status(u16),
     /// Nothing usable: refused, reset, timed out, or not HTTP.
@@ -28,13 +28,13 @@ pub enum Probe {
 }
 
 impl Probe {
-    pub fn is_redirect(&self) -> bool {
+    pub(crate) fn is_redirect(&self) -> bool {
         matches!(self, Probe::Status(s) if (300..400).contains(s))
     }
 }
 
 /// Parses `HTTP/1.x NNN …` from the start of a response.
-pub fn status_of(head: &[u8]) -> Option<u16> {
+pub(crate) fn status_of(head: &[u8]) -> Option<u16> {
     let line_end = head.iter().position(|&b| b == b'\n')?;
     let line = std::str::from_utf8(&head[..line_end]).ok()?.trim_end();
     let mut parts = line.splitn(3, ' ');
@@ -50,7 +50,7 @@ pub fn status_of(head: &[u8]) -> Option<u16> {
 }
 
 /// One `GET path` on `127.0.0.1:port`.
-pub async fn probe(port: u16, path: &str) -> Probe {
+pub(crate) async fn probe(port: u16, path: &str) -> Probe {
     match tokio::time::timeout(PROBE_TIMEOUT, probe_inner(port, path)).await {
         Ok(Ok(code)) => Probe::Status(code),
         Ok(Err(reason)) => Probe::NoAnswer(reason),

@@ -2,7 +2,7 @@
 //! fresh line (`<beat> <unix ms>`) every interval while the owner lives. The watchdog in the
 //! container compares that line between its polls; when the owner dies, the line stops changing.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -11,14 +11,13 @@ use super::error::{EngineError, Result};
 use super::watchdog::HEARTBEAT_NAME;
 
 /// How often the heartbeat is rewritten (well under the watchdog's stale limit).
-pub const INTERVAL: Duration = Duration::from_secs(5);
+pub(crate) const INTERVAL: Duration = Duration::from_secs(5);
 
 /// A running heartbeat; stops (without removing the file) when dropped or stopped.
 #[derive(Debug)]
-pub struct Ticker {
+pub(crate) struct Ticker {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
-    path: PathBuf,
 }
 
 fn beat(path: &Path, n: u64) -> std::io::Result<()> {
@@ -33,7 +32,7 @@ fn beat(path: &Path, n: u64) -> std::io::Result<()> {
 impl Ticker {
     /// Writes the first beat now (an error here means the watchdog would stop the engine at
     /// once, so the load must not go on), then one every `interval` on a thread.
-    pub fn start(dir: &Path, interval: Duration) -> Result<Ticker> {
+    pub(crate) fn start(dir: &Path, interval: Duration) -> Result<Ticker> {
         let path = dir.join(HEARTBEAT_NAME);
         beat(&path, 0).map_err(|e| EngineError::Heartbeat {
             path: path.display().to_string(),
@@ -69,16 +68,11 @@ impl Ticker {
         Ok(Ticker {
             stop,
             thread: Some(thread),
-            path,
         })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Stops the thread; idempotent.
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -100,15 +94,16 @@ mod tests {
     fn beats_change_until_stopped() {
         let dir = tempfile::tempdir().unwrap();
         let mut t = Ticker::start(dir.path(), Duration::from_millis(200)).unwrap();
-        let first = std::fs::read_to_string(t.path()).unwrap();
+        let path = dir.path().join(HEARTBEAT_NAME);
+        let first = std::fs::read_to_string(&path).unwrap();
         assert!(first.starts_with("0 ") && first.ends_with('\n'), "{first}");
         std::thread::sleep(Duration::from_millis(700));
-        let later = std::fs::read_to_string(t.path()).unwrap();
+        let later = std::fs::read_to_string(&path).unwrap();
         assert_ne!(first, later);
         t.stop();
-        let stopped = std::fs::read_to_string(t.path()).unwrap();
+        let stopped = std::fs::read_to_string(&path).unwrap();
         std::thread::sleep(Duration::from_millis(500));
-        assert_eq!(std::fs::read_to_string(t.path()).unwrap(), stopped);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), stopped);
         t.stop();
     }
 

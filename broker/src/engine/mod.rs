@@ -16,19 +16,19 @@
 //! - `sessions`: session records on disk, which are also the GPU reservations;
 //! - `runtime`: load, crash monitor, confirmed stop, listing and logs over the Docker layer.
 
-pub mod argv;
-pub mod claim;
-pub mod classify;
-pub mod error;
-pub mod gpu;
-pub mod health;
-pub mod heartbeat;
-pub mod options;
-pub mod runtime;
-pub mod served;
-pub mod sessions;
-pub mod sizing;
-pub mod stages;
+pub(crate) mod argv;
+pub(crate) mod claim;
+pub(crate) mod classify;
+pub(crate) mod error;
+pub(crate) mod gpu;
+pub(crate) mod health;
+pub(crate) mod heartbeat;
+pub(crate) mod options;
+pub(crate) mod runtime;
+pub(crate) mod served;
+pub(crate) mod sessions;
+pub(crate) mod sizing;
+pub(crate) mod stages;
 pub mod watchdog;
 
-pub use error::{EngineError, Result};
+pub(crate) use error::EngineError;

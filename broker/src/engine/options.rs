@@ -9,40 +9,40 @@ use crate::docker::GpuUuid;
 use crate::models::id::{HubModelId, ModelRef, Revision};
 
 /// Smallest context length accepted (tokens).
-pub const MIN_CONTEXT: u32 = 256;
+pub(crate) const MIN_CONTEXT: u32 = 256;
 /// Largest context length accepted (tokens): the fit's bound (`models::fit::MAX_CONTEXT`).
-pub const MAX_CONTEXT: u32 = crate::models::fit::MAX_CONTEXT as u32;
+pub(crate) const MAX_CONTEXT: u32 = crate::models::fit::MAX_CONTEXT as u32;
 /// Context length when none is asked for.
-pub const DEFAULT_CONTEXT: u32 = 8192;
+pub(crate) const DEFAULT_CONTEXT: u32 = 8192;
 /// Lowest host port a caller may ask for (below are privileged services).
-pub const MIN_PORT: u16 = 1024;
+pub(crate) const MIN_PORT: u16 = 1024;
 /// Longest session name.
-pub const MAX_NAME: usize = 63;
+pub(crate) const MAX_NAME: usize = 63;
 /// Longest readiness timeout a caller may ask for (seconds).
-pub const MAX_TIMEOUT_SECS: u32 = 3600;
+pub(crate) const MAX_TIMEOUT_SECS: u32 = 3600;
 /// The file a model folder must contain (Hugging Face and TensorRT-LLM checkpoints both have one).
-pub const MODEL_CONFIG: &str = "config.json";
+pub(crate) const MODEL_CONFIG: &str = "config.json";
 
 /// What a caller asks for, unchecked (CLI flags, bus arguments).
 #[derive(Debug, Clone, Default)]
-pub struct LoadRequest {
+pub(crate) struct LoadRequest {
     /// The model as named: a folder, or `org/name[@rev]` on the hub when no such folder exists.
-    pub model_dir: PathBuf,
-    pub name: Option<String>,
-    pub context: Option<u32>,
-    pub gpu: Option<String>,
-    pub port: Option<u16>,
+    pub(crate) model_dir: PathBuf,
+    pub(crate) name: Option<String>,
+    pub(crate) context: Option<u32>,
+    pub(crate) gpu: Option<String>,
+    pub(crate) port: Option<u16>,
     /// Readiness timeout in seconds; the engine's default when absent.
-    pub timeout_secs: Option<u32>,
+    pub(crate) timeout_secs: Option<u32>,
 }
 
 /// A session name: `[a-z0-9][a-z0-9._-]{0,62}`, safe as a served model name, a file name and
 /// part of a container name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SessionName(String);
+pub(crate) struct SessionName(String);
 
 impl SessionName {
-    pub fn parse(text: &str) -> Result<SessionName> {
+    pub(crate) fn parse(text: &str) -> Result<SessionName> {
         let bad = |reason: &str| EngineError::InvalidOption {
             what: "name",
             reason: reason.to_owned(),
@@ -65,7 +65,7 @@ impl SessionName {
 
     /// A name derived from a model folder's last component: lowercased, every other
     /// character turned into `-`, trimmed to a valid name; `model` when nothing is left.
-    pub fn from_folder(path: &Path) -> SessionName {
+    pub(crate) fn from_folder(path: &Path) -> SessionName {
         let base = path
             .file_name()
             .map(|n| n.to_string_lossy().to_lowercase())
@@ -82,7 +82,7 @@ impl SessionName {
         SessionName::parse(&cut).unwrap_or_else(|_| SessionName("model".to_owned()))
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -91,7 +91,7 @@ enginekit_shared::string_newtype!(SessionName => SessionName::parse);
 
 /// The model a load serves, as checked before any download or Docker call.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ModelChoice {
+pub(crate) enum ModelChoice {
     /// A folder, resolved (symlinks followed): what is mounted is what was checked.
     Folder(PathBuf),
     /// A repository on the hub; sized, pulled into the hub cache and served from there.
@@ -104,7 +104,7 @@ pub enum ModelChoice {
 impl ModelChoice {
     /// An existing path is a folder, as it always was (so `models/qwen` on disk is not taken
     /// for a hub name); else `org/name[@rev]` is a hub name; else the folder's own error.
-    pub fn parse(named: &Path) -> Result<ModelChoice> {
+    pub(crate) fn parse(named: &Path) -> Result<ModelChoice> {
         if named.as_os_str().is_empty() || std::fs::symlink_metadata(named).is_ok() {
             return check_model_folder(named).map(ModelChoice::Folder);
         }
@@ -125,19 +125,19 @@ impl ModelChoice {
 
 /// Checked options.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LoadOptions {
-    pub model: ModelChoice,
-    pub name: SessionName,
-    pub context: u32,
-    pub gpu: Option<GpuUuid>,
+pub(crate) struct LoadOptions {
+    pub(crate) model: ModelChoice,
+    pub(crate) name: SessionName,
+    pub(crate) context: u32,
+    pub(crate) gpu: Option<GpuUuid>,
     /// A fixed host port, or `None` for a free one chosen per attempt.
-    pub port: Option<u16>,
-    pub timeout_secs: Option<u32>,
+    pub(crate) port: Option<u16>,
+    pub(crate) timeout_secs: Option<u32>,
 }
 
 impl LoadRequest {
     /// Checks every option; touches the filesystem (the model folder) and nothing else.
-    pub fn check(&self) -> Result<LoadOptions> {
+    pub(crate) fn check(&self) -> Result<LoadOptions> {
         let context = self.context.unwrap_or(DEFAULT_CONTEXT);
         if !(MIN_CONTEXT..=MAX_CONTEXT).contains(&context) {
             return Err(EngineError::InvalidOption {
@@ -193,7 +193,7 @@ impl LoadRequest {
 
 /// The model folder must be an absolute or relative path to a readable folder holding a
 /// readable regular `config.json`. Returns the resolved path.
-pub fn check_model_folder(path: &Path) -> Result<PathBuf> {
+pub(crate) fn check_model_folder(path: &Path) -> Result<PathBuf> {
     let shown = path.display().to_string();
     let fail = |reason: String| EngineError::ModelFolder {
         path: shown.clone(),

@@ -48,19 +48,19 @@ use crate::models::hub::{self, HubEnv, HubError, Progress, PullOptions};
 use crate::models::id::{CommitId, HubModelId, Revision};
 
 /// Port attempts on a collision.
-pub const PORT_ATTEMPTS: u32 = 3;
+pub(crate) const PORT_ATTEMPTS: u32 = 3;
 /// Readiness poll interval.
-pub const POLL: Duration = Duration::from_secs(1);
+pub(crate) const POLL: Duration = Duration::from_secs(1);
 /// Crash monitor interval.
-pub const MONITOR: Duration = Duration::from_secs(2);
+pub(crate) const MONITOR: Duration = Duration::from_secs(2);
 /// `docker stop` grace (the watchdog's kill grace is the same).
-pub const STOP_GRACE: Duration = Duration::from_secs(10);
+pub(crate) const STOP_GRACE: Duration = Duration::from_secs(10);
 /// The dedicated network engines run on (inter-container traffic off).
-pub const NETWORK: &str = "enginekit-engines";
+pub(crate) const NETWORK: &str = "enginekit-engines";
 
 /// The readiness timeout of `engine` when none is asked for: vLLM 10 min, TensorRT-LLM 15 min
 /// (placeholders until measured on real checkpoints, as in the reference).
-pub fn default_timeout(engine: KnownEngine) -> Duration {
+pub(crate) fn default_timeout(engine: KnownEngine) -> Duration {
     match engine {
         KnownEngine::Vllm => Duration::from_secs(600),
         KnownEngine::TensorrtLlm => Duration::from_secs(900),
@@ -70,7 +70,7 @@ pub fn default_timeout(engine: KnownEngine) -> Duration {
 /// What a load reports as it goes.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "event", rename_all = "kebab-case")]
-pub enum LoadEvent {
+pub(crate) enum LoadEvent {
     /// The card chosen (and the requested one it replaces, if any); for a tensor-parallel
     /// group, its first card, the others in `more_gpus`.
     Gpu {
@@ -118,14 +118,15 @@ pub enum LoadEvent {
 
 /// A ready engine and the heartbeat that keeps it alive.
 #[derive(Debug)]
-pub struct Loaded {
-    pub record: SessionRecord,
-    pub ticker: Ticker,
+pub(crate) struct Loaded {
+    pub(crate) record: SessionRecord,
+    /// Held, not read: dropping it stops the heartbeat, and the watchdog then stops the engine.
+    pub(crate) _heartbeat: Ticker,
 }
 
 /// How a monitored engine ended.
 #[derive(Debug)]
-pub enum MonitorEnd {
+pub(crate) enum MonitorEnd {
     /// Its session was stopped by someone else (`enginekit stop`, an eviction).
     StoppedElsewhere,
     /// The engine died; classified from the tail of its log; what was left is cleaned.
@@ -136,17 +137,17 @@ pub enum MonitorEnd {
 
 /// One listed session with what Docker says now.
 #[derive(Debug, Clone, Serialize)]
-pub struct SessionView {
+pub(crate) struct SessionView {
     #[serde(flatten)]
-    pub record: SessionRecord,
-    pub owner_alive: bool,
+    pub(crate) record: SessionRecord,
+    pub(crate) owner_alive: bool,
     /// `running`, `exited`, …, or `absent`.
-    pub container_status: String,
+    pub(crate) container_status: String,
 }
 
 /// The engine runtime of one broker process.
 #[derive(Debug)]
-pub struct Runtime {
+pub(crate) struct Runtime {
     docker: OnceCell<Docker>,
     route: DockerRoute,
     /// The user's rootless Podman, for engines installed there.
@@ -157,7 +158,7 @@ pub struct Runtime {
     installations: Installations,
     data_dir: PathBuf,
     owner: Owner,
-    pub watchdog: watchdog::Settings,
+    pub(crate) watchdog: watchdog::Settings,
 }
 
 /// How long the hub may say nothing, sizing or pulling a model for a load.
@@ -337,7 +338,7 @@ fn is_port_collision(err: &DockerError) -> bool {
 impl Runtime {
     /// Opens the stores under the user's state and data folders; connects to Docker only when
     /// a load or a stop needs it (so refusals come before any Docker call).
-    pub fn open(owner: Owner) -> Result<Runtime> {
+    pub(crate) fn open(owner: Owner) -> Result<Runtime> {
         let state = crate::paths::state_root().map_err(|e| EngineError::Io {
             what: "finding the state folder",
             path: String::new(),
@@ -373,7 +374,7 @@ impl Runtime {
         })
     }
 
-    pub fn sessions(&self) -> &Sessions {
+    pub(crate) fn sessions(&self) -> &Sessions {
         &self.sessions
     }
 
@@ -389,7 +390,7 @@ impl Runtime {
 
     /// Stops what dead broker processes left (journal reconcile) and forgets sessions whose
     /// owner is gone and whose container is no longer recorded.
-    pub async fn reconcile(&self) -> Result<()> {
+    pub(crate) async fn reconcile(&self) -> Result<()> {
         // The runtimes engines are installed in (Docker's when none is): reaching Podman may
         // start its service, and a user on Podman alone may have no access to Docker's socket.
         let mut runtimes: Vec<ContainerRuntime> = self
@@ -449,7 +450,7 @@ impl Runtime {
 
     /// Confirmed stop of a session: stop and remove its recorded container, then drop the
     /// record (the reservation) and its heartbeat folder. Unconfirmed keeps both and says so.
-    pub async fn stop_session(&self, record: &SessionRecord) -> Result<()> {
+    pub(crate) async fn stop_session(&self, record: &SessionRecord) -> Result<()> {
         let docker = self.docker(record.runtime).await?;
         let mut stopping = record.clone();
         if stopping.state != SessionState::StopUnconfirmed {
@@ -490,13 +491,13 @@ impl Runtime {
     }
 
     /// Stops the session `name` (confirmed).
-    pub async fn unload(&self, name: &str) -> Result<()> {
+    pub(crate) async fn unload(&self, name: &str) -> Result<()> {
         let record = self.session(name)?;
         self.stop_session(&record).await
     }
 
     /// Every session with its owner's and its container's state.
-    pub async fn list(&self) -> Result<Vec<SessionView>> {
+    pub(crate) async fn list(&self) -> Result<Vec<SessionView>> {
         let mut out = Vec::new();
         for record in self.sessions.list() {
             let docker = self.docker(record.runtime).await?;
@@ -528,7 +529,11 @@ impl Runtime {
     }
 
     /// The bounded log of session `name`: all of it within the budget when `tail` is `None`.
-    pub async fn logs(&self, name: &str, tail: Option<u32>) -> Result<crate::docker::BoundedLogs> {
+    pub(crate) async fn logs(
+        &self,
+        name: &str,
+        tail: Option<u32>,
+    ) -> Result<crate::docker::BoundedLogs> {
         let record = self.session(name)?;
         let docker = self.docker(record.runtime).await?;
         let key = record.container_id.unwrap_or(record.container_name);
@@ -537,7 +542,7 @@ impl Runtime {
 
     /// Follows session `name`'s log from its last `tail` lines, calling `out` per chunk, until
     /// the container ends or `cancel` fires.
-    pub async fn follow_logs(
+    pub(crate) async fn follow_logs(
         &self,
         name: &str,
         tail: u32,
@@ -659,7 +664,7 @@ impl Runtime {
     }
 
     /// Whether `engine` has a ready installation, as `load` needs.
-    pub fn is_set_up(&self, engine: KnownEngine) -> bool {
+    pub(crate) fn is_set_up(&self, engine: KnownEngine) -> bool {
         self.ready_installation(engine).is_some()
     }
 
@@ -668,7 +673,7 @@ impl Runtime {
     /// cache. For a `start` that sets the engine up first, so the download runs while the helper
     /// installs; the load after it finds the snapshot and fetches nothing. A folder needs
     /// nothing. Cancel ends it at once, its partial files kept for a resume.
-    pub async fn prefetch(
+    pub(crate) async fn prefetch(
         &self,
         engine: KnownEngine,
         request: &LoadRequest,
@@ -692,7 +697,7 @@ impl Runtime {
     }
 
     /// Loads `engine` with `request`; returns once `/health` answers 200.
-    pub async fn load(
+    pub(crate) async fn load(
         &self,
         engine: KnownEngine,
         request: &LoadRequest,
@@ -862,7 +867,10 @@ impl Runtime {
             )
             .await;
         match result {
-            Ok(ticker) => Ok(Loaded { record, ticker }),
+            Ok(ticker) => Ok(Loaded {
+                record,
+                _heartbeat: ticker,
+            }),
             Err(err) => {
                 // Tear down what this load created; an unconfirmed stop keeps the reservation.
                 let cleaned = self.stop_session(&record).await;
@@ -1095,7 +1103,11 @@ impl Runtime {
 
     /// Watches a ready engine until it ends, its session is stopped elsewhere, or `cancel`
     /// fires. A death is classified from the log's tail, and what it left is cleaned.
-    pub async fn monitor(&self, loaded: &Loaded, cancel: &CancellationToken) -> Result<MonitorEnd> {
+    pub(crate) async fn monitor(
+        &self,
+        loaded: &Loaded,
+        cancel: &CancellationToken,
+    ) -> Result<MonitorEnd> {
         let docker = self.docker(loaded.record.runtime).await?;
         let engine: KnownEngine =
             loaded

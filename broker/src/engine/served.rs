@@ -14,24 +14,24 @@ use crate::models::id::{CommitId, HubModelId};
 
 /// A model served from the hub cache: which repository, at which commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HubServed {
-    pub repo: HubModelId,
-    pub commit: CommitId,
+pub(crate) struct HubServed {
+    pub(crate) repo: HubModelId,
+    pub(crate) commit: CommitId,
 }
 
 /// The mount of a load's model and the engine's path to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServedModel {
+pub(crate) struct ServedModel {
     /// The host folder mounted read-only at [`MODEL_MOUNT`].
-    pub mount_source: PathBuf,
+    pub(crate) mount_source: PathBuf,
     /// The model inside that folder (`snapshots/<commit>`); `None` when it is the folder itself.
     inside: Option<PathBuf>,
-    pub hub: Option<HubServed>,
+    pub(crate) hub: Option<HubServed>,
 }
 
 impl ServedModel {
     /// A checked model folder (`options::check_model_folder`), mounted as it is.
-    pub fn folder(dir: &Path) -> ServedModel {
+    pub(crate) fn folder(dir: &Path) -> ServedModel {
         ServedModel {
             mount_source: dir.to_path_buf(),
             inside: None,
@@ -42,7 +42,7 @@ impl ServedModel {
     /// A checked folder; one that is a snapshot of a hub cache (`…/models--ORG--NAME/
     /// snapshots/<commit>`, given by path) is served as a snapshot, since a mount of the
     /// snapshot alone would leave its `../../blobs` links dangling in the container.
-    pub fn folder_or_snapshot(dir: &Path) -> Result<ServedModel> {
+    pub(crate) fn folder_or_snapshot(dir: &Path) -> Result<ServedModel> {
         match snapshot_of(dir) {
             Some((repo, snapshot)) => ServedModel::snapshot(&repo, &snapshot),
             None => Ok(ServedModel::folder(dir)),
@@ -51,7 +51,7 @@ impl ServedModel {
 
     /// A snapshot of the hub cache: every entry must be a relative link into the model's own
     /// `blobs/` that resolves there (not into the cache-wide Xet store, which is not mounted).
-    pub fn snapshot(repo: &RepoDir, snapshot: &Snapshot) -> Result<ServedModel> {
+    pub(crate) fn snapshot(repo: &RepoDir, snapshot: &Snapshot) -> Result<ServedModel> {
         let model_folder = |reason: String| EngineError::ModelFolder {
             path: snapshot.dir.display().to_string(),
             reason,
@@ -73,7 +73,7 @@ impl ServedModel {
     }
 
     /// The model's folder on the host (what the session record names).
-    pub fn host_dir(&self) -> PathBuf {
+    pub(crate) fn host_dir(&self) -> PathBuf {
         match &self.inside {
             Some(inside) => self.mount_source.join(inside),
             None => self.mount_source.clone(),
@@ -81,7 +81,7 @@ impl ServedModel {
     }
 
     /// The model's folder as the engine sees it in the container.
-    pub fn engine_path(&self) -> String {
+    pub(crate) fn engine_path(&self) -> String {
         match &self.inside {
             Some(inside) => format!("{MODEL_MOUNT}/{}", inside.display()),
             None => MODEL_MOUNT.to_owned(),

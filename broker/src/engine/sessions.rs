@@ -16,7 +16,7 @@ use super::error::{EngineError, Result};
 /// Where a session is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum SessionState {
+pub(crate) enum SessionState {
     Loading,
     Ready,
     Stopping,
@@ -24,7 +24,7 @@ pub enum SessionState {
 }
 
 impl SessionState {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             SessionState::Loading => "loading",
             SessionState::Ready => "ready",
@@ -37,7 +37,7 @@ impl SessionState {
 /// Who keeps a session's heartbeat, and so its engine, alive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Owner {
+pub(crate) enum Owner {
     /// An `enginekit start` process in a terminal.
     Cli,
     /// The session service (`enginekit serve`).
@@ -47,49 +47,49 @@ pub enum Owner {
 /// One session on disk.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SessionRecord {
-    pub name: String,
-    pub engine: String,
-    pub descriptor_id: String,
-    pub image: String,
+pub(crate) struct SessionRecord {
+    pub(crate) name: String,
+    pub(crate) engine: String,
+    pub(crate) descriptor_id: String,
+    pub(crate) image: String,
     /// The card, or the first card of a tensor-parallel group.
-    pub gpu: String,
+    pub(crate) gpu: String,
     /// The rest of a tensor-parallel group; empty (and not written) for one card, so a one-card
     /// record reads as it always did.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub more_gpus: Vec<String>,
-    pub container_name: String,
-    pub container_id: Option<String>,
-    pub host_port: Option<u16>,
-    pub base_url: Option<String>,
-    pub model_dir: PathBuf,
+    pub(crate) more_gpus: Vec<String>,
+    pub(crate) container_name: String,
+    pub(crate) container_id: Option<String>,
+    pub(crate) host_port: Option<u16>,
+    pub(crate) base_url: Option<String>,
+    pub(crate) model_dir: PathBuf,
     /// The hub repository (`org/name`) of a model served from the hub cache; not written for
     /// a folder, so such a record reads as it always did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model_repo: Option<String>,
+    pub(crate) model_repo: Option<String>,
     /// The commit of that repository that is served (what `model_dir` is a snapshot of).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model_commit: Option<String>,
-    pub context: u32,
-    pub heartbeat_dir: PathBuf,
-    pub owner: Owner,
-    pub owner_pid: u32,
-    pub state: SessionState,
-    pub created_at: String,
+    pub(crate) model_commit: Option<String>,
+    pub(crate) context: u32,
+    pub(crate) heartbeat_dir: PathBuf,
+    pub(crate) owner: Owner,
+    pub(crate) owner_pid: u32,
+    pub(crate) state: SessionState,
+    pub(crate) created_at: String,
     /// The runtime its container lives in (Docker when not written).
     #[serde(default, skip_serializing_if = "ContainerRuntime::is_docker")]
-    pub runtime: ContainerRuntime,
+    pub(crate) runtime: ContainerRuntime,
 }
 
 impl SessionRecord {
     /// Every card this session holds.
-    pub fn gpus(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn gpus(&self) -> impl Iterator<Item = &str> {
         std::iter::once(self.gpu.as_str()).chain(self.more_gpus.iter().map(String::as_str))
     }
 
     /// Whether the owning process still runs (a recycled pid can make this a false "alive";
     /// the container state is checked as well before anything is called stale).
-    pub fn owner_alive(&self) -> bool {
+    pub(crate) fn owner_alive(&self) -> bool {
         let Ok(pid) = i32::try_from(self.owner_pid) else {
             return false;
         };
@@ -99,13 +99,13 @@ impl SessionRecord {
 
 /// The session folder.
 #[derive(Debug, Clone)]
-pub struct Sessions {
+pub(crate) struct Sessions {
     dir: PathBuf,
 }
 
 /// An exclusive hold on the claim lock; released on drop.
 #[derive(Debug)]
-pub struct ClaimLock {
+pub(crate) struct ClaimLock {
     _lock: nix::fcntl::Flock<fs::File>,
 }
 
@@ -119,7 +119,7 @@ fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> 
 
 impl Sessions {
     /// Opens (creating, mode 0700) `<state_dir>/engine/sessions`.
-    pub fn open(state_dir: &Path) -> Result<Sessions> {
+    pub(crate) fn open(state_dir: &Path) -> Result<Sessions> {
         let dir = state_dir.join("engine").join("sessions");
         enginekit_shared::durable::ensure_private_dir(&dir)
             .map_err(io("creating the session folder", &dir))?;
@@ -131,7 +131,7 @@ impl Sessions {
     }
 
     /// Takes the claim lock (blocking).
-    pub fn lock(&self) -> Result<ClaimLock> {
+    pub(crate) fn lock(&self) -> Result<ClaimLock> {
         let path = self.dir.with_file_name("lock");
         let file = fs::OpenOptions::new()
             .create(true)
@@ -144,13 +144,13 @@ impl Sessions {
         Ok(ClaimLock { _lock: lock })
     }
 
-    pub fn get(&self, name: &str) -> Option<SessionRecord> {
+    pub(crate) fn get(&self, name: &str) -> Option<SessionRecord> {
         let bytes = fs::read(self.path(name)).ok()?;
         serde_json::from_slice(&bytes).ok()
     }
 
     /// Every readable record, by name.
-    pub fn list(&self) -> Vec<SessionRecord> {
+    pub(crate) fn list(&self) -> Vec<SessionRecord> {
         let Ok(entries) = fs::read_dir(&self.dir) else {
             return Vec::new();
         };
@@ -163,7 +163,7 @@ impl Sessions {
         out
     }
 
-    pub fn put(&self, record: &SessionRecord) -> Result<()> {
+    pub(crate) fn put(&self, record: &SessionRecord) -> Result<()> {
         let path = self.path(&record.name);
         let mut text = serde_json::to_vec_pretty(record).map_err(|e| EngineError::Io {
             what: "encoding the session record",
@@ -175,7 +175,7 @@ impl Sessions {
             .map_err(io("writing the session record", &path))
     }
 
-    pub fn remove(&self, name: &str) -> Result<()> {
+    pub(crate) fn remove(&self, name: &str) -> Result<()> {
         let path = self.path(name);
         match enginekit_shared::durable::remove_durable(&path) {
             Ok(()) => Ok(()),

@@ -14,33 +14,34 @@ use crate::models::fit::{self, CardMemory, ModelNeeds, Placement};
 
 /// What the check decided for a load that fits.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Sizing {
+pub(crate) struct Sizing {
     /// The card it fits (the asked one, else the one with the longest context), or the
     /// tensor-parallel group that holds it when no card alone does. Never empty.
-    pub gpus: Vec<GpuUuid>,
+    pub(crate) gpus: Vec<GpuUuid>,
     /// The context to pass when none was asked: the longest that fits.
-    pub context: Option<u32>,
+    pub(crate) context: Option<u32>,
     /// `--gpu-memory-utilization` in hundredths, fitted to the free memory of the tightest card.
-    pub utilization_pct: u64,
+    pub(crate) utilization_pct: u64,
     /// The longest context that fits the card (or the group).
-    pub max_context: u64,
+    pub(crate) max_context: u64,
 }
 
 impl Sizing {
     /// The utilization as the engine takes it (0.81 for 81).
-    pub fn memory_fraction(&self) -> f64 {
+    pub(crate) fn memory_fraction(&self) -> f64 {
         self.utilization_pct as f64 / 100.0
     }
 
     /// `--tensor-parallel-size`: the number of cards.
-    pub fn tensor_parallel(&self) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn tensor_parallel(&self) -> u32 {
         u32::try_from(self.gpus.len()).unwrap_or(u32::MAX)
     }
 }
 
 /// The check's verdict.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Fits(Sizing),
     /// Surely fits no card: MODEL_DOES_NOT_FIT with the figures.
     DoesNotFit(Box<CodedError>),
@@ -51,7 +52,7 @@ pub enum Verdict {
 }
 
 /// Judges `needs` for the asked context on `cards` (only the requested card when it is present).
-pub fn decide(
+pub(crate) fn decide(
     needs: &ModelNeeds,
     asked: Option<u32>,
     cards: &[CardMemory],

@@ -8,7 +8,7 @@ use crate::documents::descriptor::KnownEngine;
 /// Where a load is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Stage {
+pub(crate) enum Stage {
     /// Container created and started; nothing recognised in the log yet.
     Starting,
     /// The engine reads the checkpoint.
@@ -24,7 +24,7 @@ pub enum Stage {
 }
 
 impl Stage {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Stage::Starting => "starting",
             Stage::LoadingWeights => "loading-weights",
@@ -72,25 +72,29 @@ fn markers(engine: KnownEngine) -> &'static [(&'static str, Stage)] {
 
 /// The stage a load has reached; never goes back.
 #[derive(Debug, Clone)]
-pub struct StageTracker {
+pub(crate) struct StageTracker {
     engine: KnownEngine,
     stage: Stage,
 }
 
 impl StageTracker {
-    pub fn new(engine: KnownEngine) -> StageTracker {
+    pub(crate) fn new(engine: KnownEngine) -> StageTracker {
         StageTracker {
             engine,
             stage: Stage::Starting,
         }
     }
 
-    pub fn stage(&self) -> Stage {
+    #[cfg(test)]
+    fn stage(&self) -> Stage {
         self.stage
     }
 
     /// Reads lines; returns the new stage when it moved forward.
-    pub fn observe<'a>(&mut self, lines: impl IntoIterator<Item = &'a str>) -> Option<Stage> {
+    pub(crate) fn observe<'a>(
+        &mut self,
+        lines: impl IntoIterator<Item = &'a str>,
+    ) -> Option<Stage> {
         let before = self.stage;
         for line in lines {
             for (marker, stage) in markers(self.engine) {
@@ -103,7 +107,7 @@ impl StageTracker {
     }
 
     /// `/health` answered: ready.
-    pub fn ready(&mut self) {
+    pub(crate) fn ready(&mut self) {
         self.stage = Stage::Ready;
     }
 }

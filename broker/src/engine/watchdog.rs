@@ -12,9 +12,9 @@ use super::error::{EngineError, Result};
 /// The script, byte for byte what the container runs.
 pub const SCRIPT: &str = include_str!("watchdog.sh");
 /// Its file name in the watchdog folder.
-pub const SCRIPT_NAME: &str = "enginekit-watchdog.sh";
+pub(crate) const SCRIPT_NAME: &str = "enginekit-watchdog.sh";
 /// The heartbeat file's name in the per-load heartbeat folder.
-pub const HEARTBEAT_NAME: &str = "heartbeat";
+pub(crate) const HEARTBEAT_NAME: &str = "heartbeat";
 /// Exit status: malformed settings, the engine was not started.
 pub const EXIT_MALFORMED: i64 = 96;
 /// Exit status: the heartbeat went stale and the engine was stopped.
@@ -22,10 +22,10 @@ pub const EXIT_STALE: i64 = 97;
 
 /// The watchdog's timing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Settings {
-    pub stale_limit: Duration,
-    pub poll: Duration,
-    pub kill_grace: Duration,
+pub(crate) struct Settings {
+    pub(crate) stale_limit: Duration,
+    pub(crate) poll: Duration,
+    pub(crate) kill_grace: Duration,
 }
 
 impl Default for Settings {
@@ -41,7 +41,7 @@ impl Default for Settings {
 
 impl Settings {
     /// The container environment that configures the script.
-    pub fn env(&self) -> Vec<(String, String)> {
+    pub(crate) fn env(&self) -> Vec<(String, String)> {
         let secs = |d: Duration| d.as_secs().max(1).to_string();
         vec![
             (
@@ -65,13 +65,14 @@ impl Settings {
 
     /// How long after the last beat the engine is certainly stopped: the stale limit plus one
     /// poll, plus the kill grace.
-    pub fn worst_case_end(&self) -> Duration {
+    #[cfg(test)]
+    fn worst_case_end(&self) -> Duration {
         self.stale_limit + self.poll + self.kill_grace
     }
 }
 
 /// The container entrypoint: the script under `/bin/sh` (no exec bit needed on the mount).
-pub fn entrypoint() -> Vec<String> {
+pub(crate) fn entrypoint() -> Vec<String> {
     vec![
         "/bin/sh".to_owned(),
         format!("{WATCHDOG_MOUNT}/{SCRIPT_NAME}"),
@@ -81,7 +82,7 @@ pub fn entrypoint() -> Vec<String> {
 /// Writes the script into `dir` (mode 0555) unless an identical regular file of that mode is
 /// there: a temporary file created exclusively, then renamed over the target (a symlink or a
 /// changed file is replaced). Returns the script's path.
-pub fn install(dir: &Path) -> Result<PathBuf> {
+pub(crate) fn install(dir: &Path) -> Result<PathBuf> {
     let io = |what: &'static str, path: &Path| {
         let path = path.display().to_string();
         move |e: std::io::Error| EngineError::Io {

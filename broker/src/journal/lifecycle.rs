@@ -28,7 +28,7 @@ pub enum LifecycleError {
 
 impl LifecycleError {
     /// Whether the container under the record's name is not ours (it was left alone).
-    pub fn is_identity_mismatch(&self) -> bool {
+    pub(crate) fn is_identity_mismatch(&self) -> bool {
         matches!(
             self,
             LifecycleError::Docker(DockerError::IdentityMismatch { .. })
@@ -36,7 +36,7 @@ impl LifecycleError {
     }
 
     /// The error a client sees.
-    pub fn to_coded(&self) -> CodedError {
+    pub(crate) fn to_coded(&self) -> CodedError {
         match self {
             LifecycleError::Docker(err) => err.to_coded(),
             LifecycleError::Journal(err) => {
@@ -51,7 +51,7 @@ type Result<T, E = LifecycleError> = std::result::Result<T, E>;
 /// A started, journalled container.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RunningContainer {
-    pub name: ContainerName,
+    pub(crate) name: ContainerName,
     pub id: String,
     /// The host port on 127.0.0.1, when the spec publishes one.
     pub host_port: Option<u16>,

@@ -15,14 +15,14 @@ use super::record::InstanceId;
 
 /// A held instance lock; released on drop.
 #[derive(Debug)]
-pub struct InstanceLock {
+pub(crate) struct InstanceLock {
     path: PathBuf,
     _lock: Flock<File>,
 }
 
 /// Trying another instance's lock.
 #[derive(Debug)]
-pub enum Probe {
+pub(crate) enum Probe {
     /// Its process is alive: it holds the lock.
     Alive,
     /// Dead: we now hold its lock (so no second reconciler works on it at once).
@@ -31,12 +31,12 @@ pub enum Probe {
 
 impl InstanceLock {
     /// Path of `instance`'s lock file under `dir`.
-    pub fn path_for(dir: &Path, instance: &InstanceId) -> PathBuf {
+    pub(crate) fn path_for(dir: &Path, instance: &InstanceId) -> PathBuf {
         dir.join(format!("{instance}.lock"))
     }
 
     /// Takes the lock without waiting; `Ok(None)` when someone else holds it.
-    pub fn try_take(dir: &Path, instance: &InstanceId) -> io::Result<Option<InstanceLock>> {
+    pub(crate) fn try_take(dir: &Path, instance: &InstanceId) -> io::Result<Option<InstanceLock>> {
         let path = Self::path_for(dir, instance);
         let file = OpenOptions::new()
             .read(true)
@@ -53,7 +53,7 @@ impl InstanceLock {
     }
 
     /// Whether `instance` is alive; when dead, returns its lock, now held by us.
-    pub fn probe(dir: &Path, instance: &InstanceId) -> io::Result<Probe> {
+    pub(crate) fn probe(dir: &Path, instance: &InstanceId) -> io::Result<Probe> {
         Ok(match Self::try_take(dir, instance)? {
             Some(lock) => Probe::Dead(lock),
             None => Probe::Alive,
@@ -61,7 +61,7 @@ impl InstanceLock {
     }
 
     /// Drops a dead instance's lock file once nothing of it is left (we hold the lock).
-    pub fn retire(self) -> io::Result<()> {
+    pub(crate) fn retire(self) -> io::Result<()> {
         enginekit_shared::durable::remove_durable(&self.path)
     }
 }

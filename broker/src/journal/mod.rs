@@ -6,19 +6,20 @@
 //! remove) and `containers/instances/<instance>.lock` (held by each live broker instance).
 //! The journal is the only authority for "this container is ours"; labels only help discovery.
 
-pub mod lifecycle;
-pub mod lock;
+pub(crate) mod lifecycle;
+pub(crate) mod lock;
 pub mod reconcile;
-pub mod record;
+pub(crate) mod record;
 
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+pub use crate::docker::names::{ContainerName, InstanceId};
 pub use lifecycle::{identity_mismatch, LifecycleError, RunningContainer};
-pub use lock::InstanceLock;
+pub(crate) use lock::InstanceLock;
 pub use reconcile::{reconcile, ReconcileLimits, ReconcileReport};
-pub use record::{ContainerName, ContainerRecord, InstanceId, RECORD_VERSION};
+pub use record::{ContainerRecord, RECORD_VERSION};
 
 use enginekit_shared::error::ErrorCode;
 
@@ -48,7 +49,7 @@ pub enum JournalError {
 }
 
 impl JournalError {
-    pub fn code(&self) -> ErrorCode {
+    pub(crate) fn code(&self) -> ErrorCode {
         match self {
             JournalError::InstanceInUse { .. } => ErrorCode::OperationConflict,
             JournalError::Io { .. } => ErrorCode::IoError,
@@ -69,16 +70,16 @@ fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) ->
 /// A file in the journal directory that is not a readable record. Kept on disk and reported,
 /// never silently dropped.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct UnreadableRecord {
-    pub path: PathBuf,
-    pub reason: String,
+pub(crate) struct UnreadableRecord {
+    pub(crate) path: PathBuf,
+    pub(crate) reason: String,
 }
 
 /// Everything on disk.
 #[derive(Debug, Clone, Default)]
 pub struct Listing {
     pub records: Vec<ContainerRecord>,
-    pub unreadable: Vec<UnreadableRecord>,
+    pub(crate) unreadable: Vec<UnreadableRecord>,
 }
 
 /// The journal of one broker instance. Holding it holds the instance lock.
@@ -122,7 +123,7 @@ impl Journal {
     }
 
     /// The directory instance locks live in.
-    pub fn locks_dir(&self) -> PathBuf {
+    pub(crate) fn locks_dir(&self) -> PathBuf {
         self.dir.join("instances")
     }
 
@@ -255,7 +256,7 @@ fn create_private_dir(dir: &Path) -> Result<(), JournalError> {
 }
 
 /// The current time as RFC 3339 (UTC), for `created_at`.
-pub fn now_rfc3339() -> String {
+pub(crate) fn now_rfc3339() -> String {
     time::OffsetDateTime::now_utc()
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_else(|_| "1970-01-01T00:00:00Z".to_owned())

@@ -43,9 +43,9 @@ impl Default for ReconcileLimits {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ReconciledRecord {
     pub name: String,
-    pub container_id: Option<String>,
+    pub(crate) container_id: Option<String>,
     pub instance: String,
-    pub engine: String,
+    pub(crate) engine: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
@@ -66,8 +66,8 @@ impl ReconciledRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct UnrecordedContainer {
     pub id: String,
-    pub name: String,
-    pub image: String,
+    pub(crate) name: String,
+    pub(crate) image: String,
     pub instance_label: Option<String>,
 }
 
@@ -87,9 +87,9 @@ pub struct ReconcileReport {
     /// Labelled containers without a record (reported only).
     pub unrecorded: Vec<UnrecordedContainer>,
     /// Journal files that could not be read (kept on disk).
-    pub unreadable: Vec<UnreadableRecord>,
+    pub(crate) unreadable: Vec<UnreadableRecord>,
     /// Why the labelled-container discovery failed, if it did.
-    pub discovery_error: Option<String>,
+    pub(crate) discovery_error: Option<String>,
 }
 
 enum Outcome {

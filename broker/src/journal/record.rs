@@ -5,15 +5,15 @@ use enginekit_shared::image::ImageRef;
 use enginekit_shared::wire::plan::Runtime;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-pub use crate::docker::names::{validate_label_value, BadValue, ContainerName, InstanceId};
+pub(crate) use crate::docker::names::{validate_label_value, BadValue, ContainerName, InstanceId};
 
 /// Image references travel as `repo@sha256:…` text.
 mod image_text {
     use super::*;
-    pub fn serialize<S: Serializer>(image: &ImageRef, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(image: &ImageRef, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&image.to_string())
     }
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<ImageRef, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<ImageRef, D::Error> {
         let text = String::deserialize(d)?;
         ImageRef::parse(&text).map_err(serde::de::Error::custom)
     }
@@ -51,7 +51,7 @@ pub const RECORD_VERSION: u32 = 1;
 
 impl ContainerRecord {
     /// Checks what a file could have tampered with beyond the typed fields.
-    pub fn validate(&self) -> Result<(), BadValue> {
+    pub(crate) fn validate(&self) -> Result<(), BadValue> {
         if self.version != RECORD_VERSION {
             return Err(BadValue {
                 what: "record version",

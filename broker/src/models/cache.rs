@@ -57,7 +57,7 @@ pub enum CacheError {
 }
 
 impl CacheError {
-    pub fn code(&self) -> ErrorCode {
+    pub(crate) fn code(&self) -> ErrorCode {
         match self {
             CacheError::NotCached { .. } => ErrorCode::ModelNotFound,
             CacheError::Locked { .. } => ErrorCode::ResourceInUse,
@@ -67,7 +67,7 @@ impl CacheError {
         }
     }
 
-    pub fn to_coded(&self) -> CodedError {
+    pub(crate) fn to_coded(&self) -> CodedError {
         CodedError::new(self.code(), self.to_string())
     }
 
@@ -84,7 +84,7 @@ pub struct HubCache {
 }
 
 /// `HF_HOME`: `$XDG_CACHE_HOME/huggingface`, else `~/.cache/huggingface`.
-pub fn hf_home(var: &dyn Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
+pub(crate) fn hf_home(var: &dyn Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
     let set = |name: &str| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
     set("HF_HOME")
         .or_else(|| set("XDG_CACHE_HOME").map(|x| x.join("huggingface")))
@@ -98,7 +98,7 @@ impl HubCache {
 
     /// `HF_HUB_CACHE`, else the older `HUGGINGFACE_HUB_CACHE`, else `$HF_HOME/hub`
     /// (huggingface_hub 2.4 `constants.py`).
-    pub fn locate(var: &dyn Fn(&str) -> Option<OsString>) -> Result<Self, CacheError> {
+    pub(crate) fn locate(var: &dyn Fn(&str) -> Option<OsString>) -> Result<Self, CacheError> {
         for name in ["HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"] {
             if let Some(dir) = var(name).filter(|v| !v.is_empty()) {
                 return Ok(HubCache::at(dir));
@@ -110,15 +110,11 @@ impl HubCache {
     }
 
     /// The cache named by this process's environment.
-    pub fn from_env() -> Result<Self, CacheError> {
+    pub(crate) fn from_env() -> Result<Self, CacheError> {
         HubCache::locate(&|name| std::env::var_os(name))
     }
 
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
-    pub fn repo(&self, id: &HubModelId) -> RepoDir {
+    pub(crate) fn repo(&self, id: &HubModelId) -> RepoDir {
         RepoDir {
             id: id.clone(),
             dir: self.root.join(id.cache_folder()),
@@ -128,7 +124,7 @@ impl HubCache {
 
     /// Every model in the cache, by folder name order. Folders that are not models (datasets,
     /// spaces, foreign names) are passed over.
-    pub fn list(&self) -> Result<Vec<CachedModel>, CacheError> {
+    pub(crate) fn list(&self) -> Result<Vec<CachedModel>, CacheError> {
         let entries = match fs::read_dir(&self.root) {
             Ok(entries) => entries,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -153,19 +149,19 @@ impl HubCache {
 
 /// A model as the cache holds it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct CachedModel {
-    pub id: HubModelIdText,
+pub(crate) struct CachedModel {
+    pub(crate) id: HubModelIdText,
     /// Bytes of its blobs (each counted once, however many snapshots link it).
-    pub size: u64,
+    pub(crate) size: u64,
     /// Its refs: branch or tag → commit.
-    pub refs: Vec<(String, String)>,
+    pub(crate) refs: Vec<(String, String)>,
     /// The commits it has snapshots of.
-    pub commits: Vec<String>,
+    pub(crate) commits: Vec<String>,
 }
 
 /// The models as `enginekit models list --json` prints them and the bus's `Models` returns them:
 /// `{"models": [{model, size, commits, refs: [{name, commit}]}]}`, one shape for both.
-pub fn list_json(models: &[CachedModel]) -> serde_json::Value {
+pub(crate) fn list_json(models: &[CachedModel]) -> serde_json::Value {
     let items: Vec<_> = models
         .iter()
         .map(|m| {
@@ -181,13 +177,13 @@ pub fn list_json(models: &[CachedModel]) -> serde_json::Value {
 }
 
 /// A repository id as text, for output.
-pub type HubModelIdText = String;
+pub(crate) type HubModelIdText = String;
 
 /// A snapshot found in the cache: the commit and its folder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
-    pub commit: CommitId,
-    pub dir: PathBuf,
+    pub(crate) commit: CommitId,
+    pub(crate) dir: PathBuf,
 }
 
 /// One model's folder in the cache, and its lock folder.
@@ -199,28 +195,28 @@ pub struct RepoDir {
 }
 
 impl RepoDir {
-    pub fn id(&self) -> &HubModelId {
+    pub(crate) fn id(&self) -> &HubModelId {
         &self.id
     }
 
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 
-    pub fn blobs(&self) -> PathBuf {
+    pub(crate) fn blobs(&self) -> PathBuf {
         self.dir.join("blobs")
     }
 
-    pub fn blob(&self, blob: &BlobId) -> PathBuf {
+    pub(crate) fn blob(&self, blob: &BlobId) -> PathBuf {
         self.blobs().join(blob.as_str())
     }
 
     /// The partial download of a blob: a name that any later process finds again, so it resumes.
-    pub fn incomplete(&self, blob: &BlobId) -> PathBuf {
+    pub(crate) fn incomplete(&self, blob: &BlobId) -> PathBuf {
         self.blobs().join(format!("{}.incomplete", blob.as_str()))
     }
 
-    pub fn snapshot_dir(&self, commit: &CommitId) -> PathBuf {
+    pub(crate) fn snapshot_dir(&self, commit: &CommitId) -> PathBuf {
         self.dir.join("snapshots").join(commit.as_str())
     }
 
@@ -230,12 +226,12 @@ impl RepoDir {
             .fold(self.dir.join("refs"), |p, part| p.join(part))
     }
 
-    pub fn lock_path(&self, blob: &BlobId) -> PathBuf {
+    pub(crate) fn lock_path(&self, blob: &BlobId) -> PathBuf {
         self.locks.join(format!("{}.lock", blob.as_str()))
     }
 
     /// The commit a revision names, from the cache alone.
-    pub fn resolve(&self, revision: &Revision) -> Result<Option<CommitId>, CacheError> {
+    pub(crate) fn resolve(&self, revision: &Revision) -> Result<Option<CommitId>, CacheError> {
         match revision {
             Revision::Commit(c) => Ok(Some(c.clone())),
             Revision::Named(name) => {
@@ -256,7 +252,7 @@ impl RepoDir {
 
     /// The snapshot of a revision, if the cache has one whose every entry stays inside the
     /// model's folder and resolves.
-    pub fn lookup(&self, revision: &Revision) -> Result<Option<Snapshot>, CacheError> {
+    pub(crate) fn lookup(&self, revision: &Revision) -> Result<Option<Snapshot>, CacheError> {
         let Some(commit) = self.resolve(revision)? else {
             return Ok(None);
         };
@@ -270,14 +266,14 @@ impl RepoDir {
 
     /// Every entry of a snapshot: a folder, a regular file (a cache without links), or a
     /// relative link whose target, resolved by name, stays in this model's folder and exists.
-    pub fn check_snapshot(&self, dir: &Path) -> Result<(), CacheError> {
+    pub(crate) fn check_snapshot(&self, dir: &Path) -> Result<(), CacheError> {
         self.check_tree(dir, false)
     }
 
     /// [`Self::check_snapshot`], and more for a snapshot served from a mount of this model's
     /// folder alone: no blob may itself be a link (huggingface_hub 2.x's cache-wide Xet store
     /// lies outside the model's folder, so such a link would not resolve in the container).
-    pub fn check_self_contained(&self, dir: &Path) -> Result<(), CacheError> {
+    pub(crate) fn check_self_contained(&self, dir: &Path) -> Result<(), CacheError> {
         self.check_tree(dir, true)
     }
 
@@ -355,7 +351,7 @@ impl RepoDir {
     }
 
     /// Writes `refs/<name>` = commit, replacing it at once (a reader sees the old or the new).
-    pub fn write_ref(&self, name: &str, commit: &CommitId) -> Result<(), CacheError> {
+    pub(crate) fn write_ref(&self, name: &str, commit: &CommitId) -> Result<(), CacheError> {
         let path = self.ref_path(name);
         let parent = path.parent().unwrap_or(&self.dir);
         fs::create_dir_all(parent).map_err(CacheError::io("creating", parent))?;
@@ -366,7 +362,7 @@ impl RepoDir {
 
     /// Links `snapshots/<commit>/<file>` to `../../blobs/<blob>` (one more `../` per folder the
     /// file sits in), replacing an older link.
-    pub fn link(
+    pub(crate) fn link(
         &self,
         commit: &CommitId,
         file: &RepoFile,
@@ -403,7 +399,7 @@ impl RepoDir {
     }
 
     /// The lock of a blob if nobody holds it now.
-    pub fn try_lock(&self, blob: &BlobId) -> Result<Option<BlobLock>, CacheError> {
+    pub(crate) fn try_lock(&self, blob: &BlobId) -> Result<Option<BlobLock>, CacheError> {
         let (path, file) = self.open_lock(blob)?;
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(lock) => Ok(Some(BlobLock { _lock: lock })),
@@ -413,7 +409,7 @@ impl RepoDir {
     }
 
     /// Size, refs and snapshots.
-    pub fn describe(&self) -> Result<CachedModel, CacheError> {
+    pub(crate) fn describe(&self) -> Result<CachedModel, CacheError> {
         let mut size = 0;
         if let Ok(entries) = fs::read_dir(self.blobs()) {
             for entry in entries.flatten() {
@@ -448,7 +444,7 @@ impl RepoDir {
 
     /// Removes the model's folder. Refused while any of its blob locks is held (a pull in
     /// progress, ours or another program's); the locks are held during the removal.
-    pub fn remove(&self) -> Result<(), CacheError> {
+    pub(crate) fn remove(&self) -> Result<(), CacheError> {
         if !self.dir.exists() {
             return Err(CacheError::NotCached {
                 model: self.id.to_string(),
@@ -529,7 +525,7 @@ fn normalize(path: &Path) -> Option<PathBuf> {
 /// An exclusive `flock` on a blob's lock file (the lock huggingface_hub's `filelock` takes), held
 /// until dropped.
 #[derive(Debug)]
-pub struct BlobLock {
+pub(crate) struct BlobLock {
     _lock: Flock<File>,
 }
 

@@ -12,9 +12,9 @@ use super::{read_bounded, ModelError};
 
 /// The largest `config.json` read: real ones are a few KiB (a long `layer_types` list stays
 /// under 10 KiB); 4 MiB leaves room and still bounds a hostile file.
-pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
+pub(crate) const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
 /// The file name.
-pub const CONFIG_FILE: &str = "config.json";
+pub(crate) const CONFIG_FILE: &str = "config.json";
 
 /// Bounds past which a value is not a model but a mistake or an attack (the largest released
 /// models have ~130 layers, 128 heads, head size 256, positions in the low millions).
@@ -119,7 +119,7 @@ impl KvLayout {
 
     /// The KV heads that tensor parallelism splits (`None` for a latent cache, which is not
     /// split, and when not sized).
-    pub fn kv_heads(&self) -> Option<u64> {
+    pub(crate) fn kv_heads(&self) -> Option<u64> {
         match self {
             KvLayout::Heads { kv_heads, .. } => Some(*kv_heads),
             _ => None,
@@ -130,10 +130,10 @@ impl KvLayout {
 /// What memory depends on, read from `config.json`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelConfig {
-    pub model_type: Option<String>,
-    pub architectures: Vec<String>,
+    pub(crate) model_type: Option<String>,
+    pub(crate) architectures: Vec<String>,
     /// Query heads (tensor parallelism must divide them).
-    pub attention_heads: Option<u64>,
+    pub(crate) attention_heads: Option<u64>,
     /// The longest context the model was built for (`max_position_embeddings`).
     pub max_position_embeddings: Option<u64>,
     pub kv: KvLayout,
@@ -142,7 +142,7 @@ pub struct ModelConfig {
     /// Experts per MoE layer, when it is a mixture of experts.
     pub experts: Option<u64>,
     /// What the reader noticed and the figures do not show.
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// Reads `dir/config.json`, bounded.
@@ -159,7 +159,7 @@ pub fn read(dir: &Path) -> Result<ModelConfig, ModelError> {
 }
 
 /// Parses config bytes; `origin` names them in errors (a path, or a hub id later).
-pub fn parse(bytes: &[u8], origin: &str) -> Result<ModelConfig, ModelError> {
+pub(crate) fn parse(bytes: &[u8], origin: &str) -> Result<ModelConfig, ModelError> {
     let invalid = |reason: String| ModelError::InvalidConfig {
         path: origin.to_owned(),
         reason,

@@ -17,27 +17,27 @@ use crate::probe::facts::{Fact, Gpu};
 
 /// The utilization enginekit starts vLLM with (`engine::argv::LaunchParams::new`, 0.90; also
 /// the default of the vLLM the descriptor pins, v0.14.0's `CacheConfig.gpu_memory_utilization`).
-pub const ENGINE_UTILIZATION_PCT: u64 = 90;
+pub(crate) const ENGINE_UTILIZATION_PCT: u64 = 90;
 /// Free memory kept back when utilization is lowered to what is free: a desktop's compositor
 /// and browser grow and shrink their share between this check and vLLM's own.
-pub const FREE_MARGIN_BYTES: u64 = 512 * MIB;
+pub(crate) const FREE_MARGIN_BYTES: u64 = 512 * MIB;
 /// What vLLM holds besides weights and KV cache on one card: CUDA context and other non-torch
 /// memory, the activation peak of its profiling run, and CUDA graphs. vLLM's own memory profile
 /// of Llama-3-8B on an H100 (vllm-project/vllm PR #10511, 2024-12-14): non_torch_memory
 /// 1.79 GiB + PyTorch activation peak 1.26 GiB = 3.05 GiB; 3 GiB is that figure.
-pub const ENGINE_OVERHEAD_BYTES: u64 = 3 * GIB;
+pub(crate) const ENGINE_OVERHEAD_BYTES: u64 = 3 * GIB;
 /// The extra a card holds when it is one of several (NCCL buffers): the same profile at
 /// tensor parallelism 2 shows non_torch_memory 3.58 GiB, 1.79 GiB more than on one card.
-pub const TENSOR_PARALLEL_OVERHEAD_BYTES: u64 = 2 * GIB;
+pub(crate) const TENSOR_PARALLEL_OVERHEAD_BYTES: u64 = 2 * GIB;
 /// The shortest context worth starting when none is asked; `start` then passes the longest
 /// that fits as `--max-model-len`.
-pub const MIN_CONTEXT_WITHOUT_ASK: u64 = 2048;
+pub(crate) const MIN_CONTEXT_WITHOUT_ASK: u64 = 2048;
 /// vLLM allocates the KV cache in blocks of 16 tokens (`CacheConfig.block_size` default).
-pub const KV_BLOCK_TOKENS: u64 = 16;
+pub(crate) const KV_BLOCK_TOKENS: u64 = 16;
 /// The longest context reported, and the longest `start` accepts (`engine::options` takes it
 /// from here, so models depend on no engine code): 1 Mi tokens, the longest any engine here
 /// supports.
-pub const MAX_CONTEXT: u64 = 1 << 20;
+pub(crate) const MAX_CONTEXT: u64 = 1 << 20;
 
 const MIB: u64 = 1024 * 1024;
 const GIB: u64 = 1024 * MIB;
@@ -45,11 +45,11 @@ const GIB: u64 = 1024 * MIB;
 /// What the model needs, whatever it was read from (a folder today, the hub's small files later).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelNeeds {
-    pub weights_bytes: u64,
-    pub kv: KvLayout,
+    pub(crate) weights_bytes: u64,
+    pub(crate) kv: KvLayout,
     /// Query heads: tensor parallelism must divide them.
-    pub attention_heads: Option<u64>,
-    pub max_position_embeddings: Option<u64>,
+    pub(crate) attention_heads: Option<u64>,
+    pub(crate) max_position_embeddings: Option<u64>,
 }
 
 impl ModelNeeds {
@@ -77,7 +77,7 @@ pub struct CardMemory {
 
 impl CardMemory {
     /// The cards of the probe's facts, in its order.
-    pub fn from_probe(gpus: &[Gpu]) -> Vec<CardMemory> {
+    pub(crate) fn from_probe(gpus: &[Gpu]) -> Vec<CardMemory> {
         let known = |f: &Fact<u64>| match f {
             Fact::Known { value } => Some(*value),
             Fact::Unknown { .. } => None,
@@ -98,13 +98,13 @@ impl CardMemory {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Placement {
     /// The cards (one, or the tensor-parallel group).
-    pub cards: Vec<String>,
+    pub(crate) cards: Vec<String>,
     /// `--gpu-memory-utilization` in hundredths, fitted to free memory.
     pub utilization_pct: Option<u64>,
     /// The weights on each card (all of them, or 1/N of them).
-    pub weights_per_card_bytes: u64,
+    pub(crate) weights_per_card_bytes: u64,
     /// KV bytes per token on each card (`None` when not sized).
-    pub kv_cache_bytes_per_token: Option<u64>,
+    pub(crate) kv_cache_bytes_per_token: Option<u64>,
     /// What is left for the KV cache on the tightest card (0 when nothing is).
     pub kv_budget_bytes: Option<u64>,
     /// The longest context that fits (`None` when the KV cache is not sized or memory unknown).
@@ -112,11 +112,11 @@ pub struct Placement {
     /// Whether it fits; `None` when that cannot be told.
     pub fits: Option<bool>,
     /// Why `fits` is not true, in words.
-    pub why: Option<String>,
+    pub(crate) why: Option<String>,
 }
 
 impl Placement {
-    pub fn tensor_parallel(&self) -> usize {
+    pub(crate) fn tensor_parallel(&self) -> usize {
         self.cards.len()
     }
 }
@@ -125,7 +125,7 @@ impl Placement {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CardFit {
     #[serde(flatten)]
-    pub card: CardMemory,
+    pub(crate) card: CardMemory,
     #[serde(flatten)]
     pub placement: Placement,
 }
@@ -133,31 +133,31 @@ pub struct CardFit {
 /// The whole judgment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Judgment {
-    pub weights_bytes: u64,
+    pub(crate) weights_bytes: u64,
     /// KV bytes per token on one card (`null` when not sized).
-    pub kv_cache_bytes_per_token: Option<u64>,
+    pub(crate) kv_cache_bytes_per_token: Option<u64>,
     /// Why the KV cache is not sized.
-    pub kv_not_sized: Option<String>,
-    pub context_asked: Option<u64>,
+    pub(crate) kv_not_sized: Option<String>,
+    pub(crate) context_asked: Option<u64>,
     /// The context the verdict is for: the asked one, else [`MIN_CONTEXT_WITHOUT_ASK`].
-    pub context_needed: u64,
+    pub(crate) context_needed: u64,
     /// The KV cache at `context_needed` on one card.
-    pub kv_cache_bytes_at_context: Option<u64>,
-    pub engine_overhead_bytes: u64,
+    pub(crate) kv_cache_bytes_at_context: Option<u64>,
+    pub(crate) engine_overhead_bytes: u64,
     pub cards: Vec<CardFit>,
     /// Several cards together, when no single one fits and a group does.
-    pub tensor_parallel: Option<Placement>,
+    pub(crate) tensor_parallel: Option<Placement>,
 }
 
 impl Judgment {
     /// Fits on a card or a group (`false` when unknown).
-    pub fn fits(&self) -> bool {
+    pub(crate) fn fits(&self) -> bool {
         self.placement().is_some()
     }
 
     /// Where it would run: the fitting card with the longest context (then most free memory),
     /// else the tensor-parallel group.
-    pub fn placement(&self) -> Option<&Placement> {
+    pub(crate) fn placement(&self) -> Option<&Placement> {
         self.cards
             .iter()
             .filter(|c| c.placement.fits == Some(true))
@@ -205,7 +205,7 @@ pub fn judge(needs: &ModelNeeds, context: Option<u64>, cards: &[CardMemory]) -> 
 
 /// The utilization (hundredths) that free memory allows on a card: the engine's, or
 /// floor((free − margin) × 100 / total) when that is less.
-pub fn utilization_pct(total: u64, free: u64) -> u64 {
+pub(crate) fn utilization_pct(total: u64, free: u64) -> u64 {
     if total == 0 {
         return 0;
     }
@@ -325,13 +325,13 @@ fn place(needs: &ModelNeeds, context_needed: u64, group: &[&CardMemory]) -> Plac
 }
 
 /// Bytes as GiB with two decimals, as the reports print them.
-pub fn gib(bytes: u64) -> String {
+pub(crate) fn gib(bytes: u64) -> String {
     format!("{:.2} GiB", bytes as f64 / GIB as f64)
 }
 
 /// MODEL_DOES_NOT_FIT for a judgment that fits nowhere: the weights, the KV cache at the
 /// context judged, and per card its free memory and the longest context that would fit.
-pub fn does_not_fit(j: &Judgment) -> CodedError {
+pub(crate) fn does_not_fit(j: &Judgment) -> CodedError {
     let kv = match (j.kv_cache_bytes_at_context, &j.kv_not_sized) {
         (Some(bytes), _) => format!(
             "a KV cache of {} for {} tokens",

@@ -36,11 +36,11 @@ pub enum IdError {
 }
 
 impl IdError {
-    pub fn code(&self) -> ErrorCode {
+    pub(crate) fn code(&self) -> ErrorCode {
         ErrorCode::InvalidArgument
     }
 
-    pub fn to_coded(&self) -> CodedError {
+    pub(crate) fn to_coded(&self) -> CodedError {
         CodedError::new(self.code(), self.to_string())
     }
 }
@@ -84,21 +84,17 @@ impl HubModelId {
         })
     }
 
-    pub fn org(&self) -> &str {
-        &self.org
-    }
-
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
     /// The cache's folder name: `models--ORG--NAME`.
-    pub fn cache_folder(&self) -> String {
+    pub(crate) fn cache_folder(&self) -> String {
         format!("models--{}--{}", self.org, self.name)
     }
 
     /// The id back from a cache folder name, if it is one.
-    pub fn from_cache_folder(folder: &str) -> Option<Self> {
+    pub(crate) fn from_cache_folder(folder: &str) -> Option<Self> {
         let rest = folder.strip_prefix("models--")?;
         let (org, name) = rest.split_once("--")?;
         HubModelId::parse(&format!("{org}/{name}")).ok()
@@ -116,11 +112,11 @@ impl fmt::Display for HubModelId {
 pub struct CommitId(String);
 
 impl CommitId {
-    pub fn parse(text: &str) -> Option<Self> {
+    pub(crate) fn parse(text: &str) -> Option<Self> {
         is_hex(text, 40).then(|| CommitId(text.to_owned()))
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -142,11 +138,11 @@ pub enum Revision {
 
 impl Revision {
     /// `main`, the hub's default branch.
-    pub fn main() -> Self {
+    pub(crate) fn main() -> Self {
         Revision::Named("main".to_owned())
     }
 
-    pub fn parse(text: &str) -> Result<Self, IdError> {
+    pub(crate) fn parse(text: &str) -> Result<Self, IdError> {
         if let Some(commit) = CommitId::parse(text) {
             return Ok(Revision::Commit(commit));
         }
@@ -169,7 +165,7 @@ impl Revision {
         }
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         match self {
             Revision::Commit(c) => c.as_str(),
             Revision::Named(n) => n,
@@ -178,7 +174,7 @@ impl Revision {
 
     /// The revision as one URL path segment (`refs/pr/1` → `refs%2Fpr%2F1`, as huggingface_hub
     /// sends it).
-    pub fn url_segment(&self) -> String {
+    pub(crate) fn url_segment(&self) -> String {
         self.as_str().replace('/', "%2F")
     }
 }
@@ -192,10 +188,10 @@ impl fmt::Display for Revision {
 /// A file's path in a repository, from the hub's listing: relative, `/`-separated, every part a
 /// plain name (no `.`, `..`, empty part, backslash or control character).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RepoFile(String);
+pub(crate) struct RepoFile(String);
 
 impl RepoFile {
-    pub fn parse(text: &str) -> Result<Self, IdError> {
+    pub(crate) fn parse(text: &str) -> Result<Self, IdError> {
         let ok = !text.is_empty()
             && text.len() <= MAX_REPO_FILE
             && !text.chars().any(|c| c.is_control() || c == '\\')
@@ -209,29 +205,29 @@ impl RepoFile {
         }
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 
     /// The last part of the path.
-    pub fn file_name(&self) -> &str {
+    pub(crate) fn file_name(&self) -> &str {
         self.0.rsplit('/').next().unwrap_or(&self.0)
     }
 
     /// How many folders the file sits below the snapshot's root.
-    pub fn depth(&self) -> usize {
+    pub(crate) fn depth(&self) -> usize {
         self.0.matches('/').count()
     }
 
     /// The path below a folder; safe because every part is a plain name.
-    pub fn under(&self, dir: &Path) -> PathBuf {
+    pub(crate) fn under(&self, dir: &Path) -> PathBuf {
         self.0
             .split('/')
             .fold(dir.to_path_buf(), |p, part| p.join(part))
     }
 
     /// The path in a URL: each part percent-encoded where needed.
-    pub fn url_path(&self) -> String {
+    pub(crate) fn url_path(&self) -> String {
         self.0
             .split('/')
             .map(percent_encode)
@@ -261,10 +257,10 @@ fn percent_encode(part: &str) -> String {
 /// A blob's name in the cache: its ETag, the git SHA-1 of a file stored in git (40 hex) or the
 /// SHA-256 of an LFS file (64 hex).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct BlobId(String);
+pub(crate) struct BlobId(String);
 
 impl BlobId {
-    pub fn parse(text: &str) -> Result<Self, IdError> {
+    pub(crate) fn parse(text: &str) -> Result<Self, IdError> {
         if is_hex(text, 40) || is_hex(text, 64) {
             Ok(BlobId(text.to_owned()))
         } else {
@@ -272,7 +268,7 @@ impl BlobId {
         }
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -285,7 +281,7 @@ impl fmt::Display for BlobId {
 
 /// What a user names: a hub repository at an optional revision, or a folder on this machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ModelRef {
+pub(crate) enum ModelRef {
     Hub {
         id: HubModelId,
         revision: Option<Revision>,
@@ -296,7 +292,7 @@ pub enum ModelRef {
 impl ModelRef {
     /// A folder is written as a path (`/abs/dir`, `./dir`, `../dir`, `.`); anything else is
     /// `org/name[@revision]`.
-    pub fn parse(text: &str) -> Result<Self, IdError> {
+    pub(crate) fn parse(text: &str) -> Result<Self, IdError> {
         if text.starts_with('/')
             || text.starts_with("./")
             || text.starts_with("../")

@@ -12,7 +12,7 @@ pub mod config;
 pub mod fit;
 pub mod hub;
 pub mod id;
-pub mod weights;
+pub(crate) mod weights;
 
 use enginekit_shared::error::{CodedError, ErrorCode};
 
@@ -50,7 +50,7 @@ pub enum ModelError {
 
 impl ModelError {
     /// The wire code a client matches.
-    pub fn code(&self) -> ErrorCode {
+    pub(crate) fn code(&self) -> ErrorCode {
         match self {
             ModelError::Io { .. } => ErrorCode::IoError,
             ModelError::TooLarge { .. }
@@ -61,7 +61,7 @@ impl ModelError {
         }
     }
 
-    pub fn to_coded(&self) -> CodedError {
+    pub(crate) fn to_coded(&self) -> CodedError {
         CodedError::new(self.code(), self.to_string())
     }
 }

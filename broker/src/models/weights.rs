@@ -17,11 +17,11 @@ use serde_json::Value;
 use super::{read_bounded, ModelError};
 
 /// The sharded checkpoint's index.
-pub const INDEX_FILE: &str = "model.safetensors.index.json";
+pub(crate) const INDEX_FILE: &str = "model.safetensors.index.json";
 /// The largest index read: a 671B model's index (~90k tensors) is under 10 MB.
-pub const MAX_INDEX_BYTES: u64 = 64 * 1024 * 1024;
+pub(crate) const MAX_INDEX_BYTES: u64 = 64 * 1024 * 1024;
 /// safetensors' own header limit (`safetensors::tensor::MAX_HEADER_SIZE`, 100,000,000 bytes).
-pub const MAX_HEADER_BYTES: u64 = 100_000_000;
+pub(crate) const MAX_HEADER_BYTES: u64 = 100_000_000;
 /// More shard files than any real checkpoint ships.
 const MAX_SHARDS: usize = 10_000;
 /// Weights formats that can run code when loaded, never used.
@@ -30,7 +30,7 @@ const PICKLE_SUFFIXES: &[&str] = &[".bin", ".pt", ".pth", ".ckpt"];
 /// Where the figure came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case", tag = "from")]
-pub enum WeightsSource {
+pub(crate) enum WeightsSource {
     /// `model.safetensors.index.json`'s `metadata.total_size`.
     Index,
     /// The sum over the headers of this many `*.safetensors` files.
@@ -42,13 +42,13 @@ pub enum WeightsSource {
 
 /// The weights' bytes and their source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Weights {
-    pub bytes: u64,
-    pub source: WeightsSource,
+pub(crate) struct Weights {
+    pub(crate) bytes: u64,
+    pub(crate) source: WeightsSource,
 }
 
 /// The weights of the model folder `dir`.
-pub fn read(dir: &Path) -> Result<Weights, ModelError> {
+pub(crate) fn read(dir: &Path) -> Result<Weights, ModelError> {
     let index = dir.join(INDEX_FILE);
     if index.is_file() {
         let bytes = read_bounded(&index, MAX_INDEX_BYTES, "safetensors index")?;
@@ -84,7 +84,7 @@ pub fn read(dir: &Path) -> Result<Weights, ModelError> {
 
 /// The index's `metadata.total_size`; `Ok(None)` when the index has none (the headers then
 /// decide). Some writers store it as a float: an integral, non-negative one is accepted.
-pub fn total_from_index(bytes: &[u8], origin: &str) -> Result<Option<u64>, ModelError> {
+pub(crate) fn total_from_index(bytes: &[u8], origin: &str) -> Result<Option<u64>, ModelError> {
     let invalid = |reason: String| ModelError::InvalidWeights {
         path: origin.to_owned(),
         what: "index",
@@ -113,7 +113,7 @@ pub fn total_from_index(bytes: &[u8], origin: &str) -> Result<Option<u64>, Model
 }
 
 /// The data bytes of one safetensors file, from its header; the file's length checks it.
-pub fn file_tensor_bytes(path: &Path) -> Result<u64, ModelError> {
+pub(crate) fn file_tensor_bytes(path: &Path) -> Result<u64, ModelError> {
     let io = |e: std::io::Error| ModelError::Io {
         path: path.display().to_string(),
         detail: e.to_string(),
@@ -126,7 +126,7 @@ pub fn file_tensor_bytes(path: &Path) -> Result<u64, ModelError> {
 /// The data bytes a safetensors header describes, reading 8 + N bytes of `reader`. With
 /// `file_len` (a local file) the data must end exactly where the file ends; without it (a
 /// header fetched by range) only the header is checked.
-pub fn header_tensor_bytes(
+pub(crate) fn header_tensor_bytes(
     mut reader: impl Read,
     file_len: Option<u64>,
     origin: &str,

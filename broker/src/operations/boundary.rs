@@ -19,17 +19,17 @@ use super::store::Store;
 /// One progress tick; never persisted, never raises a revision.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ProgressTick {
-    pub label: String,
-    pub completed: Option<u64>,
-    pub total: Option<u64>,
+    pub(crate) label: String,
+    pub(crate) completed: Option<u64>,
+    pub(crate) total: Option<u64>,
     /// `bytes`, `percent`, `steps` or `unknown`.
-    pub unit: &'static str,
+    pub(crate) unit: &'static str,
 }
 
 pub type ProgressSink = Arc<dyn Fn(ProgressTick) + Send + Sync>;
 
 /// Told the helper's job object path as soon as the helper accepted the step.
-pub type JobNote = Arc<dyn Fn(&str) + Send + Sync>;
+pub(crate) type JobNote = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Records resources as the operation's own before they are created.
 #[derive(Debug, Clone)]
@@ -39,7 +39,7 @@ pub struct Claims {
 }
 
 impl Claims {
-    pub fn claim(&self, resources: &[String]) -> Result<(), CodedError> {
+    pub(crate) fn claim(&self, resources: &[String]) -> Result<(), CodedError> {
         self.store.record_owned(&self.operation_id, resources)
     }
 }
@@ -95,14 +95,14 @@ pub trait Provisioner: Send + Sync + 'static {
 /// A receipt, reduced to what the broker decides on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReceiptSummary {
-    pub step_id: String,
+    pub(crate) step_id: String,
     pub nonce: String,
     pub outcome: HostOutcome,
     pub digest: Digest,
-    pub error: Option<CodedError>,
-    pub log_tail: Option<String>,
+    pub(crate) error: Option<CodedError>,
+    pub(crate) log_tail: Option<String>,
     /// Why it failed in one sentence from the package manager's own output, when it says.
-    pub cause: Option<String>,
+    pub(crate) cause: Option<String>,
 }
 
 /// How a host step ended at the helper.
@@ -123,7 +123,7 @@ pub enum ReceiptLookup {
 }
 
 /// The host facts, for the session service's `Probe`.
-pub trait Probing {
+pub(crate) trait Probing {
     fn probe_facts(&self) -> impl Future<Output = Result<serde_json::Value, CodedError>> + Send;
     /// The runtime a plan is for when the caller names none
     /// ([`crate::assess::runtime_choice::default_runtime`] over a fresh probe).

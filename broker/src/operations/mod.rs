@@ -2,9 +2,9 @@
 //! performs the reducer's effects.
 
 pub mod boundary;
-pub mod machine;
+pub(crate) mod machine;
 pub mod record;
-pub mod recovery;
+pub(crate) mod recovery;
 pub mod reducer;
 pub mod runner;
 pub mod store;

@@ -13,7 +13,7 @@ use enginekit_shared::wire::plan::Plan;
 use serde::{Deserialize, Serialize};
 
 /// Record format version; a record with another version is not ours to interpret.
-pub const SCHEMA_VERSION: u32 = 2;
+pub(crate) const SCHEMA_VERSION: u32 = 2;
 
 use crate::ids::EngineId;
 
@@ -22,7 +22,7 @@ use crate::ids::EngineId;
 pub struct OperationId(String);
 
 impl OperationId {
-    pub fn fresh() -> Result<Self, CodedError> {
+    pub(crate) fn fresh() -> Result<Self, CodedError> {
         let mut bytes = [0u8; 16];
         getrandom::fill(&mut bytes).map_err(|_| {
             CodedError::new(
@@ -33,7 +33,7 @@ impl OperationId {
         Ok(OperationId(format!("op-{}", hex::encode(bytes))))
     }
 
-    pub fn parse(text: &str) -> Result<Self, CodedError> {
+    pub(crate) fn parse(text: &str) -> Result<Self, CodedError> {
         let hex = text.strip_prefix("op-").unwrap_or("");
         if hex.len() == 32
             && hex
@@ -49,12 +49,12 @@ impl OperationId {
         }
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 
     /// The id as a D-Bus object path element (`-` is not allowed there).
-    pub fn path_element(&self) -> String {
+    pub(crate) fn path_element(&self) -> String {
         self.0.replace('-', "_")
     }
 }
@@ -64,7 +64,7 @@ enginekit_shared::string_newtype!(OperationId => OperationId::parse);
 /// Where an operation is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Phase {
+pub(crate) enum Phase {
     Checking,
     AwaitingConsent,
     PreparingHost,
@@ -83,7 +83,8 @@ pub enum Phase {
 }
 
 impl Phase {
-    pub const ALL: [Phase; 15] = [
+    #[cfg(test)]
+    pub(crate) const ALL: [Phase; 15] = [
         Phase::Checking,
         Phase::AwaitingConsent,
         Phase::PreparingHost,
@@ -101,7 +102,7 @@ impl Phase {
         Phase::Failed,
     ];
 
-    pub fn is_terminal(self) -> bool {
+    pub(crate) fn is_terminal(self) -> bool {
         matches!(
             self,
             Phase::Ready | Phase::Removed | Phase::Cancelled | Phase::Failed
@@ -109,7 +110,7 @@ impl Phase {
     }
 
     /// Entering a work phase records it as the checkpoint: consent was acted on.
-    pub fn is_work(self) -> bool {
+    pub(crate) fn is_work(self) -> bool {
         matches!(
             self,
             Phase::PreparingHost
@@ -122,14 +123,14 @@ impl Phase {
     }
 
     /// Waiting on the user; never ended as abandoned.
-    pub fn is_waiting(self) -> bool {
+    pub(crate) fn is_waiting(self) -> bool {
         matches!(
             self,
             Phase::AwaitingConsent | Phase::ReloginRequired | Phase::RebootRequired
         )
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Phase::Checking => "checking",
             Phase::AwaitingConsent => "awaiting-consent",
@@ -158,7 +159,7 @@ impl fmt::Display for Phase {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum OperationKind {
+pub(crate) enum OperationKind {
     Setup,
     Remove,
 }
@@ -166,7 +167,7 @@ pub enum OperationKind {
 /// The kinds of work the runner performs on the reducer's behalf.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum EffectKind {
+pub(crate) enum EffectKind {
     Probe,
     HostStep,
     PrepareEnvironment,
@@ -179,7 +180,7 @@ pub enum EffectKind {
 }
 
 impl EffectKind {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             EffectKind::Probe => "probe",
             EffectKind::HostStep => "host-step",
@@ -197,27 +198,27 @@ impl EffectKind {
 /// The one effect in flight. Only an answer naming this id at this revision is accepted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct EffectIntent {
-    pub effect_id: String,
-    pub expected_revision: u64,
-    pub kind: EffectKind,
+pub(crate) struct EffectIntent {
+    pub(crate) effect_id: String,
+    pub(crate) expected_revision: u64,
+    pub(crate) kind: EffectKind,
 }
 
 /// What the user consented to, recorded when work first starts under a matching approval.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ConsentBasis {
-    pub plan_digest: Digest,
-    pub descriptor_id: Option<String>,
-    pub image_digest: Option<Digest>,
-    pub manifest_id: Option<String>,
+pub(crate) struct ConsentBasis {
+    pub(crate) plan_digest: Digest,
+    pub(crate) descriptor_id: Option<String>,
+    pub(crate) image_digest: Option<Digest>,
+    pub(crate) manifest_id: Option<String>,
 }
 
 /// The host step of a consented plan. Until it is handed to the helper it is only what it asks
 /// for; the step itself, with its single-use nonce, is issued once, when it is handed over.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
-pub enum PendingHostStep {
+pub(crate) enum PendingHostStep {
     /// Consented, not handed over: no nonce exists yet.
     Consented(HostRequest),
     /// Handed to the helper: its nonce is burnt from here on and never handed over again.
@@ -226,7 +227,7 @@ pub enum PendingHostStep {
 
 impl PendingHostStep {
     /// What the step asks the helper to do.
-    pub fn request(&self) -> &HostRequest {
+    pub(crate) fn request(&self) -> &HostRequest {
         match self {
             PendingHostStep::Consented(request) => request,
             PendingHostStep::Sent(step) => step.request(),
@@ -234,7 +235,7 @@ impl PendingHostStep {
     }
 
     /// The issued step, once handed over.
-    pub fn sent(&self) -> Option<&HostStep> {
+    pub(crate) fn sent(&self) -> Option<&HostStep> {
         match self {
             PendingHostStep::Consented(_) => None,
             PendingHostStep::Sent(step) => Some(step),
@@ -246,58 +247,58 @@ impl PendingHostStep {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Operation {
-    pub schema_version: u32,
+    pub(crate) schema_version: u32,
     pub operation_id: OperationId,
-    pub engine: EngineId,
-    pub kind: OperationKind,
+    pub(crate) engine: EngineId,
+    pub(crate) kind: OperationKind,
     /// Removal only: keep downloaded models.
-    pub retain_models: bool,
+    pub(crate) retain_models: bool,
     /// The broker process that last took the record over.
-    pub instance_id: String,
-    pub revision: u64,
-    pub phase: Phase,
-    pub checkpoint: Option<Phase>,
-    pub plan_digest: Option<Digest>,
-    pub approved_plan_digest: Option<Digest>,
-    pub carried_plan_digest: Option<Digest>,
-    pub consented: Option<ConsentBasis>,
-    pub pending_effect: Option<EffectIntent>,
-    pub pending_host_step: Option<PendingHostStep>,
+    pub(crate) instance_id: String,
+    pub(crate) revision: u64,
+    pub(crate) phase: Phase,
+    pub(crate) checkpoint: Option<Phase>,
+    pub(crate) plan_digest: Option<Digest>,
+    pub(crate) approved_plan_digest: Option<Digest>,
+    pub(crate) carried_plan_digest: Option<Digest>,
+    pub(crate) consented: Option<ConsentBasis>,
+    pub(crate) pending_effect: Option<EffectIntent>,
+    pub(crate) pending_host_step: Option<PendingHostStep>,
     /// The helper's job object for the sent step, to tell a running job from an unknown nonce.
-    pub host_job: Option<String>,
-    pub indivisible_host_step_running: bool,
-    pub completed_step_ids: Vec<String>,
+    pub(crate) host_job: Option<String>,
+    pub(crate) indivisible_host_step_running: bool,
+    pub(crate) completed_step_ids: Vec<String>,
     /// Every nonce this operation ever handed to the helper: never handed over again.
-    pub spent_nonces: BTreeSet<String>,
+    pub(crate) spent_nonces: BTreeSet<String>,
     /// nonce → digest of the receipt accepted for it.
-    pub accepted_receipts: BTreeMap<String, Digest>,
-    pub cancellation_requested: bool,
-    pub error: Option<CodedError>,
+    pub(crate) accepted_receipts: BTreeMap<String, Digest>,
+    pub(crate) cancellation_requested: bool,
+    pub(crate) error: Option<CodedError>,
     /// Resources this operation created (`image:<repo>@<digest>`, `container:<id>`); only grows.
-    pub owned_resources: BTreeSet<String>,
+    pub(crate) owned_resources: BTreeSet<String>,
     /// What `Setup` should tell the user to do next, e.g. sign in again.
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
     /// The plan of the last probe, as shown to the user (the new plan after a re-ask).
-    pub requirement_plan: Option<Plan>,
+    pub(crate) requirement_plan: Option<Plan>,
     /// The container runtime this operation plans for and works in (a removal works in its
     /// installation's).
     #[serde(default, skip_serializing_if = "Runtime::is_docker")]
-    pub runtime: Runtime,
+    pub(crate) runtime: Runtime,
 }
 
 impl Operation {
     /// A fresh record; the reducer's `start` gives it its first effect.
-    pub fn is_terminal(&self) -> bool {
+    pub(crate) fn is_terminal(&self) -> bool {
         self.phase.is_terminal()
     }
 
     /// The receipt nonce this operation may still ask the helper about after a crash.
-    pub fn sent_nonce(&self) -> Option<&str> {
+    pub(crate) fn sent_nonce(&self) -> Option<&str> {
         self.sent_host_step().map(|step| step.nonce().as_str())
     }
 
     /// The host step handed to the helper, while the operation waits for its receipt.
-    pub fn sent_host_step(&self) -> Option<&HostStep> {
+    pub(crate) fn sent_host_step(&self) -> Option<&HostStep> {
         self.pending_host_step
             .as_ref()
             .and_then(PendingHostStep::sent)
@@ -305,7 +306,7 @@ impl Operation {
 }
 
 /// Shorthand for a coded error.
-pub fn coded(code: ErrorCode, message: &str) -> CodedError {
+pub(crate) fn coded(code: ErrorCode, message: &str) -> CodedError {
     CodedError::new(code, message)
 }
 

@@ -7,7 +7,7 @@ use super::record::{EffectKind, Operation, OperationKind, Phase};
 
 /// How an unfinished record is to be picked up.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Pickup {
+pub(crate) enum Pickup {
     /// Finished: nothing to do.
     Unchanged,
     /// Waiting on the user's consent: leave it waiting.
@@ -18,7 +18,7 @@ pub enum Pickup {
     Restart,
 }
 
-pub fn pickup(op: &Operation) -> Pickup {
+pub(crate) fn pickup(op: &Operation) -> Pickup {
     if op.is_terminal() && op.sent_nonce().is_none() {
         return Pickup::Unchanged;
     }
@@ -38,7 +38,7 @@ pub fn pickup(op: &Operation) -> Pickup {
 
 /// Take a record over after a restart: a new instance, a new revision, the checkpoint kept,
 /// the single-use authorisation dropped (never re-elevated on its own), and a reconcile first.
-pub fn restarted(op: &Operation, instance_id: String) -> Operation {
+pub(crate) fn restarted(op: &Operation, instance_id: String) -> Operation {
     let mut next = op.clone();
     next.revision += 1;
     next.instance_id = instance_id;

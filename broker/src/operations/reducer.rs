@@ -42,16 +42,16 @@ pub enum HostOutcome {
 
 /// A receipt after the broker judged it against a fresh probe.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReceiptVerdict {
-    pub step_id: String,
-    pub nonce: String,
-    pub receipt_digest: Option<Digest>,
-    pub outcome: HostOutcome,
+pub(crate) struct ReceiptVerdict {
+    pub(crate) step_id: String,
+    pub(crate) nonce: String,
+    pub(crate) receipt_digest: Option<Digest>,
+    pub(crate) outcome: HostOutcome,
     /// The explained failure, for a failed receipt.
-    pub failure: Option<CodedError>,
-    pub prerequisites_met: bool,
-    pub needs_relogin: bool,
-    pub probe_error: Option<CodedError>,
+    pub(crate) failure: Option<CodedError>,
+    pub(crate) prerequisites_met: bool,
+    pub(crate) needs_relogin: bool,
+    pub(crate) probe_error: Option<CodedError>,
 }
 
 /// What the machine says after a restart or an explicit resume.
@@ -65,7 +65,7 @@ pub struct Reconciliation {
 
 /// The answer of one effect.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Answer {
+pub(crate) enum Answer {
     RequirementsReady(ProbedPlan),
     /// The step issued from the consented request, about to be handed to the helper.
     HostStepStarted(HostStep),
@@ -77,7 +77,6 @@ pub enum Answer {
     RemovalCompleted,
     CleanupCompleted,
     Reconciled(Reconciliation),
-    SafeBoundary,
     Failed(CodedError),
 }
 
@@ -94,7 +93,7 @@ impl Answer {
             Answer::RemovalCompleted => EffectKind::Remove,
             Answer::CleanupCompleted => EffectKind::Cleanup,
             Answer::Reconciled(_) => EffectKind::Reconcile,
-            Answer::SafeBoundary | Answer::Failed(_) => return None,
+            Answer::Failed(_) => return None,
         })
     }
 }
@@ -102,7 +101,7 @@ impl Answer {
 /// An event applied to an operation. Short-lived, so the size of a plan answer is fine.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
+pub(crate) enum Event {
     /// The result of the pending effect, named by its id and the revision it was issued at.
     Answer {
         effect_id: String,
@@ -122,7 +121,7 @@ pub enum Event {
 
 impl Event {
     /// The answer to `effect`, stamped with its id and revision.
-    pub fn answer(effect: &EffectIntent, answer: Answer) -> Event {
+    pub(crate) fn answer(effect: &EffectIntent, answer: Answer) -> Event {
         Event::Answer {
             effect_id: effect.effect_id.clone(),
             expected_revision: effect.expected_revision,
@@ -131,11 +130,12 @@ impl Event {
     }
 }
 
-pub const RELOGIN_MESSAGE: &str =
+pub(crate) const RELOGIN_MESSAGE: &str =
     "Log out and back in so the docker group takes effect; setup continues on its own after that.";
-pub const NOT_APPLICABLE: &str = "This event does not apply to the operation.";
-pub const PLAN_CHANGED_MESSAGE: &str = "What this setup would do has changed; approve it again.";
-pub const DECLINED_MESSAGE: &str = "The system change was not authorized.";
+pub(crate) const NOT_APPLICABLE: &str = "This event does not apply to the operation.";
+pub(crate) const PLAN_CHANGED_MESSAGE: &str =
+    "What this setup would do has changed; approve it again.";
+pub(crate) const DECLINED_MESSAGE: &str = "The system change was not authorized.";
 
 fn relogin_error() -> CodedError {
     coded(ErrorCode::ReloginRequired, RELOGIN_MESSAGE)
@@ -143,7 +143,7 @@ fn relogin_error() -> CodedError {
 
 /// A new operation: it starts by looking, before anything on the machine has been touched.
 /// A removal needs no plan: the request is its consent, and it starts removing.
-pub fn start(
+pub(crate) fn start(
     operation_id: OperationId,
     engine: EngineId,
     kind: OperationKind,
@@ -245,7 +245,7 @@ fn fail(next: &mut Operation, error: CodedError) {
 }
 
 /// Apply one event. `Err` means refused, and the operation is unchanged.
-pub fn reduce(op: &Operation, event: &Event) -> Result<Operation, CodedError> {
+pub(crate) fn reduce(op: &Operation, event: &Event) -> Result<Operation, CodedError> {
     match event {
         Event::Cancel => Ok(cancel(op)),
         Event::Resume {
@@ -431,13 +431,6 @@ fn answer_effect(op: &Operation, answer: &Answer) -> Result<Operation, CodedErro
             next.indivisible_host_step_running = true;
             next.spent_nonces.insert(step.nonce().as_str().to_owned());
             next.pending_host_step = Some(PendingHostStep::Sent(step));
-        }
-        Answer::SafeBoundary => {
-            if op.cancellation_requested {
-                cancel_to_cleanup(&mut next);
-            } else {
-                keep_effect(op, &mut next);
-            }
         }
         Answer::HostReceiptVerified(verdict) => {
             in_phase(Phase::PreparingHost)?;

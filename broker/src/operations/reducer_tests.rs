@@ -548,17 +548,6 @@ fn cancels_only_at_the_safe_boundary_of_a_package_transaction() {
 }
 
 #[test]
-fn a_safe_boundary_honours_a_recorded_cancel() {
-    let (op, _) = hand_over(&at_host_step());
-    let cancelled = reduce(&op, &Event::Cancel).unwrap();
-    let at_boundary = answer(&cancelled, EffectKind::HostStep, Answer::SafeBoundary);
-    assert_eq!(at_boundary.phase, Phase::Cancelling);
-    let no_cancel = answer(&op, EffectKind::HostStep, Answer::SafeBoundary);
-    assert_eq!(no_cancel.phase, Phase::PreparingHost);
-    assert!(!no_cancel.indivisible_host_step_running);
-}
-
-#[test]
 fn never_erases_an_installation_that_committed() {
     let op = answer(
         &setup(Some(digest('b'))),

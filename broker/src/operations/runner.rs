@@ -33,7 +33,7 @@ const RECEIPT_POLL: Duration = Duration::from_millis(500);
 /// What the runner announces.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "event", rename_all = "kebab-case")]
-pub enum RunnerEvent {
+pub(crate) enum RunnerEvent {
     Changed {
         operation: Box<Operation>,
     },
@@ -80,15 +80,15 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
         })
     }
 
-    pub fn store(&self) -> &Store {
+    pub(crate) fn store(&self) -> &Store {
         &self.store
     }
 
-    pub fn provisioner(&self) -> &Arc<P> {
+    pub(crate) fn provisioner(&self) -> &Arc<P> {
         &self.provisioner
     }
 
-    pub fn subscribe(&self) -> broadcast::Receiver<RunnerEvent> {
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<RunnerEvent> {
         self.events.subscribe()
     }
 
@@ -117,14 +117,18 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
     }
 
     /// A plan for `engine` without starting anything (the CLI's and the bus's `Plan`).
-    pub async fn plan(&self, engine: &EngineId, runtime: Runtime) -> Result<Plan, CodedError> {
+    pub(crate) async fn plan(
+        &self,
+        engine: &EngineId,
+        runtime: Runtime,
+    ) -> Result<Plan, CodedError> {
         let mut probe = self.plan_probe(engine)?;
         probe.runtime = runtime;
         Ok(*self.provisioner.plan(&probe).await?.document)
     }
 
     /// [`Self::plan`] on the runtime the machine chooses, probed once.
-    pub async fn plan_on_chosen(&self, engine: &EngineId) -> Result<Plan, CodedError>
+    pub(crate) async fn plan_on_chosen(&self, engine: &EngineId) -> Result<Plan, CodedError>
     where
         P: super::boundary::Probing,
     {
@@ -180,7 +184,7 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
         Ok(active)
     }
 
-    pub fn begin_remove(
+    pub(crate) fn begin_remove(
         &self,
         engine: &EngineId,
         retain_models: bool,
@@ -206,7 +210,7 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
     }
 
     /// Apply a user event (approve, resume, cancel) by compare-and-swap, retrying a lost swap.
-    pub fn apply(&self, id: &OperationId, event: &Event) -> Result<Operation, CodedError> {
+    pub(crate) fn apply(&self, id: &OperationId, event: &Event) -> Result<Operation, CodedError> {
         for _ in 0..5 {
             let op = self.load(id)?;
             let next = reduce(&op, event)?;
@@ -224,7 +228,7 @@ impl<P: Provisioner, E: Elevator> Runner<P, E> {
         ))
     }
 
-    pub fn cancel(&self, id: &OperationId) -> Result<Operation, CodedError> {
+    pub(crate) fn cancel(&self, id: &OperationId) -> Result<Operation, CodedError> {
         let op = self.apply(id, &Event::Cancel)?;
         if let Ok(cancels) = self.cancels.lock() {
             if let Some(notify) = cancels.get(id) {

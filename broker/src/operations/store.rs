@@ -22,7 +22,7 @@ use enginekit_shared::durable::{
 };
 
 const LOCK_WAIT: Duration = Duration::from_secs(2);
-pub const UNREADABLE: &str =
+pub(crate) const UNREADABLE: &str =
     "The record of this operation cannot be read, so what it owns is unknown.";
 
 fn io_error(message: &str, err: &std::io::Error) -> CodedError {
@@ -37,9 +37,8 @@ pub struct Store {
 
 /// Held while a process drives an engine's operation; released on drop or process death.
 #[derive(Debug)]
-pub struct EngineLock {
+pub(crate) struct EngineLock {
     _lock: Flock<File>,
-    pub engine: EngineId,
 }
 
 struct StoreLock {
@@ -59,10 +58,6 @@ impl Store {
         Ok(Store {
             root: root.to_path_buf(),
         })
-    }
-
-    pub fn root(&self) -> &Path {
-        &self.root
     }
 
     fn record_path(&self, id: &OperationId) -> PathBuf {
@@ -104,13 +99,13 @@ impl Store {
     }
 
     /// Take the engine's driver lock, or `None` while another live process drives it.
-    pub fn try_lock_engine(&self, engine: &EngineId) -> Result<Option<EngineLock>, CodedError> {
+    pub(crate) fn try_lock_engine(
+        &self,
+        engine: &EngineId,
+    ) -> Result<Option<EngineLock>, CodedError> {
         let file = self.open_lock_file(&format!("{}.lock", engine.as_str()))?;
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => Ok(Some(EngineLock {
-                _lock: lock,
-                engine: engine.clone(),
-            })),
+            Ok(lock) => Ok(Some(EngineLock { _lock: lock })),
             Err((_, Errno::EWOULDBLOCK)) => Ok(None),
             Err((_, errno)) => Err(CodedError::new(
                 ErrorCode::IoError,
@@ -121,12 +116,12 @@ impl Store {
     }
 
     /// Read one record: the file, else its backup. `Ok(None)` when neither exists.
-    pub fn load(&self, id: &OperationId) -> Result<Option<Operation>, CodedError> {
+    pub(crate) fn load(&self, id: &OperationId) -> Result<Option<Operation>, CodedError> {
         read_record(&self.record_path(id))
     }
 
     /// Every record that can be read, oldest id order; unreadable ones are reported, not hidden.
-    pub fn list(&self) -> Result<(Vec<Operation>, Vec<CodedError>), CodedError> {
+    pub(crate) fn list(&self) -> Result<(Vec<Operation>, Vec<CodedError>), CodedError> {
         let dir = self.root.join("operations");
         let entries = fs::read_dir(&dir)
             .map_err(|e| io_error("The operations folder cannot be read.", &e))?;
@@ -153,7 +148,7 @@ impl Store {
     }
 
     /// The unfinished operation on `engine`, if any.
-    pub fn active_for(&self, engine: &EngineId) -> Result<Option<Operation>, CodedError> {
+    pub(crate) fn active_for(&self, engine: &EngineId) -> Result<Option<Operation>, CodedError> {
         let (ops, _) = self.list()?;
         Ok(ops
             .into_iter()
@@ -161,7 +156,7 @@ impl Store {
     }
 
     /// Write a new operation, refusing while another one on the same engine is unfinished.
-    pub fn create(&self, op: &Operation) -> Result<(), CodedError> {
+    pub(crate) fn create(&self, op: &Operation) -> Result<(), CodedError> {
         let _lock = self.lock_store()?;
         if let Some(running) = self.active_for(&op.engine)? {
             return Err(CodedError::new(
@@ -181,7 +176,7 @@ impl Store {
 
     /// Replace the record if it is still at `expected_revision`. `Ok(false)` when it moved on.
     /// Owned resources only grow: what the disk knows is kept.
-    pub fn compare_and_swap(
+    pub(crate) fn compare_and_swap(
         &self,
         expected_revision: u64,
         next: &Operation,
@@ -215,7 +210,11 @@ impl Store {
     }
 
     /// Record resources as owned before creating them; no revision change.
-    pub fn record_owned(&self, id: &OperationId, resources: &[String]) -> Result<(), CodedError> {
+    pub(crate) fn record_owned(
+        &self,
+        id: &OperationId,
+        resources: &[String],
+    ) -> Result<(), CodedError> {
         let _lock = self.lock_store()?;
         let Some(mut current) = self.load(id)? else {
             return Err(CodedError::new(
@@ -232,7 +231,7 @@ impl Store {
     }
 
     /// Note the helper's job object for the sent host step; no revision change.
-    pub fn note_host_job(
+    pub(crate) fn note_host_job(
         &self,
         id: &OperationId,
         nonce: &str,

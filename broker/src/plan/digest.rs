@@ -15,20 +15,20 @@ use serde::Serialize;
 /// `{descriptor_id, image_digest}` of the fingerprint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DescriptorPin {
-    pub descriptor_id: String,
+    pub(crate) descriptor_id: String,
     /// Null for the environment target.
-    pub image_digest: Option<Digest>,
+    pub(crate) image_digest: Option<Digest>,
 }
 
 /// `{gpu_ids, disk_sufficient, docker_root_dir}` of the fingerprint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HostPin {
     /// Sorted GPU UUIDs.
-    pub gpu_ids: Vec<String>,
+    pub(crate) gpu_ids: Vec<String>,
     /// True when nothing more is needed; null when free space is unknown.
-    pub disk_sufficient: Option<bool>,
+    pub(crate) disk_sufficient: Option<bool>,
     /// `DockerRootDir` from the daemon, null when it did not answer (not the measured path).
-    pub docker_root_dir: Option<String>,
+    pub(crate) docker_root_dir: Option<String>,
 }
 
 impl HostPin {
@@ -108,15 +108,15 @@ pub fn blocked_plan_digest(
 /// The installation a removal deletes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RemovedInstallation {
-    pub descriptor_id: String,
-    pub image: RemovedImage,
+    pub(crate) descriptor_id: String,
+    pub(crate) image: RemovedImage,
 }
 
 /// `{repository, digest}` of the removed image.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RemovedImage {
-    pub repository: String,
-    pub digest: Digest,
+pub(crate) struct RemovedImage {
+    pub(crate) repository: String,
+    pub(crate) digest: Digest,
 }
 
 impl RemovedInstallation {

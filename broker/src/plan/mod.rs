@@ -2,8 +2,8 @@
 //! plan adds to the assessment (the disk still needed, the descriptor's engine, the digests).
 
 pub mod digest;
-pub mod outcome;
-pub mod parameters;
+pub(crate) mod outcome;
+pub(crate) mod parameters;
 pub mod recipe;
 
 use enginekit_shared::digest::Digest;
@@ -42,7 +42,7 @@ pub struct PlanRequest<'a> {
 #[derive(Debug, Clone)]
 pub struct PlannedSetup {
     pub plan: Plan,
-    pub assessment: Assessment,
+    pub(crate) assessment: Assessment,
 }
 
 /// Builds the setup plan for one engine.

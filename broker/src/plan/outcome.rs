@@ -17,31 +17,31 @@ use crate::probe::facts::HostFacts;
 #[derive(Debug)]
 pub struct PlanOutcome {
     pub plan: Plan,
-    pub assessment: Option<Assessment>,
-    pub descriptor: Option<Descriptor>,
-    pub facts: HostFacts,
+    pub(crate) assessment: Option<Assessment>,
+    pub(crate) descriptor: Option<Descriptor>,
+    pub(crate) facts: HostFacts,
     /// Notes about the documents (a refused update, an expired one).
     pub document_notes: Vec<String>,
     /// Why this runtime, when the user did not name one.
-    pub runtime_why: Option<Why>,
+    pub(crate) runtime_why: Option<Why>,
 }
 
 /// What a plan is made from besides the facts.
 #[derive(Debug, Clone, Copy)]
-pub struct PlanBasis<'a> {
-    pub engine: KnownEngine,
-    pub runtime: Runtime,
-    pub documents: &'a DocumentSet,
+pub(crate) struct PlanBasis<'a> {
+    pub(crate) engine: KnownEngine,
+    pub(crate) runtime: Runtime,
+    pub(crate) documents: &'a DocumentSet,
     /// The descriptor a ready installation of this engine is pinned to.
-    pub installed_descriptor_id: Option<&'a str>,
+    pub(crate) installed_descriptor_id: Option<&'a str>,
     /// Whether the descriptor's image is present by digest in the runtime's store.
-    pub image_present: bool,
+    pub(crate) image_present: bool,
 }
 
 impl PlanBasis<'_> {
     /// The plan over `facts` with `descriptor` (the documents' own, or the refusal of the one
     /// in charge, which makes a blocked plan).
-    pub fn plan(
+    pub(crate) fn plan(
         &self,
         facts: HostFacts,
         descriptor: Result<Descriptor, CodedError>,

@@ -17,7 +17,7 @@ fn invalid(why: impl std::fmt::Display) -> String {
 
 /// The plan's components with the host part, validated (the validator refuses an empty list
 /// and root in the docker group). A refusal is the message of a `recipe-refused-plan` blocker.
-pub fn from_plan(plan: &InstallPlan, view: &LinuxView) -> Result<HostParameters, String> {
+pub(crate) fn from_plan(plan: &InstallPlan, view: &LinuxView) -> Result<HostParameters, String> {
     let Some(family) = view.family().host_family() else {
         return Err(NO_PACKAGE_MANAGER.to_owned());
     };

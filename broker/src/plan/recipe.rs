@@ -19,27 +19,27 @@ use crate::i18n::tr;
 /// compiled into the helper, the signed envelope the step carries.
 #[derive(Debug, Clone)]
 pub struct RecipeRef {
-    pub id: String,
-    pub digest: Digest,
+    pub(crate) id: String,
+    pub(crate) digest: Digest,
     /// The recipe itself: what it serves is asked of it ([`Recipe::target_for`]).
-    pub recipe: Recipe,
+    pub(crate) recipe: Recipe,
     /// `{payload, signatures}`; `None` for the built-in recipe.
-    pub inline: Option<Value>,
+    pub(crate) inline: Option<Value>,
     /// For a recipe that is not the built-in one: its serial and where each of its repositories
     /// points, by `(family, vendor)` (`apt`/`dnf`, `docker`/`nvidia`), so that the plan a person
     /// consents to names the repository that will really be added.
-    pub signed_sources: Option<SignedSources>,
+    pub(crate) signed_sources: Option<SignedSources>,
 }
 
 /// Where a signed recipe's repositories are.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SignedSources {
-    pub serial: u64,
+pub(crate) struct SignedSources {
+    pub(crate) serial: u64,
     /// `(family, vendor)` → every place its source files point at (usually one).
-    pub locations: BTreeMap<(String, String), BTreeSet<String>>,
+    pub(crate) locations: BTreeMap<(String, String), BTreeSet<String>>,
     /// `(family, vendor)` → the packages it installs for that vendor's component, as
     /// `name` or `name version` when pinned.
-    pub packages: BTreeMap<(String, String), Vec<String>>,
+    pub(crate) packages: BTreeMap<(String, String), Vec<String>>,
 }
 
 /// The vendor of a component's repository and packages (the plan's `vendor` param); Podman's
@@ -136,7 +136,7 @@ pub fn builtin() -> Result<RecipeRef, CodedError> {
 }
 
 /// The recipe in charge for `documents`: a newer signed one when accepted, else the built-in.
-pub fn in_charge(documents: &DocumentSet) -> Result<RecipeRef, CodedError> {
+pub(crate) fn in_charge(documents: &DocumentSet) -> Result<RecipeRef, CodedError> {
     match &documents.recipe {
         Some(signed) => Ok(RecipeRef {
             id: signed.recipe.id().to_owned(),
@@ -156,7 +156,7 @@ pub fn in_charge(documents: &DocumentSet) -> Result<RecipeRef, CodedError> {
 /// What the host step will ask for validated parameters: the recipe's id and digest (and its
 /// envelope when inline). No nonce: the step is issued from this when the consented setup hands
 /// it to the helper.
-pub fn host_request(
+pub(crate) fn host_request(
     recipe: &RecipeRef,
     parameters: HostParameters,
 ) -> Result<HostRequest, CodedError> {
@@ -174,7 +174,7 @@ pub fn host_request(
 
 /// With a recipe that is not the built-in one, each "add repository" change says where that
 /// recipe's repository really is (the built-in texts name NVIDIA's and Docker's own sites).
-pub fn name_signed_sources(recipe: &RecipeRef, changes: &mut [SystemChange]) {
+pub(crate) fn name_signed_sources(recipe: &RecipeRef, changes: &mut [SystemChange]) {
     let Some(SignedSources {
         serial,
         locations,

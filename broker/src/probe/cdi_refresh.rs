@@ -10,23 +10,23 @@ use serde::{Deserialize, Serialize};
 /// The units' state, when the toolkit ships them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CdiRefresh {
+pub(crate) struct CdiRefresh {
     /// The `.path` unit's file state: `enabled`, `disabled`, `masked`, ….
-    pub path_unit_state: String,
+    pub(crate) path_unit_state: String,
     /// When the service last finished (seconds since the epoch); `None`: not since boot.
-    pub last_run: Option<u64>,
+    pub(crate) last_run: Option<u64>,
     /// How it last ended (`success`, `exit-code`, …), when it ran.
-    pub result: Option<String>,
+    pub(crate) result: Option<String>,
     /// When the loaded driver's libcuda came, from its change time: the driver update.
-    pub driver_installed_at: Option<u64>,
+    pub(crate) driver_installed_at: Option<u64>,
 }
 
 /// The units, as `systemctl show` names them.
-pub const PATH_UNIT: &str = "nvidia-cdi-refresh.path";
-pub const SERVICE_UNIT: &str = "nvidia-cdi-refresh.service";
+pub(crate) const PATH_UNIT: &str = "nvidia-cdi-refresh.path";
+pub(crate) const SERVICE_UNIT: &str = "nvidia-cdi-refresh.service";
 
 /// `systemctl show` of both units, `--timestamp=unix`.
-pub const SHOW_ARGS: [&str; 6] = [
+pub(crate) const SHOW_ARGS: [&str; 6] = [
     "show",
     "--timestamp=unix",
     "--property=Id,LoadState,UnitFileState,ExecMainExitTimestamp,Result",
@@ -36,7 +36,7 @@ pub const SHOW_ARGS: [&str; 6] = [
 ];
 
 /// Reads `systemctl show` output: `None` when the toolkit ships no `.path` unit.
-pub fn parse_show(text: &str) -> Option<CdiRefresh> {
+pub(crate) fn parse_show(text: &str) -> Option<CdiRefresh> {
     let blocks: Vec<Vec<(&str, &str)>> = text
         .split("\n\n")
         .map(|block| block.lines().filter_map(|l| l.split_once('=')).collect())
@@ -73,7 +73,7 @@ pub fn parse_show(text: &str) -> Option<CdiRefresh> {
 impl CdiRefresh {
     /// One sentence for the plan and the doctor: whether the unit is enabled and whether its
     /// service ran after the driver changed.
-    pub fn sentence(&self) -> String {
+    pub(crate) fn sentence(&self) -> String {
         if self.path_unit_state != "enabled" {
             return format!(
                 "The toolkit's {PATH_UNIT}, which generates the spec again when the driver changes, is {} (sudo systemctl enable --now {PATH_UNIT}).",

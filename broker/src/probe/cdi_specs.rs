@@ -23,27 +23,30 @@ const MAX_BYTES: u64 = 1 << 20;
 
 /// What the NVIDIA specs on the machine say.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CdiSpecFiles {
+pub(crate) struct CdiSpecFiles {
     /// The highest `cdiVersion` among them (`0.7.0` needs Podman 5.1).
-    pub highest_version: Option<(u32, u32, u32)>,
+    pub(crate) highest_version: Option<(u32, u32, u32)>,
     /// The driver versions their driver libraries are named for, each once, sorted.
-    pub driver_versions: Vec<String>,
+    pub(crate) driver_versions: Vec<String>,
     /// Each spec that names a driver, by its path on the machine (`/var/run/cdi/nvidia.yaml`).
-    pub files: Vec<SpecFile>,
+    pub(crate) files: Vec<SpecFile>,
 }
 
 /// One NVIDIA spec and the driver versions it names.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SpecFile {
-    pub path: String,
-    pub drivers: BTreeSet<String>,
+pub(crate) struct SpecFile {
+    pub(crate) path: String,
+    pub(crate) drivers: BTreeSet<String>,
     /// The host path of the `libcuda.so.<version>` it mounts, when it mounts one.
-    pub libcuda: Option<String>,
+    pub(crate) libcuda: Option<String>,
 }
 
 impl CdiSpecFiles {
     /// The specs made for another driver than `loaded`.
-    pub fn for_other_driver<'a>(&'a self, loaded: &'a str) -> impl Iterator<Item = &'a SpecFile> {
+    pub(crate) fn for_other_driver<'a>(
+        &'a self,
+        loaded: &'a str,
+    ) -> impl Iterator<Item = &'a SpecFile> {
         self.files
             .iter()
             .filter(move |f| f.drivers.iter().any(|v| v != loaded))
@@ -51,7 +54,7 @@ impl CdiSpecFiles {
 }
 
 /// Reads the NVIDIA specs below `root` (`/` on a real machine).
-pub fn read(root: &Path) -> CdiSpecFiles {
+pub(crate) fn read(root: &Path) -> CdiSpecFiles {
     let mut files = CdiSpecFiles::default();
     let mut drivers = BTreeSet::new();
     for dir in SPEC_DIRS {
@@ -93,7 +96,7 @@ pub fn read(root: &Path) -> CdiSpecFiles {
 /// driver version (`580.95.05`, `535.183.01`, `470.256.02`; its first number has three digits).
 /// Libraries the driver ships with versions of their own (`libnvidia-egl-wayland.so.1.1.13`)
 /// and the unversioned links (`libcuda.so.1`) are not driver versions.
-pub fn driver_versions(text: &str) -> BTreeSet<String> {
+pub(crate) fn driver_versions(text: &str) -> BTreeSet<String> {
     enginekit_shared::cdi::host_paths(text)
         .into_iter()
         .filter_map(|path| {
@@ -119,7 +122,11 @@ fn libcuda_path(text: &str) -> Option<String> {
 
 /// When the loaded driver's libcuda came (its inode change time, seconds since the epoch): the
 /// driver update's time, next to the old one the spec names. `None` when it is not there.
-pub fn loaded_driver_installed_at(root: &Path, spec_libcuda: &str, loaded: &str) -> Option<u64> {
+pub(crate) fn loaded_driver_installed_at(
+    root: &Path,
+    spec_libcuda: &str,
+    loaded: &str,
+) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
     let dir = Path::new(spec_libcuda).parent()?;
     let file = root

@@ -4,10 +4,10 @@
 //! for one key.
 
 /// containerd's root when its configuration does not set one (containerd's `defaults`).
-pub const DEFAULT_CONTAINERD_ROOT: &str = "/var/lib/containerd";
+pub(crate) const DEFAULT_CONTAINERD_ROOT: &str = "/var/lib/containerd";
 
 /// The top-level `root = "…"` of a containerd configuration, when it names an absolute path.
-pub fn root_from_config(text: &str) -> Option<String> {
+pub(crate) fn root_from_config(text: &str) -> Option<String> {
     for line in text.lines() {
         let line = line.trim();
         if line.starts_with('[') {

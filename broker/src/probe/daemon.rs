@@ -10,7 +10,7 @@ use super::docker_info::daemon_info_from;
 use super::facts::DaemonState;
 
 /// Asks `/info` on `socket`, all of it within `timeout`.
-pub async fn read_daemon(socket: &Path, timeout: Duration) -> DaemonState {
+pub(crate) async fn read_daemon(socket: &Path, timeout: Duration) -> DaemonState {
     let socket_text = socket.display().to_string();
     let unreachable = |reason: String| DaemonState::Unreachable {
         socket: socket_text.clone(),
@@ -137,7 +137,7 @@ fn explain(e: bollard::errors::Error) -> String {
 }
 
 /// The `Api-Version` header of an HTTP answer (header names are case-insensitive).
-pub fn api_version_header(head: &str) -> Option<ClientVersion> {
+pub(crate) fn api_version_header(head: &str) -> Option<ClientVersion> {
     head.lines().find_map(|line| {
         let (name, value) = line.split_once(':')?;
         if !name.trim().eq_ignore_ascii_case("api-version") {
@@ -152,7 +152,7 @@ pub fn api_version_header(head: &str) -> Option<ClientVersion> {
 }
 
 /// `client version 1.53 is too new. Maximum supported API version is 1.41` → 1.41.
-pub fn maximum_api_version(message: &str) -> Option<ClientVersion> {
+pub(crate) fn maximum_api_version(message: &str) -> Option<ClientVersion> {
     let rest = message.split("Maximum supported API version is ").nth(1)?;
     let token: String = rest
         .chars()

@@ -3,7 +3,7 @@
 use super::facts::DaemonJson;
 
 /// Reads the parsed text of an existing daemon.json.
-pub fn parse_daemon_json(text: &str) -> DaemonJson {
+pub(crate) fn parse_daemon_json(text: &str) -> DaemonJson {
     let value: serde_json::Value = match serde_json::from_str(text) {
         Ok(v) => v,
         Err(e) => {
@@ -36,7 +36,7 @@ pub fn parse_daemon_json(text: &str) -> DaemonJson {
 }
 
 /// The state from a read attempt: `Ok(None)` is ENOENT.
-pub fn daemon_json_from_read(read: Result<Option<String>, String>) -> DaemonJson {
+pub(crate) fn daemon_json_from_read(read: Result<Option<String>, String>) -> DaemonJson {
     match read {
         Ok(None) => DaemonJson::Absent,
         Ok(Some(text)) => parse_daemon_json(&text),

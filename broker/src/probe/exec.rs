@@ -11,29 +11,29 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use crate::programs::{self, Reader};
 
 /// At most this much of each stream is kept (the reference keeps 1 MiB).
-pub const DEFAULT_MAX_OUTPUT: usize = 1024 * 1024;
+pub(crate) const DEFAULT_MAX_OUTPUT: usize = 1024 * 1024;
 
 /// What a command printed and how it ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommandOutput {
+pub(crate) struct CommandOutput {
     /// Exit status; `None` when a signal ended it.
-    pub code: Option<i32>,
+    pub(crate) code: Option<i32>,
     /// Standard output (lossy UTF-8), at most the probe's output limit.
-    pub stdout: String,
+    pub(crate) stdout: String,
     /// Standard error (lossy UTF-8), at most the probe's output limit.
-    pub stderr: String,
+    pub(crate) stderr: String,
 }
 
 impl CommandOutput {
     /// Exited with status 0.
-    pub fn success(&self) -> bool {
+    pub(crate) fn success(&self) -> bool {
         self.code == Some(0)
     }
 }
 
 /// Why a command gave no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ExecError {
+pub(crate) enum ExecError {
     /// The binary is in none of the system directories.
     #[error("{0} is not installed in the system directories")]
     NotFound(String),
@@ -58,7 +58,7 @@ pub enum ExecError {
 /// The commands one probe runs: found only in its directories (the system ones), each with a
 /// deadline and bounded output.
 #[derive(Debug, Clone)]
-pub struct ProbeCommands {
+pub(crate) struct ProbeCommands {
     dirs: Vec<PathBuf>,
     timeout: Duration,
     max_output: usize,
@@ -69,7 +69,7 @@ impl ProbeCommands {
     /// The commands of one probe, found in `dirs`, each with `timeout`. `docker_config` is a
     /// private empty directory handed to the Docker CLI as `DOCKER_CONFIG`, so the user's
     /// contexts and credential helpers play no part.
-    pub fn new(dirs: Vec<PathBuf>, timeout: Duration, docker_config: PathBuf) -> Self {
+    pub(crate) fn new(dirs: Vec<PathBuf>, timeout: Duration, docker_config: PathBuf) -> Self {
         ProbeCommands {
             dirs,
             timeout,
@@ -79,23 +79,19 @@ impl ProbeCommands {
     }
 
     /// Keeps at most `bytes` of each stream.
-    pub fn with_max_output(mut self, bytes: usize) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_max_output(mut self, bytes: usize) -> Self {
         self.max_output = bytes;
         self
     }
 
-    /// The per-command deadline.
-    pub fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
     /// The first regular, executable file called `name` in the probe's directories.
-    pub fn find(&self, name: &str) -> Option<PathBuf> {
+    pub(crate) fn find(&self, name: &str) -> Option<PathBuf> {
         programs::find_in(&self.dirs, name)
     }
 
     /// Runs `name args…` and waits for it, at most the probe's per-command timeout.
-    pub async fn run(&self, name: &str, args: &[&str]) -> Result<CommandOutput, ExecError> {
+    pub(crate) async fn run(&self, name: &str, args: &[&str]) -> Result<CommandOutput, ExecError> {
         let path = self
             .find(name)
             .ok_or_else(|| ExecError::NotFound(name.to_owned()))?;

@@ -32,7 +32,7 @@ use enginekit_shared::subid::SubIdRange;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The only schema version this build reads and writes.
-pub const HOST_FACTS_SCHEMA_VERSION: u32 = 1;
+pub(crate) const HOST_FACTS_SCHEMA_VERSION: u32 = 1;
 
 /// A fact the probe may have failed to read.
 ///
@@ -59,7 +59,7 @@ impl<T> Fact<T> {
     }
 
     /// A fact that could not be read, with the reason.
-    pub fn unknown(reason: impl Into<String>) -> Self {
+    pub(crate) fn unknown(reason: impl Into<String>) -> Self {
         Fact::Unknown {
             reason: reason.into(),
         }
@@ -85,24 +85,6 @@ impl<T> Fact<T> {
     pub fn is_unknown(&self) -> bool {
         matches!(self, Fact::Unknown { .. })
     }
-
-    /// Transforms a known value, keeping the reason of an unknown one.
-    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Fact<U> {
-        match self {
-            Fact::Known { value } => Fact::Known { value: f(value) },
-            Fact::Unknown { reason } => Fact::Unknown { reason },
-        }
-    }
-
-    /// Borrowing view.
-    pub fn as_ref(&self) -> Fact<&T> {
-        match self {
-            Fact::Known { value } => Fact::Known { value },
-            Fact::Unknown { reason } => Fact::Unknown {
-                reason: reason.clone(),
-            },
-        }
-    }
 }
 
 impl Fact<bool> {
@@ -110,16 +92,11 @@ impl Fact<bool> {
     pub fn is_true(&self) -> bool {
         matches!(self, Fact::Known { value: true })
     }
-
-    /// True only when known to be false (an unknown is never a no).
-    pub fn is_false(&self) -> bool {
-        matches!(self, Fact::Known { value: false })
-    }
 }
 
 /// `schema_version`, which must be exactly [`HOST_FACTS_SCHEMA_VERSION`] when read back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SchemaVersion;
+pub(crate) struct SchemaVersion;
 
 impl Serialize for SchemaVersion {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -145,7 +122,7 @@ impl<'de> Deserialize<'de> for SchemaVersion {
 #[serde(deny_unknown_fields)]
 pub struct HostFacts {
     /// Always 1 in this build; any other value is refused on read.
-    pub schema_version: SchemaVersion,
+    pub(crate) schema_version: SchemaVersion,
     /// Kernel, distribution, init, user and groups, SELinux, WSL.
     pub system: SystemFacts,
     /// Docker CLI, daemon (Engine API `/info`), install method, service, daemon.json.
@@ -158,24 +135,24 @@ pub struct HostFacts {
     pub network: NetworkFacts,
     /// Rootless Podman: the package and the user's sub-IDs (absent from facts written before).
     #[serde(default)]
-    pub podman: PodmanFacts,
+    pub(crate) podman: PodmanFacts,
 }
 
 /// What a rootless Podman runtime would start from. Reported; no gate reads it
 /// yet.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PodmanFacts {
+pub(crate) struct PodmanFacts {
     /// The `podman` package's version in the package database; null when it lists none (or
     /// could not be read: `docker.packages` says which).
-    pub version: Option<String>,
+    pub(crate) version: Option<String>,
     /// The probing user's sub-ID ranges; unknown when /etc/subuid or /etc/subgid could not be
     /// read exactly as shadow writes them.
-    pub subids: Fact<SubIdFacts>,
+    pub(crate) subids: Fact<SubIdFacts>,
     /// Free space where the user's rootless Podman keeps images; null when the user's home is
     /// not known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub storage: Option<DiskFacts>,
+    pub(crate) storage: Option<DiskFacts>,
 }
 
 impl Default for PodmanFacts {
@@ -191,15 +168,15 @@ impl Default for PodmanFacts {
 /// The user's lines in /etc/subuid and /etc/subgid (by name or uid), and what a setup would add.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SubIdFacts {
-    pub uid_ranges: Vec<SubIdRange>,
-    pub gid_ranges: Vec<SubIdRange>,
+pub(crate) struct SubIdFacts {
+    pub(crate) uid_ranges: Vec<SubIdRange>,
+    pub(crate) gid_ranges: Vec<SubIdRange>,
     /// For a user with no range in either file: the one the shared rule would give
     /// (`shared::subid`); null when the user has one, or when no free range is left.
-    pub proposed: Option<SubIdRange>,
+    pub(crate) proposed: Option<SubIdRange>,
     /// Why none can be proposed to a user who has none (no free range is left).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub no_proposal: Option<String>,
+    pub(crate) no_proposal: Option<String>,
 }
 
 /// A fact whose absence blocks the plan (the plan's `unknown` list), in the reference's order.
@@ -279,14 +256,14 @@ impl HostFacts {
 
     /// The reference's `docker.gpu_runtime`: the daemon answered and `nvidia-ctk cdi list` lists an
     /// `nvidia.com/gpu` device.
-    pub fn gpu_runtime_live(&self) -> bool {
+    pub(crate) fn gpu_runtime_live(&self) -> bool {
         self.daemon_reachable() && self.nvidia.cdi_nvidia_gpu_listed.is_true()
     }
 
     /// The reference's `effectiveGpuRuntime`: live evidence when the daemon answers, else the CDI
     /// listing alone (`gpu_runtime_from_config`). Both reduce to the CDI listing; the split is kept
     /// for the reference's wording.
-    pub fn effective_gpu_runtime(&self) -> bool {
+    pub(crate) fn effective_gpu_runtime(&self) -> bool {
         if self.daemon_reachable() {
             self.gpu_runtime_live()
         } else {
@@ -296,7 +273,7 @@ impl HostFacts {
 
     /// The reference's `docker.nvidia_runtime`: when the daemon answered, its `Runtimes` has
     /// `nvidia`; otherwise daemon.json has `runtimes.nvidia`.
-    pub fn nvidia_runtime(&self) -> bool {
+    pub(crate) fn nvidia_runtime(&self) -> bool {
         match self.daemon_info() {
             Some(info) => info.runtimes.iter().any(|r| r == "nvidia"),
             None => matches!(
@@ -310,18 +287,13 @@ impl HostFacts {
     }
 
     /// The reference's `docker.selinux`: the daemon labels containers (`name=selinux`).
-    pub fn docker_selinux(&self) -> bool {
+    pub(crate) fn docker_selinux(&self) -> bool {
         self.daemon_info().is_some_and(|i| i.selinux)
     }
 
     /// The reference's `docker.docker_root_dir`.
-    pub fn docker_root_dir(&self) -> Option<&str> {
+    pub(crate) fn docker_root_dir(&self) -> Option<&str> {
         self.daemon_info().and_then(|i| i.root_dir.as_deref())
-    }
-
-    /// The reference's `docker.containers_running` (0 when the daemon did not answer).
-    pub fn containers_running(&self) -> u64 {
-        self.daemon_info().map_or(0, |i| i.containers_running)
     }
 }
 
@@ -333,17 +305,17 @@ impl HostFacts {
 #[serde(deny_unknown_fields)]
 pub struct SystemFacts {
     /// `uname` machine, with the alias `arm64` normalised to `aarch64` (e.g. `x86_64`).
-    pub architecture: Fact<String>,
+    pub(crate) architecture: Fact<String>,
     /// From `/etc/os-release`; unknown when it is missing, unreadable or has no `ID`.
     pub distribution: Fact<Distribution>,
     /// rpm-ostree / bootc host (`/run/ostree-booted` exists): Silverblue, Kinoite, CoreOS.
-    pub immutable_os: Fact<bool>,
+    pub(crate) immutable_os: Fact<bool>,
     /// What runs as PID 1.
     pub init: Fact<InitSystem>,
     /// Running under Windows Subsystem for Linux (`/proc/version` mentions Microsoft/WSL).
-    pub wsl: Fact<bool>,
+    pub(crate) wsl: Fact<bool>,
     /// SELinux mode from `/sys/fs/selinux/enforce` (no selinuxfs = disabled).
-    pub selinux: Fact<SelinuxMode>,
+    pub(crate) selinux: Fact<SelinuxMode>,
     /// Who the probe ran as.
     pub user: UserFacts,
     /// The `docker` group: in the account's configuration vs in this process.
@@ -365,7 +337,7 @@ pub struct Distribution {
     /// `VERSION_CODENAME`, else `UBUNTU_CODENAME` when present (Docker's apt suite).
     pub codename: Option<String>,
     /// `PRETTY_NAME` when present, for reports.
-    pub pretty_name: Option<String>,
+    pub(crate) pretty_name: Option<String>,
     /// Package family, decided by `ID` then `ID_LIKE`.
     pub family: PackageFamily,
 }
@@ -391,7 +363,7 @@ pub enum InitSystem {
 /// SELinux mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum SelinuxMode {
+pub(crate) enum SelinuxMode {
     /// `/sys/fs/selinux/enforce` reads 1.
     Enforcing,
     /// `/sys/fs/selinux/enforce` reads 0.
@@ -405,7 +377,7 @@ pub enum SelinuxMode {
 #[serde(deny_unknown_fields)]
 pub struct UserFacts {
     /// Real uid of the probing process.
-    pub uid: u32,
+    pub(crate) uid: u32,
     /// uid 0.
     pub is_root: bool,
     /// Login name of `uid` from the user database (`root` for uid 0).
@@ -418,7 +390,7 @@ pub struct UserFacts {
 #[serde(deny_unknown_fields)]
 pub struct DockerGroupFacts {
     /// The group's gid, `Known(None)` when there is no docker group.
-    pub gid: Fact<Option<u32>>,
+    pub(crate) gid: Fact<Option<u32>>,
     /// The account belongs to the group in the group database (member list or primary gid).
     pub configured: Fact<bool>,
     /// This process (this login session) carries the group (`getgroups`/egid).
@@ -447,17 +419,17 @@ pub struct DockerFacts {
     pub install_method: Option<InstallMethod>,
     /// Engine-related packages the package databases list as installed (`docker-ce`,
     /// `docker.io`, `moby-engine`, `podman-docker`, `docker-desktop`, `docker`).
-    pub packages: Fact<Vec<InstalledPackage>>,
+    pub(crate) packages: Fact<Vec<InstalledPackage>>,
     /// `snap list docker` succeeded.
-    pub snap_docker: Fact<bool>,
+    pub(crate) snap_docker: Fact<bool>,
     /// `$XDG_RUNTIME_DIR/docker.sock` exists (a rootless daemon's socket).
-    pub rootless_socket: bool,
+    pub(crate) rootless_socket: bool,
     /// Engine version from the package database (diagnostic only), e.g. `28.3.0`.
-    pub engine_version: Option<String>,
+    pub(crate) engine_version: Option<String>,
     /// `systemctl is-active docker` (unknown when systemd is not PID 1 or it could not answer).
     pub service_active: Fact<bool>,
     /// `/etc/docker/daemon.json`.
-    pub daemon_json: DaemonJson,
+    pub(crate) daemon_json: DaemonJson,
 }
 
 /// Whether the daemon answered on its socket.
@@ -483,7 +455,7 @@ pub enum DaemonState {
 #[serde(deny_unknown_fields)]
 pub struct DaemonInfo {
     /// The socket that answered.
-    pub socket: String,
+    pub(crate) socket: String,
     /// Engine API version negotiated with the daemon (e.g. `1.41`).
     pub api_version: Option<String>,
     /// `ID`: the engine's identity.
@@ -491,7 +463,7 @@ pub struct DaemonInfo {
     /// `ServerVersion`, e.g. `20.10.24+dfsg1` or `28.3.0`.
     pub server_version: Option<String>,
     /// `Name` (host name the daemon reports).
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// `OperatingSystem` (`Docker Desktop` under Desktop).
     pub operating_system: Option<String>,
     /// Keys of `Runtimes`, sorted (look for `nvidia`).
@@ -506,7 +478,7 @@ pub struct DaemonInfo {
     #[serde(default)]
     pub image_store: ImageStore,
     /// `SecurityOptions` as the daemon spells them (`name=seccomp,profile=builtin`, …).
-    pub security_options: Vec<String>,
+    pub(crate) security_options: Vec<String>,
     /// `SecurityOptions` has `rootless` / `name=rootless`.
     pub rootless: bool,
     /// `SecurityOptions` has `name=selinux`: the daemon labels containers.
@@ -516,13 +488,13 @@ pub struct DaemonInfo {
     /// `CgroupDriver` (`systemd` or `cgroupfs`).
     pub cgroup_driver: Option<String>,
     /// `CgroupVersion` (`1` or `2`).
-    pub cgroup_version: Option<String>,
+    pub(crate) cgroup_version: Option<String>,
     /// `CDISpecDirs`: empty when CDI is off (or the daemon predates it).
     pub cdi_spec_dirs: Vec<String>,
     /// `DefaultAddressPools`.
     pub address_pools: Vec<AddressPool>,
     /// `ContainersRunning`.
-    pub containers_running: u64,
+    pub(crate) containers_running: u64,
     /// `Warnings`.
     pub warnings: Vec<String>,
 }
@@ -560,7 +532,7 @@ pub enum InstallMethod {
 
 impl InstallMethod {
     /// Wire spelling (`docker-ce`, `docker.io`, …).
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             InstallMethod::DockerCe => "docker-ce",
             InstallMethod::DockerIo => "docker.io",
@@ -580,15 +552,15 @@ pub struct InstalledPackage {
     /// Package name, e.g. `docker.io`.
     pub name: String,
     /// Version as the database prints it, e.g. `20.10.24+dfsg1-1+deb12u1`.
-    pub version: Option<String>,
+    pub(crate) version: Option<String>,
     /// Which database said so.
-    pub source: PackageDatabase,
+    pub(crate) source: PackageDatabase,
 }
 
 /// A package database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum PackageDatabase {
+pub(crate) enum PackageDatabase {
     /// `dpkg-query`.
     Dpkg,
     /// `rpm -q`.
@@ -600,7 +572,7 @@ pub enum PackageDatabase {
 /// `/etc/docker/daemon.json`, three ways plus "does not parse".
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "kebab-case", deny_unknown_fields)]
-pub enum DaemonJson {
+pub(crate) enum DaemonJson {
     /// No such file.
     Absent,
     /// Read and parsed.
@@ -624,7 +596,7 @@ pub enum DaemonJson {
 
 impl DaemonJson {
     /// The reference's `daemon_json_unreadable` (a parse failure counts as unreadable).
-    pub fn is_unreadable(&self) -> bool {
+    pub(crate) fn is_unreadable(&self) -> bool {
         matches!(
             self,
             DaemonJson::Invalid { .. } | DaemonJson::Unreadable { .. }
@@ -632,7 +604,7 @@ impl DaemonJson {
     }
 
     /// The reference's `address_pools_configured`: unknown when unreadable or unparsable.
-    pub fn address_pools_configured(&self) -> Fact<bool> {
+    pub(crate) fn address_pools_configured(&self) -> Fact<bool> {
         match self {
             DaemonJson::Absent => Fact::known(false),
             DaemonJson::Parsed {
@@ -661,31 +633,31 @@ pub struct NvidiaFacts {
     pub driver_version: Fact<Option<String>>,
     /// `/proc/driver/nvidia/version`'s kernel module version (`Known(None)` when absent); a
     /// cross-check against a sandboxed, older nvidia-smi.
-    pub kernel_module_version: Fact<Option<String>>,
+    pub(crate) kernel_module_version: Fact<Option<String>>,
     /// Every GPU the driver lists (empty with no driver).
     pub gpus: Fact<Vec<Gpu>>,
     /// The reference's `fullToolkitInstalled`: `nvidia-ctk --version` works and the package
     /// database lists `nvidia-container-toolkit` (not only `-base`).
     pub toolkit_installed: Fact<bool>,
     /// First line of `nvidia-ctk --version` when it answered.
-    pub nvidia_ctk_version: Option<String>,
+    pub(crate) nvidia_ctk_version: Option<String>,
     /// `nvidia-container-runtime-hook` exists in a system directory (what `--gpus` needs).
-    pub hook_on_path: bool,
+    pub(crate) hook_on_path: bool,
     /// `nvidia-ctk cdi list` lists an `nvidia.com/gpu` device: the one GPU-runtime readiness
     /// signal (the reference's `gpu_runtime_from_config`).
     pub cdi_nvidia_gpu_listed: Fact<bool>,
     /// Device names `nvidia-ctk cdi list` printed (e.g. `nvidia.com/gpu=0`).
-    pub cdi_devices: Vec<String>,
+    pub(crate) cdi_devices: Vec<String>,
     /// The highest CDI version among the NVIDIA specifications (`0.7.0` needs Podman 5.1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cdi_spec_version: Option<String>,
+    pub(crate) cdi_spec_version: Option<String>,
     /// The driver versions the NVIDIA specifications' libraries are named for: a spec made for
     /// another driver than the loaded one mounts files that are gone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub cdi_driver_versions: Vec<String>,
+    pub(crate) cdi_driver_versions: Vec<String>,
     /// The toolkit's `nvidia-cdi-refresh` units, read only when a spec names another driver.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cdi_refresh: Option<super::cdi_refresh::CdiRefresh>,
+    pub(crate) cdi_refresh: Option<super::cdi_refresh::CdiRefresh>,
     /// nvidia-smi said the kernel module and the user-space driver differ (an update without a
     /// restart); the driver version and the GPUs are then unknown. Absent in older facts.
     #[serde(default)]
@@ -693,7 +665,7 @@ pub struct NvidiaFacts {
     /// The NVIDIA devices on the PCI bus, their kernel drivers, the module and Secure Boot:
     /// why there is no driver. Unknown in facts recorded before it was read.
     #[serde(default = "hardware_not_read")]
-    pub hardware: Fact<NvidiaHardware>,
+    pub(crate) hardware: Fact<NvidiaHardware>,
 }
 
 impl NvidiaFacts {
@@ -701,7 +673,7 @@ impl NvidiaFacts {
     /// 1.17.8`, a suffix after the number allowed): the version the plan and the doctor both
     /// judge. The binary, not the package database, because the CVEs live in the code Docker
     /// runs, and a toolkit installed outside the package manager has no package entry.
-    pub fn toolkit_version(&self) -> Option<&str> {
+    pub(crate) fn toolkit_version(&self) -> Option<&str> {
         let line = self.nvidia_ctk_version.as_deref()?;
         let mut words = line.split_whitespace();
         words.find(|w| w.eq_ignore_ascii_case("version"))?;
@@ -716,7 +688,7 @@ fn hardware_not_read() -> Fact<NvidiaHardware> {
     Fact::unknown("not read by this version of the probe")
 }
 
-pub use super::nvidia_hardware::{NvidiaHardware, PciGpu};
+pub(crate) use super::nvidia_hardware::NvidiaHardware;
 
 /// The loaded kernel module and the user-space driver libraries are different versions.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -743,7 +715,7 @@ pub enum GpuSource {
 #[serde(deny_unknown_fields)]
 pub struct Gpu {
     /// Driver's index.
-    pub index: Option<u32>,
+    pub(crate) index: Option<u32>,
     /// `GPU-…` UUID.
     pub uuid: String,
     /// Marketing name, e.g. `NVIDIA GeForce RTX 4090`.
@@ -777,9 +749,9 @@ pub struct MigDevice {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ComputeCapability {
     /// Major (SM generation).
-    pub major: u32,
+    pub(crate) major: u32,
     /// Minor.
-    pub minor: u32,
+    pub(crate) minor: u32,
 }
 
 impl std::fmt::Display for ComputeCapability {
@@ -826,7 +798,7 @@ pub struct DiskFacts {
     /// store. What the plan reports.
     pub path: String,
     /// The nearest existing ancestor of `path` that was actually measured.
-    pub measured_path: Option<String>,
+    pub(crate) measured_path: Option<String>,
     /// `statvfs` `f_bavail × f_frsize` there.
     pub free_bytes: Fact<u64>,
 }
@@ -847,7 +819,7 @@ pub struct Route {
     /// `a.b.c.d/n`.
     pub destination: String,
     /// Interface, e.g. `tun0`.
-    pub device: String,
+    pub(crate) device: String,
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use super::facts::SelinuxMode;
 
 /// `/sys/fs/selinux/enforce` contents.
-pub fn parse_selinux_enforce(text: &str) -> Option<SelinuxMode> {
+pub(crate) fn parse_selinux_enforce(text: &str) -> Option<SelinuxMode> {
     match text.trim() {
         "1" => Some(SelinuxMode::Enforcing),
         "0" => Some(SelinuxMode::Permissive),
@@ -12,7 +12,7 @@ pub fn parse_selinux_enforce(text: &str) -> Option<SelinuxMode> {
 }
 
 /// `/proc/version` names Microsoft's kernel (WSL1 `Microsoft`, WSL2 `microsoft-standard-WSL2`).
-pub fn is_wsl_kernel(proc_version: &str) -> bool {
+pub(crate) fn is_wsl_kernel(proc_version: &str) -> bool {
     let lower = proc_version.to_lowercase();
     lower.contains("microsoft") || lower.contains("wsl")
 }
@@ -20,7 +20,7 @@ pub fn is_wsl_kernel(proc_version: &str) -> bool {
 /// The version in `/proc/driver/nvidia/version`:
 /// `NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Tue Sep 23 …` → `580.95.05`.
 /// Open kernel modules print `NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build …`.
-pub fn parse_nvidia_module_version(text: &str) -> Option<String> {
+pub(crate) fn parse_nvidia_module_version(text: &str) -> Option<String> {
     let line = text.lines().find(|l| l.starts_with("NVRM version:"))?;
     line.split_whitespace()
         .find(|w| {
@@ -32,7 +32,7 @@ pub fn parse_nvidia_module_version(text: &str) -> Option<String> {
 }
 
 /// `uname` machine, with the one alias normalised (`arm64` → `aarch64`).
-pub fn normalise_architecture(machine: &str) -> Option<String> {
+pub(crate) fn normalise_architecture(machine: &str) -> Option<String> {
     let m = machine.trim();
     match m {
         "" => None,

@@ -6,19 +6,19 @@
 //! looked up only in the system directories, their environment is scrubbed, and the daemon is asked
 //! through the Engine API on its socket.
 
-pub mod cdi_refresh;
-pub mod cdi_specs;
-pub mod containerd_config;
-pub mod daemon;
-pub mod daemon_json;
+pub(crate) mod cdi_refresh;
+pub(crate) mod cdi_specs;
+pub(crate) mod containerd_config;
+pub(crate) mod daemon;
+pub(crate) mod daemon_json;
 pub mod docker_info;
-pub mod exec;
+pub(crate) mod exec;
 pub mod facts;
 pub mod install_method;
-pub mod kernel;
-pub mod nvidia_hardware;
+pub(crate) mod kernel;
+pub(crate) mod nvidia_hardware;
 pub mod nvidia_smi;
-pub mod nvml;
+pub(crate) mod nvml;
 pub mod os_release;
 pub mod packages;
 pub mod reads;
@@ -27,7 +27,7 @@ pub mod routes;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use facts::{Fact, HostFacts};
+pub(crate) use facts::{Fact, HostFacts};
 pub use reads::{ProbeContext, Read};
 
 use enginekit_shared::subid::SubIdFiles;
@@ -39,11 +39,11 @@ use install_method::{detect_install_method, InstallEvidence};
 use packages::{engine_version, lists_toolkit};
 
 /// The system Docker socket.
-pub const DEFAULT_DOCKER_SOCKET: &str = "/var/run/docker.sock";
+pub(crate) const DEFAULT_DOCKER_SOCKET: &str = "/var/run/docker.sock";
 /// Docker's default data directory.
-pub const DEFAULT_DOCKER_ROOT: &str = "/var/lib/docker";
+pub(crate) const DEFAULT_DOCKER_ROOT: &str = "/var/lib/docker";
 /// Default deadline of each read.
-pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How the probe runs. Everything but `read_timeout` and `xdg_runtime_dir` exists for tests.
 #[derive(Debug, Clone)]
@@ -109,7 +109,7 @@ impl ProbeOptions {
 
 /// Where Docker keeps its data: the daemon's `DockerRootDir`, else `/var/lib/docker`. With
 /// containerd's image store the images are elsewhere: see [`reads::image_store_target`].
-pub fn docker_root_target(daemon: &DaemonState) -> String {
+pub(crate) fn docker_root_target(daemon: &DaemonState) -> String {
     match daemon {
         DaemonState::Reachable { info } => info
             .root_dir
@@ -296,7 +296,7 @@ pub(crate) fn podman_facts(
 
 /// The reference's `fullToolkitInstalled`: `nvidia-ctk --version` works and, on apt/dnf/pacman,
 /// the package database lists the full `nvidia-container-toolkit`.
-pub fn toolkit_installed(
+pub(crate) fn toolkit_installed(
     ctk_version: &Fact<Option<String>>,
     packages: &Fact<Vec<facts::InstalledPackage>>,
     family: Option<PackageFamily>,

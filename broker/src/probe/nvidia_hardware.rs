@@ -26,46 +26,46 @@ const MAX_WALK_ENTRIES: usize = 50_000;
 /// What the machine says about its NVIDIA hardware and kernel module.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct NvidiaHardware {
+pub(crate) struct NvidiaHardware {
     /// NVIDIA display controllers (PCI class 0x03xxxx), in bus order.
-    pub devices: Vec<PciGpu>,
+    pub(crate) devices: Vec<PciGpu>,
     /// An `nvidia` module file exists for the running kernel (looked for only when an NVIDIA
     /// device is present).
-    pub module_built: bool,
+    pub(crate) module_built: bool,
     /// `/sys/module/nvidia` exists.
-    pub module_loaded: bool,
+    pub(crate) module_loaded: bool,
     /// `/sys/module/nouveau` exists.
-    pub nouveau_loaded: bool,
+    pub(crate) nouveau_loaded: bool,
     /// The firmware's Secure Boot state; `None` without EFI variables (BIOS boot, or a
     /// container without them).
-    pub secure_boot: Option<bool>,
+    pub(crate) secure_boot: Option<bool>,
     /// A key is queued for MOK enrollment at the next boot.
-    pub mok_enrollment_pending: bool,
+    pub(crate) mok_enrollment_pending: bool,
 }
 
 /// One NVIDIA display controller.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PciGpu {
+pub(crate) struct PciGpu {
     /// Bus address, e.g. `0000:01:00.0`.
-    pub address: String,
+    pub(crate) address: String,
     /// PCI device id.
-    pub device_id: u16,
+    pub(crate) device_id: u16,
     /// The kernel driver bound to it (`nvidia`, `nouveau`, `vfio-pci`), if any.
-    pub driver: Option<String>,
+    pub(crate) driver: Option<String>,
 }
 
 impl PciGpu {
     /// A Blackwell chip (GB100/GB102 and the GB20x family, device ids 0x2900–0x2fff in the PCI
     /// ID repository), which NVIDIA's driver supports only with its open kernel modules
     /// (NVIDIA driver README since R570, "open GPU kernel modules").
-    pub fn is_blackwell(&self) -> bool {
+    pub(crate) fn is_blackwell(&self) -> bool {
         (0x2900..=0x2fff).contains(&self.device_id)
     }
 }
 
 /// Reads the hardware facts under `root` (`/` outside tests) for kernel `release`.
-pub fn read(root: &Path, release: Option<&str>) -> Result<NvidiaHardware, String> {
+pub(crate) fn read(root: &Path, release: Option<&str>) -> Result<NvidiaHardware, String> {
     let devices = pci_gpus(&root.join("sys/bus/pci/devices"))?;
     let module_loaded = root.join("sys/module/nvidia").exists();
     // A loaded module was built; the tree walk runs only where a card could use the module,
@@ -87,7 +87,7 @@ pub fn read(root: &Path, release: Option<&str>) -> Result<NvidiaHardware, String
 }
 
 /// An efivarfs file is four attribute bytes, then the value; SecureBoot's value is one byte.
-pub fn secure_boot_enabled(var: &[u8]) -> Option<bool> {
+pub(crate) fn secure_boot_enabled(var: &[u8]) -> Option<bool> {
     match var {
         [_, _, _, _, value] => Some(*value == 1),
         _ => None,

@@ -28,10 +28,10 @@ pub const LEGACY_QUERY_FIELDS: &[&str] = &[
 
 /// Fields the probe can do without when a driver's nvidia-smi does not know them: it then asks
 /// again without the field (`compute_cap` → name table; `mig.mode.current` → unknown).
-pub const OPTIONAL_FIELDS: &[&str] = &["compute_cap", "mig.mode.current", "index"];
+pub(crate) const OPTIONAL_FIELDS: &[&str] = &["compute_cap", "mig.mode.current", "index"];
 
 /// The field nvidia-smi refused (`Field "compute_cap" is not a valid field to query.`, exit 2).
-pub fn rejected_field(stdout: &str, stderr: &str) -> Option<String> {
+pub(crate) fn rejected_field(stdout: &str, stderr: &str) -> Option<String> {
     [stdout, stderr].iter().find_map(|text| {
         let rest = text.split("Field \"").nth(1)?;
         let (field, tail) = rest.split_once('"')?;
@@ -42,7 +42,7 @@ pub fn rejected_field(stdout: &str, stderr: &str) -> Option<String> {
 }
 
 /// `--query-gpu=a,b,c` for a field list.
-pub fn query_arg(fields: &[&str]) -> String {
+pub(crate) fn query_arg(fields: &[&str]) -> String {
     format!("--query-gpu={}", fields.join(","))
 }
 
@@ -157,7 +157,7 @@ fn parse_compute_cap(text: &str) -> Fact<ComputeCapability> {
 }
 
 /// `24564`, `24564 MiB`, `0.5` → bytes (× 1 MiB); `[N/A]`, `N/A`, empty → unknown, never 0.
-pub fn parse_mib(text: &str) -> Fact<u64> {
+pub(crate) fn parse_mib(text: &str) -> Fact<u64> {
     let t = text.trim();
     let number = t.strip_suffix("MiB").map_or(t, str::trim_end);
     let well_formed = !number.is_empty()
@@ -218,7 +218,7 @@ pub fn attach_mig_devices(gpus: &mut [Gpu], listing: Vec<(String, Vec<MigDevice>
 /// Compute capability from a marketing name, for drivers whose nvidia-smi has no `compute_cap`
 /// field. Table from NVIDIA's "CUDA GPUs — Compute Capability" page; first match wins, so longer
 /// names come before their prefixes (A100 before A10).
-pub fn compute_capability_from_name(name: &str) -> Option<ComputeCapability> {
+pub(crate) fn compute_capability_from_name(name: &str) -> Option<ComputeCapability> {
     const TABLE: &[(&str, u32, u32)] = &[
         ("GB10", 12, 1),
         ("RTX PRO 6000 Blackwell", 12, 0),

@@ -8,7 +8,7 @@ use super::facts::{ComputeCapability, Fact, Gpu, MigDevice};
 
 /// What NVML said.
 #[derive(Debug)]
-pub enum NvmlRead {
+pub(crate) enum NvmlRead {
     /// The library could not be loaded: fall back to nvidia-smi.
     LibraryAbsent(String),
     /// The library loaded but there is no driver.
@@ -25,7 +25,7 @@ pub enum NvmlRead {
 }
 
 /// Reads every GPU through NVML. Blocking: call it off the async threads.
-pub fn read_nvml() -> NvmlRead {
+pub(crate) fn read_nvml() -> NvmlRead {
     let nvml = match Nvml::builder()
         .lib_path(std::ffi::OsStr::new("libnvidia-ml.so.1"))
         .init()

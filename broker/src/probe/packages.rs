@@ -4,7 +4,7 @@
 use super::facts::{InstalledPackage, PackageDatabase};
 
 /// Engine-related packages asked about (Arch's own engine is `docker`).
-pub const ENGINE_PACKAGES: &[&str] = &[
+pub(crate) const ENGINE_PACKAGES: &[&str] = &[
     "docker-ce",
     "docker.io",
     "moby-engine",
@@ -13,10 +13,10 @@ pub const ENGINE_PACKAGES: &[&str] = &[
 ];
 
 /// Podman's own package (the rootless runtime), not its Docker shim.
-pub const PODMAN_PACKAGE: &str = "podman";
+pub(crate) const PODMAN_PACKAGE: &str = "podman";
 
 /// The toolkit packages: only the full `nvidia-container-toolkit` counts.
-pub const TOOLKIT_PACKAGE: &str = "nvidia-container-toolkit";
+pub(crate) const TOOLKIT_PACKAGE: &str = "nvidia-container-toolkit";
 
 /// `dpkg-query -W -f '${db:Status-Abbrev} ${Package} ${Version}\n' …`: only `ii` lines are
 /// installed (`rc` = removed with config left, `un` = unknown).
@@ -43,7 +43,7 @@ pub fn parse_dpkg_query(text: &str) -> Vec<InstalledPackage> {
 /// through `dpkg-query`, which costs more than the rest of the probe together. Only `names` are
 /// kept, and only when the third word of `Status:` is `installed` (`install ok installed`,
 /// `hold ok installed`); `config-files` (dpkg-query's `rc`) and `not-installed` are not.
-pub fn parse_dpkg_status(database: &[u8], names: &[&str]) -> Vec<InstalledPackage> {
+pub(crate) fn parse_dpkg_status(database: &[u8], names: &[&str]) -> Vec<InstalledPackage> {
     // Stanzas end at a blank line and dpkg writes `Package:` first: a SIMD search for the blank
     // lines and a look at each stanza's first line skip the thousands not wanted, and only the
     // wanted stanzas are read as text (a line-by-line pass over the whole file as text made this
@@ -79,7 +79,7 @@ fn stanza_field<'t>(stanza: &'t [u8], field: &str) -> Option<&'t str> {
 }
 
 /// `rpm -q --qf '%{NAME} %{VERSION}-%{RELEASE}\n' …`: misses read "package X is not installed".
-pub fn parse_rpm_query(text: &str) -> Vec<InstalledPackage> {
+pub(crate) fn parse_rpm_query(text: &str) -> Vec<InstalledPackage> {
     text.lines()
         .filter(|line| !line.trim().is_empty() && !line.contains("is not installed"))
         .filter_map(|line| {
@@ -95,7 +95,7 @@ pub fn parse_rpm_query(text: &str) -> Vec<InstalledPackage> {
 }
 
 /// `pacman -Q …`: `name version` per installed package (exit 1 when one is missing is normal).
-pub fn parse_pacman_query(text: &str) -> Vec<InstalledPackage> {
+pub(crate) fn parse_pacman_query(text: &str) -> Vec<InstalledPackage> {
     text.lines()
         .filter_map(|line| {
             let mut words = line.split_whitespace();
@@ -113,7 +113,7 @@ pub fn parse_pacman_query(text: &str) -> Vec<InstalledPackage> {
 }
 
 /// `snap list docker` lists the docker snap.
-pub fn snap_lists_docker(code: Option<i32>, stdout: &str) -> bool {
+pub(crate) fn snap_lists_docker(code: Option<i32>, stdout: &str) -> bool {
     code == Some(0)
         && stdout
             .lines()
@@ -161,7 +161,7 @@ fn first_dotted_triple(text: &str) -> Option<String> {
 }
 
 /// The full toolkit is in the package database (`-base` alone does not count).
-pub fn lists_toolkit(packages: &[InstalledPackage]) -> bool {
+pub(crate) fn lists_toolkit(packages: &[InstalledPackage]) -> bool {
     packages.iter().any(|p| p.name == TOOLKIT_PACKAGE)
 }
 

@@ -40,10 +40,11 @@ const MAX_DPKG_STATUS_BYTES: u64 = 64 * 1024 * 1024;
 #[derive(Debug)]
 pub struct ProbeContext {
     /// The options it runs under.
-    pub options: ProbeOptions,
+    pub(crate) options: ProbeOptions,
     /// The commands this probe runs (system dirs, scrubbed env, deadline).
-    pub commands: ProbeCommands,
-    docker_config: PrivateDir,
+    pub(crate) commands: ProbeCommands,
+    /// Held, not read: removed when the probe ends.
+    _docker_config: PrivateDir,
 }
 
 impl ProbeContext {
@@ -63,17 +64,12 @@ impl ProbeContext {
         ProbeContext {
             options,
             commands,
-            docker_config,
+            _docker_config: docker_config,
         }
     }
 
     fn host_path(&self, absolute: &str) -> PathBuf {
         self.options.root.join(absolute.trim_start_matches('/'))
-    }
-
-    /// The private `DOCKER_CONFIG` directory.
-    pub fn docker_config_dir(&self) -> &Path {
-        &self.docker_config.path
     }
 }
 
@@ -168,7 +164,7 @@ fn is_absent(e: &std::io::Error) -> bool {
 // System
 
 /// `/etc/os-release`.
-pub async fn os_release(ctx: &ProbeContext) -> Fact<super::facts::Distribution> {
+pub(crate) async fn os_release(ctx: &ProbeContext) -> Fact<super::facts::Distribution> {
     match read_host_file(ctx, "/etc/os-release").await {
         Ok(Some(text)) => parse_os_release(&text)
             .map_or_else(|| Fact::unknown("/etc/os-release has no ID"), Fact::known),
@@ -178,7 +174,7 @@ pub async fn os_release(ctx: &ProbeContext) -> Fact<super::facts::Distribution> 
 }
 
 /// `uname` machine, in-process (`uname(2)` cannot hang).
-pub fn architecture() -> Fact<String> {
+pub(crate) fn architecture() -> Fact<String> {
     match nix::sys::utsname::uname() {
         Ok(u) => normalise_architecture(&u.machine().to_string_lossy())
             .map_or_else(|| Fact::unknown("uname reported no machine"), Fact::known),
@@ -187,7 +183,7 @@ pub fn architecture() -> Fact<String> {
 }
 
 /// systemd is PID 1 when `/run/systemd/system` exists (`sd_booted()`); otherwise PID 1's name.
-pub async fn init_system(ctx: &ProbeContext) -> Fact<InitSystem> {
+pub(crate) async fn init_system(ctx: &ProbeContext) -> Fact<InitSystem> {
     let marker = ctx.host_path("/run/systemd/system");
     let comm = ctx.host_path("/proc/1/comm");
     // Both in one trip to the blocking pool.
@@ -209,7 +205,7 @@ pub async fn init_system(ctx: &ProbeContext) -> Fact<InitSystem> {
 }
 
 /// `systemctl is-active docker`, only when systemd is PID 1.
-pub async fn service_active(ctx: &ProbeContext, init: &Fact<InitSystem>) -> Fact<bool> {
+pub(crate) async fn service_active(ctx: &ProbeContext, init: &Fact<InitSystem>) -> Fact<bool> {
     match init {
         Fact::Known {
             value: InitSystem::Other { pid1 },
@@ -245,14 +241,14 @@ pub async fn service_active(ctx: &ProbeContext, init: &Fact<InitSystem>) -> Fact
 }
 
 /// rpm-ostree / bootc: `/run/ostree-booted`.
-pub async fn immutable_os(ctx: &ProbeContext) -> Fact<bool> {
+pub(crate) async fn immutable_os(ctx: &ProbeContext) -> Fact<bool> {
     host_path_exists(ctx, "/run/ostree-booted")
         .await
         .map_or_else(Fact::unknown, Fact::known)
 }
 
 /// WSL from `/proc/version`.
-pub async fn wsl(ctx: &ProbeContext) -> Fact<bool> {
+pub(crate) async fn wsl(ctx: &ProbeContext) -> Fact<bool> {
     match read_host_file(ctx, "/proc/version").await {
         Ok(Some(text)) => Fact::known(is_wsl_kernel(&text)),
         Ok(None) => Fact::unknown("/proc/version does not exist"),
@@ -261,7 +257,7 @@ pub async fn wsl(ctx: &ProbeContext) -> Fact<bool> {
 }
 
 /// SELinux from `/sys/fs/selinux/enforce` (absent = disabled).
-pub async fn selinux(ctx: &ProbeContext) -> Fact<SelinuxMode> {
+pub(crate) async fn selinux(ctx: &ProbeContext) -> Fact<SelinuxMode> {
     match read_host_file(ctx, "/sys/fs/selinux/enforce").await {
         Ok(Some(text)) => parse_selinux_enforce(&text).map_or_else(
             || Fact::unknown(format!("/sys/fs/selinux/enforce reads {:?}", text.trim())),
@@ -274,7 +270,7 @@ pub async fn selinux(ctx: &ProbeContext) -> Fact<SelinuxMode> {
 
 /// The user and the docker group: configured in the group database (members or primary gid) vs
 /// effective in this process (`getgroups`, egid).
-pub async fn user_and_group(ctx: &ProbeContext) -> (UserFacts, DockerGroupFacts) {
+pub(crate) async fn user_and_group(ctx: &ProbeContext) -> (UserFacts, DockerGroupFacts) {
     let uid = nix::unistd::getuid();
     let fallback_user = UserFacts {
         uid: uid.as_raw(),
@@ -354,7 +350,7 @@ pub async fn user_and_group(ctx: &ProbeContext) -> (UserFacts, DockerGroupFacts)
 
 /// The Docker CLI in the system dirs, looked up and never run; whether it is Podman's shim shows
 /// from the file itself (a link to podman, or a script that execs it).
-pub async fn docker_cli(ctx: &ProbeContext) -> (Option<String>, Fact<bool>, Option<String>) {
+pub(crate) async fn docker_cli(ctx: &ProbeContext) -> (Option<String>, Fact<bool>, Option<String>) {
     let Some(path) = ctx.commands.find("docker") else {
         return (None, Fact::known(false), None);
     };
@@ -387,7 +383,7 @@ fn podman_shim(path: &Path) -> Option<String> {
 }
 
 /// The daemon on the configured socket.
-pub async fn daemon(ctx: &ProbeContext) -> DaemonState {
+pub(crate) async fn daemon(ctx: &ProbeContext) -> DaemonState {
     read_daemon(&ctx.options.docker_socket, ctx.options.read_timeout).await
 }
 
@@ -401,7 +397,7 @@ const PACMAN_DATABASES: &[&str] = &["/var/lib/pacman/local"];
 /// database holds something. (Debian's rpm package ships an empty `/var/lib/rpm`: a process
 /// started there, the probe's slowest read, could only answer "not installed".)
 /// `Known(vec![])` when there is none; unknown only when every database present failed.
-pub async fn packages(ctx: &ProbeContext) -> Fact<Vec<InstalledPackage>> {
+pub(crate) async fn packages(ctx: &ProbeContext) -> Fact<Vec<InstalledPackage>> {
     let mut names: Vec<&str> = ENGINE_PACKAGES.to_vec();
     names.extend([
         "nvidia-container-toolkit-base",
@@ -513,7 +509,7 @@ async fn dpkg_status_packages(
 }
 
 /// `snap list docker`.
-pub async fn snap_docker(ctx: &ProbeContext) -> Fact<bool> {
+pub(crate) async fn snap_docker(ctx: &ProbeContext) -> Fact<bool> {
     match ctx.commands.run("snap", &["list", "docker"]).await {
         Ok(out) => Fact::known(snap_lists_docker(out.code, &out.stdout)),
         Err(ExecError::NotFound(_)) => Fact::known(false),
@@ -522,12 +518,12 @@ pub async fn snap_docker(ctx: &ProbeContext) -> Fact<bool> {
 }
 
 /// `/etc/docker/daemon.json`.
-pub async fn daemon_json(ctx: &ProbeContext) -> DaemonJson {
+pub(crate) async fn daemon_json(ctx: &ProbeContext) -> DaemonJson {
     daemon_json_from_read(read_host_file(ctx, "/etc/docker/daemon.json").await)
 }
 
 /// `$XDG_RUNTIME_DIR/docker.sock` exists.
-pub async fn rootless_socket(ctx: &ProbeContext) -> bool {
+pub(crate) async fn rootless_socket(ctx: &ProbeContext) -> bool {
     let Some(dir) = &ctx.options.xdg_runtime_dir else {
         return false;
     };
@@ -544,19 +540,19 @@ pub async fn rootless_socket(ctx: &ProbeContext) -> bool {
 
 /// GPU facts: what the driver says through NVML or nvidia-smi.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GpuRead {
+pub(crate) struct GpuRead {
     /// Where they came from.
-    pub source: GpuSource,
+    pub(crate) source: GpuSource,
     /// Driver version (`Known(None)` = no driver).
-    pub driver_version: Fact<Option<String>>,
+    pub(crate) driver_version: Fact<Option<String>>,
     /// The GPUs.
-    pub gpus: Fact<Vec<Gpu>>,
+    pub(crate) gpus: Fact<Vec<Gpu>>,
     /// nvidia-smi's "Driver/library version mismatch".
-    pub library_mismatch: Option<LibraryMismatch>,
+    pub(crate) library_mismatch: Option<LibraryMismatch>,
 }
 
 /// NVML when the library loads, else nvidia-smi.
-pub async fn gpus(ctx: &ProbeContext) -> GpuRead {
+pub(crate) async fn gpus(ctx: &ProbeContext) -> GpuRead {
     if ctx.options.nvml {
         match bounded_blocking(ctx.options.read_timeout, "NVML", read_nvml).await {
             Ok(NvmlRead::Gpus {
@@ -579,14 +575,17 @@ pub async fn gpus(ctx: &ProbeContext) -> GpuRead {
                 }
             }
             // Absent library, or NVML failing: nvidia-smi may still answer.
-            Ok(NvmlRead::LibraryAbsent(_) | NvmlRead::Failed(_)) | Err(_) => {}
+            Ok(NvmlRead::LibraryAbsent(reason) | NvmlRead::Failed(reason)) => {
+                tracing::debug!(%reason, "NVML gave no answer; asking nvidia-smi");
+            }
+            Err(_) => {}
         }
     }
     nvidia_smi_gpus(ctx).await
 }
 
 /// GPU facts from nvidia-smi alone.
-pub async fn nvidia_smi_gpus(ctx: &ProbeContext) -> GpuRead {
+pub(crate) async fn nvidia_smi_gpus(ctx: &ProbeContext) -> GpuRead {
     let commands = &ctx.commands;
     let format = "--format=csv,noheader,nounits";
     let listing_args = ["-L"];
@@ -688,7 +687,7 @@ fn first_line(text: &str) -> Option<&str> {
 }
 
 /// `/proc/driver/nvidia/version`.
-pub async fn kernel_module_version(ctx: &ProbeContext) -> Fact<Option<String>> {
+pub(crate) async fn kernel_module_version(ctx: &ProbeContext) -> Fact<Option<String>> {
     match read_host_file(ctx, "/proc/driver/nvidia/version").await {
         Ok(Some(text)) => Fact::known(parse_nvidia_module_version(&text)),
         Ok(None) => Fact::known(None),
@@ -697,7 +696,7 @@ pub async fn kernel_module_version(ctx: &ProbeContext) -> Fact<Option<String>> {
 }
 
 /// The NVIDIA devices on the PCI bus, the module and Secure Boot ([`super::nvidia_hardware`]).
-pub async fn nvidia_hardware(ctx: &ProbeContext) -> Fact<NvidiaHardware> {
+pub(crate) async fn nvidia_hardware(ctx: &ProbeContext) -> Fact<NvidiaHardware> {
     let osrelease = ctx.host_path("/proc/sys/kernel/osrelease");
     let root = ctx.options.root.clone();
     // The kernel release and the walk in one trip to the blocking pool.
@@ -717,7 +716,7 @@ pub async fn nvidia_hardware(ctx: &ProbeContext) -> Fact<NvidiaHardware> {
 }
 
 /// `nvidia-ctk --version`: `Known(None)` when absent or failing.
-pub async fn nvidia_ctk_version(ctx: &ProbeContext) -> Fact<Option<String>> {
+pub(crate) async fn nvidia_ctk_version(ctx: &ProbeContext) -> Fact<Option<String>> {
     match ctx.commands.run("nvidia-ctk", &["--version"]).await {
         Ok(out) if out.success() => Fact::known(Some(
             first_line(&out.stdout).unwrap_or("nvidia-ctk").to_owned(),
@@ -728,7 +727,7 @@ pub async fn nvidia_ctk_version(ctx: &ProbeContext) -> Fact<Option<String>> {
 }
 
 /// `nvidia-ctk cdi list`: whether an `nvidia.com/gpu` device is listed, and the device names.
-pub async fn cdi_list(ctx: &ProbeContext) -> (Fact<bool>, Vec<String>) {
+pub(crate) async fn cdi_list(ctx: &ProbeContext) -> (Fact<bool>, Vec<String>) {
     match ctx.commands.run("nvidia-ctk", &["cdi", "list"]).await {
         Ok(out) => {
             let devices = parse_cdi_list(&out.stdout);
@@ -744,7 +743,7 @@ pub async fn cdi_list(ctx: &ProbeContext) -> (Fact<bool>, Vec<String>) {
 /// highest CDI version (a Podman before 5.1 reads none from 0.7.0, [`enginekit_shared::cdi`])
 /// and the driver versions their libraries are named for ([`super::cdi_specs`]). Empty when
 /// there is none, or they could not be read in time.
-pub async fn cdi_specs(ctx: &ProbeContext) -> super::cdi_specs::CdiSpecFiles {
+pub(crate) async fn cdi_specs(ctx: &ProbeContext) -> super::cdi_specs::CdiSpecFiles {
     let root = ctx.options.root.clone();
     let read = move || super::cdi_specs::read(&root);
     bounded_blocking(ctx.options.read_timeout, "CDI specifications", read)
@@ -754,7 +753,7 @@ pub async fn cdi_specs(ctx: &ProbeContext) -> super::cdi_specs::CdiSpecFiles {
 
 /// The toolkit's `nvidia-cdi-refresh` units ([`super::cdi_refresh`]), read only where systemd
 /// is PID 1 and a spec names another driver than the loaded one.
-pub async fn cdi_refresh(
+pub(crate) async fn cdi_refresh(
     ctx: &ProbeContext,
     init: &Fact<InitSystem>,
     driver: &Fact<Option<String>>,
@@ -779,7 +778,7 @@ pub async fn cdi_refresh(
 }
 
 /// Device names in `nvidia-ctk cdi list` output (`vendor/class=name` lines, log lines skipped).
-pub fn parse_cdi_list(text: &str) -> Vec<String> {
+pub(crate) fn parse_cdi_list(text: &str) -> Vec<String> {
     text.lines()
         .map(str::trim)
         .filter(|l| {
@@ -790,7 +789,7 @@ pub fn parse_cdi_list(text: &str) -> Vec<String> {
 }
 
 /// `nvidia-container-runtime-hook` in a system directory.
-pub fn hook_on_path(ctx: &ProbeContext) -> bool {
+pub(crate) fn hook_on_path(ctx: &ProbeContext) -> bool {
     ctx.commands.find("nvidia-container-runtime-hook").is_some()
 }
 
@@ -800,7 +799,7 @@ pub fn hook_on_path(ctx: &ProbeContext) -> bool {
 /// Where the engine image's bytes would land: containerd's root (its configuration's `root`,
 /// else its default) when the daemon keeps images in containerd's store, Docker's root dir
 /// otherwise. A configuration that cannot be read leaves containerd's default.
-pub async fn image_store_target(ctx: &ProbeContext, daemon: &DaemonState) -> String {
+pub(crate) async fn image_store_target(ctx: &ProbeContext, daemon: &DaemonState) -> String {
     let containerd = matches!(daemon, DaemonState::Reachable { info } if info.image_store == ImageStore::Containerd);
     if !containerd {
         return super::docker_root_target(daemon);
@@ -813,7 +812,7 @@ pub async fn image_store_target(ctx: &ProbeContext, daemon: &DaemonState) -> Str
 }
 
 /// Free bytes at `target`, measured at its nearest existing ancestor.
-pub async fn disk(ctx: &ProbeContext, target: &str) -> DiskFacts {
+pub(crate) async fn disk(ctx: &ProbeContext, target: &str) -> DiskFacts {
     let host_target = ctx.host_path(target);
     let root = ctx.options.root.clone();
     let work = move || -> Result<(PathBuf, u64), String> {
@@ -850,7 +849,7 @@ pub async fn disk(ctx: &ProbeContext, target: &str) -> DiskFacts {
 }
 
 /// IPv4 routes.
-pub async fn routes(ctx: &ProbeContext) -> Fact<Vec<Route>> {
+pub(crate) async fn routes(ctx: &ProbeContext) -> Fact<Vec<Route>> {
     match read_host_file(ctx, "/proc/net/route").await {
         Ok(Some(text)) => Fact::known(parse_proc_net_route(&text)),
         Ok(None) => Fact::unknown("/proc/net/route does not exist"),
@@ -997,7 +996,7 @@ pub async fn run_read(ctx: &ProbeContext, read: Read) {
 
 /// /etc/subuid and /etc/subgid, parsed as shadow reads them, in one trip to the blocking pool
 /// (a missing file is no range for anyone).
-pub async fn subid_files(ctx: &ProbeContext) -> Result<SubIdFiles, String> {
+pub(crate) async fn subid_files(ctx: &ProbeContext) -> Result<SubIdFiles, String> {
     let root = ctx.options.root.clone();
     let read = move || SubIdFiles::read(&root).map_err(|e| e.to_string());
     bounded_blocking(ctx.options.read_timeout, "sub-ID files", read).await?

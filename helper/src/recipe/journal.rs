@@ -181,7 +181,7 @@ fn put_back(root: &Path, entry: &Entry) -> Result<bool, FileError> {
 
 /// Puts back the files of every step a killed helper left open in `dir`, before this helper
 /// serves anything; a journal a live helper still holds is left to it.
-pub fn restore_interrupted(dir: &Path, root: &Path) {
+pub(crate) fn restore_interrupted(dir: &Path, root: &Path) {
     let names = std::fs::read_dir(dir).into_iter().flatten().flatten();
     let names = names.map(|e| e.file_name().to_string_lossy().into_owned());
     for name in names.filter(|n| n.ends_with(".open")) {

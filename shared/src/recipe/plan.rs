@@ -197,7 +197,7 @@ fn distribution_sources(distro_id: &str) -> Vec<String> {
 }
 
 /// The id of the synthesized [`PlannedAction::CheckRepositories`]; no recipe action may take it.
-pub const REPOSITORY_CHECK_ID: &str = "repositories";
+pub(super) const REPOSITORY_CHECK_ID: &str = "repositories";
 
 fn unsupported(what: String) -> RecipeError {
     RecipeError::Unsupported(what)

@@ -10,7 +10,7 @@ use super::{template, Component, RecipeError};
 /// The only recipe id this build runs.
 pub const RECIPE_ID: &str = "linux.install-container-runtime";
 /// Largest rendered or template source file.
-pub const MAX_SOURCE_BYTES: usize = 16 * 1024;
+pub(super) const MAX_SOURCE_BYTES: usize = 16 * 1024;
 /// The directories the recipe's `PATH` may name (root-owned system directories).
 pub const PATH_DIRS: &[&str] = &[
     "/usr/local/sbin",

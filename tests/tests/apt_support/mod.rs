@@ -15,26 +15,26 @@ use serde_json::{json, Value};
 
 /// Every test (in any crate) that installs or removes the bench's stand-in packages holds this
 /// lock, so that two such tests never race on dpkg.
-pub const APT_TEST_LOCK: &str = "/run/lock/enginekit-apt-tests.lock";
+pub(crate) const APT_TEST_LOCK: &str = "/run/lock/enginekit-apt-tests.lock";
 
-pub const KEYRING: &str = "/usr/share/keyrings/ekt-recipe-bench-archive-keyring.gpg";
-pub const SOURCE: &str = "/etc/apt/sources.list.d/ekt-recipe-bench-toolkit.list";
-pub const DAEMON_JSON: &str = "/etc/docker/daemon.json";
-pub const PACKAGES: [&str; 4] = [
+pub(crate) const KEYRING: &str = "/usr/share/keyrings/ekt-recipe-bench-archive-keyring.gpg";
+pub(crate) const SOURCE: &str = "/etc/apt/sources.list.d/ekt-recipe-bench-toolkit.list";
+pub(crate) const DAEMON_JSON: &str = "/etc/docker/daemon.json";
+pub(crate) const PACKAGES: [&str; 4] = [
     "nvidia-container-toolkit",
     "nvidia-container-toolkit-base",
     "libnvidia-container-tools",
     "libnvidia-container1",
 ];
 
-pub fn sh(program: &str, args: &[&str]) -> std::process::Output {
+pub(crate) fn sh(program: &str, args: &[&str]) -> std::process::Output {
     Command::new(program)
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("{program}: {e}"))
 }
 
-pub fn installed_version(package: &str) -> Option<String> {
+pub(crate) fn installed_version(package: &str) -> Option<String> {
     let out = sh(
         "dpkg-query",
         &["--show", "--showformat=${Status} ${Version}", package],
@@ -44,7 +44,7 @@ pub fn installed_version(package: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-pub fn groups_of(user: &str) -> Vec<String> {
+pub(crate) fn groups_of(user: &str) -> Vec<String> {
     let out = sh("id", &["-nG", user]);
     String::from_utf8_lossy(&out.stdout)
         .split_whitespace()
@@ -54,7 +54,7 @@ pub fn groups_of(user: &str) -> Vec<String> {
 
 /// The test recipe: the production recipe's shape, the NVIDIA repository replaced by the
 /// bench's (its key, its fingerprint, its https base URL), the four packages pinned.
-pub fn test_recipe_payload(env: &BenchEnv) -> Value {
+pub(crate) fn test_recipe_payload(env: &BenchEnv) -> Value {
     let repo = &env.apt_repo;
     let key = std::fs::read_to_string(&repo.key_asc).expect("the bench's armored key");
     let mut payload = enginekit_integration::documents::newer_builtin_recipe(1000);
@@ -79,14 +79,14 @@ pub fn test_recipe_payload(env: &BenchEnv) -> Value {
 }
 
 /// Puts the host back as it was, on success and on panic alike.
-pub struct HostGuard {
+pub(crate) struct HostGuard {
     daemon_json: Option<Vec<u8>>,
     user: String,
     _lock: nix::fcntl::Flock<File>,
 }
 
 impl HostGuard {
-    pub fn new(user: &str) -> HostGuard {
+    pub(crate) fn new(user: &str) -> HostGuard {
         let file = File::options()
             .create(true)
             .truncate(false)

@@ -10,19 +10,19 @@
 
 use zbus::{Connection, MatchRule, MessageStream, Proxy};
 
-pub const NAME: &str = "org.enginekit.Broker1";
-pub const PATH: &str = "/org/enginekit/Broker1";
-pub const OP_IFACE: &str = "org.enginekit.Broker1.Operation";
+pub(crate) const NAME: &str = "org.enginekit.Broker1";
+pub(crate) const PATH: &str = "/org/enginekit/Broker1";
+pub(crate) const OP_IFACE: &str = "org.enginekit.Broker1.Operation";
 
 /// `/org/enginekit/Broker1` (the call activates the service when it is not running).
-pub async fn broker(conn: &Connection) -> Proxy<'static> {
+pub(crate) async fn broker(conn: &Connection) -> Proxy<'static> {
     Proxy::new(conn, NAME, PATH, NAME)
         .await
         .expect("broker proxy")
 }
 
 /// An operation object, its properties always read fresh.
-pub async fn op_proxy(conn: &Connection, path: &str) -> Proxy<'static> {
+pub(crate) async fn op_proxy(conn: &Connection, path: &str) -> Proxy<'static> {
     zbus::proxy::Builder::new(conn)
         .destination(NAME)
         .path(path.to_owned())
@@ -34,7 +34,7 @@ pub async fn op_proxy(conn: &Connection, path: &str) -> Proxy<'static> {
 }
 
 /// Every signal of the broker's interfaces, from before the call that causes them.
-pub async fn signals(conn: &Connection) -> MessageStream {
+pub(crate) async fn signals(conn: &Connection) -> MessageStream {
     let rule = MatchRule::builder()
         .msg_type(zbus::message::Type::Signal)
         .sender(NAME)
@@ -48,7 +48,7 @@ pub async fn signals(conn: &Connection) -> MessageStream {
 /// A test notification server: owns `org.freedesktop.Notifications` on its own connection and
 /// records the summary and body of every `Notify` (as a desktop's server would show them).
 #[derive(Debug, Clone, Default)]
-pub struct Notifications {
+pub(crate) struct Notifications {
     seen: std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>,
 }
 
@@ -89,7 +89,7 @@ impl NotificationServer {
 
 impl Notifications {
     /// Serves on the bus at `address` (the session bus when `None`); the connection must be kept.
-    pub async fn serve(address: Option<&str>) -> (Notifications, Connection) {
+    pub(crate) async fn serve(address: Option<&str>) -> (Notifications, Connection) {
         let me = Notifications::default();
         let builder = match address {
             Some(a) => zbus::connection::Builder::address(a),
@@ -108,12 +108,12 @@ impl Notifications {
     }
 
     /// The (summary, body) pairs received so far.
-    pub fn seen(&self) -> Vec<(String, String)> {
+    pub(crate) fn seen(&self) -> Vec<(String, String)> {
         self.seen.lock().expect("notifications").clone()
     }
 
     /// Waits up to `secs` for a notification whose summary contains `text`.
-    pub async fn wait_for(&self, text: &str, secs: u64) -> Option<(String, String)> {
+    pub(crate) async fn wait_for(&self, text: &str, secs: u64) -> Option<(String, String)> {
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(secs);
         loop {
             if let Some(found) = self.seen().into_iter().find(|(s, _)| s.contains(text)) {

@@ -10,12 +10,12 @@ use enginekit_integration::output::describe;
 use enginekit_integration::systemd::{docker, BootedSystemd};
 
 /// The reviewed picture of the dialog, shown in the README (`EK_BLESS=1` replaces it).
-pub const REFERENCE: &str = "docs/img/polkit-dialog.png";
+pub(crate) const REFERENCE: &str = "docs/img/polkit-dialog.png";
 /// The dialog's icon and message in a 1024x768 screen (the dialog is centred; no window manager).
-pub const MESSAGE_AREA: &str = "640x110+195+262";
+pub(crate) const MESSAGE_AREA: &str = "640x110+195+262";
 
 /// `$CARGO_TARGET_DIR/test-artifacts/desktop`, created.
-pub fn artifacts() -> PathBuf {
+pub(crate) fn artifacts() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| bench::workspace_root().join("target"));
@@ -25,14 +25,14 @@ pub fn artifacts() -> PathBuf {
 }
 
 /// The display of `user` in `booted`.
-pub struct Screen<'a> {
+pub(crate) struct Screen<'a> {
     pub booted: &'a BootedSystemd,
     pub user: &'a str,
 }
 
 impl Screen<'_> {
     /// Runs `script` with DISPLAY=:1 as the user; what it printed, trimmed.
-    pub fn x(&self, script: &str) -> String {
+    pub(crate) fn x(&self, script: &str) -> String {
         let out = self
             .booted
             .sh_as(self.user, &format!("export DISPLAY=:1; {script}"));
@@ -41,7 +41,7 @@ impl Screen<'_> {
 
     /// The agent's dialog window once it is shown, drawn and focused for typing; `why_not`
     /// says what to show when it never comes within `within`.
-    pub fn dialog(&self, within: Duration, why_not: impl Fn() -> String) -> String {
+    pub(crate) fn dialog(&self, within: Duration, why_not: impl Fn() -> String) -> String {
         let deadline = Instant::now() + within;
         loop {
             let found = self.x("xdotool search --onlyvisible --name '^Authenticate$' 2>/dev/null");
@@ -56,7 +56,7 @@ impl Screen<'_> {
     }
 
     /// A screenshot of the whole screen, kept as `name` among the artifacts; its path.
-    pub fn screenshot(&self, name: &str) -> PathBuf {
+    pub(crate) fn screenshot(&self, name: &str) -> PathBuf {
         self.x(&format!("import -window root /tmp/{name}"));
         let local = artifacts().join(name);
         let out = docker(&[
@@ -70,7 +70,7 @@ impl Screen<'_> {
 
     /// How many pixels of `area` differ between the screenshot `name` and the reviewed picture
     /// `reference` (ImageMagick's compare inside the container).
-    pub fn difference(&self, name: &str, reference: &str, area: &str) -> u64 {
+    pub(crate) fn difference(&self, name: &str, reference: &str, area: &str) -> u64 {
         self.booted.copy(
             &bench::workspace_root().join(reference),
             "/tmp/reference.png",

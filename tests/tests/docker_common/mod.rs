@@ -18,11 +18,11 @@ use sha2::{Digest as _, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-pub const SOCKET: &str = "/var/run/docker.sock";
-pub const REGISTRY: &str = "127.0.0.1:5000";
+pub(crate) const SOCKET: &str = "/var/run/docker.sock";
+pub(crate) const REGISTRY: &str = "127.0.0.1:5000";
 
 /// Fails (never skips) with a clear message when dockerd or the registry is not there.
-pub async fn require_services() -> bollard::Docker {
+pub(crate) async fn require_services() -> bollard::Docker {
     let api = bollard::Docker::connect_with_unix(SOCKET, 120, bollard::API_DEFAULT_VERSION)
         .unwrap_or_else(|e| panic!("dockerd is required at {SOCKET} (run tests/bench/up): {e}"));
     let api = api.negotiate_version().await.unwrap_or_else(|e| {
@@ -35,14 +35,14 @@ pub async fn require_services() -> bollard::Docker {
 }
 
 /// `ekt-docker-<what>-<8 random hex>`.
-pub fn unique(what: &str) -> String {
+pub(crate) fn unique(what: &str) -> String {
     let mut raw = [0u8; 4];
     getrandom::fill(&mut raw).unwrap();
     format!("ekt-docker-{what}-{}", hex::encode(raw))
 }
 
 /// Fast incompressible bytes (xorshift seeded from the OS).
-pub fn random_bytes(len: usize) -> Vec<u8> {
+pub(crate) fn random_bytes(len: usize) -> Vec<u8> {
     let mut seed = [0u8; 8];
     getrandom::fill(&mut seed).unwrap();
     let mut x = u64::from_le_bytes(seed) | 1;
@@ -58,7 +58,7 @@ pub fn random_bytes(len: usize) -> Vec<u8> {
 }
 
 /// One file in a layer.
-pub enum Entry {
+pub(crate) enum Entry {
     File {
         path: String,
         bytes: Vec<u8>,
@@ -74,7 +74,7 @@ pub enum Entry {
 }
 
 /// A layer tarball from entries.
-pub fn layer_tar(entries: &[Entry]) -> Vec<u8> {
+pub(crate) fn layer_tar(entries: &[Entry]) -> Vec<u8> {
     let mut builder = tar::Builder::new(Vec::new());
     for entry in entries {
         let mut header = tar::Header::new_gnu();
@@ -114,7 +114,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// A `docker save`-format archive of an image made of `layers`, tagged `repo_tag`.
-pub fn image_archive(layers: &[Vec<u8>], repo_tag: &str, cmd: &[&str]) -> Vec<u8> {
+pub(crate) fn image_archive(layers: &[Vec<u8>], repo_tag: &str, cmd: &[&str]) -> Vec<u8> {
     let diff_ids: Vec<String> = layers
         .iter()
         .map(|l| format!("sha256:{}", sha256_hex(l)))
@@ -150,7 +150,7 @@ pub fn image_archive(layers: &[Vec<u8>], repo_tag: &str, cmd: &[&str]) -> Vec<u8
 }
 
 /// Loads an archive into dockerd.
-pub async fn load(api: &bollard::Docker, archive: Vec<u8>) {
+pub(crate) async fn load(api: &bollard::Docker, archive: Vec<u8>) {
     let options = ImportImageOptionsBuilder::new().quiet(true).build();
     let mut stream = api.import_image(options, bollard::body_full(archive.into()), None);
     while let Some(item) = stream.next().await {
@@ -159,7 +159,7 @@ pub async fn load(api: &bollard::Docker, archive: Vec<u8>) {
 }
 
 /// Pushes `repo:tag` to the registry and returns the `repo@sha256:…` it is known by there.
-pub async fn push(api: &bollard::Docker, repo: &str, tag: &str) -> String {
+pub(crate) async fn push(api: &bollard::Docker, repo: &str, tag: &str) -> String {
     let options = PushImageOptionsBuilder::new().tag(tag).build();
     let credentials = bollard::auth::DockerCredentials::default();
     let mut stream = api.push_image(repo, Some(options), Some(credentials));
@@ -176,7 +176,7 @@ pub async fn push(api: &bollard::Docker, repo: &str, tag: &str) -> String {
 }
 
 /// Removes an image and all its references (test fixtures only).
-pub async fn remove_image_fully(api: &bollard::Docker, name: &str) {
+pub(crate) async fn remove_image_fully(api: &bollard::Docker, name: &str) {
     let Ok(inspect) = api.inspect_image(name).await else {
         return;
     };
@@ -186,13 +186,13 @@ pub async fn remove_image_fully(api: &bollard::Docker, name: &str) {
 }
 
 /// Force-removes a container (test cleanup).
-pub async fn remove_container(api: &bollard::Docker, id: &str) {
+pub(crate) async fn remove_container(api: &bollard::Docker, id: &str) {
     let options = RemoveContainerOptionsBuilder::new().force(true).build();
     let _ = api.remove_container(id, Some(options)).await;
 }
 
 /// A multi-layer image of generated files, pushed to the registry and removed locally.
-pub struct PushedImage {
+pub(crate) struct PushedImage {
     /// `127.0.0.1:5000/ekt-docker-…`
     pub repo: String,
     /// `repo@sha256:…`
@@ -202,7 +202,7 @@ pub struct PushedImage {
 }
 
 /// Builds an image from `layer_sizes` random files, pushes it, and removes it locally.
-pub async fn pushed_random_image(
+pub(crate) async fn pushed_random_image(
     api: &bollard::Docker,
     what: &str,
     layer_sizes: &[usize],
@@ -236,7 +236,7 @@ pub async fn pushed_random_image(
 
 /// A busybox-static image (from the host's /bin/busybox), loaded locally and pushed, so it can
 /// be used by digest. Returns `repo@sha256:…`.
-pub async fn busybox_image(api: &bollard::Docker) -> String {
+pub(crate) async fn busybox_image(api: &bollard::Docker) -> String {
     let busybox = std::fs::read("/bin/busybox").expect(
         "busybox-static is required for the container tests (apt-get install busybox-static)",
     );
@@ -283,7 +283,7 @@ pub async fn busybox_image(api: &bollard::Docker) -> String {
 }
 
 /// Pulls `repo@digest` with bollard directly (fixture setup, not the code under test).
-pub async fn raw_pull(api: &bollard::Docker, reference: &str) {
+pub(crate) async fn raw_pull(api: &bollard::Docker, reference: &str) {
     let (repo, digest) = reference.split_once('@').unwrap();
     let options = bollard::query_parameters::CreateImageOptionsBuilder::new()
         .from_image(repo)
@@ -303,7 +303,7 @@ pub async fn raw_pull(api: &bollard::Docker, reference: &str) {
 /// manifest request would not do, as the daemon may take the manifest from its own content store).
 /// While busy it reads the head of each new connection's first request and lets through one
 /// request per connection, so a kept-alive connection cannot slip past it.
-pub struct RegistryProxy {
+pub(crate) struct RegistryProxy {
     pub port: u16,
     pub forwarded: Arc<AtomicU64>,
     pub open_connections: Arc<AtomicUsize>,
@@ -319,7 +319,7 @@ pub struct RegistryProxy {
 
 /// The breakdown [`RegistryProxy::start_faulty`] plays.
 #[derive(Debug, Clone, Copy)]
-pub struct ProxyFault {
+pub(crate) struct ProxyFault {
     /// Bytes forwarded before all connections are dropped and the registry turns busy (0: busy
     /// from the start, with nothing to drop).
     pub cut_after: u64,
@@ -357,12 +357,12 @@ enum BusyVerdict {
 
 impl RegistryProxy {
     /// `bytes_per_sec`: throttle of the download direction.
-    pub async fn start(bytes_per_sec: u64) -> RegistryProxy {
+    pub(crate) async fn start(bytes_per_sec: u64) -> RegistryProxy {
         Self::launch(bytes_per_sec, None).await
     }
 
     /// Throttled like [`RegistryProxy::start`], and breaking down as `fault` says.
-    pub async fn start_faulty(bytes_per_sec: u64, fault: ProxyFault) -> RegistryProxy {
+    pub(crate) async fn start_faulty(bytes_per_sec: u64, fault: ProxyFault) -> RegistryProxy {
         Self::launch(bytes_per_sec, Some(fault)).await
     }
 
@@ -400,7 +400,7 @@ impl RegistryProxy {
     }
 
     /// The registry address through this proxy.
-    pub fn address(&self) -> String {
+    pub(crate) fn address(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 }
@@ -558,7 +558,7 @@ async fn answer_busy(mut client: TcpStream) {
 }
 
 /// Labels map helper.
-pub fn labels(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+pub(crate) fn labels(pairs: &[(&str, &str)]) -> HashMap<String, String> {
     pairs
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -567,20 +567,20 @@ pub fn labels(pairs: &[(&str, &str)]) -> HashMap<String, String> {
 
 /// Removes what a test created even when it panics: containers (forced), networks, images.
 #[derive(Default)]
-pub struct Cleanup {
+pub(crate) struct Cleanup {
     pub containers: std::sync::Mutex<Vec<String>>,
     pub networks: std::sync::Mutex<Vec<String>>,
     pub images: std::sync::Mutex<Vec<String>>,
 }
 
 impl Cleanup {
-    pub fn container(&self, id: &str) {
+    pub(crate) fn container(&self, id: &str) {
         self.containers.lock().unwrap().push(id.to_owned());
     }
-    pub fn network(&self, name: &str) {
+    pub(crate) fn network(&self, name: &str) {
         self.networks.lock().unwrap().push(name.to_owned());
     }
-    pub fn image(&self, reference: &str) {
+    pub(crate) fn image(&self, reference: &str) {
         self.images.lock().unwrap().push(reference.to_owned());
     }
 }

@@ -27,23 +27,23 @@ use enginekit_shared::wire::host_step::{HostParameters, HostRequest, RecipeId};
 use enginekit_shared::wire::Timestamp;
 use serde_json::{json, Value};
 
-pub const BUS_NAME: &str = "org.enginekit.Helper1";
-pub const ACTION_ID: &str = "org.enginekit.helper.install-container-runtime";
+pub(crate) const BUS_NAME: &str = "org.enginekit.Helper1";
+pub(crate) const ACTION_ID: &str = "org.enginekit.helper.install-container-runtime";
 /// Where the root-owned test copies of the binaries go.
-pub const LIBEXEC: &str = "/usr/local/libexec/enginekit-test";
+pub(crate) const LIBEXEC: &str = "/usr/local/libexec/enginekit-test";
 const ACTIVATION_FILE: &str = "/usr/share/dbus-1/system-services/org.enginekit.Helper1.service";
 const BUS_POLICY_FILE: &str = "/usr/share/dbus-1/system.d/org.enginekit.Helper1.conf";
 const POLKIT_ACTION_FILE: &str = "/usr/share/polkit-1/actions/org.enginekit.helper.policy";
 const TEST_ROOT: &str = "/run/enginekit-helper-test";
 
 /// Serialises the tests of this binary that use the helper's bus name.
-pub fn serial() -> MutexGuard<'static, ()> {
+pub(crate) fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The helper installed for one test; uninstalled (helper stopped, files removed) on drop.
-pub struct InstalledHelper {
+pub(crate) struct InstalledHelper {
     pub env: BenchEnv,
     pub root: PathBuf,
     pub state_dir: PathBuf,
@@ -125,7 +125,7 @@ fn mkdir_mode(path: &Path, mode: u32) {
 }
 
 /// `dbus-send` on the system bus, as root; the reply text.
-pub fn dbus_send(env: &BenchEnv, args: &[&str]) -> Output {
+pub(crate) fn dbus_send(env: &BenchEnv, args: &[&str]) -> Output {
     Command::new("dbus-send")
         .env("DBUS_SYSTEM_BUS_ADDRESS", &env.system_bus_address)
         .args(["--system", "--print-reply"])
@@ -134,7 +134,7 @@ pub fn dbus_send(env: &BenchEnv, args: &[&str]) -> Output {
         .unwrap_or_else(|e| panic!("cannot run dbus-send: {e}"))
 }
 
-pub fn reload_bus_config(env: &BenchEnv) {
+pub(crate) fn reload_bus_config(env: &BenchEnv) {
     let out = dbus_send(
         env,
         &[
@@ -152,7 +152,7 @@ pub fn reload_bus_config(env: &BenchEnv) {
 }
 
 /// The pid owning the helper's name, if it runs.
-pub fn helper_pid(env: &BenchEnv) -> Option<u32> {
+pub(crate) fn helper_pid(env: &BenchEnv) -> Option<u32> {
     let out = dbus_send(
         env,
         &[
@@ -172,7 +172,7 @@ pub fn helper_pid(env: &BenchEnv) -> Option<u32> {
 }
 
 /// Kills the running helper (if any) and waits until its name is gone.
-pub fn kill_helper(env: &BenchEnv) {
+pub(crate) fn kill_helper(env: &BenchEnv) {
     let Some(pid) = helper_pid(env) else { return };
     let _ = Command::new("kill")
         .args(["-KILL", &pid.to_string()])
@@ -188,7 +188,7 @@ pub fn kill_helper(env: &BenchEnv) {
 }
 
 /// Waits until the helper has exited on its own (idle exit); false on timeout.
-pub fn wait_helper_gone(env: &BenchEnv, timeout: Duration) -> bool {
+pub(crate) fn wait_helper_gone(env: &BenchEnv, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
         if helper_pid(env).is_none() {
@@ -201,25 +201,25 @@ pub fn wait_helper_gone(env: &BenchEnv, timeout: Duration) -> bool {
 
 /// What the client printed.
 #[derive(Debug, Clone)]
-pub struct CallResult {
+pub(crate) struct CallResult {
     pub ok: bool,
     pub json: Value,
 }
 
 impl CallResult {
     /// The D-Bus error name, e.g. `org.enginekit.Helper1.Error.NotAuthorized`.
-    pub fn error(&self) -> &str {
+    pub(crate) fn error(&self) -> &str {
         self.json["error"].as_str().unwrap_or("")
     }
-    pub fn message(&self) -> &str {
+    pub(crate) fn message(&self) -> &str {
         self.json["message"].as_str().unwrap_or("")
     }
-    pub fn receipt(&self) -> Value {
+    pub(crate) fn receipt(&self) -> Value {
         let text = self.json["receipt"].as_str().unwrap_or("");
         serde_json::from_str(text).unwrap_or(Value::Null)
     }
     /// Asserts a refusal with this helper error name (after the prefix) and code.
-    pub fn assert_refused(&self, name: &str, code: &str) {
+    pub(crate) fn assert_refused(&self, name: &str, code: &str) {
         assert!(
             !self.ok,
             "expected {name}, the call succeeded: {}",
@@ -242,7 +242,7 @@ impl CallResult {
 impl InstalledHelper {
     /// Installs the helper with a fresh state and key directory. `settings` are extra lines of
     /// its configuration file (e.g. `idle_exit_seconds = 2`).
-    pub fn install(tag: &str, settings: &str) -> InstalledHelper {
+    pub(crate) fn install(tag: &str, settings: &str) -> InstalledHelper {
         let env = bench::require(&[Service::SystemBus, Service::Polkit, Service::TestUser]);
         build_once();
         kill_helper(&env);
@@ -312,16 +312,16 @@ impl InstalledHelper {
         }
     }
 
-    pub fn user(&self) -> &TestUser {
+    pub(crate) fn user(&self) -> &TestUser {
         &self.env.test_user
     }
 
-    pub fn other(&self) -> &TestUser {
+    pub(crate) fn other(&self) -> &TestUser {
         &self.env.other_user
     }
 
     /// Trusts `key` through a root-owned key file in the helper's key directory.
-    pub fn trust(&self, key: &SigningKey, name: &str) {
+    pub(crate) fn trust(&self, key: &SigningKey, name: &str) {
         write_root_file(
             &self.key_dir.join(format!("{name}.pub")),
             &key.public_key().to_text(),
@@ -330,7 +330,7 @@ impl InstalledHelper {
     }
 
     /// Writes step bytes where the test users can read them; the path.
-    pub fn write_step(&self, bytes: &[u8]) -> PathBuf {
+    pub(crate) fn write_step(&self, bytes: &[u8]) -> PathBuf {
         let n = self.next_step.get() + 1;
         self.next_step.set(n);
         let path = self.steps_dir.join(format!("step-{n}.json"));
@@ -341,13 +341,13 @@ impl InstalledHelper {
     }
 
     /// Runs the client as `user` with `args`.
-    pub fn call_as(&self, user: &TestUser, args: &[&str]) -> CallResult {
+    pub(crate) fn call_as(&self, user: &TestUser, args: &[&str]) -> CallResult {
         let bus = &self.env.system_bus_address;
         call_client(&self.client_bin, bus, user, args)
     }
 
     /// `Start` as the test user with the step in `bytes`; `flags` like `--wait`.
-    pub fn start(&self, bytes: &[u8], flags: &[&str]) -> CallResult {
+    pub(crate) fn start(&self, bytes: &[u8], flags: &[&str]) -> CallResult {
         let path = self.write_step(bytes);
         let path = path.to_string_lossy().into_owned();
         let mut args = vec!["start", path.as_str()];
@@ -356,7 +356,7 @@ impl InstalledHelper {
     }
 
     /// `user`'s kept setups as `Setups()` lists them: each receipt's exact text.
-    pub fn setups_of(&self, user: &TestUser) -> Vec<String> {
+    pub(crate) fn setups_of(&self, user: &TestUser) -> Vec<String> {
         let answer = self.call_as(user, &["setups"]);
         assert!(answer.ok, "Setups() failed: {}", answer.json);
         let list = answer.json["setups"]
@@ -370,7 +370,7 @@ impl InstalledHelper {
 
     /// Every file under the state directory (relative), sorted: "nothing written" is this
     /// staying the same.
-    pub fn ledger_files(&self) -> Vec<String> {
+    pub(crate) fn ledger_files(&self) -> Vec<String> {
         let mut out = Vec::new();
         for sub in ["nonces", "receipts", "serials"] {
             if let Ok(entries) = fs::read_dir(self.state_dir.join(sub)) {
@@ -384,12 +384,12 @@ impl InstalledHelper {
     }
 
     /// The helper's decision log so far (the `log_file` of its test configuration).
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         fs::read_to_string(self.root.join("helper.log")).unwrap_or_default()
     }
 
     /// The log line of the decision about `nonce` whose message is `what` (e.g. "step refused").
-    pub fn decision(&self, nonce: &str, what: &str) -> String {
+    pub(crate) fn decision(&self, nonce: &str, what: &str) -> String {
         let log = self.log();
         log.lines()
             .find(|l| l.contains(what) && l.contains(nonce))
@@ -399,7 +399,7 @@ impl InstalledHelper {
             .to_owned()
     }
 
-    pub fn nonce_burnt(&self, nonce: &str) -> bool {
+    pub(crate) fn nonce_burnt(&self, nonce: &str) -> bool {
         self.state_dir.join("nonces").join(nonce).exists()
     }
 }
@@ -414,7 +414,7 @@ impl Drop for InstalledHelper {
 }
 
 /// This machine, as the helper will read it (os-release and uname).
-pub fn this_machine() -> (String, String, String, String) {
+pub(crate) fn this_machine() -> (String, String, String, String) {
     let text = fs::read_to_string("/etc/os-release").unwrap_or_else(|e| panic!("os-release: {e}"));
     let value = |key: &str| {
         text.lines()
@@ -438,7 +438,7 @@ pub fn this_machine() -> (String, String, String, String) {
 }
 
 /// Parameters for this machine.
-pub fn parameters(user: &str, components: &[&str]) -> Value {
+pub(crate) fn parameters(user: &str, components: &[&str]) -> Value {
     let (arch, family, distro_id, version_id) = this_machine();
     json!({"user": user, "arch": arch, "family": family, "distro_id": distro_id,
            "version_id": version_id, "components": components})
@@ -446,7 +446,12 @@ pub fn parameters(user: &str, components: &[&str]) -> Value {
 
 /// A step as the broker mints it: fresh nonce, digest of the parameters, `issued_at` now
 /// (shifted by `age_secs` into the past).
-pub fn mint(params: &Value, recipe: Option<Value>, recipe_digest: &Digest, age_secs: i64) -> Value {
+pub(crate) fn mint(
+    params: &Value,
+    recipe: Option<Value>,
+    recipe_digest: &Digest,
+    age_secs: i64,
+) -> Value {
     let parameters =
         HostParameters::validate(params).unwrap_or_else(|e| panic!("test parameters invalid: {e}"));
     let issued =
@@ -462,7 +467,7 @@ pub fn mint(params: &Value, recipe: Option<Value>, recipe_digest: &Digest, age_s
 }
 
 /// The built-in recipe's digest.
-pub fn builtin_digest() -> Digest {
+pub(crate) fn builtin_digest() -> Digest {
     enginekit_shared::recipe::builtin()
         .expect("builtin recipe")
         .digest()
@@ -470,7 +475,7 @@ pub fn builtin_digest() -> Digest {
 }
 
 /// The built-in payload with `serial`, signed by `key`: (document, payload digest).
-pub fn signed_builtin(serial: u64, key: &SigningKey) -> (Value, Digest) {
+pub(crate) fn signed_builtin(serial: u64, key: &SigningKey) -> (Value, Digest) {
     let mut payload = enginekit_shared::recipe::builtin()
         .expect("builtin")
         .payload()
@@ -481,12 +486,12 @@ pub fn signed_builtin(serial: u64, key: &SigningKey) -> (Value, Digest) {
     (doc.to_value(), digest)
 }
 
-pub fn to_bytes(value: &Value) -> Vec<u8> {
+pub(crate) fn to_bytes(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).expect("json")
 }
 
 /// A rule allowing the test user the helper's action (nothing else).
-pub fn allow_test_user_rule(user: &str) -> String {
+pub(crate) fn allow_test_user_rule(user: &str) -> String {
     format!(
         "polkit.addRule(function(action, subject) {{\n\
          \x20   if (action.id == \"{ACTION_ID}\" && subject.user == \"{user}\") return polkit.Result.YES;\n\
@@ -496,7 +501,7 @@ pub fn allow_test_user_rule(user: &str) -> String {
 
 /// One file a kept setup wrote: its path, what it was before (content and mode, or absent) and
 /// what the setup left.
-pub struct Wrote<'a> {
+pub(crate) struct Wrote<'a> {
     pub path: &'a str,
     pub before: Option<(&'a [u8], u32)>,
     pub after: &'a [u8],
@@ -506,7 +511,7 @@ pub struct Wrote<'a> {
 /// the epoch; an old one's `receipts/` copy is pruned, its `setups/` link stays), as a job that
 /// wrote `files` and changed `groups` leaves it: its receipt, the `setups` link and the journal
 /// of what each file was before. Its receipt text and nonce.
-pub fn keep_setup(
+pub(crate) fn keep_setup(
     helper: &InstalledHelper,
     issued_at: u64,
     files: &[Wrote<'_>],
@@ -573,7 +578,7 @@ pub fn keep_setup(
 
 /// The client at `client` run as `user` with `args` on the system bus at `bus`: usable from any
 /// thread (`InstalledHelper` is not `Sync`).
-pub fn call_client<S: AsRef<std::ffi::OsStr>>(
+pub(crate) fn call_client<S: AsRef<std::ffi::OsStr>>(
     client: &Path,
     bus: &str,
     user: &TestUser,

@@ -29,12 +29,12 @@ use enginekit_shared::signed::{DocumentKind, SignedDocument, SigningKey};
 use serde_json::Value;
 
 /// The card of the default stand-in GPU fixture.
-pub const STANDIN_GPU: &str = "GPU-5f0c9c6e-8d1a-4b4e-9a57-2f4d8e1b7c30";
+pub(crate) const STANDIN_GPU: &str = "GPU-5f0c9c6e-8d1a-4b4e-9a57-2f4d8e1b7c30";
 
 /// The bench registry's storage served read-only inside the private dockerd's network
 /// namespace (that dockerd has its own, so the shared registry's 127.0.0.1:5000 is not its own):
 /// the same `docker-registry` binary and blobs, so pulls by digest are real pulls.
-pub struct NamespacedRegistry {
+pub(crate) struct NamespacedRegistry {
     child: std::process::Child,
     dir: tempfile::TempDir,
 }
@@ -115,7 +115,7 @@ impl Drop for NamespacedRegistry {
     }
 }
 
-pub struct SimulatedGpuHost {
+pub(crate) struct SimulatedGpuHost {
     pub env: BenchEnv,
     pub registry: NamespacedRegistry,
     pub dockerd: PrivateDockerd,
@@ -127,7 +127,7 @@ pub struct SimulatedGpuHost {
 }
 
 impl SimulatedGpuHost {
-    pub fn start() -> SimulatedGpuHost {
+    pub(crate) fn start() -> SimulatedGpuHost {
         let env = bench::require(&[Service::Docker, Service::Registry]);
         let dockerd = PrivateDockerd::start(&[env.standins_dir.as_path()]);
         let registry = NamespacedRegistry::start(&env, &dockerd);
@@ -179,15 +179,15 @@ impl SimulatedGpuHost {
         host
     }
 
-    pub fn config_dir(&self) -> PathBuf {
+    pub(crate) fn config_dir(&self) -> PathBuf {
         self.home.path().join("config")
     }
-    pub fn state_dir(&self) -> PathBuf {
+    pub(crate) fn state_dir(&self) -> PathBuf {
         self.home.path().join("state/enginekit")
     }
 
     /// Signs and installs a vllm descriptor whose engine image is `engine_ref`.
-    pub fn write_descriptor(&self, engine_ref: String, serial: u64) {
+    pub(crate) fn write_descriptor(&self, engine_ref: String, serial: u64) {
         let key = SigningKey::generate().expect("key");
         let keys = self.config_dir().join("enginekit/keys");
         let docs = self.config_dir().join("enginekit/documents");
@@ -215,7 +215,7 @@ impl SimulatedGpuHost {
     }
 
     /// The broker's environment on this host.
-    pub fn broker_env(&self, cmd: &mut Command) {
+    pub(crate) fn broker_env(&self, cmd: &mut Command) {
         let home = self.home.path();
         cmd.env("HOME", home)
             .env("XDG_CONFIG_HOME", home.join("config"))
@@ -227,7 +227,7 @@ impl SimulatedGpuHost {
             .env("RUST_LOG", "warn");
     }
 
-    pub fn enginekit(&self, args: &[&str]) -> Command {
+    pub(crate) fn enginekit(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(bench::bin("enginekit"));
         cmd.args(args).stdin(Stdio::null());
         self.broker_env(&mut cmd);
@@ -235,23 +235,23 @@ impl SimulatedGpuHost {
     }
 
     /// Runs `enginekit args`; the output.
-    pub fn run(&self, args: &[&str]) -> Output {
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
         self.enginekit(args).output().expect("run enginekit")
     }
 
     /// `docker` against the private daemon.
-    pub fn docker(&self, args: &[&str]) -> Output {
+    pub(crate) fn docker(&self, args: &[&str]) -> Output {
         self.dockerd.docker(args)
     }
 
-    pub fn image_present(&self, reference: &str) -> bool {
+    pub(crate) fn image_present(&self, reference: &str) -> bool {
         self.docker(&["image", "inspect", reference])
             .status
             .success()
     }
 
     /// Every container of the private daemon (id and name), all states.
-    pub fn containers(&self) -> Vec<String> {
+    pub(crate) fn containers(&self) -> Vec<String> {
         let out = self.docker(&["ps", "-a", "--format", "{{.ID}} {{.Names}}"]);
         String::from_utf8_lossy(&out.stdout)
             .lines()
@@ -260,7 +260,7 @@ impl SimulatedGpuHost {
     }
 
     /// Operation records on disk, parsed.
-    pub fn operations(&self) -> Vec<Value> {
+    pub(crate) fn operations(&self) -> Vec<Value> {
         let dir = self.state_dir().join("operations");
         let mut out = Vec::new();
         if let Ok(entries) = std::fs::read_dir(dir) {
@@ -275,7 +275,7 @@ impl SimulatedGpuHost {
         out
     }
 
-    pub fn installation(&self) -> Option<Value> {
+    pub(crate) fn installation(&self) -> Option<Value> {
         let path = self
             .state_dir()
             .join("installations/vllm/installation.json");
@@ -289,7 +289,7 @@ impl SimulatedGpuHost {
 /// `standins/gpus/<fixture>`: the broker's probe runs nvidia-smi with a cleared environment, so
 /// the fixture is chosen by a wrapper, not by `EK_STANDIN_GPUS` in the broker's environment.
 /// For `ENGINEKIT_TEST_STANDIN_DIR`.
-pub fn standins_with_gpu_fixture(standins: &Path, dir: &Path, fixture: &str) -> PathBuf {
+pub(crate) fn standins_with_gpu_fixture(standins: &Path, dir: &Path, fixture: &str) -> PathBuf {
     std::fs::create_dir_all(dir).expect("stand-in folder");
     for entry in std::fs::read_dir(standins).expect("stand-ins").flatten() {
         let name = entry.file_name();
@@ -348,10 +348,10 @@ impl Drop for SimulatedGpuHost {
 
 // Each test file that includes this module uses some of these.
 #[allow(unused_imports)]
-pub use enginekit_integration::output::{describe, events, result_of};
+pub(crate) use enginekit_integration::output::{describe, events, result_of};
 
 /// Waits until `f` holds, or panics after `secs`.
-pub fn wait_until(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
+pub(crate) fn wait_until(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(secs);
     while !f() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");

@@ -15,7 +15,7 @@ use super::apt_support;
 /// https base URL, which the container reaches on the host's loopback) and the four toolkit
 /// packages pinned to the bench's version; every other action is the production one (configure
 /// the runtime, generate CDI, restart Docker, the docker group).
-pub fn bench_recipe(env: &BenchEnv) -> Value {
+pub(crate) fn bench_recipe(env: &BenchEnv) -> Value {
     let repo = &env.apt_repo;
     let key = std::fs::read_to_string(&repo.key_asc).expect("the bench's armored key");
     let mut payload = newer_builtin_recipe(1000);

@@ -48,39 +48,39 @@ const FIT_HELP: &str = concat!(
 
 #[derive(Debug, Args)]
 #[command(after_long_help = FIT_HELP)]
-pub struct FitArgs {
+pub(crate) struct FitArgs {
     /// The model: a hub name (org/name, org/name@revision), or a folder holding config.json and the safetensors index or files.
-    pub model: String,
+    pub(crate) model: String,
     /// The context length to judge, in tokens (default: the longest that fits, at least 2048).
     #[arg(long)]
-    pub context: Option<u32>,
+    pub(crate) context: Option<u32>,
     /// Judge only this GPU (GPU- UUID or driver index).
     #[arg(long)]
-    pub gpu: Option<String>,
+    pub(crate) gpu: Option<String>,
     /// Judge recorded facts (the output of `enginekit probe --json`) instead of probing.
     #[arg(long, value_name = "FILE")]
-    pub facts: Option<PathBuf>,
+    pub(crate) facts: Option<PathBuf>,
     /// One JSON document on stdout.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 /// A model read for the fit: its config and its weights, and where they came from.
 #[derive(Debug, Clone)]
-pub struct FolderModel {
+pub(crate) struct FolderModel {
     /// The model as the user named it (a folder, or `org/name[@rev]`).
-    pub label: String,
-    pub config: ModelConfig,
-    pub weights: Weights,
+    pub(crate) label: String,
+    pub(crate) config: ModelConfig,
+    pub(crate) weights: Weights,
     /// The hub commit, for a model named on the hub.
-    pub commit: Option<CommitId>,
+    pub(crate) commit: Option<CommitId>,
 }
 
 /// How long a hub sizing may wait for an answer or the next bytes.
 const HUB_STALL: Duration = Duration::from_secs(60);
 
 impl FolderModel {
-    pub fn read(dir: &Path) -> Result<FolderModel, CodedError> {
+    pub(crate) fn read(dir: &Path) -> Result<FolderModel, CodedError> {
         let config = crate::models::config::read(dir).map_err(|e| e.to_coded())?;
         let weights = crate::models::weights::read(dir).map_err(|e| e.to_coded())?;
         Ok(FolderModel {
@@ -93,7 +93,7 @@ impl FolderModel {
 
     /// MODEL as `models fit` and `start` take it: an existing folder is a folder (so `models/x`
     /// on disk keeps working), anything else that parses as `org/name[@rev]` is on the hub.
-    pub async fn resolve(text: &str) -> Result<FolderModel, CodedError> {
+    pub(crate) async fn resolve(text: &str) -> Result<FolderModel, CodedError> {
         if Path::new(text).is_dir() {
             return FolderModel::read(Path::new(text));
         }
@@ -115,13 +115,16 @@ impl FolderModel {
         }
     }
 
-    pub fn needs(&self) -> ModelNeeds {
+    pub(crate) fn needs(&self) -> ModelNeeds {
         ModelNeeds::new(&self.config, self.weights.bytes)
     }
 }
 
 /// The cards of `facts`, only `gpu` when given (a UUID or a driver index).
-pub fn cards_of(facts: &HostFacts, gpu: Option<&str>) -> Result<Vec<CardMemory>, CodedError> {
+pub(crate) fn cards_of(
+    facts: &HostFacts,
+    gpu: Option<&str>,
+) -> Result<Vec<CardMemory>, CodedError> {
     let cards = match &facts.nvidia.gpus {
         Fact::Known { value } => CardMemory::from_probe(value),
         Fact::Unknown { .. } => Vec::new(),
@@ -143,7 +146,7 @@ pub fn cards_of(facts: &HostFacts, gpu: Option<&str>) -> Result<Vec<CardMemory>,
 }
 
 /// Checks an asked context against the engine's bounds (`engine::options`).
-pub fn check_context(context: Option<u32>) -> Result<Option<u64>, CodedError> {
+pub(crate) fn check_context(context: Option<u32>) -> Result<Option<u64>, CodedError> {
     use crate::engine::options::{MAX_CONTEXT, MIN_CONTEXT};
     match context {
         Some(c) if !(MIN_CONTEXT..=MAX_CONTEXT).contains(&c) => Err(CodedError::new(

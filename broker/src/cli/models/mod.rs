@@ -1,21 +1,21 @@
 //! `enginekit models …`: models by Hugging Face name in the hub cache ([`store`]: pull, list,
 //! rm) and whether one fits this machine's cards before anything moves ([`fit`]).
 
-pub mod fit;
-pub mod store;
+pub(crate) mod fit;
+pub(crate) mod store;
 
 use clap::{Args, Subcommand};
 
 use crate::cli::report::Exit;
 
 #[derive(Debug, Args)]
-pub struct ModelsArgs {
+pub(crate) struct ModelsArgs {
     #[command(subcommand)]
-    pub command: ModelsCommand,
+    pub(crate) command: ModelsCommand,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum ModelsCommand {
+pub(crate) enum ModelsCommand {
     #[command(flatten)]
     Store(store::StoreCommand),
     /// Whether a model fits this machine's GPUs: weights, KV cache per token, the longest context per card.

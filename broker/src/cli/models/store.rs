@@ -30,7 +30,7 @@ use crate::models::id::ModelRef;
 use crate::models::id::{CommitId, HubModelId};
 
 #[derive(Debug, Subcommand)]
-pub enum StoreCommand {
+pub(crate) enum StoreCommand {
     /// Download a model (org/name, org/name@revision) into the Hugging Face cache.
     Pull {
         /// The model: org/name, optionally @branch, @tag or @commit.

@@ -12,11 +12,11 @@ use super::error::HubError;
 use crate::models::cache::hf_home;
 
 /// The hub's address when `HF_ENDPOINT` is unset.
-pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
+pub(crate) const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
 
 /// A hub token. Its `Debug` shows no part of it, so it cannot reach a log by accident.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Token(String);
+pub(crate) struct Token(String);
 
 impl Token {
     /// The value for the `Authorization` header, and nothing else.
@@ -35,9 +35,9 @@ impl fmt::Debug for Token {
 #[derive(Debug, Clone)]
 pub struct HubEnv {
     /// No trailing `/`; a path prefix (a mirror's) is kept.
-    pub endpoint: Url,
-    pub token: Option<Token>,
-    pub offline: bool,
+    pub(crate) endpoint: Url,
+    pub(crate) token: Option<Token>,
+    pub(crate) offline: bool,
 }
 
 fn truthy(value: Option<OsString>) -> bool {
@@ -71,12 +71,12 @@ impl HubEnv {
         })
     }
 
-    pub fn from_env() -> Result<Self, HubError> {
+    pub(crate) fn from_env() -> Result<Self, HubError> {
         HubEnv::read(&|name| std::env::var_os(name))
     }
 
     /// The endpoint as text with no trailing `/`, for building URLs.
-    pub fn base(&self) -> String {
+    pub(crate) fn base(&self) -> String {
         self.endpoint.as_str().trim_end_matches('/').to_owned()
     }
 }

@@ -72,7 +72,7 @@ pub enum HubError {
 }
 
 impl HubError {
-    pub fn code(&self) -> ErrorCode {
+    pub(crate) fn code(&self) -> ErrorCode {
         match self {
             HubError::Id(e) => e.code(),
             HubError::Cache(e) => e.code(),
@@ -94,7 +94,7 @@ impl HubError {
         }
     }
 
-    pub fn to_coded(&self) -> CodedError {
+    pub(crate) fn to_coded(&self) -> CodedError {
         CodedError::new(
             self.code(),
             crate::docker::error::bounded(&self.to_string()),

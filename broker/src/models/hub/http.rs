@@ -17,7 +17,7 @@ const MAX_REDIRECTS: usize = 5;
 
 /// The HTTP side of the client.
 #[derive(Debug, Clone)]
-pub struct HubHttp {
+pub(crate) struct HubHttp {
     client: Client,
     env: HubEnv,
     /// How long a request may wait for the answer's headers (a hub that stalls before it says
@@ -32,7 +32,7 @@ fn same_origin(a: &Url, b: &Url) -> bool {
 }
 
 impl HubHttp {
-    pub fn new(env: HubEnv, answer_timeout: Duration) -> Result<Self, HubError> {
+    pub(crate) fn new(env: HubEnv, answer_timeout: Duration) -> Result<Self, HubError> {
         let client = Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(std::time::Duration::from_secs(30))
@@ -48,12 +48,12 @@ impl HubHttp {
         })
     }
 
-    pub fn env(&self) -> &HubEnv {
+    pub(crate) fn env(&self) -> &HubEnv {
         &self.env
     }
 
     /// GET `url` (an inclusive byte range if given) and the final response once it is a success.
-    pub async fn get(
+    pub(crate) async fn get(
         &self,
         url: Url,
         range: Option<(u64, u64)>,

@@ -26,7 +26,7 @@ const WANTED: &[&str] = &[
 const PICKLES: &[&str] = &[".bin", ".pth", ".pt", ".pkl", ".pickle", ".ckpt"];
 
 /// A longest listing we read (bytes): a big repository's is a few hundred kB.
-pub const MAX_LISTING_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_LISTING_BYTES: usize = 16 * 1024 * 1024;
 
 #[derive(Debug, Deserialize)]
 struct Info {
@@ -52,7 +52,7 @@ struct Lfs {
 
 /// How a file is checked before it is placed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Digest {
+pub(crate) enum Digest {
     /// An LFS file: SHA-256 of the content (also its blob name).
     Sha256(String),
     /// A file stored in git: SHA-1 of `"blob {len}\0"` + content (also its blob name).
@@ -61,23 +61,23 @@ pub enum Digest {
 
 /// A file to have in the snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RemoteFile {
-    pub path: RepoFile,
-    pub size: u64,
-    pub blob: BlobId,
-    pub digest: Digest,
+pub(crate) struct RemoteFile {
+    pub(crate) path: RepoFile,
+    pub(crate) size: u64,
+    pub(crate) blob: BlobId,
+    pub(crate) digest: Digest,
 }
 
 /// What a revision holds that we fetch, pinned to its commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Manifest {
-    pub commit: CommitId,
-    pub files: Vec<RemoteFile>,
+pub(crate) struct Manifest {
+    pub(crate) commit: CommitId,
+    pub(crate) files: Vec<RemoteFile>,
 }
 
 impl Manifest {
     /// Parses the hub's answer for `model` at `revision` and chooses the files.
-    pub fn from_listing(
+    pub(crate) fn from_listing(
         model: &HubModelId,
         revision: &Revision,
         body: &[u8],
@@ -162,7 +162,7 @@ impl Manifest {
     }
 
     /// Bytes of all chosen files.
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.files.iter().map(|f| f.size).sum()
     }
 }

@@ -18,19 +18,19 @@
 //! - [`pull`]: the whole pull.
 //! - [`remote`]: a model sized from the cache or the hub's small files, before a download.
 
-pub mod env;
-pub mod error;
-pub mod http;
-pub mod listing;
-pub mod progress;
-pub mod pull;
-pub mod remote;
+pub(crate) mod env;
+pub(crate) mod error;
+pub(crate) mod http;
+pub(crate) mod listing;
+pub(crate) mod progress;
+pub(crate) mod pull;
+pub(crate) mod remote;
 pub mod retry;
-pub mod segments;
+pub(crate) mod segments;
 mod transfer;
-pub mod verify;
+pub(crate) mod verify;
 
 pub use env::HubEnv;
-pub use error::HubError;
+pub(crate) use error::HubError;
 pub use progress::{Progress, ProgressReading};
 pub use pull::{cached, pull, PullOptions, Pulled};

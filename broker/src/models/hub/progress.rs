@@ -19,11 +19,11 @@ pub struct Progress {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProgressReading {
     /// Bytes of the chosen files in the cache (present before the pull, or fetched since).
-    pub done: u64,
+    pub(crate) done: u64,
     /// Bytes of the chosen files; 0 until the listing is read.
-    pub total: u64,
+    pub(crate) total: u64,
     /// Bytes this pull received from the network.
-    pub fetched: u64,
+    pub(crate) fetched: u64,
 }
 
 impl Progress {
@@ -54,11 +54,11 @@ impl Progress {
     }
 
     /// The commit being pulled, once the listing named it.
-    pub fn commit(&self) -> Option<&CommitId> {
+    pub(crate) fn commit(&self) -> Option<&CommitId> {
         self.commit.get()
     }
 
-    pub fn read(&self) -> ProgressReading {
+    pub(crate) fn read(&self) -> ProgressReading {
         ProgressReading {
             done: self.done.load(Ordering::Relaxed),
             total: self.total.load(Ordering::Relaxed),

@@ -47,9 +47,9 @@ impl Default for PullOptions {
 /// What a pull ended with.
 #[derive(Debug, Clone)]
 pub struct Pulled {
-    pub snapshot: Snapshot,
+    pub(crate) snapshot: Snapshot,
     /// True when the cache already had it and the hub was not asked.
-    pub from_cache: bool,
+    pub(crate) from_cache: bool,
 }
 
 /// Whether a snapshot in the cache is whole enough to serve: it has the config and its weights

@@ -25,17 +25,14 @@ use crate::models::weights::{self, Weights, WeightsSource, INDEX_FILE, MAX_INDEX
 
 /// What sizing a model by name found.
 #[derive(Debug, Clone)]
-pub struct RemoteModel {
-    pub id: HubModelId,
-    pub commit: CommitId,
-    pub config: ModelConfig,
-    pub weights: Weights,
-    /// True when the cache had the snapshot and the hub was not asked.
-    pub from_cache: bool,
+pub(crate) struct RemoteModel {
+    pub(crate) commit: CommitId,
+    pub(crate) config: ModelConfig,
+    pub(crate) weights: Weights,
 }
 
 /// Sizes `id` at `revision` (default `main`): the cache first, then the hub's small files.
-pub async fn size(
+pub(crate) async fn size(
     cache: &HubCache,
     env: HubEnv,
     id: &HubModelId,
@@ -48,11 +45,9 @@ pub async fn size(
         let config = config::read(&snapshot.dir)?;
         let weights = weights::read(&snapshot.dir)?;
         return Ok(RemoteModel {
-            id: id.clone(),
             commit: snapshot.commit,
             config,
             weights,
-            from_cache: true,
         });
     }
     if env.offline {
@@ -91,11 +86,9 @@ pub async fn size(
         None => listed_weights(id, &manifest)?,
     };
     Ok(RemoteModel {
-        id: id.clone(),
         commit: manifest.commit,
         config,
         weights,
-        from_cache: false,
     })
 }
 

@@ -18,7 +18,7 @@ fn is_transient(err: &HubError, moved: bool) -> bool {
 }
 
 /// The pause before attempt `next` (2 for the first retry), or `None` when `err` is final.
-pub fn pause_before(
+pub(crate) fn pause_before(
     policy: &RetryPolicy,
     next: u32,
     err: &HubError,
@@ -38,7 +38,7 @@ pub fn pause_before(
 
 /// Runs `attempt` again by [`pause_before`]'s rules until it succeeds or the error is final.
 /// Each try answers its result and whether it moved bytes; `what` names it in the log.
-pub async fn retrying<F, Fut>(
+pub(crate) async fn retrying<F, Fut>(
     policy: &RetryPolicy,
     what: &str,
     mut attempt: F,

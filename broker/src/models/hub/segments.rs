@@ -22,14 +22,14 @@ use super::transfer::Transfers;
 use crate::models::cache::CacheError;
 
 /// How often (bytes written by one segment) the ledger is written while bytes flow.
-pub const LEDGER_EVERY: u64 = 4 * 1024 * 1024;
+pub(crate) const LEDGER_EVERY: u64 = 4 * 1024 * 1024;
 
 /// Bytes `[start, done)` of `[start, end)` are in the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Segment {
-    pub start: u64,
-    pub done: u64,
-    pub end: u64,
+pub(crate) struct Segment {
+    pub(crate) start: u64,
+    pub(crate) done: u64,
+    pub(crate) end: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,7 +57,7 @@ impl Ledger {
 }
 
 /// The ledger's path beside the partial file.
-pub fn ledger_path(part: &Path) -> PathBuf {
+pub(crate) fn ledger_path(part: &Path) -> PathBuf {
     let mut name = part.as_os_str().to_owned();
     name.push(".ranges");
     PathBuf::from(name)
@@ -82,7 +82,7 @@ fn write_ledger(part: &Path, ledger: &Ledger) -> Result<(), HubError> {
 
 /// Bytes of a partial file that a resumed transfer keeps: the ledger's, else the file's length
 /// (a file written from its start).
-pub fn resumable(part: &Path, size: u64) -> u64 {
+pub(crate) fn resumable(part: &Path, size: u64) -> u64 {
     match read_ledger(part, size) {
         Some(ledger) => ledger.written(),
         None if ledger_path(part).exists() => 0,
@@ -94,7 +94,7 @@ pub fn resumable(part: &Path, size: u64) -> u64 {
 }
 
 /// Whether a transfer of `file` goes by segments: it is large, or a ledger says it did before.
-pub fn wanted(part: &Path, file: &RemoteFile, range_bytes: u64, segments: usize) -> bool {
+pub(crate) fn wanted(part: &Path, file: &RemoteFile, range_bytes: u64, segments: usize) -> bool {
     ledger_path(part).exists() || (segments > 1 && file.size > range_bytes.saturating_mul(2))
 }
 

@@ -29,17 +29,17 @@ const LOCK_POLL: Duration = Duration::from_millis(100);
 /// What every transfer of one pull shares.
 #[derive(Debug)]
 pub(crate) struct Transfers<'a> {
-    pub http: &'a HubHttp,
-    pub repo: &'a RepoDir,
-    pub commit: &'a CommitId,
-    pub progress: &'a Progress,
-    pub range_bytes: u64,
+    pub(crate) http: &'a HubHttp,
+    pub(crate) repo: &'a RepoDir,
+    pub(crate) commit: &'a CommitId,
+    pub(crate) progress: &'a Progress,
+    pub(crate) range_bytes: u64,
     /// Segments a large file is cut into.
-    pub segments: usize,
+    pub(crate) segments: usize,
     /// Requests in flight, all files together.
-    pub requests: &'a Semaphore,
-    pub stall: Duration,
-    pub retry: RetryPolicy,
+    pub(crate) requests: &'a Semaphore,
+    pub(crate) stall: Duration,
+    pub(crate) retry: RetryPolicy,
 }
 
 impl Transfers<'_> {
@@ -97,7 +97,7 @@ impl Transfers<'_> {
     }
 
     /// Makes `blobs/<etag>` hold the file, verified.
-    pub async fn fetch(&self, file: &RemoteFile) -> Result<(), HubError> {
+    pub(crate) async fn fetch(&self, file: &RemoteFile) -> Result<(), HubError> {
         let blob = self.repo.blob(&file.blob);
         if blob.is_file() {
             return Ok(());

@@ -29,7 +29,7 @@ fn hash_file<D: sha2::Digest>(mut hasher: D, path: &Path) -> Result<String, HubE
 }
 
 /// Checks the file at `path` (blocking: it reads the whole file).
-pub fn check(path: &Path, file: &RemoteFile) -> Result<(), HubError> {
+pub(crate) fn check(path: &Path, file: &RemoteFile) -> Result<(), HubError> {
     let len = std::fs::metadata(path)
         .map_err(CacheError::io("reading", path))?
         .len();

@@ -5,11 +5,11 @@ use super::*;
 /// What a stage of the setup works from: the host as probed now, the operation's descriptor,
 /// this host's platform, and the engine and GPU-check images for it.
 pub(super) struct StageInputs {
-    pub facts: HostFacts,
-    pub descriptor: Descriptor,
-    pub platform: Platform,
-    pub image: ImageRef,
-    pub probe_image: ImageRef,
+    pub(crate) facts: HostFacts,
+    pub(crate) descriptor: Descriptor,
+    pub(crate) platform: Platform,
+    pub(crate) image: ImageRef,
+    pub(crate) probe_image: ImageRef,
 }
 
 impl LinuxMachine {

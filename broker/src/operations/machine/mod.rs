@@ -33,7 +33,7 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// What this machine is, as the runner sees it.
 #[derive(Debug, Clone)]
-pub struct LinuxMachine {
+pub(crate) struct LinuxMachine {
     state_root: PathBuf,
     data_root: PathBuf,
     installations: Installations,
@@ -58,7 +58,11 @@ struct Planned {
 }
 
 impl LinuxMachine {
-    pub fn new(state_root: &Path, data_root: &Path, installations: Installations) -> LinuxMachine {
+    pub(crate) fn new(
+        state_root: &Path,
+        data_root: &Path,
+        installations: Installations,
+    ) -> LinuxMachine {
         // The daemon's socket is the route's, set per probe (`probe_options()`).
         let probe_options = ProbeOptions::from_env();
         let route = DockerRoute::from_env();
@@ -70,10 +74,6 @@ impl LinuxMachine {
             route,
             podman_route: DockerRoute::user_podman(),
         }
-    }
-
-    pub fn installations(&self) -> &Installations {
-        &self.installations
     }
 
     /// The container journal, under a fresh instance id of this process.
