@@ -14,7 +14,8 @@
 //! - `heartbeat`: the broker's side of it, a thread rewriting the heartbeat file;
 //! - `served`: what the container mounts of the model (a folder, or a hub snapshot's model folder);
 //! - `sessions`: session records on disk, which are also the GPU reservations;
-//! - `runtime`: load, crash monitor, confirmed stop, listing and logs over the Docker layer.
+//! - `runtime`: load, crash monitor, confirmed stop, listing and logs over the Docker layer; its
+//!   `load` is typed stages (sized → model present → GPU claimed → launched → ready).
 
 pub(crate) mod argv;
 pub(crate) mod claim;

@@ -10,38 +10,30 @@
 //! stop, through the container journal, and never touches a container that is not ours.
 
 use enginekit_shared::wire::plan::Runtime as ContainerRuntime;
+mod load;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use enginekit_shared::image::ImageRef;
 use serde::Serialize;
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
-use super::argv::{
-    self, LaunchParams, CACHE_MOUNT, ENGINE_PORT, HEARTBEAT_MOUNT, MODEL_MOUNT, WATCHDOG_MOUNT,
-};
-use super::claim::{self, Evict};
+use super::claim::Evict;
 use super::classify::{self, Classification, TAIL_LINES};
 use super::error::{EngineError, Result};
-use super::gpu::{self, Card, Selection};
-use super::health::{self, Probe};
-use super::heartbeat::{self, Ticker};
+use super::gpu::Card;
+use super::heartbeat::Ticker;
 use super::options::{LoadOptions, LoadRequest, ModelChoice};
 use super::served::ServedModel;
 use super::sessions::{Owner, SessionRecord, SessionState, Sessions};
 use super::sizing::{self, Sizing, Verdict};
 use super::stages::{Stage, StageTracker};
 use super::watchdog;
-use crate::docker::{
-    ContainerSpec, Docker, DockerError, DockerRoute, EnvVar, MountSpec, PortSpec, StopOutcome,
-    DEFAULT_LOG_BYTES,
-};
+use crate::docker::{Docker, DockerError, DockerRoute, StopOutcome, DEFAULT_LOG_BYTES};
 use crate::documents::descriptor::KnownEngine;
 use crate::installations::{Installation, InstallationStatus, Installations};
-use crate::journal::{
-    ContainerName, ContainerRecord, InstanceId, Journal, LifecycleError, ReconcileLimits,
-};
+use crate::journal::{ContainerRecord, InstanceId, Journal, ReconcileLimits};
 use crate::models::cache::HubCache;
 use crate::models::fit::{CardMemory, ModelNeeds};
 use crate::models::hub::{self, HubEnv, HubError, Progress, PullOptions};
@@ -681,395 +673,20 @@ impl Runtime {
         cancel: CancellationToken,
     ) -> Result<()> {
         let opts = request.check()?;
-        let ModelChoice::Hub { id, revision } = &opts.model else {
+        if !matches!(opts.model, ModelChoice::Hub { .. }) {
+            return Ok(());
+        }
+        // The load reports the fit; sizing here is only the refusal and the commit to pull.
+        let sized = self
+            .sized(engine, opts, request.context, &mut |_| {})
+            .await?;
+        let ModelChoice::Hub { id, revision } = &sized.opts.model else {
             return Ok(());
         };
-        let mut pin = None;
-        if engine == KnownEngine::Vllm {
-            if let Some((needs, commit)) = hub_needs(id, revision.as_ref()).await? {
-                self.size(Some(needs), &opts, request.context).await?;
-                pin = Some(Revision::Commit(commit));
-            }
-        }
+        let pin = sized.commit.clone().map(Revision::Commit);
         let asked = revision.as_ref();
         fetch_hub_model(id, pin.as_ref().or(asked), asked, on, cancel).await?;
         Ok(())
-    }
-
-    /// Loads `engine` with `request`; returns once `/health` answers 200.
-    pub(crate) async fn load(
-        &self,
-        engine: KnownEngine,
-        request: &LoadRequest,
-        on: &mut (dyn FnMut(LoadEvent) + Send),
-        cancel: &CancellationToken,
-    ) -> Result<Loaded> {
-        // Everything that can be refused without Docker comes first.
-        let mut opts = request.check()?;
-        let installation =
-            self.ready_installation(engine)
-                .ok_or_else(|| EngineError::NotInstalled {
-                    engine: engine.to_string(),
-                })?;
-        let image =
-            ImageRef::parse(&installation.image.reference()).map_err(|e| EngineError::Io {
-                what: "reading the installation record",
-                path: installation.engine.to_string(),
-                detail: e.to_string(),
-            })?;
-        // The fit check reads the model folder and the cards' memory (nvidia-smi or NVML), no
-        // Docker: a model that fits no card is refused here.
-        let mut memory_fraction = LaunchParams::new("", opts.context).memory_fraction;
-        // The cards of a tensor-parallel group, when the fit check chose one; else one card is
-        // selected below as always.
-        let mut group: Vec<crate::docker::GpuUuid> = Vec::new();
-        // The commit the fit check sized, for a model on the hub: the one pulled and served.
-        let mut sized_commit: Option<CommitId> = None;
-        if engine == KnownEngine::Vllm {
-            let needs = match &opts.model {
-                ModelChoice::Folder(dir) => folder_needs(dir),
-                ModelChoice::Hub { id, revision } => {
-                    match hub_needs(id, revision.as_ref()).await? {
-                        Some((needs, commit)) => {
-                            sized_commit = Some(commit);
-                            Some(needs)
-                        }
-                        None => None,
-                    }
-                }
-            };
-            if let Some(sizing) = self.size(needs, &opts, request.context).await? {
-                if sizing.gpus.len() > 1 {
-                    group = sizing.gpus.clone();
-                } else if opts.gpu.is_none() {
-                    opts.gpu = sizing.gpus.first().cloned();
-                }
-                if let Some(context) = sizing.context {
-                    opts.context = context;
-                }
-                memory_fraction = sizing.memory_fraction();
-                on(LoadEvent::Fitted {
-                    gpus: sizing.gpus.iter().map(ToString::to_string).collect(),
-                    utilization_pct: sizing.utilization_pct,
-                    context: opts.context,
-                    context_chosen: sizing.context.is_some(),
-                    max_context: sizing.max_context,
-                });
-            }
-        }
-        let name = opts.name.as_str().to_owned();
-        if let Some(existing) = self.sessions.get(&name) {
-            if existing.state == SessionState::StopUnconfirmed {
-                return Err(EngineError::StopUnconfirmed {
-                    container: existing.container_name.clone(),
-                    reason: "a previous stop of this model was not confirmed; stop it again first"
-                        .to_owned(),
-                });
-            }
-            if existing.owner_alive() {
-                return Err(EngineError::SessionConflict {
-                    name,
-                    state: existing.state.as_str().to_owned(),
-                });
-            }
-        }
-
-        // The cards and how each is reached, and a CDI spec made for another driver refused,
-        // before a model is downloaded.
-        let available = self.read_gpus(installation.runtime).await?;
-
-        // A model on the hub comes into the hub cache now, after the fit check and before any
-        // Docker call: a refusal above costs no download, a failed download no container.
-        let served = match &opts.model {
-            ModelChoice::Folder(dir) => ServedModel::folder_or_snapshot(dir)?,
-            ModelChoice::Hub { id, revision } => {
-                let pin = sized_commit.map(Revision::Commit);
-                let asked = revision.as_ref();
-                // An owned token: a borrowed one held across the pull's awaits makes the load's
-                // future fail the Send check where the bus service spawns it.
-                let cancel = cancel.child_token();
-                fetch_hub_model(id, pin.as_ref().or(asked), asked, on, cancel).await?
-            }
-        };
-
-        self.reconcile().await?;
-        if let Some(leftover) = self.sessions.get(&name) {
-            self.stop_session(&leftover).await?;
-        }
-        let cards = if group.is_empty() {
-            let Selection {
-                card,
-                substituted_for,
-            } = gpu::select(&available, opts.gpu.as_ref())?;
-            on(LoadEvent::Gpu {
-                gpu: card.uuid.to_string(),
-                substituted_for: substituted_for.as_ref().map(ToString::to_string),
-                more_gpus: Vec::new(),
-            });
-            vec![card]
-        } else {
-            let cards = gpu::group(&available, &group)?;
-            on(LoadEvent::Gpu {
-                gpu: group[0].to_string(),
-                substituted_for: None,
-                more_gpus: group[1..].iter().map(ToString::to_string).collect(),
-            });
-            cards
-        };
-        let Some((first, rest)) = cards.split_first() else {
-            return Err(EngineError::NoGpu);
-        };
-
-        // Claim every card (stopping their holders, confirmed), or none: GPU_BUSY.
-        let generation = random_hex(8)?;
-        let heartbeat_dir = self.data_dir.join("heartbeats").join(&generation);
-        let container_name = format!("enginekit-{name}");
-        let mut record = SessionRecord {
-            name: name.clone(),
-            engine: engine.to_string(),
-            descriptor_id: installation.descriptor_id.clone(),
-            image: image.to_string(),
-            gpu: first.uuid.to_string(),
-            more_gpus: rest.iter().map(|c| c.uuid.to_string()).collect(),
-            container_name: container_name.clone(),
-            container_id: None,
-            host_port: None,
-            base_url: None,
-            model_dir: served.host_dir(),
-            model_repo: served.hub.as_ref().map(|h| h.repo.to_string()),
-            model_commit: served.hub.as_ref().map(|h| h.commit.to_string()),
-            context: opts.context,
-            heartbeat_dir: heartbeat_dir.clone(),
-            owner: self.owner,
-            owner_pid: std::process::id(),
-            state: SessionState::Loading,
-            created_at: crate::journal::now_rfc3339(),
-            runtime: installation.runtime,
-        };
-        claim::claim(&self.sessions, &record, self, &mut |holder: &str| {
-            on(LoadEvent::Evicted {
-                name: holder.to_owned(),
-            })
-        })
-        .await?;
-
-        let result = self
-            .start_and_wait(
-                engine,
-                &opts,
-                &served,
-                memory_fraction,
-                &image,
-                &cards,
-                &mut record,
-                on,
-                cancel,
-            )
-            .await;
-        match result {
-            Ok(ticker) => Ok(Loaded {
-                record,
-                _heartbeat: ticker,
-            }),
-            Err(err) => {
-                // Tear down what this load created; an unconfirmed stop keeps the reservation.
-                let cleaned = self.stop_session(&record).await;
-                match (err, cleaned) {
-                    (EngineError::Cancelled { .. }, Ok(())) => {
-                        Err(EngineError::Cancelled { cleaned: true })
-                    }
-                    (EngineError::Cancelled { .. }, Err(_)) => {
-                        Err(EngineError::Cancelled { cleaned: false })
-                    }
-                    (err, _) => Err(err),
-                }
-            }
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn start_and_wait(
-        &self,
-        engine: KnownEngine,
-        opts: &super::options::LoadOptions,
-        served: &ServedModel,
-        memory_fraction: f64,
-        image: &ImageRef,
-        cards: &[Card],
-        record: &mut SessionRecord,
-        on: &mut (dyn FnMut(LoadEvent) + Send),
-        cancel: &CancellationToken,
-    ) -> Result<Ticker> {
-        let started = Instant::now();
-        let docker = self.docker(record.runtime).await?;
-        let cache = self
-            .data_dir
-            .join("caches")
-            .join(engine.as_str())
-            .join(opts.name.as_str());
-        for sub in argv::CACHE_DIRS {
-            let dir = cache.join(sub);
-            std::fs::create_dir_all(&dir).map_err(io_err("creating the engine cache", &dir))?;
-        }
-        let watchdog_dir = self.data_dir.join("watchdog");
-        watchdog::install(&watchdog_dir)?;
-        enginekit_shared::durable::ensure_private_dir(&record.heartbeat_dir).map_err(io_err(
-            "creating the heartbeat folder",
-            &record.heartbeat_dir,
-        ))?;
-        let ticker = Ticker::start(&record.heartbeat_dir, heartbeat::INTERVAL)?;
-
-        let params = LaunchParams {
-            memory_fraction,
-            tensor_parallel: u32::try_from(cards.len()).unwrap_or(u32::MAX),
-            model_path: served.engine_path(),
-            ..LaunchParams::new(opts.name.as_str(), opts.context)
-        };
-        let launch = argv::launch(engine, &params);
-        let bad = |e: DockerError| EngineError::from(e);
-        let mut spec = ContainerSpec::new(
-            record
-                .container_name
-                .parse::<ContainerName>()
-                .map_err(|e| EngineError::InvalidOption {
-                    what: "name",
-                    reason: e.reason.to_owned(),
-                })?,
-            engine.as_str(),
-            self.journal.instance().clone(),
-            image.clone(),
-            NETWORK.parse().map_err(bad)?,
-        );
-        spec.gpus = cards.iter().map(|c| c.uuid.clone()).collect();
-        spec.gpu_access = gpu::access_of_all(cards);
-        spec.shm_bytes = crate::docker::shm_bytes_for(cards.len());
-        let mount =
-            |purpose: &str, source: &Path, target: &str, read_only: bool| -> Result<MountSpec> {
-                Ok(MountSpec {
-                    purpose: purpose.to_owned(),
-                    source: source.to_path_buf(),
-                    target: target.parse().map_err(bad)?,
-                    read_only,
-                })
-            };
-        spec.mounts = vec![
-            mount("model", &served.mount_source, MODEL_MOUNT, true)?,
-            mount("engine-cache", &cache, CACHE_MOUNT, false)?,
-            mount("heartbeat", &record.heartbeat_dir, HEARTBEAT_MOUNT, true)?,
-            mount("watchdog", &watchdog_dir, WATCHDOG_MOUNT, true)?,
-        ];
-        // Later entries win in Docker: the watchdog's settings cannot be overridden.
-        for (key, value) in launch.env.iter().chain(self.watchdog.env().iter()) {
-            spec.env.push(EnvVar::new(key, value).map_err(bad)?);
-        }
-        spec.entrypoint = Some(watchdog::entrypoint());
-        spec.command = std::iter::once("--".to_owned())
-            .chain(launch.argv.iter().cloned())
-            .collect();
-
-        let mut attempt = 0;
-        let running = loop {
-            attempt += 1;
-            let forced = (attempt == 1)
-                .then(crate::test_hooks::first_engine_port)
-                .flatten();
-            let host_port = match (opts.port, forced) {
-                (Some(p), _) | (None, Some(p)) => p,
-                (None, None) => free_port()?,
-            };
-            spec.port = Some(PortSpec {
-                container_port: ENGINE_PORT,
-                host_port,
-            });
-            if cancel.is_cancelled() {
-                return Err(EngineError::Cancelled { cleaned: true });
-            }
-            match self.journal.run(docker, &spec).await {
-                Ok(running) => break running,
-                Err(LifecycleError::Docker(e))
-                    if is_port_collision(&e) && opts.port.is_none() && attempt < PORT_ATTEMPTS =>
-                {
-                    tracing::info!(
-                        attempt,
-                        port = host_port,
-                        "port taken meanwhile; trying another"
-                    );
-                }
-                Err(e) => return Err(e.into()),
-            }
-        };
-        let port = running.host_port.unwrap_or(0);
-        record.container_id = Some(running.id.clone());
-        record.host_port = Some(port);
-        self.sessions.put(record)?;
-        on(LoadEvent::Started {
-            container: record.container_name.clone(),
-            port,
-            attempt,
-        });
-
-        let timeout = opts.timeout_secs.map_or_else(
-            || default_timeout(engine),
-            |s| Duration::from_secs(s.into()),
-        );
-        let deadline = started + timeout;
-        let mut stages = StageTracker::new(engine);
-        let mut warned = false;
-        loop {
-            match docker.inspect_container(&running.id).await {
-                Ok(None) => return Err(self.exited(engine, docker, &running.id, None).await),
-                Ok(Some(f)) if matches!(f.status.as_str(), "exited" | "dead" | "removing") => {
-                    return Err(self.exited(engine, docker, &running.id, f.exit_code).await)
-                }
-                Ok(Some(_)) => {}
-                Err(e) => tracing::warn!(error = %e, "inspect during the load failed"),
-            }
-            observe_stages(docker, &running.id, &mut stages, started, on).await;
-            match health::probe(port, launch.health_path).await {
-                Probe::Status(200) => {
-                    // The engine's log reaches Docker after the engine wrote it, so the lines
-                    // it printed just before it answered may not have been read yet: a last
-                    // look, so that no stage it went through is skipped before `ready`.
-                    observe_stages(docker, &running.id, &mut stages, started, on).await;
-                    break;
-                }
-                p @ Probe::Status(status) if p.is_redirect() && !warned => {
-                    warned = true;
-                    tracing::warn!(
-                        status,
-                        "the engine's /health answered a redirect; it is never followed"
-                    );
-                    on(LoadEvent::Redirected { status });
-                }
-                _ => {}
-            }
-            if Instant::now() >= deadline {
-                let tail = match docker
-                    .logs(&running.id, Some(TAIL_LINES as u32), DEFAULT_LOG_BYTES)
-                    .await
-                {
-                    Ok(l) => l.text(),
-                    Err(_) => String::new(),
-                };
-                return Err(EngineError::TimedOut {
-                    seconds: timeout.as_secs(),
-                    tail,
-                });
-            }
-            tokio::select! {
-                _ = cancel.cancelled() => return Err(EngineError::Cancelled { cleaned: true }),
-                _ = tokio::time::sleep(POLL) => {}
-            }
-        }
-        stages.ready();
-        on(LoadEvent::Stage {
-            stage: Stage::Ready,
-            elapsed_ms: started.elapsed().as_millis() as u64,
-        });
-        record.state = SessionState::Ready;
-        record.base_url = Some(format!("http://127.0.0.1:{port}/v1"));
-        self.sessions.put(record)?;
-        Ok(ticker)
     }
 
     /// The classified error of an engine that exited during the load, from its whole bounded
