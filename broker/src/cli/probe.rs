@@ -3,7 +3,7 @@
 //! `--json` prints the [`HostFacts`] document (schema version 1) that `enginekit plan --facts FILE`
 //! reads back; without it, a report grouped by subject in which every unknown says why.
 
-use crate::docker::DockerRoute;
+use crate::docker::DaemonRoute;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -61,7 +61,7 @@ pub(crate) async fn run(args: ProbeArgs) -> Exit {
 /// group, through `sg docker` (the relay lives until this probe ends). A read that outlives its
 /// deadline is not waited for (see [`super::main`]).
 pub(crate) async fn probe_through_route(options: ProbeOptions) -> HostFacts {
-    let route = DockerRoute::new(options.docker_socket.clone());
+    let route = DaemonRoute::new(options.docker_socket.clone());
     let mut options = options;
     options.docker_socket = route.socket().await;
     probe(options).await

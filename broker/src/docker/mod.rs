@@ -36,7 +36,7 @@ pub use logs::{BoundedLogs, LogLine, LogStream, DEFAULT_LOG_BYTES};
 pub use progress::{LayerCounts, ProgressSnapshot, PullProgress};
 pub use pull::{PullOptions, PullOutcome, DEFAULT_STALL_TIMEOUT};
 pub use retry::RetryPolicy;
-pub(crate) use route::DockerRoute;
+pub(crate) use route::{ContainerRoutes, DaemonRoute};
 pub(crate) use spec::{shm_bytes_for, EnvVar};
 pub use spec::{ContainerSpec, GpuUuid, MountSpec, NetworkName, PortSpec, UserIds};
 pub use tokio_util::sync::CancellationToken;

@@ -30,7 +30,7 @@ use super::sessions::{Owner, SessionRecord, SessionState, Sessions};
 use super::sizing::{self, Sizing, Verdict};
 use super::stages::{Stage, StageTracker};
 use super::watchdog;
-use crate::docker::{Docker, DockerError, DockerRoute, StopOutcome, DEFAULT_LOG_BYTES};
+use crate::docker::{ContainerRoutes, Docker, DockerError, StopOutcome, DEFAULT_LOG_BYTES};
 use crate::documents::descriptor::KnownEngine;
 use crate::installations::{Installation, InstallationStatus, Installations};
 use crate::journal::{ContainerRecord, InstanceId, Journal, ReconcileLimits};
@@ -141,10 +141,8 @@ pub(crate) struct SessionView {
 #[derive(Debug)]
 pub(crate) struct Runtime {
     docker: OnceCell<Docker>,
-    route: DockerRoute,
-    /// The user's rootless Podman, for engines installed there.
+    routes: ContainerRoutes,
     podman: OnceCell<Docker>,
-    podman_route: DockerRoute,
     journal: Journal,
     sessions: Sessions,
     installations: Installations,
@@ -354,9 +352,8 @@ impl Runtime {
         })?;
         Ok(Runtime {
             docker: OnceCell::new(),
-            route: DockerRoute::from_env(),
+            routes: ContainerRoutes::from_env(),
             podman: OnceCell::new(),
-            podman_route: DockerRoute::user_podman(),
             journal,
             sessions: Sessions::open(&state)?,
             installations,
@@ -372,12 +369,17 @@ impl Runtime {
 
     /// The API of the runtime a session or an installation lives in.
     async fn docker(&self, runtime: ContainerRuntime) -> Result<&Docker> {
-        let (cell, route) = match runtime {
-            ContainerRuntime::Docker => (&self.docker, &self.route),
-            ContainerRuntime::Podman => (&self.podman, &self.podman_route),
+        let cell = match runtime {
+            ContainerRuntime::Docker => &self.docker,
+            ContainerRuntime::Podman => &self.podman,
         };
-        cell.get_or_try_init(|| async { route.connect().await.map_err(EngineError::from) })
-            .await
+        cell.get_or_try_init(|| async {
+            self.routes
+                .connect(runtime)
+                .await
+                .map_err(EngineError::from)
+        })
+        .await
     }
 
     /// Stops what dead broker processes left (journal reconcile) and forgets sessions whose
@@ -572,7 +574,7 @@ impl Runtime {
     /// current and names the card, else `--gpus`; assess::cdi).
     async fn read_gpus(&self, runtime: ContainerRuntime) -> Result<Vec<Card>> {
         let mut options = crate::probe::ProbeOptions::from_env();
-        options.docker_socket = self.route.socket().await;
+        options.docker_socket = self.routes.daemon_socket().await;
         let ctx = crate::probe::reads::ProbeContext::new(options);
         let (read, (_, cdi_devices), daemon, specs) = tokio::join!(
             crate::probe::reads::gpus(&ctx),

@@ -13,7 +13,7 @@ use super::boundary::{Claims, HostCheck, Probing, ProgressSink, ProgressTick, Pr
 use super::record::{Operation, OperationKind};
 use super::reducer::{ProbedPlan, Reconciliation};
 use crate::docker::{
-    CancellationToken, Docker, DockerError, DockerRoute, GpuUuid, PullOptions, ToolkitFacts,
+    CancellationToken, ContainerRoutes, Docker, DockerError, GpuUuid, PullOptions, ToolkitFacts,
 };
 use crate::documents::descriptor::{Descriptor, Platform};
 use crate::documents::store::{DocumentSet, DocumentSources};
@@ -38,9 +38,7 @@ pub(crate) struct LinuxMachine {
     data_root: PathBuf,
     installations: Installations,
     probe_options: ProbeOptions,
-    route: DockerRoute,
-    /// The way to the user's rootless Podman, for operations on Podman.
-    podman_route: DockerRoute,
+    routes: ContainerRoutes,
 }
 
 fn coded_docker(err: DockerError) -> CodedError {
@@ -65,14 +63,12 @@ impl LinuxMachine {
     ) -> LinuxMachine {
         // The daemon's socket is the route's, set per probe (`probe_options()`).
         let probe_options = ProbeOptions::from_env();
-        let route = DockerRoute::from_env();
         LinuxMachine {
             state_root: state_root.to_path_buf(),
             data_root: data_root.to_path_buf(),
             installations,
             probe_options,
-            route,
-            podman_route: DockerRoute::user_podman(),
+            routes: ContainerRoutes::from_env(),
         }
     }
 
@@ -87,17 +83,13 @@ impl LinuxMachine {
 
     /// The API of `runtime`: Docker's daemon, or the user's Podman.
     async fn docker(&self, runtime: Runtime) -> Result<Docker, CodedError> {
-        let route = match runtime {
-            Runtime::Docker => &self.route,
-            Runtime::Podman => &self.podman_route,
-        };
-        route.connect().await.map_err(coded_docker)
+        self.routes.connect(runtime).await.map_err(coded_docker)
     }
 
     /// The probe's options, reading the daemon through the socket this process can use now.
     async fn probe_options(&self) -> ProbeOptions {
         let mut options = self.probe_options.clone();
-        options.docker_socket = self.route.socket().await;
+        options.docker_socket = self.routes.daemon_socket().await;
         options
     }
 

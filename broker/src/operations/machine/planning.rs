@@ -180,7 +180,7 @@ impl LinuxMachine {
             components.contains(&enginekit_shared::recipe::Component::UserSubIds)
         });
         if op.runtime == Runtime::Podman && added_subids {
-            self.podman_route.remap_after_new_subids().await;
+            self.routes.remap_after_new_subids().await;
         }
         let planned = self.planned_showing_the_step(op).await?;
         let blockers = &planned.outcome.plan.blockers;
