@@ -731,6 +731,29 @@ fn http_over_tcp(addr: &str, path: &str) -> Result<String, String> {
     http_exchange(stream, path)
 }
 
+/// The bench's STAND-IN engine image (tests/bench/standin-engine: busybox and a script that
+/// answers like vLLM's server, NOT an inference engine), built and pushed to the bench registry
+/// when it is not there yet; by digest.
+pub fn standin_engine() -> String {
+    let build = workspace_root().join("tests/bench/standin-engine/build");
+    let out = Command::new(&build)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", build.display()));
+    assert!(
+        out.status.success(),
+        "standin-engine/build: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reference = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(
+        reference.contains("/enginekit-bench/standin-engine@sha256:"),
+        "{reference}"
+    );
+    reference
+}
+
 /// The workspace root (the directory holding the top-level Cargo.toml).
 pub fn workspace_root() -> PathBuf {
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));

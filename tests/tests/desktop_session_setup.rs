@@ -353,23 +353,6 @@ impl DesktopGpuHost {
     }
 }
 
-/// The bench's STAND-IN engine image (tests/bench/standin-engine: busybox and a script that
-/// answers like vLLM's server, NOT an inference engine), pushed to the bench registry; by digest.
-fn standin_engine() -> String {
-    let build = bench::workspace_root().join("tests/bench/standin-engine/build");
-    let out = std::process::Command::new(&build)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("standin-engine/build");
-    assert!(out.status.success(), "{}", describe(&out));
-    let reference = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    assert!(
-        reference.contains("/enginekit-bench/standin-engine@sha256:"),
-        "{reference}"
-    );
-    reference
-}
-
 /// The values of a journal entry's `field` (journalctl's JSON gives a repeated field as a list).
 fn values(entry: &Value, field: &str) -> Vec<String> {
     match &entry[field] {
@@ -405,7 +388,7 @@ fn line(printed: &str, name: &str, what: impl Fn(&str) -> bool) -> usize {
 #[test]
 fn the_python_client_sets_up_the_simulated_gpu_host_through_the_packaged_session_service_across_a_new_sign_in(
 ) {
-    let engine = standin_engine();
+    let engine = bench::standin_engine();
     let host = DesktopGpuHost::start("ek-desk2-python", "YES", Some(&engine));
     assert_eq!(host.installed_version("nvidia-container-toolkit"), None);
     assert!(!host.groups().iter().any(|g| g == "docker"));

@@ -112,21 +112,7 @@ impl EngineHost {
 
     /// The same host before setup: the descriptor names the STAND-IN engine's image.
     fn prepared() -> EngineHost {
-        let build = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/standin-engine/build");
-        let out = Command::new(&build)
-            .stdin(Stdio::null())
-            .output()
-            .expect("standin-engine/build");
-        assert!(
-            out.status.success(),
-            "standin-engine/build: {}",
-            describe(&out)
-        );
-        let standin = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        assert!(
-            standin.contains("/enginekit-bench/standin-engine@sha256:"),
-            "{standin}"
-        );
+        let standin = bench::standin_engine();
         let host = SimulatedGpuHost::start();
         host.write_descriptor(standin.clone(), 2);
         let pid = std::fs::read_to_string(

@@ -87,17 +87,6 @@ fn id_groups(user: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-/// The STAND-IN engine image (busybox and a script; not vLLM), built and pushed, by digest.
-fn standin_engine() -> String {
-    let build = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/standin-engine/build");
-    let out = Command::new(&build)
-        .stdin(Stdio::null())
-        .output()
-        .expect("standin-engine/build");
-    assert!(out.status.success(), "{}", describe(&out));
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 /// The first `ready` or `error` event of a running `enginekit start --json`.
 fn ready_or_error(child: &mut std::process::Child, secs: u64) -> Value {
     use std::io::BufRead;
@@ -317,7 +306,7 @@ impl PodmanBench {
     fn start(name: &str) -> PodmanBench {
         bench::require(&[Service::TestUser, Service::RootlessPodman, Service::AptRepo]);
         let host = SimulatedGpuHost::start();
-        let standin = standin_engine();
+        let standin = bench::standin_engine();
         host.write_descriptor(standin.clone(), 2);
         let user = AsUser::new(&host);
         let toolkit = apt_support::HostGuard::new(&user.user.name);
