@@ -16,6 +16,7 @@ mod i18n;
 pub mod ids;
 mod installations;
 pub mod journal;
+mod kept;
 mod logging;
 pub mod models;
 pub mod operations;

@@ -104,6 +104,10 @@ error_codes! {
     /// The GPU was taken away from a running engine (its device access dropped by a daemon
     /// reload, the driver reloaded, the card lost).
     GpuLost => "GPU_LOST",
+    /// A kept model's start found the engine set up with another image than it was kept on.
+    KeptPinChanged => "KEPT_PIN_CHANGED",
+    /// A kept model's systemd unit was edited by hand: enginekit neither overwrites nor removes it.
+    KeptUnitEdited => "KEPT_UNIT_EDITED",
 }
 
 impl fmt::Display for ErrorCode {

@@ -16,6 +16,11 @@
 //! NVIDIA_VISIBLE_DEVICES, which the stand-in nvidia-smi in the GPU-check image reads), the
 //! runtime hook (a no-op that makes dockerd offer `--gpus`). The broker is this build's, run as a
 //! user in the docker group in a login session; its documents are signed with a key made here.
+//!
+//! The same host with trixie's rootless Podman 5 keeps a model (`start --keep`): a real user
+//! manager (systemd 257) runs the unit, and the STAND-IN engine (busybox and a script, NOT vLLM)
+//! answers on the user's loopback. (The inner dockerd sits in a network namespace of its own,
+//! so a port it publishes is not on that loopback: serving is shown on Podman here.)
 
 // bench: test-threads=1
 // bench: exclusive=none
@@ -53,6 +58,17 @@ struct TrixieGpuHost {
 
 impl TrixieGpuHost {
     fn start(prefix: &str, extra: &[&str], features: &[(&str, bool)]) -> TrixieGpuHost {
+        TrixieGpuHost::start_serving(prefix, extra, features, None)
+    }
+
+    /// [`TrixieGpuHost::start`] whose descriptor's engine image is `engine` (the STAND-IN engine,
+    /// to serve a model) instead of busybox.
+    fn start_serving(
+        prefix: &str,
+        extra: &[&str],
+        features: &[(&str, bool)],
+        engine: Option<&str>,
+    ) -> TrixieGpuHost {
         let env = bench::require(&[
             Service::Docker,
             Service::Registry,
@@ -74,7 +90,7 @@ impl TrixieGpuHost {
         let descriptor = vllm_descriptor(
             "vllm-bench-trixie",
             1_000_000,
-            &env.busybox_ref,
+            engine.unwrap_or(&env.busybox_ref),
             &env.gpu_check_ref,
         );
         let host = TrixieGpuHost {
@@ -219,6 +235,23 @@ impl TrixieGpuHost {
              nvidia-smi --query-gpu=uuid --format=csv,noheader 2>&1; echo \"exit=$?\"",
             image = self.env.gpu_check_ref
         ))
+    }
+
+    /// As the administrator: trixie's rootless Podman (5.x) from its archive, the user's sub-ID
+    /// range, and the bench registry in the user's registries.conf.
+    fn install_rootless_podman(&self) {
+        self.booted.open_podman_devices();
+        let installed = self.sh(&format!(
+            "export DEBIAN_FRONTEND=noninteractive; \
+             (apt-get update -q && apt-get install -y -q podman crun uidmap passt fuse-overlayfs) \
+               >/root/podman-apt.log 2>&1 || {{ tail -n 30 /root/podman-apt.log; exit 1; }}; \
+             sed -i '/^{USER}:/d' /etc/subuid /etc/subgid 2>/dev/null; \
+             usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {USER} && \
+             dpkg-query -W -f='${{Version}}' podman"
+        ));
+        assert!(installed.starts_with("5."), "trixie's podman: {installed}");
+        self.booted
+            .podman_registry_for(USER, &self.env.registry_addr);
     }
 
     fn descriptor_bytes(&self, key: &str) -> u64 {
@@ -372,18 +405,7 @@ fn rootless_podman_5_4_from_trixies_archive_sets_up_beside_docker_with_nothing_t
         enginekit_integration::systemd::ROOTLESS_PODMAN_FLAGS,
         &[],
     );
-    host.booted.open_podman_devices();
-    let installed = host.sh(&format!(
-        "export DEBIAN_FRONTEND=noninteractive; \
-         (apt-get update -q && apt-get install -y -q podman crun uidmap passt fuse-overlayfs) \
-           >/root/podman-apt.log 2>&1 || {{ tail -n 30 /root/podman-apt.log; exit 1; }}; \
-         sed -i '/^{USER}:/d' /etc/subuid /etc/subgid 2>/dev/null; \
-         usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {USER} && \
-         dpkg-query -W -f='${{Version}}' podman"
-    ));
-    assert!(installed.starts_with("5."), "trixie's podman: {installed}");
-    host.booted
-        .podman_registry_for(USER, &host.env.registry_addr);
+    host.install_rootless_podman();
 
     let plan = host.document("plan --engine vllm --runtime podman --json");
     assert_eq!(plan["runtime"], "podman", "{plan}");
@@ -423,4 +445,267 @@ fn rootless_podman_5_4_from_trixies_archive_sets_up_beside_docker_with_nothing_t
     );
     let status = host.document("status --json");
     assert_eq!(status["installations"][0]["runtime"], "podman", "{status}");
+}
+
+const KEPT_UNIT: &str = "enginekit-model-kq.service";
+
+impl TrixieGpuHost {
+    /// `systemctl --user ARGS` as the user (their manager lingers, see the kept-model test).
+    fn user_systemctl(&self, args: &str) -> String {
+        let out = self
+            .booted
+            .sh_as(USER, &format!("systemctl --user {args} 2>&1"));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// The session `name` as `ps --json` lists it, once it is ready (within `secs`).
+    fn ready_session(&self, name: &str, secs: u64) -> Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        loop {
+            let listed = self.document("ps --json");
+            if let Some(s) = listed.as_array().and_then(|all| {
+                all.iter()
+                    .find(|s| s["name"] == name && s["state"] == "ready")
+            }) {
+                return s.clone();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{name} not ready in {secs} s: {listed}\nunit: {}\njournal: {}",
+                self.user_systemctl(&format!("status {KEPT_UNIT} --no-pager")),
+                self.unit_journal()
+            );
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
+    }
+
+    /// The kept unit's lines in the journal (its start's own output), for a failure message.
+    fn unit_journal(&self) -> String {
+        self.sh(&format!(
+            "journalctl --no-pager -o short-monotonic _SYSTEMD_USER_UNIT={KEPT_UNIT} | tail -n 60; \
+             journalctl --no-pager -o short-monotonic _SYSTEMD_USER_UNIT=podman.service | tail -n 20"
+        ))
+    }
+
+    /// What the engine on `port` answers at /health (as root, from the host's loopback).
+    fn health(&self, port: u64) -> String {
+        self.trimmed(&format!(
+            "python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:{port}/health', timeout=5).status)\" 2>&1"
+        ))
+    }
+
+    /// `podman ARGS` as the user: stdout and stderr, trimmed.
+    fn podman(&self, args: &str) -> String {
+        // Podman 5 warns on every command on this bench's cgroups v1 (see the kept-model test).
+        let out = self.booted.sh_as(
+            USER,
+            &format!("PODMAN_IGNORE_CGROUPSV1_WARNING=1 podman {args} 2>&1"),
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// [`TrixieGpuHost::sh`], trimmed.
+    fn trimmed(&self, script: &str) -> String {
+        self.sh(script).trim().to_owned()
+    }
+}
+
+/// `start --keep` on trixie's systemd 257 (a real user manager, lingering) and rootless Podman 5: the
+/// model is served by its user unit, pinned (card, port, image digest); a killed engine, and a
+/// killed `enginekit start` under the unit, are restarted on the same port; a check that fails stops the retries at once with the reason in `ps`; bad
+/// input is refused with its code (a count out of range, a second kept model on the held card,
+/// a unit edited by hand, which is left as it is); `stop` leaves nothing running or enabled.
+#[test]
+fn a_kept_model_is_served_by_its_user_unit_restarted_after_kills_refused_by_a_failing_check_and_ended_by_stop(
+) {
+    let engine = bench::standin_engine();
+    // Rootless Podman: the bench's inner dockerd lives in a network namespace of its own (its
+    // confinement), so a port it publishes is not on the loopback the user's processes see;
+    // the user's Podman publishes on theirs.
+    let host = TrixieGpuHost::start_serving(
+        "ekt-trixie-kept",
+        enginekit_integration::systemd::ROOTLESS_PODMAN_FLAGS,
+        &[],
+        Some(&engine),
+    );
+    host.install_rootless_podman();
+    // Bench only: this machine's cgroups are v1, where rootless Podman cannot give conmon a scope
+    // of its own, so conmon stays in podman.service's cgroup and dies when that socket-activated
+    // service exits after its 5 s idle (a desktop's cgroup v2 moves it out). The service stays up.
+    host.booted.write(
+        &format!("/home/{USER}/.config/systemd/user/podman.service.d/bench-cgroup-v1.conf"),
+        b"[Service]\nExecStart=\nExecStart=/usr/bin/podman system service --time=0\n",
+        0o644,
+        &format!("{USER}:{USER}"),
+    );
+    host.sh(&format!("chown -R {USER}:{USER} /home/{USER}/.config"));
+    let setup = host.enginekit("setup --engine vllm --runtime podman --yes --json");
+    assert_eq!(result_of(&setup)["phase"], "ready", "{}", describe(&setup));
+    let linger = host.sh(&format!("loginctl enable-linger {USER} && echo ok"));
+    assert!(linger.contains("ok"), "{linger}");
+    let model = format!("/home/{USER}/models/kq");
+    let owner = format!("{USER}:{USER}");
+    host.booted.write(
+        &format!("{model}/config.json"),
+        br#"{"architectures":["Qwen2ForCausalLM"]}"#,
+        0o644,
+        &owner,
+    );
+    host.booted.write(
+        &format!("{model}/model.safetensors"),
+        b"STAND-IN weights",
+        0o644,
+        &owner,
+    );
+    host.sh(&format!("chown -R {owner} /home/{USER}/models"));
+    let keep = format!("start {model} --name kq --keep --json");
+
+    // Out of range: refused before anything is resolved or written.
+    let bad = host.enginekit(&format!("{keep} --keep-restarts 0"));
+    assert_eq!(bad.status.code(), Some(2), "{}", describe(&bad));
+    assert_eq!(
+        result_of(&bad)["error"]["code"],
+        "INVALID_ARGUMENT",
+        "{}",
+        describe(&bad)
+    );
+    assert!(host
+        .user_systemctl(&format!("cat {KEPT_UNIT}"))
+        .contains("No files found"));
+
+    // Kept: ready through the unit, which pins what start resolved.
+    let kept = host.enginekit(&keep);
+    let event = events(&kept)
+        .into_iter()
+        .find(|e| e["event"] == "kept")
+        .unwrap_or_else(|| panic!("no kept event: {}", describe(&kept)));
+    assert_eq!(event["unit"], KEPT_UNIT, "{event}");
+    assert_eq!(event["starts_at"], "boot", "the user lingers: {event}");
+    let unit = host.user_systemctl(&format!("cat {KEPT_UNIT}"));
+    let gpu = host.gpu_uuid();
+    let first = host.ready_session("kq", 120);
+    let port = first["host_port"].as_u64().expect("port");
+    for pinned in [
+        format!("\"--gpu\" \"{gpu}\""),
+        format!("\"--port\" \"{port}\""),
+        "\"--pinned-image\" \"sha256:".to_owned(),
+        "RestartPreventExitStatus=78".to_owned(),
+        "RestartSteps=5".to_owned(),
+    ] {
+        assert!(unit.contains(&pinned), "{pinned} in:\n{unit}");
+    }
+    assert_eq!(
+        host.user_systemctl(&format!("is-enabled {KEPT_UNIT}")),
+        "enabled"
+    );
+    assert_eq!(host.health(port), "200");
+    assert_eq!(first["owner_pid"], {
+        let pid = host.user_systemctl(&format!("show -p MainPID --value {KEPT_UNIT}"));
+        serde_json::json!(pid.parse::<u64>().expect("MainPID"))
+    });
+
+    // A second kept model on the one card, and a refused re-keep of a unit edited by hand.
+    let second = host.enginekit(&format!("start {model} --name kq2 --keep --json"));
+    assert_eq!(
+        result_of(&second)["error"]["code"],
+        "GPU_BUSY",
+        "{}",
+        describe(&second)
+    );
+    let unit_path = format!("/home/{USER}/.config/systemd/user/{KEPT_UNIT}");
+    let original = host.sh(&format!("cat {unit_path}"));
+    host.sh(&format!("echo '# mine' >> {unit_path}"));
+    let edited = host.enginekit(&keep);
+    assert_eq!(
+        result_of(&edited)["error"]["code"],
+        "KEPT_UNIT_EDITED",
+        "{}",
+        describe(&edited)
+    );
+    assert!(
+        host.sh(&format!("tail -n 1 {unit_path}"))
+            .contains("# mine"),
+        "left as it is"
+    );
+    host.sh(&format!("sed -i '$d' {unit_path}"));
+    assert_eq!(host.sh(&format!("cat {unit_path}")), original);
+
+    // The engine killed outright: the unit restarts it (a new container), on the same port.
+    let container = first["container_id"]
+        .as_str()
+        .expect("container")
+        .to_owned();
+    host.podman("kill -s KILL enginekit-kq");
+    let restarted = loop {
+        let s = host.ready_session("kq", 120);
+        if s["container_id"] != container.as_str() {
+            break s;
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    };
+    assert_eq!(restarted["host_port"], port, "{restarted}");
+    assert_eq!(host.health(port), "200");
+
+    // Its `enginekit start` killed outright: restarted by the unit; the watchdog ends the engine
+    // it left, and the new start serves again on the same port.
+    let main_pid = host.user_systemctl(&format!("show -p MainPID --value {KEPT_UNIT}"));
+    host.sh(&format!("kill -9 {main_pid}"));
+    let again = loop {
+        let s = host.ready_session("kq", 180);
+        if s["owner_pid"].as_u64() != main_pid.parse().ok() {
+            break s;
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    };
+    assert_eq!(again["host_port"], port, "{again}");
+    assert_eq!(host.health(port), "200");
+
+    // A check that fails (the model folder lost its config): one restart after the crash, then
+    // refused with status 78 and not retried; `ps` says why.
+    host.sh(&format!("mv {model}/config.json {model}/config.away"));
+    host.podman("kill -s KILL enginekit-kq");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    while host.user_systemctl(&format!("show -p ActiveState --value {KEPT_UNIT}")) != "failed" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}",
+            host.user_systemctl(&format!("status {KEPT_UNIT} --no-pager"))
+        );
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+    assert_eq!(
+        host.user_systemctl(&format!("show -p ExecMainStatus --value {KEPT_UNIT}")),
+        "78"
+    );
+    let ps = host.enginekit("ps");
+    let listed = String::from_utf8_lossy(&ps.stdout);
+    assert!(
+        listed.contains("kq") && listed.contains("failed") && listed.contains("INVALID_ARGUMENT"),
+        "{listed}"
+    );
+
+    // Repaired and kept again: serves; then `stop` leaves nothing running or enabled.
+    host.sh(&format!("mv {model}/config.away {model}/config.json"));
+    let rekept = host.enginekit(&keep);
+    assert!(
+        events(&rekept).iter().any(|e| e["event"] == "kept"),
+        "{}",
+        describe(&rekept)
+    );
+    let repaired = host.ready_session("kq", 120);
+    assert_eq!(
+        repaired["host_port"], port,
+        "kept again on its port: {repaired}"
+    );
+    let stop = host.enginekit("stop kq --json");
+    assert!(stop.status.success(), "{}", describe(&stop));
+    assert!(host
+        .user_systemctl(&format!("cat {KEPT_UNIT}"))
+        .contains("No files found"));
+    assert_ne!(
+        host.user_systemctl(&format!("is-enabled {KEPT_UNIT}")),
+        "enabled"
+    );
+    assert_eq!(host.podman("ps -aq --filter name=enginekit-kq"), "");
+    assert_eq!(host.document("ps --json"), serde_json::json!([]));
 }

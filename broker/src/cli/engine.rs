@@ -62,6 +62,18 @@ pub(crate) struct StartArgs {
     /// Seconds to wait for the engine to become ready (default: 600 for vLLM, 900 for TensorRT-LLM).
     #[arg(long)]
     pub(crate) timeout: Option<u32>,
+    /// Keep the model served: a systemd user unit of its own starts it at login (and at boot
+    /// when your user lingers), restarts it after a crash and runs the same checks at every
+    /// start, with the model's commit, the card, the port and the engine image pinned.
+    /// `enginekit stop NAME` stops, disables and removes it.
+    #[arg(long)]
+    pub(crate) keep: bool,
+    /// With --keep: how many starts systemd allows in 30 minutes before it gives up (1..=20).
+    #[arg(long, requires = "keep", value_name = "N")]
+    pub(crate) keep_restarts: Option<u32>,
+    /// The engine image digest a kept model was kept on (written by --keep into its unit).
+    #[arg(long, hide = true, conflicts_with = "keep", value_name = "DIGEST")]
+    pub(crate) pinned_image: Option<String>,
     /// One JSON event per line on stdout.
     #[arg(long)]
     pub(crate) json: bool,
@@ -234,6 +246,7 @@ pub(crate) async fn start(args: StartArgs) -> Exit {
         gpu: args.gpu,
         port: args.port,
         timeout_secs: args.timeout,
+        pinned_image: args.pinned_image.clone(),
     };
     let cancel = CancellationToken::new();
     let setup = SetupChoice {
@@ -241,12 +254,35 @@ pub(crate) async fn start(args: StartArgs) -> Exit {
         yes: args.yes,
         runtime: args.runtime,
     };
+    // A kept model's start (its unit runs this): the refusal is kept for `ps`, and one that would
+    // be refused again ends with the status systemd does not retry.
+    let kept = args.pinned_image.is_some();
+    let refused = |err: &EngineError| {
+        let coded = err.to_coded();
+        if !kept {
+            return out.error(&coded);
+        }
+        if let Some(name) = &request.name {
+            crate::kept::record_start(name, Err(&coded));
+        }
+        let exit = out.error(&coded);
+        if crate::kept::retried(coded.code) {
+            exit
+        } else {
+            Exit::NotRetried
+        }
+    };
     let runtime = match Runtime::open(Owner::Cli) {
         Ok(runtime) => runtime,
-        Err(e) => return fail(out, &e),
+        Err(e) => return refused(&e),
     };
     let runtime = if runtime.is_set_up(engine) {
         runtime
+    } else if kept {
+        // Never a setup under a unit (it would wait for a consent nobody gives).
+        return refused(&EngineError::NotInstalled {
+            engine: engine.to_string(),
+        });
     } else {
         // Ctrl-C during a setup ends the process as it ends `enginekit setup` (the setup
         // resumes next time, the download's partial files stay); from the load on it stops the
@@ -261,6 +297,9 @@ pub(crate) async fn start(args: StartArgs) -> Exit {
         }
     };
     cancel_on_signals(cancel.clone());
+    if args.keep {
+        return keep(out, &runtime, engine, &request, args.keep_restarts, &cancel).await;
+    }
     // A download's progress is a bar on stderr (as `models pull` draws it), not a line
     // every half second; JSON gets every event.
     let mut bar: Option<indicatif::ProgressBar> = None;
@@ -282,7 +321,7 @@ pub(crate) async fn start(args: StartArgs) -> Exit {
     };
     let loaded = match runtime.load(engine, &request, &mut on, &cancel).await {
         Ok(l) => l,
-        Err(e) => return fail(out, &e),
+        Err(e) => return refused(&e),
     };
     let base_url = loaded.record.base_url.clone().unwrap_or_default();
     if out.is_json() {
@@ -310,7 +349,15 @@ pub(crate) async fn start(args: StartArgs) -> Exit {
         );
         let _ = std::io::stdout().flush();
     }
-    match runtime.monitor(&loaded, &cancel).await {
+    if kept {
+        crate::kept::record_start(&loaded.record.name, Ok(()));
+        crate::kept::notify::notify(&format!("READY=1\nSTATUS=ready at {base_url}"));
+    }
+    let end = runtime.monitor(&loaded, &cancel).await;
+    if kept {
+        crate::kept::notify::notify("STOPPING=1");
+    }
+    match end {
         Ok(MonitorEnd::Cancelled) => match runtime.unload(&loaded.record.name).await {
             Ok(()) => {
                 out.event(json!({"event": "stopped", "name": loaded.record.name}));
@@ -335,9 +382,56 @@ pub(crate) async fn start(args: StartArgs) -> Exit {
         }
         Ok(MonitorEnd::Died(classification)) => {
             let err = EngineError::Exited { classification };
-            fail(out, &err)
+            refused(&err)
         }
         Err(e) => fail(out, &e),
+    }
+}
+
+/// `start --keep`: the model becomes a systemd user unit, followed until its engine is ready.
+async fn keep(
+    out: Output,
+    runtime: &Runtime,
+    engine: KnownEngine,
+    request: &LoadRequest,
+    restarts: Option<u32>,
+    cancel: &CancellationToken,
+) -> Exit {
+    let mut on = |event: LoadEvent| {
+        if out.is_json() {
+            out.event(serde_json::to_value(&event).unwrap_or_default());
+        } else {
+            eprintln!("enginekit: {}", describe(&event));
+        }
+    };
+    let restarts = restarts.unwrap_or(crate::kept::unit::DEFAULT_RESTARTS);
+    match crate::kept::keep(runtime, engine, request, restarts, &mut on, cancel).await {
+        Ok(kept) => {
+            out.event(json!({
+                "event": "kept",
+                "name": kept.name,
+                "unit": kept.unit,
+                "base_url": kept.base_url,
+                "starts_at": if kept.at_boot { "boot" } else { "login" },
+            }));
+            if !out.is_json() {
+                println!(
+                    "{} is ready at {} and kept by the systemd user unit {}.",
+                    kept.name, kept.base_url, kept.unit
+                );
+                if kept.at_boot {
+                    println!("It starts at boot (your user lingers) and after a crash.");
+                } else {
+                    println!(
+                        "It starts when you log in and after a crash (`loginctl enable-linger` \
+                         starts it at boot too)."
+                    );
+                }
+                println!("`enginekit stop {}` stops and removes it.", kept.name);
+            }
+            Exit::Success
+        }
+        Err(e) => out.error(&e),
     }
 }
 
@@ -446,6 +540,31 @@ pub(crate) async fn stop(args: StopArgs) -> Exit {
                 }
             }
         };
+        let unkept = match crate::engine::options::SessionName::parse(&name) {
+            Ok(session) => match crate::kept::unkeep(&session).await {
+                Ok(unkept) => unkept,
+                Err(e) => return out.error(&e),
+            },
+            Err(e) => return fail(out, &e),
+        };
+        if let Some(unkept) = &unkept {
+            out.event(
+                json!({"event": "unkept", "name": name, "unit": unkept.unit, "left": unkept.left}),
+            );
+            if !out.is_json() {
+                println!(
+                    "{name} is no longer kept ({} stopped and disabled).",
+                    unkept.unit
+                );
+                if let Some(left) = &unkept.left {
+                    println!("{left} was edited by hand, so it is left where it is (disabled).");
+                }
+            }
+        }
+        // The unit's stop unloaded its engine; a session left (or one never kept) is stopped here.
+        if unkept.is_some() && runtime.sessions().get(&name).is_none() {
+            return Exit::Success;
+        }
         match runtime.unload(&name).await {
             Ok(()) => {
                 out.event(json!({"event": "stopped", "name": name}));
@@ -472,7 +591,9 @@ pub(crate) async fn ps(args: PsArgs) -> Exit {
         };
         if out.is_json() {
             return Output::document(&views);
-        } else if views.is_empty() {
+        }
+        let kept = crate::kept::list().await;
+        if views.is_empty() {
             println!("No engine is running.");
         } else {
             println!(
@@ -497,6 +618,24 @@ pub(crate) async fn ps(args: PsArgs) -> Exit {
                         if v.owner_alive { "" } else { "(gone)" }
                     ),
                     r.base_url.as_deref().unwrap_or("-")
+                );
+            }
+        }
+        if !kept.is_empty() {
+            println!("\nKept (systemd user units; `enginekit stop NAME` removes one):");
+            println!("{:<24} {:<40} {:<26} WHY", "NAME", "UNIT", "STATE");
+            for k in &kept {
+                let state = k.unit_state.as_ref().map_or_else(
+                    || "unknown".to_owned(),
+                    |s| format!("{} ({}), {}", s.active, s.sub, s.enabled),
+                );
+                let why = k
+                    .last_error
+                    .as_ref()
+                    .map_or_else(|| "-".to_owned(), |e| format!("{}: {}", e.code, e.message));
+                println!(
+                    "{:<24} {:<40} {:<26} {}",
+                    k.record.name, k.record.unit, state, why
                 );
             }
         }

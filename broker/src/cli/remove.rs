@@ -84,6 +84,18 @@ async fn remove(args: RemoveArgs) -> Exit {
     if let Err(e) = consent(args.yes, out, "Remove it?") {
         return out.error(&e);
     }
+    // Kept models of this engine would start it again at the next login: unkept first.
+    match crate::kept::unkeep_engine(engine.as_str()).await {
+        Ok(unkept) => {
+            for u in unkept {
+                out.event(json!({"event": "unkept", "unit": u.unit, "left": u.left}));
+                if !out.is_json() {
+                    println!("  {} stopped, disabled and removed.", u.unit);
+                }
+            }
+        }
+        Err(e) => return out.error(&e),
+    }
     let id = match unfinished {
         Some(op) => op.operation_id,
         None => match runner.begin_remove(&engine, !args.delete_models) {

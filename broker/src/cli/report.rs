@@ -81,6 +81,9 @@ pub(crate) enum Exit {
     /// 3: the plan is blocked: a prerequisite the user must see to, a new sign-in or a reboot, or
     /// a machine the engine does not support.
     Blocked,
+    /// 78 (sysexits' EX_CONFIG): a kept model's start was refused by a check that would refuse
+    /// it again; its unit names this status in `RestartPreventExitStatus=`, so systemd stops.
+    NotRetried,
 }
 
 impl Exit {
@@ -108,6 +111,7 @@ impl Exit {
             Exit::Failure => 1,
             Exit::Usage => 2,
             Exit::Blocked => 3,
+            Exit::NotRetried => crate::kept::unit::NOT_RETRIED,
         }
     }
 }
@@ -136,6 +140,7 @@ mod tests {
         assert_eq!(Exit::Failure.status(), 1);
         assert_eq!(Exit::Usage.status(), 2);
         assert_eq!(Exit::Blocked.status(), 3);
+        assert_eq!(Exit::NotRetried.status(), 78);
         assert_eq!(Exit::of(ErrorCode::InvalidArgument), Exit::Usage);
         assert_eq!(Exit::of(ErrorCode::PrerequisiteBlocked), Exit::Blocked);
         assert_eq!(Exit::of(ErrorCode::ReloginRequired), Exit::Blocked);

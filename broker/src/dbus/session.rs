@@ -241,6 +241,8 @@ impl Engines {
             gpu: text("gpu"),
             port: number("port").and_then(|p| u16::try_from(p).ok()),
             timeout_secs: number("timeout"),
+            // Only a kept model's unit pins an image (the CLI's hidden flag); not a bus option.
+            pinned_image: None,
         };
         let opts = request
             .check()

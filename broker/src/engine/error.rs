@@ -88,6 +88,14 @@ pub(crate) enum EngineError {
         loaded: String,
         repair: String,
     },
+    /// A kept model's start found the engine set up again with another image than the one it
+    /// was kept on: it is not started on an image nobody chose for it.
+    #[error("{name} was kept on the engine image {pinned}, but the engine is now set up with {installed}; run `enginekit start {name} --keep` again to keep it on the new one, or `enginekit stop {name}`")]
+    PinChanged {
+        name: String,
+        pinned: String,
+        installed: String,
+    },
 }
 
 impl From<crate::journal::LifecycleError> for EngineError {
@@ -122,6 +130,7 @@ impl EngineError {
             EngineError::GpuBusy { .. } => "engine.gpu_busy",
             EngineError::GroupCardGone { .. } => "engine.group_card_gone",
             EngineError::CdiSpecForOtherDriver { .. } => "engine.cdi_spec_other_driver",
+            EngineError::PinChanged { .. } => "engine.kept_pin_changed",
         }
     }
 
@@ -147,6 +156,7 @@ impl EngineError {
             EngineError::DoesNotFit { error } | EngineError::Hub { error } => error.code,
             EngineError::GpuBusy { .. } => ErrorCode::GpuBusy,
             EngineError::CdiSpecForOtherDriver { .. } => ErrorCode::CdiSpecStale,
+            EngineError::PinChanged { .. } => ErrorCode::KeptPinChanged,
         }
     }
 
@@ -159,7 +169,13 @@ impl EngineError {
                 Some(format!("the end of the log:\n{tail}"))
             }
             EngineError::StopUnconfirmed { reason, .. } => Some(reason.clone()),
-            EngineError::Docker(err) => err.to_coded().details,
+            // The Docker layer's details begin with its own kind, which is this error's.
+            EngineError::Docker(err) => err.to_coded().details.and_then(|d| {
+                let rest = d
+                    .strip_prefix(&format!("kind={}", err.kind()))
+                    .map_or(d.as_str(), |r| r.trim_start_matches('\n'));
+                (!rest.is_empty()).then(|| rest.to_owned())
+            }),
             EngineError::DoesNotFit { error } | EngineError::Hub { error } => error.details.clone(),
             EngineError::GpuBusy { reason, .. } => Some(reason.clone()),
             _ => None,

@@ -34,6 +34,8 @@ pub(crate) struct LoadRequest {
     pub(crate) port: Option<u16>,
     /// Readiness timeout in seconds; the engine's default when absent.
     pub(crate) timeout_secs: Option<u32>,
+    /// For a kept model's start: the engine image digest (`sha256:…`) it was kept on.
+    pub(crate) pinned_image: Option<String>,
 }
 
 /// A session name: `[a-z0-9][a-z0-9._-]{0,62}`, safe as a served model name, a file name and
@@ -138,6 +140,14 @@ pub(crate) struct LoadOptions {
 impl LoadRequest {
     /// Checks every option; touches the filesystem (the model folder) and nothing else.
     pub(crate) fn check(&self) -> Result<LoadOptions> {
+        if let Some(pinned) = &self.pinned_image {
+            pinned
+                .parse::<enginekit_shared::digest::Digest>()
+                .map_err(|e| EngineError::InvalidOption {
+                    what: "pinned image",
+                    reason: e.to_string(),
+                })?;
+        }
         let context = self.context.unwrap_or(DEFAULT_CONTEXT);
         if !(MIN_CONTEXT..=MAX_CONTEXT).contains(&context) {
             return Err(EngineError::InvalidOption {

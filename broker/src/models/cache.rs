@@ -114,6 +114,11 @@ impl HubCache {
         HubCache::locate(&|name| std::env::var_os(name))
     }
 
+    /// The cache folder (`HF_HUB_CACHE`'s value).
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+
     pub(crate) fn repo(&self, id: &HubModelId) -> RepoDir {
         RepoDir {
             id: id.clone(),

@@ -30,7 +30,7 @@ use crate::engine::error::{EngineError, Result};
 use crate::engine::gpu::{self, Card, Selection};
 use crate::engine::health::{self, Probe};
 use crate::engine::heartbeat::{self, Ticker};
-use crate::engine::options::{LoadOptions, LoadRequest, ModelChoice};
+use crate::engine::options::{LoadOptions, LoadRequest, ModelChoice, SessionName};
 use crate::engine::served::ServedModel;
 use crate::engine::sessions::{SessionRecord, SessionState};
 use crate::engine::stages::{Stage, StageTracker};
@@ -38,6 +38,21 @@ use crate::engine::watchdog;
 use crate::installations::Installation;
 use crate::journal::ContainerName;
 use crate::models::id::{CommitId, Revision};
+
+/// What a kept model pins ([`Runtime::resolve`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Resolved {
+    pub(crate) name: SessionName,
+    /// A folder's path, or `org/name@commit` for a model in the hub cache.
+    pub(crate) model: String,
+    /// The hub cache the model is in, for a model on the hub.
+    pub(crate) hub_cache: Option<std::path::PathBuf>,
+    pub(crate) gpu: String,
+    pub(crate) port: u16,
+    pub(crate) context: u32,
+    pub(crate) image_digest: String,
+    pub(crate) timeout_secs: u32,
+}
 
 /// The fit check's outcome: the options it settled (card, context) and what it found.
 pub(super) struct Sized {
@@ -87,11 +102,17 @@ impl Runtime {
         cancel: &CancellationToken,
     ) -> Result<Loaded> {
         let opts = request.check()?;
-        let installation =
-            self.ready_installation(engine)
-                .ok_or_else(|| EngineError::NotInstalled {
-                    engine: engine.to_string(),
-                })?;
+        let installation = self.installed(engine)?;
+        if let Some(pinned) = &request.pinned_image {
+            let installed = installation.image.digest.to_string();
+            if *pinned != installed {
+                return Err(EngineError::PinChanged {
+                    name: opts.name.as_str().to_owned(),
+                    pinned: pinned.clone(),
+                    installed,
+                });
+            }
+        }
         let sized = self.sized(engine, opts, request.context, on).await?;
         self.name_is_free(sized.opts.name.as_str())?;
         let present = self.model_present(sized, &installation, on, cancel).await?;
@@ -122,6 +143,72 @@ impl Runtime {
                 }
             }
         }
+    }
+
+    /// What keeping a model pins, found as a load finds it (the fit, the cards and their CDI
+    /// spec, the model in the hub cache at the sized commit, the card, a free port), with
+    /// nothing claimed or launched: the kept unit's own start does that.
+    pub(crate) async fn resolve(
+        &self,
+        engine: KnownEngine,
+        request: &LoadRequest,
+        on: &mut (dyn FnMut(LoadEvent) + Send),
+        cancel: &CancellationToken,
+    ) -> Result<Resolved> {
+        let opts = request.check()?;
+        let installation = self.installed(engine)?;
+        let sized = self.sized(engine, opts, request.context, on).await?;
+        if !sized.group.is_empty() {
+            return Err(EngineError::InvalidOption {
+                what: "keep",
+                reason: "a model that only fits several cards together cannot be kept yet; \
+                         start it by hand"
+                    .to_owned(),
+            });
+        }
+        let present = self.model_present(sized, &installation, on, cancel).await?;
+        let cards = select_cards(&present.sized, &present.available, on)?;
+        let Some(card) = cards.first() else {
+            return Err(EngineError::NoGpu);
+        };
+        let opts = &present.sized.opts;
+        let model = match (&present.served.hub, &opts.model) {
+            (Some(hub), _) => format!("{}@{}", hub.repo, hub.commit),
+            (None, ModelChoice::Folder(dir)) => dir.display().to_string(),
+            (None, ModelChoice::Hub { .. }) => present.served.host_dir().display().to_string(),
+        };
+        Ok(Resolved {
+            name: opts.name.clone(),
+            model,
+            hub_cache: present
+                .served
+                .hub
+                .is_some()
+                .then(|| {
+                    crate::models::cache::HubCache::from_env()
+                        .ok()
+                        .map(|c| c.root().to_path_buf())
+                })
+                .flatten(),
+            gpu: card.uuid.to_string(),
+            port: match opts.port {
+                Some(port) => port,
+                None => free_port()?,
+            },
+            context: opts.context,
+            image_digest: installation.image.digest.to_string(),
+            timeout_secs: opts.timeout_secs.unwrap_or_else(|| {
+                u32::try_from(default_timeout(engine).as_secs()).unwrap_or(u32::MAX)
+            }),
+        })
+    }
+
+    /// `engine`'s installation, or NotInstalled (before anything else is asked of the machine).
+    fn installed(&self, engine: KnownEngine) -> Result<Installation> {
+        self.ready_installation(engine)
+            .ok_or_else(|| EngineError::NotInstalled {
+                engine: engine.to_string(),
+            })
     }
 
     /// The fit check, from the model folder or the hub's small files and the cards' memory
