@@ -683,6 +683,18 @@ fn a_kept_model_is_served_by_its_user_unit_restarted_after_kills_refused_by_a_fa
         listed.contains("kq") && listed.contains("failed") && listed.contains("INVALID_ARGUMENT"),
         "{listed}"
     );
+    // `logs` has no engine log to show: it says the unit's state, the refusal and the journal.
+    let logs = host.enginekit("logs kq");
+    let said = String::from_utf8_lossy(&logs.stderr);
+    assert_eq!(logs.status.code(), Some(1), "{}", describe(&logs));
+    for part in [
+        "kq is kept but its engine is not running",
+        "failed",
+        "INVALID_ARGUMENT",
+        &format!("journalctl --user -u {KEPT_UNIT}"),
+    ] {
+        assert!(said.contains(part), "{part} in: {said}");
+    }
 
     // Repaired and kept again: serves; then `stop` leaves nothing running or enabled.
     host.sh(&format!("mv {model}/config.away {model}/config.json"));

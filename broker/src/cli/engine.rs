@@ -644,6 +644,19 @@ pub(crate) async fn ps(args: PsArgs) -> Exit {
     .await
 }
 
+/// Why `logs` has no engine log to print: for a kept model whose engine is not running, its
+/// unit's state and the refusal its last start kept, and where the unit's own lines are.
+async fn no_logs(name: &str, err: &EngineError) -> Exit {
+    let out = Output::Text;
+    if !matches!(err, EngineError::NoSession { .. }) {
+        return fail(out, err);
+    }
+    match crate::kept::not_running(name).await {
+        Some(why) => out.error(&why),
+        None => fail(out, err),
+    }
+}
+
 pub(crate) async fn logs(args: LogsArgs) -> Exit {
     let tail = args.tail.clamp(1, 10_000);
     with_runtime(Output::Text, move |runtime| async move {
@@ -660,7 +673,7 @@ pub(crate) async fn logs(args: LogsArgs) -> Exit {
                 .await
             {
                 Ok(()) => Exit::Success,
-                Err(e) => fail(Output::Text, &e),
+                Err(e) => no_logs(&args.name, &e).await,
             }
         } else {
             match runtime.logs(&args.name, Some(tail)).await {
@@ -668,7 +681,7 @@ pub(crate) async fn logs(args: LogsArgs) -> Exit {
                     print!("{}", logs.text());
                     Exit::Success
                 }
-                Err(e) => fail(Output::Text, &e),
+                Err(e) => no_logs(&args.name, &e).await,
             }
         }
     })

@@ -338,6 +338,32 @@ pub(crate) async fn list() -> Vec<KeptView> {
     views
 }
 
+/// For `logs NAME` of a kept model with no engine running: the unit's state, the refusal its
+/// last start kept, and where the unit's own lines are; `None` when `name` is not kept.
+pub(crate) async fn not_running(name: &str) -> Option<CodedError> {
+    let name = SessionName::parse(name).ok()?;
+    let store = KeptStore::open().ok()?;
+    let record = store.get(&name).ok()??;
+    let state = systemd::state(&record.unit).await.map_or_else(
+        |_| "unknown".to_owned(),
+        |s| format!("{} ({})", s.active, s.sub),
+    );
+    let message = format!(
+        "{} is kept but its engine is not running: its unit {} is {state}. Its own lines: \
+         `journalctl --user -u {}`.",
+        record.name, record.unit, record.unit
+    );
+    // No session to read: that is the code; the kept refusal, with its own, is the detail.
+    let none = CodedError::new(ErrorCode::OperationNotFound, message);
+    Some(match store.last_error(&name) {
+        Some(last) => none.with_details(format!(
+            "the last start was refused: {} ({})",
+            last.message, last.code
+        )),
+        None => none,
+    })
+}
+
 /// For a kept start (under its unit): keeps or clears the refusal `ps` shows.
 pub(crate) fn record_start(name: &str, outcome: Result<(), &CodedError>) {
     let (Ok(store), Ok(name)) = (KeptStore::open(), SessionName::parse(name)) else {
