@@ -160,9 +160,8 @@ impl KeptStore {
 
     /// Writes the unit file, then the record naming its digest.
     pub(crate) fn write(&self, record: &KeptRecord, unit_text: &str) -> Result<(), CodedError> {
-        for dir in [&self.units, &self.records] {
-            std::fs::create_dir_all(dir).map_err(|e| io("Creating", dir, &e))?;
-        }
+        std::fs::create_dir_all(&self.units).map_err(|e| io("Creating", &self.units, &e))?;
+        // Made here with mode 0700 (made by create_dir_all first, it kept the umask's mode).
         ensure_private_dir(&self.records).map_err(|e| io("Creating", &self.records, &e))?;
         let unit = self.unit_path(&record.unit);
         write_atomic(&unit, unit_text.as_bytes(), 0o644).map_err(|e| io("Writing", &unit, &e))?;
@@ -243,6 +242,12 @@ mod tests {
         let r = record("q");
         assert_eq!(store.unit_is_ours(&r.unit, Some(&r)).unwrap(), None);
         store.write(&r, "[Unit]\n").unwrap();
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(dir.path().join("kept"))
+                .unwrap()
+                .permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o700, "the records' folder is private");
         assert_eq!(store.unit_is_ours(&r.unit, Some(&r)).unwrap(), Some(true));
         assert_eq!(store.unit_is_ours(&r.unit, None).unwrap(), Some(false));
         std::fs::write(store.unit_path(&r.unit), "[Unit]\n# mine\n").unwrap();
